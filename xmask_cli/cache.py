@@ -1,0 +1,427 @@
+"""The HDF5 structure cache: key, atomic write, lazy reads, verify, list, clear.
+
+One file per (input graphs, structure parameters, format version) at
+``<cache_dir>/<dataset>/<key>.h5``. Layout (format version 1), every array
+chunked, LZF-compressed (with byte shuffle) and fletcher32-checksummed::
+
+    /                     attrs: format_version, key, dataset, level, fingerprint,
+                                 params (JSON), created, versions (JSON), complete
+    /graphs/num_nodes     int64 [G]        node count per graph
+    /graphs/node_ptr      int64 [G+1]      offsets of each graph's nodes in /nodes/*
+    /graphs/num_edges     int64 [G]        undirected edges per graph (no self loops)
+    /graphs/large         bool  [G]        True: truncation rule and SPD radius applied
+    /nodes/component      int32 [N]        connected-component id (equal ids: mutually reachable)
+    /nodes/part           int32 [N]        METIS part of each node (only with partitions)
+    /powers/{ptr,row,col} int64 [G+1], int32 [P], int32 [P]   pairs, graph-local ids
+    /powers/values        float32 [P, K]   column j = Â^(j+1) at each pair (0 where absent)
+    /spd/{ptr,row,col}    pairs at distance <= max_distance (<= spd_radius if large)
+    /spd/dist             uint8 [S]
+    /rrwp/{ptr,row,col}   pairs of the union support of I, P, ..., P^steps
+    /rrwp/values          float32 [R, steps+1]
+    /spectrum/{val_ptr,vec_ptr}   int64 [G+1] offsets into eigvals / flat eigvecs
+    /spectrum/eigvals     float64 [sum m_g]
+    /spectrum/eigvecs     float32 [sum n_g*m_g]  row-major [n_g, m_g] per graph
+    /magnetic/...         as /spectrum, eigvecs complex64
+
+Pairs are grouped by ascending ``row`` inside each graph. A pair missing from
+``/spd`` is farther than the cut-off when both nodes share a component, and
+unreachable otherwise.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from xmask_cli.errors import CacheError, NotWritableError
+
+FORMAT_VERSION = 1
+_CHUNK = 1 << 17
+_GROUPS_WITH_PAIRS = ("powers", "spd", "rrwp")
+
+
+def cache_key(fingerprint: str, params: dict[str, Any]) -> str:
+    """Short hash of the input fingerprint, the canonical parameters and the format version."""
+    blob = json.dumps({"fingerprint": fingerprint, "params": params, "format": FORMAT_VERSION}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:20]
+
+
+def cache_path(cache_dir: Path, dataset_key: str, key: str) -> Path:
+    return Path(cache_dir) / dataset_key / f"{key}.h5"
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    out = {}
+    for pkg in ("xmask", "torch", "torch_geometric", "numpy", "scipy", "h5py"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            out[pkg] = "not installed"
+    return out
+
+
+def ensure_writable_dir(path: Path) -> Path:
+    """Create ``path`` if needed; fail with :class:`NotWritableError` if it cannot take files."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise NotWritableError(f"cannot create cache dir {path}: {exc.strerror}; pass --cache-dir or set XMASK_CACHE") from exc
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise NotWritableError(f"cache dir {path} is not writable; pass --cache-dir or set XMASK_CACHE")
+    return path
+
+
+class CacheWriter:
+    """Writes one cache file under a temporary name and renames it on success.
+
+    Use as a context manager; arrays are appended block by block so that a
+    large dataset never has to sit in memory whole. On any exception (or a
+    kill) only the temporary ``.<key>.h5.tmp-<pid>`` file is left, never a
+    file under the real name.
+    """
+
+    def __init__(self, path: Path, attrs: dict[str, Any]):
+        self.path = Path(path)
+        ensure_writable_dir(self.path.parent)
+        self.tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        self._attrs = attrs
+        self._f: h5py.File | None = None
+
+    def __enter__(self) -> "CacheWriter":
+        self._f = h5py.File(self.tmp, "w")
+        for k, v in self._attrs.items():
+            self._f.attrs[k] = v
+        self._f.attrs["format_version"] = FORMAT_VERSION
+        self._f.attrs["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        self._f.attrs["versions"] = json.dumps(_versions(), sort_keys=True)
+        self._f.attrs["complete"] = False
+        return self
+
+    def append(self, name: str, array: np.ndarray) -> None:
+        """Append rows to the extendable dataset ``name`` (created on first use)."""
+        assert self._f is not None
+        array = np.asarray(array)
+        if name not in self._f:
+            chunk_rows = max(1, min(_CHUNK // max(1, int(np.prod(array.shape[1:]))), max(array.shape[0], 1)))
+            self._f.create_dataset(
+                name,
+                shape=(0, *array.shape[1:]),
+                maxshape=(None, *array.shape[1:]),
+                dtype=array.dtype,
+                chunks=(chunk_rows, *array.shape[1:]),
+                # LZF (bundled with h5py) writes about twice as fast as gzip at a similar size here.
+                compression="lzf",
+                shuffle=True,
+                fletcher32=True,
+            )
+        ds = self._f[name]
+        if array.shape[0] == 0:
+            return
+        start = ds.shape[0]
+        ds.resize(start + array.shape[0], axis=0)
+        ds[start:] = array
+
+    def set_attrs(self, name: str, **attrs: Any) -> None:
+        assert self._f is not None
+        obj = self._f.require_group(name) if name not in self._f else self._f[name]
+        for k, v in attrs.items():
+            obj.attrs[k] = v
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        assert self._f is not None
+        try:
+            if exc_type is None:
+                self._f.attrs["complete"] = True
+            self._f.close()
+        finally:
+            if exc_type is None:
+                os.replace(self.tmp, self.path)
+            else:
+                self.tmp.unlink(missing_ok=True)
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    """One row of ``xmask cache ls``."""
+
+    path: Path
+    dataset: str
+    key: str
+    size_bytes: int
+    created: str
+    params: dict[str, Any]
+    num_graphs: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "dataset": self.dataset,
+            "key": self.key,
+            "size_bytes": self.size_bytes,
+            "created": self.created,
+            "num_graphs": self.num_graphs,
+            "params": self.params,
+        }
+
+
+class StructureCache:
+    """Read API for one cache file; opens lazily, so it can be passed to loader workers.
+
+    Example::
+
+        from xmask_cli.cache import StructureCache
+        c = StructureCache("cache/mutag/<key>.h5")
+        row, col, vals = c.powers(0)          # pairs of graph 0 and Â^1..Â^K there
+        dense = c.dense_powers(0)             # [K, n, n] float32
+        d = c.dense_spd(0)                    # [n, n] int16, -1 beyond cut-off, -2 unreachable
+        lam, vec = c.spectrum(0)
+    """
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self._f: h5py.File | None = None
+        self._mem: dict[str, np.ndarray] = {}
+
+    # -- file handling
+    @property
+    def file(self) -> h5py.File:
+        if self._f is None:
+            try:
+                self._f = h5py.File(self.path, "r")
+            except (OSError, ValueError) as exc:
+                raise CacheError(f"cannot open cache {self.path}: {exc}; run `xmask prepare ... --force` to rebuild it") from exc
+            version = int(self._f.attrs.get("format_version", -1))
+            if version != FORMAT_VERSION:
+                raise CacheError(
+                    f"cache {self.path} has format version {version}, this xmask reads {FORMAT_VERSION}; "
+                    f"run `xmask prepare ... --force` to rebuild it"
+                )
+        return self._f
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # h5py handles cannot be pickled: a worker reopens the file on first use.
+        return {"path": self.path, "_f": None, "_mem": {}}
+
+    def __enter__(self) -> "StructureCache":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def load_in_memory(self) -> "StructureCache":
+        """Read every array once; later accessors then never touch the file."""
+        def visit(name: str, obj: Any) -> None:
+            if isinstance(obj, h5py.Dataset):
+                self._mem[name] = obj[()]
+
+        self.file.visititems(visit)
+        return self
+
+    def _read(self, name: str, sl: slice | None = None) -> np.ndarray:
+        if name in self._mem:
+            arr = self._mem[name]
+            return arr if sl is None else arr[sl]
+        if name not in self.file:
+            raise CacheError(f"cache {self.path} has no '{name}'; prepare it with the structure that needs it")
+        ds = self.file[name]
+        return ds[()] if sl is None else ds[sl]
+
+    # -- metadata
+    @property
+    def params(self) -> dict[str, Any]:
+        return json.loads(self.file.attrs["params"])
+
+    @property
+    def fingerprint(self) -> str:
+        return str(self.file.attrs["fingerprint"])
+
+    @property
+    def num_graphs(self) -> int:
+        return int(self._read("graphs/num_nodes").shape[0])
+
+    def has(self, group: str) -> bool:
+        return any(k.startswith(group + "/") for k in self._mem) or group in self.file
+
+    def num_nodes(self, g: int) -> int:
+        return int(self._read("graphs/num_nodes", slice(g, g + 1))[0])
+
+    def _node_slice(self, g: int) -> slice:
+        p = self._read("graphs/node_ptr", slice(g, g + 2))
+        return slice(int(p[0]), int(p[1]))
+
+    # -- per-graph accessors
+    def pairs(self, group: str, g: int) -> dict[str, np.ndarray]:
+        """All arrays of a pair group (``powers``, ``spd``, ``rrwp``) for graph ``g``."""
+        p = self._read(f"{group}/ptr", slice(g, g + 2))
+        sl = slice(int(p[0]), int(p[1]))
+        names = [k for k in ("row", "col", "values", "dist")
+                 if f"{group}/{k}" in self._mem or (group in self.file and k in self.file[group])]
+        return {k: self._read(f"{group}/{k}", sl) for k in names}
+
+    def powers(self, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(row, col, values[P, K])`` of graph ``g``: Â^1..Â^K on their union support."""
+        d = self.pairs("powers", g)
+        return d["row"], d["col"], d["values"]
+
+    def dense_powers(self, g: int) -> np.ndarray:
+        """``[K, n, n]`` float32 powers of graph ``g`` (zeros off the stored support)."""
+        row, col, vals = self.powers(g)
+        n = self.num_nodes(g)
+        out = np.zeros((vals.shape[1], n, n), dtype=np.float32)
+        out[:, row, col] = vals.T
+        return out
+
+    def spd(self, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        d = self.pairs("spd", g)
+        return d["row"], d["col"], d["dist"]
+
+    def dense_spd(self, g: int) -> np.ndarray:
+        """``[n, n]`` int16 hop distances: ``-1`` beyond the cut-off, ``-2`` unreachable."""
+        from xmask_cli.structure.spd import BEYOND, UNREACHABLE
+
+        row, col, dist = self.spd(g)
+        comp = self.component(g)
+        out = np.where(comp[:, None] == comp[None, :], BEYOND, UNREACHABLE).astype(np.int16)
+        out[row, col] = dist
+        return out
+
+    def rrwp(self, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        d = self.pairs("rrwp", g)
+        return d["row"], d["col"], d["values"]
+
+    def component(self, g: int) -> np.ndarray:
+        return self._read("nodes/component", self._node_slice(g))
+
+    def partition(self, g: int) -> np.ndarray:
+        return self._read("nodes/part", self._node_slice(g))
+
+    def _eig(self, group: str, g: int) -> tuple[np.ndarray, np.ndarray]:
+        vp = self._read(f"{group}/val_ptr", slice(g, g + 2))
+        xp = self._read(f"{group}/vec_ptr", slice(g, g + 2))
+        vals = self._read(f"{group}/eigvals", slice(int(vp[0]), int(vp[1])))
+        flat = self._read(f"{group}/eigvecs", slice(int(xp[0]), int(xp[1])))
+        return vals, flat.reshape(self.num_nodes(g), vals.shape[0])
+
+    def spectrum(self, g: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(eigenvalues ascending, eigenvectors [n, m])`` of the normalized Laplacian."""
+        return self._eig("spectrum", g)
+
+    def magnetic(self, g: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(eigenvalues, complex eigenvectors [n, m])`` of the magnetic Laplacian."""
+        return self._eig("magnetic", g)
+
+
+def info(path: Path) -> CacheInfo:
+    """Summary of one cache file (raises :class:`CacheError` if unreadable)."""
+    try:
+        with h5py.File(path, "r") as f:
+            return CacheInfo(
+                path=path,
+                dataset=str(f.attrs.get("dataset", path.parent.name)),
+                key=str(f.attrs.get("key", path.stem)),
+                size_bytes=path.stat().st_size,
+                created=str(f.attrs.get("created", "")),
+                params=json.loads(f.attrs.get("params", "{}")),
+                num_graphs=int(f["graphs/num_nodes"].shape[0]) if "graphs/num_nodes" in f else 0,
+            )
+    except (OSError, KeyError, ValueError) as exc:
+        raise CacheError(f"unreadable cache file {path}: {exc}") from exc
+
+
+def cache_files(cache_dir: Path, dataset: str | None = None) -> list[Path]:
+    """Cache files under ``cache_dir`` (one dataset's, if given), temporary files excluded."""
+    cache_dir = Path(cache_dir)
+    if not cache_dir.is_dir():
+        return []
+    dirs = [cache_dir / dataset.lower()] if dataset else [d for d in sorted(cache_dir.iterdir()) if d.is_dir() and not d.name.startswith("_")]
+    return [p for d in dirs if d.is_dir() for p in sorted(d.glob("*.h5")) if not p.name.startswith(".")]
+
+
+def verify(path: Path, expected_fingerprint: str | None = None) -> list[str]:
+    """Problems with one cache file; an empty list means it is sound.
+
+    Checks the format version, the completion flag, that the key in the name
+    matches the recorded fingerprint and parameters, and reads every dataset
+    in full (fletcher32 checksums catch corrupted chunks). With
+    ``expected_fingerprint`` it also checks the file was built from those graphs.
+    """
+    problems: list[str] = []
+    try:
+        f = h5py.File(path, "r")
+    except (OSError, ValueError) as exc:
+        return [f"cannot open: {str(exc).splitlines()[0]}"]
+    with f:
+        version = int(f.attrs.get("format_version", -1))
+        if version != FORMAT_VERSION:
+            problems.append(f"format version {version}, expected {FORMAT_VERSION}")
+        if not bool(f.attrs.get("complete", False)):
+            problems.append("incomplete write")
+        try:
+            params = json.loads(f.attrs["params"])
+            fp = str(f.attrs["fingerprint"])
+            if cache_key(fp, params) != path.stem:
+                problems.append("file name does not match its recorded fingerprint and parameters")
+            if expected_fingerprint is not None and fp != expected_fingerprint:
+                problems.append("built from other input graphs than the dataset now on disk")
+        except (KeyError, ValueError) as exc:
+            problems.append(f"missing or bad root attributes ({exc})")
+
+        def visit(name: str, obj: Any) -> None:
+            if isinstance(obj, h5py.Dataset):
+                try:
+                    for start in range(0, max(obj.shape[0], 1), 1 << 22):
+                        obj[start:start + (1 << 22)]
+                except (OSError, ValueError) as exc:
+                    problems.append(f"dataset '{name}' unreadable: {str(exc).splitlines()[0]}")
+
+        try:
+            f.visititems(visit)
+        except (OSError, RuntimeError) as exc:
+            problems.append(f"file structure unreadable: {str(exc).splitlines()[0]}")
+        if "graphs/node_ptr" in f and "graphs/num_nodes" in f and not problems:
+            ptr, nn = f["graphs/node_ptr"][()], f["graphs/num_nodes"][()]
+            if ptr.shape[0] != nn.shape[0] + 1 or not np.array_equal(np.diff(ptr), nn):
+                problems.append("graph offsets inconsistent with node counts")
+            for group in _GROUPS_WITH_PAIRS:
+                if f"{group}/ptr" in f and f[f"{group}/ptr"].shape[0] != nn.shape[0] + 1:
+                    problems.append(f"'{group}/ptr' has the wrong length")
+        elif not problems:
+            problems.append("missing graphs/node_ptr")
+    return problems
+
+
+def clear(cache_dir: Path, dataset: str | None = None) -> list[Path]:
+    """Remove cache files (one dataset's, if given) and stale temporary files; return what was removed."""
+    cache_dir = Path(cache_dir)
+    removed: list[Path] = []
+    if not cache_dir.is_dir():
+        return removed
+    dirs = [cache_dir / dataset.lower()] if dataset else [d for d in cache_dir.iterdir() if d.is_dir() and not d.name.startswith("_")]
+    for d in dirs:
+        if not d.is_dir():
+            continue
+        for p in sorted(d.iterdir()):
+            if p.suffix == ".h5" or ".h5.tmp-" in p.name:
+                p.unlink()
+                removed.append(p)
+        if not any(d.iterdir()):
+            d.rmdir()
+    if dataset is None and (cache_dir / "_pyg").is_dir():
+        shutil.rmtree(cache_dir / "_pyg")
+        removed.append(cache_dir / "_pyg")
+    return removed

@@ -1,0 +1,364 @@
+"""The ``xmask`` command line: parse -> load config -> call one function -> render.
+
+Results go to stdout (``--format human|json``); logs and progress to stderr.
+Errors are one line on stderr and a documented exit code; set ``XMASK_DEBUG=1``
+for the traceback.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from xmask_cli import __version__
+from xmask_cli.console import Output, human_bytes, kv_table
+from xmask_cli.errors import EXIT_CODES, UsageError, XmaskError
+
+_EXIT_HELP = "Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()) + "."
+
+app = typer.Typer(
+    name="xmask",
+    help="Structure-aware graph transformers: prepare structure caches, manage presets.\n\n" + _EXIT_HELP,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
+)
+presets_app = typer.Typer(help="List and show the YAML presets.", no_args_is_help=True)
+cache_app = typer.Typer(help="List, verify and clear the HDF5 structure cache.", no_args_is_help=True)
+app.add_typer(presets_app, name="presets")
+app.add_typer(cache_app, name="cache")
+
+FormatOpt = Annotated[
+    Optional[str],
+    typer.Option("--format", "-f", help="Result format on stdout: human or json (default: the global --format).",
+                 show_default=False),
+]
+PresetOpt = Annotated[Optional[str], typer.Option("--preset", "-p", help="Preset name (see `xmask presets ls`) or YAML path.")]
+SetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--set", "-s", help="Dotted override KEY=VALUE, repeatable, e.g. `--set structure.powers.k=3`."),
+]
+CacheDirOpt = Annotated[
+    Optional[Path], typer.Option("--cache-dir", help="Cache directory [env XMASK_CACHE; default ./cache].", show_default=False)
+]
+
+
+def _debug() -> bool:
+    return os.environ.get("XMASK_DEBUG", "").strip() not in ("", "0", "false")
+
+
+def _output(ctx: typer.Context, fmt: str | None) -> Output:
+    obj = ctx.find_root().obj or {}
+    chosen = (fmt or obj.get("format") or os.environ.get("XMASK_FORMAT") or "human").lower()
+    if chosen not in ("human", "json"):
+        raise UsageError(f"--format must be 'human' or 'json', got '{chosen}'")
+    return Output(fmt=chosen, quiet=bool(obj.get("quiet")))
+
+
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn xmask errors into one stderr line and an exit code (traceback with XMASK_DEBUG=1)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except XmaskError as exc:
+            if _debug():
+                traceback.print_exc()
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            typer.echo("error: interrupted", err=True)
+            raise typer.Exit(130) from None
+        except Exception as exc:  # a bug or an unexpected library failure
+            if _debug():
+                traceback.print_exc()
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            typer.echo(f"error: {type(exc).__name__}: {first} (set XMASK_DEBUG=1 for the traceback)", err=True)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"xmask {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_callback(
+    ctx: typer.Context,
+    fmt: Annotated[str, typer.Option("--format", "-f", help="Result format: human or json.")] = "human",
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No log lines on stderr.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Structure-aware graph transformers from the command line.
+
+    Examples:
+
+        xmask prepare cora
+
+        xmask --format json prepare MUTAG --set structure.powers.k=3
+
+        xmask presets show graph-level
+
+        xmask cache ls
+    """
+    ctx.obj = {"format": fmt.lower(), "quiet": quiet}
+
+
+# -------------------------------------------------------------------- prepare
+@app.command(epilog=_EXIT_HELP)
+@handle_errors
+def prepare(
+    ctx: typer.Context,
+    dataset: Annotated[Optional[str], typer.Argument(help="Dataset name (see README), e.g. cora, MUTAG, ogbg-molhiv.", show_default=False)] = None,
+    preset: PresetOpt = None,
+    set_: SetOpt = None,
+    workers: Annotated[int, typer.Option("--workers", "-j", min=1, help="Processes over blocks of graphs.")] = 1,
+    force: Annotated[bool, typer.Option("--force", help="Recompute even if the cache has this key.")] = False,
+    data_root: Annotated[
+        Optional[Path], typer.Option("--data-root", help="Folder with <Name>/raw/... [env XMASK_DATA_ROOT].", show_default=False)
+    ] = None,
+    cache_dir: CacheDirOpt = None,
+    offline: Annotated[bool, typer.Option("--offline", help="Never download [env XMASK_OFFLINE=1].")] = False,
+    fmt: FormatOpt = None,
+) -> None:
+    """Compute normalized adjacency powers, SPD, spectra and partitions into the HDF5 cache.
+
+    The same dataset, graphs and parameters map to the same file: a second run
+    does no work and prints its path.
+
+    Examples:
+
+        xmask prepare cora
+
+        xmask prepare PROTEINS --data-root ../shared/datasets --workers 2
+
+        xmask prepare MUTAG --set structure.powers.k=6 --set structure.spd.max_distance=4
+
+        xmask --format json prepare cora --preset node-level
+    """
+    from xmask_cli import config as C
+    from xmask_cli.data.registry import get_dataset
+    from xmask_cli.prepare import prepare_dataset, resolve_cache_dir
+
+    out = _output(ctx, fmt)
+    overrides = list(set_ or [])
+    if dataset is not None:
+        spec = get_dataset(dataset)
+        overrides.insert(0, f"data.dataset={spec.name}")
+        preset = preset or f"{spec.level}-level"
+    cfg = C.resolve(preset or "node-level", overrides)
+    spec = get_dataset(cfg.data.dataset)
+    cdir = resolve_cache_dir(cache_dir)
+    with out.progress(f"prepare {spec.name}", total=1) as bar:
+        summary = prepare_dataset(cfg, data_root=data_root, cache_dir=cdir, workers=workers, force=force,
+                                  offline=True if offline else None, log=out.log, progress=bar)
+
+    def human(con: Any) -> None:
+        state = "already cached" if summary.cached else f"prepared in {summary.seconds:.2f}s"
+        con.print(kv_table(f"{spec.name}: {state}", [
+            ("graphs", summary.graphs), ("nodes", summary.nodes), ("edges", summary.edges),
+            ("file", summary.path), ("size", human_bytes(summary.size_bytes)), ("seconds", summary.seconds),
+        ]))
+
+    out.result(summary.to_dict(), human)
+
+
+# -------------------------------------------------------------------- presets
+@presets_app.command("ls", epilog=_EXIT_HELP)
+@handle_errors
+def presets_ls(ctx: typer.Context, fmt: FormatOpt = None) -> None:
+    """List the available presets.
+
+    Examples:
+
+        xmask presets ls
+
+        xmask presets ls --format json
+    """
+    from xmask_cli import config as C
+
+    out = _output(ctx, fmt)
+    found = C.list_presets()
+    rows = []
+    for name, path in found.items():
+        raw = C._read_yaml(path)
+        parents = raw.get("extends") or []
+        rows.append({"name": name, "path": str(path), "extends": [parents] if isinstance(parents, str) else parents,
+                     "description": str(raw.get("description", "")) if "description" in raw else ""})
+
+    def human(con: Any) -> None:
+        from rich.table import Table
+
+        t = Table("preset", "extends", "path")
+        for r in rows:
+            t.add_row(r["name"], ", ".join(r["extends"]), r["path"])
+        con.print(t)
+
+    out.result(rows, human)
+
+
+@presets_app.command("show", epilog=_EXIT_HELP)
+@handle_errors
+def presets_show(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Preset name or YAML path.")],
+    set_: SetOpt = None,
+    fmt: FormatOpt = None,
+) -> None:
+    """Print a preset fully resolved (inheritance and overrides applied, validated).
+
+    Examples:
+
+        xmask presets show graph-level
+
+        xmask presets show cora --set structure.powers.k=2 --format json
+    """
+    import yaml
+
+    from xmask_cli import config as C
+
+    out = _output(ctx, fmt)
+    cfg = C.resolve(name, list(set_ or []))
+    out.result(cfg.to_dict(), lambda con: con.print(yaml.safe_dump(cfg.to_dict(), sort_keys=False).rstrip(), markup=False))
+
+
+# ---------------------------------------------------------------------- cache
+@cache_app.command("ls", epilog=_EXIT_HELP)
+@handle_errors
+def cache_ls(
+    ctx: typer.Context,
+    dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset.", show_default=False)] = None,
+    cache_dir: CacheDirOpt = None,
+    fmt: FormatOpt = None,
+) -> None:
+    """List cache files with size, dataset, parameters and date.
+
+    Examples:
+
+        xmask cache ls
+
+        xmask cache ls cora --format json
+    """
+    from xmask_cli import cache as K
+    from xmask_cli.errors import CacheError
+    from xmask_cli.prepare import resolve_cache_dir
+
+    out = _output(ctx, fmt)
+    rows = []
+    for p in K.cache_files(resolve_cache_dir(cache_dir), dataset):
+        try:
+            rows.append(K.info(p).to_dict())
+        except CacheError as exc:
+            rows.append({"path": str(p), "dataset": p.parent.name, "key": p.stem, "size_bytes": p.stat().st_size,
+                         "created": "", "num_graphs": 0, "params": {}, "error": str(exc)})
+
+    def human(con: Any) -> None:
+        from rich.table import Table
+
+        if not rows:
+            con.print(f"no cache files under {resolve_cache_dir(cache_dir)}")
+            return
+        t = Table("dataset", "key", "graphs", "size", "created", "K", "norm", "parts")
+        for r in rows:
+            pw = r["params"].get("powers", {})
+            t.add_row(r["dataset"], r["key"], str(r["num_graphs"]), human_bytes(r["size_bytes"]), r["created"],
+                      str(pw.get("k", "?")), str(pw.get("normalization", "?")),
+                      str(r["params"].get("partition", {}).get("parts", "?")) if "error" not in r else "unreadable")
+        con.print(t)
+
+    out.result(rows, human)
+
+
+@cache_app.command("verify", epilog=_EXIT_HELP)
+@handle_errors
+def cache_verify(
+    ctx: typer.Context,
+    target: Annotated[Optional[str], typer.Argument(help="A cache file, or a dataset name (default: all).", show_default=False)] = None,
+    cache_dir: CacheDirOpt = None,
+    fmt: FormatOpt = None,
+) -> None:
+    """Check every cache file: readable, checksums, key matches fingerprint, format current.
+
+    Exits 4 if any file has a problem.
+
+    Examples:
+
+        xmask cache verify
+
+        xmask cache verify cache/mutag/3f1c0e9a2b.h5 --format json
+    """
+    from xmask_cli import cache as K
+    from xmask_cli.errors import CacheError
+    from xmask_cli.prepare import resolve_cache_dir
+
+    out = _output(ctx, fmt)
+    if target and Path(target).suffix == ".h5":
+        if not Path(target).is_file():
+            raise UsageError(f"no such cache file: {target}")
+        files = [Path(target)]
+    else:
+        files = K.cache_files(resolve_cache_dir(cache_dir), target)
+    report = [{"path": str(p), "ok": not probs, "problems": probs} for p in files for probs in [K.verify(p)]]
+
+    def human(con: Any) -> None:
+        if not report:
+            con.print("no cache files to verify")
+        for r in report:
+            con.print(f"{'ok ' if r['ok'] else 'BAD'} {r['path']}" + ("" if r["ok"] else ": " + "; ".join(r["problems"])), markup=False)
+
+    out.result(report, human)
+    bad = [r for r in report if not r["ok"]]
+    if bad:
+        typer.echo(f"error: {len(bad)} of {len(report)} cache file(s) failed verification; rebuild with `xmask prepare ... --force`", err=True)
+        raise typer.Exit(CacheError.exit_code)
+
+
+@cache_app.command("clear", epilog=_EXIT_HELP)
+@handle_errors
+def cache_clear(
+    ctx: typer.Context,
+    dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset (default: everything).", show_default=False)] = None,
+    cache_dir: CacheDirOpt = None,
+    fmt: FormatOpt = None,
+) -> None:
+    """Remove cache files (and leftovers of interrupted writes).
+
+    Examples:
+
+        xmask cache clear mutag
+
+        xmask cache clear
+    """
+    from xmask_cli import cache as K
+    from xmask_cli.prepare import resolve_cache_dir
+
+    out = _output(ctx, fmt)
+    removed = [str(p) for p in K.clear(resolve_cache_dir(cache_dir), dataset)]
+    out.result({"removed": removed}, lambda con: con.print(f"removed {len(removed)} item(s)"))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted\n")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

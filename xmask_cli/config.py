@@ -1,0 +1,353 @@
+"""Presets: YAML with ``extends:``, dotted ``--set`` overrides, a typed schema.
+
+A preset resolves to a frozen :class:`Config`; nothing here is global or
+mutable. Unknown keys fail with the nearest valid key named, wrong types fail
+with the key and the expected type.
+"""
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import os
+import types
+import typing
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from xmask_cli.errors import ConfigError, UsageError
+
+
+# --------------------------------------------------------------------- schema
+@dataclass(frozen=True)
+class DataConfig:
+    """Which dataset, where its files are, which split."""
+
+    dataset: str = "cora"
+    root: str | None = None  # data root; --data-root and XMASK_DATA_ROOT take precedence
+    split: str = "default"
+
+
+@dataclass(frozen=True)
+class PowersConfig:
+    """Normalized adjacency powers ``Â^1..Â^K`` (X-LogSMask)."""
+
+    k: int = 4
+    normalization: Literal["sym", "no-symnorm"] = "sym"
+    eps: float = 1e-30  # used where the log mask is formed, not by prepare
+
+
+@dataclass(frozen=True)
+class SpdConfig:
+    """Shortest-path distances up to ``max_distance`` hops."""
+
+    enabled: bool = True
+    max_distance: int = 8
+
+
+@dataclass(frozen=True)
+class SpectrumConfig:
+    """Eigenpairs of the symmetric normalized Laplacian."""
+
+    enabled: bool = True
+    num_eigs: int = 16  # m: lowest eigenpairs kept for graphs above full_max_nodes
+    full_max_nodes: int = 64  # graphs this small keep every eigenpair
+
+
+@dataclass(frozen=True)
+class MagneticConfig:
+    """Eigenpairs of the magnetic Laplacian (directed structure)."""
+
+    enabled: bool = False
+    q: float = 0.25
+    num_eigs: int = 16
+
+
+@dataclass(frozen=True)
+class RrwpConfig:
+    """Random-walk probabilities ``I, P, ..., P^steps`` with ``P = D^-1 A``."""
+
+    enabled: bool = False
+    steps: int = 16
+
+
+@dataclass(frozen=True)
+class PartitionConfig:
+    """METIS partitions for node-level graphs (0: none)."""
+
+    parts: int = 0
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class LargeGraphConfig:
+    """Rules for graphs with more than ``min_nodes`` nodes: nothing n x n dense."""
+
+    min_nodes: int = 5000
+    tau: float = 1e-6  # drop power entries below tau after every product
+    topk: int = 128  # keep at most topk entries per row of every power (0: all)
+    spd_radius: int = 2  # SPD only up to this many hops
+
+
+@dataclass(frozen=True)
+class StructureConfig:
+    """What ``xmask prepare`` computes into the cache."""
+
+    powers: PowersConfig = field(default_factory=PowersConfig)
+    spd: SpdConfig = field(default_factory=SpdConfig)
+    spectrum: SpectrumConfig = field(default_factory=SpectrumConfig)
+    magnetic: MagneticConfig = field(default_factory=MagneticConfig)
+    rrwp: RrwpConfig = field(default_factory=RrwpConfig)
+    partition: PartitionConfig = field(default_factory=PartitionConfig)
+    large: LargeGraphConfig = field(default_factory=LargeGraphConfig)
+
+
+@dataclass(frozen=True)
+class Config:
+    """A resolved preset."""
+
+    description: str = ""
+    data: DataConfig = field(default_factory=DataConfig)
+    structure: StructureConfig = field(default_factory=StructureConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+# ------------------------------------------------------------------- presets
+def packaged_presets_dir() -> Path:
+    """Folder of the presets shipped with xmask.
+
+    A wheel carries the repo's ``presets/`` as ``xmask_cli/presets``; a source
+    checkout (or an editable install) reads ``presets/`` beside the package.
+    """
+    installed = Path(str(resources.files("xmask_cli"))) / "presets"
+    return installed if installed.is_dir() else Path(__file__).resolve().parents[1] / "presets"
+
+
+def preset_dirs() -> list[Path]:
+    """Where preset names are looked up: ``XMASK_PRESETS`` (``:``-separated) first."""
+    extra = [Path(p) for p in os.environ.get("XMASK_PRESETS", "").split(os.pathsep) if p]
+    return [*extra, packaged_presets_dir()]
+
+
+def list_presets() -> dict[str, Path]:
+    """Preset name -> file, earlier directories shadowing later ones."""
+    found: dict[str, Path] = {}
+    for d in reversed(preset_dirs()):
+        if d.is_dir():
+            for p in sorted(d.glob("*.yaml")):
+                found[p.stem] = p
+    return dict(sorted(found.items()))
+
+
+def find_preset(name_or_path: str, *, relative_to: Path | None = None) -> Path:
+    """Resolve a preset name or a YAML path to a file."""
+    candidates = []
+    if relative_to is not None:
+        candidates.append(relative_to / name_or_path)
+        candidates.append(relative_to / f"{name_or_path}.yaml")
+    candidates.append(Path(name_or_path))
+    for c in candidates:
+        if c.suffix in (".yaml", ".yml") and c.is_file():
+            return c
+    presets = list_presets()
+    if name_or_path in presets:
+        return presets[name_or_path]
+    close = difflib.get_close_matches(name_or_path, list(presets), n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    raise UsageError(f"unknown preset '{name_or_path}': {hint}see `xmask presets ls` for the {len(presets)} available")
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a preset must be a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_preset_dict(name_or_path: str, *, _seen: tuple[str, ...] = (), _relative: Path | None = None) -> dict[str, Any]:
+    """Raw merged mapping of a preset and everything it ``extends``."""
+    path = find_preset(name_or_path, relative_to=_relative)
+    key = str(path.resolve())
+    if key in _seen:
+        raise ConfigError(f"preset '{path.stem}' extends itself through {' -> '.join(Path(s).stem for s in _seen)}")
+    data = _read_yaml(path)
+    parents = data.pop("extends", None) or []
+    if isinstance(parents, str):
+        parents = [parents]
+    merged: dict[str, Any] = {}
+    for parent in parents:
+        merged = _merge(merged, load_preset_dict(str(parent), _seen=(*_seen, key), _relative=path.parent))
+    return _merge(merged, data)
+
+
+# ----------------------------------------------------------------- overrides
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """``"a.b=v"`` -> (``["a", "b"]``, typed ``v``), values parsed as YAML scalars/lists."""
+    if "=" not in text:
+        raise ConfigError(f"--set '{text}': expected KEY=VALUE, e.g. --set structure.powers.k=3")
+    key, raw = text.split("=", 1)
+    parts = [p for p in key.strip().split(".") if p]
+    if not parts:
+        raise ConfigError(f"--set '{text}': empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return parts, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Return ``data`` with every ``--set`` applied (schema checks come later)."""
+    out = _merge({}, data)
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = out
+        for p in parts[:-1]:
+            nxt = node.get(p)
+            if not isinstance(nxt, dict):
+                nxt = {}
+                node[p] = nxt
+            node = nxt
+        node[parts[-1]] = value
+    return out
+
+
+# ---------------------------------------------------------------- validation
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(tp)[0])}"
+    if tp is type(None):
+        return "null"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    origin = typing.get_origin(tp)
+    bad = ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+    if origin is Literal:
+        if value in typing.get_args(tp):
+            return value
+        raise bad
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _coerce(value, a, key)
+            except ConfigError:
+                continue
+        raise bad
+    if origin is list:
+        (inner,) = typing.get_args(tp)
+        if isinstance(value, (int, float, str)) and not isinstance(value, bool) and inner is not str:
+            value = [value]
+        if not isinstance(value, list):
+            raise bad
+        return [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise bad
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise bad
+    if tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str):  # YAML 1.1 reads "1e-30" as a string
+            try:
+                return float(value)
+            except ValueError:
+                raise bad from None
+        raise bad
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return str(value)
+        raise bad
+    raise bad
+
+
+def build(cls: type, data: Any, prefix: str = "") -> Any:
+    """Instantiate dataclass ``cls`` from ``data``, checking keys and types."""
+    where = prefix or "config"
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        full = f"{prefix}.{key}" if prefix else str(key)
+        if key not in fields:
+            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.5)
+            hint = f"did you mean '{prefix + '.' if prefix else ''}{close[0]}'?" if close else f"valid keys: {', '.join(fields)}"
+            raise ConfigError(f"unknown key '{full}': {hint}")
+        tp = hints[key]
+        if dataclasses.is_dataclass(tp):
+            kwargs[key] = build(tp, value, full)
+        else:
+            kwargs[key] = _coerce(value, tp, full)
+    obj = cls(**kwargs)
+    _check_ranges(obj, prefix)
+    return obj
+
+
+def _check_ranges(obj: Any, prefix: str) -> None:
+    """Domain checks a type cannot express."""
+    def need(cond: bool, key: str, what: str) -> None:
+        if not cond:
+            raise ConfigError(f"{prefix}.{key}: {what}")
+
+    if isinstance(obj, PowersConfig):
+        need(1 <= obj.k <= 16, "k", "must lie in [1, 16]")
+        need(0 < obj.eps < 1, "eps", "must lie in (0, 1)")
+    elif isinstance(obj, SpdConfig):
+        need(1 <= obj.max_distance <= 254, "max_distance", "must lie in [1, 254]")
+    elif isinstance(obj, (SpectrumConfig, MagneticConfig)):
+        need(obj.num_eigs >= 1, "num_eigs", "must be >= 1")
+    elif isinstance(obj, RrwpConfig):
+        need(1 <= obj.steps <= 64, "steps", "must lie in [1, 64]")
+    elif isinstance(obj, PartitionConfig):
+        need(obj.parts >= 0, "parts", "must be >= 0")
+    elif isinstance(obj, LargeGraphConfig):
+        need(obj.tau >= 0, "tau", "must be >= 0")
+        need(obj.topk >= 0, "topk", "must be >= 0")
+        need(obj.spd_radius >= 1, "spd_radius", "must be >= 1")
+
+
+def resolve(preset: str | None = None, overrides: list[str] | None = None, base: dict[str, Any] | None = None) -> Config:
+    """Preset name/path (or none: the schema defaults) + ``--set`` overrides -> :class:`Config`."""
+    data = load_preset_dict(preset) if preset else dict(base or {})
+    data = apply_overrides(data, overrides or [])
+    return build(Config, data)
+
+
+def to_json(cfg: Config) -> str:
+    """Canonical JSON of a config (sorted keys), for hashing and saving."""
+    return json.dumps(cfg.to_dict(), sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,254 @@
+"""Load registered datasets through the real PyG / OGB classes, offline-safe.
+
+Where the files are looked for, in order:
+
+1. ``data_root`` (``--data-root``, else ``XMASK_DATA_ROOT``, else the preset's
+   ``data.root``), when ``<root>/<folder>/`` holds the raw files;
+2. the copy bundled with the package (Cora and MUTAG);
+3. a download into the data root (default ``~/.cache/xmask/datasets``), unless
+   offline (``--offline`` or ``XMASK_OFFLINE=1``).
+
+The loaders write ``processed/`` beside ``raw/``. When the folder holding the
+raw files is not writable (a shared read-only copy, the installed package),
+the raw files are linked into ``<cache_dir>/_pyg/<folder>/`` and the loader
+runs there instead.
+"""
+from __future__ import annotations
+
+import builtins
+import contextlib
+import hashlib
+import io
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+
+from xmask_cli.data.registry import DatasetSpec
+from xmask_cli.errors import DataNotFoundError, NotWritableError, UsageError
+
+DEFAULT_DATA_ROOT = Path("~/.cache/xmask/datasets").expanduser()
+EMBEDDED_ROOT = Path(__file__).resolve().parent / "embedded"
+
+
+@dataclass
+class GraphSet:
+    """The graphs of one dataset as plain arrays, plus the loaded PyG dataset.
+
+    Attributes:
+        spec: registry entry.
+        edge_index: list of ``[2, E_g]`` int64 arrays with graph-local node ids,
+            in the direction the dataset stores them.
+        num_nodes: node count per graph.
+        source: folder the raw files were read from.
+        dataset: the PyG / OGB dataset object (features and labels for training).
+    """
+
+    spec: DatasetSpec
+    edge_index: list[np.ndarray]
+    num_nodes: np.ndarray
+    source: Path
+    dataset: Any
+
+    @property
+    def num_graphs(self) -> int:
+        return len(self.edge_index)
+
+    def fingerprint(self) -> str:
+        """sha256 of the graphs' structure (node counts and edge lists, in order)."""
+        return graphs_fingerprint(self.edge_index, self.num_nodes)
+
+
+def graphs_fingerprint(edge_index: list[np.ndarray], num_nodes: np.ndarray) -> str:
+    """Content hash of a list of graphs: changes whenever any edge or node count does."""
+    h = hashlib.sha256()
+    nn = np.asarray(num_nodes, dtype=np.int64)
+    h.update(nn.tobytes())
+    h.update(np.asarray([e.shape[1] for e in edge_index], dtype=np.int64).tobytes())
+    for e in edge_index:
+        h.update(np.ascontiguousarray(e, dtype=np.int64).tobytes())
+    return h.hexdigest()
+
+
+def is_offline(offline: bool | None = None) -> bool:
+    """Offline when asked, or when ``XMASK_OFFLINE`` is set to a true value."""
+    if offline is not None:
+        return offline
+    return os.environ.get("XMASK_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def resolve_data_root(cli_root: str | os.PathLike | None, preset_root: str | None = None) -> Path | None:
+    """``--data-root`` > ``XMASK_DATA_ROOT`` > the preset's ``data.root``; None if none is set."""
+    for cand in (cli_root, os.environ.get("XMASK_DATA_ROOT") or None, preset_root):
+        if cand:
+            return Path(cand).expanduser()
+    return None
+
+
+def has_raw_files(spec: DatasetSpec, root: Path) -> bool:
+    """True when ``root/<folder>/`` holds every raw file the loader needs."""
+    base = root / spec.folder
+    return all((base / f).is_file() for f in spec.raw_files)
+
+
+def _writable(path: Path) -> bool:
+    return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
+
+
+def _stage(spec: DatasetSpec, source_root: Path, staging_root: Path) -> Path:
+    """Link the raw files of ``spec`` into ``staging_root/<folder>`` and return ``staging_root``."""
+    src = source_root / spec.folder
+    dst = staging_root / spec.folder
+    try:
+        for rel in spec.raw_files:
+            target = dst / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.is_symlink() or target.exists():
+                if target.resolve() == (src / rel).resolve():
+                    continue
+                target.unlink()
+            try:
+                target.symlink_to((src / rel).resolve())
+            except OSError:
+                shutil.copy2(src / rel, target)
+        # OGB also reads the mapping folder when present; link it if it exists.
+        for extra in ("mapping",):
+            if (src / extra).is_dir() and not (dst / extra).exists():
+                (dst / extra).symlink_to((src / extra).resolve(), target_is_directory=True)
+    except PermissionError as exc:
+        raise NotWritableError(f"cannot stage {spec.name} under {staging_root}: {exc.strerror}; pass a writable --cache-dir") from exc
+    return staging_root
+
+
+@contextlib.contextmanager
+def _no_prompt(spec: DatasetSpec) -> Iterator[None]:
+    """OGB asks on stdin before re-downloading a changed release: never let that block."""
+    original = builtins.input
+
+    def refuse(prompt: str = "") -> str:
+        raise DataNotFoundError(
+            f"{spec.name}: the loader asked to re-download ({prompt.strip() or 'update prompt'}); "
+            f"remove the stale folder or provide matching raw files"
+        )
+
+    builtins.input = refuse
+    try:
+        yield
+    finally:
+        builtins.input = original
+
+
+def _allow_pyg_classes_in_torch_load() -> None:
+    """ogb 1.3.6 reloads its processed file with ``torch.load``, which defaults to
+    ``weights_only=True`` since torch 2.6: allow PyG's data classes explicitly."""
+    import torch
+    from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
+    from torch_geometric.data.storage import GlobalStorage
+
+    torch.serialization.add_safe_globals([DataEdgeAttr, DataTensorAttr, GlobalStorage])
+
+
+def _construct(spec: DatasetSpec, root: Path) -> Any:
+    """Instantiate the PyG / OGB dataset class for ``spec`` at ``root``."""
+    import torch_geometric.datasets as D
+
+    fam = spec.family
+    if fam == "planetoid":
+        return D.Planetoid(str(root), spec.name, split="public")
+    if fam == "amazon":
+        return D.Amazon(str(root), spec.name)
+    if fam == "coauthor":
+        return D.Coauthor(str(root), spec.name)
+    if fam == "wikics":
+        return D.WikiCS(str(root / spec.folder), is_undirected=True)
+    if fam == "tu":
+        return D.TUDataset(str(root), spec.name)
+    if fam == "ogbg":
+        _allow_pyg_classes_in_torch_load()
+        from ogb.graphproppred import PygGraphPropPredDataset
+
+        return PygGraphPropPredDataset(spec.name, root=str(root))
+    raise UsageError(f"no loader for family {fam!r}")
+
+
+def _missing_message(spec: DatasetSpec, looked: list[Path], reason: str) -> str:
+    where = ", ".join(str(p / spec.folder) for p in looked) or "(no data root set)"
+    need = spec.raw_files[0]
+    return (
+        f"{spec.name}: raw files not found in {where} ({reason}); "
+        f"put them at <root>/{spec.folder}/{need} etc. and pass --data-root <root> (or set XMASK_DATA_ROOT), "
+        f"or go online without --offline/XMASK_OFFLINE to download"
+    )
+
+
+def load_graphs(
+    spec: DatasetSpec,
+    *,
+    data_root: Path | None,
+    cache_dir: Path,
+    offline: bool | None = None,
+) -> GraphSet:
+    """Load ``spec`` and return its graphs as arrays (see module docstring for the search order).
+
+    Raises:
+        DataNotFoundError: raw files are missing and cannot (or may not) be downloaded.
+        NotWritableError: neither the data root nor the cache dir can take ``processed/``.
+    """
+    offline = is_offline(offline)
+    looked: list[Path] = []
+    source: Path | None = None
+    if data_root is not None:
+        looked.append(data_root)
+        if has_raw_files(spec, data_root):
+            source = data_root
+    if source is None and spec.embedded:
+        source = EMBEDDED_ROOT
+    if source is not None:
+        root = source if _writable(source / spec.folder) and source != EMBEDDED_ROOT else _stage(spec, source, cache_dir / "_pyg")
+    else:
+        root = data_root or DEFAULT_DATA_ROOT
+        if root not in looked:
+            looked.append(root)
+        if has_raw_files(spec, root):
+            source = root
+        elif offline:
+            raise DataNotFoundError(_missing_message(spec, looked, "offline, so no download was tried"))
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise NotWritableError(f"cannot create data root {root}: {exc.strerror}; pass a writable --data-root") from exc
+    chatter = io.StringIO()
+    with _no_prompt(spec), contextlib.redirect_stdout(chatter), contextlib.redirect_stderr(chatter):
+        # Loaders print progress bars; stdout is for results only and stderr for our own log.
+        try:
+            ds = _construct(spec, root)
+        except (DataNotFoundError, NotWritableError):
+            raise
+        except PermissionError as exc:
+            raise NotWritableError(f"{spec.name}: cannot write processed files under {root}: {exc.strerror}; pass a writable --cache-dir") from exc
+        except Exception as exc:  # network errors, partial downloads, corrupt raw files
+            if source is None:
+                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                raise DataNotFoundError(_missing_message(spec, looked, f"download failed: {first}")) from exc
+            raise
+    edges, nodes = graph_arrays(ds)
+    return GraphSet(spec=spec, edge_index=edges, num_nodes=nodes, source=(source or root) / spec.folder, dataset=ds)
+
+
+def graph_arrays(ds: Any) -> tuple[list[np.ndarray], np.ndarray]:
+    """Per-graph local edge lists and node counts of a PyG in-memory dataset."""
+    if len(ds) == 1:
+        d = ds[0]
+        return [d.edge_index.numpy().astype(np.int64)], np.asarray([d.num_nodes], dtype=np.int64)
+    data, slices = ds._data, ds.slices  # collated storage: edge ids stay graph-local
+    eptr = slices["edge_index"].numpy()
+    ei = data.edge_index.numpy().astype(np.int64)
+    if "x" in slices and data.x is not None:
+        nodes = np.diff(slices["x"].numpy())
+    else:  # featureless sets (IMDB-BINARY) keep only a node count per graph
+        nodes = np.asarray([ds[i].num_nodes for i in range(len(ds))])
+    edges = [ei[:, eptr[i]:eptr[i + 1]] for i in range(len(ds))]
+    return edges, np.asarray(nodes, dtype=np.int64)

@@ -1,0 +1,106 @@
+"""Dataset registry: name (case-insensitive, with aliases) -> how to load it.
+
+A plain table of :class:`DatasetSpec`; loading lives in :mod:`xmask_cli.data.load`.
+"""
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+from xmask_cli.errors import UsageError
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """What xmask knows about one benchmark dataset.
+
+    Attributes:
+        name: canonical name (as the loader spells it).
+        family: loader family: planetoid, amazon, coauthor, wikics, tu, ogbg.
+        levels: task levels it supports; the first is its default.
+        split: default split, named as the run config records it.
+        folder: sub-folder of the data root the loader reads.
+        raw_files: files that must exist under ``<root>/<folder>/`` to load offline.
+        metric: default metric of its main task.
+        embedded: raw files ship inside the package (works with no data root).
+    """
+
+    name: str
+    family: str
+    levels: tuple[str, ...]
+    split: str
+    folder: str
+    raw_files: tuple[str, ...]
+    metric: str
+    aliases: tuple[str, ...] = ()
+    embedded: bool = False
+
+    @property
+    def level(self) -> str:
+        return self.levels[0]
+
+    @property
+    def key(self) -> str:
+        """Lower-case name used for cache folders."""
+        return self.name.lower()
+
+
+def _planetoid(name: str) -> tuple[str, ...]:
+    n = name.lower()
+    return tuple(f"raw/ind.{n}.{s}" for s in ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index"))
+
+
+def _tu(name: str) -> tuple[str, ...]:
+    return (f"raw/{name}_A.txt", f"raw/{name}_graph_indicator.txt", f"raw/{name}_graph_labels.txt")
+
+
+_OGB_MOLHIV = tuple(
+    f"raw/{f}.csv.gz" for f in ("edge", "edge-feat", "node-feat", "graph-label", "num-node-list", "num-edge-list")
+) + tuple(f"split/scaffold/{s}.csv.gz" for s in ("train", "valid", "test")) + ("RELEASE_v1.txt",)
+
+_NODE = ("node", "link")
+_SPECS: tuple[DatasetSpec, ...] = (
+    DatasetSpec("Cora", "planetoid", _NODE, "public", "Cora", _planetoid("Cora"), "accuracy", embedded=True),
+    DatasetSpec("CiteSeer", "planetoid", _NODE, "public", "CiteSeer", _planetoid("CiteSeer"), "accuracy"),
+    DatasetSpec("PubMed", "planetoid", _NODE, "public", "PubMed", _planetoid("PubMed"), "accuracy"),
+    DatasetSpec("Computers", "amazon", _NODE, "random-60-20-20", "Computers",
+                ("raw/amazon_electronics_computers.npz",), "accuracy", aliases=("amazon-computers",)),
+    DatasetSpec("Photo", "amazon", _NODE, "random-60-20-20", "Photo",
+                ("raw/amazon_electronics_photo.npz",), "accuracy", aliases=("amazon-photo",)),
+    DatasetSpec("CS", "coauthor", _NODE, "random-60-20-20", "CS", ("raw/ms_academic_cs.npz",), "accuracy",
+                aliases=("coauthor-cs",)),
+    DatasetSpec("Physics", "coauthor", _NODE, "random-60-20-20", "Physics", ("raw/ms_academic_phy.npz",),
+                "accuracy", aliases=("coauthor-physics",)),
+    DatasetSpec("WikiCS", "wikics", _NODE, "official-0", "WikiCS", ("raw/data.json",), "accuracy",
+                aliases=("wiki-cs",)),
+    DatasetSpec("MUTAG", "tu", ("graph",), "random-8-1-1", "MUTAG", _tu("MUTAG"), "accuracy", embedded=True),
+    DatasetSpec("PROTEINS", "tu", ("graph",), "random-8-1-1", "PROTEINS", _tu("PROTEINS"), "accuracy"),
+    DatasetSpec("NCI1", "tu", ("graph",), "random-8-1-1", "NCI1", _tu("NCI1"), "accuracy"),
+    DatasetSpec("DD", "tu", ("graph",), "random-8-1-1", "DD", _tu("DD"), "accuracy", aliases=("d&d",)),
+    DatasetSpec("IMDB-BINARY", "tu", ("graph",), "random-8-1-1", "IMDB-BINARY", _tu("IMDB-BINARY"), "accuracy",
+                aliases=("imdb-b", "imdb")),
+    DatasetSpec("COLLAB", "tu", ("graph",), "random-8-1-1", "COLLAB", _tu("COLLAB"), "accuracy"),
+    DatasetSpec("ogbg-molhiv", "ogbg", ("graph",), "scaffold", "ogbg_molhiv", _OGB_MOLHIV, "rocauc",
+                aliases=("molhiv", "hiv")),
+)
+
+_BY_NAME: dict[str, DatasetSpec] = {}
+for _s in _SPECS:
+    for _n in (_s.name, *_s.aliases):
+        _BY_NAME[_n.lower().replace("_", "-")] = _s
+
+
+def all_datasets() -> tuple[DatasetSpec, ...]:
+    """Every registered dataset, in display order."""
+    return _SPECS
+
+
+def get_dataset(name: str) -> DatasetSpec:
+    """Look a dataset up by name or alias, ignoring case; unknown names fail with a suggestion."""
+    key = name.strip().lower().replace("_", "-")
+    if key in _BY_NAME:
+        return _BY_NAME[key]
+    close = difflib.get_close_matches(key, list(_BY_NAME), n=1, cutoff=0.6)
+    hint = f"did you mean '{_BY_NAME[close[0]].name}'? " if close else ""
+    names = ", ".join(s.name for s in _SPECS)
+    raise UsageError(f"unknown dataset '{name}': {hint}known: {names}")

@@ -1,0 +1,60 @@
+"""Error types, each with its exit code and an actionable one-line message.
+
+Exit codes (documented in the README and in ``xmask --help``):
+
+====  ==========================================================
+0     success
+1     runtime failure (a bug or an unexpected library error)
+2     bad input or usage: unknown dataset, preset, key or type
+3     data not found: raw dataset files missing and not downloadable
+4     cache invalid: corrupt, truncated, or of an older format
+5     cannot write: cache or output directory not writable
+130   interrupted (Ctrl-C)
+====  ==========================================================
+"""
+from __future__ import annotations
+
+
+class XmaskError(Exception):
+    """Base class: ``str(err)`` is the one line shown to the user."""
+
+    exit_code = 1
+
+
+class UsageError(XmaskError):
+    """Bad input: unknown names, malformed values, impossible combinations."""
+
+    exit_code = 2
+
+
+class ConfigError(UsageError):
+    """A preset or ``--set`` override does not fit the schema."""
+
+
+class DataNotFoundError(XmaskError):
+    """Raw dataset files are missing and could not be fetched."""
+
+    exit_code = 3
+
+
+class CacheError(XmaskError):
+    """A cache file is unreadable, corrupt, or of another format version."""
+
+    exit_code = 4
+
+
+class NotWritableError(XmaskError):
+    """A directory we must write to is not writable."""
+
+    exit_code = 5
+
+
+EXIT_CODES: dict[int, str] = {
+    0: "success",
+    1: "runtime failure",
+    2: "bad input or usage (unknown dataset, preset, key or type)",
+    3: "dataset files not found",
+    4: "cache invalid (corrupt, truncated, or older format)",
+    5: "directory not writable",
+    130: "interrupted",
+}

@@ -1,0 +1,322 @@
+"""dataset -> structure -> cache, in parallel over blocks of graphs.
+
+Small graphs are packed into block-diagonal blocks of up to ``_BLOCK_NODES``
+nodes: the powers and distances of a block-diagonal matrix are the blocks'
+own, so one sparse product serves hundreds of molecules. Large graphs (more
+than ``structure.large.min_nodes`` nodes) go alone, with the truncation rule.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import scipy.sparse as sp
+
+from xmask_cli import structure as S
+from xmask_cli.cache import CacheWriter, StructureCache, cache_key, cache_path, ensure_writable_dir
+from xmask_cli.config import Config, StructureConfig
+from xmask_cli.errors import CacheError
+
+_BLOCK_NODES = 4096
+
+
+def structure_params(cfg: StructureConfig, level: str) -> dict[str, Any]:
+    """The parameters that decide the cache's content (part of its key).
+
+    Disabled sections and settings that prepare does not read (``eps``) are
+    left out, so that toggling them does not invalidate a cache.
+    """
+    d = asdict(cfg)
+    d["powers"].pop("eps", None)
+    for sec in ("spd", "spectrum", "magnetic", "rrwp"):
+        if not d[sec]["enabled"]:
+            d[sec] = {"enabled": False}
+    if cfg.partition.parts <= 0 or level != "node":
+        d["partition"] = {"parts": 0}
+    return d
+
+
+@dataclass
+class BlockResult:
+    """Structure of consecutive graphs, ready to append to the cache."""
+
+    num_nodes: np.ndarray
+    num_edges: np.ndarray
+    large: np.ndarray
+    component: np.ndarray
+    pairs: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # group -> arrays incl. 'counts'
+    eig: dict[str, dict[str, list]] = field(default_factory=dict)  # group -> vals / vecs / method
+    part: np.ndarray | None = None
+
+
+def _block_adjacency(edges: list[np.ndarray], nn: np.ndarray, symmetric: bool = True) -> sp.csr_matrix:
+    offs = np.concatenate([[0], np.cumsum(nn)])
+    ei = np.concatenate([e + o for e, o in zip(edges, offs[:-1])], axis=1) if edges else np.zeros((2, 0), dtype=np.int64)
+    return S.adjacency(ei, int(offs[-1]), symmetric=symmetric)
+
+
+def _split_pairs(row: np.ndarray, col: np.ndarray, offs: np.ndarray, **extra: np.ndarray) -> dict[str, np.ndarray]:
+    """Cut block pairs (grouped by ascending row) into per-graph local pairs."""
+    bounds = np.searchsorted(row, offs)
+    counts = np.diff(bounds).astype(np.int64)
+    if len(offs) == 2:  # one graph: ids are already local
+        out = {"row": row.astype(np.int32, copy=False), "col": col.astype(np.int32, copy=False), "counts": counts}
+    else:
+        shift = np.repeat(offs[:-1], counts)
+        out = {"row": (row - shift).astype(np.int32), "col": (col - shift).astype(np.int32), "counts": counts}
+    out.update(extra)
+    return out
+
+
+def compute_block(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, large: bool, level: str) -> BlockResult:
+    """Structure of one block of graphs (block-diagonal), or of one large graph."""
+    nn = np.asarray(nn, dtype=np.int64)
+    offs = np.concatenate([[0], np.cumsum(nn)]).astype(np.int64)
+    a = _block_adjacency(edges, nn)
+    graph_of_node = np.repeat(np.arange(len(nn)), nn)
+    edge_counts = (np.bincount(graph_of_node, weights=np.diff(a.indptr), minlength=len(nn)) // 2).astype(np.int64)
+    res = BlockResult(num_nodes=nn, num_edges=edge_counts, large=np.full(len(nn), large), component=S.connected_components(a))
+    trunc = S.Truncation(cfg.large.tau, cfg.large.topk) if large else S.Truncation()
+
+    pw = S.adjacency_powers(a, cfg.powers.k, normalization=cfg.powers.normalization, truncation=trunc)
+    row, col, vals = S.union_pairs(pw)
+    res.pairs["powers"] = _split_pairs(row, col, offs, values=vals.astype(np.float32))
+    del pw
+
+    if cfg.spd.enabled:
+        radius = min(cfg.spd.max_distance, cfg.large.spd_radius) if large else cfg.spd.max_distance
+        r, c, d = S.shortest_path_pairs(a, radius)
+        res.pairs["spd"] = _split_pairs(r, c, offs, dist=d)
+
+    if cfg.rrwp.enabled:
+        rw = S.random_walk_powers(a, cfg.rrwp.steps, truncation=trunc)
+        r, c, v = S.union_pairs(rw)
+        res.pairs["rrwp"] = _split_pairs(r, c, offs, values=v.astype(np.float32))
+
+    if cfg.spectrum.enabled:
+        lap = S.normalized_laplacian(a)
+        res.eig["spectrum"] = _per_graph_eigs(lap, offs, cfg.spectrum.num_eigs, cfg.spectrum.full_max_nodes, np.float32)
+    if cfg.magnetic.enabled:
+        ad = _block_adjacency(edges, nn, symmetric=False)
+        lap = S.magnetic_laplacian(ad, cfg.magnetic.q)
+        res.eig["magnetic"] = _per_graph_eigs(lap, offs, cfg.magnetic.num_eigs, cfg.spectrum.full_max_nodes, np.complex64)
+
+    if level == "node" and cfg.partition.parts > 0:
+        res.part = np.concatenate([S.metis_parts(a[s:e, s:e], cfg.partition.parts, seed=cfg.partition.seed)
+                                   for s, e in zip(offs[:-1], offs[1:])]) if len(nn) else np.zeros(0, np.int32)
+    return res
+
+
+def _per_graph_eigs(lap: sp.csr_matrix, offs: np.ndarray, m: int, full_max: int, dtype: Any) -> dict[str, list]:
+    vals, vecs, methods = [], [], []
+    for s, e in zip(offs[:-1], offs[1:]):
+        lv, vv, how = S.lowest_eigenpairs(lap[s:e, s:e], m, full_max_nodes=full_max)
+        vals.append(np.real(lv).astype(np.float64))
+        vecs.append(np.ascontiguousarray(vv).astype(dtype).ravel())
+        methods.append(how)
+    return {"vals": vals, "vecs": vecs, "methods": methods}
+
+
+def plan_blocks(num_nodes: np.ndarray, large_min: int, block_nodes: int = _BLOCK_NODES) -> list[tuple[int, int, bool]]:
+    """Split graphs ``0..G-1`` into consecutive ``(start, stop, large)`` blocks."""
+    blocks: list[tuple[int, int, bool]] = []
+    start, total = 0, 0
+    for g, n in enumerate(num_nodes):
+        n = int(n)
+        if n > large_min:
+            if g > start:
+                blocks.append((start, g, False))
+            blocks.append((g, g + 1, True))
+            start, total = g + 1, 0
+            continue
+        if total + n > block_nodes and g > start:
+            blocks.append((start, g, False))
+            start, total = g, 0
+        total += n
+    if start < len(num_nodes):
+        blocks.append((start, len(num_nodes), False))
+    return blocks
+
+
+def _worker_init() -> None:
+    # One process per core already: keep numba's BFS to one thread per worker.
+    import numba
+
+    numba.set_num_threads(1)
+
+
+def _run_block(args: tuple) -> BlockResult:
+    edges, nn, cfg, large, level = args
+    return compute_block(edges, nn, cfg, large, level)
+
+
+def iter_blocks(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, level: str, workers: int) -> Iterator[tuple[int, BlockResult]]:
+    """Yield ``(graphs_done, result)`` in graph order, computing in ``workers`` processes."""
+    blocks = plan_blocks(nn, cfg.large.min_nodes)
+    tasks = ((edges[s:e], nn[s:e], cfg, large, level) for s, e, large in blocks)
+    if workers <= 1 or len(blocks) <= 1:
+        for (s, e, _), t in zip(blocks, tasks):
+            yield e, _run_block(t)
+        return
+    import multiprocessing as mp
+
+    # spawn: forking a process that already started numba's threads can deadlock.
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_worker_init) as pool:
+        for (s, e, _), r in zip(blocks, pool.map(_run_block, tasks, chunksize=1)):
+            yield e, r
+
+
+@dataclass
+class PrepareSummary:
+    """What ``xmask prepare`` reports."""
+
+    dataset: str
+    path: str
+    key: str
+    cached: bool
+    graphs: int
+    nodes: int
+    edges: int
+    size_bytes: int
+    seconds: float
+    params: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def prepare_graphs(
+    *,
+    dataset_key: str,
+    level: str,
+    edges: list[np.ndarray],
+    num_nodes: np.ndarray,
+    fingerprint: str,
+    cfg: StructureConfig,
+    cache_dir: Path,
+    workers: int = 1,
+    force: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> PrepareSummary:
+    """Compute and cache the structure of ``edges`` unless the same key is cached.
+
+    Args:
+        dataset_key: folder name under the cache dir (lower-case dataset name).
+        level: task level (``node`` enables partitions).
+        edges, num_nodes: the graphs, graph-local ids.
+        fingerprint: hash of the input graphs (see :func:`graphs_fingerprint`).
+        cfg: structure section of the config.
+        progress: called with ``(graphs_done, graphs_total)``.
+    """
+    t0 = time.perf_counter()
+    params = structure_params(cfg, level)
+    key = cache_key(fingerprint, params)
+    path = cache_path(cache_dir, dataset_key, key)
+    nn = np.asarray(num_nodes, dtype=np.int64)
+    if path.exists() and not force:
+        try:
+            with StructureCache(path) as c:
+                if not bool(c.file.attrs.get("complete", False)):
+                    raise CacheError("incomplete write")
+                edges_total = int(c._read("graphs/num_edges").sum())
+            return PrepareSummary(dataset_key, str(path), key, True, len(nn), int(nn.sum()), edges_total,
+                                  path.stat().st_size, round(time.perf_counter() - t0, 3), params)
+        except (CacheError, OSError, KeyError, ValueError) as exc:
+            if log is not None:
+                log(f"existing cache {path} is unusable ({str(exc).splitlines()[0]}); rebuilding it")
+    ensure_writable_dir(path.parent)
+    attrs = {"key": key, "dataset": dataset_key, "level": level, "fingerprint": fingerprint,
+             "params": json.dumps(params, sort_keys=True)}
+    ptrs: dict[str, int] = {}
+    vptr: dict[str, list[int]] = {}
+    comp_offset = 0
+    total_edges = 0
+    with CacheWriter(path, attrs) as w:
+        w.append("graphs/node_ptr", np.zeros(1, dtype=np.int64))
+        node_total = 0
+        for done, r in iter_blocks(edges, nn, cfg, level, workers):
+            w.append("graphs/num_nodes", r.num_nodes)
+            w.append("graphs/num_edges", r.num_edges)
+            w.append("graphs/large", r.large)
+            w.append("graphs/node_ptr", node_total + np.cumsum(r.num_nodes))
+            node_total += int(r.num_nodes.sum())
+            total_edges += int(r.num_edges.sum())
+            w.append("nodes/component", r.component + comp_offset)
+            comp_offset += int(r.component.max()) + 1 if r.component.size else 0
+            if r.part is not None:
+                w.append("nodes/part", r.part)
+            for group, arrs in r.pairs.items():
+                if group not in ptrs:
+                    ptrs[group] = 0
+                    w.append(f"{group}/ptr", np.zeros(1, dtype=np.int64))
+                w.append(f"{group}/ptr", ptrs[group] + np.cumsum(arrs["counts"]))
+                ptrs[group] += int(arrs["counts"].sum())
+                for k, v in arrs.items():
+                    if k != "counts":
+                        w.append(f"{group}/{k}", v)
+            for group, e in r.eig.items():
+                if group not in vptr:
+                    vptr[group] = [0, 0]
+                    w.append(f"{group}/val_ptr", np.zeros(1, dtype=np.int64))
+                    w.append(f"{group}/vec_ptr", np.zeros(1, dtype=np.int64))
+                w.append(f"{group}/val_ptr", vptr[group][0] + np.cumsum([v.shape[0] for v in e["vals"]]))
+                w.append(f"{group}/vec_ptr", vptr[group][1] + np.cumsum([v.shape[0] for v in e["vecs"]]))
+                vptr[group][0] += sum(v.shape[0] for v in e["vals"])
+                vptr[group][1] += sum(v.shape[0] for v in e["vecs"])
+                w.append(f"{group}/eigvals", np.concatenate(e["vals"]) if e["vals"] else np.zeros(0))
+                w.append(f"{group}/eigvecs", np.concatenate(e["vecs"]))
+                w.append(f"{group}/method", np.asarray(e["methods"], dtype="S16"))
+            if progress is not None:
+                progress(done, len(nn))
+        w.set_attrs("powers", k=cfg.powers.k, normalization=cfg.powers.normalization,
+                    truncation=json.dumps({"tau": cfg.large.tau, "topk": cfg.large.topk, "applies_to": "graphs/large",
+                                           "rule": "after every product keep |x|>=tau, then the topk largest per row; diagonal kept"}))
+        if cfg.spd.enabled:
+            w.set_attrs("spd", max_distance=cfg.spd.max_distance, large_radius=min(cfg.spd.max_distance, cfg.large.spd_radius))
+    return PrepareSummary(dataset_key, str(path), key, False, len(nn), int(nn.sum()), total_edges, path.stat().st_size,
+                          round(time.perf_counter() - t0, 3), params)
+
+
+def default_workers() -> int:
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
+def resolve_cache_dir(cli_value: str | os.PathLike | None) -> Path:
+    """``--cache-dir`` > ``XMASK_CACHE`` > ``./cache``."""
+    return Path(cli_value or os.environ.get("XMASK_CACHE") or "cache").expanduser()
+
+
+def prepare_dataset(
+    cfg: Config,
+    *,
+    data_root: str | os.PathLike | None = None,
+    cache_dir: Path,
+    workers: int = 1,
+    force: bool = False,
+    offline: bool | None = None,
+    log: Callable[[str], None] = lambda m: None,
+    progress: Callable[[int, int], None] | None = None,
+) -> PrepareSummary:
+    """Load ``cfg.data.dataset`` through its PyG/OGB loader and cache its structure."""
+    from xmask_cli.data.load import load_graphs, resolve_data_root
+    from xmask_cli.data.registry import get_dataset
+
+    spec = get_dataset(cfg.data.dataset)
+    ensure_writable_dir(cache_dir)
+    t0 = time.perf_counter()
+    graphs = load_graphs(spec, data_root=resolve_data_root(data_root, cfg.data.root), cache_dir=cache_dir, offline=offline)
+    log(f"loaded {spec.name}: {graphs.num_graphs} graph(s), {int(graphs.num_nodes.sum())} nodes from {graphs.source} "
+        f"({time.perf_counter() - t0:.1f}s)")
+    summary = prepare_graphs(
+        dataset_key=spec.key, level=spec.level, edges=graphs.edge_index, num_nodes=graphs.num_nodes,
+        fingerprint=graphs.fingerprint(), cfg=cfg.structure, cache_dir=cache_dir, workers=workers,
+        force=force, progress=progress, log=log,
+    )
+    return summary

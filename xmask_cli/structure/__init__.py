@@ -1,0 +1,35 @@
+"""Pure numpy/scipy structure math: normalized powers, SPD, spectra, partitions.
+
+No torch.nn and no h5py here; the cache and the engine build on these.
+"""
+from xmask_cli.structure.graph import adjacency, connected_components
+from xmask_cli.structure.partition import metis_parts
+from xmask_cli.structure.powers import (
+    Truncation,
+    adjacency_powers,
+    normalized_adjacency,
+    random_walk_powers,
+    truncate_rows,
+    union_pairs,
+)
+from xmask_cli.structure.spd import BEYOND, UNREACHABLE, pair_distance, shortest_path_pairs
+from xmask_cli.structure.spectrum import lowest_eigenpairs, magnetic_laplacian, normalized_laplacian
+
+__all__ = [
+    "BEYOND",
+    "UNREACHABLE",
+    "Truncation",
+    "adjacency",
+    "adjacency_powers",
+    "connected_components",
+    "lowest_eigenpairs",
+    "magnetic_laplacian",
+    "metis_parts",
+    "normalized_adjacency",
+    "normalized_laplacian",
+    "pair_distance",
+    "random_walk_powers",
+    "shortest_path_pairs",
+    "truncate_rows",
+    "union_pairs",
+]
