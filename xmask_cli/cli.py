@@ -21,16 +21,36 @@ from xmask_cli.errors import EXIT_CODES, UsageError, XmaskError
 
 _EXIT_HELP = "Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()) + "."
 
+_MAIN_HELP = """Structure-aware graph transformers (X-LogSMask) from the command line.
+
+Examples:
+
+    xmask prepare cora
+
+    xmask --format json prepare MUTAG --set structure.powers.k=3
+
+    xmask presets show graph-level
+
+    xmask cache ls
+
+""" + _EXIT_HELP
+
 app = typer.Typer(
     name="xmask",
-    help="Structure-aware graph transformers: prepare structure caches, manage presets.\n\n" + _EXIT_HELP,
+    help=_MAIN_HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
 )
-presets_app = typer.Typer(help="List and show the YAML presets.", no_args_is_help=True)
-cache_app = typer.Typer(help="List, verify and clear the HDF5 structure cache.", no_args_is_help=True)
+presets_app = typer.Typer(
+    help="List and show the YAML presets.\n\nExamples:\n\n    xmask presets ls\n\n    xmask presets show node-level --set structure.powers.k=3",
+    no_args_is_help=True,
+)
+cache_app = typer.Typer(
+    help="List, verify and clear the HDF5 structure cache.\n\nExamples:\n\n    xmask cache ls\n\n    xmask cache verify\n\n    xmask cache clear mutag",
+    no_args_is_help=True,
+)
 app.add_typer(presets_app, name="presets")
 app.add_typer(cache_app, name="cache")
 
@@ -103,18 +123,7 @@ def main_callback(
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    """Structure-aware graph transformers from the command line.
-
-    Examples:
-
-        xmask prepare cora
-
-        xmask --format json prepare MUTAG --set structure.powers.k=3
-
-        xmask presets show graph-level
-
-        xmask cache ls
-    """
+    """Global options; the help text is _MAIN_HELP."""
     ctx.obj = {"format": fmt.lower(), "quiet": quiet}
 
 
@@ -129,7 +138,7 @@ def prepare(
     workers: Annotated[int, typer.Option("--workers", "-j", min=1, help="Processes over blocks of graphs.")] = 1,
     force: Annotated[bool, typer.Option("--force", help="Recompute even if the cache has this key.")] = False,
     data_root: Annotated[
-        Optional[Path], typer.Option("--data-root", help="Folder with <Name>/raw/... [env XMASK_DATA_ROOT].", show_default=False)
+        Optional[Path], typer.Option("--data-root", help="Data root holding NAME/raw/... folders [env XMASK_DATA_ROOT].", show_default=False)
     ] = None,
     cache_dir: CacheDirOpt = None,
     offline: Annotated[bool, typer.Option("--offline", help="Never download [env XMASK_OFFLINE=1].")] = False,

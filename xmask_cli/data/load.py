@@ -8,10 +8,11 @@ Where the files are looked for, in order:
 3. a download into the data root (default ``~/.cache/xmask/datasets``), unless
    offline (``--offline`` or ``XMASK_OFFLINE=1``).
 
-The loaders write ``processed/`` beside ``raw/``. When the folder holding the
-raw files is not writable (a shared read-only copy, the installed package),
-the raw files are linked into ``<cache_dir>/_pyg/<folder>/`` and the loader
-runs there instead.
+The loaders write ``processed/`` beside ``raw/``. A data root is treated as
+read-only (a shared copy, the installed package; as root, permission bits do
+not tell): the raw files found there are linked into
+``<cache_dir>/_pyg/<folder>/`` and the loader runs and writes there. Only a
+download writes into the data root, as PyG does.
 """
 from __future__ import annotations
 
@@ -92,10 +93,6 @@ def has_raw_files(spec: DatasetSpec, root: Path) -> bool:
     """True when ``root/<folder>/`` holds every raw file the loader needs."""
     base = root / spec.folder
     return all((base / f).is_file() for f in spec.raw_files)
-
-
-def _writable(path: Path) -> bool:
-    return path.is_dir() and os.access(path, os.W_OK | os.X_OK)
 
 
 def _stage(spec: DatasetSpec, source_root: Path, staging_root: Path) -> Path:
@@ -207,7 +204,7 @@ def load_graphs(
     if source is None and spec.embedded:
         source = EMBEDDED_ROOT
     if source is not None:
-        root = source if _writable(source / spec.folder) and source != EMBEDDED_ROOT else _stage(spec, source, cache_dir / "_pyg")
+        root = _stage(spec, source, cache_dir / "_pyg")
     else:
         root = data_root or DEFAULT_DATA_ROOT
         if root not in looked:

@@ -1,0 +1,233 @@
+"""The HDF5 cache: round trip, atomic writes, verify, ls, clear."""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import h5py
+import networkx as nx
+import numpy as np
+import pytest
+
+from xmask_cli import cache as K
+from xmask_cli.config import StructureConfig, resolve
+from xmask_cli.data.load import graphs_fingerprint
+from xmask_cli.errors import CacheError
+from xmask_cli.prepare import prepare_graphs
+
+
+def random_graphs(seed: int = 0, count: int = 12) -> tuple[list[np.ndarray], np.ndarray]:
+    rng = np.random.default_rng(seed)
+    edges, nodes = [], []
+    for i in range(count):
+        n = int(rng.integers(1, 30))
+        g = nx.gnp_random_graph(n, 0.15, seed=int(rng.integers(1 << 30)))
+        e = np.array(list(g.edges()), dtype=np.int64).reshape(-1, 2).T
+        if i == 3 and n > 2:  # a self loop and a duplicate edge must not matter
+            e = np.concatenate([e, [[0, 0], [1, 1]]], axis=1) if e.size else e
+        edges.append(e)
+        nodes.append(n)
+    return edges, np.array(nodes)
+
+
+def _prepare(tmp_path: Path, edges, nodes, cfg: StructureConfig | None = None, level: str = "graph", **kw):
+    return prepare_graphs(dataset_key="toy", level=level, edges=edges, num_nodes=nodes,
+                          fingerprint=graphs_fingerprint(edges, nodes), cfg=cfg or resolve("graph-level").structure,
+                          cache_dir=tmp_path / "cache", **kw)
+
+
+def dense_norm_adj(e: np.ndarray, n: int) -> np.ndarray:
+    a = np.zeros((n, n))
+    for u, v in e.T:
+        if u != v:
+            a[u, v] = a[v, u] = 1
+    a += np.eye(n)
+    d = a.sum(1)
+    return a / np.sqrt(np.outer(d, d))
+
+
+def test_round_trip_equals_independent_computation(tmp_path):
+    edges, nodes = random_graphs()
+    s = _prepare(tmp_path, edges, nodes)
+    with K.StructureCache(s.path) as c:
+        assert c.num_graphs == len(nodes)
+        for g, (e, n) in enumerate(zip(edges, nodes)):
+            ahat = dense_norm_adj(e, int(n))
+            dense = c.dense_powers(g)
+            for k in range(4):
+                np.testing.assert_allclose(dense[k], np.linalg.matrix_power(ahat, k + 1), rtol=1e-5, atol=1e-7)
+            G = nx.Graph()
+            G.add_nodes_from(range(n))
+            G.add_edges_from((int(u), int(v)) for u, v in e.T if u != v)
+            spd = c.dense_spd(g)
+            for i in range(n):
+                lengths = nx.single_source_shortest_path_length(G, i)
+                for j in range(n):
+                    if j not in lengths:
+                        assert spd[i, j] == -2
+                    elif lengths[j] <= 8:
+                        assert spd[i, j] == lengths[j]
+                    else:
+                        assert spd[i, j] == -1
+            lam, vec = c.spectrum(g)
+            a = nx.to_numpy_array(G, nodelist=range(n))
+            deg = a.sum(1)
+            inv = np.where(deg > 0, 1 / np.sqrt(np.maximum(deg, 1e-300)), 0)
+            lap = np.eye(n) - inv[:, None] * a * inv[None, :]  # isolated node: L_ii = 1
+            np.testing.assert_allclose(lam, np.linalg.eigvalsh(lap)[: lam.shape[0]], atol=1e-6)
+            assert lam.shape[0] == n  # all these graphs are below full_max_nodes
+            np.testing.assert_allclose(vec @ np.diag(lam) @ vec.T, lap, atol=1e-5)
+
+
+def test_memory_load_matches_lazy_reads(tmp_path):
+    edges, nodes = random_graphs(1, 5)
+    s = _prepare(tmp_path, edges, nodes)
+    lazy = K.StructureCache(s.path)
+    mem = K.StructureCache(s.path).load_in_memory()
+    for g in range(5):
+        for a, b in zip(lazy.powers(g), mem.powers(g)):
+            np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(lazy.dense_spd(g), mem.dense_spd(g))
+
+
+def test_same_key_does_no_work_and_force_recomputes(tmp_path):
+    edges, nodes = random_graphs(2, 4)
+    first = _prepare(tmp_path, edges, nodes)
+    mtime = os.stat(first.path).st_mtime_ns
+    second = _prepare(tmp_path, edges, nodes)
+    assert second.cached and second.path == first.path and os.stat(first.path).st_mtime_ns == mtime
+    third = _prepare(tmp_path, edges, nodes, force=True)
+    assert not third.cached and third.path == first.path
+    other = _prepare(tmp_path, edges, nodes, cfg=resolve("graph-level", ["structure.powers.k=2"]).structure)
+    assert other.path != first.path
+    # eps is read by the model, not by prepare: it must not change the key.
+    same = _prepare(tmp_path, edges, nodes, cfg=resolve("graph-level", ["structure.powers.eps=1e-10"]).structure)
+    assert same.cached and same.path == first.path
+
+
+def test_workers_give_identical_files(tmp_path):
+    edges, nodes = random_graphs(3, 40)
+    one = _prepare(tmp_path / "a", edges, nodes, workers=1)
+    two = _prepare(tmp_path / "b", edges, nodes, workers=2)
+    with h5py.File(one.path) as f, h5py.File(two.path) as h:
+        names = []
+        f.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+        for n in names:
+            np.testing.assert_array_equal(f[n][()], h[n][()], err_msg=n)
+
+
+def test_large_graph_is_truncated_and_records_the_rule(tmp_path):
+    g = nx.barabasi_albert_graph(300, 4, seed=0)
+    e = np.array(list(g.edges())).T
+    cfg = resolve("node-level", ["structure.large.min_nodes=100", "structure.large.topk=10",
+                                 "structure.large.spd_radius=2", "structure.partition.parts=4"]).structure
+    s = _prepare(tmp_path, [e], np.array([300]), cfg=cfg, level="node")
+    with K.StructureCache(s.path) as c:
+        assert bool(c.file["graphs/large"][0])
+        rule = c.file["powers"].attrs["truncation"]
+        assert '"topk": 10' in rule
+        row, col, vals = c.powers(0)
+        for k in range(vals.shape[1]):
+            per_row = np.bincount(row[vals[:, k] != 0], minlength=300)
+            assert per_row.max() <= 10
+        _, _, dist = c.spd(0)
+        assert dist.max() == 2
+        part = c.partition(0)
+        assert part.shape == (300,) and set(np.unique(part)) == {0, 1, 2, 3}
+
+
+def test_kill_during_write_leaves_nothing_under_the_real_name(tmp_path):
+    script = textwrap.dedent(f"""
+        import sys, time
+        import numpy as np
+        sys.path.insert(0, {str(Path(__file__).resolve().parents[1])!r})
+        from tests.test_cache import random_graphs, _prepare
+        from pathlib import Path
+        edges, nodes = random_graphs(4, 2000)
+        def tick(done, total):
+            print("writing", flush=True)
+            time.sleep(60)
+        _prepare(Path({str(tmp_path)!r}), edges, nodes, progress=tick)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "writing"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(30)
+    folder = tmp_path / "cache" / "toy"
+    assert not list(folder.glob("*.h5")), "a half-written file is visible under the real name"
+    assert list(folder.glob(".*.h5.tmp-*")), "the temporary file should be the only leftover"
+    assert K.cache_files(tmp_path / "cache") == []
+    removed = K.clear(tmp_path / "cache")
+    assert any(".tmp-" in p.name for p in removed)
+
+
+@pytest.fixture
+def good_file(tmp_path) -> Path:
+    edges, nodes = random_graphs(5, 20)
+    return Path(_prepare(tmp_path, edges, nodes).path)
+
+
+def test_verify_passes_a_sound_file(good_file):
+    assert K.verify(good_file) == []
+
+
+def test_truncated_file_is_reported_and_prepare_rebuilds(good_file, tmp_path):
+    size = good_file.stat().st_size
+    with open(good_file, "r+b") as fh:
+        fh.truncate(size // 2)
+    problems = K.verify(good_file)
+    assert problems and "cannot open" in problems[0]
+    with pytest.raises(CacheError):
+        K.StructureCache(good_file).file
+    edges, nodes = random_graphs(5, 20)
+    logs: list[str] = []
+    again = _prepare(tmp_path, edges, nodes, log=logs.append)
+    assert not again.cached and Path(again.path) == good_file
+    assert logs and "unusable" in logs[0]
+    assert K.verify(good_file) == []
+
+
+def test_corrupted_chunk_is_reported(good_file):
+    with h5py.File(good_file, "r") as f:
+        info = f["spd/dist"].id.get_chunk_info(0)
+    with open(good_file, "r+b") as fh:
+        fh.seek(info.byte_offset + info.size // 2)
+        fh.write(b"\xff\x00\xff\x00")
+    problems = K.verify(good_file)
+    assert any("spd/dist" in p for p in problems)
+
+
+def test_older_format_is_reported_and_rebuilt(good_file, tmp_path):
+    with h5py.File(good_file, "r+") as f:
+        f.attrs["format_version"] = K.FORMAT_VERSION - 1
+    assert any("format version" in p for p in K.verify(good_file))
+    with pytest.raises(CacheError, match="format version"):
+        K.StructureCache(good_file).file
+    edges, nodes = random_graphs(5, 20)
+    assert not _prepare(tmp_path, edges, nodes).cached
+    assert K.verify(good_file) == []
+
+
+def test_renamed_file_fails_the_key_check(good_file):
+    other = good_file.with_name("0" * 20 + ".h5")
+    shutil.copy(good_file, other)
+    assert any("does not match" in p for p in K.verify(other))
+
+
+def test_ls_and_clear(tmp_path):
+    edges, nodes = random_graphs(6, 3)
+    s = _prepare(tmp_path, edges, nodes)
+    rows = [K.info(p) for p in K.cache_files(tmp_path / "cache")]
+    assert [r.key for r in rows] == [s.key] and rows[0].num_graphs == 3 and rows[0].size_bytes > 0
+    assert rows[0].params["powers"]["k"] == 4
+    assert K.cache_files(tmp_path / "cache", "other") == []
+    removed = K.clear(tmp_path / "cache", "toy")
+    assert [p.name for p in removed] == [Path(s.path).name]
+    assert K.cache_files(tmp_path / "cache") == []

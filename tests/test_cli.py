@@ -1,0 +1,187 @@
+"""The command line through typer's test runner: help, exit codes, JSON output."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from xmask_cli.cache import StructureCache
+from xmask_cli.cli import app
+from xmask_cli.errors import EXIT_CODES
+
+runner = CliRunner()
+
+
+def run(*args: str, **kw):
+    return runner.invoke(app, list(args), **kw)
+
+
+def one_error_line(result) -> str:
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
+    return lines[0]
+
+
+@pytest.mark.parametrize("cmd", [[], ["prepare"], ["presets", "ls"], ["presets", "show"], ["cache", "ls"],
+                                 ["cache", "verify"], ["cache", "clear"]])
+def test_every_help_has_examples(cmd):
+    r = run(*cmd, "--help")
+    assert r.exit_code == 0
+    assert "Examples" in r.stdout
+    assert "xmask" in r.stdout
+
+
+def test_version():
+    r = run("--version")
+    assert r.exit_code == 0 and r.stdout.startswith("xmask ")
+
+
+def test_help_documents_exit_codes():
+    out = run("--help").stdout
+    for code in EXIT_CODES:
+        assert str(code) in out
+
+
+def test_prepare_embedded_mutag_json_then_cached(tmp_path):
+    r = run("--format", "json", "prepare", "mutag", "--cache-dir", str(tmp_path / "c"))
+    assert r.exit_code == 0, r.stderr
+    first = json.loads(r.stdout)
+    assert first["graphs"] == 188 and first["nodes"] == 3371 and not first["cached"]
+    assert Path(first["path"]).is_file() and first["size_bytes"] > 0
+    # Per-command --format and a second run: no work, same path.
+    r2 = run("prepare", "MUTAG", "--cache-dir", str(tmp_path / "c"), "--format", "json")
+    second = json.loads(r2.stdout)
+    assert second["cached"] and second["path"] == first["path"] and second["edges"] == first["edges"]
+    with StructureCache(first["path"]) as c:
+        assert c.params["powers"]["k"] == 4 and c.num_graphs == 188
+
+
+def test_prepare_human_summary_on_stdout_logs_on_stderr(tmp_path):
+    r = run("prepare", "mutag", "--cache-dir", str(tmp_path / "c"), "--set", "structure.powers.k=2")
+    assert r.exit_code == 0
+    assert "graphs" in r.stdout and "188" in r.stdout
+    assert "loaded MUTAG" in r.stderr and "loaded" not in r.stdout
+
+
+def test_prepare_from_data_root_env(tmp_path, shared_data):
+    r = run("-f", "json", "prepare", "citeseer", "--cache-dir", str(tmp_path / "c"),
+            env={"XMASK_DATA_ROOT": str(shared_data)})
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["nodes"] == 3327
+    with StructureCache(out["path"]) as c:
+        part = c.partition(0)
+        assert part.shape == (3327,) and part.max() == 31  # node-level preset: 32 METIS parts
+
+
+def test_prepare_with_preset_and_dataset_from_preset(tmp_path):
+    r = run("-f", "json", "prepare", "--preset", "graph-level", "--cache-dir", str(tmp_path / "c"))
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["dataset"] == "mutag"
+
+
+@pytest.mark.parametrize(
+    "args, code, needle",
+    [
+        (["prepare", "nosuchset"], 2, "unknown dataset 'nosuchset'"),
+        (["prepare", "pubmed"], 3, "PubMed: raw files not found"),
+        (["prepare", "wikics"], 3, "WikiCS: raw files not found"),
+        (["prepare", "collab"], 3, "COLLAB: raw files not found"),
+        (["prepare", "mutag", "--preset", "no-such-preset"], 2, "unknown preset 'no-such-preset'"),
+        (["prepare", "mutag", "--set", "structure.spd.max_dist=3"], 2, "did you mean 'structure.spd.max_distance'"),
+        (["prepare", "mutag", "--set", "structure.powers.k=four"], 2, "structure.powers.k: expected int"),
+        (["prepare", "mutag", "--format", "xml"], 2, "--format must be 'human' or 'json'"),
+        (["presets", "show", "nodelevel"], 2, "did you mean 'node-level'"),
+        (["cache", "verify", "missing.h5"], 2, "no such cache file"),
+    ],
+)
+def test_bad_input_one_line_and_exit_code(args, code, needle, tmp_path):
+    r = run(*args, "--cache-dir", str(tmp_path / "c")) if args[0] == "prepare" else run(*args)
+    assert r.exit_code == code, (r.stdout, r.stderr)
+    assert needle in one_error_line(r)
+
+
+def test_unwritable_cache_dir(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    r = run("prepare", "mutag", "--cache-dir", str(blocker / "cache"))
+    assert r.exit_code == 5
+    assert "cache dir" in one_error_line(r)
+
+
+def test_usage_errors_exit_2():
+    r = run("prepare", "--workers", "0")
+    assert r.exit_code == 2
+
+
+def test_presets_ls_and_show_json():
+    rows = json.loads(run("presets", "ls", "--format", "json").stdout)
+    names = {r["name"] for r in rows}
+    assert {"base", "node-level", "graph-level"} <= names
+    cfg = json.loads(run("-f", "json", "presets", "show", "node-level", "--set", "structure.powers.k=3").stdout)
+    assert cfg["structure"]["powers"]["k"] == 3
+    assert cfg["structure"]["partition"]["parts"] == 32  # from node-level
+    assert cfg["structure"]["spd"]["max_distance"] == 8  # inherited from base
+    human = run("presets", "show", "graph-level").stdout
+    assert "max_distance: 8" in human
+
+
+def test_cache_ls_verify_clear(tmp_path):
+    c = str(tmp_path / "c")
+    path = json.loads(run("-f", "json", "prepare", "mutag", "--cache-dir", c).stdout)["path"]
+    rows = json.loads(run("-f", "json", "cache", "ls", "--cache-dir", c).stdout)
+    assert len(rows) == 1 and rows[0]["dataset"] == "mutag" and rows[0]["num_graphs"] == 188
+    ok = run("-f", "json", "cache", "verify", "--cache-dir", c)
+    assert ok.exit_code == 0 and json.loads(ok.stdout)[0]["ok"]
+    with h5py.File(path, "r+") as f:
+        f.attrs["format_version"] = 0
+    bad = run("-f", "json", "cache", "verify", "--cache-dir", c)
+    assert bad.exit_code == 4
+    report = json.loads(bad.stdout)
+    assert not report[0]["ok"] and "format version" in report[0]["problems"][0]
+    # prepare never crashes on the stale file: it rebuilds it.
+    again = run("-f", "json", "prepare", "mutag", "--cache-dir", c)
+    assert again.exit_code == 0 and not json.loads(again.stdout)["cached"]
+    assert run("cache", "verify", "--cache-dir", c).exit_code == 0
+    cleared = json.loads(run("-f", "json", "cache", "clear", "mutag", "--cache-dir", c).stdout)
+    assert len(cleared["removed"]) == 1
+    assert json.loads(run("-f", "json", "cache", "ls", "--cache-dir", c).stdout) == []
+
+
+def test_unexpected_errors_have_no_traceback_unless_debug(tmp_path, monkeypatch):
+    import xmask_cli.prepare as P
+
+    def boom(*a, **k):
+        raise RuntimeError("synthetic failure\nsecond line")
+
+    monkeypatch.setattr(P, "prepare_dataset", boom)
+    r = run("prepare", "mutag", "--cache-dir", str(tmp_path / "c"))
+    assert r.exit_code == 1
+    line = one_error_line(r)
+    assert "synthetic failure" in line and "XMASK_DEBUG" in line
+    r = run("prepare", "mutag", "--cache-dir", str(tmp_path / "c"), env={"XMASK_DEBUG": "1"})
+    assert r.exit_code == 1 and "Traceback" in r.stderr
+
+
+def test_cached_structure_matches_numpy_on_mutag(tmp_path):
+    """End to end through the CLI: the cached powers of a real molecule equal dense numpy."""
+    from xmask_cli.data.load import load_graphs
+    from xmask_cli.data.registry import get_dataset
+
+    path = json.loads(run("-f", "json", "prepare", "mutag", "--cache-dir", str(tmp_path / "c")).stdout)["path"]
+    g = load_graphs(get_dataset("mutag"), data_root=None, cache_dir=tmp_path / "c", offline=True)
+    with StructureCache(path) as c:
+        for i in (0, 17, 187):
+            n = int(g.num_nodes[i])
+            a = np.zeros((n, n))
+            a[g.edge_index[i][0], g.edge_index[i][1]] = 1
+            a = np.maximum(a, a.T) + np.eye(n)
+            d = a.sum(1)
+            ahat = a / np.sqrt(np.outer(d, d))
+            np.testing.assert_allclose(c.dense_powers(i)[2], np.linalg.matrix_power(ahat, 3), rtol=1e-5, atol=1e-7)

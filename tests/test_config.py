@@ -1,0 +1,149 @@
+"""Presets: inheritance, dotted overrides, schema validation, packaging."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from xmask_cli import config as C
+from xmask_cli.errors import ConfigError, UsageError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def preset_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = tmp_path / "presets"
+    d.mkdir()
+    (d / "parent.yaml").write_text(textwrap.dedent("""
+        structure:
+          powers: {k: 3, normalization: sym}
+          spd: {max_distance: 5}
+    """))
+    (d / "child.yaml").write_text(textwrap.dedent("""
+        extends: parent
+        data: {dataset: PROTEINS}
+        structure:
+          spd: {enabled: false}
+    """))
+    (d / "loop-a.yaml").write_text("extends: loop-b\n")
+    (d / "loop-b.yaml").write_text("extends: loop-a\n")
+    monkeypatch.setenv("XMASK_PRESETS", str(d))
+    return d
+
+
+def test_schema_defaults_match_the_pinned_math():
+    cfg = C.resolve(None)
+    assert cfg.structure.powers.k == 4
+    assert cfg.structure.powers.eps == 1e-30
+    assert cfg.structure.powers.normalization == "sym"
+    assert cfg.structure.spd.max_distance == 8
+    assert cfg.structure.magnetic.q == 0.25
+    assert cfg.structure.rrwp.steps == 16
+
+
+def test_extends_merges_deeply_child_wins(preset_dir: Path):
+    cfg = C.resolve("child")
+    assert cfg.data.dataset == "PROTEINS"
+    assert cfg.structure.powers.k == 3  # from the parent
+    assert cfg.structure.spd.enabled is False  # the child's
+    assert cfg.structure.spd.max_distance == 5  # parent's sibling key survives the merge
+
+
+def test_preset_by_path_and_relative_extends(tmp_path: Path, preset_dir: Path):
+    sub = tmp_path / "elsewhere"
+    sub.mkdir()
+    (sub / "local.yaml").write_text("extends: ../presets/parent.yaml\nstructure: {powers: {k: 2}}\n")
+    cfg = C.resolve(str(sub / "local.yaml"))
+    assert cfg.structure.powers.k == 2
+    assert cfg.structure.spd.max_distance == 5
+
+
+def test_extends_cycle_is_an_error(preset_dir: Path):
+    with pytest.raises(ConfigError, match="extends itself"):
+        C.resolve("loop-a")
+
+
+@pytest.mark.parametrize(
+    "override, path, expected",
+    [
+        ("structure.powers.k=6", ("structure", "powers", "k"), 6),
+        ("structure.powers.eps=1e-20", ("structure", "powers", "eps"), 1e-20),  # YAML 1.1 reads this as a string
+        ("structure.powers.eps=0.001", ("structure", "powers", "eps"), 0.001),
+        ("structure.large.tau=0", ("structure", "large", "tau"), 0.0),  # int accepted for float
+        ("structure.spd.enabled=false", ("structure", "spd", "enabled"), False),
+        ("structure.powers.normalization=no-symnorm", ("structure", "powers", "normalization"), "no-symnorm"),
+        ("data.root=/data/x", ("data", "root"), "/data/x"),
+        ("data.root=null", ("data", "root"), None),
+    ],
+)
+def test_set_overrides_are_typed(override, path, expected):
+    cfg = C.resolve("graph-level", [override]).to_dict()
+    for p in path:
+        cfg = cfg[p]
+    assert cfg == expected and type(cfg) is type(expected)
+
+
+def test_list_values_parse():
+    assert C.parse_override("a.b=[1, 2, 3]") == (["a", "b"], [1, 2, 3])
+    assert C._coerce([1, 2], list[int], "x") == [1, 2]
+    with pytest.raises(ConfigError, match=r"x\[1\]: expected int"):
+        C._coerce([1, "two"], list[int], "x")
+
+
+def test_unknown_key_names_the_nearest_valid_key():
+    with pytest.raises(ConfigError, match=r"unknown key 'structure\.powers\.kk': did you mean 'structure\.powers\.k'\?"):
+        C.resolve("graph-level", ["structure.powers.kk=3"])
+    with pytest.raises(ConfigError, match=r"unknown key 'strcture'.*'structure'"):
+        C.resolve("graph-level", ["strcture.powers.k=3"])
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("structure.powers.k=abc", r"structure\.powers\.k: expected int, got 'abc'"),
+        ("structure.powers.k=2.5", r"structure\.powers\.k: expected int"),
+        ("structure.spd.enabled=3", r"structure\.spd\.enabled: expected bool"),
+        ("structure.powers.normalization=rw", r"structure\.powers\.normalization: expected one of 'sym', 'no-symnorm'"),
+        ("structure.powers.k=0", r"structure\.powers\.k: must lie in \[1, 16\]"),
+        ("structure.powers=3", r"structure\.powers: expected a mapping"),
+    ],
+)
+def test_wrong_type_names_key_and_expected_type(override, message):
+    with pytest.raises(ConfigError, match=message):
+        C.resolve("graph-level", [override])
+
+
+def test_malformed_set_and_unknown_preset():
+    with pytest.raises(ConfigError, match="expected KEY=VALUE"):
+        C.resolve("graph-level", ["structure.powers.k"])
+    with pytest.raises(UsageError, match="unknown preset 'graph-levl': did you mean 'graph-level'"):
+        C.resolve("graph-levl")
+
+
+def test_shipped_presets_all_validate():
+    names = C.list_presets()
+    assert {"base", "node-level", "graph-level"} <= set(names)
+    for name in names:
+        C.resolve(name)
+
+
+def test_presets_found_after_plain_non_editable_install(tmp_path: Path):
+    """A wheel install (not editable) must carry presets/ inside the package."""
+    target = tmp_path / "site"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", str(target), str(REPO)],
+        check=True, capture_output=True, cwd=tmp_path,
+    )
+    code = "import xmask_cli, xmask_cli.config as C; print(xmask_cli.__file__); print(sorted(C.list_presets())); C.resolve('node-level')"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYTHONPATH"] = str(target)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=tmp_path, env=env).stdout
+    lines = out.splitlines()
+    assert lines[0].startswith(str(target)), "imported the source tree, not the installed copy"
+    assert "graph-level" in lines[1] and "node-level" in lines[1]
+    assert (target / "xmask_cli" / "data" / "embedded" / "Cora" / "raw" / "ind.cora.graph").is_file()
