@@ -44,7 +44,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_DATASETS = ("MUTAG", "PROTEINS", "NCI1", "Cora", "CiteSeer", "Computers", "DD")
-DEFAULT_DATA_ROOT = Path(os.environ.get("XMASK_BENCH_DATA_ROOT", "/work/shared/datasets"))
+#: Raw datasets (read-only is fine: the loader stages them under the scratch dir).
+DEFAULT_DATA_ROOT = Path(os.environ.get("XMASK_DATA_ROOT") or REPO.parent / "shared" / "datasets")
 #: Datasets whose naive pipeline is not run (a dense n x n float64 matrix alone is ~9.5 GB).
 OURS_ONLY = ("Physics",)
 #: Thread-count variables recorded (never changed unless --threads is given).
@@ -104,79 +105,134 @@ def _read_input(path: Path) -> tuple[list, Any, str, dict]:
     return edges, z["num_nodes"].astype(np.int64), meta["fingerprint"], meta
 
 
-def child_ours(inp: Path, work: Path, workers: int) -> dict[str, Any]:
+def _repeat(fn, repeat: int, budget_s: float) -> list[float]:
+    """Time ``fn`` once, then again while the total stays under ``budget_s``, at most ``repeat`` times."""
+    times: list[float] = []
+    while len(times) < max(1, repeat) and (not times or sum(times) < budget_s):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def _timing(times: list[float]) -> dict[str, Any]:
+    import statistics
+
+    return {"seconds": statistics.median(times), "min_seconds": min(times), "runs": times}
+
+
+def child_ours(inp: Path, work: Path, workers: int, repeat: int, budget_s: float) -> dict[str, Any]:
     import numpy as np
 
-    from xmask_cli import structure as S
     from xmask_cli.config import resolve
     from xmask_cli.prepare import prepare_graphs
 
     edges, nn, fp, meta = _read_input(inp)
     cfg = resolve(meta["preset"])
-    # Warm-up, not timed: load (or compile) numba's BFS kernels on a 3-node path.
+
+    def run(e, n, f, cache_dir):
+        return prepare_graphs(dataset_key=meta["key"], level=meta["level"], edges=e, num_nodes=n, fingerprint=f,
+                              cfg=cfg.structure, cache_dir=cache_dir, workers=workers, force=True)
+
+    # Warm-up, not timed (as the naive child's): numba kernels, LAPACK, HDF5 on a 3-node path.
     t = time.perf_counter()
-    S.shortest_path_pairs(S.adjacency(np.array([[0, 1], [1, 2]]), 3), 2)
+    run([np.array([[0, 1], [1, 2]])], np.array([3]), "warmup", work / "warmup")
     warmup = time.perf_counter() - t
     base_rss = _current_rss_mb()
-    cache_dir = work / "cache"
-    t = time.perf_counter()
-    summary = prepare_graphs(dataset_key=meta["key"], level=meta["level"], edges=edges, num_nodes=nn,
-                             fingerprint=fp, cfg=cfg.structure, cache_dir=cache_dir, workers=workers, force=True)
-    seconds = time.perf_counter() - t
-    return {"seconds": seconds, "warmup_seconds": warmup, "baseline_rss_mb": base_rss,
-            "cache_bytes": summary.size_bytes, "edges": summary.edges, "preset": meta["preset"], "workers": workers}
+    summary = []
+    times = _repeat(lambda: summary.append(run(edges, nn, fp, work / "cache")), repeat, budget_s)
+    return {**_timing(times), "warmup_seconds": warmup, "baseline_rss_mb": base_rss,
+            "cache_bytes": summary[-1].size_bytes, "edges": summary[-1].edges, "preset": meta["preset"],
+            "workers": workers}
 
 
-def naive_graph(edge_index, n: int) -> dict[str, Any]:
-    """The naive structure of one graph: everything dense, SPD via networkx."""
+def naive_graph(edge_index, n: int) -> int:
+    """The naive structure of one graph: everything dense, SPD via networkx.
+
+    Each result is dropped as soon as it is computed (nothing is written), so the
+    naive peak memory is a lower bound for a pipeline that would keep or save
+    them. Returns the number of SPD pairs found (a sanity figure).
+    """
     import networkx as nx
     import numpy as np
 
     a = np.zeros((n, n))
     a[edge_index[0], edge_index[1]] = 1.0
-    a = np.maximum(a, a.T)
-    np.fill_diagonal(a, 0.0)
+    a = np.maximum(a, a.T)  # symmetrize
+    np.fill_diagonal(a, 0.0)  # no self loops; added back as +I
     a_i = a + np.eye(n)
     d = 1.0 / np.sqrt(a_i.sum(axis=1))
     a_hat = d[:, None] * a_i * d[None, :]
-    powers = [np.linalg.matrix_power(a_hat, k) for k in range(1, NAIVE_K + 1)]
+    del a_i
+    for k in range(1, NAIVE_K + 1):
+        power = np.linalg.matrix_power(a_hat, k)
+        del power
+    del a_hat
 
     g = nx.Graph()
     g.add_nodes_from(range(n))
     g.add_edges_from((int(u), int(v)) for u, v in zip(edge_index[0], edge_index[1]) if u != v)
-    spd = {u: dict(lengths) for u, lengths in nx.all_pairs_shortest_path_length(g, cutoff=NAIVE_CUTOFF)}
+    spd = dict(nx.all_pairs_shortest_path_length(g, cutoff=NAIVE_CUTOFF))
+    pairs = sum(len(v) for v in spd.values())
+    del spd, g
 
     deg = a.sum(axis=1)
     dm = np.zeros(n)
     dm[deg > 0] = 1.0 / np.sqrt(deg[deg > 0])
     lap = np.eye(n) - dm[:, None] * a * dm[None, :]
+    del a
     vals, vecs = np.linalg.eigh(lap)
-    return {"powers": powers, "spd": spd, "eigvals": vals, "eigvecs": vecs}
+    return pairs
 
 
-def child_naive(inp: Path) -> dict[str, Any]:
+class _Progress:
+    """Heartbeat file: when the timed work began and how far it got (read by the parent on a timeout)."""
+
+    def __init__(self, path: Path | None, total: int):
+        self.path, self.total, self.last = path, total, 0.0
+        self.start = time.time()
+
+    def __call__(self, done: int, force: bool = False) -> None:
+        now = time.time()
+        if self.path is None or (not force and now - self.last < 1.0):
+            return
+        self.last = now
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"start_epoch": self.start, "graphs_done": done, "graphs": self.total}))
+        os.replace(tmp, self.path)
+
+
+def child_naive(inp: Path, repeat: int, budget_s: float, progress_path: Path | None = None) -> dict[str, Any]:
     import networkx as nx  # noqa: F401  (import not timed)
     import numpy as np
 
     edges, nn, _, _ = _read_input(inp)
     naive_graph(np.array([[0, 1], [1, 2]]), 3)  # warm-up, not timed
     base_rss = _current_rss_mb()
-    t = time.perf_counter()
-    pairs = 0
-    for e, n in zip(edges, nn):
-        r = naive_graph(e, int(n))
-        pairs += sum(len(v) for v in r["spd"].values())
-        del r
-    seconds = time.perf_counter() - t
-    return {"seconds": seconds, "baseline_rss_mb": base_rss, "spd_pairs": pairs}
+    pairs = [0]
+
+    first = [True]
+
+    def run():
+        pairs[0] = 0
+        # Heartbeat on the first run only: a timeout can only strike there (repeats stay under the budget).
+        progress = _Progress(progress_path if first[0] else None, len(nn))
+        first[0] = False
+        progress(0, force=True)
+        for i, (e, n) in enumerate(zip(edges, nn)):
+            pairs[0] += naive_graph(e, int(n))
+            progress(i + 1)
+
+    times = _repeat(run, repeat, budget_s)
+    return {**_timing(times), "baseline_rss_mb": base_rss, "spd_pairs": pairs[0]}
 
 
 def run_child(args: argparse.Namespace) -> int:
     inp, out = Path(args._input), Path(args._result)
     if args._child == "ours":
-        res = child_ours(inp, Path(args._work), args.workers)
+        res = child_ours(inp, Path(args._work), args.workers, args.repeat, args.repeat_budget)
     else:
-        res = child_naive(inp)
+        res = child_naive(inp, args.repeat, args.repeat_budget, Path(args._work) / "progress.json")
     res["peak_rss_self_mb"] = _peak_rss_self_mb()
     # ru_maxrss of the largest finished pool worker (workers > 1); an upper bound,
     # since it can include this child's RSS when the worker was forked.
@@ -207,7 +263,8 @@ def spawn(kind: str, inp: Path, work: Path, args: argparse.Namespace, env: dict[
     """Run one pipeline in a child process; return its report plus status and sampled tree peak."""
     result = work / f"{kind}.json"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--_child", kind, "--_input", str(inp),
-           "--_result", str(result), "--_work", str(work), "--workers", str(args.workers)]
+           "--_result", str(result), "--_work", str(work), "--workers", str(args.workers),
+           "--repeat", str(args.repeat), "--repeat-budget", str(args.repeat_budget)]
     try:
         import psutil
     except ImportError:  # sampling is optional; ru_maxrss is always there
@@ -225,6 +282,7 @@ def spawn(kind: str, inp: Path, work: Path, args: argparse.Namespace, env: dict[
             tree_peak = max(tree_peak, _tree_rss_mb(ps))
         if timeout is not None and time.perf_counter() - t0 > timeout:
             os.killpg(proc.pid, signal.SIGKILL)
+            killed_at = time.time()
             proc.wait()
             status = "timeout"
             break
@@ -244,6 +302,11 @@ def spawn(kind: str, inp: Path, work: Path, args: argparse.Namespace, env: dict[
         out["peak_mb"] = max(out["peak_rss_self_mb"], tree_peak)
     elif status == "timeout":
         out["seconds"] = None
+        prog = work / "progress.json"
+        if prog.exists():  # how far the timed work got, and for how long it had run when killed
+            p = json.loads(prog.read_text())
+            out["killed_after_seconds"] = killed_at - p["start_epoch"]
+            out["graphs_done"], out["graphs"] = p["graphs_done"], p["graphs"]
     return out
 
 
@@ -274,6 +337,28 @@ def load(name: str, data_root: Path, staging: Path) -> tuple[Any, Path, dict[str
     return spec, inp, info
 
 
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _sources_digest() -> dict[str, Any]:
+    """sha256 over xmask_cli's .py files and the presets, and the newest mtime: ties the figures to a code state."""
+    import hashlib
+
+    h = hashlib.sha256()
+    newest = 0.0
+    files = sorted([*(REPO / "xmask_cli").rglob("*.py"), *(REPO / "presets").glob("*.yaml")])
+    for f in files:
+        h.update(str(f.relative_to(REPO)).encode())
+        h.update(f.read_bytes())
+        newest = max(newest, f.stat().st_mtime)
+    return {"sha256": h.hexdigest()[:16], "files": len(files),
+            "newest_mtime": _dt.datetime.fromtimestamp(newest).astimezone().isoformat(timespec="seconds")}
+
+
 def environment(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
     import importlib.metadata as md
 
@@ -302,33 +387,43 @@ def environment(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]
     return {"date": _dt.datetime.now().astimezone().isoformat(timespec="seconds"), "host": platform.node(),
             "machine": platform.machine(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
             "memory_gb": round(mem_gb, 1) if mem_gb else None, "python": platform.python_version(),
-            "versions": vers, "blas": blas, "thread_env": {k: env.get(k) for k in THREAD_ENV},
-            "workers": args.workers, "naive_timeout_s": args.naive_timeout,
+            "versions": vers, "blas": blas, "xmask_sources": _sources_digest(), "thread_env": {k: env.get(k) for k in THREAD_ENV},
+            "load_average_start": _loadavg(), "workers": args.workers, "naive_timeout_s": args.naive_timeout,
+            "repeat": args.repeat, "repeat_budget_s": args.repeat_budget,
             "command": " ".join([Path(sys.executable).name, *sys.argv])}
 
 
-def _fmt_s(r: dict[str, Any] | None, timeout: float) -> str:
+def _fmt_s(r: dict[str, Any] | None, timeout: float | None) -> str:
     if r is None:
         return "-"
     if r["status"] == "timeout":
-        return f"> {timeout:.0f}"
+        ran = r.get("killed_after_seconds", timeout or 0.0)
+        done = f" ({r['graphs_done']}/{r['graphs']} graphs)" if "graphs_done" in r else ""
+        return f"> {ran:.0f} (timeout){done}"
     if r["status"] != "ok":
         return r["status"]
     return f"{r['seconds']:.2f}"
 
 
 def _fmt_mb(r: dict[str, Any] | None) -> str:
-    if r is None or r["status"] != "ok":
+    if r is None:
+        return "-"
+    if r["status"] == "timeout" and r.get("tree_peak_sampled_mb"):
+        return f">= {r['tree_peak_sampled_mb']:.0f}"  # sampled until the kill
+    if r["status"] != "ok":
         return "-"
     return f"{r['peak_mb']:.0f}"
 
 
 def speedup(row: dict[str, Any]) -> tuple[float | None, str]:
+    """(naive / ours, as text); a lower bound ("> ...") when the naive child timed out."""
     ours, naive = row.get("ours"), row.get("naive")
     if not ours or ours["status"] != "ok" or not naive:
         return None, "-"
     if naive["status"] == "timeout":
-        s = naive["wall_seconds"] / ours["seconds"]
+        if "killed_after_seconds" not in naive:
+            return None, "-"
+        s = naive["killed_after_seconds"] / ours["seconds"]
         return s, f"> {s:.1f}x"
     if naive["status"] != "ok":
         return None, f"naive {naive['status']}"
@@ -358,7 +453,7 @@ def table(rows: list[dict[str, Any]], timeout: float) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 2) + ["---"]) + "|"]
     for r in rows:
         cells = [r["dataset"], str(r["graphs"]), str(r["nodes"]), f"{r['load_seconds']:.1f}",
-                 _fmt_s(r.get("ours"), timeout), _fmt_mb(r.get("ours")),
+                 _fmt_s(r.get("ours"), None), _fmt_mb(r.get("ours")),
                  _fmt_s(r.get("naive"), timeout) if r.get("naive") else "not run", _fmt_mb(r.get("naive")),
                  speedup(r)[1], verdict(r)]
         lines.append("| " + " | ".join(cells) + " |")
@@ -373,6 +468,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=1, help="worker processes for our pipeline (default: 1)")
     p.add_argument("--naive-timeout", type=float, default=900.0, help="seconds before the naive child is killed (default: 900)")
     p.add_argument("--ours-timeout", type=float, default=None, help="seconds before our child is killed (default: none)")
+    p.add_argument("--repeat", type=int, default=5,
+                   help="time each pipeline up to this many times in its child and report the median (default: %(default)s)")
+    p.add_argument("--repeat-budget", type=float, default=10.0,
+                   help="repeat only while a pipeline's runs so far total less than this many seconds (default: %(default)s)")
     p.add_argument("--skip-naive", action="store_true", help="run only our pipeline")
     p.add_argument("--threads", type=int, default=None,
                    help="set OMP/OPENBLAS/MKL/NUMBA thread counts for both pipelines (default: leave the environment as is)")
@@ -411,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
             ours_work.mkdir()
             row["ours"] = spawn("ours", inp, ours_work, args, env, args.ours_timeout)
             shutil.rmtree(ours_work / "cache", ignore_errors=True)
-            print(f"#   ours : {_fmt_s(row['ours'], args.ours_timeout or 0)} s, peak {_fmt_mb(row['ours'])} MB", file=sys.stderr)
+            print(f"#   ours : {_fmt_s(row['ours'], args.ours_timeout)} s, peak {_fmt_mb(row['ours'])} MB", file=sys.stderr)
             if spec.name in OURS_ONLY or args.skip_naive:
                 row["naive"] = None
             else:
@@ -426,6 +525,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
+    meta["load_average_end"] = _loadavg()
     md = table(rows, args.naive_timeout)
     print(md)
     args.out.parent.mkdir(parents=True, exist_ok=True)

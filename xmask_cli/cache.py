@@ -45,6 +45,7 @@ from xmask_cli.errors import CacheError, NotWritableError
 
 FORMAT_VERSION = 1
 _CHUNK = 1 << 17
+_FLUSH_BYTES = 256 << 20
 _GROUPS_WITH_PAIRS = ("powers", "spd", "rrwp")
 
 
@@ -96,6 +97,8 @@ class CacheWriter:
         self.tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         self._attrs = attrs
         self._f: h5py.File | None = None
+        self._buf: dict[str, list[np.ndarray]] = {}
+        self._buffered = 0
 
     def __enter__(self) -> "CacheWriter":
         self._f = h5py.File(self.tmp, "w")
@@ -108,32 +111,48 @@ class CacheWriter:
         return self
 
     def append(self, name: str, array: np.ndarray) -> None:
-        """Append rows to the extendable dataset ``name`` (created on first use)."""
-        assert self._f is not None
+        """Append rows to the extendable dataset ``name`` (created on first use).
+
+        Rows are buffered and written in large slabs: many small resizes of a
+        chunked, compressed dataset cost more than the data itself.
+        """
         array = np.asarray(array)
-        if name not in self._f:
-            chunk_rows = max(1, min(_CHUNK // max(1, int(np.prod(array.shape[1:]))), max(array.shape[0], 1)))
-            self._f.create_dataset(
-                name,
-                shape=(0, *array.shape[1:]),
-                maxshape=(None, *array.shape[1:]),
-                dtype=array.dtype,
-                chunks=(chunk_rows, *array.shape[1:]),
-                # LZF (bundled with h5py) writes about twice as fast as gzip at a similar size here.
-                compression="lzf",
-                shuffle=True,
-                fletcher32=True,
-            )
-        ds = self._f[name]
-        if array.shape[0] == 0:
-            return
-        start = ds.shape[0]
-        ds.resize(start + array.shape[0], axis=0)
-        ds[start:] = array
+        self._buf.setdefault(name, []).append(array)
+        self._buffered += array.nbytes
+        if self._buffered >= _FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """Write every buffered slab to the file."""
+        assert self._f is not None
+        for name, parts in self._buf.items():
+            array = np.concatenate(parts) if len(parts) > 1 else parts[0]
+            if name not in self._f:
+                row_items = max(1, int(np.prod(array.shape[1:])))
+                chunk_rows = max(1, min(_CHUNK // row_items, max(array.shape[0], 1)))
+                self._f.create_dataset(
+                    name,
+                    shape=(0, *array.shape[1:]),
+                    maxshape=(None, *array.shape[1:]),
+                    dtype=array.dtype,
+                    chunks=(chunk_rows, *array.shape[1:]),
+                    # LZF (bundled with h5py) writes about twice as fast as gzip at a similar size here.
+                    compression="lzf",
+                    shuffle=True,
+                    fletcher32=True,
+                )
+            if array.shape[0]:
+                ds = self._f[name]
+                start = ds.shape[0]
+                ds.resize(start + array.shape[0], axis=0)
+                ds[start:] = array
+        self._buf.clear()
+        self._buffered = 0
 
     def set_attrs(self, name: str, **attrs: Any) -> None:
         assert self._f is not None
-        obj = self._f.require_group(name) if name not in self._f else self._f[name]
+        self.flush()
+        obj = self._f.require_group(name)
         for k, v in attrs.items():
             obj.attrs[k] = v
 
@@ -141,6 +160,7 @@ class CacheWriter:
         assert self._f is not None
         try:
             if exc_type is None:
+                self.flush()
                 self._f.attrs["complete"] = True
             self._f.close()
         finally:

@@ -241,7 +241,7 @@ def _assert_truncated(p: sp.csr_matrix, rule: Truncation) -> None:
     diag = rows == p.indices
     if rule.tau > 0:
         assert np.all((np.abs(p.data) >= rule.tau) | diag)
-    # The diagonal of an Â / P power of a graph with self loops is always kept.
+    # Every power of Â has a positive diagonal, and the diagonal is always kept.
     assert np.all(np.bincount(rows[diag], minlength=n) == 1)
 
 
@@ -277,15 +277,30 @@ def test_truncated_sym_powers_on_every_graph(graph):
     _check_truncated_sym(graph, Truncation(tau=0.03, topk=3))
 
 
-def test_exact_truncation_is_the_default(graph):
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: f"tau{r.tau}_topk{r.topk}")
+def test_truncated_sym_powers_in_small_row_blocks(rule, monkeypatch, make_connected):
+    # Large graphs multiply in row blocks; force a handful of rows per block so
+    # that every block but the first starts off the diagonal.
+    monkeypatch.setattr(powers_module, "_ROW_BLOCK_NNZ", 40)
+    _check_truncated_sym(make_connected(5, 35, 0.15), rule)
+
+
+@pytest.mark.parametrize("rule", [Truncation(), Truncation(tau=0.0, topk=0), Truncation(tau=-1.0, topk=-1)], ids=["default", "zeros", "negative"])
+def test_exact_truncation_rules_give_exact_powers(graph, rule):
     a = adjacency(graph.edge_index, graph.n)
-    for norm in ("sym", "no-symnorm"):
-        for p, q in zip(adjacency_powers(a, K, normalization=norm), adjacency_powers(a, K, normalization=norm, truncation=Truncation())):
-            assert_sparse_equals_dense(p, q.toarray(), rtol=0)
+    ah = dense_sym_norm(graph.dense())
+    for k, p in enumerate(adjacency_powers(a, K, truncation=rule), start=1):
+        assert_sparse_equals_dense(p, np.linalg.matrix_power(ah, k))
+    for k, p in enumerate(adjacency_powers(a, K, normalization="no-symnorm", truncation=rule), start=1):
+        assert_sparse_equals_dense(p, dense_no_symnorm(graph.dense(), k))
+    pw = dense_random_walk(graph.dense())
+    for k, p in enumerate(random_walk_powers(a, K, truncation=rule)):
+        assert_sparse_equals_dense(p, np.linalg.matrix_power(pw, k))
 
 
 def test_truncated_product_in_row_blocks(monkeypatch, make_connected):
-    # Force many small row blocks: the result must not depend on the blocking.
+    # Force many small row blocks: the result must not depend on the blocking
+    # (this caught the diagonal being looked up with block-local row ids).
     case = make_connected(7, 40, 0.1)
     a = adjacency(case.edge_index, case.n)
     rule = Truncation(tau=0.01, topk=8)
@@ -333,6 +348,28 @@ def test_random_walk_powers_match_dense(graph):
         sums = np.asarray(m.sum(axis=1)).ravel()
         np.testing.assert_allclose(sums[~iso], 1.0, rtol=1e-12)
         np.testing.assert_array_equal(sums[iso], 0.0)
+
+
+@pytest.mark.parametrize("rule", [Truncation(tau=0.05), Truncation(tau=0.02, topk=5), Truncation(topk=3)], ids=["tau", "tau_topk", "topk"])
+def test_truncated_random_walk_powers_equal_iterated_dense(graph, rule):
+    # [I, trunc(P), trunc(trunc(P) P), ...]; I is returned as is.
+    a = adjacency(graph.edge_index, graph.n)
+    p = dense_random_walk(graph.dense())
+    out = random_walk_powers(a, K, truncation=rule)
+    assert len(out) == K + 1
+    np.testing.assert_array_equal(out[0].toarray(), np.eye(graph.n))
+    ref = np.eye(graph.n)
+    for m in out[1:]:
+        m = m.tocsr()
+        per_row = np.diff(m.indptr)
+        if rule.topk > 0:
+            assert per_row.max(initial=0) <= rule.topk
+        rows = np.repeat(np.arange(graph.n), per_row)
+        if rule.tau > 0:
+            assert np.all((np.abs(m.data) >= rule.tau) | (rows == m.indices))
+        got = m.toarray()
+        ref = dense_truncate(ref @ p, rule.tau, rule.topk, prefer=got)
+        np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
 
 
 def test_random_walk_star_hand_worked():

@@ -13,14 +13,16 @@ from xmask_cli.structure.powers import (
     union_pairs,
 )
 from xmask_cli.structure.spd import BEYOND, UNREACHABLE, pair_distance, shortest_path_pairs
-from xmask_cli.structure.spectrum import lowest_eigenpairs, magnetic_laplacian, normalized_laplacian
+from xmask_cli.structure.spectrum import DENSE_MAX, block_eigenpairs, lowest_eigenpairs, magnetic_laplacian, normalized_laplacian
 
 __all__ = [
+    "DENSE_MAX",
     "BEYOND",
     "UNREACHABLE",
     "Truncation",
     "adjacency",
     "adjacency_powers",
+    "block_eigenpairs",
     "connected_components",
     "lowest_eigenpairs",
     "magnetic_laplacian",

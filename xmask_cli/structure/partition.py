@@ -23,5 +23,6 @@ def metis_parts(a: sp.spmatrix, parts: int, *, seed: int = 0) -> np.ndarray:
 
     a = sp.csr_matrix(a)
     opts = pymetis.Options(seed=seed)
-    _, membership = pymetis.part_graph(parts, xadj=a.indptr.astype(np.int64), adjncy=a.indices.astype(np.int64), options=opts)
+    adj = pymetis.CSRAdjacency(a.indptr.astype(np.int64), a.indices.astype(np.int64))
+    _, membership = pymetis.part_graph(parts, adjacency=adj, options=opts)
     return np.asarray(membership, dtype=np.int32)

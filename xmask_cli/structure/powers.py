@@ -64,21 +64,26 @@ def random_walk_matrix(a: sp.spmatrix) -> sp.csr_matrix:
     return (sp.diags(inv) @ a).tocsr()
 
 
-def truncate_rows(m: sp.csr_matrix, rule: Truncation) -> sp.csr_matrix:
-    """Apply ``rule`` to a CSR matrix row by row."""
+def truncate_rows(m: sp.csr_matrix, rule: Truncation, *, row_offset: int = 0) -> sp.csr_matrix:
+    """Apply ``rule`` to a CSR matrix row by row.
+
+    ``row_offset``: global index of ``m``'s first row, when ``m`` is a block of
+    rows of a larger matrix (so that the diagonal is found in the right column).
+    """
     m = m.tocsr()
     if rule.exact:
         return m
     n = m.shape[0]
     indptr, indices, data = m.indptr, m.indices, m.data
     rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    diag = rows + row_offset == indices
     keep = np.ones(data.shape[0], dtype=bool)
     if rule.tau > 0:
         keep &= np.abs(data) >= rule.tau
-        keep |= rows == indices  # the diagonal always survives: it is the node itself
+        keep |= diag  # the diagonal always survives: it is the node itself
     if rule.topk > 0 and np.diff(indptr).max(initial=0) > rule.topk:
         # Rank entries inside each row by decreasing magnitude; the diagonal ranks first.
-        score = np.where(rows == indices, np.inf, np.abs(data))
+        score = np.where(diag, np.inf, np.abs(data))
         score = np.where(keep, score, -1.0)
         order = np.lexsort((-score, rows))
         rank = np.empty_like(order)
@@ -105,7 +110,7 @@ def _product(left: sp.csr_matrix, right: sp.csr_matrix, rule: Truncation) -> sp.
         base = cum[start - 1] if start else 0
         stop = int(np.searchsorted(cum, base + _ROW_BLOCK_NNZ, side="right"))
         stop = max(stop, start + 1)
-        blocks.append(truncate_rows((left[start:stop] @ right).tocsr(), rule))
+        blocks.append(truncate_rows((left[start:stop] @ right).tocsr(), rule, row_offset=start))
         start = stop
     out = sp.vstack(blocks, format="csr")
     out.sort_indices()
