@@ -185,3 +185,16 @@ def test_cached_structure_matches_numpy_on_mutag(tmp_path):
             d = a.sum(1)
             ahat = a / np.sqrt(np.outer(d, d))
             np.testing.assert_allclose(c.dense_powers(i)[2], np.linalg.matrix_power(ahat, 3), rtol=1e-5, atol=1e-7)
+
+
+def test_verify_check_inputs_recomputes_the_fingerprint(tmp_path, shared_data):
+    c = str(tmp_path / "c")
+    out = json.loads(run("-f", "json", "prepare", "mutag", "--cache-dir", c).stdout)
+    r = run("-f", "json", "cache", "verify", "--cache-dir", c, "--check-inputs", "--data-root", str(shared_data))
+    assert r.exit_code == 0 and json.loads(r.stdout)[0]["ok"]
+    with h5py.File(out["path"], "r+") as f:  # pretend the file came from other graphs
+        f.attrs["fingerprint"] = "0" * 64
+    r = run("-f", "json", "cache", "verify", "--cache-dir", c, "--check-inputs")
+    assert r.exit_code == 4
+    problems = json.loads(r.stdout)[0]["problems"]
+    assert any("other input graphs" in p for p in problems)

@@ -298,6 +298,12 @@ def cache_verify(
     ctx: typer.Context,
     target: Annotated[Optional[str], typer.Argument(help="A cache file, or a dataset name (default: all).", show_default=False)] = None,
     cache_dir: CacheDirOpt = None,
+    check_inputs: Annotated[
+        bool, typer.Option("--check-inputs", help="Also reload each dataset (offline) and recompute its fingerprint.")
+    ] = False,
+    data_root: Annotated[
+        Optional[Path], typer.Option("--data-root", help="Data root for --check-inputs [env XMASK_DATA_ROOT].", show_default=False)
+    ] = None,
     fmt: FormatOpt = None,
 ) -> None:
     """Check every cache file: readable, checksums, key matches fingerprint, format current.
@@ -309,6 +315,8 @@ def cache_verify(
         xmask cache verify
 
         xmask cache verify cache/mutag/3f1c0e9a2b.h5 --format json
+
+        xmask cache verify cora --check-inputs --data-root ../shared/datasets
     """
     from xmask_cli import cache as K
     from xmask_cli.errors import CacheError
@@ -321,7 +329,23 @@ def cache_verify(
         files = [Path(target)]
     else:
         files = K.cache_files(resolve_cache_dir(cache_dir), target)
-    report = [{"path": str(p), "ok": not probs, "problems": probs} for p in files for probs in [K.verify(p)]]
+    fingerprints: dict[str, str | None] = {}
+
+    def expected(p: Path) -> str | None:
+        """Fingerprint of the dataset now on disk, for --check-inputs."""
+        if not check_inputs:
+            return None
+        from xmask_cli.data.load import load_graphs, resolve_data_root
+        from xmask_cli.data.registry import get_dataset
+
+        name = p.parent.name
+        if name not in fingerprints:
+            spec = get_dataset(name)
+            graphs = load_graphs(spec, data_root=resolve_data_root(data_root), cache_dir=resolve_cache_dir(cache_dir), offline=True)
+            fingerprints[name] = graphs.fingerprint()
+        return fingerprints[name]
+
+    report = [{"path": str(p), "ok": not probs, "problems": probs} for p in files for probs in [K.verify(p, expected(p))]]
 
     def human(con: Any) -> None:
         if not report:
