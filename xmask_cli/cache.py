@@ -12,24 +12,28 @@ chunked, LZF-compressed (with byte shuffle) and fletcher32-checksummed::
     /graphs/large         bool  [G]        True: truncation rule and SPD radius applied
     /nodes/component      int32 [N]        connected-component id (equal ids: mutually reachable)
     /nodes/part           int32 [N]        METIS part of each node (only with partitions)
-    /powers/{ptr,row,col} int64 [G+1], int32 [P], int32 [P]   pairs, graph-local ids
+    /powers/indptr        int64 [N+1]      CSR over all nodes: node i's pairs are indptr[i]:indptr[i+1]
+    /powers/col           int32 [P]        graph-local column of each pair
     /powers/values        float32 [P, K]   column j = Â^(j+1) at each pair (0 where absent)
-    /spd/{ptr,row,col}    pairs at distance <= max_distance (<= spd_radius if large)
+    /spd/{indptr,col}     pairs at distance <= max_distance (<= spd_radius if large)
     /spd/dist             uint8 [S]
-    /rrwp/{ptr,row,col}   pairs of the union support of I, P, ..., P^steps
+    /rrwp/{indptr,col}    pairs of the union support of I, P, ..., P^steps
     /rrwp/values          float32 [R, steps+1]
     /spectrum/{val_ptr,vec_ptr}   int64 [G+1] offsets into eigvals / flat eigvecs
     /spectrum/eigvals     float64 [sum m_g]
     /spectrum/eigvecs     float32 [sum n_g*m_g]  row-major [n_g, m_g] per graph
     /magnetic/...         as /spectrum, eigvecs complex64
 
-Pairs are grouped by ascending ``row`` inside each graph. A pair missing from
+Graph ``g``'s pairs are ``indptr[node_ptr[g]] : indptr[node_ptr[g+1]]``, one
+contiguous read (the PyG ``slices`` idea); the row of a pair is implied by
+``indptr``, so only columns are stored. A pair missing from
 ``/spd`` is farther than the cut-off when both nodes share a component, and
 unreachable otherwise.
 """
 from __future__ import annotations
 
 import datetime as _dt
+import functools
 import hashlib
 import json
 import os
@@ -59,6 +63,7 @@ def cache_path(cache_dir: Path, dataset_key: str, key: str) -> Path:
     return Path(cache_dir) / dataset_key / f"{key}.h5"
 
 
+@functools.lru_cache(maxsize=1)
 def _versions() -> dict[str, str]:
     import importlib.metadata as md
 
@@ -287,11 +292,14 @@ class StructureCache:
     # -- per-graph accessors
     def pairs(self, group: str, g: int) -> dict[str, np.ndarray]:
         """All arrays of a pair group (``powers``, ``spd``, ``rrwp``) for graph ``g``."""
-        p = self._read(f"{group}/ptr", slice(g, g + 2))
-        sl = slice(int(p[0]), int(p[1]))
-        names = [k for k in ("row", "col", "values", "dist")
+        nodes = self._node_slice(g)
+        ip = self._read(f"{group}/indptr", slice(nodes.start, nodes.stop + 1))
+        sl = slice(int(ip[0]), int(ip[-1]))
+        names = [k for k in ("col", "values", "dist")
                  if f"{group}/{k}" in self._mem or (group in self.file and k in self.file[group])]
-        return {k: self._read(f"{group}/{k}", sl) for k in names}
+        out = {k: self._read(f"{group}/{k}", sl) for k in names}
+        out["row"] = np.repeat(np.arange(len(ip) - 1, dtype=np.int32), np.diff(ip))
+        return out
 
     def powers(self, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(row, col, values[P, K])`` of graph ``g``: Â^1..Â^K on their union support."""
@@ -365,11 +373,16 @@ def info(path: Path) -> CacheInfo:
 
 def cache_files(cache_dir: Path, dataset: str | None = None) -> list[Path]:
     """Cache files under ``cache_dir`` (one dataset's, if given), temporary files excluded."""
+    return [p for d in _dataset_dirs(cache_dir, dataset) for p in sorted(d.glob("*.h5")) if not p.name.startswith(".")]
+
+
+def _dataset_dirs(cache_dir: Path, dataset: str | None) -> list[Path]:
+    """Per-dataset folders of a cache dir (``_``-prefixed folders hold loader files, not caches)."""
     cache_dir = Path(cache_dir)
     if not cache_dir.is_dir():
         return []
-    dirs = [cache_dir / dataset.lower()] if dataset else [d for d in sorted(cache_dir.iterdir()) if d.is_dir() and not d.name.startswith("_")]
-    return [p for d in dirs if d.is_dir() for p in sorted(d.glob("*.h5")) if not p.name.startswith(".")]
+    dirs = [cache_dir / dataset.lower()] if dataset else sorted(d for d in cache_dir.iterdir() if not d.name.startswith("_"))
+    return [d for d in dirs if d.is_dir()]
 
 
 def verify(path: Path, expected_fingerprint: str | None = None) -> list[str]:
@@ -418,8 +431,10 @@ def verify(path: Path, expected_fingerprint: str | None = None) -> list[str]:
             if ptr.shape[0] != nn.shape[0] + 1 or not np.array_equal(np.diff(ptr), nn):
                 problems.append("graph offsets inconsistent with node counts")
             for group in _GROUPS_WITH_PAIRS:
-                if f"{group}/ptr" in f and f[f"{group}/ptr"].shape[0] != nn.shape[0] + 1:
-                    problems.append(f"'{group}/ptr' has the wrong length")
+                if f"{group}/indptr" in f:
+                    ip = f[f"{group}/indptr"]
+                    if ip.shape[0] != int(nn.sum()) + 1 or int(ip[-1]) != f[f"{group}/col"].shape[0]:
+                        problems.append(f"'{group}/indptr' inconsistent with the node count or '{group}/col'")
         elif not problems:
             problems.append("missing graphs/node_ptr")
     return problems
@@ -429,12 +444,7 @@ def clear(cache_dir: Path, dataset: str | None = None) -> list[Path]:
     """Remove cache files (one dataset's, if given) and stale temporary files; return what was removed."""
     cache_dir = Path(cache_dir)
     removed: list[Path] = []
-    if not cache_dir.is_dir():
-        return removed
-    dirs = [cache_dir / dataset.lower()] if dataset else [d for d in cache_dir.iterdir() if d.is_dir() and not d.name.startswith("_")]
-    for d in dirs:
-        if not d.is_dir():
-            continue
+    for d in _dataset_dirs(cache_dir, dataset):
         for p in sorted(d.iterdir()):
             if p.suffix == ".h5" or ".h5.tmp-" in p.name:
                 p.unlink()

@@ -50,7 +50,7 @@ class BlockResult:
     num_edges: np.ndarray
     large: np.ndarray
     component: np.ndarray
-    pairs: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # group -> arrays incl. 'counts'
+    pairs: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # group -> arrays incl. 'node_counts'
     eig: dict[str, dict[str, list]] = field(default_factory=dict)  # group -> vals / vecs / method
     part: np.ndarray | None = None
 
@@ -62,14 +62,15 @@ def _block_adjacency(edges: list[np.ndarray], nn: np.ndarray, symmetric: bool = 
 
 
 def _split_pairs(row: np.ndarray, col: np.ndarray, offs: np.ndarray, **extra: np.ndarray) -> dict[str, np.ndarray]:
-    """Cut block pairs (grouped by ascending row) into per-graph local pairs."""
-    bounds = np.searchsorted(row, offs)
-    counts = np.diff(bounds).astype(np.int64)
+    """Block pairs (grouped by ascending row) -> per-node counts and graph-local columns."""
+    n = int(offs[-1])
+    node_counts = np.bincount(row, minlength=n).astype(np.int64)
     if len(offs) == 2:  # one graph: ids are already local
-        out = {"row": row.astype(np.int32, copy=False), "col": col.astype(np.int32, copy=False), "counts": counts}
+        local = col.astype(np.int32, copy=False)
     else:
-        shift = np.repeat(offs[:-1], counts)
-        out = {"row": (row - shift).astype(np.int32), "col": (col - shift).astype(np.int32), "counts": counts}
+        graph_of_node = np.repeat(np.arange(len(offs) - 1), np.diff(offs))
+        local = (col - offs[:-1][graph_of_node][row]).astype(np.int32)
+    out = {"node_counts": node_counts, "col": local}
     out.update(extra)
     return out
 
@@ -274,11 +275,11 @@ def prepare_graphs(
             for group, arrs in r.pairs.items():
                 if group not in ptrs:
                     ptrs[group] = 0
-                    w.append(f"{group}/ptr", np.zeros(1, dtype=np.int64))
-                w.append(f"{group}/ptr", ptrs[group] + np.cumsum(arrs["counts"]))
-                ptrs[group] += int(arrs["counts"].sum())
+                    w.append(f"{group}/indptr", np.zeros(1, dtype=np.int64))
+                w.append(f"{group}/indptr", ptrs[group] + np.cumsum(arrs["node_counts"]))
+                ptrs[group] += int(arrs["node_counts"].sum())
                 for k, v in arrs.items():
-                    if k != "counts":
+                    if k != "node_counts":
                         w.append(f"{group}/{k}", v)
             for group, e in r.eig.items():
                 if group not in vptr:
