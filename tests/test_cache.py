@@ -231,3 +231,47 @@ def test_ls_and_clear(tmp_path):
     removed = K.clear(tmp_path / "cache", "toy")
     assert [p.name for p in removed] == [Path(s.path).name]
     assert K.cache_files(tmp_path / "cache") == []
+
+
+def test_optional_structure_round_trip(tmp_path):
+    """RRWP, the magnetic Laplacian and no-symnorm powers, through prepare and the reader."""
+    edges, nodes = random_graphs(7, 6)
+    cfg = resolve("graph-level", ["structure.rrwp.enabled=true", "structure.rrwp.steps=5",
+                                  "structure.magnetic.enabled=true", "structure.powers.normalization=no-symnorm",
+                                  "structure.powers.k=3"]).structure
+    s = _prepare(tmp_path, edges, nodes, cfg=cfg)
+    with K.StructureCache(s.path) as c:
+        for g, (e, n) in enumerate(zip(edges, nodes)):
+            n = int(n)
+            a = np.zeros((n, n))
+            for u, v in e.T:
+                if u != v:
+                    a[u, v] = a[v, u] = 1
+            b = a + np.eye(n)
+            row, col, vals = c.powers(g)
+            dense = np.zeros((3, n, n))
+            dense[:, row, col] = vals.T
+            for k in range(3):
+                m = np.linalg.matrix_power(b, k + 1)
+                d = m.sum(1)
+                np.testing.assert_allclose(dense[k], m / np.sqrt(np.outer(d, d)), rtol=1e-5, atol=1e-7)
+            deg = a.sum(1)
+            p = np.where(deg[:, None] > 0, a / np.maximum(deg[:, None], 1), 0)
+            row, col, vals = c.rrwp(g)
+            dense = np.zeros((6, n, n))
+            dense[:, row, col] = vals.T
+            for k in range(6):
+                np.testing.assert_allclose(dense[k], np.linalg.matrix_power(p, k), rtol=1e-5, atol=1e-7)
+            lam, vec = c.magnetic(g)
+            assert np.iscomplexobj(vec)
+            # The edge lists name each edge once (u -> v): the magnetic Laplacian sees that direction.
+            ad = np.zeros((n, n))
+            for u, v in e.T:
+                if u != v:
+                    ad[u, v] = 1
+            a_s = (ad + ad.T) / 2
+            ds = a_s.sum(1)
+            inv = np.where(ds > 0, 1 / np.sqrt(np.maximum(ds, 1e-300)), 0)
+            lap = np.eye(n) - inv[:, None] * a_s * inv[None, :] * np.exp(1j * 2 * np.pi * 0.25 * (ad - ad.T))
+            np.testing.assert_allclose(lam, np.linalg.eigvalsh(lap), atol=1e-6)
+            np.testing.assert_allclose((vec * lam) @ vec.conj().T, lap, atol=1e-5)

@@ -95,10 +95,13 @@ def _compute_block(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig
     res = BlockResult(num_nodes=nn, num_edges=edge_counts, large=np.full(len(nn), large), component=S.connected_components(a))
     trunc = S.Truncation(cfg.large.tau, cfg.large.topk) if large else S.Truncation()
 
-    pw = S.adjacency_powers(a, cfg.powers.k, normalization=cfg.powers.normalization, truncation=trunc)
-    row, col, vals = S.union_pairs(pw)
+    if large:  # truncated, iterated sparse products
+        pw = S.adjacency_powers(a, cfg.powers.k, normalization=cfg.powers.normalization, truncation=trunc)
+        row, col, vals = S.union_pairs(pw)
+        del pw
+    else:  # exact: one compiled pass over every node's ball
+        row, col, vals = S.power_pairs(a, cfg.powers.k, normalization=cfg.powers.normalization)
     res.pairs["powers"] = _split_pairs(row, col, offs, values=vals.astype(np.float32))
-    del pw
 
     if cfg.spd.enabled:
         radius = min(cfg.spd.max_distance, cfg.large.spd_radius) if large else cfg.spd.max_distance
@@ -106,8 +109,10 @@ def _compute_block(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig
         res.pairs["spd"] = _split_pairs(r, c, offs, dist=d)
 
     if cfg.rrwp.enabled:
-        rw = S.random_walk_powers(a, cfg.rrwp.steps, truncation=trunc)
-        r, c, v = S.union_pairs(rw)
+        if large:
+            r, c, v = S.union_pairs(S.random_walk_powers(a, cfg.rrwp.steps, truncation=trunc))
+        else:
+            r, c, v = S.walk_pairs(a, cfg.rrwp.steps)
         res.pairs["rrwp"] = _split_pairs(r, c, offs, values=v.astype(np.float32))
 
     if cfg.spectrum.enabled:

@@ -8,9 +8,11 @@ from xmask_cli.structure.powers import (
     Truncation,
     adjacency_powers,
     normalized_adjacency,
+    power_pairs,
     random_walk_powers,
     truncate_rows,
     union_pairs,
+    walk_pairs,
 )
 from xmask_cli.structure.spd import BEYOND, UNREACHABLE, pair_distance, shortest_path_pairs
 from xmask_cli.structure.spectrum import DENSE_MAX, block_eigenpairs, lowest_eigenpairs, magnetic_laplacian, normalized_laplacian
@@ -30,8 +32,10 @@ __all__ = [
     "normalized_adjacency",
     "normalized_laplacian",
     "pair_distance",
+    "power_pairs",
     "random_walk_powers",
     "shortest_path_pairs",
     "truncate_rows",
     "union_pairs",
+    "walk_pairs",
 ]

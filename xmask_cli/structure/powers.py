@@ -205,3 +205,34 @@ def union_pairs(mats: list[sp.csr_matrix]) -> tuple[np.ndarray, np.ndarray, np.n
         key = np.repeat(np.arange(n, dtype=np.int64), np.diff(c.indptr)) * n + c.indices
         values[np.searchsorted(union, key), j] = c.data
     return row, col, values
+
+
+def power_pairs(a: sp.spmatrix, k: int, *, normalization: str = "sym") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact powers ``1..k`` as pairs on their union support (the ball of radius ``k``).
+
+    Same numbers as :func:`adjacency_powers` followed by :func:`union_pairs`
+    with no truncation, computed in one compiled pass
+    (:func:`~xmask_cli.structure.walks.power_rows`); rows ascending, each
+    row's columns in breadth-first order.
+    """
+    from xmask_cli.structure.walks import power_rows
+
+    if normalization == "sym":
+        return power_rows(normalized_adjacency(a), k)
+    if normalization == "no-symnorm":
+        row, col, raw = power_rows(with_self_loops(a), k)
+        n = a.shape[0]
+        out = np.empty_like(raw)
+        for j in range(k):
+            # Row sums of (A+I)^j are exact here: the whole ball is kept.
+            d = inv_sqrt(np.bincount(row, weights=raw[:, j], minlength=n))
+            out[:, j] = raw[:, j] * d[row] * d[col]
+        return row, col, out
+    raise ValueError(f"unknown normalization {normalization!r}; expected 'sym' or 'no-symnorm'")
+
+
+def walk_pairs(a: sp.spmatrix, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Exact ``I, P, ..., P^steps`` (``P = D^-1 A``) as pairs on their union support."""
+    from xmask_cli.structure.walks import power_rows
+
+    return power_rows(random_walk_matrix(a), steps, include_identity=True)

@@ -1,0 +1,73 @@
+"""Compiled ball propagation (power_rows, power_pairs, walk_pairs) against dense numpy."""
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from xmask_cli.structure import adjacency, power_pairs, walk_pairs
+from xmask_cli.structure.walks import power_rows
+
+
+def _dense_from_pairs(row, col, values, n):
+    out = np.zeros((values.shape[1], n, n))
+    out[:, row, col] = values.T
+    return out
+
+
+def _sym_norm(a: np.ndarray) -> np.ndarray:
+    d = a.sum(1)
+    inv = np.where(d > 0, 1 / np.sqrt(np.maximum(d, 1e-300)), 0.0)
+    return inv[:, None] * a * inv[None, :]
+
+
+@pytest.mark.parametrize("k", [1, 3, 4])
+def test_power_pairs_sym_equal_matrix_powers(graph, k):
+    a = graph.dense()
+    ahat = _sym_norm(a + np.eye(graph.n))
+    row, col, vals = power_pairs(adjacency(graph.edge_index, graph.n), k)
+    dense = _dense_from_pairs(row, col, vals, graph.n)
+    for j in range(k):
+        np.testing.assert_allclose(dense[j], np.linalg.matrix_power(ahat, j + 1), rtol=1e-10, atol=1e-14)
+    # The pairs are exactly the ball of radius k (union of the supports), each once.
+    lengths = dict(nx.all_pairs_shortest_path_length(graph.nx_graph(), cutoff=k))
+    expected = {(i, j) for i in lengths for j in lengths[i]}
+    got = set(zip(row.tolist(), col.tolist()))
+    assert got == expected and len(got) == len(row)
+    assert np.all(np.diff(row) >= 0)
+
+
+def test_power_pairs_no_symnorm_normalizes_after_raising(graph):
+    a = graph.dense() + np.eye(graph.n)
+    row, col, vals = power_pairs(adjacency(graph.edge_index, graph.n), 3, normalization="no-symnorm")
+    dense = _dense_from_pairs(row, col, vals, graph.n)
+    for j in range(3):
+        np.testing.assert_allclose(dense[j], _sym_norm(np.linalg.matrix_power(a, j + 1)), rtol=1e-10, atol=1e-14)
+
+
+def test_walk_pairs_are_random_walk_probabilities(graph):
+    a = graph.dense()
+    d = a.sum(1)
+    p = np.where(d[:, None] > 0, a / np.maximum(d[:, None], 1), 0.0)
+    row, col, vals = walk_pairs(adjacency(graph.edge_index, graph.n), 6)
+    dense = _dense_from_pairs(row, col, vals, graph.n)
+    assert dense.shape[0] == 7
+    for j in range(7):
+        np.testing.assert_allclose(dense[j], np.linalg.matrix_power(p, j), rtol=1e-10, atol=1e-14)
+
+
+def test_power_rows_of_a_directed_matrix():
+    """Rows of M^k for a non-symmetric M: e_i^T M^k, not M^k e_i."""
+    rng = np.random.default_rng(0)
+    m = (rng.random((12, 12)) < 0.2) * rng.random((12, 12))
+    import scipy.sparse as sp
+
+    row, col, vals = power_rows(sp.csr_matrix(m), 3, include_identity=True)
+    dense = _dense_from_pairs(row, col, vals, 12)
+    for j in range(4):
+        np.testing.assert_allclose(dense[j], np.linalg.matrix_power(m, j), rtol=1e-10, atol=1e-14)
+
+
+def test_unknown_normalization():
+    with pytest.raises(ValueError, match="unknown normalization"):
+        power_pairs(adjacency(np.array([[0], [1]]), 2), 2, normalization="rw")
