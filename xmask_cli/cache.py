@@ -13,7 +13,7 @@ chunked, LZF-compressed (with byte shuffle) and fletcher32-checksummed::
     /nodes/component      int32 [N]        connected-component id (equal ids: mutually reachable)
     /nodes/part           int32 [N]        METIS part of each node (only with partitions)
     /powers/indptr        int64 [N+1]      CSR over all nodes: node i's pairs are indptr[i]:indptr[i+1]
-    /powers/col           int32 [P]        graph-local column of each pair
+    /powers/col           uint16 [P]       graph-local column of each pair (int32 if a graph has > 65536 nodes)
     /powers/values        float32 [P, K]   column j = Â^(j+1) at each pair (0 where absent)
     /spd/{indptr,col}     pairs at distance <= max_distance (<= spd_radius if large)
     /spd/dist             uint8 [S]
@@ -37,10 +37,12 @@ import functools
 import hashlib
 import json
 import os
+import queue
 import shutil
+import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import h5py
 import numpy as np
@@ -49,7 +51,7 @@ from xmask_cli.errors import CacheError, NotWritableError
 
 FORMAT_VERSION = 1
 _CHUNK = 1 << 17
-_FLUSH_BYTES = 256 << 20
+_FLUSH_BYTES = 64 << 20
 _GROUPS_WITH_PAIRS = ("powers", "spd", "rrwp")
 
 
@@ -91,9 +93,11 @@ class CacheWriter:
     """Writes one cache file under a temporary name and renames it on success.
 
     Use as a context manager; arrays are appended block by block so that a
-    large dataset never has to sit in memory whole. On any exception (or a
-    kill) only the temporary ``.<key>.h5.tmp-<pid>`` file is left, never a
-    file under the real name.
+    large dataset never has to sit in memory whole. Buffered slabs are
+    compressed and written by one background thread (h5py releases the GIL
+    there), so writing overlaps the computation of the next blocks. On any
+    exception (or a kill) only the temporary ``.<key>.h5.tmp-<pid>`` file is
+    left, never a file under the real name.
     """
 
     def __init__(self, path: Path, attrs: dict[str, Any]):
@@ -104,6 +108,9 @@ class CacheWriter:
         self._f: h5py.File | None = None
         self._buf: dict[str, list[np.ndarray]] = {}
         self._buffered = 0
+        self._jobs: queue.Queue = queue.Queue(maxsize=2)  # bounds memory held by pending slabs
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
 
     def __enter__(self) -> "CacheWriter":
         self._f = h5py.File(self.tmp, "w")
@@ -113,7 +120,26 @@ class CacheWriter:
         self._f.attrs["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         self._f.attrs["versions"] = json.dumps(_versions(), sort_keys=True)
         self._f.attrs["complete"] = False
+        self._thread = threading.Thread(target=self._run, name="xmask-cache-writer", daemon=True)
+        self._thread.start()
         return self
+
+    def _run(self) -> None:
+        """Writer thread: the only code that touches the file between enter and exit."""
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            if self._error is None:
+                try:
+                    job()
+                except BaseException as exc:  # re-raised in the caller's thread
+                    self._error = exc
+
+    def _submit(self, job: Callable[[], None]) -> None:
+        if self._error is not None:
+            raise self._error
+        self._jobs.put(job)
 
     def append(self, name: str, array: np.ndarray) -> None:
         """Append rows to the extendable dataset ``name`` (created on first use).
@@ -128,48 +154,67 @@ class CacheWriter:
             self.flush()
 
     def flush(self) -> None:
-        """Write every buffered slab to the file."""
+        """Hand every buffered slab to the writer thread."""
+        slabs, self._buf, self._buffered = self._buf, {}, 0
+        if slabs:
+            self._submit(lambda: self._write(slabs))
+
+    def _write(self, slabs: dict[str, list[np.ndarray]]) -> None:
         assert self._f is not None
-        for name, parts in self._buf.items():
-            array = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        for name, parts in slabs.items():
+            if len(parts) > 1 and sum(p.nbytes for p in parts) < (16 << 20):
+                parts = [np.concatenate(parts)]  # small slabs: one write, no partial-chunk rewrites
+            first = parts[0]
             if name not in self._f:
-                row_items = max(1, int(np.prod(array.shape[1:])))
-                chunk_rows = max(1, min(_CHUNK // row_items, max(array.shape[0], 1)))
+                row_items = max(1, int(np.prod(first.shape[1:])))
+                chunk_rows = max(1, min(_CHUNK // row_items, max(sum(p.shape[0] for p in parts), 1)))
                 self._f.create_dataset(
                     name,
-                    shape=(0, *array.shape[1:]),
-                    maxshape=(None, *array.shape[1:]),
-                    dtype=array.dtype,
-                    chunks=(chunk_rows, *array.shape[1:]),
+                    shape=(0, *first.shape[1:]),
+                    maxshape=(None, *first.shape[1:]),
+                    dtype=first.dtype,
+                    chunks=(chunk_rows, *first.shape[1:]),
                     # LZF (bundled with h5py) writes about twice as fast as gzip at a similar size here.
                     compression="lzf",
                     shuffle=True,
                     fletcher32=True,
                 )
-            if array.shape[0]:
-                ds = self._f[name]
-                start = ds.shape[0]
-                ds.resize(start + array.shape[0], axis=0)
-                ds[start:] = array
-        self._buf.clear()
-        self._buffered = 0
+            ds = self._f[name]
+            start = ds.shape[0]
+            ds.resize(start + sum(p.shape[0] for p in parts), axis=0)
+            for p in parts:  # no concatenated copy of large slabs: each goes straight to its rows
+                if p.shape[0]:
+                    ds[start:start + p.shape[0]] = p
+                    start += p.shape[0]
 
     def set_attrs(self, name: str, **attrs: Any) -> None:
-        assert self._f is not None
+        """Attributes on group ``name`` (created if needed), written in order with the data."""
         self.flush()
-        obj = self._f.require_group(name)
-        for k, v in attrs.items():
-            obj.attrs[k] = v
+
+        def job() -> None:
+            assert self._f is not None
+            obj = self._f.require_group(name)
+            for k, v in attrs.items():
+                obj.attrs[k] = v
+
+        self._submit(job)
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        assert self._f is not None
+        assert self._f is not None and self._thread is not None
+        ok = exc_type is None
         try:
-            if exc_type is None:
+            if ok:
                 self.flush()
+            self._jobs.put(None)
+            self._thread.join()
+            if ok and self._error is not None:
+                ok = False
+                raise self._error
+            if ok:
                 self._f.attrs["complete"] = True
-            self._f.close()
         finally:
-            if exc_type is None:
+            self._f.close()
+            if ok:
                 os.replace(self.tmp, self.path)
             else:
                 self.tmp.unlink(missing_ok=True)

@@ -135,7 +135,7 @@ def prepare(
     dataset: Annotated[Optional[str], typer.Argument(help="Dataset name (see README), e.g. cora, MUTAG, ogbg-molhiv.", show_default=False)] = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
-    workers: Annotated[int, typer.Option("--workers", "-j", min=1, help="Processes over blocks of graphs.")] = 1,
+    workers: Annotated[int, typer.Option("--workers", "-j", min=1, help="Processes: N > 1 computes spectra and partitions in N-1 workers alongside.")] = 1,
     force: Annotated[bool, typer.Option("--force", help="Recompute even if the cache has this key.")] = False,
     data_root: Annotated[
         Optional[Path], typer.Option("--data-root", help="Data root holding NAME/raw/... folders [env XMASK_DATA_ROOT].", show_default=False)

@@ -61,32 +61,53 @@ def _block_adjacency(edges: list[np.ndarray], nn: np.ndarray, symmetric: bool = 
     return S.adjacency(ei, int(offs[-1]), symmetric=symmetric)
 
 
-def _split_pairs(row: np.ndarray, col: np.ndarray, offs: np.ndarray, **extra: np.ndarray) -> dict[str, np.ndarray]:
+def col_dtype(num_nodes: np.ndarray) -> np.dtype:
+    """Graph-local column ids fit uint16 for every graph-level benchmark: half the bytes of int32."""
+    return np.dtype(np.uint16) if int(np.max(num_nodes, initial=0)) <= 1 << 16 else np.dtype(np.int32)
+
+
+def _split_pairs(row: np.ndarray, col: np.ndarray, offs: np.ndarray, cdtype: np.dtype, **extra: np.ndarray) -> dict[str, np.ndarray]:
     """Block pairs (grouped by ascending row) -> per-node counts and graph-local columns."""
     n = int(offs[-1])
     node_counts = np.bincount(row, minlength=n).astype(np.int64)
     if len(offs) == 2:  # one graph: ids are already local
-        local = col.astype(np.int32, copy=False)
+        local = col.astype(cdtype, copy=False)
     else:
         graph_of_node = np.repeat(np.arange(len(offs) - 1), np.diff(offs))
-        local = (col - offs[:-1][graph_of_node][row]).astype(np.int32)
+        local = (col - offs[:-1][graph_of_node][row]).astype(cdtype)
     out = {"node_counts": node_counts, "col": local}
     out.update(extra)
     return out
 
 
-def compute_block(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, large: bool, level: str) -> BlockResult:
-    """Structure of one block of graphs (block-diagonal), or of one large graph."""
+def compute_block(
+    edges: list[np.ndarray],
+    nn: np.ndarray,
+    cfg: StructureConfig,
+    large: bool,
+    level: str,
+    cdtype: np.dtype = np.dtype(np.int32),
+    parts: tuple[str, ...] = ("pairs", "per-graph"),
+) -> BlockResult:
+    """Structure of one block of graphs (block-diagonal), or of one large graph.
+
+    ``parts`` selects the pair groups (powers, SPD, RRWP: large outputs), the
+    per-graph results (spectra, partitions: small outputs), or both, so that a
+    worker process can compute the second while the writing process does the first.
+    """
     from threadpoolctl import threadpool_limits
 
     # Matrices here are small or sparse: threaded BLAS only adds contention (seen: one
     # 136-node eigh from 3 ms to 600 ms while another process kept the second core busy).
     # Parallelism comes from --workers and numba instead.
     with threadpool_limits(1, user_api="blas"):
-        return _compute_block(edges, nn, cfg, large, level)
+        return _compute_block(edges, nn, cfg, large, level, cdtype, parts)
 
 
-def _compute_block(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, large: bool, level: str) -> BlockResult:
+def _compute_block(
+    edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, large: bool, level: str, cdtype: np.dtype,
+    parts: tuple[str, ...],
+) -> BlockResult:
     nn = np.asarray(nn, dtype=np.int64)
     offs = np.concatenate([[0], np.cumsum(nn)]).astype(np.int64)
     a = _block_adjacency(edges, nn)
@@ -94,27 +115,46 @@ def _compute_block(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig
     edge_counts = (np.bincount(graph_of_node, weights=np.diff(a.indptr), minlength=len(nn)) // 2).astype(np.int64)
     res = BlockResult(num_nodes=nn, num_edges=edge_counts, large=np.full(len(nn), large), component=S.connected_components(a))
     trunc = S.Truncation(cfg.large.tau, cfg.large.topk) if large else S.Truncation()
+    if "pairs" in parts:
+        _pair_groups(res, a, offs, cfg, large, trunc, cdtype)
+    if "per-graph" in parts:
+        _per_graph(res, a, edges, nn, offs, cfg, level)
+    return res
 
-    if large:  # truncated, iterated sparse products
+
+def _pair_groups(res: BlockResult, a: sp.csr_matrix, offs: np.ndarray, cfg: StructureConfig, large: bool,
+                 trunc: S.Truncation, cdtype: np.dtype) -> None:
+    spd_max = cfg.spd.max_distance if cfg.spd.enabled else 0
+    if large:  # truncated, iterated sparse products; SPD only within a small radius
         pw = S.adjacency_powers(a, cfg.powers.k, normalization=cfg.powers.normalization, truncation=trunc)
         row, col, vals = S.union_pairs(pw)
         del pw
-    else:  # exact: one compiled pass over every node's ball
-        row, col, vals = S.power_pairs(a, cfg.powers.k, normalization=cfg.powers.normalization)
-    res.pairs["powers"] = _split_pairs(row, col, offs, values=vals.astype(np.float32))
-
-    if cfg.spd.enabled:
-        radius = min(cfg.spd.max_distance, cfg.large.spd_radius) if large else cfg.spd.max_distance
-        r, c, d = S.shortest_path_pairs(a, radius)
-        res.pairs["spd"] = _split_pairs(r, c, offs, dist=d)
+        res.pairs["powers"] = _split_pairs(row, col, offs, cdtype, values=vals.astype(np.float32))
+        if spd_max:
+            r, c, d = S.shortest_path_pairs(a, min(spd_max, cfg.large.spd_radius))
+            res.pairs["spd"] = _split_pairs(r, c, offs, cdtype, dist=d)
+    else:  # exact: one breadth-first search per node gives the powers and the distances
+        fused = spd_max >= cfg.powers.k
+        base = np.repeat(offs[:-1], np.diff(offs))  # first node of each node's graph
+        out = S.ball_structure(a, cfg.powers.k, normalization=cfg.powers.normalization,
+                               spd_radius=spd_max if fused else 0, base=base, col_dtype=cdtype)
+        res.pairs["powers"] = {"node_counts": out["counts"], "col": out["col"], "values": out["values"].astype(np.float32)}
+        if fused:
+            res.pairs["spd"] = {"node_counts": out["spd_counts"], "col": out["spd_col"], "dist": out["spd_dist"]}
+        elif spd_max:
+            r, c, d = S.shortest_path_pairs(a, spd_max)
+            res.pairs["spd"] = _split_pairs(r, c, offs, cdtype, dist=d)
 
     if cfg.rrwp.enabled:
         if large:
             r, c, v = S.union_pairs(S.random_walk_powers(a, cfg.rrwp.steps, truncation=trunc))
         else:
             r, c, v = S.walk_pairs(a, cfg.rrwp.steps)
-        res.pairs["rrwp"] = _split_pairs(r, c, offs, values=v.astype(np.float32))
+        res.pairs["rrwp"] = _split_pairs(r, c, offs, cdtype, values=v.astype(np.float32))
 
+
+def _per_graph(res: BlockResult, a: sp.csr_matrix, edges: list[np.ndarray], nn: np.ndarray, offs: np.ndarray,
+               cfg: StructureConfig, level: str) -> None:
     if cfg.spectrum.enabled:
         lap = S.normalized_laplacian(a)
         res.eig["spectrum"] = _per_graph_eigs(lap, offs, cfg.spectrum.num_eigs, cfg.spectrum.full_max_nodes, np.float32)
@@ -126,7 +166,6 @@ def _compute_block(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig
     if level == "node" and cfg.partition.parts > 0:
         res.part = np.concatenate([S.metis_parts(a[s:e, s:e], cfg.partition.parts, seed=cfg.partition.seed)
                                    for s, e in zip(offs[:-1], offs[1:])]) if len(nn) else np.zeros(0, np.int32)
-    return res
 
 
 def _per_graph_eigs(lap: sp.csr_matrix, offs: np.ndarray, m: int, full_max: int, dtype: Any) -> dict[str, list]:
@@ -177,23 +216,33 @@ def _worker_init() -> None:
 
 
 def _run_block(args: tuple) -> BlockResult:
-    edges, nn, cfg, large, level = args
-    return compute_block(edges, nn, cfg, large, level)
+    return compute_block(*args)
 
 
 def iter_blocks(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, level: str, workers: int) -> Iterator[tuple[int, BlockResult]]:
-    """Yield ``(graphs_done, result)`` in graph order, computing in ``workers`` processes."""
+    """Yield ``(graphs_done, result)`` in graph order.
+
+    With ``workers > 1``, ``workers - 1`` processes compute the per-graph
+    results (spectra, partitions) of every block ahead, while this process
+    computes the pair groups and the writer thread stores them: the large
+    arrays never cross a process boundary, only the small ones do.
+    """
     blocks = plan_blocks(nn, cfg.large.min_nodes)
-    tasks = ((edges[s:e], nn[s:e], cfg, large, level) for s, e, large in blocks)
-    if workers <= 1 or len(blocks) <= 1:
-        for (s, e, _), t in zip(blocks, tasks):
+    cdtype = col_dtype(nn)
+    tasks = [(edges[s:e], nn[s:e], cfg, large, level, cdtype) for s, e, large in blocks]
+    if workers <= 1:
+        for (_, e, _), t in zip(blocks, tasks):
             yield e, _run_block(t)
         return
     import multiprocessing as mp
 
     # spawn: forking a process that already started numba's threads can deadlock.
-    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=_worker_init) as pool:
-        for (s, e, _), r in zip(blocks, pool.map(_run_block, tasks, chunksize=1)):
+    with ProcessPoolExecutor(max_workers=workers - 1, mp_context=mp.get_context("spawn"), initializer=_worker_init) as pool:
+        side = [pool.submit(_run_block, (*t, ("per-graph",))) for t in tasks]
+        for (_, e, _), t, fut in zip(blocks, tasks, side):
+            r = _run_block((*t, ("pairs",)))
+            other = fut.result()
+            r.eig, r.part = other.eig, other.part
             yield e, r
 
 

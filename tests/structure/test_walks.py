@@ -71,3 +71,37 @@ def test_power_rows_of_a_directed_matrix():
 def test_unknown_normalization():
     with pytest.raises(ValueError, match="unknown normalization"):
         power_pairs(adjacency(np.array([[0], [1]]), 2), 2, normalization="rw")
+
+
+def test_ball_structure_on_a_block_diagonal_pair_of_graphs():
+    """Fused powers + distances with graph-local columns, against numpy and networkx per graph."""
+    import scipy.sparse as sp
+
+    from xmask_cli.structure import ball_structure
+
+    g1 = nx.path_graph(7)
+    g2 = nx.gnp_random_graph(12, 0.25, seed=5)
+    a1, a2 = nx.to_numpy_array(g1), nx.to_numpy_array(g2)
+    block = sp.block_diag([a1, a2], format="csr")
+    base = np.array([0] * 7 + [7] * 12)
+    out = ball_structure(block, 3, spd_radius=5, base=base, col_dtype=np.dtype(np.uint16))
+    assert out["col"].dtype == np.uint16 and out["spd_dist"].dtype == np.uint8
+    ip = np.concatenate([[0], np.cumsum(out["counts"])])
+    sp_ip = np.concatenate([[0], np.cumsum(out["spd_counts"])])
+    for g, a, first in ((g1, a1, 0), (g2, a2, 7)):
+        n = a.shape[0]
+        ahat = _sym_norm(a + np.eye(n))
+        lengths = dict(nx.all_pairs_shortest_path_length(g, cutoff=5))
+        for i in range(n):
+            node = first + i
+            cols = out["col"][ip[node]:ip[node + 1]].astype(int)
+            vals = out["values"][ip[node]:ip[node + 1]]
+            for j in range(3):
+                row = np.zeros(n)
+                row[cols] = vals[:, j]
+                np.testing.assert_allclose(row, np.linalg.matrix_power(ahat, j + 1)[i], atol=1e-12)
+            got = dict(zip(out["spd_col"][sp_ip[node]:sp_ip[node + 1]].tolist(),
+                           out["spd_dist"][sp_ip[node]:sp_ip[node + 1]].tolist()))
+            assert got == lengths[i]
+    with pytest.raises(ValueError, match="spd_radius"):
+        ball_structure(block, 3, spd_radius=2)

@@ -7,6 +7,7 @@ from xmask_cli.structure.partition import metis_parts
 from xmask_cli.structure.powers import (
     Truncation,
     adjacency_powers,
+    ball_structure,
     normalized_adjacency,
     power_pairs,
     random_walk_powers,
@@ -24,6 +25,7 @@ __all__ = [
     "Truncation",
     "adjacency",
     "adjacency_powers",
+    "ball_structure",
     "block_eigenpairs",
     "connected_components",
     "lowest_eigenpairs",

@@ -207,28 +207,48 @@ def union_pairs(mats: list[sp.csr_matrix]) -> tuple[np.ndarray, np.ndarray, np.n
     return row, col, values
 
 
+def ball_structure(
+    a: sp.spmatrix,
+    k: int,
+    *,
+    normalization: str = "sym",
+    spd_radius: int = 0,
+    base: np.ndarray | None = None,
+    col_dtype: np.dtype = np.dtype(np.int64),
+) -> dict[str, np.ndarray]:
+    """Exact powers ``1..k`` (and hop distances up to ``spd_radius``) as per-node pair lists.
+
+    One breadth-first search per node gives both (see
+    :func:`~xmask_cli.structure.walks.ball_pairs` for the returned keys and
+    ``base``); ``values`` hold ``Â^1..Â^k`` or, for ``no-symnorm``, ``N((A+I)^j)``.
+    """
+    from xmask_cli.structure.walks import ball_pairs
+
+    if normalization not in ("sym", "no-symnorm"):
+        raise ValueError(f"unknown normalization {normalization!r}; expected 'sym' or 'no-symnorm'")
+    m = normalized_adjacency(a) if normalization == "sym" else with_self_loops(a)
+    out = ball_pairs(m, k, spd_radius=spd_radius, base=base, col_dtype=col_dtype)
+    if normalization == "no-symnorm":
+        n = a.shape[0]
+        row = np.repeat(np.arange(n, dtype=np.int64), out["counts"])
+        col = out["col"].astype(np.int64) + (0 if base is None else np.asarray(base, dtype=np.int64)[row])
+        raw = out["values"]
+        for j in range(k):
+            # Row sums of (A+I)^j are exact here: the whole ball is kept.
+            d = inv_sqrt(np.bincount(row, weights=raw[:, j], minlength=n))
+            raw[:, j] *= d[row] * d[col]
+    return out
+
+
 def power_pairs(a: sp.spmatrix, k: int, *, normalization: str = "sym") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Exact powers ``1..k`` as pairs on their union support (the ball of radius ``k``).
 
     Same numbers as :func:`adjacency_powers` followed by :func:`union_pairs`
-    with no truncation, computed in one compiled pass
-    (:func:`~xmask_cli.structure.walks.power_rows`); rows ascending, each
-    row's columns in breadth-first order.
+    with no truncation; rows ascending, each row's columns in breadth-first order.
     """
-    from xmask_cli.structure.walks import power_rows
-
-    if normalization == "sym":
-        return power_rows(normalized_adjacency(a), k)
-    if normalization == "no-symnorm":
-        row, col, raw = power_rows(with_self_loops(a), k)
-        n = a.shape[0]
-        out = np.empty_like(raw)
-        for j in range(k):
-            # Row sums of (A+I)^j are exact here: the whole ball is kept.
-            d = inv_sqrt(np.bincount(row, weights=raw[:, j], minlength=n))
-            out[:, j] = raw[:, j] * d[row] * d[col]
-        return row, col, out
-    raise ValueError(f"unknown normalization {normalization!r}; expected 'sym' or 'no-symnorm'")
+    out = ball_structure(a, k, normalization=normalization)
+    row = np.repeat(np.arange(a.shape[0], dtype=np.int64), out["counts"])
+    return row, out["col"], out["values"]
 
 
 def walk_pairs(a: sp.spmatrix, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
