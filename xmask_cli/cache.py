@@ -164,25 +164,27 @@ class CacheWriter:
         for name, parts in slabs.items():
             if len(parts) > 1 and sum(p.nbytes for p in parts) < (16 << 20):
                 parts = [np.concatenate(parts)]  # small slabs: one write, no partial-chunk rewrites
-            first = parts[0]
+            first, rest = parts[0], parts[1:]
             if name not in self._f:
                 row_items = max(1, int(np.prod(first.shape[1:])))
                 chunk_rows = max(1, min(_CHUNK // row_items, max(sum(p.shape[0] for p in parts), 1)))
                 self._f.create_dataset(
                     name,
-                    shape=(0, *first.shape[1:]),
+                    data=first,  # created with its first slab: one call instead of create, resize, write
                     maxshape=(None, *first.shape[1:]),
-                    dtype=first.dtype,
                     chunks=(chunk_rows, *first.shape[1:]),
                     # LZF (bundled with h5py) writes about twice as fast as gzip at a similar size here.
                     compression="lzf",
                     shuffle=True,
                     fletcher32=True,
                 )
+            else:
+                rest = parts
             ds = self._f[name]
             start = ds.shape[0]
-            ds.resize(start + sum(p.shape[0] for p in parts), axis=0)
-            for p in parts:  # no concatenated copy of large slabs: each goes straight to its rows
+            if rest:
+                ds.resize(start + sum(p.shape[0] for p in rest), axis=0)
+            for p in rest:  # no concatenated copy of large slabs: each goes straight to its rows
                 if p.shape[0]:
                     ds[start:start + p.shape[0]] = p
                     start += p.shape[0]

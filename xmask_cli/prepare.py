@@ -23,7 +23,7 @@ from xmask_cli.cache import CacheWriter, StructureCache, cache_key, cache_path, 
 from xmask_cli.config import Config, StructureConfig
 from xmask_cli.errors import CacheError
 
-_BLOCK_NODES = 4096
+_BLOCK_NODES = 16384
 
 
 def structure_params(cfg: StructureConfig, level: str) -> dict[str, Any]:

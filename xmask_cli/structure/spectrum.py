@@ -71,6 +71,17 @@ def _canonical_signs(vecs: np.ndarray) -> np.ndarray:
     return vecs / phase
 
 
+def _canonical_signs_batched(vecs: np.ndarray) -> np.ndarray:
+    """:func:`_canonical_signs` for a stack ``[B, n, m]`` at once."""
+    if vecs.size == 0:
+        return vecs
+    idx = np.argmax(np.abs(vecs), axis=1)  # [B, m]
+    pivot = np.take_along_axis(vecs, idx[:, None, :], axis=1)[:, 0, :]
+    phase = pivot / np.abs(pivot)
+    phase[~np.isfinite(phase)] = 1.0
+    return vecs / phase[:, None, :]
+
+
 def lowest_eigenpairs(lap: sp.spmatrix, m: int, *, full_max_nodes: int = 64) -> tuple[np.ndarray, np.ndarray, str]:
     """The ``m`` smallest eigenpairs of a Hermitian PSD matrix.
 
@@ -160,9 +171,16 @@ def block_eigenpairs(
         dense = np.zeros((len(members), n, n), dtype=lap.dtype)
         gs = g[sel]
         dense[slot[gs], r[sel] - starts[gs], c[sel] - starts[gs]] = d[sel]
-        for j, i in enumerate(members):
-            # scipy's LAPACK per matrix: numpy's batched eigh was 30x slower on these sizes here.
-            subset = [0, m - 1] if m is not None and n > max(full_max_nodes, m) else None
-            vals, vecs = scipy.linalg.eigh(dense[j], check_finite=False, subset_by_index=subset)
-            out[i] = (vals, _canonical_signs(vecs))
+        subset = m is not None and n > max(full_max_nodes, m)
+        if not subset:
+            # One batched LAPACK loop in numpy for every block of this size (single-threaded BLAS:
+            # the caller limits it, since threads on tiny matrices only contend).
+            vals, vecs = np.linalg.eigh(dense)
+            vecs = _canonical_signs_batched(vecs)
+            for j, i in enumerate(members):
+                out[i] = (vals[j], vecs[j])
+        else:
+            for j, i in enumerate(members):
+                vals, vecs = scipy.linalg.eigh(dense[j], check_finite=False, subset_by_index=[0, m - 1])
+                out[i] = (vals, _canonical_signs(vecs))
     return out
