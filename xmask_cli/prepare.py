@@ -236,14 +236,21 @@ def iter_blocks(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, l
         return
     import multiprocessing as mp
 
+    import numba
+
     # spawn: forking a process that already started numba's threads can deadlock.
-    with ProcessPoolExecutor(max_workers=workers - 1, mp_context=mp.get_context("spawn"), initializer=_worker_init) as pool:
-        side = [pool.submit(_run_block, (*t, ("per-graph",))) for t in tasks]
-        for (_, e, _), t, fut in zip(blocks, tasks, side):
-            r = _run_block((*t, ("pairs",)))
-            other = fut.result()
-            r.eig, r.part = other.eig, other.part
-            yield e, r
+    threads = numba.get_num_threads()
+    numba.set_num_threads(max(1, threads - (workers - 1)))  # the side workers take the other cores
+    try:
+        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=mp.get_context("spawn"), initializer=_worker_init) as pool:
+            side = [pool.submit(_run_block, (*t, ("per-graph",))) for t in tasks]
+            for (_, e, _), t, fut in zip(blocks, tasks, side):
+                r = _run_block((*t, ("pairs",)))
+                other = fut.result()
+                r.eig, r.part = other.eig, other.part
+                yield e, r
+    finally:
+        numba.set_num_threads(threads)
 
 
 @dataclass
