@@ -49,6 +49,8 @@ import numpy as np
 
 from xmask_cli.errors import CacheError, NotWritableError
 
+# Bump whenever the layout or the numbers written change: the key includes it, so old files are
+# then rebuilt instead of misread.
 FORMAT_VERSION = 1
 _CHUNK = 1 << 17
 _FLUSH_BYTES = 64 << 20
