@@ -1,0 +1,78 @@
+import numpy as np
+import pytest
+import torch
+
+from tests.model.graphs import EPS, PATH_TRIANGLE, TWO_PARTS, norm_powers, union_pairs
+from xmask_cli.model.bias import BIASES, DenseStructure, SparseStructure, StructuralBias, XLogSMaskBias
+
+
+def _dense_batch(dtype=torch.float32):
+    """Two graphs (6 and 8 nodes) padded to 8, K = 3."""
+    p = np.zeros((2, 3, 8, 8))
+    p[0, :, :6, :6] = norm_powers(PATH_TRIANGLE, 3)
+    p[1] = norm_powers(TWO_PARTS, 3)
+    mask = torch.zeros(2, 8, dtype=torch.bool)
+    mask[0, :6] = True
+    mask[1] = True
+    return p, torch.from_numpy(p).to(dtype), mask
+
+
+def test_dense_default_heads_read_powers_one_to_h():
+    p, powers, mask = _dense_batch()
+    bias = XLogSMaskBias(3)(DenseStructure(powers, mask))
+    assert bias.shape == (2, 3, 8, 8) and bias.dtype == torch.float32
+    want = np.log(p.astype(np.float32).astype(np.float64) + EPS)
+    np.testing.assert_allclose(bias[1].numpy(), want[1], rtol=1e-6)
+    np.testing.assert_allclose(bias[0, :, :6, :6].numpy(), want[0, :, :6, :6], rtol=1e-6)
+    # Absent pairs of a real graph get log(eps), not -inf.
+    assert np.isclose(bias[0, 0, 0, 5].item(), np.log(EPS), rtol=1e-6)
+    # Padding rows and columns are inert zeros.
+    assert (bias[0, :, 6:, :] == 0).all() and (bias[0, :, :, 6:] == 0).all()
+
+
+def test_dense_custom_head_powers_and_dict_batch():
+    p, powers, mask = _dense_batch()
+    bias = XLogSMaskBias(4, head_powers=[3, 1, 1, 2])({"powers": powers, "mask": mask})
+    for h, k in enumerate([3, 1, 1, 2]):
+        np.testing.assert_allclose(bias[1, h].numpy(), np.log(p[1, k - 1].astype(np.float32) + EPS), rtol=1e-6)
+
+
+def test_log_is_taken_in_float32_for_float16_powers():
+    _, powers, mask = _dense_batch(torch.float16)
+    bias = XLogSMaskBias(2)(DenseStructure(powers, mask))
+    assert bias.dtype == torch.float32
+    # In float16, 1e-30 would flush to 0 and log(0) = -inf.
+    assert torch.isfinite(bias).all()
+    assert np.isclose(bias[0, 0, 0, 5].item(), np.log(EPS), rtol=1e-6)
+
+
+def test_float64_stays_float64():
+    _, powers, mask = _dense_batch(torch.float64)
+    assert XLogSMaskBias(2)(DenseStructure(powers, mask)).dtype == torch.float64
+
+
+def test_sparse_pairs():
+    p = norm_powers(PATH_TRIANGLE, 3)
+    edge_index, values = union_pairs(p)
+    bias = XLogSMaskBias(2, head_powers=[2, 3])(SparseStructure(edge_index, values.float()))
+    assert bias.shape == (edge_index.size(1), 2)
+    row, col = edge_index.numpy()
+    want = np.log(p[[1, 2]][:, row, col].T.astype(np.float32) + EPS)
+    np.testing.assert_allclose(bias.numpy(), want, rtol=1e-6)
+
+
+def test_bad_configuration_is_refused():
+    with pytest.raises(ValueError):
+        XLogSMaskBias(3, head_powers=[1, 2])
+    with pytest.raises(ValueError):
+        XLogSMaskBias(2, head_powers=[0, 1])
+    _, powers, mask = _dense_batch()
+    with pytest.raises(ValueError, match="K=3"):
+        XLogSMaskBias(4)(DenseStructure(powers, mask))
+    with pytest.raises(ValueError):
+        XLogSMaskBias(2)({"powers": powers})
+
+
+def test_registry_is_a_plain_dict():
+    assert BIASES["xlogsmask"] is XLogSMaskBias
+    assert all(issubclass(c, StructuralBias) for c in BIASES.values())

@@ -1,0 +1,130 @@
+"""Structural biases: per-head additive terms for the attention logits.
+
+Every bias takes one batch and returns what head ``h`` adds to its logits,
+either dense ``[B, H, N, N]`` (padded graph batches) or sparse ``[E, H]``
+(one value per attended pair). How the term is scaled is the attention's
+business (``mask_scale``), not the bias's.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+@dataclass
+class DenseStructure:
+    """A padded batch of dense structure.
+
+    Attributes:
+        powers: ``[B, K, N, N]`` float, ``Â^1..Â^K`` per graph, zero where no entry.
+        mask: ``[B, N]`` bool, True for real nodes.
+    """
+
+    powers: Tensor
+    mask: Tensor
+
+
+@dataclass
+class SparseStructure:
+    """Structure on a list of attended pairs.
+
+    Attributes:
+        edge_index: ``[2, E]`` long, row = query ``i``, col = key ``j``.
+        values: ``[E, K]`` float, ``Â^1..Â^K`` at each pair.
+    """
+
+    edge_index: Tensor
+    values: Tensor
+
+
+def _field(batch: Any, name: str) -> Any:
+    """Reads ``name`` from a mapping or an attribute holder; None if absent."""
+    if isinstance(batch, Mapping):
+        return batch.get(name)
+    return getattr(batch, name, None)
+
+
+class StructuralBias(torch.nn.Module):
+    """Interface: ``forward(batch)`` returns a per-head additive logit bias.
+
+    Dense batches (``powers`` and ``mask``) give ``[B, H, N, N]``; sparse
+    batches (``edge_index`` and ``values``) give ``[E, H]``.
+    """
+
+    num_heads: int
+
+    def forward(self, batch: Any) -> Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class XLogSMaskBias(StructuralBias):
+    """X-LogSMask: head ``h`` adds ``log(Â^{k_h} + eps)`` to its logits.
+
+    Args:
+        num_heads: number of attention heads ``H``.
+        head_powers: power ``k_h >= 1`` read by each head (1-based); default
+            ``[1, ..., H]`` (head 1 sees 1 hop, ..., head H sees H hops).
+        eps: floor inside the log, so absent pairs get ``log(eps)``, not ``-inf``.
+    """
+
+    def __init__(self, num_heads: int, head_powers: Sequence[int] | None = None, eps: float = 1e-30):
+        super().__init__()
+        if num_heads < 1:
+            raise ValueError(f"num_heads must be >= 1, got {num_heads}")
+        powers = list(range(1, num_heads + 1)) if head_powers is None else [int(k) for k in head_powers]
+        if len(powers) != num_heads:
+            raise ValueError(f"head_powers has {len(powers)} entries for {num_heads} heads")
+        if min(powers) < 1:
+            raise ValueError(f"head_powers are 1-based powers of Â, got {powers}")
+        if not eps > 0:
+            raise ValueError(f"eps must be > 0, got {eps}")
+        self.num_heads = num_heads
+        self.head_powers = powers
+        self.eps = float(eps)
+        # 0-based channel of each head; a buffer so it follows .to(device).
+        self.register_buffer("_index", torch.tensor(powers, dtype=torch.long) - 1, persistent=False)
+
+    def _log(self, values: Tensor, axis: int) -> Tensor:
+        """``log(values[..., k_h, ...] + eps)`` per head along ``axis``, in float32 or wider."""
+        if values.size(axis) < max(self.head_powers):
+            raise ValueError(f"head_powers need Â^{max(self.head_powers)}, batch has K={values.size(axis)}")
+        picked = values.index_select(axis, self._index)
+        # 1e-30 underflows float16 (and log of a float16 rounds badly): widen first.
+        wide = torch.promote_types(picked.dtype, torch.float32)
+        return torch.log(picked.to(wide) + self.eps)
+
+    def forward(self, batch: Any) -> Tensor:
+        """Bias for a dense or a sparse batch.
+
+        Args:
+            batch: mapping or object with ``powers`` ``[B, K, N, N]`` and
+                ``mask`` ``[B, N]`` (dense), or ``edge_index`` ``[2, E]`` and
+                ``values`` ``[E, K]`` (sparse).
+
+        Returns:
+            ``[B, H, N, N]`` (dense; 0 wherever the query or key is padding,
+            the attention masks padded keys itself) or ``[E, H]`` (sparse).
+        """
+        powers = _field(batch, "powers")
+        if powers is not None:
+            mask = _field(batch, "mask")
+            if mask is None:
+                raise ValueError("a dense batch needs `mask` [B, N] beside `powers`")
+            bias = self._log(powers, axis=1)
+            # Keep padding rows/columns finite and inert rather than log(eps).
+            pair = (mask[:, :, None] & mask[:, None, :])[:, None]
+            return bias.masked_fill(~pair, 0.0)
+        values = _field(batch, "values")
+        if values is not None:
+            return self._log(values, axis=1)
+        raise ValueError("batch has neither `powers` (dense) nor `values` (sparse)")
+
+
+# Name -> class, for configs; new biases (SPD, RRWP, ...) are added here by hand.
+BIASES: dict[str, type[StructuralBias]] = {
+    "xlogsmask": XLogSMaskBias,
+}

@@ -1,0 +1,79 @@
+"""Transformer block: structural attention + feed-forward, with residuals."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from xmask_cli.model.attention import StructuralAttention
+
+NORMS = ("post", "pre")
+
+
+class TransformerBlock(torch.nn.Module):
+    """Attention and a two-layer FFN, each with a residual and a LayerNorm.
+
+    ``norm='post'`` (default, as in the paper): ``x = LN(x + f(x))``;
+    ``norm='pre'``: ``x = x + f(LN(x))``, steadier for deep stacks.
+
+    Args:
+        dim: model width ``D``.
+        num_heads: attention heads.
+        ffn_mult: hidden width of the FFN as a multiple of ``dim``.
+        dropout: dropout on the attention output and inside the FFN.
+        attn_dropout: dropout on the attention weights.
+        norm: ``'post'`` or ``'pre'``.
+        mask_scale: see :class:`StructuralAttention`.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        ffn_mult: int = 2,
+        dropout: float = 0.0,
+        attn_dropout: float = 0.0,
+        norm: str = "post",
+        mask_scale: str = "paper",
+    ):
+        super().__init__()
+        if norm not in NORMS:
+            raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+        self.norm = norm
+        self.attn = StructuralAttention(dim, num_heads, dropout, attn_dropout, mask_scale)
+        self.ffn = torch.nn.Sequential(
+            torch.nn.Linear(dim, ffn_mult * dim),
+            torch.nn.ReLU(),
+            torch.nn.Dropout(dropout),
+            torch.nn.Linear(ffn_mult * dim, dim),
+            torch.nn.Dropout(dropout),
+        )
+        self.norm1 = torch.nn.LayerNorm(dim)
+        self.norm2 = torch.nn.LayerNorm(dim)
+
+    def forward(
+        self,
+        x: Tensor,
+        bias: Tensor | None = None,
+        mask: Tensor | None = None,
+        edge_index: Tensor | None = None,
+    ) -> Tensor:
+        """One block; sparse attention when ``edge_index`` is given.
+
+        Args:
+            x: ``[B, N, D]`` (dense) or ``[N, D]`` (sparse).
+            bias: ``[B, H, N, N]`` (dense) or ``[E, H]`` (sparse), or None.
+            mask: ``[B, N]`` bool, True for real nodes (dense only).
+            edge_index: ``[2, E]`` attended pairs, row = query (sparse only).
+
+        Returns:
+            Tensor shaped like ``x``. Padded positions hold finite values
+            that no real node reads.
+        """
+        def attend(h: Tensor) -> Tensor:
+            return self.attn(h, bias=bias, mask=mask, edge_index=edge_index)
+
+        if self.norm == "post":
+            x = self.norm1(x + attend(x))
+            return self.norm2(x + self.ffn(x))
+        x = x + attend(self.norm1(x))
+        return x + self.ffn(self.norm2(x))
