@@ -11,45 +11,12 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from xmask_cli.structure.walks import _ball
+
 #: Stored code for a pair in the same component but beyond the cut-off.
 BEYOND = -1
 #: Stored code for a pair in different components.
 UNREACHABLE = -2
-
-
-@numba.njit(cache=True, nogil=True)
-def _bfs(indptr, indices, source, max_dist, dist, queue, out_row, out_col, out_dist, write):
-    """BFS from ``source`` up to ``max_dist`` hops; returns the number of nodes reached.
-
-    ``dist`` must be all -1 on entry and is restored on exit, so one scratch
-    array serves every source.
-    """
-    head = 0
-    tail = 1
-    queue[0] = source
-    dist[source] = 0
-    while head < tail:
-        u = queue[head]
-        head += 1
-        du = dist[u]
-        if du == max_dist:
-            continue
-        for e in range(indptr[u], indptr[u + 1]):
-            v = indices[e]
-            if dist[v] < 0:
-                dist[v] = du + 1
-                queue[tail] = v
-                tail += 1
-    if write:
-        # BFS order (by distance) within a row: sorting every row cost more than the search itself.
-        for i in range(tail):
-            v = queue[i]
-            out_row[i] = source
-            out_col[i] = v
-            out_dist[i] = dist[v]
-    for i in range(tail):
-        dist[queue[i]] = -1
-    return tail
 
 
 @numba.njit(cache=True, parallel=True)
@@ -60,10 +27,11 @@ def _count(indptr, indices, max_dist, sources, n_workers):
     for w in numba.prange(n_workers):
         dist = np.full(n, -1, dtype=np.int32)
         queue = np.empty(n, dtype=np.int64)
-        dummy_c = np.empty(0, dtype=np.int32)
-        dummy_d = np.empty(0, dtype=np.uint8)
         for s in range(w, sources.shape[0], n_workers):
-            counts[s] = _bfs(indptr, indices, sources[s], max_dist, dist, queue, dummy_c, dummy_c, dummy_d, False)
+            t = _ball(indptr, indices, sources[s], max_dist, dist, queue)
+            counts[s] = t
+            for i in range(t):
+                dist[queue[i]] = -1  # restore the scratch array for the next source
     return counts
 
 
@@ -74,9 +42,15 @@ def _fill(indptr, indices, max_dist, sources, n_workers, offsets, out_row, out_c
         dist = np.full(n, -1, dtype=np.int32)
         queue = np.empty(n, dtype=np.int64)
         for s in range(w, sources.shape[0], n_workers):
+            t = _ball(indptr, indices, sources[s], max_dist, dist, queue)
             a = offsets[s]
-            b = offsets[s + 1]
-            _bfs(indptr, indices, sources[s], max_dist, dist, queue, out_row[a:b], out_col[a:b], out_dist[a:b], True)
+            # BFS order (by distance) within a row: sorting every row cost more than the search itself.
+            for i in range(t):
+                v = queue[i]
+                out_row[a + i] = sources[s]
+                out_col[a + i] = v
+                out_dist[a + i] = dist[v]
+                dist[v] = -1
 
 
 def shortest_path_pairs(a: sp.spmatrix, max_distance: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
