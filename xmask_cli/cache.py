@@ -287,6 +287,15 @@ class StructureCache:
             self._f.close()
             self._f = None
 
+    def forget_handle(self) -> None:
+        """Drop (without closing) a file handle inherited from a parent process; reopen lazily."""
+        self._f = None
+
+    @property
+    def in_memory(self) -> bool:
+        """True once :meth:`load_in_memory` has read the arrays."""
+        return bool(self._mem)
+
     def __getstate__(self) -> dict[str, Any]:
         # h5py handles cannot be pickled: a worker reopens the file on first use.
         return {"path": self.path, "_f": None, "_mem": {}}
@@ -344,8 +353,10 @@ class StructureCache:
         nodes = self._node_slice(g)
         ip = self._read(f"{group}/indptr", slice(nodes.start, nodes.stop + 1))
         sl = slice(int(ip[0]), int(ip[-1]))
-        names = [k for k in ("col", "values", "dist")
-                 if f"{group}/{k}" in self._mem or (group in self.file and k in self.file[group])]
+        if self._mem:  # in memory: never touch the file
+            names = [k for k in ("col", "values", "dist") if f"{group}/{k}" in self._mem]
+        else:
+            names = [k for k in ("col", "values", "dist") if group in self.file and k in self.file[group]]
         out = {k: self._read(f"{group}/{k}", sl) for k in names}
         out["row"] = np.repeat(np.arange(len(ip) - 1, dtype=np.int32), np.diff(ip))
         return out

@@ -1,0 +1,265 @@
+"""Graph-level batch streaming against independent numpy computations."""
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import networkx as nx
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from xmask_cli.cache import StructureCache
+from xmask_cli.config import resolve
+from xmask_cli.data.load import graphs_fingerprint
+from xmask_cli.engine import GraphBatch, GraphLevelStream, collate, size_buckets
+from xmask_cli.model.bias import DenseStructure, XLogSMaskBias
+from xmask_cli.prepare import prepare_graphs
+
+NUM_GRAPHS = 40
+NUM_FEATURES = 3
+
+
+class Toy:
+    """Random graphs, their cache, features and labels."""
+
+    def __init__(self, root: Path):
+        rng = np.random.default_rng(7)
+        self.edges, self.adj = [], []
+        nodes = []
+        for i in range(NUM_GRAPHS):
+            n = 1 if i == 0 else int(rng.integers(1, 26))  # always one single-node graph
+            g = nx.gnp_random_graph(n, 0.2, seed=int(rng.integers(1 << 30)))
+            self.edges.append(np.array(list(g.edges()), dtype=np.int64).reshape(-1, 2).T)
+            self.adj.append(nx.to_numpy_array(g, nodelist=range(n)))
+            nodes.append(n)
+        self.num_nodes = np.array(nodes, dtype=np.int64)
+        cfg = resolve("graph-level").structure
+        self.k = cfg.powers.k
+        summary = prepare_graphs(dataset_key="toy", level="graph", edges=self.edges, num_nodes=self.num_nodes,
+                                 fingerprint=graphs_fingerprint(self.edges, self.num_nodes), cfg=cfg,
+                                 cache_dir=root / "cache")
+        self.path = summary.path
+        gen = torch.Generator().manual_seed(0)
+        self.features = [torch.randn(int(n), NUM_FEATURES, generator=gen) for n in self.num_nodes]
+        self.labels = torch.randint(0, 2, (NUM_GRAPHS,), generator=gen)
+
+    def powers(self, g: int) -> np.ndarray:
+        """``[K, n, n]`` ``Â^1..Â^K`` of graph ``g``, ``Â = D^-1/2 (A + I) D^-1/2``, in float64."""
+        a = self.adj[g] + np.eye(len(self.adj[g]))
+        d = a.sum(1) ** -0.5
+        a = d[:, None] * a * d[None, :]
+        return np.stack([np.linalg.matrix_power(a, p) for p in range(1, self.k + 1)])
+
+
+@pytest.fixture(scope="module")
+def toy(tmp_path_factory: pytest.TempPathFactory) -> Toy:
+    return Toy(tmp_path_factory.mktemp("stream"))
+
+
+def stream(toy: Toy, **kw) -> GraphLevelStream:
+    args = dict(indices=np.arange(NUM_GRAPHS), batch_size=6, shuffle=True, seed=3)
+    args.update(kw)
+    return GraphLevelStream(toy.path, toy.features, toy.labels, **args)
+
+
+def assert_same(a: GraphBatch, b: GraphBatch) -> None:
+    for name in ("x", "mask", "powers", "y", "index"):
+        ta, tb = getattr(a, name), getattr(b, name)
+        assert ta.dtype == tb.dtype and ta.shape == tb.shape, name
+        assert torch.equal(ta, tb), name
+
+
+def check_batch(toy: Toy, batch: GraphBatch) -> None:
+    """Every field of ``batch`` against the toy data, graph by graph."""
+    ids = batch.index.numpy()
+    sizes = toy.num_nodes[ids]
+    n_max = int(sizes.max())
+    assert batch.x.shape == (len(ids), n_max, NUM_FEATURES) and batch.x.dtype == torch.float32
+    assert batch.powers.shape == (len(ids), toy.k, n_max, n_max) and batch.powers.dtype == torch.float32
+    assert batch.mask.dtype == torch.bool
+    assert torch.equal(batch.y, toy.labels[torch.from_numpy(ids)])
+    for b, (g, n) in enumerate(zip(ids, sizes)):
+        assert batch.mask[b, :n].all() and not batch.mask[b, n:].any()
+        assert torch.equal(batch.x[b, :n], toy.features[g])
+        assert not batch.x[b, n:].any()
+        np.testing.assert_allclose(batch.powers[b, :, :n, :n].numpy(), toy.powers(int(g)), rtol=1e-5, atol=1e-6)
+        assert not batch.powers[b, :, n:, :].any() and not batch.powers[b, :, :, n:].any()
+
+
+# ------------------------------------------------------------------ size_buckets
+def padding(num_nodes: np.ndarray, chunks: list[np.ndarray]) -> int:
+    return int(sum(len(c) * num_nodes[c].max() - num_nodes[c].sum() for c in chunks))
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("batch_size", [1, 4, 7, 100])
+def test_size_buckets_partition_and_sorted_chunks(toy: Toy, shuffle: bool, batch_size: int):
+    nn = toy.num_nodes
+    chunks = size_buckets(nn, batch_size, shuffle=shuffle, seed=11, epoch=2)
+    flat = np.concatenate(chunks)
+    assert sorted(flat.tolist()) == list(range(len(nn)))
+    assert all(1 <= len(c) <= batch_size for c in chunks)
+    assert sum(len(c) < batch_size for c in chunks) <= 1
+    # Chunks are consecutive runs of the size-sorted order: reassembled by size they are sorted,
+    # and no graph outside a chunk lies strictly between its smallest and largest member.
+    ordered = sorted(chunks, key=lambda c: (nn[c].min(), nn[c].max()))
+    assert np.all(np.diff(nn[np.concatenate(ordered)]) >= 0)
+    for c in chunks:
+        inside = (nn > nn[c].min()) & (nn < nn[c].max())
+        assert np.isin(np.flatnonzero(inside), c).all()
+    if not shuffle:
+        # Stable: ties broken by index, chunks in ascending size.
+        np.testing.assert_array_equal(flat, np.argsort(nn, kind="stable"))
+    # Never more padding than batching the same graphs in their given order.
+    plain = [np.arange(i, min(i + batch_size, len(nn))) for i in range(0, len(nn), batch_size)]
+    assert padding(nn, chunks) <= padding(nn, plain)
+
+
+def test_size_buckets_pads_less_than_unsorted(toy: Toy):
+    nn = toy.num_nodes
+    plain = [np.arange(i, min(i + 6, len(nn))) for i in range(0, len(nn), 6)]
+    assert padding(nn, size_buckets(nn, 6, shuffle=True, seed=0)) < padding(nn, plain)
+
+
+def test_size_buckets_reproducible_per_seed_and_epoch(toy: Toy):
+    nn = toy.num_nodes
+
+    def run(seed, epoch):
+        return [c.tolist() for c in size_buckets(nn, 4, shuffle=True, seed=seed, epoch=epoch)]
+
+    assert run(5, 0) == run(5, 0)
+    assert run(5, 1) == run(5, 1)
+    assert run(5, 0) != run(5, 1)
+    assert run(5, 0) != run(6, 0)
+    # The chunk order itself is shuffled (not only ties within a size): 10 chunks here.
+    first = [int(nn[c].min()) for c in size_buckets(nn, 4, shuffle=True, seed=5, epoch=0)]
+    second = [int(nn[c].min()) for c in size_buckets(nn, 4, shuffle=True, seed=5, epoch=1)]
+    assert first != sorted(first) and first != second
+    # Without shuffling the epoch and seed do not matter.
+    assert size_buckets(nn, 4, shuffle=False, seed=1, epoch=0)[0].tolist() == \
+        size_buckets(nn, 4, shuffle=False, seed=2, epoch=9)[0].tolist()
+
+
+def test_size_buckets_jitters_only_equal_sizes():
+    nn = np.array([3, 3, 3, 3, 5, 5, 5, 5, 1, 1])
+    seen = set()
+    for epoch in range(20):
+        chunks = size_buckets(nn, 2, shuffle=True, seed=0, epoch=epoch)
+        for c in chunks:
+            assert len(set(nn[c])) == 1  # sizes never mix: each size fills whole chunks here
+        seen.add(tuple(sorted(tuple(sorted(c.tolist())) for c in chunks)))
+    assert len(seen) > 1  # which equal-sized graphs share a batch varies
+
+
+def test_size_buckets_rejects_bad_batch_size():
+    with pytest.raises(ValueError):
+        size_buckets(np.array([1, 2]), 0, shuffle=False, seed=None)
+
+
+# ------------------------------------------------------------------ collate
+def test_collate_matches_independent_powers(toy: Toy):
+    with StructureCache(toy.path) as cache:
+        for ids in ([0], [5, 1, 17], list(range(NUM_GRAPHS))):
+            batch = collate(cache, ids, [toy.features[g] for g in ids], [toy.labels[g] for g in ids])
+            assert batch.index.tolist() == ids and batch.index.dtype == torch.long
+            check_batch(toy, batch)
+
+
+def test_collate_multi_target_labels_and_checks(toy: Toy):
+    ids = [2, 3]
+    y = [torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0])]
+    with StructureCache(toy.path) as cache:
+        batch = collate(cache, ids, [toy.features[g] for g in ids], y)
+        assert batch.y.shape == (2, 2) and torch.equal(batch.y, torch.stack(y))
+        with pytest.raises(ValueError):
+            collate(cache, ids, [toy.features[g] for g in ids[:1]], y)
+        wrong = [torch.zeros(int(toy.num_nodes[g]) + 1, NUM_FEATURES) for g in ids]
+        with pytest.raises(ValueError):
+            collate(cache, ids, wrong, y)
+
+
+def test_batch_to_structure_and_bias(toy: Toy):
+    batch = next(iter(stream(toy)))
+    moved = batch.to("cpu")
+    assert moved is not batch
+    assert_same(moved, batch)
+    s = batch.structure
+    assert isinstance(s, DenseStructure) and s.powers is batch.powers and s.mask is batch.mask
+    bias = XLogSMaskBias(num_heads=2)(s)
+    assert bias.shape == (batch.num_graphs, 2, batch.mask.size(1), batch.mask.size(1))
+    assert torch.isfinite(bias).all()
+
+
+# ------------------------------------------------------------------ stream
+def test_stream_epoch_covers_split_in_bucketed_order(toy: Toy):
+    split = np.arange(0, NUM_GRAPHS, 2)[::-1].copy()  # a split, in no particular order
+    s = stream(toy, indices=split, batch_size=4)
+    batches = list(s.epoch(1))
+    assert len(batches) == len(s) == 5
+    assert sorted(torch.cat([b.index for b in batches]).tolist()) == sorted(split.tolist())
+    expected = [split[c] for c in size_buckets(toy.num_nodes[split], 4, shuffle=True, seed=3, epoch=1)]
+    for b, ids in zip(batches, expected):
+        assert b.index.tolist() == ids.tolist()
+        check_batch(toy, b)
+    # Same epoch again: same batches; another epoch: another order.
+    assert [b.index.tolist() for b in s.epoch(1)] == [b.index.tolist() for b in batches]
+    assert [b.index.tolist() for b in s.epoch(2)] != [b.index.tolist() for b in batches]
+    s.set_epoch(1)
+    assert [b.index.tolist() for b in s] == [b.index.tolist() for b in batches]
+
+
+def test_stream_without_seed_is_stable_within_stream(toy: Toy):
+    s = stream(toy, seed=None)
+    assert [b.tolist() for b in s.batches(0)] == [b.tolist() for b in s.batches(0)]
+
+
+def test_stream_rejects_mismatched_inputs(toy: Toy):
+    with pytest.raises(ValueError):
+        GraphLevelStream(toy.path, toy.features[:-1], toy.labels, np.arange(3), 2)
+    with pytest.raises(ValueError):
+        GraphLevelStream(toy.path, toy.features, toy.labels, [NUM_GRAPHS], 2)
+
+
+def test_stream_pickles_without_file_handle(toy: Toy):
+    s = stream(toy)
+    next(iter(s))  # opens the file in this process
+    clone = pickle.loads(pickle.dumps(s))
+    assert clone.cache._f is None
+    assert_same(next(iter(clone)), next(iter(s)))
+
+
+def test_loader_workers_match_single_process(toy: Toy):
+    s = stream(toy)
+    next(iter(s))  # a handle open in the parent must not leak into forked workers
+    expected = list(s.epoch(4))
+    pin = torch.cuda.is_available()
+    for workers in (0, 2):
+        got = list(s.loader(4, num_workers=workers))
+        assert isinstance(s.loader(4), DataLoader) and s.loader(4).pin_memory == pin
+        assert len(got) == len(expected)
+        for a, b in zip(got, expected):
+            assert isinstance(a, GraphBatch)
+            assert_same(a, b)
+
+
+def test_load_in_memory_matches_lazy_reads(toy: Toy):
+    lazy, mem = stream(toy), stream(toy, load_in_memory=True)
+    assert mem.cache._mem and not lazy.cache._mem
+    for e in (0, 1):
+        for a, b in zip(lazy.epoch(e), mem.epoch(e), strict=True):
+            assert_same(a, b)
+    # Workers of an in-memory stream read the same batches too.
+    for a, b in zip(mem.loader(0, num_workers=2), lazy.epoch(0), strict=True):
+        assert_same(a, b)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA for pinned memory and device copies")
+def test_pinned_loader_to_cuda(toy: Toy):
+    s = stream(toy)
+    for a, b in zip(s.loader(0, num_workers=2, pin_memory=True), s.epoch(0), strict=True):
+        assert a.powers.is_pinned()
+        on_gpu = a.to("cuda", non_blocking=True)
+        assert on_gpu.powers.is_cuda
+        assert_same(on_gpu.to("cpu"), b)

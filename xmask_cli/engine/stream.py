@@ -1,0 +1,281 @@
+"""Batch streaming for graph-level tasks: size buckets, padded dense batches, loaders.
+
+A batch is a handful of graphs padded to the largest of them, with the
+cached powers ``Â^1..Â^K`` scattered into a dense ``[B, K, N, N]`` tensor.
+Structure is only ever read from the cache, never recomputed here.
+
+Example::
+
+    stream = GraphLevelStream(cache_path, features, labels, train_idx, batch_size=32, shuffle=True, seed=0)
+    for epoch in range(epochs):
+        for batch in stream.loader(epoch, num_workers=4):
+            batch = batch.to(device, non_blocking=True)
+            out = model(batch.x, batch.structure)
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, get_worker_info
+
+from xmask_cli.cache import StructureCache
+from xmask_cli.model.bias import DenseStructure
+
+
+def size_buckets(
+    num_nodes: np.ndarray,
+    batch_size: int,
+    *,
+    shuffle: bool,
+    seed: int | None,
+    epoch: int = 0,
+) -> list[np.ndarray]:
+    """Batches of positions into ``num_nodes``, graphs of similar size together.
+
+    Positions are sorted by node count (stable: ties by position) and cut into
+    consecutive chunks of ``batch_size``, so each batch pads to a size close to
+    all its members. With ``shuffle`` the order of the chunks is permuted and
+    ties between equal sizes are broken at random, by a generator seeded with
+    ``(seed, epoch)``: the same pair always gives the same epoch.
+
+    Returns:
+        A list of int64 arrays; every position ``0..len(num_nodes)-1`` is in
+        exactly one of them. Only the last chunk (in sorted order) may be short.
+    """
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    num_nodes = np.asarray(num_nodes, dtype=np.int64).reshape(-1)
+    if not shuffle:
+        order = np.argsort(num_nodes, kind="stable")
+        return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    rng = np.random.default_rng(None if seed is None else [int(seed), int(epoch)])
+    # Random tie-breaks vary which equal-sized graphs share a batch across epochs,
+    # without mixing sizes (lexsort: last key is primary).
+    order = np.lexsort((rng.random(len(num_nodes)), num_nodes))
+    chunks = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    return [chunks[i] for i in rng.permutation(len(chunks))]
+
+
+@dataclass
+class GraphBatch:
+    """A padded batch of whole graphs.
+
+    Attributes:
+        x: ``[B, N, F]`` float node features, 0 on padding.
+        mask: ``[B, N]`` bool, True for real nodes.
+        powers: ``[B, K, N, N]`` float32 ``Â^1..Â^K``, 0 off the support and on padding.
+        y: ``[B]`` or ``[B, T]`` graph labels.
+        index: ``[B]`` long graph ids (rows of the cache).
+    """
+
+    x: Tensor
+    mask: Tensor
+    powers: Tensor
+    y: Tensor
+    index: Tensor
+
+    @property
+    def structure(self) -> DenseStructure:
+        """The structure half of the batch, as the dense biases consume it."""
+        return DenseStructure(powers=self.powers, mask=self.mask)
+
+    @property
+    def num_graphs(self) -> int:
+        return int(self.index.numel())
+
+    def _apply(self, fn: Any) -> "GraphBatch":
+        return GraphBatch(x=fn(self.x), mask=fn(self.mask), powers=fn(self.powers), y=fn(self.y), index=fn(self.index))
+
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> "GraphBatch":
+        """A copy on ``device``; ``non_blocking`` overlaps the copy when the batch is pinned."""
+        return self._apply(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self) -> "GraphBatch":
+        """Page-locked copy; the DataLoader calls this when ``pin_memory=True``."""
+        return self._apply(lambda t: t.pin_memory())
+
+
+def collate(
+    cache: StructureCache,
+    graph_ids: Sequence[int] | np.ndarray,
+    x_list: Sequence[Tensor],
+    y_list: Sequence[Tensor],
+) -> GraphBatch:
+    """Pad the graphs ``graph_ids`` into one :class:`GraphBatch`.
+
+    ``x_list[b]`` (``[n_b, F]``) and ``y_list[b]`` belong to ``graph_ids[b]``.
+    Each graph's cached pairs are scattered into the dense powers tensor in
+    one indexed assignment for the whole batch; N is the largest graph here.
+    """
+    ids = np.asarray(graph_ids, dtype=np.int64).reshape(-1)
+    if not (len(ids) == len(x_list) == len(y_list)) or len(ids) == 0:
+        raise ValueError(f"collate needs as many features and labels as graphs (>= 1), got "
+                         f"{len(ids)} ids, {len(x_list)} features, {len(y_list)} labels")
+    sizes = np.array([cache.num_nodes(int(g)) for g in ids], dtype=np.int64)
+    for g, n, x in zip(ids, sizes, x_list):
+        if x.size(0) != n:
+            raise ValueError(f"graph {g} has {n} nodes in the cache but {x.size(0)} feature rows")
+    bsz, n_max = len(ids), max(int(sizes.max()), 1)
+    pairs = [cache.powers(int(g)) for g in ids]
+    k = pairs[0][2].shape[1]
+
+    # Build the scatter indices once for the batch: (graph, row, col) per stored pair.
+    counts = np.array([len(r) for r, _, _ in pairs], dtype=np.int64)
+    b_idx = np.repeat(np.arange(bsz, dtype=np.int64), counts)
+    rows = np.concatenate([r for r, _, _ in pairs]).astype(np.int64, copy=False)
+    cols = np.concatenate([c for _, c, _ in pairs]).astype(np.int64, copy=False)
+    vals = np.concatenate([v for _, _, v in pairs]).astype(np.float32, copy=False)
+    powers = np.zeros((bsz, k, n_max, n_max), dtype=np.float32)
+    powers[b_idx, :, rows, cols] = vals  # advanced indices around a slice: the value is [P, K]
+
+    feat = x_list[0]
+    x = feat.new_zeros((bsz, n_max, *feat.shape[1:]))
+    mask = torch.zeros(bsz, n_max, dtype=torch.bool)
+    for b, (n, xb) in enumerate(zip(sizes, x_list)):
+        x[b, :n] = xb
+        mask[b, :n] = True
+    return GraphBatch(
+        x=x,
+        mask=mask,
+        powers=torch.from_numpy(powers),
+        y=torch.stack([torch.as_tensor(y) for y in y_list]),
+        index=torch.from_numpy(ids.copy()),
+    )
+
+
+class EpochBatches(Dataset):
+    """Map-style dataset whose item ``i`` is the ``i``-th :class:`GraphBatch` of one epoch.
+
+    The batches are fixed up front, so a DataLoader (``batch_size=None``) with
+    any number of workers yields them in the same order as a plain loop.
+    """
+
+    def __init__(self, stream: "GraphLevelStream", batches: list[np.ndarray]):
+        self.stream = stream
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, i: int) -> GraphBatch:
+        return self.stream.collate(self.batches[i])
+
+
+def _worker_init(worker_id: int) -> None:
+    """Give each worker its own cache handle (HDF5 handles survive neither pickling nor fork)."""
+    info = get_worker_info()
+    assert info is not None
+    info.dataset.stream._reopen_in_worker()
+
+
+class GraphLevelStream:
+    """Bucketed, padded batches of one split of a graph-level dataset.
+
+    Args:
+        cache_path: the structure cache of the dataset (``xmask prepare``).
+        features: ``features[g]`` is the ``[n_g, F]`` node features of graph ``g``.
+        labels: ``[G]`` or ``[G, T]``, indexed by graph id.
+        indices: graph ids of this split.
+        batch_size: graphs per batch.
+        shuffle: permute the batch order (and equal-size ties) every epoch.
+        seed: makes every epoch reproducible; None draws one per stream.
+        load_in_memory: read the whole cache once (when it fits) instead of
+            reading each batch from the file.
+    """
+
+    def __init__(
+        self,
+        cache_path: str | os.PathLike,
+        features: Sequence[Tensor],
+        labels: Tensor,
+        indices: Sequence[int] | np.ndarray | Tensor,
+        batch_size: int,
+        shuffle: bool = False,
+        seed: int | None = None,
+        *,
+        load_in_memory: bool = False,
+    ):
+        self.cache = StructureCache(cache_path)
+        self.features = list(features)
+        self.labels = labels
+        self.indices = np.asarray(torch.as_tensor(indices).cpu(), dtype=np.int64).reshape(-1)
+        self.batch_size = int(batch_size)
+        self.shuffle = bool(shuffle)
+        # Draw a seed once if none is given, so epoch(e) is at least stable within this stream.
+        self.seed = int(np.random.SeedSequence().entropy % (1 << 63)) if seed is None else int(seed)
+        self.load_in_memory = bool(load_in_memory)
+        self._epoch = 0
+        if self.load_in_memory:
+            self.cache.load_in_memory()
+        num_graphs = self.cache.num_graphs
+        if len(self.indices) and (self.indices.min() < 0 or self.indices.max() >= num_graphs):
+            raise ValueError(f"indices out of range for a cache of {num_graphs} graphs")
+        if len(self.features) != num_graphs or len(self.labels) != num_graphs:
+            raise ValueError(f"cache has {num_graphs} graphs, got {len(self.features)} features "
+                             f"and {len(self.labels)} labels")
+        all_nodes = np.array([self.cache.num_nodes(g) for g in range(num_graphs)], dtype=np.int64)
+        self.num_nodes = all_nodes[self.indices]
+        # Workers open their own handle; the parent's must not be open across a fork.
+        self.cache.close()
+
+    def __len__(self) -> int:
+        return -(-len(self.indices) // self.batch_size)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Epoch that ``iter(stream)`` streams next (as ``DistributedSampler.set_epoch``)."""
+        self._epoch = int(epoch)
+
+    def batches(self, epoch: int) -> list[np.ndarray]:
+        """Graph ids of each batch of ``epoch``, in streaming order."""
+        chunks = size_buckets(self.num_nodes, self.batch_size, shuffle=self.shuffle, seed=self.seed, epoch=epoch)
+        return [self.indices[c] for c in chunks]
+
+    def collate(self, graph_ids: np.ndarray) -> GraphBatch:
+        """The padded batch of ``graph_ids``."""
+        ids = np.asarray(graph_ids, dtype=np.int64)
+        return collate(self.cache, ids, [self.features[g] for g in ids], [self.labels[g] for g in ids])
+
+    def epoch(self, e: int) -> Iterator[GraphBatch]:
+        """Batches of epoch ``e`` in this process (no workers)."""
+        for ids in self.batches(e):
+            yield self.collate(ids)
+
+    def __iter__(self) -> Iterator[GraphBatch]:
+        return self.epoch(self._epoch)
+
+    def dataset(self, e: int) -> EpochBatches:
+        """Epoch ``e`` as a map-style dataset of batches."""
+        return EpochBatches(self, self.batches(e))
+
+    def loader(self, e: int, num_workers: int = 0, pin_memory: bool | None = None, **kw: Any) -> DataLoader:
+        """A DataLoader over the batches of epoch ``e``, in the same order as :meth:`epoch`.
+
+        ``pin_memory`` defaults to whether CUDA is available; extra keywords go
+        to :class:`~torch.utils.data.DataLoader`.
+        """
+        if pin_memory is None:
+            pin_memory = torch.cuda.is_available()
+        if num_workers > 0:
+            self.cache.close()  # a handle opened since must not be inherited by forked workers
+        return DataLoader(
+            self.dataset(e),
+            batch_size=None,  # items are whole batches already
+            shuffle=False,  # the order is the epoch's bucketed order
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            worker_init_fn=_worker_init if num_workers > 0 else None,
+            **kw,
+        )
+
+    def _reopen_in_worker(self) -> None:
+        """Inside a worker: drop any inherited handle; reload arrays lost to pickling."""
+        # An inherited HDF5 id belongs to the parent process: forget it (not close) and open lazily.
+        self.cache.forget_handle()
+        if self.load_in_memory and not self.cache.in_memory:  # spawned workers get the cache without its arrays
+            self.cache.load_in_memory()
