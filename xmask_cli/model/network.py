@@ -1,0 +1,240 @@
+"""The full graph transformer: input encoder, X-LogSMask blocks, task head.
+
+Dense path: a padded batch (``x [B, N, F]``, ``powers [B, K, N, N]``,
+``mask [B, N]``). Sparse path: one graph or a disjoint union of graphs given
+as attended pairs (``edge_index [2, E]``, ``values [E, K]``) plus an optional
+PyG-style ``batch`` vector. On the same pairs both compute the same numbers
+(up to the ``log(eps)`` leak of the dense path, see :mod:`attention`).
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch_geometric.utils import scatter
+
+from xmask_cli.model.attention import MASK_SCALES
+from xmask_cli.model.bias import DenseStructure, SparseStructure, XLogSMaskBias
+from xmask_cli.model.layers import NORMS, TransformerBlock
+
+READOUTS = ("sum", "mean", "max")
+TASKS = ("graph", "node")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Hyper-parameters of :class:`XMaskNet`.
+
+    Attributes:
+        in_dim: node feature width ``F``.
+        out_dim: output width (classes or regression targets).
+        hidden: model width ``D`` (a multiple of ``heads``).
+        heads: attention heads ``H``.
+        layers: number of transformer blocks.
+        ffn_mult: FFN hidden width as a multiple of ``hidden``.
+        dropout: dropout in the blocks and the task head.
+        attn_dropout: dropout on the attention weights.
+        norm: ``'post'`` or ``'pre'`` LayerNorm placement.
+        mask_scale: ``'paper'`` or ``'none'``, see :class:`StructuralAttention`.
+        head_powers: power of ``Â`` read by each head; None means ``[1, ..., H]``.
+            Stored as a tuple so the config stays hashable.
+        eps: floor inside ``log(Â^k + eps)``.
+        readout: ``'sum'``, ``'mean'`` or ``'max'`` over real nodes (graph task).
+        task: ``'graph'`` (one output per graph) or ``'node'`` (one per node).
+        use_bias: False drops the structural bias (plain attention, the ablation).
+    """
+
+    in_dim: int
+    out_dim: int
+    hidden: int = 64
+    heads: int = 4
+    layers: int = 2
+    ffn_mult: int = 2
+    dropout: float = 0.1
+    attn_dropout: float = 0.0
+    norm: str = "post"
+    mask_scale: str = "paper"
+    head_powers: Sequence[int] | None = None
+    eps: float = 1e-30
+    readout: str = "sum"
+    task: str = "graph"
+    use_bias: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("in_dim", "out_dim", "hidden", "heads", "layers", "ffn_mult"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.hidden % self.heads:
+            raise ValueError(f"hidden {self.hidden} must be a multiple of heads {self.heads}")
+        for name, allowed in (("norm", NORMS), ("mask_scale", MASK_SCALES), ("readout", READOUTS), ("task", TASKS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
+        powers = range(1, self.heads + 1) if self.head_powers is None else self.head_powers
+        # frozen: normalise through object.__setattr__; a tuple keeps the config hashable.
+        object.__setattr__(self, "head_powers", tuple(int(k) for k in powers))
+        if len(self.head_powers) != self.heads or min(self.head_powers) < 1:
+            raise ValueError(f"head_powers must be {self.heads} powers >= 1, got {list(self.head_powers)}")
+        if not self.eps > 0:
+            raise ValueError(f"eps must be > 0, got {self.eps}")
+
+    @property
+    def max_power(self) -> int:
+        """Largest ``k`` any head reads: the ``K`` a batch must at least carry."""
+        return max(self.head_powers)
+
+
+def _get(obj: Any, name: str) -> Any:
+    """``name`` from a mapping or an attribute holder; None if absent."""
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def _mlp(dim: int, out_dim: int, dropout: float) -> torch.nn.Sequential:
+    return torch.nn.Sequential(
+        torch.nn.Linear(dim, dim),
+        torch.nn.ReLU(),
+        torch.nn.Dropout(dropout),
+        torch.nn.Linear(dim, out_dim),
+    )
+
+
+class XMaskNet(torch.nn.Module):
+    """Graph transformer with the X-LogSMask structural bias.
+
+    ``Linear(in_dim, hidden)`` -> ``layers`` x :class:`TransformerBlock` (all
+    sharing one parameter-free :class:`XLogSMaskBias`) -> task head. The graph
+    head reads out over real nodes only, then applies an MLP; the node head is
+    the same MLP applied per node.
+
+    Args:
+        cfg: the :class:`ModelConfig`.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = torch.nn.Linear(cfg.in_dim, cfg.hidden)
+        # Parameter-free, so one instance serves every layer (the bias is computed once per forward).
+        self.bias = XLogSMaskBias(cfg.heads, cfg.head_powers, cfg.eps) if cfg.use_bias else None
+        self.blocks = torch.nn.ModuleList(
+            TransformerBlock(
+                cfg.hidden, cfg.heads, cfg.ffn_mult, cfg.dropout, cfg.attn_dropout, cfg.norm, cfg.mask_scale
+            )
+            for _ in range(cfg.layers)
+        )
+        self.head = _mlp(cfg.hidden, cfg.out_dim, cfg.dropout)
+
+    # ------------------------------------------------------------------ dense
+    def encode_dense(self, x: Tensor, powers: Tensor | None, mask: Tensor | None = None) -> Tensor:
+        """Node embeddings ``[B, N, hidden]`` of a padded batch (padded rows zeroed).
+
+        Args:
+            x: ``[B, N, F]`` node features.
+            powers: ``[B, K, N, N]`` ``Â^1..Â^K``; may be None when ``use_bias=False``.
+            mask: ``[B, N]`` bool, True for real nodes; None means all real.
+        """
+        if mask is None:
+            mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+        keep = mask.unsqueeze(-1)
+        # Zero padded inputs: attention gives padded keys weight exactly 0, but 0 * inf/nan is nan.
+        h = self.encoder(x.masked_fill(~keep, 0.0))
+        bias = None
+        if self.bias is not None:
+            if powers is None:
+                raise ValueError("use_bias=True needs `powers` [B, K, N, N]")
+            bias = self.bias(DenseStructure(powers=powers, mask=mask))
+        for block in self.blocks:
+            h = block(h, bias, mask)
+        return h.masked_fill(~keep, 0.0)
+
+    def readout_dense(self, h: Tensor, mask: Tensor) -> Tensor:
+        """``[B, hidden]`` sum/mean/max of ``h [B, N, hidden]`` over real nodes only."""
+        keep = mask.unsqueeze(-1)
+        if self.cfg.readout == "sum":
+            return h.masked_fill(~keep, 0.0).sum(1)
+        if self.cfg.readout == "mean":
+            count = mask.sum(1, keepdim=True).clamp(min=1).to(h.dtype)
+            return h.masked_fill(~keep, 0.0).sum(1) / count
+        out = h.masked_fill(~keep, float("-inf")).amax(1)
+        # An empty graph has no max; give it 0 (as PyG's scatter does) instead of -inf.
+        return out.masked_fill(~mask.any(1, keepdim=True), 0.0)
+
+    def forward_dense(self, x: Tensor, powers: Tensor | None, mask: Tensor | None = None) -> Tensor:
+        """Padded batch -> ``[B, out_dim]`` (graph task) or ``[B, N, out_dim]`` (node task).
+
+        Node outputs are zero on padded rows.
+        """
+        if mask is None:
+            mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+        h = self.encode_dense(x, powers, mask)
+        if self.cfg.task == "graph":
+            return self.head(self.readout_dense(h, mask))
+        return self.head(h).masked_fill(~mask.unsqueeze(-1), 0.0)
+
+    # ----------------------------------------------------------------- sparse
+    def encode_sparse(self, x: Tensor, edge_index: Tensor, values: Tensor | None = None) -> Tensor:
+        """Node embeddings ``[N, hidden]`` attending over the pairs ``edge_index`` only.
+
+        Args:
+            x: ``[N, F]`` node features (one graph or a disjoint union).
+            edge_index: ``[2, E]`` attended pairs, row = query, col = key.
+            values: ``[E, K]`` ``Â^1..Â^K`` at each pair; may be None when ``use_bias=False``.
+        """
+        h = self.encoder(x)
+        bias = None
+        if self.bias is not None:
+            if values is None:
+                raise ValueError("use_bias=True needs `values` [E, K]")
+            bias = self.bias(SparseStructure(edge_index=edge_index, values=values))
+        for block in self.blocks:
+            h = block(h, bias, edge_index=edge_index)
+        return h
+
+    def readout_sparse(self, h: Tensor, batch: Tensor | None = None, num_graphs: int | None = None) -> Tensor:
+        """``[G, hidden]`` sum/mean/max of ``h [N, hidden]`` per graph of ``batch`` (None: one graph)."""
+        if batch is None:
+            batch = torch.zeros(h.size(0), dtype=torch.long, device=h.device)
+        if num_graphs is None:
+            num_graphs = int(batch.max()) + 1 if batch.numel() else 0
+        return scatter(h, batch, dim=0, dim_size=num_graphs, reduce=self.cfg.readout)
+
+    def forward_sparse(
+        self,
+        x: Tensor,
+        edge_index: Tensor,
+        values: Tensor | None = None,
+        batch: Tensor | None = None,
+        num_graphs: int | None = None,
+    ) -> Tensor:
+        """Pairs-only forward -> ``[N, out_dim]`` (node task) or ``[G, out_dim]`` (graph task).
+
+        Args:
+            x, edge_index, values: see :meth:`encode_sparse`. Pairs must not
+                cross graphs; nothing else separates them.
+            batch: ``[N]`` graph of each node (graph task); None means one graph.
+            num_graphs: ``G``; default ``batch.max() + 1``.
+        """
+        h = self.encode_sparse(x, edge_index, values)
+        if self.cfg.task == "graph":
+            return self.head(self.readout_sparse(h, batch, num_graphs))
+        return self.head(h)
+
+    # ---------------------------------------------------------------- generic
+    def forward(self, batch: Any) -> Tensor:
+        """Dense forward of a :class:`GraphBatch`-like object or mapping.
+
+        Reads ``x``, ``powers`` and ``mask``; an input with ``edge_index``
+        (and ``values``, optional ``batch``) but no ``powers`` goes sparse.
+        """
+        x = _get(batch, "x")
+        if x is None:
+            raise ValueError("batch has no `x`")
+        powers = _get(batch, "powers")
+        edge_index = _get(batch, "edge_index")
+        if powers is None and edge_index is not None:
+            return self.forward_sparse(x, edge_index, _get(batch, "values"), _get(batch, "batch"))
+        return self.forward_dense(x, powers, _get(batch, "mask"))
