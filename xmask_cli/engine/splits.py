@@ -1,0 +1,247 @@
+"""Train/val/test splits for node-, graph- and link-level tasks, seeded and recordable.
+
+Every split is plain int64 numpy index arrays so that it can be written into the
+run config (:meth:`Split.to_dict`) and a run can be reproduced from the config
+alone. Split names follow :attr:`xmask_cli.data.registry.DatasetSpec.split`:
+
+* ``public``          Planetoid's fixed masks (``data.train_mask`` ...);
+* ``random-60-20-20`` a seeded 60/20/20 split of the nodes (Amazon, Coauthor);
+* ``official-0``      WikiCS's first of its 20 official splits;
+* ``random-8-1-1``    a seeded 80/10/10 split of the graphs (TU);
+* ``scaffold``        OGB's scaffold split (``dataset.get_idx_split()``).
+
+Example::
+
+    split = node_split(spec.split, data, seed=0)
+    train_idx = torch.from_numpy(split.train)
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["Split", "EdgeSplit", "random_split", "node_split", "graph_split", "edge_split"]
+
+
+def _as_numpy(x: Any) -> np.ndarray:
+    """Tensor or array-like -> numpy array (torch tensors may live on any device)."""
+    if hasattr(x, "detach"):
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _index(x: Any) -> np.ndarray:
+    return np.ascontiguousarray(_as_numpy(x), dtype=np.int64).reshape(-1)
+
+
+def _mask_index(mask: Any) -> np.ndarray:
+    """Positions where a boolean mask is set, as sorted int64 indices."""
+    return np.flatnonzero(_as_numpy(mask).astype(bool)).astype(np.int64)
+
+
+@dataclass(frozen=True, eq=False)
+class Split:
+    """One train/val/test split as int64 index arrays.
+
+    Attributes:
+        train, val, test: indices of nodes or graphs.
+        name: split name, as the run config records it (``public``, ``random-8-1-1``, ...).
+        seed: seed that drew the split; None for fixed splits that ignore the seed.
+    """
+
+    train: np.ndarray
+    val: np.ndarray
+    test: np.ndarray
+    name: str
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        # Normalise once so that every consumer can rely on int64 1-D arrays.
+        for part in ("train", "val", "test"):
+            object.__setattr__(self, part, _index(getattr(self, part)))
+
+    def sizes(self) -> tuple[int, int, int]:
+        """``(len(train), len(val), len(test))``."""
+        return len(self.train), len(self.val), len(self.test)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain-Python form (lists of ints) for saving in the run config."""
+        return {"name": self.name, "seed": self.seed, "train": self.train.tolist(),
+                "val": self.val.tolist(), "test": self.test.tolist()}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "Split":
+        """Inverse of :meth:`to_dict`."""
+        return cls(train=np.asarray(d["train"], dtype=np.int64), val=np.asarray(d["val"], dtype=np.int64),
+                   test=np.asarray(d["test"], dtype=np.int64), name=str(d["name"]), seed=d.get("seed"))
+
+
+def _check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
+    if len(fractions) != 3 or any(f < 0 for f in fractions) or abs(sum(fractions) - 1.0) > 1e-6:
+        raise ValueError(f"fractions must be three non-negative numbers summing to 1, got {tuple(fractions)}")
+    return float(fractions[0]), float(fractions[1]), float(fractions[2])
+
+
+def random_split(n: int, fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
+                 name: str | None = None) -> Split:
+    """Seeded random split of ``range(n)`` into train/val/test.
+
+    Val and test get ``floor(n * fraction)`` items each and train the remainder,
+    so rounding never starves the training set. The permutation comes from
+    ``numpy.random.default_rng(seed)``: the same ``(n, fractions, seed)`` always
+    gives the same split, on any machine.
+    """
+    if n < 0:
+        raise ValueError(f"n must be non-negative, got {n}")
+    _, f_val, f_test = _check_fractions(fractions)
+    # The epsilon keeps e.g. 100 * 0.29 = 28.999... from flooring to 28.
+    n_val = math.floor(n * f_val + 1e-9)
+    n_test = math.floor(n * f_test + 1e-9)
+    n_train = n - n_val - n_test
+    perm = np.random.default_rng(seed).permutation(n).astype(np.int64)
+    if name is None:
+        name = "random-" + "-".join(f"{f:g}" for f in fractions)
+    return Split(train=perm[:n_train], val=perm[n_train:n_train + n_val], test=perm[n_train + n_val:],
+                 name=name, seed=seed)
+
+
+def node_split(spec_split_name: str, data: Any, seed: int = 0) -> Split:
+    """Node split of one PyG ``Data`` object by the registry's split name.
+
+    ``public`` reads Planetoid's masks, ``official-0`` reads column 0 of WikiCS's
+    ``[N, 20]`` train/val masks (its test mask is shared, 1-D), and
+    ``random-60-20-20`` draws a seeded split of all nodes.
+    """
+    if spec_split_name == "public":
+        return Split(_mask_index(data.train_mask), _mask_index(data.val_mask), _mask_index(data.test_mask),
+                     name="public", seed=None)
+    if spec_split_name == "official-0":
+        train, val, test = (_as_numpy(m) for m in (data.train_mask, data.val_mask, data.test_mask))
+        return Split(_mask_index(train[:, 0] if train.ndim == 2 else train),
+                     _mask_index(val[:, 0] if val.ndim == 2 else val),
+                     _mask_index(test[:, 0] if test.ndim == 2 else test), name="official-0", seed=None)
+    if spec_split_name == "random-60-20-20":
+        return random_split(int(data.num_nodes), (0.6, 0.2, 0.2), seed=seed, name="random-60-20-20")
+    raise ValueError(f"unknown node split '{spec_split_name}': expected public, random-60-20-20 or official-0")
+
+
+def graph_split(spec_split_name: str, dataset: Any, seed: int = 0) -> Split:
+    """Graph split of a PyG / OGB dataset by the registry's split name.
+
+    ``random-8-1-1`` draws a seeded 80/10/10 split of the graphs; ``scaffold``
+    takes OGB's fixed ``get_idx_split()`` (keys ``train``/``valid``/``test``).
+    """
+    if spec_split_name == "random-8-1-1":
+        return random_split(len(dataset), (0.8, 0.1, 0.1), seed=seed, name="random-8-1-1")
+    if spec_split_name == "scaffold":
+        idx = dataset.get_idx_split()
+        return Split(idx["train"], idx["valid"], idx["test"], name="scaffold", seed=None)
+    raise ValueError(f"unknown graph split '{spec_split_name}': expected random-8-1-1 or scaffold")
+
+
+@dataclass(frozen=True, eq=False)
+class EdgeSplit:
+    """Link-prediction split of one undirected graph (see :func:`edge_split`).
+
+    Attributes:
+        train_edge_index: ``[2, 2*T]`` training edges in both directions (the
+            structure the model may see); also the training positives.
+        val_pos, test_pos: ``[2, V]`` / ``[2, T']`` held-out positive pairs, ``u < v``.
+        val_neg, test_neg: ``[2, V*M]`` / ``[2, T'*M]`` fixed negative pairs, ``u < v``;
+            columns ``i*M .. (i+1)*M-1`` belong to positive ``i``, so scores
+            reshaped to ``[P, M]`` feed :func:`xmask_cli.engine.metrics.mrr` directly.
+        num_nodes, seed, num_neg_per_pos: the inputs that reproduce the split.
+    """
+
+    train_edge_index: np.ndarray
+    val_pos: np.ndarray
+    val_neg: np.ndarray
+    test_pos: np.ndarray
+    test_neg: np.ndarray
+    num_nodes: int
+    seed: int
+    num_neg_per_pos: int
+
+    @property
+    def train_pos(self) -> np.ndarray:
+        """``[2, T]`` training pairs, one column per undirected edge (``u < v``)."""
+        ei = self.train_edge_index
+        return ei[:, ei[0] < ei[1]]
+
+
+def _pair_keys(u: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
+    """Unique int64 key of the unordered pair ``{u, v}``."""
+    return np.minimum(u, v) * n + np.maximum(u, v)
+
+
+def _sample_negatives(count: int, n: int, forbidden: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``count`` distinct unordered non-edge pairs ``u < v`` by rejection, in draw order.
+
+    ``forbidden`` holds the keys of every graph edge and of negatives already
+    drawn for another part, so val and test negatives never overlap.
+    """
+    out = np.empty(0, dtype=np.int64)
+    while len(out) < count:
+        # Oversample so that one or two rounds usually suffice on sparse graphs.
+        k = 2 * (count - len(out)) + 16
+        u = rng.integers(0, n, size=k, dtype=np.int64)
+        v = rng.integers(0, n, size=k, dtype=np.int64)
+        keys = _pair_keys(u, v, n)[u != v]
+        keys = keys[~np.isin(keys, forbidden) & ~np.isin(keys, out)]
+        _, first = np.unique(keys, return_index=True)
+        keys = keys[np.sort(first)]  # drop repeats, keep the draw order (deterministic)
+        out = np.concatenate([out, keys[:count - len(out)]])
+    return out
+
+
+def edge_split(edge_index: Any, num_nodes: int, seed: int = 0,
+               fractions: Sequence[float] = (0.85, 0.05, 0.10), num_neg_per_pos: int = 1) -> EdgeSplit:
+    """Seeded link-prediction split of an undirected graph.
+
+    Protocol:
+
+    1. ``edge_index`` ``[2, E]`` stores each undirected edge in both directions;
+       it is reduced to unique unordered pairs ``u < v`` (sorted), and self
+       loops are dropped: they are never prediction targets.
+    2. Those pairs are split with :func:`random_split` ``(fractions, seed)``: val
+       and test get ``floor(P * fraction)`` pairs, train the rest. Training pairs
+       are returned in both directions as the message-passing structure; val and
+       test pairs never appear in it, in either direction.
+    3. Val then test negatives are drawn once, from a generator seeded by
+       ``(seed, 1)``: ``num_neg_per_pos`` per positive, uniformly among unordered
+       pairs ``u != v`` that are not edges of the *full* graph, without
+       repeats across val and test (rejection sampling). They are fixed for a
+       seed, so every epoch and every model is scored on the same pairs.
+
+    Raises:
+        ValueError: the graph has too few non-edges for the requested negatives.
+    """
+    ei = np.ascontiguousarray(_as_numpy(edge_index), dtype=np.int64).reshape(2, -1)
+    n = int(num_nodes)
+    if num_neg_per_pos < 1:
+        raise ValueError(f"num_neg_per_pos must be at least 1, got {num_neg_per_pos}")
+    if ei.size and (ei.min() < 0 or ei.max() >= n):
+        raise ValueError(f"edge_index holds node ids outside [0, {n})")
+    keys = _pair_keys(ei[0], ei[1], n)[ei[0] != ei[1]]
+    keys = np.unique(keys)  # sorted: the split depends on the edge set only, not its storage order
+    split = random_split(len(keys), fractions, seed=seed)
+
+    def pairs(k: np.ndarray) -> np.ndarray:
+        return np.stack([k // n, k % n]).astype(np.int64)
+
+    train = pairs(keys[split.train])
+    val_pos, test_pos = pairs(keys[split.val]), pairs(keys[split.test])
+    n_val, n_test = val_pos.shape[1] * num_neg_per_pos, test_pos.shape[1] * num_neg_per_pos
+    free = n * (n - 1) // 2 - len(keys)
+    if n_val + n_test > free:
+        raise ValueError(f"need {n_val + n_test} negative pairs but the graph has only {free} non-edges")
+    rng = np.random.default_rng((seed, 1))
+    val_neg = _sample_negatives(n_val, n, keys, rng)
+    test_neg = _sample_negatives(n_test, n, np.concatenate([keys, val_neg]), rng)
+    return EdgeSplit(train_edge_index=np.concatenate([train, train[::-1]], axis=1),
+                     val_pos=val_pos, val_neg=pairs(val_neg), test_pos=test_pos, test_neg=pairs(test_neg),
+                     num_nodes=n, seed=seed, num_neg_per_pos=num_neg_per_pos)
