@@ -1,4 +1,3 @@
-import time
 
 import numpy as np
 import pytest
@@ -287,7 +286,7 @@ def _random_graphs(count, rng):
 
 
 def test_tiny_overfit():
-    start = time.perf_counter()
+    # Speed is measured by benchmarks, never asserted here: a busy CI machine must not fail this.
     rng = np.random.default_rng(0)
     graphs = _random_graphs(8, rng)
     powers, mask = padded(graphs, HEADS)
@@ -306,4 +305,3 @@ def test_tiny_overfit():
     with torch.no_grad():
         acc = (net.forward_dense(x, powers, mask).argmax(-1) == y).float().mean().item()
     assert acc == 1.0
-    assert time.perf_counter() - start < 5.0

@@ -1,0 +1,151 @@
+"""Run folders: resolved config, per-epoch metrics, checkpoints, summary, seed aggregates.
+
+A run lives in ``runs/<name>/<seed>/``::
+
+    config.json     the resolved config (split, model and train settings)
+    metrics.jsonl   one JSON object per epoch
+    last.pt         everything needed to continue a killed run
+    best.pt         the best state by the validation metric
+    summary.json    final metrics of the best state
+
+Checkpoints hold tensors and plain Python values only, so they load with
+``torch.load(..., weights_only=True)``; every file a reader may see half-written
+(checkpoints, summary) is written to a temporary file in the same folder and
+moved into place with :func:`os.replace`, which is atomic on POSIX and Windows.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["RunDir", "aggregate"]
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    """Call ``write(file_object)`` on a temp file beside ``path``, then rename it over ``path``."""
+    # Same folder: os.replace is only atomic within one file system.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # A failed write must not leave a stray temp file behind.
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def _json_bytes(obj: Any) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
+
+
+class RunDir:
+    """One run folder; created on first use.
+
+    Args:
+        path: the folder, typically ``runs/<name>/<seed>``.
+    """
+
+    CONFIG = "config.json"
+    METRICS = "metrics.jsonl"
+    LAST = "last.pt"
+    BEST = "best.pt"
+    SUMMARY = "summary.json"
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.path)!r})"
+
+    # --------------------------------------------------------------- config
+    def save_config(self, config: dict[str, Any]) -> None:
+        """Write the resolved config as JSON (atomically)."""
+        _atomic_write(self.path / self.CONFIG, lambda f: f.write(_json_bytes(config)))
+
+    def load_config(self) -> dict[str, Any]:
+        """The config written by :meth:`save_config`."""
+        return json.loads((self.path / self.CONFIG).read_text())
+
+    # -------------------------------------------------------------- metrics
+    def append_metrics(self, row: dict[str, Any]) -> None:
+        """Append one epoch's metrics as a JSON line."""
+        with open(self.path / self.METRICS, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row, sort_keys=True) + "\n")
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """All epoch rows written so far (empty if none)."""
+        path = self.path / self.METRICS
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def truncate_metrics(self, num_epochs: int) -> None:
+        """Keep the rows of epochs ``< num_epochs`` only.
+
+        A run killed after logging an epoch but before checkpointing it would
+        otherwise log that epoch twice on resume.
+        """
+        rows = [r for r in self.read_metrics() if int(r["epoch"]) < num_epochs]
+        data = "".join(json.dumps(r, sort_keys=True) + "\n" for r in rows).encode()
+        _atomic_write(self.path / self.METRICS, lambda f: f.write(data))
+
+    # ---------------------------------------------------------- checkpoints
+    def save_checkpoint(self, state: dict[str, Any], name: str = LAST) -> Path:
+        """``torch.save`` ``state`` to ``<run>/<name>`` atomically; returns the path.
+
+        ``state`` must hold only tensors and plain Python values (see the module docstring).
+        """
+        path = self.path / name
+        _atomic_write(path, lambda f: torch.save(state, f))
+        return path
+
+    def load_checkpoint(self, name: str = LAST, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+        """Load ``<run>/<name>`` with ``weights_only=True`` (no arbitrary code runs on load)."""
+        return torch.load(self.path / name, map_location=map_location, weights_only=True)
+
+    def has_checkpoint(self, name: str = LAST) -> bool:
+        return (self.path / name).is_file()
+
+    # -------------------------------------------------------------- summary
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        """Write ``summary.json`` atomically."""
+        _atomic_write(self.path / self.SUMMARY, lambda f: f.write(_json_bytes(summary)))
+
+    def read_summary(self) -> dict[str, Any]:
+        return json.loads((self.path / self.SUMMARY).read_text())
+
+
+def aggregate(run_dirs: Iterable[RunDir | str | os.PathLike]) -> dict[str, dict[str, Any]]:
+    """Mean and standard deviation over seeds of every final metric.
+
+    Reads ``summary["metrics"]`` (e.g. ``{"train": .., "val": .., "test": ..}``)
+    of each run. ``std`` is the population standard deviation (``ddof=0``), 0
+    for a single run.
+
+    Returns:
+        ``{metric: {"mean": float, "std": float, "values": [float, ...]}}``, values in run order.
+    """
+    values: dict[str, list[float]] = {}
+    for run in run_dirs:
+        run = run if isinstance(run, RunDir) else RunDir(run)
+        for key, value in run.read_summary()["metrics"].items():
+            values.setdefault(key, []).append(float(value))
+    out: dict[str, dict[str, Any]] = {}
+    for key, vals in values.items():
+        arr = np.asarray(vals, dtype=np.float64)
+        out[key] = {"mean": float(arr.mean()), "std": float(arr.std()), "values": vals}
+    return out
