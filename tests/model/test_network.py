@@ -1,3 +1,6 @@
+"""XMaskNet against hand computations: readouts, padding, permutation, dense vs sparse, overfitting."""
+from __future__ import annotations
+
 import numpy as np
 import pytest
 import torch
