@@ -13,6 +13,7 @@ restored state, and only reported.
 """
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -195,8 +196,11 @@ def train_graph_level(
     ``log`` receives each epoch's metrics row after it has been checkpointed.
 
     Raises:
-        ValueError: ``metric`` is unknown or not a classification metric.
+        ValueError: ``metric`` is not a classification metric, ``epochs < 1``, or
+            ``resume`` finds a run with another dataset, split, model or seed.
     """
+    if train_cfg.epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {train_cfg.epochs}")
     if metric not in CLASSIFICATION_METRICS:
         raise ValueError(f"graph-level training supports {CLASSIFICATION_METRICS}, got {metric!r}")
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
@@ -213,8 +217,19 @@ def train_graph_level(
     eval_streams = {part: _eval_stream(cache_path, features, labels, getattr(split, part), train_cfg.batch_size)
                     for part in ("train", "val", "test")}
 
+    config = {
+        "dataset": graphs.spec.name, "cache_path": str(cache_path), "metric": metric,
+        "split": split.to_dict(), "model": asdict(model_cfg), "train": asdict(train_cfg),
+    }
     start, best, best_epoch, bad_epochs = 0, None, -1, 0
     if resume and run.has_checkpoint(RunDir.LAST):
+        # JSON round trip so tuples compare equal to the lists read back.
+        saved, now = run.load_config(), json.loads(json.dumps(config))
+        for key in ("dataset", "metric", "split", "model"):
+            if saved[key] != now[key]:
+                raise ValueError(f"cannot resume {run.path}: its {key!r} differs from this run's")
+        if saved["train"]["seed"] != train_cfg.seed:
+            raise ValueError(f"cannot resume {run.path}: it was trained with seed {saved['train']['seed']}")
         ckpt = run.load_checkpoint(RunDir.LAST)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
@@ -224,14 +239,13 @@ def train_graph_level(
         run.truncate_metrics(start)
     else:
         run.truncate_metrics(0)
-        run.save_config({
-            "dataset": graphs.spec.name, "cache_path": str(cache_path), "metric": metric,
-            "split": split.to_dict(), "model": asdict(model_cfg), "train": asdict(train_cfg),
-        })
+        run.save_config(config)
 
     epoch = start - 1
     stopped_early = start > 0 and bad_epochs >= train_cfg.patience
-    for epoch in (range(0) if stopped_early else range(start, train_cfg.epochs)):
+    # A resumed run that had already stopped early trains no further epoch.
+    end = start if stopped_early else train_cfg.epochs
+    for epoch in range(start, end):
         train_stream.set_epoch(epoch)  # the batch order depends on (seed, epoch) only: resumable
         model.train()
         total, count = 0.0, 0

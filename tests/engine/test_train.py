@@ -1,0 +1,217 @@
+"""Graph-level training on the bundled MUTAG: learning, selection, checkpoints, resume."""
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from xmask_cli.config import resolve
+from xmask_cli.data.load import GraphSet, load_graphs
+from xmask_cli.data.registry import get_dataset
+from xmask_cli.engine import train as train_mod
+from xmask_cli.engine.runs import RunDir, aggregate
+from xmask_cli.engine.splits import Split, graph_split
+from xmask_cli.engine.train import TrainConfig, evaluate, graph_labels, node_features, train_graph_level
+from xmask_cli.model.network import ModelConfig
+from xmask_cli.prepare import prepare_dataset
+
+# Split seed 1 has a balanced-ish validation set (majority rate 10/18), so beating it is informative.
+SPLIT_SEED = 1
+FAST = TrainConfig(epochs=30, lr=1e-2, warmup_epochs=2, patience=30, batch_size=32, seed=0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    # A 16-wide model gains nothing from intra-op threads, and on a busy 2-core box
+    # spinning OpenMP workers slow these runs down several-fold.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@dataclass
+class Mutag:
+    cache_path: str
+    graphs: GraphSet
+    split: Split
+    model_cfg: ModelConfig
+
+
+@pytest.fixture(scope="module")
+def mutag(tmp_path_factory: pytest.TempPathFactory) -> Mutag:
+    cache_dir = tmp_path_factory.mktemp("mutag_cache")
+    summary = prepare_dataset(resolve("graph-level"), cache_dir=cache_dir, offline=True)
+    graphs = load_graphs(get_dataset("mutag"), data_root=None, cache_dir=cache_dir, offline=True)
+    split = graph_split(graphs.spec.split, graphs.dataset, seed=SPLIT_SEED)
+    in_dim = node_features(graphs)[0].size(1)
+    model_cfg = ModelConfig(in_dim=in_dim, out_dim=2, hidden=16, heads=2, layers=1, dropout=0.0)
+    return Mutag(summary.path, graphs, split, model_cfg)
+
+
+@pytest.fixture(scope="module")
+def learned(mutag: Mutag, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, RunDir]:
+    run = RunDir(tmp_path_factory.mktemp("runs") / "mutag" / "0")
+    summary = train_graph_level(mutag.cache_path, mutag.graphs, mutag.split, mutag.model_cfg, FAST, run)
+    return summary, run
+
+
+def _majority_rate(labels: np.ndarray) -> float:
+    return float(np.bincount(labels).max() / len(labels))
+
+
+def test_node_features_fallback_is_one_hot_degree(mutag: Mutag) -> None:
+    # The bundled MUTAG has no node attributes: features are the one-hot degree.
+    feats = node_features(mutag.graphs)
+    assert len(feats) == mutag.graphs.num_graphs == len(graph_labels(mutag.graphs))
+    for x, e, n in zip(feats[:20], mutag.graphs.edge_index, mutag.graphs.num_nodes):
+        assert x.shape[0] == n and torch.equal(x.sum(1), torch.ones(int(n)))
+        assert torch.equal(x.argmax(1), torch.from_numpy(np.bincount(e[0], minlength=int(n))))
+
+
+def test_learns_above_majority(mutag: Mutag, learned: tuple[dict, RunDir]) -> None:
+    summary, _ = learned
+    y = graph_labels(mutag.graphs).numpy()
+    val_majority = _majority_rate(y[mutag.split.val])
+    test_majority = _majority_rate(y[mutag.split.test])
+    # 0.25 above majority on 18 graphs is 5 graphs more than a constant predictor gets right.
+    assert summary["metrics"]["val"] >= val_majority + 0.25
+    assert summary["metrics"]["test"] > test_majority
+    assert 0 <= summary["best_epoch"] < summary["epochs_run"] == FAST.epochs
+
+
+def test_evaluate_reproduces_recorded_metrics(mutag: Mutag, learned: tuple[dict, RunDir]) -> None:
+    summary, run = learned
+    best = torch.load(run.path / RunDir.BEST, weights_only=True)
+    assert best["epoch"] == summary["best_epoch"]
+    for part in ("train", "val", "test"):
+        value = evaluate(mutag.cache_path, mutag.graphs, getattr(mutag.split, part), mutag.model_cfg,
+                         best["model"], "accuracy", batch_size=FAST.batch_size)
+        assert value == summary["metrics"][part]
+    # The best epoch's logged validation metric is the one the restored state reproduces.
+    rows = run.read_metrics()
+    assert rows[summary["best_epoch"]]["val_accuracy"] == summary["metrics"]["val"]
+    assert max(r["val_accuracy"] for r in rows) == summary["metrics"]["val"]
+
+
+def test_run_files(mutag: Mutag, learned: tuple[dict, RunDir]) -> None:
+    summary, run = learned
+    lines = (run.path / RunDir.METRICS).read_text().splitlines()
+    assert len(lines) == summary["epochs_run"]
+    assert [json.loads(line)["epoch"] for line in lines] == list(range(summary["epochs_run"]))
+    last = torch.load(run.path / RunDir.LAST, weights_only=True)
+    assert last["epoch"] == summary["epochs_run"] - 1
+    on_disk = json.loads((run.path / RunDir.SUMMARY).read_text())
+    assert on_disk == summary
+    assert on_disk["split"]["train"] == len(mutag.split.train)
+    assert (on_disk["split"]["val"], on_disk["split"]["test"]) == (18, 18)
+    assert set(on_disk["metrics"]) == {"train", "val", "test"}
+    config = run.load_config()
+    assert Split.from_dict(config["split"]).val.tolist() == mutag.split.val.tolist()
+    assert config["model"]["hidden"] == 16 and config["train"]["lr"] == FAST.lr
+    assert sorted(p.name for p in run.path.iterdir()) == sorted(
+        [RunDir.CONFIG, RunDir.METRICS, RunDir.LAST, RunDir.BEST, RunDir.SUMMARY])
+
+
+def test_failed_atomic_write_keeps_old_file(tmp_path: Path) -> None:
+    run = RunDir(tmp_path / "run")
+    run.save_checkpoint({"w": torch.ones(2)})
+    with pytest.raises(Exception):
+        run.save_checkpoint({"w": lambda: None})  # not picklable: fails mid-write
+    assert [p.name for p in run.path.iterdir()] == [RunDir.LAST]
+    assert torch.equal(run.load_checkpoint()["w"], torch.ones(2))
+
+
+class Killed(RuntimeError):
+    pass
+
+
+def test_resume_matches_uninterrupted(mutag: Mutag, tmp_path: Path) -> None:
+    # Dropout draws from the torch RNG, so equality needs its state restored too.
+    model_cfg = replace(mutag.model_cfg, dropout=0.2)
+    cfg = replace(FAST, epochs=6, patience=6, seed=3)
+    args = (mutag.cache_path, mutag.graphs, mutag.split, model_cfg, cfg)
+    a = train_graph_level(*args, tmp_path / "a")
+
+    def kill_after_epoch_2(row: dict) -> None:
+        if row["epoch"] == 2:
+            raise Killed
+
+    with pytest.raises(Killed):
+        train_graph_level(*args, tmp_path / "b", log=kill_after_epoch_2)
+    assert not (tmp_path / "b" / RunDir.SUMMARY).exists()
+    torch.manual_seed(12345)  # whatever the process did meanwhile must not matter
+    b = train_graph_level(*args, tmp_path / "b", resume=True)
+
+    assert b == a
+    run_a, run_b = RunDir(tmp_path / "a"), RunDir(tmp_path / "b")
+    assert run_b.read_metrics() == run_a.read_metrics()
+    for name in (RunDir.BEST, RunDir.LAST):
+        sa, sb = run_a.load_checkpoint(name)["model"], run_b.load_checkpoint(name)["model"]
+        assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_resume_refuses_a_different_run(mutag: Mutag, learned: tuple[dict, RunDir]) -> None:
+    _, run = learned
+    for model_cfg, cfg in ((mutag.model_cfg, replace(FAST, seed=1)), (replace(mutag.model_cfg, hidden=8), FAST)):
+        with pytest.raises(ValueError, match="cannot resume"):
+            train_graph_level(mutag.cache_path, mutag.graphs, mutag.split, model_cfg, cfg, run.path, resume=True)
+
+
+def test_early_stopping_restores_best(mutag: Mutag, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Scripted validation: best at epoch 1, then a tie and a drop -> patience 2 stops after epoch 3.
+    script = iter([0.5, 0.9, 0.9, 0.8])
+    state = {"scripted": True}
+
+    def fake_metric(out: torch.Tensor, y: torch.Tensor) -> float:
+        # After the scripted epochs, a fingerprint of the outputs identifies the model state.
+        return next(script) if state["scripted"] else float(out.double().sum())
+
+    def stop_script(row: dict) -> None:
+        state["scripted"] = row["epoch"] < 3
+
+    monkeypatch.setitem(train_mod.METRICS, "accuracy", fake_metric)
+    cfg = replace(FAST, epochs=20, patience=2)
+    run = RunDir(tmp_path / "run")
+    summary = train_graph_level(mutag.cache_path, mutag.graphs, mutag.split, mutag.model_cfg, cfg, run,
+                                log=stop_script)
+    assert (summary["best_epoch"], summary["epochs_run"], summary["stopped_early"]) == (1, 4, True)
+    assert len(run.read_metrics()) == 4
+
+    # The reported numbers come from the best state, not the last one (lr > 0: they differ).
+    def fingerprint(name: str) -> float:
+        return evaluate(mutag.cache_path, mutag.graphs, mutag.split.val, mutag.model_cfg,
+                        run.load_checkpoint(name)["model"], "accuracy", batch_size=cfg.batch_size)
+
+    assert run.load_checkpoint(RunDir.BEST)["epoch"] == 1
+    assert summary["metrics"]["val"] == fingerprint(RunDir.BEST) != fingerprint(RunDir.LAST)
+
+
+def test_zero_lr_stops_after_patience(mutag: Mutag, tmp_path: Path) -> None:
+    cfg = replace(FAST, lr=0.0, epochs=20, patience=2)
+    args = (mutag.cache_path, mutag.graphs, mutag.split, mutag.model_cfg, cfg, tmp_path / "r")
+    summary = train_graph_level(*args)
+    # Validation never improves on epoch 0, so the run ends after 1 + patience epochs.
+    assert (summary["best_epoch"], summary["epochs_run"], summary["stopped_early"]) == (0, 3, True)
+    # Resuming a run that already stopped trains nothing more and reports the same.
+    assert train_graph_level(*args, resume=True) == summary
+    assert len(RunDir(tmp_path / "r").read_metrics()) == 3
+
+
+def test_aggregate_over_seeds(tmp_path: Path) -> None:
+    runs = []
+    for seed, val in enumerate([0.5, 0.7, 0.9]):
+        run = RunDir(tmp_path / str(seed))
+        run.write_summary({"metrics": {"val": val, "test": 1.0}})
+        runs.append(run)
+    agg = aggregate(runs)
+    assert agg["val"]["values"] == [0.5, 0.7, 0.9]
+    assert agg["val"]["mean"] == pytest.approx(0.7)
+    assert agg["val"]["std"] == pytest.approx(np.std([0.5, 0.7, 0.9]))
+    assert agg["test"] == {"mean": 1.0, "std": 0.0, "values": [1.0, 1.0, 1.0]}
+    assert agg == aggregate([r.path for r in runs])
