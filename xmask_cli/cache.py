@@ -337,9 +337,6 @@ class StructureCache:
     def num_graphs(self) -> int:
         return int(self._read("graphs/num_nodes").shape[0])
 
-    def has(self, group: str) -> bool:
-        return any(k.startswith(group + "/") for k in self._mem) or group in self.file
-
     def num_nodes(self, g: int) -> int:
         return int(self._read("graphs/num_nodes", slice(g, g + 1))[0])
 

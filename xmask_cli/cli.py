@@ -204,7 +204,7 @@ def presets_ls(ctx: typer.Context, fmt: FormatOpt = None) -> None:
     found = C.list_presets()
     rows = []
     for name, path in found.items():
-        raw = C._read_yaml(path)
+        raw = C.read_yaml(path)
         parents = raw.get("extends") or []
         rows.append({"name": name, "path": str(path), "extends": [parents] if isinstance(parents, str) else parents,
                      "description": str(raw.get("description", "")) if "description" in raw else ""})

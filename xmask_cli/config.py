@@ -163,7 +163,8 @@ def find_preset(name_or_path: str, *, relative_to: Path | None = None) -> Path:
     raise UsageError(f"unknown preset '{name_or_path}': {hint}see `xmask presets ls` for the {len(presets)} available")
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml(path: Path) -> dict[str, Any]:
+    """One preset file as a mapping (no inheritance applied)."""
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -186,7 +187,7 @@ def load_preset_dict(name_or_path: str, *, _seen: tuple[str, ...] = (), _relativ
     key = str(path.resolve())
     if key in _seen:
         raise ConfigError(f"preset '{path.stem}' extends itself through {' -> '.join(Path(s).stem for s in _seen)}")
-    data = _read_yaml(path)
+    data = read_yaml(path)
     parents = data.pop("extends", None) or []
     if isinstance(parents, str):
         parents = [parents]

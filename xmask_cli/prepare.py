@@ -365,9 +365,6 @@ def prepare_graphs(
                           round(time.perf_counter() - t0, 3), params)
 
 
-def default_workers() -> int:
-    return max(1, min(os.cpu_count() or 1, 8))
-
 
 def resolve_cache_dir(cli_value: str | os.PathLike | None) -> Path:
     """``--cache-dir`` > ``XMASK_CACHE`` > ``./cache``."""

@@ -62,13 +62,7 @@ def magnetic_laplacian(a_directed: sp.spmatrix, q: float = 0.25) -> sp.csr_matri
 def _canonical_signs(vecs: np.ndarray) -> np.ndarray:
     """Fix each eigenvector's free phase so the output is deterministic: the
     entry of largest modulus becomes real and positive."""
-    if vecs.size == 0:
-        return vecs
-    idx = np.argmax(np.abs(vecs), axis=0)
-    pivot = vecs[idx, np.arange(vecs.shape[1])]
-    phase = pivot / np.abs(pivot)
-    phase[~np.isfinite(phase)] = 1.0
-    return vecs / phase
+    return _canonical_signs_batched(vecs[None])[0]
 
 
 def _canonical_signs_batched(vecs: np.ndarray) -> np.ndarray:

@@ -108,8 +108,6 @@ def _fill(indptr, indices, data, radius, k, first, base, n_workers, off, off_k, 
                     nxt[v] = 0.0
                     if col >= 0:
                         out_val[a + i, col] = cur[v]
-            for i in range(tk, t):
-                nxt[queue[i]] = 0.0  # k-step walks can spill one hop past the k ball
             for i in range(t):
                 v = queue[i]
                 cur[v] = 0.0
