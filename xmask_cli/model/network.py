@@ -21,7 +21,10 @@ from xmask_cli.model.bias import DenseStructure, SparseStructure, XLogSMaskBias
 from xmask_cli.model.layers import NORMS, TransformerBlock
 
 READOUTS = ("sum", "mean", "max")
-TASKS = ("graph", "node")
+#: graph: one output per graph; node: one per node; link / edge: one per node pair (see :meth:`XMaskNet.score_pairs`).
+TASKS = ("graph", "node", "link", "edge")
+#: linear: ``Linear(in_dim, hidden)`` on float features; atom: OGB's ``AtomEncoder`` on integer atom features.
+ENCODERS = ("linear", "atom")
 
 
 @dataclass(frozen=True)
@@ -43,8 +46,10 @@ class ModelConfig:
             Stored as a tuple so the config stays hashable.
         eps: floor inside ``log(Â^k + eps)``.
         readout: ``'sum'``, ``'mean'`` or ``'max'`` over real nodes (graph task).
-        task: ``'graph'`` (one output per graph) or ``'node'`` (one per node).
+        task: ``'graph'`` (one output per graph), ``'node'`` (one per node), ``'link'``
+            or ``'edge'`` (one per node pair, scored by :meth:`XMaskNet.score_pairs`).
         use_bias: False drops the structural bias (plain attention, the ablation).
+        encoder: ``'linear'`` or ``'atom'`` (OGB ``AtomEncoder``; ``in_dim`` is then ignored).
     """
 
     in_dim: int
@@ -62,6 +67,7 @@ class ModelConfig:
     readout: str = "sum"
     task: str = "graph"
     use_bias: bool = True
+    encoder: str = "linear"
 
     def __post_init__(self) -> None:
         for name in ("in_dim", "out_dim", "hidden", "heads", "layers", "ffn_mult"):
@@ -69,7 +75,8 @@ class ModelConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.hidden % self.heads:
             raise ValueError(f"hidden {self.hidden} must be a multiple of heads {self.heads}")
-        for name, allowed in (("norm", NORMS), ("mask_scale", MASK_SCALES), ("readout", READOUTS), ("task", TASKS)):
+        for name, allowed in (("norm", NORMS), ("mask_scale", MASK_SCALES), ("readout", READOUTS), ("task", TASKS),
+                              ("encoder", ENCODERS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         powers = range(1, self.heads + 1) if self.head_powers is None else self.head_powers
@@ -93,9 +100,22 @@ def _get(obj: Any, name: str) -> Any:
     return getattr(obj, name, None)
 
 
-def _mlp(dim: int, out_dim: int, dropout: float) -> torch.nn.Sequential:
+class _AtomInput(torch.nn.Module):
+    """OGB ``AtomEncoder`` on padded ``[B, N, 9]`` or flat ``[N, 9]`` integer features."""
+
+    def __init__(self, atom_encoder: torch.nn.Module):
+        super().__init__()
+        self.atom = atom_encoder
+
+    def forward(self, x: Tensor) -> Tensor:
+        shape = x.shape[:-1]
+        # Features may arrive as float (padding zeros are valid atom ids, masked later).
+        return self.atom(x.reshape(-1, x.size(-1)).long()).view(*shape, -1)
+
+
+def _mlp_in(in_dim: int, dim: int, out_dim: int, dropout: float) -> torch.nn.Sequential:
     return torch.nn.Sequential(
-        torch.nn.Linear(dim, dim),
+        torch.nn.Linear(in_dim, dim),
         torch.nn.ReLU(),
         torch.nn.Dropout(dropout),
         torch.nn.Linear(dim, out_dim),
@@ -117,7 +137,12 @@ class XMaskNet(torch.nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        self.encoder = torch.nn.Linear(cfg.in_dim, cfg.hidden)
+        if cfg.encoder == "atom":
+            from ogb.graphproppred.mol_encoder import AtomEncoder  # imported lazily: only molecules need it
+
+            self.encoder = _AtomInput(AtomEncoder(cfg.hidden))
+        else:
+            self.encoder = torch.nn.Linear(cfg.in_dim, cfg.hidden)
         # Parameter-free, so one instance serves every layer (the bias is computed once per forward).
         self.bias = XLogSMaskBias(cfg.heads, cfg.head_powers, cfg.eps) if cfg.use_bias else None
         self.blocks = torch.nn.ModuleList(
@@ -126,7 +151,9 @@ class XMaskNet(torch.nn.Module):
             )
             for _ in range(cfg.layers)
         )
-        self.head = _mlp(cfg.hidden, cfg.out_dim, cfg.dropout)
+        # Pair tasks read [h_u * h_v, h_u + h_v]: symmetric in (u, v), as an undirected pair is.
+        head_in = 2 * cfg.hidden if cfg.task in ("link", "edge") else cfg.hidden
+        self.head = _mlp_in(head_in, cfg.hidden, cfg.out_dim, cfg.dropout)
 
     # ------------------------------------------------------------------ dense
     def encode_dense(self, x: Tensor, powers: Tensor | None, mask: Tensor | None = None) -> Tensor:
@@ -170,6 +197,7 @@ class XMaskNet(torch.nn.Module):
         """
         if mask is None:
             mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+        self._no_pair_task()
         h = self.encode_dense(x, powers, mask)
         if self.cfg.task == "graph":
             return self.head(self.readout_dense(h, mask))
@@ -218,10 +246,27 @@ class XMaskNet(torch.nn.Module):
             batch: ``[N]`` graph of each node (graph task); None means one graph.
             num_graphs: ``G``; default ``batch.max() + 1``.
         """
+        self._no_pair_task()
         h = self.encode_sparse(x, edge_index, values)
         if self.cfg.task == "graph":
             return self.head(self.readout_sparse(h, batch, num_graphs))
         return self.head(h)
+
+    # ------------------------------------------------------------------ pairs
+    def _no_pair_task(self) -> None:
+        if self.cfg.task in ("link", "edge"):
+            raise ValueError(f"task {self.cfg.task!r} scores pairs: call encode_* then score_pairs")
+
+    def score_pairs(self, h: Tensor, pairs: Tensor) -> Tensor:
+        """``[P, out_dim]`` scores of node pairs from node embeddings (link / edge tasks).
+
+        Args:
+            h: ``[N, hidden]`` node embeddings (:meth:`encode_sparse`, or one
+                graph of :meth:`encode_dense` squeezed).
+            pairs: ``[2, P]`` long node ids ``(u, v)``.
+        """
+        hu, hv = h[pairs[0]], h[pairs[1]]
+        return self.head(torch.cat([hu * hv, hu + hv], dim=-1))
 
     # ---------------------------------------------------------------- generic
     def forward(self, batch: Any) -> Tensor:

@@ -1,0 +1,248 @@
+"""The one training loop every task level shares.
+
+A :class:`Task` knows its data (batches, loss, metric); :func:`fit` knows
+optimisation, validation-only selection, checkpoints and resume. Node,
+link, edge and graph tasks differ only in their :class:`Task`.
+
+Selection reads the validation metric only: the best epoch, early stopping
+and the state restored at the end. The test metric is computed once, on that
+restored state, and only reported.
+"""
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from xmask_cli.engine.metrics import HIGHER_IS_BETTER
+from xmask_cli.engine.runs import RunDir
+
+__all__ = ["TrainConfig", "Task", "fit", "seed_everything", "PARTS"]
+
+#: The parts every task scores, in reporting order.
+PARTS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Optimisation settings of one run.
+
+    Attributes:
+        epochs: maximum number of epochs.
+        lr: AdamW peak learning rate.
+        weight_decay: AdamW decoupled weight decay.
+        warmup_epochs: linear warm-up length; constant learning rate afterwards.
+        clip_norm: max global gradient norm (``<= 0`` disables clipping).
+        batch_size: graphs per batch (graph level), pairs per batch (link / edge),
+            ignored by full-graph node training.
+        patience: stop after this many epochs without a validation improvement.
+        seed: seeds torch, numpy and the batch order.
+        device: ``'cpu'``, ``'cuda'``, ``'cuda:1'`` ...
+    """
+
+    epochs: int = 100
+    lr: float = 1e-3
+    weight_decay: float = 1e-2
+    warmup_epochs: int = 5
+    clip_norm: float = 1.0
+    batch_size: int = 32
+    patience: int = 20
+    seed: int = 0
+    device: str = "cpu"
+
+
+class Task(Protocol):
+    """What :func:`fit` needs from a task level.
+
+    Attributes:
+        metric: name in :data:`xmask_cli.engine.metrics.METRICS` used for selection.
+    """
+
+    metric: str
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-able identity of the data side (dataset, split, ...): saved, and compared on resume."""
+
+    def split_sizes(self) -> dict[str, int]:
+        """Number of scored items (nodes, graphs, pairs) per part."""
+
+    def train_batches(self, epoch: int) -> Iterable[Any]:
+        """The training batches of ``epoch``; a function of (seed, epoch) only, so resume is exact."""
+
+    def loss(self, model: torch.nn.Module, batch: Any) -> tuple[Tensor, int]:
+        """Mean loss of ``batch`` (on the task's device) and how many items it averaged."""
+
+    def score(self, model: torch.nn.Module, part: str) -> float:
+        """``metric`` on ``part`` (``train``/``val``/``test``); called in eval mode under ``no_grad``."""
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch (all devices) and numpy's global generator."""
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+
+
+def _rng_state() -> dict[str, Any]:
+    """Torch and numpy global RNG states as tensors and plain values (``weights_only``-safe)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "numpy_keys": torch.from_numpy(keys.astype(np.int64)),
+             "numpy_pos": int(pos), "numpy_has_gauss": int(has_gauss), "numpy_cached": float(cached)}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    keys = state["numpy_keys"].numpy().astype(np.uint32)
+    np.random.set_state(("MT19937", keys, state["numpy_pos"], state["numpy_has_gauss"], state["numpy_cached"]))
+
+
+def _warmup(warmup_epochs: int) -> Callable[[int], float]:
+    """LambdaLR factor: linear from ``1/warmup`` to 1 over ``warmup`` epochs, then 1."""
+    def factor(epoch: int) -> float:
+        return 1.0 if warmup_epochs <= 0 else min(1.0, (epoch + 1) / warmup_epochs)
+    return factor
+
+
+def _better(a: float, b: float | None, higher: bool) -> bool:
+    """Is ``a`` a strict improvement on ``b``? (ties keep the earlier epoch)"""
+    if b is None:
+        return True
+    if a != a:  # NaN never improves
+        return False
+    return a > b if higher else a < b
+
+
+def _cpu_state(model: torch.nn.Module) -> dict[str, Tensor]:
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+@torch.no_grad()
+def score(task: Task, model: torch.nn.Module, part: str) -> float:
+    """``task.metric`` on ``part`` with ``model`` in eval mode."""
+    model.eval()
+    return float(task.score(model, part))
+
+
+def fit(
+    task: Task,
+    model: torch.nn.Module,
+    train_cfg: TrainConfig,
+    run_dir: RunDir | str,
+    *,
+    model_config: dict[str, Any],
+    extra_config: dict[str, Any] | None = None,
+    resume: bool = False,
+    log: Callable[[dict[str, Any]], None] = lambda m: None,
+) -> dict[str, Any]:
+    """Train ``model`` on ``task``; returns (and writes) the run summary.
+
+    Every epoch: one pass over ``task.train_batches(epoch)`` (AdamW, linear
+    warm-up then constant learning rate, gradient clipping), then the
+    validation metric. The best epoch by validation is kept; the run stops
+    after ``patience`` epochs without improvement or at ``epochs``. The best
+    state is then restored and its train/val/test metrics reported.
+
+    ``last.pt`` is written after every epoch (model, optimizer, scheduler,
+    RNG states, early-stopping counters); with ``resume=True`` a killed run
+    continues from it and ends exactly as an uninterrupted run would (on CPU).
+    ``log`` receives each epoch's metrics row after it has been checkpointed.
+
+    Args:
+        model_config: JSON-able model hyper-parameters, saved and compared on resume.
+        extra_config: anything else to save in ``config.json`` (e.g. the resolved preset).
+
+    Raises:
+        ValueError: ``epochs < 1``, or ``resume`` finds a run with another
+            task, model or seed.
+    """
+    if train_cfg.epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {train_cfg.epochs}")
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    metric = task.metric
+    higher = HIGHER_IS_BETTER[metric]
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup(train_cfg.warmup_epochs))
+    config = {**(extra_config or {}), **task.describe(), "metric": metric, "model": model_config,
+              "train": asdict(train_cfg)}
+
+    start, best, best_epoch, bad_epochs = 0, None, -1, 0
+    if resume and run.has_checkpoint(RunDir.LAST):
+        # JSON round trip so tuples compare equal to the lists read back.
+        saved, now = run.load_config(), json.loads(json.dumps(config))
+        for key in (*task.describe(), "metric", "model"):
+            if saved.get(key) != now.get(key):
+                raise ValueError(f"cannot resume {run.path}: its {key!r} differs from this run's")
+        if saved["train"]["seed"] != train_cfg.seed:
+            raise ValueError(f"cannot resume {run.path}: it was trained with seed {saved['train']['seed']}")
+        ckpt = run.load_checkpoint(RunDir.LAST)
+        model.load_state_dict(ckpt["model"])
+        optimizer.load_state_dict(ckpt["optimizer"])
+        scheduler.load_state_dict(ckpt["scheduler"])
+        _set_rng_state(ckpt["rng"])
+        start, best, best_epoch, bad_epochs = ckpt["epoch"] + 1, ckpt["best"], ckpt["best_epoch"], ckpt["bad_epochs"]
+        run.truncate_metrics(start)
+    else:
+        run.truncate_metrics(0)
+        run.save_config(config)
+
+    epoch = start - 1
+    stopped_early = start > 0 and bad_epochs >= train_cfg.patience
+    # A resumed run that had already stopped early trains no further epoch.
+    end = start if stopped_early else train_cfg.epochs
+    for epoch in range(start, end):
+        model.train()
+        total, count = 0.0, 0
+        for batch in task.train_batches(epoch):
+            optimizer.zero_grad(set_to_none=True)
+            loss, n = task.loss(model, batch)
+            loss.backward()
+            if train_cfg.clip_norm > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.clip_norm)
+            optimizer.step()
+            total += float(loss.detach()) * n
+            count += n
+        lr = optimizer.param_groups[0]["lr"]
+        scheduler.step()
+
+        val = score(task, model, "val")
+        if _better(val, best, higher):
+            best, best_epoch, bad_epochs = val, epoch, 0
+            run.save_checkpoint({"model": _cpu_state(model), "epoch": epoch, "val": val}, RunDir.BEST)
+        else:
+            bad_epochs += 1
+        stopped_early = bad_epochs >= train_cfg.patience
+        row = {"epoch": epoch, "loss": total / max(count, 1), "lr": lr, f"val_{metric}": val,
+               "best_epoch": best_epoch}
+        run.append_metrics(row)
+        # RNG states after the epoch: the next one (dropout) draws exactly what it would have uninterrupted.
+        run.save_checkpoint({
+            "model": _cpu_state(model), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            "rng": _rng_state(), "epoch": epoch, "best": best, "best_epoch": best_epoch, "bad_epochs": bad_epochs,
+        }, RunDir.LAST)
+        log(row)
+        if stopped_early:
+            break
+
+    # Whatever ended the run, report the best state by validation.
+    best_ckpt = run.load_checkpoint(RunDir.BEST)
+    model.load_state_dict(best_ckpt["model"])
+    metrics = {part: score(task, model, part) for part in PARTS}
+    summary = {
+        "dataset": task.describe().get("dataset"), "metric": metric, "seed": train_cfg.seed,
+        "best_epoch": int(best_ckpt["epoch"]), "epochs_run": epoch + 1, "stopped_early": bool(stopped_early),
+        "split": {**{k: v for k, v in (task.describe().get("split") or {}).items() if k in ("name", "seed")},
+                  **task.split_sizes()},
+        "metrics": metrics,
+    }
+    run.write_summary(summary)
+    return summary
