@@ -27,6 +27,12 @@ Examples:
 
     xmask prepare cora
 
+    xmask train --preset graph-level
+
+    xmask train --preset node-level --dataset cora --seeds 0-4 --format json > cora.json
+
+    xmask eval runs/mutag-graph/0
+
     xmask --format json prepare MUTAG --set structure.powers.k=3
 
     xmask presets show graph-level
@@ -184,6 +190,158 @@ def prepare(
         ]))
 
     out.result(summary.to_dict(), human)
+
+
+# ---------------------------------------------------------------------- train
+DeviceOpt = Annotated[str, typer.Option("--device", help="auto (CUDA when present), cpu, cuda or cuda:N.")]
+DataRootOpt = Annotated[
+    Optional[Path], typer.Option("--data-root", help="Data root holding NAME/raw/... folders [env XMASK_DATA_ROOT].", show_default=False)
+]
+OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never download [env XMASK_OFFLINE=1].")]
+
+
+def _fmt_metric(v: Any) -> str:
+    return "-" if v is None else f"{v:.4f}"
+
+
+@app.command(epilog=_EXIT_HELP)
+@handle_errors
+def train(
+    ctx: typer.Context,
+    preset: PresetOpt = None,
+    dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset name; overrides the preset's data.dataset.", show_default=False)] = None,
+    set_: SetOpt = None,
+    seed: Annotated[Optional[int], typer.Option("--seed", min=0, help="One seed (default 0).", show_default=False)] = None,
+    seeds: Annotated[Optional[str], typer.Option("--seeds", help="A sweep: 0-4, 0,2,7 or 0-2,9; writes aggregate.json (mean ± std).", show_default=False)] = None,
+    device: DeviceOpt = "auto",
+    resume: Annotated[bool, typer.Option("--resume", help="Continue killed runs from their last.pt (finished ones are only re-reported).")] = False,
+    runs_dir: Annotated[Optional[Path], typer.Option("--runs-dir", help="Root of run folders [default: the preset's run.root, ./runs].", show_default=False)] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/<name>/<seed>/ [default <dataset>-<level>].", show_default=False)] = None,
+    data_root: DataRootOpt = None,
+    cache_dir: CacheDirOpt = None,
+    offline: OfflineOpt = False,
+    fmt: FormatOpt = None,
+) -> None:
+    """Train the X-LogSMask transformer; one run folder per seed.
+
+    Node, link, edge-regression and graph tasks share one engine. The structure
+    cache is read (and prepared first when missing). Early stopping and the
+    restored checkpoint are chosen on validation only; test is reported.
+    Each run writes runs/<name>/<seed>/: config.json (resolved), metrics.jsonl,
+    best.pt, last.pt, summary.json.
+
+    Examples:
+
+        xmask train --preset graph-level
+
+        xmask train --preset graph-level --dataset PROTEINS --seeds 0-4 --data-root ../shared/datasets
+
+        xmask train --preset node-level --dataset cora --set model.layers=1 --set train.epochs=200
+
+        xmask train --preset link-level --dataset cora --format json > link.json
+
+        xmask train --preset edge-regression --set edge.file=flights.csv
+
+        xmask train --preset graph-level --seeds 0-4 --resume
+    """
+    from xmask_cli import config as C
+    from xmask_cli.data.registry import get_dataset
+    from xmask_cli.engine.experiment import parse_seeds, resolve_device, train_seeds
+    from xmask_cli.prepare import resolve_cache_dir
+
+    out = _output(ctx, fmt)
+    if seed is not None and seeds is not None:
+        raise UsageError("give --seed or --seeds, not both")
+    seed_list = parse_seeds(seeds if seeds is not None else seed)
+    overrides = list(set_ or [])
+    if dataset is not None:
+        spec = get_dataset(dataset)
+        overrides.insert(0, f"data.dataset={spec.name}")
+        if preset is None:  # the dataset's own preset, else its level's
+            preset = spec.key if spec.key in C.list_presets() else f"{spec.level}-level"
+    if name is not None:
+        overrides.append(f"run.name={name}")
+    cfg = C.resolve(preset or "graph-level", overrides)
+    dev = resolve_device(device)
+    tty_bar = not (out.json or out.quiet) and sys.stderr.isatty()
+    every = max(1, cfg.train.epochs // 10)
+
+    with out.progress("train", total=cfg.train.epochs) as bar:
+        state = {"seed": seed_list[0]}
+
+        def on_seed_start(s: int, epochs: int) -> None:
+            state["seed"] = s
+            bar(0, epochs)
+
+        def on_epoch(s: int, row: dict[str, Any]) -> None:
+            bar(row["epoch"] + 1, cfg.train.epochs)
+            if not tty_bar and (row["epoch"] % every == 0):
+                vals = " ".join(f"{k} {v:.4f}" for k, v in row.items() if k.startswith("val_"))
+                out.log(f"seed {s} epoch {row['epoch']}: loss {row['loss']:.4f} {vals}")
+
+        result = train_seeds(cfg, seed_list, device=dev, cache_dir=resolve_cache_dir(cache_dir),
+                             data_root=data_root, offline=True if offline else None, run_root=runs_dir,
+                             resume=resume, log=out.log, on_epoch=on_epoch, on_seed_start=on_seed_start)
+
+    def human(con: Any) -> None:
+        from rich.table import Table
+
+        t = Table(title=f"{result['dataset']} ({result['level']}, {result['metric']}) -> {result['run_root']}",
+                  title_justify="left")
+        for col in ("seed", "best epoch", "epochs", "train", "val", "test"):
+            t.add_column(col, justify="right")
+        for r in result["runs"]:
+            m = r["metrics"]
+            t.add_row(str(r["seed"]), str(r["best_epoch"]), str(r["epochs_run"]),
+                      _fmt_metric(m["train"]), _fmt_metric(m["val"]), _fmt_metric(m["test"]))
+        if len(result["runs"]) > 1:
+            a = result["aggregate"]
+            t.add_row("mean ± std", "", "", *(f"{a[p]['mean']:.4f} ± {a[p]['std']:.4f}" for p in ("train", "val", "test")))
+        con.print(t)
+
+    out.result(result, human)
+
+
+@app.command("eval", epilog=_EXIT_HELP)
+@handle_errors
+def eval_(
+    ctx: typer.Context,
+    run_dir: Annotated[Path, typer.Argument(help="A run folder, runs/<name>/<seed>/.", show_default=False)],
+    split: Annotated[str, typer.Option("--split", help="val, test or all.")] = "test",
+    device: DeviceOpt = "auto",
+    data_root: DataRootOpt = None,
+    cache_dir: CacheDirOpt = None,
+    offline: OfflineOpt = False,
+    fmt: FormatOpt = None,
+) -> None:
+    """Reload a run's resolved config and best checkpoint and recompute its metric.
+
+    Prints the recomputed value next to the one summary.json recorded; they
+    agree (on the same device) because evaluation batches are fixed.
+
+    Examples:
+
+        xmask eval runs/mutag-graph/0
+
+        xmask eval runs/cora-node/3 --split val --format json
+    """
+    from xmask_cli.engine.experiment import evaluate_run, resolve_device
+    from xmask_cli.prepare import resolve_cache_dir
+
+    out = _output(ctx, fmt)
+    parts = {"val": ("val",), "test": ("test",), "all": ("train", "val", "test")}.get(split)
+    if parts is None:
+        raise UsageError(f"--split must be val, test or all, got '{split}'")
+    result = evaluate_run(run_dir, parts=parts, device=resolve_device(device), cache_dir=resolve_cache_dir(cache_dir),
+                          data_root=data_root, offline=True if offline else None, log=out.log)
+
+    def human(con: Any) -> None:
+        rows = []
+        for p in parts:
+            rows.append((f"{p} {result['metric']}", f"{result['metrics'][p]:.4f} (recorded {_fmt_metric(result['recorded'][p])})"))
+        con.print(kv_table(f"{result['dataset']} {result['level']} seed {result['seed']}: {result['run_dir']}", rows))
+
+    out.result(result, human)
 
 
 # -------------------------------------------------------------------- presets

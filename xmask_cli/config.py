@@ -107,12 +107,94 @@ class StructureConfig:
 
 
 @dataclass(frozen=True)
+class TaskConfig:
+    """Which prediction task to train (``level``) and what selects the best epoch (``metric``)."""
+
+    level: Literal["auto", "graph", "node", "link", "edge"] = "auto"  # auto: the dataset's default level
+    metric: Literal["auto", "accuracy", "rocauc", "mrr", "mae", "rmse"] = "auto"  # auto: the level's default
+
+
+@dataclass(frozen=True)
+class ModelSection:
+    """Model hyper-parameters (see :class:`xmask_cli.model.network.ModelConfig`)."""
+
+    hidden: int = 64
+    heads: int = 4
+    layers: int = 2
+    ffn_mult: int = 2
+    dropout: float = 0.1
+    attn_dropout: float = 0.0
+    norm: Literal["post", "pre"] = "post"
+    mask_scale: Literal["paper", "none"] = "paper"
+    head_powers: list[int] | None = None  # power of Â per head; null: 1..heads
+    readout: Literal["sum", "mean", "max"] = "sum"
+    use_bias: bool = True  # false: plain attention (the no-logmask ablation)
+    encoder: Literal["auto", "linear", "atom"] = "auto"  # auto: atom for OGB molecules, else linear
+
+
+@dataclass(frozen=True)
+class TrainSection:
+    """Optimisation (see :class:`xmask_cli.engine.loop.TrainConfig`)."""
+
+    epochs: int = 100
+    lr: float = 1e-3
+    weight_decay: float = 1e-2
+    warmup_epochs: int = 5
+    clip_norm: float = 1.0
+    batch_size: int = 32
+    patience: int = 20
+
+
+@dataclass(frozen=True)
+class NodeSection:
+    """How node-level tasks batch the graph."""
+
+    mode: Literal["auto", "full", "subgraph", "partition"] = "auto"
+    subgraph_size: int = 0  # nodes per random subgraph (mode subgraph)
+    subgraphs_per_epoch: int = 1
+    dense_max_nodes: int = 5000  # auto: full-graph dense attention up to this many nodes, partitions above
+
+
+@dataclass(frozen=True)
+class LinkSection:
+    """Link prediction protocol (seeded edge split, fixed negatives)."""
+
+    fractions: list[float] = field(default_factory=lambda: [0.85, 0.05, 0.10])
+    num_neg_per_pos: int = 1  # fixed val/test negatives per positive
+    protocol: Literal["shared", "per-positive"] = "shared"  # MRR: rank against all negatives of the part, or own ones
+
+
+@dataclass(frozen=True)
+class EdgeSection:
+    """Edge regression from an edge-attribute file (``src,dst,target...``)."""
+
+    file: str | None = None
+    features: str | None = None  # optional node features (.npy or headerless .csv)
+    fractions: list[float] = field(default_factory=lambda: [0.8, 0.1, 0.1])
+
+
+@dataclass(frozen=True)
+class RunSection:
+    """Where runs are written: ``<root>/<name>/<seed>/``."""
+
+    root: str = "runs"
+    name: str | None = None  # null: <dataset>-<level>
+
+
+@dataclass(frozen=True)
 class Config:
     """A resolved preset."""
 
     description: str = ""
     data: DataConfig = field(default_factory=DataConfig)
     structure: StructureConfig = field(default_factory=StructureConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    model: ModelSection = field(default_factory=ModelSection)
+    train: TrainSection = field(default_factory=TrainSection)
+    node: NodeSection = field(default_factory=NodeSection)
+    link: LinkSection = field(default_factory=LinkSection)
+    edge: EdgeSection = field(default_factory=EdgeSection)
+    run: RunSection = field(default_factory=RunSection)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -336,6 +418,27 @@ def _check_ranges(obj: Any, prefix: str) -> None:
         need(1 <= obj.steps <= 64, "steps", "must lie in [1, 64]")
     elif isinstance(obj, PartitionConfig):
         need(obj.parts >= 0, "parts", "must be >= 0")
+    elif isinstance(obj, ModelSection):
+        for key in ("hidden", "heads", "layers", "ffn_mult"):
+            need(getattr(obj, key) >= 1, key, "must be >= 1")
+        need(obj.hidden % obj.heads == 0, "hidden", f"must be a multiple of model.heads ({obj.heads})")
+        need(0 <= obj.dropout < 1 and 0 <= obj.attn_dropout < 1, "dropout", "dropouts must lie in [0, 1)")
+        if obj.head_powers is not None:
+            need(len(obj.head_powers) == obj.heads, "head_powers", f"needs one power per head ({obj.heads})")
+            need(min(obj.head_powers) >= 1, "head_powers", "powers must be >= 1")
+    elif isinstance(obj, TrainSection):
+        need(obj.epochs >= 1, "epochs", "must be >= 1")
+        need(obj.lr >= 0, "lr", "must be >= 0")
+        need(obj.batch_size >= 1, "batch_size", "must be >= 1")
+        need(obj.patience >= 1, "patience", "must be >= 1")
+    elif isinstance(obj, NodeSection):
+        need(obj.subgraph_size >= 0, "subgraph_size", "must be >= 0")
+        need(obj.subgraphs_per_epoch >= 1, "subgraphs_per_epoch", "must be >= 1")
+    elif isinstance(obj, (LinkSection, EdgeSection)):
+        need(len(obj.fractions) == 3 and abs(sum(obj.fractions) - 1) < 1e-6 and min(obj.fractions) >= 0,
+             "fractions", "must be three non-negative fractions summing to 1")
+        if isinstance(obj, LinkSection):
+            need(obj.num_neg_per_pos >= 1, "num_neg_per_pos", "must be >= 1")
     elif isinstance(obj, LargeGraphConfig):
         need(obj.tau >= 0, "tau", "must be >= 0")
         need(obj.topk >= 0, "topk", "must be >= 0")

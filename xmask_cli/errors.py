@@ -9,6 +9,7 @@ Exit codes (documented in the README and in ``xmask --help``):
 3     data not found: raw dataset files missing and not downloadable
 4     cache invalid: corrupt, truncated, or of an older format
 5     cannot write: cache or output directory not writable
+6     run not found: no run directory (config.json, best.pt) where given
 130   interrupted (Ctrl-C)
 ====  ==========================================================
 """
@@ -49,6 +50,12 @@ class NotWritableError(XmaskError):
     exit_code = 5
 
 
+class RunNotFoundError(XmaskError):
+    """A run directory is missing, or lacks the files ``eval`` / ``explain`` read."""
+
+    exit_code = 6
+
+
 EXIT_CODES: dict[int, str] = {
     0: "success",
     1: "runtime failure",
@@ -56,5 +63,6 @@ EXIT_CODES: dict[int, str] = {
     3: "dataset files not found",
     4: "cache invalid (corrupt, truncated, or older format)",
     5: "directory not writable",
+    6: "run directory not found or incomplete",
     130: "interrupted",
 }

@@ -1,0 +1,233 @@
+"""Node-level training: subgraph slicing, partition batches, learning on Cora, resume."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from types import SimpleNamespace
+
+import networkx as nx
+import numpy as np
+import pytest
+import torch
+from torch_geometric.data import Data
+
+from xmask_cli.cache import StructureCache
+from xmask_cli.config import resolve
+from xmask_cli.data.load import GraphSet, graphs_fingerprint, load_graphs
+from xmask_cli.data.registry import get_dataset
+from xmask_cli.engine.loop import TrainConfig, fit, seed_everything
+from xmask_cli.engine.node import NodeTask
+from xmask_cli.engine.runs import RunDir
+from xmask_cli.engine.splits import node_split, random_split
+from xmask_cli.model.network import ModelConfig, XMaskNet
+from xmask_cli.prepare import prepare_graphs, prepare_dataset
+
+NO_EXTRAS = ["structure.spd.enabled=false", "structure.spectrum.enabled=false"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_torch_thread() -> Iterator[None]:
+    # Small models gain nothing from intra-op threads; on a busy 2-core box they only contend.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+class _OneGraph:
+    """The slice of a PyG dataset NodeTask reads: ``_data``, ``[0]``, ``len``, ``num_classes``."""
+
+    def __init__(self, data: Data, num_classes: int):
+        self._data, self.num_classes = data, num_classes
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, i: int) -> Data:
+        return self._data
+
+
+class Toy:
+    """A random graph with features and labels, prepared into a cache; dense ``Â^k`` computed here."""
+
+    def __init__(self, root: Path, n: int, p: float, overrides: list[str], seed: int = 0):
+        g = nx.gnp_random_graph(n, p, seed=seed)
+        self.edges = np.array(list(g.edges()), dtype=np.int64).reshape(-1, 2).T
+        self.adj = nx.to_numpy_array(g, nodelist=range(n))
+        cfg = resolve("node-level", NO_EXTRAS + overrides).structure
+        self.k = cfg.powers.k
+        nodes = np.array([n])
+        self.path = prepare_graphs(dataset_key="toy", level="node", edges=[self.edges], num_nodes=nodes,
+                                   fingerprint=graphs_fingerprint([self.edges], nodes), cfg=cfg,
+                                   cache_dir=root / "cache").path
+        gen = torch.Generator().manual_seed(seed)
+        data = Data(x=torch.randn(n, 8, generator=gen), y=torch.randint(0, 3, (n,), generator=gen))
+        self.graphs = GraphSet(spec=SimpleNamespace(name="toy"), edge_index=[self.edges], num_nodes=nodes,
+                               source=root, dataset=_OneGraph(data, 3))
+        self.split = random_split(n, (0.6, 0.2, 0.2), seed=seed)
+
+    def powers(self) -> np.ndarray:
+        """``[K, n, n]`` ``Â^1..Â^K``, ``Â = D^-1/2 (A + I) D^-1/2``, in float64, by matrix power."""
+        a = self.adj + np.eye(len(self.adj))
+        d = a.sum(1) ** -0.5
+        a = d[:, None] * a * d[None, :]
+        return np.stack([np.linalg.matrix_power(a, p) for p in range(1, self.k + 1)])
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory: pytest.TempPathFactory) -> Toy:
+    # Below large.min_nodes: exact powers, no partitions.
+    return Toy(tmp_path_factory.mktemp("node_small"), 90, 0.05, ["structure.partition.parts=0"])
+
+
+@pytest.fixture(scope="module")
+def parted(tmp_path_factory: pytest.TempPathFactory) -> Toy:
+    # A low large.min_nodes makes this graph "large" (truncated powers), as Physics is.
+    return Toy(tmp_path_factory.mktemp("node_parted"), 160, 0.03,
+               ["structure.partition.parts=4", "structure.large.min_nodes=50", "structure.large.topk=16"], seed=1)
+
+
+def _model(task: NodeTask, **kw) -> XMaskNet:
+    cfg = ModelConfig(in_dim=task.in_dim, out_dim=task.out_dim, task=task.model_task,
+                      **{"hidden": 16, "heads": 4, "layers": 2, "dropout": 0.0, **kw})
+    return XMaskNet(cfg)
+
+
+def test_subgraph_slices_global_powers(small: Toy) -> None:
+    task = NodeTask(small.path, small.graphs, small.split, mode="subgraph", subgraph_size=30, subgraphs_per_epoch=2)
+    assert task.mode == "subgraph" and task.describe()["node"]["mode"] == "subgraph"
+    dense = small.powers()
+    for epoch, i in ((0, 0), (3, 1)):
+        nodes = task.subgraph_nodes(epoch, i)
+        assert len(nodes) == 30 and np.array_equal(nodes, np.unique(nodes))
+        batch = task.subgraph_batch(nodes)
+        # The subgraph keeps the GLOBAL Â^k between its nodes (paths through outside nodes count).
+        np.testing.assert_allclose(batch.powers[0].numpy(), dense[:, nodes][:, :, nodes], atol=1e-6)
+        assert np.array_equal(batch.nodes[batch.targets].numpy(), nodes[task.train_mask[nodes]])
+    # The draw is a function of (seed, epoch, i): reproducible, and different across epochs.
+    assert np.array_equal(task.subgraph_nodes(3, 1), task.subgraph_nodes(3, 1))
+    assert not np.array_equal(task.subgraph_nodes(3, 1), task.subgraph_nodes(4, 1))
+    drawn = [b.nodes.numpy() for b in task.train_batches(3)]
+    assert np.array_equal(drawn[1], task.subgraph_nodes(3, 1))
+
+
+def test_full_mode_uses_cached_dense_powers(small: Toy) -> None:
+    task = NodeTask(small.path, small.graphs, small.split)  # auto: 90 nodes <= dense_max_nodes
+    assert task.mode == "full"
+    (batch,) = list(task.train_batches(0))
+    np.testing.assert_allclose(batch.powers[0].numpy(), small.powers(), atol=1e-6)
+    assert np.array_equal(batch.targets.numpy(), np.sort(small.split.train))
+
+
+def test_partition_batches_cover_nodes_and_pairs(parted: Toy) -> None:
+    task = NodeTask(parted.path, parted.graphs, parted.split, dense_max_nodes=100)  # auto -> partition
+    assert task.mode == "partition"
+    cache = StructureCache(parted.path)
+    part = cache.partition(0)
+    row, col, vals = cache.powers(0)
+    assert cache.file["graphs/large"][0]  # truncated powers, as on a real large graph
+    seen = np.concatenate([b.nodes.numpy() for b in task.eval_batches])
+    assert np.array_equal(np.sort(seen), np.arange(160))  # every node in exactly one batch
+    for batch in task.eval_batches:
+        nodes = batch.nodes.numpy()
+        assert len(np.unique(part[nodes])) == 1
+        inside = np.isin(row, nodes) & np.isin(col, nodes)
+        expected = {(int(r), int(c)): v for r, c, v in zip(row[inside], col[inside], vals[inside])}
+        ei = batch.edge_index.numpy()
+        got = {(int(nodes[r]), int(nodes[c])): v for r, c, v in zip(ei[0], ei[1], batch.values.numpy())}
+        assert got.keys() == expected.keys() and len(got) == ei.shape[1]
+        assert all(np.array_equal(got[key], expected[key]) for key in got)
+    # Training batches: the same parts, in an order drawn from (seed, epoch).
+    order = [b.nodes[0].item() for b in task.train_batches(5)]
+    assert order == [b.nodes[0].item() for b in task.train_batches(5)]
+    assert sorted(order) == sorted(b.nodes[0].item() for b in task.eval_batches if b.targets.numel())
+
+
+def test_sparse_partition_forward_matches_dense(parted: Toy) -> None:
+    task = NodeTask(parted.path, parted.graphs, parted.split, mode="partition")
+    torch.manual_seed(0)
+    model = _model(task).eval()
+    dense = StructureCache(parted.path).dense_powers(0)
+    with torch.no_grad():
+        for batch in task.eval_batches:
+            nodes = batch.nodes.numpy()
+            sparse = model.forward_sparse(task.x[batch.nodes], batch.edge_index, batch.values)
+            block = torch.from_numpy(dense[:, nodes][:, :, nodes]).unsqueeze(0)
+            full = model.forward_dense(task.x[batch.nodes].unsqueeze(0), block)[0]
+            # Dense gives absent pairs log(eps) ~ -69 instead of -inf: a weight below e^-34 (scaled by
+            # 1/sqrt(d_h) = 1/2) relative to a real pair, far under float32 rounding of the rest.
+            torch.testing.assert_close(sparse, full, atol=1e-5, rtol=1e-5)
+    # Predictions are gathered for every node of the graph.
+    assert task.predict(model).shape == (160, 3)
+
+
+def test_grouped_parts(parted: Toy) -> None:
+    task = NodeTask(parted.path, parted.graphs, parted.split, mode="partition", parts_per_batch=2)
+    assert len(task.eval_batches) == 2
+    part = StructureCache(parted.path).partition(0)
+    for epoch in (0, 1):
+        batches = list(task.train_batches(epoch))
+        assert sum(len(b.nodes) for b in batches) == 160
+        assert all(len(np.unique(part[b.nodes.numpy()])) == 2 for b in batches)
+
+
+def test_value_errors(small: Toy) -> None:
+    with pytest.raises(ValueError, match="structure.partition.parts"):
+        NodeTask(small.path, small.graphs, small.split, mode="partition")
+    with pytest.raises(ValueError, match="structure.partition.parts"):
+        NodeTask(small.path, small.graphs, small.split, dense_max_nodes=10)  # auto -> partition
+    with pytest.raises(ValueError, match="mode"):
+        NodeTask(small.path, small.graphs, small.split, mode="cluster")
+    with pytest.raises(ValueError, match="subgraph_size"):
+        NodeTask(small.path, small.graphs, small.split, mode="subgraph")
+
+
+class Killed(RuntimeError):
+    pass
+
+
+def test_resume_matches_uninterrupted_subgraph(small: Toy, tmp_path: Path) -> None:
+    def run(path: Path, **kw) -> dict:
+        seed_everything(3)
+        task = NodeTask(small.path, small.graphs, small.split, mode="subgraph", subgraph_size=40,
+                        subgraphs_per_epoch=2, seed=3)
+        model = _model(task, layers=1, dropout=0.2)  # dropout: the torch RNG state must be restored too
+        cfg = TrainConfig(epochs=6, lr=1e-2, warmup_epochs=2, patience=6, seed=3)
+        return fit(task, model, cfg, path, model_config=asdict(model.cfg), **kw)
+
+    def kill_after_epoch_2(row: dict) -> None:
+        if row["epoch"] == 2:
+            raise Killed
+
+    a = run(tmp_path / "a")
+    with pytest.raises(Killed):
+        run(tmp_path / "b", log=kill_after_epoch_2)
+    torch.manual_seed(12345)  # whatever the process did meanwhile must not matter
+    np.random.seed(54321)
+    b = run(tmp_path / "b", resume=True)
+    assert b == a
+    assert RunDir(tmp_path / "b").read_metrics() == RunDir(tmp_path / "a").read_metrics()
+    assert RunDir(tmp_path / "a").load_config()["node"] == {
+        "mode": "subgraph", "subgraph_size": 40, "subgraphs_per_epoch": 2, "dense_max_nodes": 5000}
+
+
+def test_learns_cora(tmp_path_factory: pytest.TempPathFactory) -> None:
+    cache_dir = tmp_path_factory.mktemp("cora_cache")
+    summary = prepare_dataset(resolve("node-level", NO_EXTRAS + ["structure.partition.parts=0"]),
+                              cache_dir=cache_dir, offline=True)
+    graphs = load_graphs(get_dataset("cora"), data_root=None, cache_dir=cache_dir, offline=True)
+    split = node_split(graphs.spec.split, graphs.dataset[0], seed=0)
+    seed_everything(0)
+    task = NodeTask(summary.path, graphs, split, mode="full")
+    model = _model(task, hidden=32, heads=2, layers=1, dropout=0.1)
+    cfg = TrainConfig(epochs=CORA_EPOCHS, lr=1e-2, warmup_epochs=2, patience=CORA_EPOCHS, seed=0)
+    result = fit(task, model, cfg, tmp_path_factory.mktemp("runs") / "cora", model_config=asdict(model.cfg))
+    y = graphs.dataset[0].y.numpy()
+    majority = float(np.bincount(y[split.val]).max() / len(split.val))
+    # Cora's public validation majority rate is about 0.16; 0.3 above it is ~150 more of 500 nodes right.
+    assert result["metrics"]["val"] >= majority + 0.3
+    assert result["split"] == {"name": "public", "seed": None, "train": 140, "val": 500, "test": 1000}
+
+
+CORA_EPOCHS = 30

@@ -1,0 +1,246 @@
+"""Load a user's edge-attribute file for edge regression.
+
+Format
+------
+
+The edge file is a delimited text file with a **header row**:
+
+* ``.csv``: comma separated; ``.tsv``: tab separated; ``.txt``: any run of
+  whitespace (the delimiter follows the extension, nothing is guessed).
+* Columns ``src,dst,<target1>[,<target2>...]``: the first two are named
+  ``src`` and ``dst`` (case-insensitive), at least one target column follows,
+  and target names are unique.
+* Every data row has exactly as many fields as the header. ``src`` and
+  ``dst`` are integer node ids ``>= 0``; targets are finite numbers.
+* Blank lines and lines starting with ``#`` are skipped.
+* Edges are undirected: ``(u, v)`` and ``(v, u)`` are the same pair, and a
+  pair may appear once only (each row is one prediction target). A self loop
+  ``(u, u)`` is allowed as a target; it adds nothing to the structure.
+
+The node count is ``max id + 1``, or the row count of the features file when
+one is given (extra rows are isolated nodes). The optional features file is
+a ``.npy`` array ``[N, F]`` (``[N]`` is read as ``[N, 1]``) or a ``.csv``
+without header, one row per node, comma separated.
+
+Every problem raises :class:`~xmask_cli.errors.UsageError` (exit 2), or
+:class:`~xmask_cli.errors.DataNotFoundError` (exit 3) for a missing file,
+with one line naming the file and, for a bad row, its line number
+(1-based, the header being line 1).
+
+Example::
+
+    data = load_edge_file("bonds.csv", features_path="atoms.npy")
+    data.edge_index   # [2, E] int64, one column per row of the file
+    data.targets      # [E, T] float32, columns named data.target_names
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from xmask_cli.errors import DataNotFoundError, UsageError
+
+__all__ = ["EdgeData", "load_edge_file", "file_sha256", "DELIMITERS"]
+
+#: Extension -> delimiter (None: any whitespace).
+DELIMITERS: dict[str, str | None] = {".csv": ",", ".tsv": "\t", ".txt": None}
+
+
+@dataclass(frozen=True, eq=False)
+class EdgeData:
+    """An edge-regression data set read by :func:`load_edge_file`.
+
+    Attributes:
+        edge_index: ``[2, E]`` int64 ``(src, dst)`` of each row, in file order.
+        targets: ``[E, T]`` float32 targets of each row.
+        num_nodes: ``N``.
+        x: ``[N, F]`` float32 node features, or None without a features file.
+        target_names: the ``T`` target column names.
+        path, features_path: the files read (``features_path`` None without one).
+        sha256, features_sha256: content hashes of those files, for the run config.
+    """
+
+    edge_index: np.ndarray
+    targets: np.ndarray
+    num_nodes: int
+    x: np.ndarray | None
+    target_names: tuple[str, ...]
+    path: str = ""
+    features_path: str | None = None
+    sha256: str = ""
+    features_sha256: str | None = None
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.edge_index.shape[1])
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """sha256 of a file's bytes (streamed): identifies the data in a run config."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _existing(path: str | os.PathLike, what: str) -> Path:
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise DataNotFoundError(f"{what} {p} not found; check the path (it is read as given, relative to the current directory)")
+    return p
+
+
+def _rows(path: Path, delimiter: str | None) -> list[tuple[int, list[str]]]:
+    """``(line number, fields)`` of every non-blank, non-comment line."""
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # -sig: a BOM from spreadsheet exports is not part of 'src'
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8 CSV/TSV") from exc
+    lines = text.splitlines()
+    out: list[tuple[int, list[str]]] = []
+    if delimiter is None:
+        for i, line in enumerate(lines, 1):
+            if line.strip() and not line.lstrip().startswith("#"):
+                out.append((i, line.split()))
+        return out
+    for i, line in enumerate(lines, 1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        # One line at a time keeps the line number exact; quoted fields with newlines are not supported.
+        fields = next(csv.reader([line], delimiter=delimiter))
+        out.append((i, [f.strip() for f in fields]))
+    return out
+
+
+def _parse_id(text: str, path: Path, line: int, column: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise UsageError(f"{path}:{line}: {column} {text!r} is not an integer node id") from None
+    if value < 0:
+        raise UsageError(f"{path}:{line}: {column} {value} is negative; node ids must be >= 0")
+    return value
+
+
+def _parse_target(text: str, path: Path, line: int, column: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{path}:{line}: target {column!r} value {text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise UsageError(f"{path}:{line}: target {column!r} value {text!r} is not finite")
+    return value
+
+
+def _load_features(path: Path) -> np.ndarray:
+    """``[N, F]`` float32 features from ``.npy`` or a header-less ``.csv``."""
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        try:
+            x = np.load(path, allow_pickle=False)
+        except (ValueError, OSError) as exc:
+            raise UsageError(f"{path}: not a readable .npy array ({str(exc).splitlines()[0]})") from exc
+        if x.ndim == 1:
+            x = x[:, None]
+        if x.ndim != 2:
+            raise UsageError(f"{path}: features must be a [N, F] array, got shape {list(x.shape)}")
+        try:
+            x = x.astype(np.float32)
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"{path}: features must be numeric, got dtype {x.dtype}") from exc
+        if not np.isfinite(x).all():
+            raise UsageError(f"{path}: features contain NaN or infinite values")
+        return x
+    if suffix == ".csv":
+        rows = _rows(path, ",")
+        if not rows:
+            raise UsageError(f"{path}: no feature rows")
+        width = len(rows[0][1])
+        out = np.empty((len(rows), width), dtype=np.float32)
+        for r, (line, fields) in enumerate(rows):
+            if len(fields) != width:
+                raise UsageError(f"{path}:{line}: expected {width} feature values (as on line {rows[0][0]}), got {len(fields)}")
+            for c, f in enumerate(fields):
+                try:
+                    out[r, c] = float(f)
+                except ValueError:
+                    raise UsageError(f"{path}:{line}: feature value {f!r} is not a number "
+                                     f"(the features file has no header row)") from None
+                if not math.isfinite(out[r, c]):
+                    raise UsageError(f"{path}:{line}: feature value {f!r} is not finite")
+        return out
+    raise UsageError(f"{path}: unknown features extension {path.suffix!r}; use .npy [N, F] or a header-less .csv")
+
+
+def load_edge_file(path: str | os.PathLike, features_path: str | os.PathLike | None = None) -> EdgeData:
+    """Read an edge-attribute file (and optional node features); see the module docstring for the format.
+
+    Validates everything up front so that a bad file fails before any
+    structure is computed, with the file and line to fix.
+
+    Raises:
+        DataNotFoundError: a file does not exist.
+        UsageError: unknown extension, missing header, bad row, duplicate pair,
+            no rows, or features with fewer rows than ``max id + 1``.
+    """
+    p = _existing(path, "edge file")
+    suffix = p.suffix.lower()
+    if suffix not in DELIMITERS:
+        raise UsageError(f"{p}: unknown edge-file extension {p.suffix!r}; use .csv (comma), .tsv (tab) "
+                         f"or .txt (whitespace)")
+    rows = _rows(p, DELIMITERS[suffix])
+    if not rows:
+        raise UsageError(f"{p}: empty file; expected a header row 'src,dst,<target>...' and one row per edge")
+    header_line, header = rows[0]
+    if len(header) < 3 or header[0].lower() != "src" or header[1].lower() != "dst":
+        raise UsageError(f"{p}:{header_line}: header row required: 'src,dst,<target1>[,<target2>...]', "
+                         f"got {','.join(header)!r}")
+    names = tuple(header[2:])
+    if any(not n for n in names) or len(set(names)) != len(names):
+        raise UsageError(f"{p}:{header_line}: target column names must be non-empty and unique, got {list(names)}")
+    if len(rows) == 1:
+        raise UsageError(f"{p}: no edge rows after the header")
+
+    width = len(header)
+    src = np.empty(len(rows) - 1, dtype=np.int64)
+    dst = np.empty(len(rows) - 1, dtype=np.int64)
+    targets = np.empty((len(rows) - 1, len(names)), dtype=np.float64)
+    seen: dict[tuple[int, int], int] = {}
+    for r, (line, fields) in enumerate(rows[1:]):
+        if len(fields) != width:
+            raise UsageError(f"{p}:{line}: expected {width} columns ({','.join(header)}), got {len(fields)}")
+        u = _parse_id(fields[0], p, line, "src")
+        v = _parse_id(fields[1], p, line, "dst")
+        pair = (min(u, v), max(u, v))
+        if pair in seen:
+            raise UsageError(f"{p}:{line}: pair ({u}, {v}) already given on line {seen[pair]}; edges are undirected "
+                             f"and each pair may appear once")
+        seen[pair] = line
+        src[r], dst[r] = u, v
+        for c, name in enumerate(names):
+            targets[r, c] = _parse_target(fields[2 + c], p, line, name)
+
+    max_id = int(max(src.max(), dst.max()))
+    x = None
+    fpath = None
+    fsha = None
+    num_nodes = max_id + 1
+    if features_path is not None:
+        fp = _existing(features_path, "features file")
+        x = _load_features(fp)
+        if x.shape[0] < max_id + 1:
+            worst = int(np.argmax(np.maximum(src, dst)))
+            raise UsageError(f"{fp}: {x.shape[0]} feature rows but {p}:{rows[1 + worst][0]} uses node id {max_id}; "
+                             f"need one row per node id 0..{max_id}")
+        num_nodes = int(x.shape[0])
+        fpath, fsha = str(fp), file_sha256(fp)
+    return EdgeData(edge_index=np.stack([src, dst]), targets=targets.astype(np.float32), num_nodes=num_nodes, x=x,
+                    target_names=names, path=str(p), features_path=fpath, sha256=file_sha256(p),
+                    features_sha256=fsha)

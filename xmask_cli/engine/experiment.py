@@ -1,0 +1,362 @@
+"""From a resolved :class:`~xmask_cli.config.Config` to trained and evaluated runs.
+
+This is what ``xmask train`` and ``xmask eval`` call: it resolves the task
+level and metric, loads the dataset, makes sure the structure cache exists
+(preparing it when it does not, and saying so), builds the level's
+:class:`~xmask_cli.engine.loop.Task` and model, and runs :func:`fit` per seed.
+
+Example::
+
+    cfg = resolve("graph-level", ["train.epochs=50"])
+    result = train_seeds(cfg, seeds=[0, 1, 2], device="cpu", cache_dir=Path("cache"))
+    print(result["aggregate"]["test"])
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from xmask_cli.config import Config, build
+from xmask_cli.engine.loop import PARTS, TrainConfig, fit, score, seed_everything
+from xmask_cli.engine.runs import RunDir, aggregate
+from xmask_cli.errors import ConfigError, RunNotFoundError, UsageError
+
+__all__ = ["parse_seeds", "resolve_device", "resolve_level", "resolve_metric", "Experiment",
+           "train_seeds", "evaluate_run", "DEFAULT_METRICS"]
+
+#: Metric a level selects on when neither the preset nor the dataset says.
+DEFAULT_METRICS = {"graph": "accuracy", "node": "accuracy", "link": "mrr", "edge": "mae"}
+#: Metrics each level can compute.
+LEVEL_METRICS = {"graph": ("accuracy", "rocauc"), "node": ("accuracy",), "link": ("mrr",), "edge": ("mae", "rmse")}
+#: Dataset name used for runs and caches of an edge-attribute file.
+EDGE_FILE_DATASET = "edges"
+
+
+def parse_seeds(text: str | int | None) -> list[int]:
+    """``"3"`` -> [3]; ``"0-4"`` -> [0..4]; ``"0,2,7"`` -> [0, 2, 7]; ranges and lists mix (``"0-2,9"``).
+
+    Raises:
+        UsageError: anything else, negative seeds, or repeats.
+    """
+    if text is None:
+        return [0]
+    if isinstance(text, int):
+        text = str(text)
+    seeds: list[int] = []
+    for part in str(text).replace(" ", "").split(","):
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise UsageError(f"--seeds '{text}': expected N, A-B or a comma list such as 0-4 or 0,2,7")
+        a, b = int(m.group(1)), int(m.group(2) or m.group(1))
+        if b < a:
+            raise UsageError(f"--seeds '{text}': range {a}-{b} is empty")
+        seeds.extend(range(a, b + 1))
+    if len(set(seeds)) != len(seeds):
+        raise UsageError(f"--seeds '{text}': a seed appears twice")
+    return seeds
+
+
+def resolve_device(name: str = "auto") -> str:
+    """``auto`` -> ``cuda`` when available, else ``cpu``; ``cuda[:i]`` is checked to exist.
+
+    Raises:
+        UsageError: an unknown device or a CUDA device that is not there.
+    """
+    name = (name or "auto").strip().lower()
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return "cpu"
+    m = re.fullmatch(r"cuda(?::(\d+))?", name)
+    if not m:
+        raise UsageError(f"--device '{name}': expected auto, cpu, cuda or cuda:N")
+    if not torch.cuda.is_available():
+        raise UsageError(f"--device {name}: CUDA is not available on this machine (use --device cpu)")
+    index = int(m.group(1) or 0)
+    if index >= torch.cuda.device_count():
+        raise UsageError(f"--device {name}: only {torch.cuda.device_count()} CUDA device(s) visible")
+    return name
+
+
+def _spec(cfg: Config) -> Any:
+    from xmask_cli.data.registry import get_dataset
+
+    return get_dataset(cfg.data.dataset)
+
+
+def resolve_level(cfg: Config) -> str:
+    """The task level: ``task.level``, or the dataset's default (``edge`` when ``edge.file`` is set).
+
+    Raises:
+        UsageError: the dataset has no task of that level.
+    """
+    level = cfg.task.level
+    if level == "edge" or (level == "auto" and cfg.edge.file):
+        if not cfg.edge.file:
+            raise UsageError("task level edge needs an edge-attribute file: --set edge.file=PATH.csv "
+                             "(columns src,dst,target...)")
+        return "edge"
+    spec = _spec(cfg)
+    if level == "auto":
+        return spec.level
+    if level not in spec.levels:
+        raise UsageError(f"dataset {spec.name} has no {level}-level task; it supports: {', '.join(spec.levels)}")
+    return level
+
+
+def resolve_metric(cfg: Config, level: str) -> str:
+    """``task.metric``, or the dataset's metric for its main level, or the level's default."""
+    metric = cfg.task.metric
+    if metric == "auto":
+        if level in ("graph", "node"):
+            metric = _spec(cfg).metric
+        else:
+            metric = DEFAULT_METRICS[level]
+    if metric not in LEVEL_METRICS[level]:
+        raise UsageError(f"metric {metric} does not apply to {level}-level tasks; use one of "
+                         f"{', '.join(LEVEL_METRICS[level])}")
+    return metric
+
+
+def _check_structure(cfg: Config) -> None:
+    powers = cfg.model.head_powers or list(range(1, cfg.model.heads + 1))
+    if cfg.model.use_bias and max(powers) > cfg.structure.powers.k:
+        raise ConfigError(f"model.head_powers reads Â^{max(powers)} but structure.powers.k is "
+                          f"{cfg.structure.powers.k}: raise structure.powers.k or lower the powers")
+
+
+def _train_config(cfg: Config, seed: int, device: str) -> TrainConfig:
+    t = cfg.train
+    return TrainConfig(epochs=t.epochs, lr=t.lr, weight_decay=t.weight_decay, warmup_epochs=t.warmup_epochs,
+                       clip_norm=t.clip_norm, batch_size=t.batch_size, patience=t.patience, seed=seed,
+                       device=device)
+
+
+def _model_config(cfg: Config, level: str, in_dim: int, out_dim: int, dataset: str) -> Any:
+    from xmask_cli.model.network import ModelConfig
+
+    m = cfg.model
+    encoder = m.encoder
+    if encoder == "auto":
+        encoder = "atom" if dataset.lower().startswith("ogbg-mol") else "linear"
+    return ModelConfig(in_dim=in_dim, out_dim=out_dim, hidden=m.hidden, heads=m.heads, layers=m.layers,
+                       ffn_mult=m.ffn_mult, dropout=m.dropout, attn_dropout=m.attn_dropout, norm=m.norm,
+                       mask_scale=m.mask_scale, head_powers=m.head_powers, eps=cfg.structure.powers.eps,
+                       readout=m.readout, task=level, use_bias=m.use_bias, encoder=encoder)
+
+
+@dataclass
+class Experiment:
+    """Everything seeds share: the config, level, metric, loaded data and structure cache.
+
+    Build with :meth:`load`; then :meth:`task` and :meth:`model` per seed.
+    """
+
+    cfg: Config
+    level: str
+    metric: str
+    dataset: str
+    graphs: Any = None
+    cache_path: Path | None = None
+    edge_data: Any = None
+    cache_dir: Path = Path("cache")
+    log: Callable[[str], None] = lambda m: None
+
+    @classmethod
+    def load(
+        cls,
+        cfg: Config,
+        *,
+        cache_dir: Path,
+        data_root: str | os.PathLike | None = None,
+        offline: bool | None = None,
+        workers: int = 1,
+        log: Callable[[str], None] = lambda m: None,
+    ) -> "Experiment":
+        """Resolve level and metric, load the data and make sure the structure cache exists."""
+        from xmask_cli.cache import ensure_writable_dir
+        from xmask_cli.data.load import load_graphs, resolve_data_root
+        from xmask_cli.prepare import prepare_graphs
+
+        level = resolve_level(cfg)
+        metric = resolve_metric(cfg, level)
+        _check_structure(cfg)
+        ensure_writable_dir(cache_dir)
+        if level == "edge":
+            from xmask_cli.data.edgefile import load_edge_file
+
+            data = load_edge_file(cfg.edge.file, cfg.edge.features)
+            return cls(cfg, level, metric, EDGE_FILE_DATASET, edge_data=data, cache_dir=cache_dir, log=log)
+        spec = _spec(cfg)
+        graphs = load_graphs(spec, data_root=resolve_data_root(data_root, cfg.data.root), cache_dir=cache_dir,
+                             offline=offline)
+        exp = cls(cfg, level, metric, spec.name, graphs=graphs, cache_dir=cache_dir, log=log)
+        if level in ("graph", "node"):
+            # Link tasks prepare the structure of their training edges per split seed instead.
+            summary = prepare_graphs(dataset_key=spec.key, level=level, edges=graphs.edge_index,
+                                     num_nodes=graphs.num_nodes, fingerprint=graphs.fingerprint(),
+                                     cfg=cfg.structure, cache_dir=cache_dir, workers=workers, log=log)
+            if not summary.cached:
+                log(f"structure cache was missing: prepared {summary.path} in {summary.seconds:.1f}s")
+            exp.cache_path = Path(summary.path)
+        return exp
+
+    def task(self, seed: int, device: str) -> Any:
+        """The level's :class:`~xmask_cli.engine.loop.Task` for ``seed`` (which also draws random splits)."""
+        cfg, spec = self.cfg, getattr(self.graphs, "spec", None)
+        if self.level == "graph":
+            from xmask_cli.engine.splits import graph_split
+            from xmask_cli.engine.train import GraphTask
+
+            split = graph_split(spec.split, self.graphs.dataset, seed=seed)
+            return GraphTask(self.cache_path, self.graphs, split, self.metric, cfg.train.batch_size, seed, device)
+        if self.level == "node":
+            from xmask_cli.engine.node import NodeTask
+            from xmask_cli.engine.splits import node_split
+
+            split = node_split(spec.split, self.graphs.dataset[0], seed=seed)
+            n = cfg.node
+            return NodeTask(self.cache_path, self.graphs, split, self.metric, mode=n.mode,
+                            subgraph_size=n.subgraph_size, subgraphs_per_epoch=n.subgraphs_per_epoch,
+                            dense_max_nodes=n.dense_max_nodes, seed=seed, device=device)
+        if self.level == "link":
+            from xmask_cli.engine.pairs import LinkTask, prepare_pair_structure
+            from xmask_cli.engine.splits import edge_split
+            from xmask_cli.engine.train import node_features
+
+            data = self.graphs.dataset[0]
+            split = edge_split(data.edge_index, int(data.num_nodes), seed=seed, fractions=tuple(cfg.link.fractions),
+                               num_neg_per_pos=cfg.link.num_neg_per_pos)
+            path = prepare_pair_structure(spec.key, split.train_edge_index, int(data.num_nodes), cfg.structure,
+                                          self.cache_dir, log=self.log)
+            return LinkTask(path, node_features(self.graphs)[0], split, dataset=spec.name, metric=self.metric,
+                            protocol=cfg.link.protocol, seed=seed, device=device,
+                            dense_max_nodes=cfg.node.dense_max_nodes)
+        from xmask_cli.engine.pairs import EdgeTask, edge_regression_split, prepare_pair_structure
+
+        data = self.edge_data
+        split = edge_regression_split(data.edge_index.shape[1], seed, fractions=tuple(cfg.edge.fractions))
+        train_edges = data.edge_index[:, split.train]
+        both = torch.cat([torch.as_tensor(train_edges), torch.as_tensor(train_edges).flip(0)], 1).numpy()
+        path = prepare_pair_structure(EDGE_FILE_DATASET, both, data.num_nodes, cfg.structure, self.cache_dir,
+                                      log=self.log)
+        x = None if data.x is None else torch.as_tensor(data.x)
+        return EdgeTask(path, x, data, split, dataset=EDGE_FILE_DATASET, metric=self.metric, seed=seed,
+                        device=device, dense_max_nodes=cfg.node.dense_max_nodes)
+
+    def model_config(self, task: Any) -> Any:
+        """The :class:`ModelConfig` this experiment's model takes on ``task``."""
+        if self.level == "graph":
+            from xmask_cli.engine.train import node_features
+
+            in_dim = int(node_features(self.graphs)[0].size(1))
+            out_dim = int(self.graphs.dataset.num_classes)
+        else:
+            in_dim, out_dim = int(task.in_dim), int(task.out_dim)
+        return _model_config(self.cfg, self.level, in_dim, out_dim, self.dataset)
+
+    def run_name(self) -> str:
+        """``run.name``, or ``<dataset>-<level>``."""
+        return self.cfg.run.name or f"{self.dataset.lower()}-{self.level}"
+
+
+def train_seeds(
+    cfg: Config,
+    seeds: list[int],
+    *,
+    device: str = "cpu",
+    cache_dir: Path,
+    data_root: str | os.PathLike | None = None,
+    offline: bool | None = None,
+    run_root: Path | None = None,
+    resume: bool = False,
+    log: Callable[[str], None] = lambda m: None,
+    on_epoch: Callable[[int, dict[str, Any]], None] = lambda seed, row: None,
+    on_seed_start: Callable[[int, int], None] = lambda seed, epochs: None,
+) -> dict[str, Any]:
+    """Train one run per seed into ``<run_root>/<name>/<seed>/``; returns summaries and the aggregate.
+
+    With more than one seed an ``aggregate.json`` (mean ± std over seeds of
+    every final metric) is written beside the seed folders.
+    """
+    from xmask_cli.model.network import XMaskNet
+
+    exp = Experiment.load(cfg, cache_dir=cache_dir, data_root=data_root, offline=offline, log=log)
+    root = Path(run_root or cfg.run.root) / exp.run_name()
+    summaries, run_dirs = [], []
+    for seed in seeds:
+        run = RunDir(root / str(seed))
+        seed_everything(seed)
+        task = exp.task(seed, device)
+        model_cfg = exp.model_config(task)
+        model = XMaskNet(model_cfg).to(device)
+        on_seed_start(seed, cfg.train.epochs)
+        extra = {"config": cfg.to_dict(), "level": exp.level, "data_root": None if data_root is None else str(data_root)}
+        summary = fit(task, model, _train_config(cfg, seed, device), run, model_config=dataclasses.asdict(model_cfg),
+                      extra_config=extra, resume=resume, log=lambda row, s=seed: on_epoch(s, row))
+        summary = {**summary, "level": exp.level, "run_dir": str(run.path)}
+        run.write_summary(summary)
+        summaries.append(summary)
+        run_dirs.append(run)
+        log(f"seed {seed}: best epoch {summary['best_epoch']}, "
+            + ", ".join(f"{p} {exp.metric} {summary['metrics'][p]:.4f}" for p in PARTS))
+    agg = aggregate(run_dirs)
+    result = {"name": exp.run_name(), "dataset": exp.dataset, "level": exp.level, "metric": exp.metric,
+              "seeds": seeds, "run_root": str(root), "runs": summaries, "aggregate": agg}
+    if len(seeds) > 1:
+        from xmask_cli.engine.runs import _atomic_write, _json_bytes
+
+        root.mkdir(parents=True, exist_ok=True)
+        _atomic_write(root / "aggregate.json", lambda f: f.write(_json_bytes(
+            {k: v for k, v in result.items() if k != "runs"})))
+    return result
+
+
+def evaluate_run(
+    run_dir: str | os.PathLike,
+    *,
+    parts: tuple[str, ...] = ("val", "test"),
+    device: str = "cpu",
+    cache_dir: Path,
+    data_root: str | os.PathLike | None = None,
+    offline: bool | None = None,
+    log: Callable[[str], None] = lambda m: None,
+) -> dict[str, Any]:
+    """Reload a run's config and best checkpoint and recompute its metrics on ``parts``.
+
+    Returns the recomputed metrics next to the ones ``summary.json`` recorded.
+
+    Raises:
+        RunNotFoundError: the folder has no ``config.json`` or ``best.pt``.
+    """
+    from xmask_cli.model.network import ModelConfig, XMaskNet
+
+    run = RunDir(run_dir) if Path(run_dir).is_dir() else None
+    if run is None or not (run.path / RunDir.CONFIG).is_file() or not run.has_checkpoint(RunDir.BEST):
+        raise RunNotFoundError(f"{run_dir}: not a run directory (needs config.json and best.pt; "
+                               f"runs live in runs/<name>/<seed>/)")
+    saved = run.load_config()
+    if "config" not in saved:
+        raise RunNotFoundError(f"{run_dir}: config.json has no resolved preset; was it written by `xmask train`?")
+    cfg = build(Config, saved["config"])
+    seed = int(saved["train"]["seed"])
+    exp = Experiment.load(cfg, cache_dir=cache_dir, data_root=data_root if data_root is not None else saved.get("data_root"),
+                          offline=offline, log=log)
+    task = exp.task(seed, device)
+    model_cfg = ModelConfig(**saved["model"])
+    model = XMaskNet(model_cfg).to(device)
+    model.load_state_dict(run.load_checkpoint(RunDir.BEST)["model"])
+    metrics = {part: score(task, model, part) for part in parts}
+    recorded = run.read_summary()["metrics"] if (run.path / RunDir.SUMMARY).is_file() else {}
+    return {"run_dir": str(run.path), "dataset": exp.dataset, "level": exp.level, "metric": exp.metric, "seed": seed,
+            "metrics": metrics, "recorded": {p: recorded.get(p) for p in parts},
+            "config_sha256": hashlib.sha256(json.dumps(saved, sort_keys=True).encode()).hexdigest()[:16]}

@@ -1,0 +1,332 @@
+"""Node-level training: full graph, random subgraphs, or METIS partitions, as a :class:`Task`.
+
+Three ways to batch one graph, all reading the structure from the cache
+(powers are never recomputed here):
+
+* ``full``: the whole graph as one dense batch (small graphs);
+* ``subgraph``: random node subsets per epoch (paper §5.1.1, a training-time
+  augmentation against memorisation on small citation graphs); each subset
+  sees the cached *global* powers sliced to its rows and columns;
+* ``partition``: METIS parts from the cache, attention over the cached pairs
+  inside a part only (sparse path), so memory is bounded by the part size.
+
+``auto`` picks ``full`` up to ``dense_max_nodes`` nodes and ``partition`` above.
+
+Example::
+
+    graphs = load_graphs(get_dataset("cora"), data_root=None, cache_dir=cache_dir)
+    split = node_split(graphs.spec.split, graphs.dataset[0], seed=0)
+    task = NodeTask(cache_path, graphs, split, mode="subgraph", subgraph_size=1000, subgraphs_per_epoch=2)
+    cfg = ModelConfig(in_dim=task.in_dim, out_dim=task.out_dim, task=task.model_task)
+    model = XMaskNet(cfg)
+    summary = fit(task, model, TrainConfig(epochs=100), "runs/cora/0", model_config=asdict(cfg))
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from xmask_cli.cache import StructureCache
+from xmask_cli.data.load import GraphSet
+from xmask_cli.engine.loop import PARTS
+from xmask_cli.engine.metrics import METRICS
+from xmask_cli.engine.splits import Split
+from xmask_cli.engine.train import node_features
+
+__all__ = ["NodeTask", "NodeBatch", "MODES", "induced_pairs", "dense_block"]
+
+#: Batching modes :class:`NodeTask` accepts (``auto`` resolves to ``full`` or ``partition``).
+MODES = ("auto", "full", "subgraph", "partition")
+#: Metrics a node classification task can be selected on.
+NODE_METRICS = ("accuracy",)
+
+
+@dataclass
+class NodeBatch:
+    """One node-level batch on the CPU.
+
+    Attributes:
+        nodes: ``[n]`` global ids of the batch's nodes (ascending), or None for the whole graph.
+        targets: ``[t]`` batch-local positions whose loss counts (training nodes in it).
+        powers: ``[1, K, n, n]`` dense powers (``full`` / ``subgraph``), or None.
+        edge_index: ``[2, E]`` batch-local attended pairs (``partition``), or None.
+        values: ``[E, K]`` powers at those pairs (``partition``), or None.
+    """
+
+    nodes: Tensor | None
+    targets: Tensor
+    powers: Tensor | None = None
+    edge_index: Tensor | None = None
+    values: Tensor | None = None
+
+
+def induced_pairs(indptr: np.ndarray, col: np.ndarray, nodes: np.ndarray,
+                  local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Cached pairs with both ends in ``nodes``, relabelled to batch-local ids.
+
+    Args:
+        indptr: ``[N+1]`` CSR row pointers of the graph's pairs.
+        col: ``[P]`` global column of each pair.
+        nodes: ``[n]`` ascending global ids of the batch.
+        local: ``[N]`` scratch map, ``-1`` everywhere; restored before returning
+            (reused across calls so no ``[N]`` array is allocated per batch).
+
+    Returns:
+        ``(pair_ids [E], edge_index [2, E])``: positions into the CSR arrays
+        (to gather values) and local ``(row, col)``, rows ascending as in the cache.
+    """
+    starts, ends = indptr[nodes], indptr[nodes + 1]
+    counts = ends - starts
+    # Positions of every pair whose row is in the batch, without a Python loop.
+    offsets = np.repeat(starts - np.cumsum(counts) + counts, counts)
+    pos = np.arange(int(counts.sum()), dtype=np.int64) + offsets
+    local[nodes] = np.arange(len(nodes), dtype=np.int64)
+    try:
+        lc = local[col[pos]]
+        keep = lc >= 0
+        rows = np.repeat(np.arange(len(nodes), dtype=np.int64), counts)
+        return pos[keep], np.stack([rows[keep], lc[keep]])
+    finally:
+        local[nodes] = -1
+
+
+def dense_block(indptr: np.ndarray, col: np.ndarray, values: np.ndarray, nodes: np.ndarray,
+                local: np.ndarray) -> np.ndarray:
+    """``[K, n, n]`` cached global powers restricted to rows and columns ``nodes``.
+
+    Equal to ``dense_powers[:, nodes][:, :, nodes]`` without ever building the
+    ``N x N`` matrix: only the batch rows of the CSR are read.
+    """
+    pos, (r, c) = induced_pairs(indptr, col, nodes, local)
+    out = np.zeros((values.shape[1], len(nodes), len(nodes)), dtype=np.float32)
+    out[:, r, c] = values[pos].T
+    return out
+
+
+class NodeTask:
+    """Node classification on one cached graph, as a :class:`~xmask_cli.engine.loop.Task`.
+
+    Args:
+        cache_path: structure cache of the dataset (``xmask prepare``).
+        graphs: the loaded dataset (one graph); features from
+            :func:`~xmask_cli.engine.train.node_features`, labels from ``dataset[0].y``.
+        split: node indices per part.
+        metric: selection metric (``accuracy``).
+        mode: ``auto``, ``full``, ``subgraph`` or ``partition`` (see the module docstring).
+        subgraph_size: nodes per random subgraph (``subgraph`` mode); capped at ``N``.
+        subgraphs_per_epoch: random subgraphs (optimizer steps) per epoch.
+        dense_max_nodes: ``auto`` uses ``full`` up to this many nodes; ``subgraph``
+            evaluates on the full graph up to it and on partitions above.
+        seed: seeds the subset draws and the partition order, with the epoch.
+        device: where batches go.
+        parts_per_batch: METIS parts per partition batch. With more than one,
+            training groups parts at random per epoch (cross-part pairs then
+            attend too); evaluation uses fixed consecutive groups.
+
+    Attributes:
+        in_dim: node feature width.
+        out_dim: number of classes.
+        model_task: ``"node"``, for :class:`~xmask_cli.model.network.ModelConfig`.
+        mode: the mode actually used (``auto`` resolved).
+
+    Raises:
+        ValueError: unknown ``mode`` or ``metric``, a bad size, or partitions
+            needed but absent from the cache.
+    """
+
+    model_task = "node"
+
+    def __init__(self, cache_path: str | os.PathLike, graphs: GraphSet, split: Split, metric: str = "accuracy", *,
+                 mode: str = "auto", subgraph_size: int = 0, subgraphs_per_epoch: int = 1,
+                 dense_max_nodes: int = 5000, seed: int = 0, device: torch.device | str = "cpu",
+                 parts_per_batch: int = 1):
+        if mode not in MODES:
+            raise ValueError(f"node mode must be one of {MODES}, got {mode!r}")
+        if metric not in NODE_METRICS:
+            raise ValueError(f"node-level training supports {NODE_METRICS}, got {metric!r}")
+        if subgraphs_per_epoch < 1 or parts_per_batch < 1:
+            raise ValueError("subgraphs_per_epoch and parts_per_batch must be >= 1")
+        self.metric, self.graphs, self.split = metric, graphs, split
+        self.cache_path = str(cache_path)
+        self.device = torch.device(device)
+        self.seed, self.dense_max_nodes = int(seed), int(dense_max_nodes)
+        self.subgraph_size, self.subgraphs_per_epoch = int(subgraph_size), int(subgraphs_per_epoch)
+        self.parts_per_batch = int(parts_per_batch)
+
+        # One copy of the features (Physics: 1.2 GB); batches index rows of it.
+        self.x = node_features(graphs)[0]
+        y = graphs.dataset[0].y
+        self.y = (y.view(-1) if y.dim() == 2 and y.size(1) == 1 else y).long()
+        self.num_nodes = int(self.x.size(0))
+        self.in_dim = int(self.x.size(1))
+        num_classes = getattr(graphs.dataset, "num_classes", None)
+        self.out_dim = int(num_classes) if num_classes else int(self.y.max()) + 1
+
+        self.cache = StructureCache(cache_path)
+        if self.cache.num_nodes(0) != self.num_nodes:
+            raise ValueError(f"cache {cache_path} has {self.cache.num_nodes(0)} nodes, the dataset {self.num_nodes}")
+        self.mode = mode if mode != "auto" else ("full" if self.num_nodes <= self.dense_max_nodes else "partition")
+        if self.mode == "subgraph" and self.subgraph_size < 1:
+            raise ValueError(f"subgraph mode needs subgraph_size >= 1, got {self.subgraph_size}")
+        self.eval_mode = self.mode if self.mode != "subgraph" else (
+            "full" if self.num_nodes <= self.dense_max_nodes else "partition")
+
+        self.train_mask = np.zeros(self.num_nodes, dtype=bool)
+        self.train_mask[split.train] = True
+        # The cache's CSR arrays of graph 0 (global ids), read once.
+        row, col, self._values = self.cache.powers(0)
+        self._indptr = np.concatenate([[0], np.cumsum(np.bincount(row, minlength=self.num_nodes))]).astype(np.int64)
+        self._col = col.astype(np.int64)
+        del row
+        self._local = np.full(self.num_nodes, -1, dtype=np.int64)
+
+        self._full: NodeBatch | None = None
+        if "full" in (self.mode, self.eval_mode):
+            self._full = self._full_batch()
+        self._eval_batches: list[NodeBatch] = []
+        if "partition" in (self.mode, self.eval_mode):
+            self._part = self._partition()
+            # Fixed consecutive groups: evaluation batches (and training ones with one part each).
+            groups = np.arange(self._num_parts) // self.parts_per_batch
+            self._eval_batches = self._group_batches(groups[self._part])
+        # Only random part grouping and subsets need the global CSR after __init__.
+        if not (self.mode == "subgraph" or (self.mode == "partition" and self.parts_per_batch > 1)):
+            self._values = self._col = self._indptr = None  # type: ignore[assignment]
+
+    # ------------------------------------------------------------- building
+    def _full_batch(self) -> NodeBatch:
+        powers = torch.from_numpy(self.cache.dense_powers(0)).unsqueeze(0)
+        targets = torch.from_numpy(np.flatnonzero(self.train_mask))
+        return NodeBatch(nodes=None, targets=targets, powers=powers)
+
+    def _partition(self) -> np.ndarray:
+        try:
+            part = np.asarray(self.cache.partition(0), dtype=np.int64)
+        except Exception as exc:  # CacheError, or a KeyError from an in-memory cache
+            raise ValueError(
+                f"partition mode needs METIS parts in the cache {self.cache_path}: prepare it with "
+                f"structure.partition.parts > 0 (e.g. `--set structure.partition.parts=32`) at level node"
+            ) from exc
+        self._num_parts = int(part.max()) + 1 if part.size else 0
+        return part
+
+    def _group_batches(self, group_of_node: np.ndarray) -> list[NodeBatch]:
+        """One sparse batch per group id: its nodes, in-group pairs (local ids) and their powers.
+
+        O(P) over all pairs at once, instead of one CSR gather per group.
+        """
+        order = np.argsort(group_of_node, kind="stable")  # nodes by group, ascending inside one
+        num_groups = int(group_of_node.max()) + 1 if group_of_node.size else 0
+        bounds = np.concatenate([[0], np.cumsum(np.bincount(group_of_node, minlength=num_groups))])
+        local = np.empty(self.num_nodes, dtype=np.int64)
+        local[order] = np.arange(self.num_nodes) - np.repeat(bounds[:-1], np.diff(bounds))
+        indptr, col, values = self._indptr, self._col, self._values
+        row = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(indptr))
+        g_row = group_of_node[row]
+        keep = np.flatnonzero(g_row == group_of_node[col])
+        # Stable sort by group keeps each group's pairs in CSR (row-ascending) order.
+        by_group = np.argsort(g_row[keep], kind="stable")
+        keep, kept_groups = keep[by_group], g_row[keep][by_group]
+        del g_row, by_group
+        pair_bounds = np.searchsorted(kept_groups, np.arange(num_groups + 1))
+        batches = []
+        for g in range(num_groups):
+            nodes = order[bounds[g]:bounds[g + 1]]
+            pos = keep[pair_bounds[g]:pair_bounds[g + 1]]
+            edge_index = torch.from_numpy(np.stack([local[row[pos]], local[col[pos]]]))
+            batches.append(NodeBatch(
+                nodes=torch.from_numpy(nodes), targets=torch.from_numpy(np.flatnonzero(self.train_mask[nodes])),
+                edge_index=edge_index, values=torch.from_numpy(np.ascontiguousarray(values[pos]))))
+        return batches
+
+    def subgraph_nodes(self, epoch: int, i: int) -> np.ndarray:
+        """Ascending node ids of the ``i``-th random subgraph of ``epoch``; a function of (seed, epoch, i)."""
+        rng = np.random.default_rng((self.seed, epoch, i))
+        size = min(self.subgraph_size, self.num_nodes)
+        return np.sort(rng.choice(self.num_nodes, size=size, replace=False))
+
+    def subgraph_batch(self, nodes: np.ndarray) -> NodeBatch:
+        """Dense batch of ``nodes``: the cached global powers sliced to them (never recomputed)."""
+        powers = dense_block(self._indptr, self._col, self._values, nodes, self._local)
+        return NodeBatch(nodes=torch.from_numpy(nodes), targets=torch.from_numpy(np.flatnonzero(self.train_mask[nodes])),
+                         powers=torch.from_numpy(powers).unsqueeze(0))
+
+    # ----------------------------------------------------------------- Task
+    def describe(self) -> dict[str, Any]:
+        """Dataset, cache, split and the node batching actually used (compared on resume)."""
+        node = {"mode": self.mode, "subgraph_size": self.subgraph_size,
+                "subgraphs_per_epoch": self.subgraphs_per_epoch, "dense_max_nodes": self.dense_max_nodes}
+        if self.parts_per_batch != 1:
+            node["parts_per_batch"] = self.parts_per_batch
+        return {"dataset": self.graphs.spec.name, "cache_path": self.cache_path, "split": self.split.to_dict(),
+                "node": node}
+
+    def split_sizes(self) -> dict[str, int]:
+        """Nodes per part."""
+        return dict(zip(PARTS, self.split.sizes()))
+
+    @property
+    def eval_batches(self) -> list[NodeBatch]:
+        """Partition evaluation batches (fixed order; empty unless partitions are used)."""
+        return self._eval_batches
+
+    def train_batches(self, epoch: int) -> Iterator[NodeBatch]:
+        """Batches of ``epoch``, drawn from (seed, epoch) only; batches without training nodes are skipped."""
+        if self.mode == "full":
+            yield self._full  # type: ignore[misc]
+            return
+        if self.mode == "subgraph":
+            for i in range(self.subgraphs_per_epoch):
+                batch = self.subgraph_batch(self.subgraph_nodes(epoch, i))
+                if batch.targets.numel():
+                    yield batch
+            return
+        rng = np.random.default_rng((self.seed, epoch))
+        if self.parts_per_batch == 1:
+            batches = [self._eval_batches[i] for i in rng.permutation(len(self._eval_batches))]
+        else:  # random groups of parts each epoch (Cluster-GCN style), pairs built for them now
+            perm = rng.permutation(self._num_parts)
+            group_of_part = np.empty(self._num_parts, dtype=np.int64)
+            group_of_part[perm] = np.arange(self._num_parts) // self.parts_per_batch
+            batches = self._group_batches(group_of_part[self._part])
+        for batch in batches:
+            if batch.targets.numel():
+                yield batch
+
+    def _forward(self, model: torch.nn.Module, batch: NodeBatch) -> Tensor:
+        """``[n, C]`` logits of the batch's nodes."""
+        x = self.x if batch.nodes is None else self.x[batch.nodes]
+        x = x.to(self.device, non_blocking=True)
+        if batch.powers is not None:
+            return model.forward_dense(x.unsqueeze(0), batch.powers.to(self.device, non_blocking=True))[0]
+        return model.forward_sparse(x, batch.edge_index.to(self.device), batch.values.to(self.device))
+
+    def loss(self, model: torch.nn.Module, batch: NodeBatch) -> tuple[Tensor, int]:
+        """Cross-entropy over the batch's training nodes."""
+        out = self._forward(model, batch)
+        nodes = batch.targets if batch.nodes is None else batch.nodes[batch.targets]
+        target = self.y[nodes].to(self.device)
+        return torch.nn.functional.cross_entropy(out[batch.targets.to(self.device)], target), int(batch.targets.numel())
+
+    @torch.no_grad()
+    def predict(self, model: torch.nn.Module) -> Tensor:
+        """``[N, C]`` logits of every node on the CPU (full forward, or every partition batch)."""
+        model.eval()
+        if self.eval_mode == "full":
+            return self._forward(model, self._full).float().cpu()  # type: ignore[arg-type]
+        out = torch.zeros(self.num_nodes, self.out_dim)
+        for batch in self._eval_batches:
+            if batch.nodes.numel():  # METIS may leave a part empty
+                out[batch.nodes] = self._forward(model, batch).float().cpu()
+        return out
+
+    def score(self, model: torch.nn.Module, part: str) -> float:
+        """``metric`` on the nodes of ``part``."""
+        idx = torch.from_numpy(getattr(self.split, part))
+        return METRICS[self.metric](self.predict(model)[idx], self.y[idx])
