@@ -310,10 +310,18 @@ class StructureCache:
         """Read every array once; later accessors then never touch the file."""
         def visit(name: str, obj: Any) -> None:
             if isinstance(obj, h5py.Dataset):
-                self._mem[name] = obj[()]
+                self._mem[name] = self._checked(obj, name, None)
 
         self.file.visititems(visit)
         return self
+
+    def _checked(self, ds: h5py.Dataset, name: str, sl: slice | None) -> np.ndarray:
+        """Read ``ds`` (or a slice); a checksum or decompression failure becomes a :class:`CacheError`."""
+        try:
+            return ds[()] if sl is None else ds[sl]
+        except OSError as exc:
+            raise CacheError(f"cache {self.path} is corrupt ('{name}': {str(exc).splitlines()[0]}); "
+                             f"run `xmask cache verify`, then `xmask prepare ... --force` to rebuild it") from exc
 
     def _read(self, name: str, sl: slice | None = None) -> np.ndarray:
         if name in self._mem:
@@ -321,8 +329,7 @@ class StructureCache:
             return arr if sl is None else arr[sl]
         if name not in self.file:
             raise CacheError(f"cache {self.path} has no '{name}'; prepare it with the structure that needs it")
-        ds = self.file[name]
-        return ds[()] if sl is None else ds[sl]
+        return self._checked(self.file[name], name, sl)
 
     # -- metadata
     @property

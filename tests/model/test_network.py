@@ -307,3 +307,31 @@ def test_tiny_overfit():
     with torch.no_grad():
         acc = (net.forward_dense(x, powers, mask).argmax(-1) == y).float().mean().item()
     assert acc == 1.0
+
+
+def test_pair_head_is_symmetric_and_reads_both_ends():
+    torch.manual_seed(0)
+    model = XMaskNet(ModelConfig(in_dim=3, out_dim=2, hidden=8, heads=2, task="edge")).eval()
+    h = torch.randn(5, 8)
+    pairs = torch.tensor([[0, 1, 3], [2, 4, 3]])
+    out = model.score_pairs(h, pairs)
+    assert out.shape == (3, 2)
+    torch.testing.assert_close(out, model.score_pairs(h, pairs.flip(0)))
+    # By hand: the head MLP applied to [h_u * h_v, h_u + h_v].
+    hu, hv = h[pairs[0]], h[pairs[1]]
+    torch.testing.assert_close(out, model.head(torch.cat([hu * hv, hu + hv], -1)))
+    with pytest.raises(ValueError, match="score_pairs"):
+        model.forward_sparse(torch.randn(5, 3), torch.tensor([[0], [1]]), torch.ones(1, 2))
+
+
+def test_atom_encoder_embeds_integer_features_per_node():
+    from ogb.graphproppred.mol_encoder import AtomEncoder
+
+    torch.manual_seed(0)
+    model = XMaskNet(ModelConfig(in_dim=9, out_dim=2, hidden=8, heads=2, encoder="atom"))
+    x = torch.randint(0, 2, (2, 4, 9))
+    emb = model.encoder(x.float())
+    assert emb.shape == (2, 4, 8)
+    assert isinstance(model.encoder.atom, AtomEncoder)
+    # The same as OGB's encoder on the flattened nodes (sum of one embedding per feature column).
+    torch.testing.assert_close(emb.view(-1, 8), model.encoder.atom(x.view(-1, 9)))

@@ -1,0 +1,149 @@
+"""``xmask train`` and ``xmask eval`` end to end on the bundled MUTAG (tiny model, few epochs)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import pytest
+from typer.testing import CliRunner
+
+from xmask_cli.cli import app
+from xmask_cli.engine.experiment import train_seeds
+from xmask_cli.config import resolve
+
+runner = CliRunner()
+TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "train.epochs=4",
+        "--set", "train.warmup_epochs=1", "--set", "train.lr=1e-2"]
+
+
+def run(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def one_error_line(result) -> str:
+    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ") and "Traceback" not in result.stderr + result.stdout
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory) -> tuple[Path, dict]:
+    """A two-seed sweep, run once for the module."""
+    root = tmp_path_factory.mktemp("train")
+    r = run("--format", "json", "train", "--preset", "graph-level", *TINY, "--seeds", "0-1", "--device", "cpu",
+            "--runs-dir", str(root / "runs"), "--cache-dir", str(root / "cache"))
+    assert r.exit_code == 0, r.stderr
+    return root, json.loads(r.stdout)
+
+
+def test_sweep_writes_runs_and_aggregate(sweep):
+    root, result = sweep
+    assert result["dataset"] == "MUTAG" and result["level"] == "graph" and result["metric"] == "accuracy"
+    assert [r["seed"] for r in result["runs"]] == [0, 1]
+    run_root = root / "runs" / "mutag-graph"
+    for seed in (0, 1):
+        folder = run_root / str(seed)
+        for name in ("config.json", "metrics.jsonl", "best.pt", "last.pt", "summary.json"):
+            assert (folder / name).is_file(), name
+        config = json.loads((folder / "config.json").read_text())
+        # The resolved preset is saved with the run, and the split is recorded.
+        assert config["config"]["model"]["hidden"] == 16 and config["train"]["seed"] == seed
+        assert config["split"]["name"] == "random-8-1-1" and config["split"]["seed"] == seed
+        assert len((folder / "metrics.jsonl").read_text().splitlines()) <= 4
+    agg = json.loads((run_root / "aggregate.json").read_text())
+    tests = [r["metrics"]["test"] for r in result["runs"]]
+    mean = sum(tests) / 2
+    assert agg["aggregate"]["test"]["mean"] == pytest.approx(mean)
+    assert agg["aggregate"]["test"]["std"] == pytest.approx(abs(tests[0] - mean))
+    # Seeds draw different splits: the recorded test sets differ.
+    c0, c1 = (json.loads((run_root / s / "config.json").read_text()) for s in ("0", "1"))
+    assert c0["split"]["test"] != c1["split"]["test"]
+
+
+def test_eval_reproduces_the_recorded_metrics(sweep):
+    root, result = sweep
+    r = run("--format", "json", "eval", str(root / "runs" / "mutag-graph" / "1"), "--split", "all",
+            "--device", "cpu", "--cache-dir", str(root / "cache"))
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["seed"] == 1
+    for part in ("train", "val", "test"):
+        assert out["metrics"][part] == out["recorded"][part] == result["runs"][1]["metrics"][part]
+
+
+def test_resume_of_a_finished_run_trains_nothing(sweep):
+    root, result = sweep
+    folder = root / "runs" / "mutag-graph" / "0"
+    before = (folder / "metrics.jsonl").read_text()
+    r = run("--format", "json", "train", "--preset", "graph-level", *TINY, "--seed", "0", "--resume", "--device", "cpu",
+            "--runs-dir", str(root / "runs"), "--cache-dir", str(root / "cache"))
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["runs"][0]["metrics"] == result["runs"][0]["metrics"]
+    assert (folder / "metrics.jsonl").read_text() == before
+
+
+class Killed(RuntimeError):
+    pass
+
+
+def test_cli_resume_after_a_kill_equals_uninterrupted(sweep, tmp_path):
+    root, result = sweep
+    cfg = resolve("graph-level", [a for a in TINY if a != "--set"] + ["model.dropout=0.2"])
+
+    def kill(seed: int, row: dict) -> None:
+        if row["epoch"] == 1:
+            raise Killed
+
+    common = dict(device="cpu", cache_dir=root / "cache")
+    full = train_seeds(cfg, [0], run_root=tmp_path / "a", **common)
+    with pytest.raises(Killed):
+        train_seeds(cfg, [0], run_root=tmp_path / "b", on_epoch=kill, **common)
+    r = run("--format", "json", "train", "--preset", "graph-level", *TINY, "--set", "model.dropout=0.2", "--resume",
+            "--device", "cpu", "--runs-dir", str(tmp_path / "b"), "--cache-dir", str(root / "cache"))
+    assert r.exit_code == 0, r.stderr
+    resumed = json.loads(r.stdout)["runs"][0]
+    assert resumed["metrics"] == full["runs"][0]["metrics"] and resumed["best_epoch"] == full["runs"][0]["best_epoch"]
+
+
+def test_help_has_examples():
+    for cmd in (["train"], ["eval"]):
+        r = run(*cmd, "--help")
+        assert r.exit_code == 0 and "Examples" in r.stdout and "xmask" in r.stdout
+
+
+@pytest.mark.parametrize("args, code, needle", [
+    (["train", "--dataset", "no-such-set"], 2, "unknown dataset"),
+    (["train", "--preset", "no-such-preset"], 2, "unknown preset"),
+    (["train", "--preset", "node-level", "--dataset", "MUTAG"], 2, "has no node-level task"),
+    (["train", "--dataset", "cora", "--set", "task.level=graph"], 2, "has no graph-level task"),
+    (["train", "--preset", "graph-level", "--set", "model.head_powers=[1,2,3,9]"], 2, "structure.powers.k"),
+    (["train", "--preset", "graph-level", "--set", "model.hiden=8"], 2, "model.hidden"),
+    (["train", "--preset", "graph-level", "--seeds", "4-1"], 2, "--seeds"),
+    (["train", "--preset", "graph-level", "--seed", "1", "--seeds", "0-2"], 2, "not both"),
+    (["train", "--preset", "graph-level", "--device", "tpu"], 2, "--device"),
+    (["train", "--preset", "edge-regression"], 2, "edge.file"),
+    (["eval", "does/not/exist"], 6, "not a run directory"),
+])
+def test_bad_input_is_one_line_and_an_exit_code(args, code, needle, tmp_path):
+    r = run(*args, "--cache-dir", str(tmp_path / "c")) if args[0] == "train" else run(*args)
+    assert r.exit_code == code, (r.exit_code, r.stderr)
+    assert needle in one_error_line(r)
+
+
+def test_corrupt_cache_is_exit_4(sweep, tmp_path):
+    root, _ = sweep
+    import shutil
+
+    cache = tmp_path / "cache"
+    shutil.copytree(root / "cache", cache)
+    (path,) = (cache / "mutag").glob("*.h5")
+    with h5py.File(path, "r") as f:
+        info = f["powers/values"].id.get_chunk_info(0)
+    with open(path, "r+b") as fh:
+        fh.seek(info.byte_offset + info.size // 2)
+        fh.write(b"\xff\x00\xff\x00")
+    r = run("train", "--preset", "graph-level", *TINY, "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(cache))
+    assert r.exit_code == 4
+    assert "corrupt" in one_error_line(r)
