@@ -143,6 +143,7 @@ class TrainSection:
     clip_norm: float = 1.0
     batch_size: int = 32
     patience: int = 20
+    loader_workers: int = 0  # graph level: DataLoader worker processes (each opens the HDF5 cache lazily)
 
 
 @dataclass(frozen=True)
@@ -431,6 +432,7 @@ def _check_ranges(obj: Any, prefix: str) -> None:
         need(obj.lr >= 0, "lr", "must be >= 0")
         need(obj.batch_size >= 1, "batch_size", "must be >= 1")
         need(obj.patience >= 1, "patience", "must be >= 1")
+        need(obj.loader_workers >= 0, "loader_workers", "must be >= 0")
     elif isinstance(obj, NodeSection):
         need(obj.subgraph_size >= 0, "subgraph_size", "must be >= 0")
         need(obj.subgraphs_per_epoch >= 1, "subgraphs_per_epoch", "must be >= 1")

@@ -215,3 +215,16 @@ def test_aggregate_over_seeds(tmp_path: Path) -> None:
     assert agg["val"]["std"] == pytest.approx(np.std([0.5, 0.7, 0.9]))
     assert agg["test"] == {"mean": 1.0, "std": 0.0, "values": [1.0, 1.0, 1.0]}
     assert agg == aggregate([r.path for r in runs])
+
+
+def test_loader_workers_give_the_same_batches(mutag: Mutag) -> None:
+    from xmask_cli.engine.train import GraphTask
+
+    args = (mutag.cache_path, mutag.graphs, mutag.split, "accuracy", 16, 5, "cpu")
+    inline, workers = GraphTask(*args), GraphTask(*args, loader_workers=1)
+    assert workers.train_stream.cache.in_memory is False  # workers read the file themselves
+    for epoch in (0, 3):
+        a, b = list(inline.train_batches(epoch)), list(workers.train_batches(epoch))
+        assert len(a) == len(b) > 1
+        for x, y in zip(a, b):
+            assert torch.equal(x.index, y.index) and torch.equal(x.powers, y.powers) and torch.equal(x.x, y.x)

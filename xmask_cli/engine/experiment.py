@@ -218,7 +218,8 @@ class Experiment:
             from xmask_cli.engine.train import GraphTask
 
             split = graph_split(spec.split, self.graphs.dataset, seed=seed)
-            return GraphTask(self.cache_path, self.graphs, split, self.metric, cfg.train.batch_size, seed, device)
+            return GraphTask(self.cache_path, self.graphs, split, self.metric, cfg.train.batch_size, seed, device,
+                             loader_workers=cfg.train.loader_workers)
         if self.level == "node":
             from xmask_cli.engine.node import NodeTask
             from xmask_cli.engine.splits import node_split

@@ -116,15 +116,17 @@ class GraphTask:
     """
 
     def __init__(self, cache_path: str | os.PathLike, graphs: GraphSet, split: Split, metric: str,
-                 batch_size: int, seed: int, device: torch.device | str):
+                 batch_size: int, seed: int, device: torch.device | str, loader_workers: int = 0):
         if metric not in CLASSIFICATION_METRICS:
             raise ValueError(f"graph-level training supports {CLASSIFICATION_METRICS}, got {metric!r}")
         self.metric, self.graphs, self.split = metric, graphs, split
         self.cache_path = str(cache_path)
         self.device = torch.device(device)
+        self.loader_workers = int(loader_workers)
         features, labels = node_features(graphs), graph_labels(graphs)
+        # With loader workers each worker opens the HDF5 file lazily and reads its batches' slices.
         self.train_stream = GraphLevelStream(cache_path, features, labels, split.train, batch_size,
-                                             shuffle=True, seed=seed, load_in_memory=True)
+                                             shuffle=True, seed=seed, load_in_memory=self.loader_workers == 0)
         self.eval_streams = {part: _eval_stream(cache_path, features, labels, getattr(split, part), batch_size)
                              for part in PARTS}
 
@@ -135,11 +137,16 @@ class GraphTask:
         return dict(zip(PARTS, self.split.sizes()))
 
     def train_batches(self, epoch: int) -> Iterator[GraphBatch]:
-        self.train_stream.set_epoch(epoch)  # the batch order depends on (seed, epoch) only: resumable
+        # The batch order depends on (seed, epoch) only: resumable.
+        cuda = self.device.type == "cuda"
+        if self.loader_workers > 0 or cuda:
+            return iter(self.train_stream.loader(epoch, num_workers=self.loader_workers, pin_memory=cuda))
+        self.train_stream.set_epoch(epoch)
         return iter(self.train_stream)
 
     def loss(self, model: torch.nn.Module, batch: GraphBatch) -> tuple[Tensor, int]:
-        batch = batch.to(self.device)
+        # Pinned batches copy asynchronously; the forward waits on the same stream.
+        batch = batch.to(self.device, non_blocking=True)
         return torch.nn.functional.cross_entropy(model(batch), batch.y.long()), batch.num_graphs
 
     def score(self, model: torch.nn.Module, part: str) -> float:
