@@ -24,6 +24,9 @@ from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.prepare import prepare_graphs, prepare_dataset
 
 NO_EXTRAS = ["structure.spd.enabled=false", "structure.spectrum.enabled=false"]
+#: Few epochs: each full-graph (2708 nodes) step and evaluation costs about 0.5 s on one busy core,
+#: and validation passes 0.55 by epoch 3.
+CORA_EPOCHS = 12
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -136,7 +139,7 @@ def test_partition_batches_cover_nodes_and_pairs(parted: Toy) -> None:
         expected = {(int(r), int(c)): v for r, c, v in zip(row[inside], col[inside], vals[inside])}
         ei = batch.edge_index.numpy()
         got = {(int(nodes[r]), int(nodes[c])): v for r, c, v in zip(ei[0], ei[1], batch.values.numpy())}
-        assert got.keys() == expected.keys() and len(got) == ei.shape[1]
+        assert got.keys() == expected.keys() and len(got) == ei.shape[1] > len(nodes)  # self pairs and more
         assert all(np.array_equal(got[key], expected[key]) for key in got)
     # Training batches: the same parts, in an order drawn from (seed, epoch).
     order = [b.nodes[0].item() for b in task.train_batches(5)]
@@ -225,9 +228,7 @@ def test_learns_cora(tmp_path_factory: pytest.TempPathFactory) -> None:
     result = fit(task, model, cfg, tmp_path_factory.mktemp("runs") / "cora", model_config=asdict(model.cfg))
     y = graphs.dataset[0].y.numpy()
     majority = float(np.bincount(y[split.val]).max() / len(split.val))
-    # Cora's public validation majority rate is about 0.16; 0.3 above it is ~150 more of 500 nodes right.
-    assert result["metrics"]["val"] >= majority + 0.3
+    # Cora's public validation majority rate is 0.316; 0.2 above it is 100 more of 500 nodes right.
+    assert result["metrics"]["val"] >= majority + 0.2
     assert result["split"] == {"name": "public", "seed": None, "train": 140, "val": 500, "test": 1000}
 
-
-CORA_EPOCHS = 30

@@ -93,7 +93,8 @@ def file_sha256(path: str | os.PathLike) -> str:
 def _existing(path: str | os.PathLike, what: str) -> Path:
     p = Path(path).expanduser()
     if not p.is_file():
-        raise DataNotFoundError(f"{what} {p} not found; check the path (it is read as given, relative to the current directory)")
+        raise DataNotFoundError(f"{what} {p} not found; check the path "
+                                f"(read as given, relative to the current directory)")
     return p
 
 
@@ -166,7 +167,8 @@ def _load_features(path: Path) -> np.ndarray:
         out = np.empty((len(rows), width), dtype=np.float32)
         for r, (line, fields) in enumerate(rows):
             if len(fields) != width:
-                raise UsageError(f"{path}:{line}: expected {width} feature values (as on line {rows[0][0]}), got {len(fields)}")
+                raise UsageError(f"{path}:{line}: expected {width} feature values (as on line {rows[0][0]}), "
+                                 f"got {len(fields)}")
             for c, f in enumerate(fields):
                 try:
                     out[r, c] = float(f)

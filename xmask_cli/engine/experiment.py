@@ -241,15 +241,13 @@ class Experiment:
                                           self.cache_dir, log=self.log)
             return LinkTask(path, node_features(self.graphs)[0], split, dataset=spec.name, metric=self.metric,
                             protocol=cfg.link.protocol, seed=seed, device=device,
-                            dense_max_nodes=cfg.node.dense_max_nodes)
-        from xmask_cli.engine.pairs import EdgeTask, edge_regression_split, prepare_pair_structure
+                            dense_max_nodes=cfg.node.dense_max_nodes, fractions=tuple(cfg.link.fractions))
+        from xmask_cli.engine.pairs import EdgeTask, edge_regression_split, prepare_pair_structure, train_edge_index
 
         data = self.edge_data
         split = edge_regression_split(data.edge_index.shape[1], seed, fractions=tuple(cfg.edge.fractions))
-        train_edges = data.edge_index[:, split.train]
-        both = torch.cat([torch.as_tensor(train_edges), torch.as_tensor(train_edges).flip(0)], 1).numpy()
-        path = prepare_pair_structure(EDGE_FILE_DATASET, both, data.num_nodes, cfg.structure, self.cache_dir,
-                                      log=self.log)
+        path = prepare_pair_structure(EDGE_FILE_DATASET, train_edge_index(data, split), data.num_nodes, cfg.structure,
+                                      self.cache_dir, level="edge", log=self.log)
         x = None if data.x is None else torch.as_tensor(data.x)
         return EdgeTask(path, x, data, split, dataset=EDGE_FILE_DATASET, metric=self.metric, seed=seed,
                         device=device, dense_max_nodes=cfg.node.dense_max_nodes)

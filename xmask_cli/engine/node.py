@@ -201,7 +201,8 @@ class NodeTask:
 
     # ------------------------------------------------------------- building
     def _full_batch(self) -> NodeBatch:
-        powers = torch.from_numpy(self.cache.dense_powers(0)).unsqueeze(0)
+        # Moved once: the same K x N x N tensor serves every epoch and evaluation.
+        powers = torch.from_numpy(self.cache.dense_powers(0)).unsqueeze(0).to(self.device)
         targets = torch.from_numpy(np.flatnonzero(self.train_mask))
         return NodeBatch(nodes=None, targets=targets, powers=powers)
 

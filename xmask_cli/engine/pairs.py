@@ -309,13 +309,10 @@ class LinkTask:
                                           _pair_keys(split.test_pos[0], split.test_pos[1], n)]))
         # Fixed negatives for the reported train MRR: never a known edge, the same at every call.
         train_neg = _sample_negatives(self.train_pos.shape[1] * m, n, known, np.random.default_rng((split.seed, 2)))
-        self._eval = {
-            "train": (self.train_pos, np.stack([train_neg // n, train_neg % n])),
-            "val": (split.val_pos, split.val_neg),
-            "test": (split.test_pos, split.test_neg),
-        }
+        parts = {"train": (self.train_pos, np.stack([train_neg // n, train_neg % n])),
+                 "val": (split.val_pos, split.val_neg), "test": (split.test_pos, split.test_neg)}
         self._eval = {k: (torch.from_numpy(np.ascontiguousarray(p)).to(self.device),
-                          torch.from_numpy(np.ascontiguousarray(q)).to(self.device)) for k, (p, q) in self._eval.items()}
+                          torch.from_numpy(np.ascontiguousarray(q)).to(self.device)) for k, (p, q) in parts.items()}
 
     def describe(self) -> dict[str, Any]:
         s = self.split
@@ -416,14 +413,16 @@ class EdgeTask:
             idx = getattr(split, part)
             if idx.size and (idx.min() < 0 or idx.max() >= e):
                 raise ValueError(f"split part {part!r} holds row ids outside [0, {e})")
-        if len(split.train) == 0:
-            raise ValueError("edge regression needs at least one training row")
+        if len(split.train) == 0 or len(split.val) == 0:
+            # Selection reads validation only: without a validation row no epoch could be chosen.
+            raise ValueError(f"edge regression needs training and validation rows, got sizes {split.sizes()}")
         self.metric, self.seed, self.batch_size = metric, int(seed), int(batch_size)
         self.dataset, self.cache_path, self.data, self.split = dataset, str(cache_path), data, split
         self.device = torch.device(device)
         train_ei = train_edge_index(data, split)
         self.structure = _Structure(cache_path, train_ei, n, dense_max_nodes, self.device)
-        self.features_source = "file" if features is not None else f"one-hot degree of the training edges (cap {MAX_DEGREE})"
+        self.features_source = ("file" if features is not None
+                                else f"one-hot degree of the training edges (cap {MAX_DEGREE})")
         if features is None:
             features = one_hot_degree(train_ei, n)
         if features.dim() != 2 or features.size(0) != n:
