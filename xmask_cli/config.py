@@ -130,6 +130,7 @@ class ModelSection:
     readout: Literal["sum", "mean", "max"] = "sum"
     use_bias: bool = True  # false: plain attention (the no-logmask ablation)
     encoder: Literal["auto", "linear", "atom"] = "auto"  # auto: atom for OGB molecules, else linear
+    input_dropout: float = 0.0  # dropout on raw input features (bag-of-words node features overfit without it)
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,7 @@ class NodeSection:
     """How node-level tasks batch the graph."""
 
     mode: Literal["auto", "full", "subgraph", "partition"] = "auto"
+    attention: Literal["auto", "dense", "sparse"] = "auto"  # full graph: auto = dense on CUDA, sparse on CPU unless dense-ish
     subgraph_size: int = 0  # nodes per random subgraph (mode subgraph)
     subgraphs_per_epoch: int = 1
     dense_max_nodes: int = 5000  # auto: full-graph dense attention up to this many nodes, partitions above
@@ -423,7 +425,8 @@ def _check_ranges(obj: Any, prefix: str) -> None:
         for key in ("hidden", "heads", "layers", "ffn_mult"):
             need(getattr(obj, key) >= 1, key, "must be >= 1")
         need(obj.hidden % obj.heads == 0, "hidden", f"must be a multiple of model.heads ({obj.heads})")
-        need(0 <= obj.dropout < 1 and 0 <= obj.attn_dropout < 1, "dropout", "dropouts must lie in [0, 1)")
+        need(0 <= obj.dropout < 1 and 0 <= obj.attn_dropout < 1 and 0 <= obj.input_dropout < 1, "dropout",
+             "dropouts must lie in [0, 1)")
         if obj.head_powers is not None:
             need(len(obj.head_powers) == obj.heads, "head_powers", f"needs one power per head ({obj.heads})")
             need(min(obj.head_powers) >= 1, "head_powers", "powers must be >= 1")

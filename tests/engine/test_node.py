@@ -211,8 +211,9 @@ def test_resume_matches_uninterrupted_subgraph(small: Toy, tmp_path: Path) -> No
     b = run(tmp_path / "b", resume=True)
     assert b == a
     assert RunDir(tmp_path / "b").read_metrics() == RunDir(tmp_path / "a").read_metrics()
-    assert RunDir(tmp_path / "a").load_config()["node"] == {
-        "mode": "subgraph", "subgraph_size": 40, "subgraphs_per_epoch": 2, "dense_max_nodes": 5000}
+    node = RunDir(tmp_path / "a").load_config()["node"]
+    assert node.pop("attention") in ("dense", "sparse")
+    assert node == {"mode": "subgraph", "subgraph_size": 40, "subgraphs_per_epoch": 2, "dense_max_nodes": 5000}
 
 
 def test_learns_cora(tmp_path_factory: pytest.TempPathFactory) -> None:
@@ -232,3 +233,31 @@ def test_learns_cora(tmp_path_factory: pytest.TempPathFactory) -> None:
     assert result["metrics"]["val"] >= majority + 0.2
     assert result["split"] == {"name": "public", "seed": None, "train": 140, "val": 500, "test": 1000}
 
+
+
+def test_full_graph_sparse_attention_equals_dense(small: Toy) -> None:
+    """The full-graph sparse batch attends over exactly the cached pairs and gives the dense numbers."""
+    dense = NodeTask(small.path, small.graphs, small.split, mode="full", attention="dense")
+    sparse = NodeTask(small.path, small.graphs, small.split, mode="full", attention="sparse")
+    assert (dense.attention, sparse.attention) == ("dense", "sparse")
+    torch.manual_seed(0)
+    model = _model(dense).eval()
+    # Sparse pairs = the support of the dense powers (any power non-zero).
+    P = dense._full.powers[0]
+    support = (P != 0).any(0).nonzero().T
+    ei = sparse._full.edge_index
+    assert torch.equal(torch.sort(ei[0] * P.size(-1) + ei[1]).values, torch.sort(support[0] * P.size(-1) + support[1]).values)
+    # Absent pairs get log(eps) ≈ -69 / sqrt(d_h) in the dense path: weight < e^-17, below float32 rounding of the sums.
+    torch.testing.assert_close(sparse.predict(model), dense.predict(model), atol=1e-5, rtol=1e-5)
+
+
+def test_auto_attention_rule() -> None:
+    from xmask_cli.engine.node import full_graph_attention
+
+    cpu = torch.device("cpu")
+    assert full_graph_attention("auto", 100, 1000, cpu) == "sparse"      # 10% of the grid
+    assert full_graph_attention("auto", 100, 6000, cpu) == "dense"       # 60%
+    assert full_graph_attention("auto", 100, 10, torch.device("cuda")) == "dense"
+    assert full_graph_attention("dense", 100, 10, cpu) == "dense"
+    with pytest.raises(ValueError):
+        NodeTask.__init__(object.__new__(NodeTask), "x", None, None, attention="flash")  # type: ignore[arg-type]

@@ -151,7 +151,8 @@ def _model_config(cfg: Config, level: str, in_dim: int, out_dim: int, dataset: s
     return ModelConfig(in_dim=in_dim, out_dim=out_dim, hidden=m.hidden, heads=m.heads, layers=m.layers,
                        ffn_mult=m.ffn_mult, dropout=m.dropout, attn_dropout=m.attn_dropout, norm=m.norm,
                        mask_scale=m.mask_scale, head_powers=m.head_powers, eps=cfg.structure.powers.eps,
-                       readout=m.readout, task=level, use_bias=m.use_bias, encoder=encoder)
+                       readout=m.readout, task=level, use_bias=m.use_bias, encoder=encoder,
+                       input_dropout=m.input_dropout)
 
 
 @dataclass
@@ -228,7 +229,7 @@ class Experiment:
             n = cfg.node
             return NodeTask(self.cache_path, self.graphs, split, self.metric, mode=n.mode,
                             subgraph_size=n.subgraph_size, subgraphs_per_epoch=n.subgraphs_per_epoch,
-                            dense_max_nodes=n.dense_max_nodes, seed=seed, device=device)
+                            dense_max_nodes=n.dense_max_nodes, seed=seed, device=device, attention=n.attention)
         if self.level == "link":
             from xmask_cli.engine.pairs import LinkTask, prepare_pair_structure
             from xmask_cli.engine.splits import edge_split

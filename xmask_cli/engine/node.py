@@ -109,6 +109,29 @@ def dense_block(indptr: np.ndarray, col: np.ndarray, values: np.ndarray, nodes: 
     return out
 
 
+#: Full-graph attention paths: dense SDPA on [K, N, N] powers, or the sparse path over the cached pairs.
+ATTENTIONS = ("auto", "dense", "sparse")
+#: ``auto`` on CPU goes sparse when the cached pairs fill less than this share of the N x N grid.
+SPARSE_DENSITY = 0.5
+
+
+def full_graph_attention(requested: str, num_nodes: int, num_pairs: int, device: torch.device) -> str:
+    """Dense or sparse attention for a full-graph batch.
+
+    ``auto``: dense on CUDA (fused SDPA kernels make the N x N grid cheap there);
+    on CPU sparse unless the cached pairs cover at least :data:`SPARSE_DENSITY`
+    of the grid, because CPU time then scales with the pairs actually attended
+    (Cora: 1.0 M pairs of 7.3 M, see benchmarks/train_speed.py). Both paths
+    compute the same numbers up to float rounding.
+    """
+    if requested != "auto":
+        return requested
+    if device.type == "cuda":
+        return "dense"
+    density = num_pairs / max(num_nodes * num_nodes, 1)
+    return "dense" if density >= SPARSE_DENSITY else "sparse"
+
+
 class NodeTask:
     """Node classification on one cached graph, as a :class:`~xmask_cli.engine.loop.Task`.
 
@@ -145,7 +168,9 @@ class NodeTask:
     def __init__(self, cache_path: str | os.PathLike, graphs: GraphSet, split: Split, metric: str = "accuracy", *,
                  mode: str = "auto", subgraph_size: int = 0, subgraphs_per_epoch: int = 1,
                  dense_max_nodes: int = 5000, seed: int = 0, device: torch.device | str = "cpu",
-                 parts_per_batch: int = 1):
+                 parts_per_batch: int = 1, attention: str = "auto"):
+        if attention not in ATTENTIONS:
+            raise ValueError(f"node attention must be one of {ATTENTIONS}, got {attention!r}")
         if mode not in MODES:
             raise ValueError(f"node mode must be one of {MODES}, got {mode!r}")
         if metric not in NODE_METRICS:
@@ -158,6 +183,7 @@ class NodeTask:
         self.seed, self.dense_max_nodes = int(seed), int(dense_max_nodes)
         self.subgraph_size, self.subgraphs_per_epoch = int(subgraph_size), int(subgraphs_per_epoch)
         self.parts_per_batch = int(parts_per_batch)
+        self.attention_requested = attention
 
         # One copy of the features (Physics: 1.2 GB); batches index rows of it.
         self.x = node_features(graphs)[0]
@@ -186,9 +212,10 @@ class NodeTask:
         del row
         self._local = np.full(self.num_nodes, -1, dtype=np.int64)
 
+        self.attention = full_graph_attention(attention, self.num_nodes, len(self._col), self.device)
         self._full: NodeBatch | None = None
         if "full" in (self.mode, self.eval_mode):
-            self._full = self._full_batch()
+            self._full = self._full_batch() if self.attention == "dense" else self._sparse_full_batch()
         self._eval_batches: list[NodeBatch] = []
         if "partition" in (self.mode, self.eval_mode):
             self._part = self._partition()
@@ -205,6 +232,11 @@ class NodeTask:
         powers = torch.from_numpy(self.cache.dense_powers(0)).unsqueeze(0).to(self.device)
         targets = torch.from_numpy(np.flatnonzero(self.train_mask))
         return NodeBatch(nodes=None, targets=targets, powers=powers)
+
+    def _sparse_full_batch(self) -> NodeBatch:
+        # The whole graph as one group: every cached pair, global ids.
+        batch = self._group_batches(np.zeros(self.num_nodes, dtype=np.int64))[0]
+        return NodeBatch(nodes=None, targets=batch.targets, edge_index=batch.edge_index, values=batch.values)
 
     def _partition(self) -> np.ndarray:
         try:
@@ -261,7 +293,7 @@ class NodeTask:
     # ----------------------------------------------------------------- Task
     def describe(self) -> dict[str, Any]:
         """Dataset, cache, split and the node batching actually used (compared on resume)."""
-        node = {"mode": self.mode, "subgraph_size": self.subgraph_size,
+        node = {"mode": self.mode, "attention": self.attention, "subgraph_size": self.subgraph_size,
                 "subgraphs_per_epoch": self.subgraphs_per_epoch, "dense_max_nodes": self.dense_max_nodes}
         if self.parts_per_batch != 1:
             node["parts_per_batch"] = self.parts_per_batch

@@ -50,6 +50,8 @@ class ModelConfig:
             or ``'edge'`` (one per node pair, scored by :meth:`XMaskNet.score_pairs`).
         use_bias: False drops the structural bias (plain attention, the ablation).
         encoder: ``'linear'`` or ``'atom'`` (OGB ``AtomEncoder``; ``in_dim`` is then ignored).
+        input_dropout: dropout on the raw input features before a linear encoder
+            (as GCN/GAT apply to sparse bag-of-words features); 0 disables it.
     """
 
     in_dim: int
@@ -68,6 +70,7 @@ class ModelConfig:
     task: str = "graph"
     use_bias: bool = True
     encoder: str = "linear"
+    input_dropout: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("in_dim", "out_dim", "hidden", "heads", "layers", "ffn_mult"):
@@ -84,6 +87,8 @@ class ModelConfig:
         object.__setattr__(self, "head_powers", tuple(int(k) for k in powers))
         if len(self.head_powers) != self.heads or min(self.head_powers) < 1:
             raise ValueError(f"head_powers must be {self.heads} powers >= 1, got {list(self.head_powers)}")
+        if not 0 <= self.input_dropout < 1:
+            raise ValueError(f"input_dropout must lie in [0, 1), got {self.input_dropout}")
         if not self.eps > 0:
             raise ValueError(f"eps must be > 0, got {self.eps}")
 
@@ -155,6 +160,12 @@ class XMaskNet(torch.nn.Module):
         head_in = 2 * cfg.hidden if cfg.task in ("link", "edge") else cfg.hidden
         self.head = _mlp_in(head_in, cfg.hidden, cfg.out_dim, cfg.dropout)
 
+    def _drop_input(self, x: Tensor) -> Tensor:
+        # Atom ids are categorical: dropping them to 0 would change the atom, not regularise.
+        if self.cfg.input_dropout > 0 and self.cfg.encoder == "linear":
+            return torch.nn.functional.dropout(x, self.cfg.input_dropout, self.training)
+        return x
+
     # ------------------------------------------------------------------ dense
     def encode_dense(self, x: Tensor, powers: Tensor | None, mask: Tensor | None = None) -> Tensor:
         """Node embeddings ``[B, N, hidden]`` of a padded batch (padded rows zeroed).
@@ -168,7 +179,7 @@ class XMaskNet(torch.nn.Module):
             mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
         keep = mask.unsqueeze(-1)
         # Zero padded inputs: attention gives padded keys weight exactly 0, but 0 * inf/nan is nan.
-        h = self.encoder(x.masked_fill(~keep, 0.0))
+        h = self.encoder(self._drop_input(x.masked_fill(~keep, 0.0)))
         bias = None
         if self.bias is not None:
             if powers is None:
@@ -212,7 +223,7 @@ class XMaskNet(torch.nn.Module):
             edge_index: ``[2, E]`` attended pairs, row = query, col = key.
             values: ``[E, K]`` ``Â^1..Â^K`` at each pair; may be None when ``use_bias=False``.
         """
-        h = self.encoder(x)
+        h = self.encoder(self._drop_input(x))
         bias = None
         if self.bias is not None:
             if values is None:
