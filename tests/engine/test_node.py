@@ -249,15 +249,3 @@ def test_full_graph_sparse_attention_equals_dense(small: Toy) -> None:
     assert torch.equal(torch.sort(ei[0] * P.size(-1) + ei[1]).values, torch.sort(support[0] * P.size(-1) + support[1]).values)
     # Absent pairs get log(eps) ≈ -69 / sqrt(d_h) in the dense path: weight < e^-17, below float32 rounding of the sums.
     torch.testing.assert_close(sparse.predict(model), dense.predict(model), atol=1e-5, rtol=1e-5)
-
-
-def test_auto_attention_rule() -> None:
-    from xmask_cli.engine.node import full_graph_attention
-
-    cpu = torch.device("cpu")
-    assert full_graph_attention("auto", 100, 1000, cpu) == "sparse"      # 10% of the grid
-    assert full_graph_attention("auto", 100, 6000, cpu) == "dense"       # 60%
-    assert full_graph_attention("auto", 100, 10, torch.device("cuda")) == "dense"
-    assert full_graph_attention("dense", 100, 10, cpu) == "dense"
-    with pytest.raises(ValueError):
-        NodeTask.__init__(object.__new__(NodeTask), "x", None, None, attention="flash")  # type: ignore[arg-type]

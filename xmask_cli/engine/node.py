@@ -36,6 +36,7 @@ from xmask_cli.cache import StructureCache
 from xmask_cli.data.load import GraphSet
 from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import METRICS
+from xmask_cli.engine.paths import ATTENTIONS, full_graph_attention
 from xmask_cli.engine.splits import Split
 from xmask_cli.engine.train import node_features
 
@@ -107,29 +108,6 @@ def dense_block(indptr: np.ndarray, col: np.ndarray, values: np.ndarray, nodes: 
     out = np.zeros((values.shape[1], len(nodes), len(nodes)), dtype=np.float32)
     out[:, r, c] = values[pos].T
     return out
-
-
-#: Full-graph attention paths: dense SDPA on [K, N, N] powers, or the sparse path over the cached pairs.
-ATTENTIONS = ("auto", "dense", "sparse")
-#: ``auto`` on CPU goes sparse when the cached pairs fill less than this share of the N x N grid.
-SPARSE_DENSITY = 0.5
-
-
-def full_graph_attention(requested: str, num_nodes: int, num_pairs: int, device: torch.device) -> str:
-    """Dense or sparse attention for a full-graph batch.
-
-    ``auto``: dense on CUDA (fused SDPA kernels make the N x N grid cheap there);
-    on CPU sparse unless the cached pairs cover at least :data:`SPARSE_DENSITY`
-    of the grid, because CPU time then scales with the pairs actually attended
-    (Cora: 1.0 M pairs of 7.3 M, see benchmarks/train_speed.py). Both paths
-    compute the same numbers up to float rounding.
-    """
-    if requested != "auto":
-        return requested
-    if device.type == "cuda":
-        return "dense"
-    density = num_pairs / max(num_nodes * num_nodes, 1)
-    return "dense" if density >= SPARSE_DENSITY else "sparse"
 
 
 class NodeTask:
@@ -212,7 +190,8 @@ class NodeTask:
         del row
         self._local = np.full(self.num_nodes, -1, dtype=np.int64)
 
-        self.attention = full_graph_attention(attention, self.num_nodes, len(self._col), self.device)
+        self.attention = full_graph_attention(attention, self.num_nodes, len(self._col), self.device,
+                                              self.dense_max_nodes)
         self._full: NodeBatch | None = None
         if "full" in (self.mode, self.eval_mode):
             self._full = self._full_batch() if self.attention == "dense" else self._sparse_full_batch()

@@ -85,6 +85,7 @@ from xmask_cli.data.edgefile import EdgeData
 from xmask_cli.data.load import graphs_fingerprint
 from xmask_cli.engine.loop import PARTS, TrainConfig, fit, seed_everything
 from xmask_cli.engine.metrics import METRICS, mrr
+from xmask_cli.engine.paths import full_graph_attention
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.splits import EdgeSplit, Split, _pair_keys, _sample_negatives, random_split
 from xmask_cli.model.network import ModelConfig, XMaskNet
@@ -171,7 +172,7 @@ class _Structure:
     """Cached structure of the training-edge graph, ready for the model (dense or sparse)."""
 
     def __init__(self, path: str | os.PathLike, edge_index: np.ndarray, num_nodes: int, dense_max_nodes: int,
-                 device: torch.device):
+                 device: torch.device, attention: str = "auto"):
         with StructureCache(path) as c:
             if c.num_graphs != 1 or c.num_nodes(0) != num_nodes:
                 raise ValueError(f"cache {path} does not hold one graph of {num_nodes} nodes")
@@ -179,7 +180,8 @@ class _Structure:
             if c.fingerprint != structure_fingerprint(edge_index, num_nodes):
                 raise ValueError(f"cache {path} was not prepared from this split's training edges; "
                                  f"build it with prepare_pair_structure(..., split training edges, ...)")
-            self.dense = num_nodes <= dense_max_nodes
+            num_pairs = int(c._read("powers/indptr", slice(num_nodes, num_nodes + 1))[0])
+            self.dense = full_graph_attention(attention, num_nodes, num_pairs, device, dense_max_nodes) == "dense"
             if self.dense:
                 self.powers = torch.from_numpy(c.dense_powers(0)).unsqueeze(0).to(device)
                 self.k = int(self.powers.size(1))
