@@ -147,3 +147,68 @@ def test_corrupt_cache_is_exit_4(sweep, tmp_path):
     r = run("train", "--preset", "graph-level", *TINY, "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(cache))
     assert r.exit_code == 4
     assert "corrupt" in one_error_line(r)
+
+
+# ------------------------------------------------------------- other levels
+FAST_STRUCTURE = ["--set", "structure.spd.enabled=false", "--set", "structure.spectrum.enabled=false",
+                  "--set", "structure.powers.k=2", "--set", "model.heads=2", "--set", "model.hidden=16",
+                  "--set", "model.layers=1", "--set", "train.epochs=2", "--set", "train.warmup_epochs=1"]
+
+
+def test_node_level_train_then_eval_reproduces(tmp_path):
+    r = run("--format", "json", "train", "--dataset", "cora", *FAST_STRUCTURE, "--set", "structure.partition.parts=0",
+            "--device", "cpu", "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"))
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["dataset"], out["level"], out["metric"]) == ("Cora", "node", "accuracy")
+    assert out["runs"][0]["split"]["train"] == 140 and out["runs"][0]["split"]["test"] == 1000  # Planetoid public
+    assert "prepared" in r.stderr  # the missing cache was prepared first, and it said so
+    folder = tmp_path / "runs" / "cora-node" / "0"
+    e = run("--format", "json", "eval", str(folder), "--split", "test", "--device", "cpu",
+            "--cache-dir", str(tmp_path / "cache"))
+    assert e.exit_code == 0, e.stderr
+    ev = json.loads(e.stdout)
+    assert ev["metrics"]["test"] == ev["recorded"]["test"] == out["runs"][0]["metrics"]["test"]
+
+
+def test_link_level_train_records_the_protocol(tmp_path):
+    r = run("--format", "json", "train", "--preset", "cora-link", *FAST_STRUCTURE, "--device", "cpu",
+            "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"))
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["level"], out["metric"]) == ("link", "mrr")
+    assert 0 < out["runs"][0]["metrics"]["test"] <= 1
+    config = json.loads((tmp_path / "runs" / "cora-link" / "0" / "config.json").read_text())
+    assert config["link"]["protocol"] == "shared" and config["split"]["seed"] == 0
+    # The structure was prepared from training edges only, under its own cache folder.
+    assert list((tmp_path / "cache" / "cora-train-edges").glob("*.h5"))
+    assert not (tmp_path / "cache" / "cora").exists()
+
+
+def test_edge_regression_from_a_file(tmp_path):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    n = 60
+    u, v = rng.integers(0, n, 400), rng.integers(0, n, 400)
+    keys = {}
+    for a, b in zip(u, v):
+        if a != b:
+            keys.setdefault((min(a, b), max(a, b)), None)
+    rows = ["src,dst,delay"] + [f"{a},{b},{(a % 7) + (b % 7) + 0.5}" for a, b in keys]
+    path = tmp_path / "edges.csv"
+    path.write_text("\n".join(rows) + "\n")
+    r = run("--format", "json", "train", "--preset", "edge-regression", "--set", f"edge.file={path}",
+            *FAST_STRUCTURE, "--device", "cpu", "--runs-dir", str(tmp_path / "runs"),
+            "--cache-dir", str(tmp_path / "cache"))
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert (out["level"], out["metric"], out["dataset"]) == ("edge", "mae", "edges")
+    assert out["runs"][0]["metrics"]["test"] > 0
+    bad = tmp_path / "bad.csv"
+    bad.write_text("src,dst,delay\n0,1,x\n")
+    r = run("train", "--preset", "edge-regression", "--set", f"edge.file={bad}", "--cache-dir", str(tmp_path / "c2"))
+    assert r.exit_code == 2 and "bad.csv" in one_error_line(r)
+    r = run("train", "--preset", "edge-regression", "--set", f"edge.file={tmp_path / 'missing.csv'}",
+            "--cache-dir", str(tmp_path / "c2"))
+    assert r.exit_code == 3 and "missing.csv" in one_error_line(r)
