@@ -335,3 +335,28 @@ def test_atom_encoder_embeds_integer_features_per_node():
     assert isinstance(model.encoder.atom, AtomEncoder)
     # The same as OGB's encoder on the flattened nodes (sum of one embedding per feature column).
     torch.testing.assert_close(emb.view(-1, 8), model.encoder.atom(x.view(-1, 9)))
+
+
+def test_dense_mask_is_built_once_and_memoised_safely():
+    """Repeated forwards on the same powers reuse the mask; a changed input never reads a stale one."""
+    torch.manual_seed(0)
+    n, k = 6, 4
+    model = XMaskNet(ModelConfig(in_dim=3, out_dim=2, hidden=8, heads=4, layers=2, task="node", dropout=0.0)).eval()
+    x = torch.randn(1, n, 3)
+    a = torch.rand(n, n)
+    powers = torch.stack([torch.linalg.matrix_power(a, p) for p in range(1, k + 1)]).unsqueeze(0)
+    calls = []
+    original = model.bias.forward
+    model.bias.forward = lambda batch: (calls.append(1), original(batch))[1]  # count bias builds
+    out1 = model.forward_dense(x, powers)
+    out2 = model.forward_dense(x, powers)
+    assert len(calls) == 1 and torch.equal(out1, out2)  # one build for both forwards, and all layers
+    powers.mul_(0.5)  # in place: the version changes, the mask must be rebuilt
+    out3 = model.forward_dense(x, powers)
+    assert len(calls) == 2
+    fresh = XMaskNet(model.cfg).eval()
+    fresh.load_state_dict(model.state_dict())
+    torch.testing.assert_close(out3, fresh.forward_dense(x, powers))
+    mask = torch.tensor([[True] * (n - 1) + [False]])
+    model.forward_dense(x, powers, mask)  # another padding: rebuilt
+    assert len(calls) == 3

@@ -63,6 +63,24 @@ class StructuralAttention(torch.nn.Module):
             return bias / math.sqrt(self.head_dim)
         return bias
 
+    def dense_mask(self, bias: Tensor | None, mask: Tensor | None, dtype: torch.dtype,
+                   num_nodes: int | None = None) -> Tensor | None:
+        """The additive SDPA mask: structural term plus ``-inf`` at padded keys; None if neither.
+
+        Depends on the bias and padding only, so a stack of blocks with the same
+        head width and ``mask_scale`` can build it once per forward and share it.
+        """
+        float_mask = None
+        if bias is not None:
+            # SDPA scales q·k by 1/sqrt(d_h) itself; fold the bias's scaling in here.
+            float_mask = self.structural_term(bias).to(dtype)
+        if mask is not None and not bool(mask.all()):
+            B, N = mask.shape
+            pad = torch.zeros(B, 1, 1, N, dtype=dtype, device=mask.device)
+            pad = pad.masked_fill(~mask[:, None, None, :], float("-inf"))
+            float_mask = pad if float_mask is None else float_mask + pad
+        return float_mask
+
     def _heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Q, K, V split into heads: ``[..., N, H, d_h]``."""
         shape = (*x.shape[:-1], self.num_heads, self.head_dim)
@@ -74,6 +92,7 @@ class StructuralAttention(torch.nn.Module):
         bias: Tensor | None = None,
         mask: Tensor | None = None,
         return_terms: bool = False,
+        attn_mask: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """Full attention over a padded batch.
 
@@ -82,6 +101,8 @@ class StructuralAttention(torch.nn.Module):
             bias: ``[B, H, N, N]`` structural bias ``M`` or None (plain attention).
             mask: ``[B, N]`` bool, True for real nodes; None means all real.
             return_terms: also return the per-head terms (see below).
+            attn_mask: :meth:`dense_mask` of ``(bias, mask)`` when the caller
+                built it already (it is then used as is).
 
         Returns:
             ``[B, N, D]``, and with ``return_terms`` a dict of ``[B, H, N, N]``
@@ -93,14 +114,7 @@ class StructuralAttention(torch.nn.Module):
         """
         B, N, _ = x.shape
         q, k, v = (t.transpose(1, 2) for t in self._heads(x))  # [B, H, N, d_h]
-        float_mask = None
-        if bias is not None:
-            # SDPA scales q·k by 1/sqrt(d_h) itself; fold the bias's scaling in here.
-            float_mask = self.structural_term(bias).to(q.dtype)
-        if mask is not None:
-            pad = torch.zeros(B, 1, 1, N, dtype=q.dtype, device=x.device)
-            pad = pad.masked_fill(~mask[:, None, None, :], float("-inf"))
-            float_mask = pad if float_mask is None else float_mask + pad
+        float_mask = attn_mask if attn_mask is not None else self.dense_mask(bias, mask, q.dtype)
         agg = F.scaled_dot_product_attention(
             q, k, v, attn_mask=float_mask, dropout_p=self.attn_dropout if self.training else 0.0
         )
@@ -173,10 +187,11 @@ class StructuralAttention(torch.nn.Module):
         mask: Tensor | None = None,
         edge_index: Tensor | None = None,
         return_terms: bool = False,
+        attn_mask: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """Sparse path when ``edge_index`` is given, dense path otherwise."""
         if edge_index is not None:
             if mask is not None:
                 raise ValueError("the sparse path takes no padding mask")
             return self.forward_sparse(x, edge_index, bias, return_terms)
-        return self.forward_dense(x, bias, mask, return_terms)
+        return self.forward_dense(x, bias, mask, return_terms, attn_mask=attn_mask)

@@ -92,10 +92,16 @@ class XLogSMaskBias(StructuralBias):
         """``log(values[..., k_h, ...] + eps)`` per head along ``axis``, in float32 or wider."""
         if values.size(axis) < max(self.head_powers):
             raise ValueError(f"head_powers need Â^{max(self.head_powers)}, batch has K={values.size(axis)}")
-        picked = values.index_select(axis, self._index)
+        if self.head_powers == list(range(1, self.num_heads + 1)):
+            picked = values.narrow(axis, 0, self.num_heads)  # the default 1..H: a view, no copy
+        else:
+            picked = values.index_select(axis, self._index)
         # 1e-30 underflows float16 (and log of a float16 rounds badly): widen first.
         wide = torch.promote_types(picked.dtype, torch.float32)
-        return torch.log(picked.to(wide) + self.eps)
+        if picked.requires_grad:  # structure is data, but keep autograd correct if someone learns it
+            return torch.log(picked.to(wide) + self.eps)
+        # torch.add allocates the output once; the log then runs in place on it.
+        return torch.add(picked.to(wide), self.eps).log_()
 
     def forward(self, batch: Any) -> Tensor:
         """Bias for a dense or a sparse batch.
@@ -115,9 +121,11 @@ class XLogSMaskBias(StructuralBias):
             if mask is None:
                 raise ValueError("a dense batch needs `mask` [B, N] beside `powers`")
             bias = self._log(powers, axis=1)
+            if bool(mask.all()):
+                return bias
             # Keep padding rows/columns finite and inert rather than log(eps).
             pair = (mask[:, :, None] & mask[:, None, :])[:, None]
-            return bias.masked_fill(~pair, 0.0)
+            return bias.masked_fill(~pair, 0.0) if bias.requires_grad else bias.masked_fill_(~pair, 0.0)
         values = _field(batch, "values")
         if values is not None:
             return self._log(values, axis=1)

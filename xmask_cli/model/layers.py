@@ -56,6 +56,7 @@ class TransformerBlock(torch.nn.Module):
         bias: Tensor | None = None,
         mask: Tensor | None = None,
         edge_index: Tensor | None = None,
+        attn_mask: Tensor | None = None,
     ) -> Tensor:
         """One block; sparse attention when ``edge_index`` is given.
 
@@ -64,13 +65,15 @@ class TransformerBlock(torch.nn.Module):
             bias: ``[B, H, N, N]`` (dense) or ``[E, H]`` (sparse), or None.
             mask: ``[B, N]`` bool, True for real nodes (dense only).
             edge_index: ``[2, E]`` attended pairs, row = query (sparse only).
+            attn_mask: the attention's ``dense_mask(bias, mask)``, built once per
+                forward by the caller and shared by every block (dense only).
 
         Returns:
             Tensor shaped like ``x``. Padded positions hold finite values
             that no real node reads.
         """
         def attend(h: Tensor) -> Tensor:
-            return self.attn(h, bias=bias, mask=mask, edge_index=edge_index)
+            return self.attn(h, bias=bias, mask=mask, edge_index=edge_index, attn_mask=attn_mask)
 
         if self.norm == "post":
             x = self.norm1(x + attend(x))
