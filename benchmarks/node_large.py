@@ -139,5 +139,20 @@ def main(argv: list[str] | None = None) -> dict:
     return result
 
 
+def measure_physics(args: argparse.Namespace) -> dict:
+    """Physics, 2 epochs, in a child process (so its peak RSS is its own); used by train_speed.py --physics."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--dataset", "physics", "--epochs", "2",
+           "--data-root", str(args.data_root), "--cache-dir", str(Path(args.cache_dir) / "physics")]
+    if getattr(args, "threads", 0):
+        cmd += ["--threads", str(args.threads)]
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    result = json.loads(out[out.index("{"):])
+    return {"peak_rss_gb": result["peak_rss_gb"], "s_per_epoch": result["s_per_epoch"],
+            "target": "peak < 8 GB", "pass": result["peak_rss_gb"] < 8, "detail": result}
+
+
 if __name__ == "__main__":
     main()
