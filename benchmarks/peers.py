@@ -1,0 +1,524 @@
+#!/usr/bin/env python
+"""PyG peer baselines under xmask's evaluation protocol.
+
+What is measured: test metrics of standard PyG models, trained under the same
+protocol as ``xmask train``, so the figures sit beside xmask's in one table:
+
+* the splits are xmask's own (:mod:`xmask_cli.engine.splits`): ``node_split("public")``
+  for Cora / CiteSeer (seeds vary the initialisation only), ``graph_split("random-8-1-1",
+  dataset, seed=s)`` for MUTAG / PROTEINS and ``edge_split(edge_index, N, seed=s,
+  fractions=(0.85, 0.05, 0.10), num_neg_per_pos=1)`` for Cora link prediction: seed
+  ``s`` gets the same split as xmask's run with seed ``s``;
+* selection reads the validation metric only: early stopping on it with a
+  patience, the best-validation state restored, the test metric computed once
+  on that state and only reported;
+* AdamW (no warm-up, no clipping: the peers' usual recipes), torch and numpy
+  seeded with the run's seed; ``--optimizer adam-l2`` swaps in Adam with L2
+  weight decay, the optimiser the GCN / GAT / GIN papers report with (AdamW's
+  decoupled 5e-4 barely regularises: expect lower Planetoid accuracies under it);
+* node / link peers read the raw Planetoid features, as xmask does
+  (``--normalize-features`` row-normalises them, as PyG's examples do);
+* metrics are :func:`xmask_cli.engine.metrics.accuracy` and
+  :func:`xmask_cli.engine.metrics.mrr`; mean and population std (``ddof=0``,
+  as ``xmask`` reports) over the seeds.
+
+Models:
+
+* node: GCN (2 layers, hidden 64, dropout 0.5, lr 0.01, wd 5e-4) and GAT
+  (2 layers, 8 heads x 8, dropout 0.6, lr 0.005, wd 5e-4); full-batch, at most
+  ``--node-epochs`` epochs, patience ``--node-patience``;
+* graph: GIN (3 ``GINConv`` layers with 2-layer MLPs and BatchNorm, hidden 64,
+  sum readout, MLP head, dropout 0.5, lr 0.01), batch 32. Node features: the
+  dataset's ``x``, else :func:`xmask_cli.engine.train.node_features`'s one-hot
+  degree (the same input xmask gets);
+* link: a 2-layer GCN encoder (hidden 128 -> 64) over ``split.train_edge_index``
+  only, with a dot-product decoder (``GCN+dot``) and a Hadamard-MLP decoder
+  (``GCN+MLP``); BCE on the training positives against as many uniformly drawn
+  node pairs per epoch (a generator seeded by the run's seed); MRR with the
+  "shared" protocol: every val (test) positive is ranked against *all*
+  ``val_neg`` (``test_neg``) pairs.
+
+Usage (from the repository root)::
+
+    python benchmarks/peers.py                        # everything, seeds 0-4
+    python benchmarks/peers.py --only node --seeds 0-1
+    python benchmarks/peers.py --only link,graph --threads 1
+    python benchmarks/peers.py --only node --optimizer adam-l2 --out benchmarks/out/peers-adam-l2.json
+    python benchmarks/peers.py --only node --optimizer adam-l2 --normalize-features \
+        --out benchmarks/out/peers-published-recipe.json
+
+Prints a markdown table and writes JSON to ``benchmarks/out/peers.json``
+(every run, plus mean / std per row).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if str(REPO) not in sys.path:  # run as a script from anywhere
+    sys.path.insert(0, str(REPO))
+
+DEFAULT_DATA_ROOT = Path(os.environ.get("XMASK_DATA_ROOT") or REPO.parent / "shared" / "datasets")
+TASKS = ("node", "graph", "link")
+NODE_DATASETS = ("Cora", "CiteSeer")
+GRAPH_DATASETS = ("MUTAG", "PROTEINS")
+LINK_DATASETS = ("Cora",)
+LINK_FRACTIONS = (0.85, 0.05, 0.10)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0-4"`` -> [0..4]; ``"0,2,5"`` -> [0, 2, 5]; ranges and lists mix."""
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part:
+            a, b = part.split("-", 1)
+            out.extend(range(int(a), int(b) + 1))
+        else:
+            out.append(int(part))
+    if not out:
+        raise argparse.ArgumentTypeError(f"no seeds in {text!r}")
+    return out
+
+
+def _seed(seed: int) -> None:
+    import torch
+
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+
+
+def _load(name: str, data_root: Path, cache_dir: Path) -> Any:
+    from xmask_cli.data.load import load_graphs
+    from xmask_cli.data.registry import get_dataset
+
+    return load_graphs(get_dataset(name), data_root=data_root, cache_dir=cache_dir, offline=True)
+
+
+class _Selector:
+    """Validation-only selection: best state by val metric (ties keep the earlier epoch), patience."""
+
+    def __init__(self, patience: int):
+        self.patience = patience
+        self.best: float | None = None
+        self.best_epoch = -1
+        self.bad = 0
+        self.state: dict[str, Any] | None = None
+
+    def update(self, model: Any, val: float, epoch: int) -> bool:
+        """Record epoch ``epoch``; returns True when training should stop."""
+        if self.best is None or val > self.best:
+            self.best, self.best_epoch, self.bad = val, epoch, 0
+            self.state = copy.deepcopy(model.state_dict())
+        else:
+            self.bad += 1
+        return self.bad >= self.patience
+
+
+#: ``adamw`` (the protocol's) or ``adam-l2`` (Adam with coupled L2, the peers' published recipes).
+OPTIMIZERS = ("adamw", "adam-l2")
+_OPTIMIZER = ["adamw"]
+
+
+def make_optimizer(params: Any, lr: float, weight_decay: float) -> Any:
+    """AdamW (decoupled decay) by default; ``--optimizer adam-l2`` gives Adam with L2 ``weight_decay``."""
+    import torch
+
+    cls = torch.optim.AdamW if _OPTIMIZER[0] == "adamw" else torch.optim.Adam
+    return cls(params, lr=lr, weight_decay=weight_decay)
+
+
+#: ``--normalize-features``: row-normalise Planetoid features (PyG's ``NormalizeFeatures``, as the
+#: GCN / GAT examples do). Off by default: xmask reads the raw features.
+_NORMALIZE = [False]
+
+
+def _features(data: Any) -> Any:
+    x = data.x.float()
+    if _NORMALIZE[0]:
+        x = x / x.sum(-1, keepdim=True).clamp(min=1.0)
+    return x
+
+
+# ------------------------------------------------------------------ node
+def _node_model(kind: str, in_dim: int, out_dim: int) -> Any:
+    import torch
+    from torch_geometric.nn import GATConv, GCNConv
+
+    class GCN(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c1, self.c2 = GCNConv(in_dim, 64), GCNConv(64, out_dim)
+
+        def forward(self, x: Any, ei: Any) -> Any:
+            x = torch.nn.functional.dropout(x, 0.5, self.training)
+            x = torch.relu(self.c1(x, ei))
+            x = torch.nn.functional.dropout(x, 0.5, self.training)
+            return self.c2(x, ei)
+
+    class GAT(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c1 = GATConv(in_dim, 8, heads=8, dropout=0.6)
+            self.c2 = GATConv(64, out_dim, heads=1, concat=False, dropout=0.6)
+
+        def forward(self, x: Any, ei: Any) -> Any:
+            x = torch.nn.functional.dropout(x, 0.6, self.training)
+            x = torch.nn.functional.elu(self.c1(x, ei))
+            x = torch.nn.functional.dropout(x, 0.6, self.training)
+            return self.c2(x, ei)
+
+    return GCN() if kind == "GCN" else GAT()
+
+
+NODE_HPARAMS = {"GCN": {"lr": 0.01, "weight_decay": 5e-4}, "GAT": {"lr": 0.005, "weight_decay": 5e-4}}
+
+
+def run_node(graphs: Any, kind: str, seed: int, epochs: int, patience: int) -> dict[str, Any]:
+    import torch
+
+    from xmask_cli.engine.metrics import accuracy
+    from xmask_cli.engine.splits import node_split
+
+    data = graphs.dataset[0]
+    split = node_split("public", data)
+    parts = {p: torch.as_tensor(getattr(split, p)) for p in ("train", "val", "test")}
+    x, ei, y = _features(data), data.edge_index, data.y.view(-1)
+    _seed(seed)
+    model = _node_model(kind, x.size(1), int(y.max()) + 1)
+    opt = make_optimizer(model.parameters(), **NODE_HPARAMS[kind])
+    sel = _Selector(patience)
+
+    @torch.no_grad()
+    def scores() -> dict[str, float]:
+        model.eval()
+        out = model(x, ei)
+        return {p: accuracy(out[i], y[i]) for p, i in parts.items()}
+
+    epoch = -1
+    for epoch in range(epochs):
+        model.train()
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x, ei)[parts["train"]], y[parts["train"]])
+        loss.backward()
+        opt.step()
+        if sel.update(model, scores()["val"], epoch):
+            break
+    model.load_state_dict(sel.state)
+    return {"metrics": scores(), "best_epoch": sel.best_epoch, "epochs_run": epoch + 1,
+            "split": {"name": split.name, **dict(zip(("train", "val", "test"), split.sizes()))}}
+
+
+# ----------------------------------------------------------------- graph
+def _gin(in_dim: int, out_dim: int, hidden: int = 64, layers: int = 3) -> Any:
+    import torch
+    from torch_geometric.nn import GINConv, global_add_pool
+
+    def mlp(a: int, b: int) -> torch.nn.Sequential:
+        return torch.nn.Sequential(torch.nn.Linear(a, b), torch.nn.BatchNorm1d(b), torch.nn.ReLU(),
+                                   torch.nn.Linear(b, b), torch.nn.ReLU())
+
+    class GIN(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.convs = torch.nn.ModuleList(GINConv(mlp(in_dim if i == 0 else hidden, hidden)) for i in range(layers))
+            self.head = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
+                                            torch.nn.Dropout(0.5), torch.nn.Linear(hidden, out_dim))
+
+        def forward(self, x: Any, ei: Any, batch: Any, num_graphs: int | None = None) -> Any:
+            for conv in self.convs:
+                x = conv(x, ei)
+            return self.head(global_add_pool(x, batch, size=num_graphs))
+
+    return GIN()
+
+
+#: GIN weight decay: AdamW's default-like 1e-2, or none under Adam (PyG's GIN example uses none).
+GRAPH_WEIGHT_DECAY = {"adamw": 1e-2, "adam-l2": 0.0}
+
+
+def graph_data_list(graphs: Any) -> list[Any]:
+    """PyG ``Data`` per graph with xmask's node features (dataset ``x`` or one-hot degree)."""
+    import torch
+    from torch_geometric.data import Data
+
+    from xmask_cli.engine.train import graph_labels, node_features
+
+    feats, labels = node_features(graphs), graph_labels(graphs)
+    return [Data(x=f, edge_index=torch.from_numpy(np.ascontiguousarray(e, dtype=np.int64)), y=labels[i].view(1),
+                 num_nodes=int(n))
+            for i, (f, e, n) in enumerate(zip(feats, graphs.edge_index, graphs.num_nodes))]
+
+
+def run_graph(graphs: Any, data_list: list[Any], seed: int, epochs: int, patience: int,
+              batch_size: int = 32) -> dict[str, Any]:
+    import torch
+    from torch_geometric.loader import DataLoader
+
+    from xmask_cli.engine.metrics import accuracy
+    from xmask_cli.engine.splits import graph_split
+
+    split = graph_split("random-8-1-1", graphs.dataset, seed=seed)
+    sets = {p: [data_list[int(i)] for i in getattr(split, p)] for p in ("train", "val", "test")}
+    _seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    train_loader = DataLoader(sets["train"], batch_size=batch_size, shuffle=True, generator=gen)
+    eval_loaders = {p: DataLoader(s, batch_size=batch_size, shuffle=False) for p, s in sets.items()}
+    num_classes = int(max(int(d.y) for d in data_list)) + 1
+    model = _gin(data_list[0].x.size(1), num_classes)
+    opt = make_optimizer(model.parameters(), lr=0.01, weight_decay=GRAPH_WEIGHT_DECAY[_OPTIMIZER[0]])
+    sel = _Selector(patience)
+
+    @torch.no_grad()
+    def score(part: str) -> float:
+        model.eval()
+        outs, ys = [], []
+        for b in eval_loaders[part]:
+            outs.append(model(b.x, b.edge_index, b.batch, b.num_graphs))
+            ys.append(b.y)
+        return accuracy(torch.cat(outs), torch.cat(ys))
+
+    epoch = -1
+    for epoch in range(epochs):
+        model.train()
+        for b in train_loader:
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model(b.x, b.edge_index, b.batch, b.num_graphs), b.y)
+            loss.backward()
+            opt.step()
+        if sel.update(model, score("val"), epoch):
+            break
+    model.load_state_dict(sel.state)
+    return {"metrics": {p: score(p) for p in ("train", "val", "test")}, "best_epoch": sel.best_epoch,
+            "epochs_run": epoch + 1,
+            "split": {"name": split.name, "seed": seed, **dict(zip(("train", "val", "test"), split.sizes()))}}
+
+
+# ------------------------------------------------------------------ link
+def _link_model(in_dim: int, decoder: str) -> Any:
+    import torch
+    from torch_geometric.nn import GCNConv
+
+    class LinkGCN(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.c1, self.c2 = GCNConv(in_dim, 128), GCNConv(128, 64)
+            self.mlp = (torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Dropout(0.2),
+                                            torch.nn.Linear(64, 1)) if decoder == "mlp" else None)
+
+        def encode(self, x: Any, ei: Any) -> Any:
+            x = torch.nn.functional.dropout(x, 0.5, self.training)
+            x = torch.relu(self.c1(x, ei))
+            x = torch.nn.functional.dropout(x, 0.5, self.training)
+            return self.c2(x, ei)
+
+        def decode(self, h: Any, pairs: Any) -> Any:
+            had = h[pairs[0]] * h[pairs[1]]
+            return had.sum(-1) if self.mlp is None else self.mlp(had).view(-1)
+
+    return LinkGCN()
+
+
+def shared_mrr(pos: Any, neg: Any) -> float:
+    """MRR of each positive against all negatives of its part ("shared" protocol)."""
+    from xmask_cli.engine.metrics import mrr
+
+    return mrr(pos.view(-1), neg.view(1, -1).expand(pos.numel(), -1))
+
+
+def run_link(graphs: Any, decoder: str, seed: int, epochs: int, patience: int) -> dict[str, Any]:
+    import torch
+
+    from xmask_cli.engine.splits import edge_split
+
+    data = graphs.dataset[0]
+    n = int(data.num_nodes)
+    split = edge_split(data.edge_index, n, seed=seed, fractions=LINK_FRACTIONS, num_neg_per_pos=1)
+    t = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))  # noqa: E731
+    mp_ei, train_pos = t(split.train_edge_index), t(split.train_pos)
+    pos = {"val": t(split.val_pos), "test": t(split.test_pos)}
+    neg = {"val": t(split.val_neg), "test": t(split.test_neg)}
+    x = _features(data)
+    _seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    model = _link_model(x.size(1), decoder)
+    opt = make_optimizer(model.parameters(), lr=0.01, weight_decay=5e-4)
+    sel = _Selector(patience)
+
+    @torch.no_grad()
+    def score(part: str) -> float:
+        model.eval()
+        h = model.encode(x, mp_ei)
+        return shared_mrr(model.decode(h, pos[part]), model.decode(h, neg[part]))
+
+    epoch = -1
+    p = train_pos.size(1)
+    for epoch in range(epochs):
+        model.train()
+        opt.zero_grad(set_to_none=True)
+        negs = torch.randint(0, n, (2, p), generator=gen)
+        h = model.encode(x, mp_ei)
+        logits = torch.cat([model.decode(h, train_pos), model.decode(h, negs)])
+        target = torch.cat([torch.ones(p), torch.zeros(p)])
+        torch.nn.functional.binary_cross_entropy_with_logits(logits, target).backward()
+        opt.step()
+        if sel.update(model, score("val"), epoch):
+            break
+    model.load_state_dict(sel.state)
+    return {"metrics": {part: score(part) for part in ("val", "test")}, "best_epoch": sel.best_epoch,
+            "epochs_run": epoch + 1,
+            "split": {"seed": seed, "train_pairs": p, "val": int(pos["val"].size(1)), "test": int(pos["test"].size(1)),
+                      "val_neg": int(neg["val"].size(1)), "test_neg": int(neg["test"].size(1))}}
+
+
+# ---------------------------------------------------------------- driver
+def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Mean / population std of val and test per (task, dataset, model), in first-seen order."""
+    rows: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+    for r in runs:
+        rows.setdefault((r["task"], r["dataset"], r["model"]), []).append(r)
+    out = []
+    for (task, ds, model), rs in rows.items():
+        row: dict[str, Any] = {"task": task, "dataset": ds, "model": model, "metric": rs[0]["metric"],
+                               "seeds": [r["seed"] for r in rs]}
+        for part in ("val", "test"):
+            vals = np.array([r["metrics"][part] for r in rs], dtype=np.float64)
+            row[part] = {"mean": float(vals.mean()), "std": float(vals.std()), "values": vals.tolist()}
+        row["epochs_run_mean"] = float(np.mean([r["epochs_run"] for r in rs]))
+        row["seconds_per_run_mean"] = float(np.mean([r["seconds"] for r in rs]))
+        out.append(row)
+    return out
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ["task", "dataset", "model", "metric", "seeds", "val (mean ± std)", "test (mean ± std)", "epochs", "s / run"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 5 + ["---:"] * 4) + "|"]
+    for r in rows:
+        scale = 100.0 if r["metric"] == "accuracy" else 1.0
+        fmt = "{:.2f} ± {:.2f}" if scale == 100.0 else "{:.4f} ± {:.4f}"
+        cells = [r["task"], r["dataset"], r["model"], r["metric"] + (" (%)" if scale == 100.0 else ""),
+                 str(len(r["seeds"])), fmt.format(r["val"]["mean"] * scale, r["val"]["std"] * scale),
+                 fmt.format(r["test"]["mean"] * scale, r["test"]["std"] * scale),
+                 f"{r['epochs_run_mean']:.0f}", f"{r['seconds_per_run_mean']:.1f}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def environment(args: argparse.Namespace) -> dict[str, Any]:
+    import torch
+    import torch_geometric
+
+    return {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "python": platform.python_version(), "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
+            "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "load_average_start": list(os.getloadavg()) if hasattr(os, "getloadavg") else None,
+            "seeds": args.seeds, "only": args.only, "optimizer": args.optimizer,
+            "normalize_features": args.normalize_features, "data_root": str(args.data_root),
+            "epochs": {"node": [args.node_epochs, args.node_patience], "graph": [args.graph_epochs, args.graph_patience],
+                       "link": [args.link_epochs, args.link_patience]},
+            "command": " ".join([Path(sys.executable).name, *sys.argv])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data-root", type=Path, default=DEFAULT_DATA_ROOT, help="raw datasets (default: %(default)s)")
+    p.add_argument("--cache-dir", type=Path, default=None,
+                   help="where the loaders write processed/ (default: a temporary dir)")
+    p.add_argument("--seeds", type=parse_seeds, default=list(range(5)), help="e.g. 0-4 or 0,3 (default: 0-4)")
+    p.add_argument("--only", default=",".join(TASKS), help="comma-separated subset of node,graph,link (default: all)")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw",
+                   help="adamw: the protocol's (decoupled weight decay); adam-l2: Adam with L2, as the peers' "
+                        "papers train (default: %(default)s)")
+    p.add_argument("--normalize-features", action="store_true",
+                   help="row-normalise Cora / CiteSeer features for node and link peers, as PyG's examples do "
+                        "(default: raw features, the input xmask gets)")
+    p.add_argument("--node-epochs", type=int, default=300)
+    p.add_argument("--node-patience", type=int, default=50)
+    p.add_argument("--graph-epochs", type=int, default=150)
+    p.add_argument("--graph-patience", type=int, default=30)
+    p.add_argument("--link-epochs", type=int, default=300)
+    p.add_argument("--link-patience", type=int, default=50)
+    p.add_argument("--out", type=Path, default=HERE / "out" / "peers.json", help="JSON results (default: %(default)s)")
+    args = p.parse_args(argv)
+    only = [t.strip() for t in args.only.split(",") if t.strip()]
+    bad = [t for t in only if t not in TASKS]
+    if bad:
+        p.error(f"--only: unknown task(s) {bad}; expected {', '.join(TASKS)}")
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    _OPTIMIZER[0] = args.optimizer
+    _NORMALIZE[0] = args.normalize_features
+    meta = environment(args)
+    tmp = tempfile.TemporaryDirectory(prefix="xmask-peers-") if args.cache_dir is None else None
+    cache_dir = args.cache_dir or Path(tmp.name)
+    runs: list[dict[str, Any]] = []
+
+    def save() -> list[dict[str, Any]]:
+        rows = summarize(runs)
+        meta["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"meta": meta, "summary": rows, "runs": runs}, indent=2) + "\n")
+        return rows
+
+    def record(task: str, ds: str, model: str, metric: str, seed: int, fn: Callable[[], dict[str, Any]]) -> None:
+        t = time.perf_counter()
+        res = fn()
+        res = {"task": task, "dataset": ds, "model": model, "metric": metric, "seed": seed,
+               "seconds": time.perf_counter() - t, **res}
+        runs.append(res)
+        print(f"{task} {ds} {model} seed {seed}: val {res['metrics']['val']:.4f} test {res['metrics']['test']:.4f} "
+              f"(best epoch {res['best_epoch']}, {res['epochs_run']} epochs, {res['seconds']:.1f}s)",
+              file=sys.stderr, flush=True)
+        save()
+
+    try:
+        if "node" in only:
+            for ds in NODE_DATASETS:
+                graphs = _load(ds, args.data_root, cache_dir)
+                for model in ("GCN", "GAT"):
+                    for s in args.seeds:
+                        record("node", ds, model, "accuracy", s,
+                               lambda: run_node(graphs, model, s, args.node_epochs, args.node_patience))
+        if "graph" in only:
+            for ds in GRAPH_DATASETS:
+                graphs = _load(ds, args.data_root, cache_dir)
+                data_list = graph_data_list(graphs)
+                for s in args.seeds:
+                    record("graph", ds, "GIN", "accuracy", s,
+                           lambda: run_graph(graphs, data_list, s, args.graph_epochs, args.graph_patience))
+        if "link" in only:
+            for ds in LINK_DATASETS:
+                graphs = _load(ds, args.data_root, cache_dir)
+                for dec, name in (("dot", "GCN+dot"), ("mlp", "GCN+MLP")):
+                    for s in args.seeds:
+                        record("link", ds, name, "mrr", s,
+                               lambda: run_link(graphs, dec, s, args.link_epochs, args.link_patience))
+    finally:
+        rows = save()
+        if tmp is not None:
+            tmp.cleanup()
+    print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
