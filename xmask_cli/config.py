@@ -30,6 +30,7 @@ class DataConfig:
     dataset: str = "cora"
     root: str | None = None  # data root; --data-root and XMASK_DATA_ROOT take precedence
     split: str = "default"
+    normalize_features: bool = False  # row-normalise node features (PyG NormalizeFeatures), as Planetoid recipes do
 
 
 @dataclass(frozen=True)

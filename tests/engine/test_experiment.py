@@ -59,3 +59,16 @@ def test_level_and_metric_refusals():
         resolve("graph-level", ["model.hidden=10"])
     with pytest.raises(ConfigError, match="summing to 1"):
         resolve("link-level", ["link.fractions=[0.5,0.5,0.5]"])
+
+
+def test_normalize_features_reaches_the_task(tmp_path):
+    from xmask_cli.engine.experiment import Experiment
+
+    fast = ["structure.spd.enabled=false", "structure.spectrum.enabled=false", "structure.partition.parts=0",
+            "structure.powers.k=1", "model.heads=1", "model.hidden=8"]
+    raw = Experiment.load(resolve("cora", fast), cache_dir=tmp_path).task(0, "cpu")
+    norm = Experiment.load(resolve("cora", fast + ["data.normalize_features=true"]), cache_dir=tmp_path).task(0, "cpu")
+    sums = raw.x.sum(1, keepdim=True)
+    expected = torch.where(sums > 0, raw.x / sums.clamp(min=1e-12), raw.x)  # PyG: rows divided by their sum
+    torch.testing.assert_close(norm.x, expected)
+    assert not torch.equal(raw.x, norm.x)

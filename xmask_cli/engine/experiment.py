@@ -200,6 +200,11 @@ class Experiment:
         spec = _spec(cfg)
         graphs = load_graphs(spec, data_root=resolve_data_root(data_root, cfg.data.root), cache_dir=cache_dir,
                              offline=offline)
+        if cfg.data.normalize_features:
+            from torch_geometric.transforms import NormalizeFeatures
+
+            # Applied on access: every reader of dataset[i].x (all task levels) sees rows summing to 1.
+            graphs.dataset.transform = NormalizeFeatures()
         exp = cls(cfg, level, metric, spec.name, graphs=graphs, cache_dir=cache_dir, log=log)
         if level in ("graph", "node"):
             # Link tasks prepare the structure of their training edges per split seed instead.
