@@ -1,0 +1,104 @@
+"""``xmask ablate``: every variant's row, its config, reuse of finished runs, failures kept in their row."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from xmask_cli.ablate import VARIANTS, parse_variants, run_ablation
+from xmask_cli.cli import app
+from xmask_cli.engine import experiment
+from xmask_cli.errors import UsageError
+
+TINY = ["model.hidden=8", "model.heads=2", "model.layers=2", "train.epochs=2", "train.warmup_epochs=1",
+        "structure.spd.enabled=false", "structure.spectrum.enabled=false"]
+
+
+@pytest.fixture(scope="module")
+def ablation(tmp_path_factory) -> tuple[Path, dict]:
+    root = tmp_path_factory.mktemp("ablate")
+    result = run_ablation("graph-level", TINY, seeds=[0, 1], out_dir=root / "abl", cache_dir=root / "cache")
+    return root, result
+
+
+def test_every_variant_has_a_row_with_its_config(ablation):
+    root, result = ablation
+    assert [r["variant"] for r in result["rows"]] == list(VARIANTS)
+    runs = root / "abl" / "runs"
+    configs = {v: json.loads((runs / f"mutag-graph-{v}" / "0" / "config.json").read_text()) for v in VARIANTS}
+    assert configs["full"]["config"]["structure"]["powers"]["normalization"] == "sym"
+    assert configs["no-symnorm"]["config"]["structure"]["powers"]["normalization"] == "no-symnorm"
+    assert configs["no-symnorm"]["cache_path"] != configs["full"]["cache_path"]  # other structure, prepared
+    assert configs["full"]["model"]["use_bias"] and not configs["no-logmask"]["model"]["use_bias"]
+    assert configs["full"]["model"]["head_powers"] == [1, 2] and configs["no-multihead"]["model"]["head_powers"] == [1, 1]
+    assert configs["full"]["model"]["layers"] == 2 and configs["one-layer"]["model"]["layers"] == 1
+    # Same protocol: every variant trains on the same split for a seed.
+    assert len({json.dumps(c["split"]) for c in configs.values()}) == 1
+
+
+def test_table_numbers_and_files(ablation):
+    root, result = ablation
+    full = result["rows"][0]
+    for row in result["rows"]:
+        tests = [m["test"] for m in row["runs"].values()]
+        assert row["status"] == "ok" and len(tests) == 2
+        assert row["test_mean"] == pytest.approx(sum(tests) / 2)
+        assert row["delta_test"] == pytest.approx(row["test_mean"] - full["test_mean"])
+    csv_lines = (root / "abl" / "ablation.csv").read_text().splitlines()
+    assert csv_lines[0].startswith("variant,status,metric") and len(csv_lines) == 1 + len(VARIANTS)
+    assert json.loads((root / "abl" / "ablation.json").read_text())["rows"] == json.loads(json.dumps(result["rows"]))
+
+
+def test_rerun_reuses_finished_runs(ablation, monkeypatch):
+    root, result = ablation
+
+    def no_training(*a, **k):
+        raise AssertionError("a finished run was trained again")
+
+    monkeypatch.setattr(experiment, "train_seeds", no_training)
+    again = run_ablation("graph-level", TINY, seeds=[0, 1], out_dir=root / "abl", cache_dir=root / "cache")
+    assert all(r["reused"] == [0, 1] for r in again["rows"])
+    assert [r["test_mean"] for r in again["rows"]] == [r["test_mean"] for r in result["rows"]]
+
+
+def test_a_failing_variant_is_reported_in_its_row(tmp_path, monkeypatch):
+    real = experiment.train_seeds
+
+    def flaky(cfg, seeds, **kw):
+        if not cfg.model.use_bias:
+            raise RuntimeError("out of memory (simulated)")
+        return real(cfg, seeds, **kw)
+
+    monkeypatch.setattr(experiment, "train_seeds", flaky)
+    result = run_ablation("graph-level", TINY, seeds=[0], out_dir=tmp_path / "abl", cache_dir=tmp_path / "cache",
+                          variants=["no-logmask", "one-layer"])
+    rows = {r["variant"]: r for r in result["rows"]}
+    assert list(rows) == ["full", "no-logmask", "one-layer"]  # full always first: deltas need it
+    assert rows["no-logmask"]["status"] == "failed" and "out of memory" in rows["no-logmask"]["error"]
+    assert rows["no-logmask"]["test_mean"] is None and rows["no-logmask"]["delta_test"] is None
+    assert rows["full"]["status"] == rows["one-layer"]["status"] == "ok"
+
+
+def test_parse_variants():
+    assert parse_variants(None) == list(VARIANTS)
+    assert parse_variants("one-layer,no-logmask") == ["full", "one-layer", "no-logmask"]
+    for bad in ("nope", "full,full"):
+        with pytest.raises(UsageError):
+            parse_variants(bad)
+
+
+def test_cli_json_and_bad_variant(ablation):
+    root, result = ablation
+    runner = CliRunner()
+    r = runner.invoke(app, ["--format", "json", "ablate", "--preset", "graph-level", *sum((["--set", s] for s in TINY), []),
+                            "--seeds", "0-1", "--variants", "no-logmask", "--out", str(root / "abl"),
+                            "--cache-dir", str(root / "cache"), "--device", "cpu"])
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert [row["variant"] for row in out["rows"]] == ["full", "no-logmask"]
+    assert out["rows"][1]["test_mean"] == result["rows"][2]["test_mean"]  # read back, same numbers
+    r = runner.invoke(app, ["ablate", "--variants", "no-such", "--cache-dir", str(root / "cache")])
+    assert r.exit_code == 2 and "unknown ablation variant" in r.stderr
+    assert runner.invoke(app, ["ablate", "--help"]).stdout.count("Examples") == 1

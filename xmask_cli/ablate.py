@@ -1,0 +1,157 @@
+"""The component ablation (paper 000, Table 7) as one call: variants x seeds -> a table.
+
+Each variant is the base config plus a few overrides; every (variant, seed)
+runs under the same protocol as ``xmask train`` (same splits, validation-only
+selection) into ``<out>/runs/<name>-<variant>/<seed>/``. A run that already
+has its ``summary.json`` is read back, not retrained; a killed one resumes.
+A variant that fails is reported in its own row, and the others still run.
+
+Example::
+
+    result = run_ablation("node-level", ["data.dataset=cora"], seeds=[0, 1, 2],
+                          out_dir=Path("ablations/cora"), cache_dir=Path("cache"))
+    for row in result["rows"]:
+        print(row["variant"], row["test_mean"], row["delta_test"])
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from xmask_cli.config import Config, resolve
+from xmask_cli.errors import UsageError
+
+__all__ = ["VARIANTS", "variant_overrides", "parse_variants", "run_ablation"]
+
+#: Variant -> what it changes (Table 7's columns, plus a depth ablation).
+VARIANTS: dict[str, str] = {
+    "full": "the preset as is",
+    "no-symnorm": "powers of A+I normalised afterwards, N((A+I)^k), instead of Â^k",
+    "no-logmask": "no structural bias: plain multi-head attention",
+    "no-multihead": "every head reads Â^1 (no per-head hop count)",
+    "one-layer": "a single transformer block",
+}
+
+
+def variant_overrides(variant: str, cfg: Config) -> list[str]:
+    """``--set`` overrides turning the base ``cfg`` into ``variant``."""
+    if variant == "full":
+        return []
+    if variant == "no-symnorm":
+        return ["structure.powers.normalization=no-symnorm"]
+    if variant == "no-logmask":
+        return ["model.use_bias=false"]
+    if variant == "no-multihead":
+        return [f"model.head_powers=[{','.join(['1'] * cfg.model.heads)}]"]
+    if variant == "one-layer":
+        return ["model.layers=1"]
+    raise UsageError(f"unknown ablation variant '{variant}': choose from {', '.join(VARIANTS)}")
+
+
+def parse_variants(text: str | None) -> list[str]:
+    """``"full,no-logmask"`` -> the list (``full`` first, always included: deltas need it)."""
+    names = list(VARIANTS) if not text else [v.strip() for v in text.split(",") if v.strip()]
+    unknown = [v for v in names if v not in VARIANTS]
+    if unknown:
+        raise UsageError(f"unknown ablation variant(s) {', '.join(unknown)}: choose from {', '.join(VARIANTS)}")
+    if len(set(names)) != len(names):
+        raise UsageError(f"--variants '{text}': a variant appears twice")
+    return ["full", *[v for v in names if v != "full"]]
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _stats(values: list[float]) -> tuple[float | None, float | None]:
+    if not values:
+        return None, None
+    mean = sum(values) / len(values)
+    return mean, (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+
+
+def run_ablation(
+    preset: str | None,
+    overrides: list[str],
+    *,
+    seeds: list[int],
+    out_dir: Path,
+    cache_dir: Path,
+    variants: list[str] | None = None,
+    data_root: str | os.PathLike | None = None,
+    offline: bool | None = None,
+    device: str = "cpu",
+    log: Callable[[str], None] = lambda m: None,
+    debug: bool = False,
+) -> dict[str, Any]:
+    """Train every variant over ``seeds``; write ``ablation.csv`` / ``ablation.json`` in ``out_dir``.
+
+    Returns:
+        ``{"dataset", "level", "metric", "seeds", "rows": [...]}``; a row holds
+        ``variant``, ``description``, ``status`` (``ok`` or ``failed``),
+        ``error``, ``val_mean/std``, ``test_mean/std`` and ``delta_test``
+        (test mean minus that of ``full``), ``runs`` (per-seed metrics),
+        ``reused`` (seeds read back instead of trained).
+    """
+    from xmask_cli.engine.experiment import resolve_level, resolve_metric, train_seeds
+    from xmask_cli.engine.runs import RunDir
+
+    variants = parse_variants(",".join(variants) if variants else None)
+    base = resolve(preset, overrides)
+    level = resolve_level(base)
+    metric = resolve_metric(base, level)
+    dataset = base.data.dataset if level != "edge" else "edges"
+    name = base.run.name or f"{dataset.lower()}-{level}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for variant in variants:
+        row: dict[str, Any] = {"variant": variant, "description": VARIANTS[variant], "status": "ok", "error": None,
+                               "runs": {}, "reused": []}
+        try:
+            cfg = resolve(preset, [*overrides, *variant_overrides(variant, base), f"run.name={name}-{variant}"])
+            for seed in seeds:
+                run = RunDir(out_dir / "runs" / f"{name}-{variant}" / str(seed))
+                if (run.path / RunDir.SUMMARY).is_file():
+                    summary = run.read_summary()
+                    row["reused"].append(seed)
+                else:
+                    log(f"ablation {variant}: seed {seed}")
+                    result = train_seeds(cfg, [seed], device=device, cache_dir=cache_dir, data_root=data_root,
+                                         offline=offline, run_root=out_dir / "runs", resume=True, log=log)
+                    summary = result["runs"][0]
+                row["runs"][str(seed)] = summary["metrics"]
+        except Exception as exc:  # one variant's failure must not hide the others' results
+            if debug:
+                traceback.print_exc()
+            row["status"] = "failed"
+            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            log(f"ablation {variant} failed: {row['error']}")
+        for part in ("val", "test"):
+            mean, std = _stats([m[part] for m in row["runs"].values()])
+            row[f"{part}_mean"], row[f"{part}_std"] = mean, std
+        rows.append(row)
+    full = next((r for r in rows if r["variant"] == "full"), None)
+    for row in rows:
+        ok = full is not None and full["test_mean"] is not None and row["test_mean"] is not None
+        row["delta_test"] = row["test_mean"] - full["test_mean"] if ok else None
+
+    result = {"dataset": dataset, "level": level, "metric": metric, "seeds": seeds, "name": name,
+              "preset": preset, "overrides": overrides, "out_dir": str(out_dir), "rows": rows}
+    _atomic_text(out_dir / "ablation.json", json.dumps(result, indent=2, sort_keys=True) + "\n")
+    buf = io.StringIO()
+    writer = csv.writer(buf)
+    writer.writerow(["variant", "status", "metric", "seeds", "val_mean", "val_std", "test_mean", "test_std",
+                     "delta_test", "error"])
+    for r in rows:
+        writer.writerow([r["variant"], r["status"], metric, len(r["runs"]), r["val_mean"], r["val_std"],
+                         r["test_mean"], r["test_std"], r["delta_test"], r["error"] or ""])
+    _atomic_text(out_dir / "ablation.csv", buf.getvalue())
+    return result
