@@ -35,6 +35,8 @@ Examples:
 
     xmask ablate --preset node-level --dataset cora --seeds 0-4
 
+    xmask explain runs/mutag-graph/0 --graph 17
+
     xmask --format json prepare MUTAG --set structure.powers.k=3
 
     xmask presets show graph-level
@@ -415,6 +417,74 @@ def ablate(
             delta = "-" if r["delta_test"] is None else f"{r['delta_test']:+.4f}"
             t.add_row(r["variant"], val, test, delta, r["status"] if r["status"] == "ok" else f"failed: {r['error']}")
         con.print(t)
+
+    output.result(result, human)
+
+
+# -------------------------------------------------------------------- explain
+@app.command(epilog=_EXIT_HELP)
+@handle_errors
+def explain(
+    ctx: typer.Context,
+    run_dir: Annotated[Path, typer.Argument(help="A run folder, runs/<name>/<seed>/.", show_default=False)],
+    graph: Annotated[Optional[list[int]], typer.Option("--graph", help="Graph id (graph-level runs); repeatable.", show_default=False)] = None,
+    node: Annotated[Optional[list[int]], typer.Option("--node", help="Node id (node, link, edge runs): its neighbourhood; repeatable.", show_default=False)] = None,
+    edge: Annotated[Optional[list[str]], typer.Option("--edge", help="U,V node pair (link, edge runs); repeatable.", show_default=False)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Output folder [default maps/<name>-<seed>].", show_default=False)] = None,
+    max_nodes: Annotated[int, typer.Option("--max-nodes", min=2, help="Largest map kept; bigger targets are cropped to the closest nodes (and say so).")] = 64,
+    device: DeviceOpt = "auto",
+    data_root: DataRootOpt = None,
+    cache_dir: CacheDirOpt = None,
+    offline: OfflineOpt = False,
+    fmt: FormatOpt = None,
+) -> None:
+    """Per-layer, per-head attention maps of a trained run (paper 000, Fig. 3).
+
+    For every layer and head: the energy q·k/√d_h, the structural term as it
+    enters the logits, their sum, and the attention after softmax, with the
+    node ids they refer to. Writes OUT/maps.h5 (one dataset per target / layer /
+    head / kind, attributes naming the head's power k and bias type) and one PNG
+    grid per target (rows layers × kinds, columns heads). Prints each head's
+    attention mass by shortest-path distance.
+
+    Examples:
+
+        xmask explain runs/proteins-graph/0 --graph 17 --out maps/
+
+        xmask explain runs/cora-node/0 --node 5 --node 100 --max-nodes 48
+
+        xmask --format json explain runs/cora-link/0 --edge 12,345
+    """
+    from xmask_cli.engine.experiment import resolve_device
+    from xmask_cli.explain import explain_run
+    from xmask_cli.prepare import resolve_cache_dir
+
+    output = _output(ctx, fmt)
+    folder = out or Path("maps") / f"{run_dir.resolve().parent.name}-{run_dir.resolve().name}"
+    result = explain_run(run_dir, graphs=graph or (), nodes=node or (), edges=edge or (), out_dir=folder,
+                         cache_dir=resolve_cache_dir(cache_dir), data_root=data_root, device=resolve_device(device),
+                         max_nodes=max_nodes, offline=True if offline else None, log=output.log)
+
+    def human(con: Any) -> None:
+        from rich.table import Table
+
+        for t in result["targets"]:
+            con.print(f"{t['name']}: {t['target']}")
+        buckets = result["hop_buckets"]
+        table = Table(title=f"attention mass by hop distance, {len(result['targets'])} target(s) -> {folder}",
+                      title_justify="left", padding=(0, 1), pad_edge=False, box=None)
+        table.add_column("layer head", no_wrap=True)
+        table.add_column("k", justify="right")
+        for b in buckets:
+            table.add_column("unr" if b == "unreachable" else b, justify="right", no_wrap=True)
+        for layer, heads in result["hop_summary"].items():
+            for head, info in heads.items():
+                label = f"L{layer.split('_')[-1]} h{int(head.split('_')[-1]) + 1}"
+                table.add_row(label, str(info["k"]), *(f"{info['mass'].get(b, 0.0):.2f}" for b in buckets))
+        con.print(table)
+        con.print(f"maps: {result['files']['maps']}")
+        for path in result["files"]["figures"].values():
+            con.print(f"figure: {path}")
 
     output.result(result, human)
 

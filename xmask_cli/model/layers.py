@@ -57,7 +57,8 @@ class TransformerBlock(torch.nn.Module):
         mask: Tensor | None = None,
         edge_index: Tensor | None = None,
         attn_mask: Tensor | None = None,
-    ) -> Tensor:
+        return_terms: bool = False,
+    ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """One block; sparse attention when ``edge_index`` is given.
 
         Args:
@@ -67,16 +68,30 @@ class TransformerBlock(torch.nn.Module):
             edge_index: ``[2, E]`` attended pairs, row = query (sparse only).
             attn_mask: the attention's ``dense_mask(bias, mask)``, built once per
                 forward by the caller and shared by every block (dense only).
+                When given, it is what the attention uses; ``bias`` then only
+                feeds the recorded ``structural`` term (``return_terms``).
+            return_terms: also return the attention's per-head terms of this
+                forward (see :meth:`StructuralAttention.forward_dense` /
+                :meth:`~StructuralAttention.forward_sparse`).
 
         Returns:
             Tensor shaped like ``x``. Padded positions hold finite values
-            that no real node reads.
+            that no real node reads. With ``return_terms``: ``(out, terms)``.
         """
+        terms: dict[str, Tensor] = {}
+
         def attend(h: Tensor) -> Tensor:
-            return self.attn(h, bias=bias, mask=mask, edge_index=edge_index, attn_mask=attn_mask)
+            if not return_terms:
+                return self.attn(h, bias=bias, mask=mask, edge_index=edge_index, attn_mask=attn_mask)
+            out, recorded = self.attn(h, bias=bias, mask=mask, edge_index=edge_index, return_terms=True,
+                                      attn_mask=attn_mask)
+            terms.update(recorded)
+            return out
 
         if self.norm == "post":
             x = self.norm1(x + attend(x))
-            return self.norm2(x + self.ffn(x))
-        x = x + attend(self.norm1(x))
-        return x + self.ffn(self.norm2(x))
+            x = self.norm2(x + self.ffn(x))
+        else:
+            x = x + attend(self.norm1(x))
+            x = x + self.ffn(self.norm2(x))
+        return (x, terms) if return_terms else x

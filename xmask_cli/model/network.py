@@ -169,13 +169,21 @@ class XMaskNet(torch.nn.Module):
         return x
 
     # ------------------------------------------------------------------ dense
-    def encode_dense(self, x: Tensor, powers: Tensor | None, mask: Tensor | None = None) -> Tensor:
+    def encode_dense(self, x: Tensor, powers: Tensor | None, mask: Tensor | None = None,
+                     return_terms: bool = False) -> Tensor | tuple[Tensor, list[dict[str, Tensor]]]:
         """Node embeddings ``[B, N, hidden]`` of a padded batch (padded rows zeroed).
 
         Args:
             x: ``[B, N, F]`` node features.
             powers: ``[B, K, N, N]`` ``Â^1..Â^K``; may be None when ``use_bias=False``.
             mask: ``[B, N]`` bool, True for real nodes; None means all real.
+            return_terms: also return every layer's attention terms (``[B, H, N, N]``
+                ``energy``, ``structural``, ``logits``, ``attention``; see
+                :meth:`StructuralAttention.forward_dense`) of this very forward:
+                the blocks still attend with the one shared mask.
+
+        Returns:
+            ``h``, or ``(h, [terms of layer 0, layer 1, ...])`` with ``return_terms``.
         """
         if mask is None:
             mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
@@ -183,6 +191,14 @@ class XMaskNet(torch.nn.Module):
         # Zero padded inputs: attention gives padded keys weight exactly 0, but 0 * inf/nan is nan.
         h = self.encoder(self._drop_input(x.masked_fill(~keep, 0.0)))
         attn_mask = self._dense_attn_mask(powers, mask, h.dtype)
+        if return_terms:
+            # The blocks attend with `attn_mask` as is; the bias only feeds the recorded structural term.
+            bias = None if self.bias is None else self.bias(DenseStructure(powers=powers, mask=mask))
+            layers = []
+            for block in self.blocks:
+                h, terms = block(h, bias, mask, attn_mask=attn_mask, return_terms=True)
+                layers.append(terms)
+            return h.masked_fill(~keep, 0.0), layers
         for block in self.blocks:
             h = block(h, None, mask, attn_mask=attn_mask)
         return h.masked_fill(~keep, 0.0)
@@ -234,13 +250,19 @@ class XMaskNet(torch.nn.Module):
         return self.head(h).masked_fill(~mask.unsqueeze(-1), 0.0)
 
     # ----------------------------------------------------------------- sparse
-    def encode_sparse(self, x: Tensor, edge_index: Tensor, values: Tensor | None = None) -> Tensor:
+    def encode_sparse(self, x: Tensor, edge_index: Tensor, values: Tensor | None = None,
+                      return_terms: bool = False) -> Tensor | tuple[Tensor, list[dict[str, Tensor]]]:
         """Node embeddings ``[N, hidden]`` attending over the pairs ``edge_index`` only.
 
         Args:
             x: ``[N, F]`` node features (one graph or a disjoint union).
             edge_index: ``[2, E]`` attended pairs, row = query, col = key.
             values: ``[E, K]`` ``Â^1..Â^K`` at each pair; may be None when ``use_bias=False``.
+            return_terms: also return every layer's attention terms (``[E, H]`` per
+                pair; see :meth:`StructuralAttention.forward_sparse`).
+
+        Returns:
+            ``h``, or ``(h, [terms of layer 0, layer 1, ...])`` with ``return_terms``.
         """
         h = self.encoder(self._drop_input(x))
         bias = None
@@ -248,6 +270,12 @@ class XMaskNet(torch.nn.Module):
             if values is None:
                 raise ValueError("use_bias=True needs `values` [E, K]")
             bias = self.bias(SparseStructure(edge_index=edge_index, values=values))
+        if return_terms:
+            layers = []
+            for block in self.blocks:
+                h, terms = block(h, bias, edge_index=edge_index, return_terms=True)
+                layers.append(terms)
+            return h, layers
         for block in self.blocks:
             h = block(h, bias, edge_index=edge_index)
         return h
