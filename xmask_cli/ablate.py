@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import traceback
 from collections.abc import Callable
@@ -65,12 +64,6 @@ def parse_variants(text: str | None) -> list[str]:
     return ["full", *[v for v in names if v != "full"]]
 
 
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def _stats(values: list[float]) -> tuple[float | None, float | None]:
     if not values:
         return None, None
@@ -102,7 +95,7 @@ def run_ablation(
         ``reused`` (seeds read back instead of trained).
     """
     from xmask_cli.engine.experiment import resolve_level, resolve_metric, train_seeds
-    from xmask_cli.engine.runs import RunDir
+    from xmask_cli.engine.runs import RunDir, write_json, write_text
 
     variants = parse_variants(",".join(variants) if variants else None)
     base = resolve(preset, overrides)
@@ -145,7 +138,7 @@ def run_ablation(
 
     result = {"dataset": dataset, "level": level, "metric": metric, "seeds": seeds, "name": name,
               "preset": preset, "overrides": overrides, "out_dir": str(out_dir), "rows": rows}
-    _atomic_text(out_dir / "ablation.json", json.dumps(result, indent=2, sort_keys=True) + "\n")
+    write_json(out_dir / "ablation.json", result)
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(["variant", "status", "metric", "seeds", "val_mean", "val_std", "test_mean", "test_std",
@@ -153,5 +146,5 @@ def run_ablation(
     for r in rows:
         writer.writerow([r["variant"], r["status"], metric, len(r["runs"]), r["val_mean"], r["val_std"],
                          r["test_mean"], r["test_std"], r["delta_test"], r["error"] or ""])
-    _atomic_text(out_dir / "ablation.csv", buf.getvalue())
+    write_text(out_dir / "ablation.csv", buf.getvalue())
     return result

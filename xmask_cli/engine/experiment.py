@@ -318,11 +318,10 @@ def train_seeds(
     result = {"name": exp.run_name(), "dataset": exp.dataset, "level": exp.level, "metric": exp.metric,
               "seeds": seeds, "run_root": str(root), "runs": summaries, "aggregate": agg}
     if len(seeds) > 1:
-        from xmask_cli.engine.runs import _atomic_write, _json_bytes
+        from xmask_cli.engine.runs import write_json
 
         root.mkdir(parents=True, exist_ok=True)
-        _atomic_write(root / "aggregate.json", lambda f: f.write(_json_bytes(
-            {k: v for k, v in result.items() if k != "runs"})))
+        write_json(root / "aggregate.json", {k: v for k, v in result.items() if k != "runs"})
     return result
 
 

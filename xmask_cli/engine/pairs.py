@@ -87,7 +87,7 @@ from xmask_cli.engine.loop import PARTS, TrainConfig, fit, seed_everything
 from xmask_cli.engine.metrics import METRICS, mrr
 from xmask_cli.engine.paths import full_graph_attention
 from xmask_cli.engine.runs import RunDir
-from xmask_cli.engine.splits import EdgeSplit, Split, _pair_keys, _sample_negatives, random_split
+from xmask_cli.engine.splits import EdgeSplit, Split, pair_keys, sample_negatives, random_split
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
 __all__ = [
@@ -115,7 +115,7 @@ def canonical_edges(edge_index: Any, num_nodes: int) -> np.ndarray:
     n = int(num_nodes)
     if ei.size and (ei.min() < 0 or ei.max() >= n):
         raise ValueError(f"edge ids must lie in [0, {n})")
-    keys = np.unique(_pair_keys(ei[0], ei[1], n)[ei[0] != ei[1]])
+    keys = np.unique(pair_keys(ei[0], ei[1], n)[ei[0] != ei[1]])
     pairs = np.stack([keys // n, keys % n]).astype(np.int64) if n else np.zeros((2, 0), dtype=np.int64)
     return np.concatenate([pairs, pairs[::-1]], axis=1)
 
@@ -305,12 +305,12 @@ class LinkTask:
         self.x = features.float().to(self.device)
         self.structure = _Structure(cache_path, split.train_edge_index, n, dense_max_nodes, self.device)
         self.train_pos = split.train_pos
-        self._train_keys = np.unique(_pair_keys(self.train_pos[0], self.train_pos[1], n))
+        self._train_keys = np.unique(pair_keys(self.train_pos[0], self.train_pos[1], n))
         m = split.num_neg_per_pos
-        known = np.unique(np.concatenate([self._train_keys, _pair_keys(split.val_pos[0], split.val_pos[1], n),
-                                          _pair_keys(split.test_pos[0], split.test_pos[1], n)]))
+        known = np.unique(np.concatenate([self._train_keys, pair_keys(split.val_pos[0], split.val_pos[1], n),
+                                          pair_keys(split.test_pos[0], split.test_pos[1], n)]))
         # Fixed negatives for the reported train MRR: never a known edge, the same at every call.
-        train_neg = _sample_negatives(self.train_pos.shape[1] * m, n, known, np.random.default_rng((split.seed, 2)))
+        train_neg = sample_negatives(self.train_pos.shape[1] * m, n, known, np.random.default_rng((split.seed, 2)))
         parts = {"train": (self.train_pos, np.stack([train_neg // n, train_neg % n])),
                  "val": (split.val_pos, split.val_neg), "test": (split.test_pos, split.test_neg)}
         self._eval = {k: (torch.from_numpy(np.ascontiguousarray(p)).to(self.device),
@@ -340,7 +340,7 @@ class LinkTask:
         while got < count:
             k = 2 * (count - got) + 16
             u, v = rng.integers(0, n, size=k), rng.integers(0, n, size=k)
-            keep = (u != v) & ~np.isin(_pair_keys(u, v, n), self._train_keys)
+            keep = (u != v) & ~np.isin(pair_keys(u, v, n), self._train_keys)
             pair = np.stack([u[keep], v[keep]])[:, :count - got]
             out.append(pair)
             got += pair.shape[1]

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["RunDir", "aggregate"]
+__all__ = ["RunDir", "aggregate", "write_json", "write_text"]
 
 
 def _atomic_write(path: Path, write: Any) -> None:
@@ -49,6 +49,16 @@ def _atomic_write(path: Path, write: Any) -> None:
 
 def _json_bytes(obj: Any) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` as indented, key-sorted JSON, atomically (temp file, then rename)."""
+    _atomic_write(Path(path), lambda f: f.write(_json_bytes(obj)))
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write ``text`` atomically (temp file, then rename)."""
+    _atomic_write(Path(path), lambda f: f.write(text.encode()))
 
 
 class RunDir:

@@ -173,12 +173,12 @@ class EdgeSplit:
         return ei[:, ei[0] < ei[1]]
 
 
-def _pair_keys(u: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
+def pair_keys(u: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
     """Unique int64 key of the unordered pair ``{u, v}``."""
     return np.minimum(u, v) * n + np.maximum(u, v)
 
 
-def _sample_negatives(count: int, n: int, forbidden: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def sample_negatives(count: int, n: int, forbidden: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """``count`` distinct unordered non-edge pairs ``u < v`` by rejection, in draw order.
 
     ``forbidden`` holds the keys of every graph edge and of negatives already
@@ -190,7 +190,7 @@ def _sample_negatives(count: int, n: int, forbidden: np.ndarray, rng: np.random.
         k = 2 * (count - len(out)) + 16
         u = rng.integers(0, n, size=k, dtype=np.int64)
         v = rng.integers(0, n, size=k, dtype=np.int64)
-        keys = _pair_keys(u, v, n)[u != v]
+        keys = pair_keys(u, v, n)[u != v]
         keys = keys[~np.isin(keys, forbidden) & ~np.isin(keys, out)]
         _, first = np.unique(keys, return_index=True)
         keys = keys[np.sort(first)]  # drop repeats, keep the draw order (deterministic)
@@ -226,7 +226,7 @@ def edge_split(edge_index: Any, num_nodes: int, seed: int = 0,
         raise ValueError(f"num_neg_per_pos must be at least 1, got {num_neg_per_pos}")
     if ei.size and (ei.min() < 0 or ei.max() >= n):
         raise ValueError(f"edge_index holds node ids outside [0, {n})")
-    keys = _pair_keys(ei[0], ei[1], n)[ei[0] != ei[1]]
+    keys = pair_keys(ei[0], ei[1], n)[ei[0] != ei[1]]
     keys = np.unique(keys)  # sorted: the split depends on the edge set only, not its storage order
     split = random_split(len(keys), fractions, seed=seed)
 
@@ -240,8 +240,8 @@ def edge_split(edge_index: Any, num_nodes: int, seed: int = 0,
     if n_val + n_test > free:
         raise ValueError(f"need {n_val + n_test} negative pairs but the graph has only {free} non-edges")
     rng = np.random.default_rng((seed, 1))
-    val_neg = _sample_negatives(n_val, n, keys, rng)
-    test_neg = _sample_negatives(n_test, n, np.concatenate([keys, val_neg]), rng)
+    val_neg = sample_negatives(n_val, n, keys, rng)
+    test_neg = sample_negatives(n_test, n, np.concatenate([keys, val_neg]), rng)
     return EdgeSplit(train_edge_index=np.concatenate([train, train[::-1]], axis=1),
                      val_pos=val_pos, val_neg=pairs(val_neg), test_pos=test_pos, test_neg=pairs(test_neg),
                      num_nodes=n, seed=seed, num_neg_per_pos=num_neg_per_pos)
