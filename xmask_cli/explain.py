@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from xmask_cli.errors import RunNotFoundError, UsageError
+from xmask_cli.errors import UsageError
 
 __all__ = ["KINDS", "TargetMaps", "explain_run", "hop_buckets", "record_terms", "plot_target", "write_maps"]
 
@@ -512,10 +512,7 @@ def explain_run(
 
     matplotlib.use("Agg", force=False)  # the figures are built on Figure objects; no GUI backend needed
     from xmask_cli.cache import ensure_writable_dir
-    from xmask_cli.config import Config, build
-    from xmask_cli.engine.experiment import Experiment
-    from xmask_cli.engine.runs import RunDir
-    from xmask_cli.model.network import ModelConfig, XMaskNet
+    from xmask_cli.engine.experiment import load_run, read_run
 
     graphs, nodes = [int(g) for g in graphs], [int(i) for i in nodes]
     pairs = [_parse_edge(e) for e in edges]
@@ -523,34 +520,18 @@ def explain_run(
         raise UsageError("nothing to explain: give at least one --graph I, --node I or --edge U,V")
     if max_nodes < 2:
         raise UsageError(f"--max-nodes {max_nodes}: must be at least 2")
-    run = RunDir(run_dir) if Path(run_dir).is_dir() else None
-    if run is None or not (run.path / RunDir.CONFIG).is_file() or not run.has_checkpoint(RunDir.BEST):
-        raise RunNotFoundError(f"{run_dir}: not a run directory (needs config.json and best.pt; "
-                               f"runs live in runs/<name>/<seed>/)")
-    saved = run.load_config()
-    if "config" not in saved:
-        raise RunNotFoundError(f"{run_dir}: config.json has no resolved preset; was it written by `xmask train`?")
-    cfg = build(Config, saved["config"])
+    run, saved = read_run(run_dir)
     level = saved.get("level")
+    # Checked before loading any data: a wrong target fails at once.
     if level == "graph" and (nodes or pairs):
         raise UsageError(f"{run_dir} is a graph-level run: --node/--edge need a node-, link- or edge-level run; "
                          f"use --graph I")
     if level in ("node", "link", "edge") and graphs:
         raise UsageError(f"{run_dir} is a {level}-level run on one graph: --graph needs a graph-level run; "
                          f"use --node I or --edge U,V")
-    seed = int(saved["train"]["seed"])
-    exp = Experiment.load(cfg, cache_dir=cache_dir, offline=offline, log=log,
-                          data_root=data_root if data_root is not None else saved.get("data_root"))
-    level = exp.level
-    if level == "graph" and (nodes or pairs):
-        raise UsageError("--node/--edge need a node-, link- or edge-level run; this run is graph-level: use --graph I")
-    if level != "graph" and graphs:
-        raise UsageError(f"--graph needs a graph-level run; this run is {level}-level: use --node I or --edge U,V")
-    task = exp.task(seed, device)
-    model_cfg = ModelConfig(**saved["model"])
-    model = XMaskNet(model_cfg).to(device)
-    model.load_state_dict(run.load_checkpoint(RunDir.BEST)["model"])
-    model.eval()
+    exp, task, model = load_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
+                                device=device, log=log)
+    level, seed, model_cfg = exp.level, int(saved["train"]["seed"]), model.cfg
 
     results: list[TargetMaps] = []
     d_max = DEFAULT_MAX_DISTANCE

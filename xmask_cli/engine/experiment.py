@@ -31,7 +31,7 @@ from xmask_cli.engine.runs import RunDir, aggregate
 from xmask_cli.errors import ConfigError, RunNotFoundError, UsageError
 
 __all__ = ["parse_seeds", "resolve_device", "resolve_level", "resolve_metric", "Experiment",
-           "train_seeds", "evaluate_run", "DEFAULT_METRICS"]
+           "train_seeds", "read_run", "load_run", "evaluate_run", "DEFAULT_METRICS"]
 
 #: Metric a level selects on when neither the preset nor the dataset says.
 DEFAULT_METRICS = {"graph": "accuracy", "node": "accuracy", "link": "mrr", "edge": "mae"}
@@ -325,6 +325,44 @@ def train_seeds(
     return result
 
 
+def read_run(run_dir: str | os.PathLike) -> tuple[RunDir, dict[str, Any]]:
+    """A run folder and its saved ``config.json``, checked to hold what ``eval``/``explain`` read.
+
+    Raises:
+        RunNotFoundError: no folder, no ``config.json`` / ``best.pt``, or a config without the resolved preset.
+    """
+    run = RunDir(run_dir) if Path(run_dir).is_dir() else None
+    if run is None or not (run.path / RunDir.CONFIG).is_file() or not run.has_checkpoint(RunDir.BEST):
+        raise RunNotFoundError(f"{run_dir}: not a run directory (needs config.json and best.pt; "
+                               f"runs live in runs/<name>/<seed>/)")
+    saved = run.load_config()
+    if "config" not in saved:
+        raise RunNotFoundError(f"{run_dir}: config.json has no resolved preset; was it written by `xmask train`?")
+    return run, saved
+
+
+def load_run(
+    run: RunDir,
+    saved: dict[str, Any],
+    *,
+    cache_dir: Path,
+    data_root: str | os.PathLike | None = None,
+    offline: bool | None = None,
+    device: str = "cpu",
+    log: Callable[[str], None] = lambda m: None,
+) -> tuple[Experiment, Any, torch.nn.Module]:
+    """Rebuild a run's experiment, task (same seed, same split) and best model, in eval mode."""
+    from xmask_cli.model.network import ModelConfig, XMaskNet
+
+    cfg = build(Config, saved["config"])
+    exp = Experiment.load(cfg, cache_dir=cache_dir, offline=offline, log=log,
+                          data_root=data_root if data_root is not None else saved.get("data_root"))
+    task = exp.task(int(saved["train"]["seed"]), device)
+    model = XMaskNet(ModelConfig(**saved["model"])).to(device)
+    model.load_state_dict(run.load_checkpoint(RunDir.BEST)["model"])
+    return exp, task, model.eval()
+
+
 def evaluate_run(
     run_dir: str | os.PathLike,
     *,
@@ -342,23 +380,10 @@ def evaluate_run(
     Raises:
         RunNotFoundError: the folder has no ``config.json`` or ``best.pt``.
     """
-    from xmask_cli.model.network import ModelConfig, XMaskNet
-
-    run = RunDir(run_dir) if Path(run_dir).is_dir() else None
-    if run is None or not (run.path / RunDir.CONFIG).is_file() or not run.has_checkpoint(RunDir.BEST):
-        raise RunNotFoundError(f"{run_dir}: not a run directory (needs config.json and best.pt; "
-                               f"runs live in runs/<name>/<seed>/)")
-    saved = run.load_config()
-    if "config" not in saved:
-        raise RunNotFoundError(f"{run_dir}: config.json has no resolved preset; was it written by `xmask train`?")
-    cfg = build(Config, saved["config"])
+    run, saved = read_run(run_dir)
+    exp, task, model = load_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
+                                device=device, log=log)
     seed = int(saved["train"]["seed"])
-    exp = Experiment.load(cfg, cache_dir=cache_dir, data_root=data_root if data_root is not None else saved.get("data_root"),
-                          offline=offline, log=log)
-    task = exp.task(seed, device)
-    model_cfg = ModelConfig(**saved["model"])
-    model = XMaskNet(model_cfg).to(device)
-    model.load_state_dict(run.load_checkpoint(RunDir.BEST)["model"])
     metrics = {part: score(task, model, part) for part in parts}
     recorded = run.read_summary()["metrics"] if (run.path / RunDir.SUMMARY).is_file() else {}
     return {"run_dir": str(run.path), "dataset": exp.dataset, "level": exp.level, "metric": exp.metric, "seed": seed,
