@@ -18,7 +18,8 @@ from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine import pairs as pairs_mod
 from xmask_cli.engine.loop import TrainConfig, fit
 from xmask_cli.engine.metrics import mae
-from xmask_cli.engine.pairs import (EdgeTask, LinkTask, edge_regression_split, fit_pair_task, link_mrr,
+from xmask_cli.engine.train import train_task
+from xmask_cli.engine.pairs import (EdgeTask, LinkTask, edge_regression_split, link_mrr,
                                     one_hot_degree, prepare_pair_structure, train_edge_index)
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.splits import edge_split
@@ -210,7 +211,7 @@ def test_link_learns_on_cora(tmp_path: Path) -> None:
     model_cfg = ModelConfig(in_dim=task.in_dim, out_dim=1, task="link", hidden=32, heads=2, layers=1,
                             dropout=0.0, head_powers=(1, 2))
     cfg = TrainConfig(epochs=15, lr=3e-3, warmup_epochs=1, patience=15, seed=0)
-    summary = fit_pair_task(task, model_cfg, cfg, tmp_path / "run")
+    summary = train_task(task, model_cfg, cfg, tmp_path / "run")
 
     rng = np.random.default_rng(0)
     p, m = split.val_pos.shape[1], split.num_neg_per_pos
@@ -244,7 +245,7 @@ def test_edge_regression_learns_a_known_signal(tmp_path: Path) -> None:
     task = EdgeTask(path, torch.from_numpy(data.x), data, rows, dataset="synthetic", metric="mae")
     model_cfg = ModelConfig(in_dim=4, out_dim=2, task="edge", hidden=32, heads=2, layers=1, dropout=0.0,
                             head_powers=(1, 2))
-    summary = fit_pair_task(task, model_cfg, TrainConfig(epochs=80, lr=1e-2, warmup_epochs=1, patience=80, seed=0),
+    summary = train_task(task, model_cfg, TrainConfig(epochs=80, lr=1e-2, warmup_epochs=1, patience=80, seed=0),
                             tmp_path / "run")
 
     baseline = mae(np.broadcast_to(data.targets[rows.train].mean(0), (len(rows.test), 2)), data.targets[rows.test])
@@ -270,18 +271,18 @@ def test_link_resume_matches_uninterrupted(tmp_path: Path) -> None:
     model_cfg = ModelConfig(in_dim=6, out_dim=1, task="link", hidden=16, heads=2, layers=1, dropout=0.2,
                             head_powers=(1, 2))
     cfg = TrainConfig(epochs=6, lr=1e-2, warmup_epochs=2, patience=6, seed=3)
-    a = fit_pair_task(task, model_cfg, cfg, tmp_path / "a")
+    a = train_task(task, model_cfg, cfg, tmp_path / "a")
 
     def kill_after_epoch_2(row: dict) -> None:
         if row["epoch"] == 2:
             raise Killed
 
     with pytest.raises(Killed):
-        fit_pair_task(task, model_cfg, cfg, tmp_path / "b", log=kill_after_epoch_2)
+        train_task(task, model_cfg, cfg, tmp_path / "b", log=kill_after_epoch_2)
     assert not (tmp_path / "b" / RunDir.SUMMARY).exists()
     torch.manual_seed(12345)  # whatever the process did meanwhile must not matter
     np.random.seed(54321)
-    b = fit_pair_task(task, model_cfg, cfg, tmp_path / "b", resume=True)
+    b = train_task(task, model_cfg, cfg, tmp_path / "b", resume=True)
 
     assert b == a
     run_a, run_b = RunDir(tmp_path / "a"), RunDir(tmp_path / "b")

@@ -3,7 +3,7 @@
 This is what ``xmask train`` and ``xmask eval`` call: it resolves the task
 level and metric, loads the dataset, makes sure the structure cache exists
 (preparing it when it does not, and saying so), builds the level's
-:class:`~xmask_cli.engine.loop.Task` and model, and runs :func:`fit` per seed.
+:class:`~xmask_cli.engine.loop.Task` and model, and trains per seed (:func:`~xmask_cli.engine.train.train_task`).
 
 Example::
 
@@ -13,7 +13,6 @@ Example::
 """
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import os
@@ -26,7 +25,7 @@ from typing import Any
 import torch
 
 from xmask_cli.config import Config, build
-from xmask_cli.engine.loop import PARTS, TrainConfig, fit, score, seed_everything
+from xmask_cli.engine.loop import PARTS, TrainConfig, score, seed_everything
 from xmask_cli.engine.runs import RunDir, aggregate
 from xmask_cli.errors import ConfigError, RunNotFoundError, UsageError
 
@@ -293,7 +292,7 @@ def train_seeds(
     With more than one seed an ``aggregate.json`` (mean ± std over seeds of
     every final metric) is written beside the seed folders.
     """
-    from xmask_cli.model.network import XMaskNet
+    from xmask_cli.engine.train import train_task
 
     exp = Experiment.load(cfg, cache_dir=cache_dir, data_root=data_root, offline=offline, log=log)
     root = Path(run_root or cfg.run.root) / exp.run_name()
@@ -302,12 +301,10 @@ def train_seeds(
         run = RunDir(root / str(seed))
         seed_everything(seed)
         task = exp.task(seed, device)
-        model_cfg = exp.model_config(task)
-        model = XMaskNet(model_cfg).to(device)
         on_seed_start(seed, cfg.train.epochs)
         extra = {"config": cfg.to_dict(), "level": exp.level, "data_root": None if data_root is None else str(data_root)}
-        summary = fit(task, model, _train_config(cfg, seed, device), run, model_config=dataclasses.asdict(model_cfg),
-                      extra_config=extra, resume=resume, log=lambda row, s=seed: on_epoch(s, row))
+        summary = train_task(task, exp.model_config(task), _train_config(cfg, seed, device), run, extra_config=extra,
+                             resume=resume, log=lambda row, s=seed: on_epoch(s, row))
         summary = {**summary, "level": exp.level, "run_dir": str(run.path)}
         run.write_summary(summary)
         summaries.append(summary)

@@ -56,7 +56,7 @@ Example::
     path = prepare_pair_structure("cora", split.train_edge_index, data.num_nodes, cfg.structure, cache_dir)
     task = LinkTask(path, data.x, split, dataset="Cora", seed=0)
     model_cfg = ModelConfig(in_dim=task.in_dim, out_dim=task.out_dim, task=task.model_task, hidden=64)
-    summary = fit_pair_task(task, model_cfg, TrainConfig(seed=0), "runs/cora-link/0")
+    summary = train_task(task, model_cfg, TrainConfig(seed=0), "runs/cora-link/0")  # engine.train
 
     data = load_edge_file("bonds.csv")
     rows = edge_regression_split(data.num_edges, seed=0)
@@ -71,7 +71,6 @@ import math
 import os
 import re
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -83,17 +82,14 @@ from xmask_cli.cache import StructureCache, cache_key, cache_path
 from xmask_cli.config import StructureConfig
 from xmask_cli.data.edgefile import EdgeData
 from xmask_cli.data.load import graphs_fingerprint
-from xmask_cli.engine.loop import PARTS, TrainConfig, fit, seed_everything
+from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import METRICS, mrr
 from xmask_cli.engine.paths import full_graph_attention
-from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.splits import EdgeSplit, Split, pair_keys, sample_negatives, random_split
-from xmask_cli.model.network import ModelConfig, XMaskNet
 
 __all__ = [
     "PROTOCOLS", "MAX_DEGREE", "LinkTask", "EdgeTask", "prepare_pair_structure", "canonical_edges",
     "structure_fingerprint", "train_edge_index", "edge_regression_split", "one_hot_degree", "link_mrr",
-    "fit_pair_task",
 ]
 
 #: MRR protocols of :class:`LinkTask` (see the module docstring).
@@ -481,28 +477,3 @@ class EdgeTask:
             return float("nan")
         pred = self._predict(model, rows) * self.std + self.mean  # back to the file's units
         return METRICS[self.metric](pred.float().cpu(), self.y[rows].cpu())
-
-
-def fit_pair_task(
-    task: LinkTask | EdgeTask,
-    model_cfg: ModelConfig,
-    train_cfg: TrainConfig,
-    run_dir: RunDir | str | os.PathLike,
-    *,
-    resume: bool = False,
-    log: Callable[[dict[str, Any]], None] = lambda m: None,
-) -> dict[str, Any]:
-    """Seed, build :class:`XMaskNet` for ``task`` and train it with :func:`fit`.
-
-    Raises:
-        ValueError: ``model_cfg`` does not fit the task (task, in_dim, out_dim),
-            or anything :func:`fit` raises.
-    """
-    want = (task.model_task, task.in_dim, task.out_dim)
-    got = (model_cfg.task, model_cfg.in_dim, model_cfg.out_dim)
-    if want != got:
-        raise ValueError(f"model config (task, in_dim, out_dim) = {got}, the task needs {want}")
-    seed_everything(train_cfg.seed)
-    model = XMaskNet(model_cfg).to(task.device)
-    return fit(task, model, train_cfg, run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir),
-               model_config=asdict(model_cfg), resume=resume, log=log)

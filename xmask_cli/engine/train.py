@@ -30,7 +30,7 @@ from xmask_cli.engine.splits import Split
 from xmask_cli.engine.stream import GraphBatch, GraphLevelStream
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
-__all__ = ["TrainConfig", "GraphTask", "node_features", "graph_labels", "evaluate", "train_graph_level"]
+__all__ = ["TrainConfig", "GraphTask", "train_task", "node_features", "graph_labels", "evaluate", "train_graph_level"]
 
 #: Metrics of classification tasks (trained with cross-entropy).
 CLASSIFICATION_METRICS = ("accuracy", "rocauc")
@@ -153,6 +153,33 @@ class GraphTask:
         return _score(model, self.eval_streams[part], self.device, self.metric)
 
 
+def train_task(
+    task: Any,
+    model_cfg: ModelConfig,
+    train_cfg: TrainConfig,
+    run_dir: RunDir | str | os.PathLike,
+    *,
+    extra_config: dict[str, Any] | None = None,
+    resume: bool = False,
+    log: Callable[[dict[str, Any]], None] = lambda m: None,
+) -> dict[str, Any]:
+    """Seed, build :class:`XMaskNet` from ``model_cfg`` and train it on ``task`` with :func:`fit`.
+
+    Raises:
+        ValueError: ``model_cfg`` does not fit a task that states its
+            ``(model_task, in_dim, out_dim)``, or anything :func:`fit` raises.
+    """
+    if hasattr(task, "model_task"):
+        want = (task.model_task, task.in_dim, task.out_dim)
+        got = (model_cfg.task, model_cfg.in_dim, model_cfg.out_dim)
+        if want != got:
+            raise ValueError(f"model config (task, in_dim, out_dim) = {got}, the task needs {want}")
+    seed_everything(train_cfg.seed)
+    model = XMaskNet(model_cfg).to(task.device)
+    return fit(task, model, train_cfg, run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir),
+               model_config=asdict(model_cfg), extra_config=extra_config, resume=resume, log=log)
+
+
 def train_graph_level(
     cache_path: str | os.PathLike,
     graphs: GraphSet,
@@ -164,17 +191,13 @@ def train_graph_level(
     resume: bool = False,
     log: Callable[[dict[str, Any]], None] = lambda m: None,
 ) -> dict[str, Any]:
-    """Train :class:`XMaskNet` on one graph-level split with :func:`~xmask_cli.engine.loop.fit`.
+    """Train :class:`XMaskNet` on one graph-level split (cross-entropy over size-bucketed batches).
 
-    Cross-entropy over size-bucketed batches; see :func:`fit` for selection,
-    checkpoints and resume.
+    See :func:`~xmask_cli.engine.loop.fit` for selection, checkpoints and resume.
 
     Raises:
         ValueError: ``metric`` is not a classification metric, ``epochs < 1``, or
             ``resume`` finds a run with another dataset, split, model or seed.
     """
-    seed_everything(train_cfg.seed)
     task = GraphTask(cache_path, graphs, split, metric, train_cfg.batch_size, train_cfg.seed, train_cfg.device)
-    model = XMaskNet(model_cfg).to(task.device)
-    return fit(task, model, train_cfg, run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir),
-               model_config=asdict(model_cfg), resume=resume, log=log)
+    return train_task(task, model_cfg, train_cfg, run_dir, resume=resume, log=log)
