@@ -194,6 +194,12 @@ def load_graphs(
         DataNotFoundError: raw files are missing and cannot (or may not) be downloaded.
         NotWritableError: neither the data root nor the cache dir can take ``processed/``.
     """
+    if spec.family == "graphqa":  # generated from a seed: no files, no download
+        from xmask_cli.data.graphqa import GraphQADataset
+
+        ds = GraphQADataset(spec.name.split(":", 1)[1])
+        edges, nodes = graph_arrays(ds)
+        return GraphSet(spec=spec, edge_index=edges, num_nodes=nodes, source=Path("generated"), dataset=ds)
     offline = is_offline(offline)
     looked: list[Path] = []
     source: Path | None = None

@@ -41,8 +41,8 @@ class DatasetSpec:
 
     @property
     def key(self) -> str:
-        """Lower-case name used for cache folders."""
-        return self.name.lower()
+        """Lower-case name used for cache and run folders (no ``:``, which some file systems refuse)."""
+        return self.name.lower().replace(":", "-")
 
 
 def _planetoid(name: str) -> tuple[str, ...]:
@@ -95,8 +95,26 @@ def all_datasets() -> tuple[DatasetSpec, ...]:
     return _SPECS
 
 
+def graphqa_spec(task: str) -> DatasetSpec:
+    """The generated ``graphqa:<task>`` dataset (see :mod:`xmask_cli.data.graphqa`)."""
+    from xmask_cli.data.graphqa import TASKS
+
+    task = task.strip().lower().replace("-", "_")
+    if task not in TASKS:
+        close = difflib.get_close_matches(task, TASKS, n=1)
+        hint = f"did you mean 'graphqa:{close[0]}'? " if close else ""
+        raise UsageError(f"unknown GraphQA task '{task}': {hint}tasks: {', '.join(TASKS)}")
+    return DatasetSpec(f"graphqa:{task}", "graphqa", ("graph",), "fixed-8-1-1", f"graphqa-{task}", (), "accuracy",
+                       embedded=True)
+
+
 def get_dataset(name: str) -> DatasetSpec:
-    """Look a dataset up by name or alias, ignoring case; unknown names fail with a suggestion."""
+    """Look a dataset up by name or alias, ignoring case; unknown names fail with a suggestion.
+
+    ``graphqa:<task>`` names a generated structural-reasoning dataset.
+    """
+    if name.strip().lower().startswith("graphqa:"):
+        return graphqa_spec(name.split(":", 1)[1])
     key = name.strip().lower().replace("_", "-")
     if key in _BY_NAME:
         return _BY_NAME[key]

@@ -270,7 +270,7 @@ class Experiment:
 
     def run_name(self) -> str:
         """``run.name``, or ``<dataset>-<level>``."""
-        return self.cfg.run.name or f"{self.dataset.lower()}-{self.level}"
+        return self.cfg.run.name or f"{self.dataset.lower().replace(':', '-')}-{self.level}"
 
 
 def train_seeds(

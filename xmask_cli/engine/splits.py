@@ -137,10 +137,12 @@ def graph_split(spec_split_name: str, dataset: Any, seed: int = 0) -> Split:
     """
     if spec_split_name == "random-8-1-1":
         return random_split(len(dataset), (0.8, 0.1, 0.1), seed=seed, name="random-8-1-1")
+    if spec_split_name == "fixed-8-1-1":  # generated sets: one split whatever the training seed
+        return random_split(len(dataset), (0.8, 0.1, 0.1), seed=0, name="fixed-8-1-1")
     if spec_split_name == "scaffold":
         idx = dataset.get_idx_split()
         return Split(idx["train"], idx["valid"], idx["test"], name="scaffold", seed=None)
-    raise ValueError(f"unknown graph split '{spec_split_name}': expected random-8-1-1 or scaffold")
+    raise ValueError(f"unknown graph split '{spec_split_name}': expected random-8-1-1, fixed-8-1-1 or scaffold")
 
 
 @dataclass(frozen=True, eq=False)
