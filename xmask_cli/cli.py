@@ -204,6 +204,21 @@ DataRootOpt = Annotated[
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never download [env XMASK_OFFLINE=1].")]
 
 
+def _run_preset(preset: str | None, dataset: str | None, set_: list[str] | None) -> tuple[str, list[str]]:
+    """Preset and overrides of `train` / `ablate`: `--dataset` overrides data.dataset and, without
+    `--preset`, picks the dataset's own preset (else its level's); the default is graph-level."""
+    from xmask_cli import config as C
+    from xmask_cli.data.registry import get_dataset
+
+    overrides = list(set_ or [])
+    if dataset is not None:
+        spec = get_dataset(dataset)
+        overrides.insert(0, f"data.dataset={spec.name}")
+        if preset is None:
+            preset = spec.key if spec.key in C.list_presets() else f"{spec.level}-level"
+    return preset or "graph-level", overrides
+
+
 def _fmt_metric(v: Any) -> str:
     return "-" if v is None else f"{v:.4f}"
 
@@ -249,7 +264,6 @@ def train(
         xmask train --preset graph-level --seeds 0-4 --resume
     """
     from xmask_cli import config as C
-    from xmask_cli.data.registry import get_dataset
     from xmask_cli.engine.experiment import parse_seeds, resolve_device, train_seeds
     from xmask_cli.prepare import resolve_cache_dir
 
@@ -257,15 +271,10 @@ def train(
     if seed is not None and seeds is not None:
         raise UsageError("give --seed or --seeds, not both")
     seed_list = parse_seeds(seeds if seeds is not None else seed)
-    overrides = list(set_ or [])
-    if dataset is not None:
-        spec = get_dataset(dataset)
-        overrides.insert(0, f"data.dataset={spec.name}")
-        if preset is None:  # the dataset's own preset, else its level's
-            preset = spec.key if spec.key in C.list_presets() else f"{spec.level}-level"
+    preset, overrides = _run_preset(preset, dataset, set_)
     if name is not None:
         overrides.append(f"run.name={name}")
-    cfg = C.resolve(preset or "graph-level", overrides)
+    cfg = C.resolve(preset, overrides)
     dev = resolve_device(device)
     tty_bar = not (out.json or out.quiet) and sys.stderr.isatty()
     every = max(1, cfg.train.epochs // 10)
@@ -383,18 +392,11 @@ def ablate(
     """
     from xmask_cli import config as C
     from xmask_cli.ablate import parse_variants, run_ablation
-    from xmask_cli.data.registry import get_dataset
     from xmask_cli.engine.experiment import parse_seeds, resolve_device, resolve_level
     from xmask_cli.prepare import resolve_cache_dir
 
     output = _output(ctx, fmt)
-    overrides = list(set_ or [])
-    if dataset is not None:
-        spec = get_dataset(dataset)
-        overrides.insert(0, f"data.dataset={spec.name}")
-        if preset is None:
-            preset = spec.key if spec.key in C.list_presets() else f"{spec.level}-level"
-    preset = preset or "graph-level"
+    preset, overrides = _run_preset(preset, dataset, set_)
     base = C.resolve(preset, overrides)
     level = resolve_level(base)
     names = parse_variants(variants)

@@ -1,7 +1,6 @@
 """Node-level training: subgraph slicing, partition batches, learning on Cora, resume."""
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from types import SimpleNamespace
@@ -27,15 +26,6 @@ NO_EXTRAS = ["structure.spd.enabled=false", "structure.spectrum.enabled=false"]
 #: Few epochs: each full-graph (2708 nodes) step and evaluation costs about 0.5 s on one busy core,
 #: and validation passes 0.55 by epoch 3.
 CORA_EPOCHS = 12
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    # Small models gain nothing from intra-op threads; on a busy 2-core box they only contend.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 class _OneGraph:
@@ -232,7 +222,6 @@ def test_learns_cora(tmp_path_factory: pytest.TempPathFactory) -> None:
     # Cora's public validation majority rate is 0.316; 0.2 above it is 100 more of 500 nodes right.
     assert result["metrics"]["val"] >= majority + 0.2
     assert result["split"] == {"name": "public", "seed": None, "train": 140, "val": 500, "test": 1000}
-
 
 
 def test_full_graph_sparse_attention_equals_dense(small: Toy) -> None:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import networkx as nx
@@ -32,15 +31,6 @@ FULL = StructureConfig(powers=PowersConfig(k=3), spd=SpdConfig(enabled=True, max
 #: Powers only: what training reads, and fast to prepare on Cora.
 POWERS_ONLY = StructureConfig(powers=PowersConfig(k=2), spd=SpdConfig(enabled=False),
                               spectrum=SpectrumConfig(enabled=False))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    # Small models gain nothing from intra-op threads on a busy 2-core box.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _random_graph(n: int, p: float, seed: int) -> np.ndarray:

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,16 +22,6 @@ from xmask_cli.prepare import prepare_dataset
 # Split seed 1 has a balanced-ish validation set (majority rate 10/18), so beating it is informative.
 SPLIT_SEED = 1
 FAST = TrainConfig(epochs=30, lr=1e-2, warmup_epochs=2, patience=30, batch_size=32, seed=0)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread() -> Iterator[None]:
-    # A 16-wide model gains nothing from intra-op threads, and on a busy 2-core box
-    # spinning OpenMP workers slow these runs down several-fold.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @dataclass

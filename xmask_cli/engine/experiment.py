@@ -13,6 +13,7 @@ Example::
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -134,31 +135,26 @@ def _check_structure(cfg: Config) -> None:
 
 
 def _train_config(cfg: Config, seed: int, device: str) -> TrainConfig:
-    t = cfg.train
-    return TrainConfig(epochs=t.epochs, lr=t.lr, weight_decay=t.weight_decay, warmup_epochs=t.warmup_epochs,
-                       clip_norm=t.clip_norm, batch_size=t.batch_size, patience=t.patience, seed=seed,
+    # The preset's train section minus what only the tasks read (loader_workers), plus seed and device.
+    keep = {f.name for f in dataclasses.fields(TrainConfig)}
+    return TrainConfig(**{k: v for k, v in dataclasses.asdict(cfg.train).items() if k in keep}, seed=seed,
                        device=device)
 
 
 def _model_config(cfg: Config, level: str, in_dim: int, out_dim: int, dataset: str) -> Any:
     from xmask_cli.model.network import ModelConfig
 
-    m = cfg.model
-    encoder = m.encoder
-    if encoder == "auto":
-        encoder = "atom" if dataset.lower().startswith("ogbg-mol") else "linear"
-    return ModelConfig(in_dim=in_dim, out_dim=out_dim, hidden=m.hidden, heads=m.heads, layers=m.layers,
-                       ffn_mult=m.ffn_mult, dropout=m.dropout, attn_dropout=m.attn_dropout, norm=m.norm,
-                       mask_scale=m.mask_scale, head_powers=m.head_powers, eps=cfg.structure.powers.eps,
-                       readout=m.readout, task=level, use_bias=m.use_bias, encoder=encoder,
-                       input_dropout=m.input_dropout)
+    fields = dataclasses.asdict(cfg.model)
+    if fields["encoder"] == "auto":
+        fields["encoder"] = "atom" if dataset.lower().startswith("ogbg-mol") else "linear"
+    return ModelConfig(in_dim=in_dim, out_dim=out_dim, task=level, eps=cfg.structure.powers.eps, **fields)
 
 
 @dataclass
 class Experiment:
     """Everything seeds share: the config, level, metric, loaded data and structure cache.
 
-    Build with :meth:`load`; then :meth:`task` and :meth:`model` per seed.
+    Build with :meth:`load`; then :meth:`task` and :meth:`model_config` per seed.
     """
 
     cfg: Config
