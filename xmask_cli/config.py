@@ -116,6 +116,17 @@ class TaskConfig:
 
 
 @dataclass(frozen=True)
+class BiasSection:
+    """One learned structural bias (``model.biases`` is a list of these)."""
+
+    type: Literal["spd", "rrwp", "magnetic", "eigen"] = "spd"
+    heads: list[int] | None = None  # 1-based heads it serves; null: all
+    layers: list[int] | None = None  # 1-based layers it is in; null: all
+    max_distance: int = 8  # spd: distances 1..max_distance get their own bucket
+    width: int = 32  # rrwp / magnetic: hidden width
+
+
+@dataclass(frozen=True)
 class ModelSection:
     """Model hyper-parameters (see :class:`xmask_cli.model.network.ModelConfig`)."""
 
@@ -132,6 +143,7 @@ class ModelSection:
     use_bias: bool = True  # false: plain attention (the no-logmask ablation)
     encoder: Literal["auto", "linear", "atom"] = "auto"  # auto: atom for OGB molecules, else linear
     input_dropout: float = 0.0  # dropout on raw input features (bag-of-words node features overfit without it)
+    biases: list[BiasSection] = field(default_factory=list)  # learned biases added to X-LogSMask: [{type: spd}, ...]
 
 
 @dataclass(frozen=True)
@@ -350,6 +362,12 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         raise bad
     if origin is list:
         (inner,) = typing.get_args(tp)
+        if dataclasses.is_dataclass(inner):
+            if isinstance(value, dict):  # one mapping stands for a list of one
+                value = [value]
+            if not isinstance(value, list):
+                raise bad
+            return [build(inner, v, f"{key}[{i}]") for i, v in enumerate(value)]
         if isinstance(value, (int, float, str)) and not isinstance(value, bool) and inner is not str:
             value = [value]
         if not isinstance(value, list):
@@ -430,7 +448,17 @@ def _check_ranges(obj: Any, prefix: str) -> None:
              "dropouts must lie in [0, 1)")
         if obj.head_powers is not None:
             need(len(obj.head_powers) == obj.heads, "head_powers", f"needs one power per head ({obj.heads})")
-            need(min(obj.head_powers) >= 1, "head_powers", "powers must be >= 1")
+            need(min(obj.head_powers) >= 0 and max(obj.head_powers) >= 1, "head_powers",
+                 "powers must be >= 0 (0: no log mask on that head), at least one >= 1")
+        for i, b in enumerate(obj.biases):
+            for name, top in (("heads", obj.heads), ("layers", obj.layers)):
+                idx = getattr(b, name)
+                if idx is not None:
+                    need(len(idx) > 0 and min(idx) >= 1 and max(idx) <= top and len(set(idx)) == len(idx),
+                         f"biases[{i}].{name}", f"must be distinct 1-based indices up to model.{name} ({top})")
+    elif isinstance(obj, BiasSection):
+        need(obj.max_distance >= 1, "max_distance", "must be >= 1")
+        need(obj.width >= 1, "width", "must be >= 1")
     elif isinstance(obj, TrainSection):
         need(obj.epochs >= 1, "epochs", "must be >= 1")
         need(obj.lr >= 0, "lr", "must be >= 0")

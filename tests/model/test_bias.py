@@ -65,7 +65,9 @@ def test_bad_configuration_is_refused():
     with pytest.raises(ValueError):
         XLogSMaskBias(3, head_powers=[1, 2])
     with pytest.raises(ValueError):
-        XLogSMaskBias(2, head_powers=[0, 1])
+        XLogSMaskBias(2, head_powers=[-1, 1])
+    with pytest.raises(ValueError):  # 0 turns a head's mask off; at least one head must keep one
+        XLogSMaskBias(2, head_powers=[0, 0])
     _, powers, mask = _dense_batch()
     with pytest.raises(ValueError, match="K=3"):
         XLogSMaskBias(4)(DenseStructure(powers, mask))
@@ -76,3 +78,11 @@ def test_bad_configuration_is_refused():
 def test_registry_is_a_plain_dict():
     assert BIASES["xlogsmask"] is XLogSMaskBias
     assert all(issubclass(c, StructuralBias) for c in BIASES.values())
+
+
+def test_power_zero_turns_a_heads_mask_off():
+    x, powers, mask = _dense_batch()
+    got = XLogSMaskBias(3, head_powers=[2, 0, 1])(DenseStructure(powers, mask))
+    want = XLogSMaskBias(2, head_powers=[2, 1])(DenseStructure(powers, mask))
+    assert torch.equal(got[:, 1], torch.zeros_like(got[:, 1]))
+    torch.testing.assert_close(got[:, [0, 2]], want)

@@ -54,7 +54,7 @@ def test_config_defaults_and_validation():
     with pytest.raises(Exception):
         cfg.hidden = 8  # frozen
     for bad in (dict(hidden=10, heads=4), dict(norm="sandwich"), dict(mask_scale="x"), dict(readout="median"),
-                dict(task="pairs"), dict(encoder="gin"), dict(head_powers=[1, 2]), dict(head_powers=[0, 1, 2, 3]), dict(eps=0.0),
+                dict(task="pairs"), dict(encoder="gin"), dict(head_powers=[1, 2]), dict(head_powers=[-1, 1, 2, 3]), dict(head_powers=[0, 0, 0, 0]), dict(eps=0.0),
                 dict(layers=0)):
         with pytest.raises(ValueError):
             ModelConfig(in_dim=3, out_dim=2, **bad)

@@ -127,11 +127,25 @@ def resolve_metric(cfg: Config, level: str) -> str:
     return metric
 
 
+#: Learned bias type -> the structure section its input is prepared by.
+_BIAS_SECTION = {"spd": "spd", "rrwp": "rrwp", "magnetic": "magnetic", "eigen": "spectrum"}
+
+
+def model_needs(cfg: Config) -> frozenset[str]:
+    """Structure sections the model's learned biases read (batches carry them as extras)."""
+    return frozenset(_BIAS_SECTION[b.type] for b in cfg.model.biases)
+
+
 def _check_structure(cfg: Config) -> None:
     powers = cfg.model.head_powers or list(range(1, cfg.model.heads + 1))
     if cfg.model.use_bias and max(powers) > cfg.structure.powers.k:
         raise ConfigError(f"model.head_powers reads Â^{max(powers)} but structure.powers.k is "
                           f"{cfg.structure.powers.k}: raise structure.powers.k or lower the powers")
+    for b in cfg.model.biases:
+        section = _BIAS_SECTION[b.type]
+        if not getattr(cfg.structure, section).enabled:
+            raise ConfigError(f"model.biases uses {b.type}, which reads structure.{section}: "
+                              f"set structure.{section}.enabled=true")
 
 
 def _train_config(cfg: Config, seed: int, device: str) -> TrainConfig:
@@ -144,10 +158,14 @@ def _train_config(cfg: Config, seed: int, device: str) -> TrainConfig:
 def _model_config(cfg: Config, level: str, in_dim: int, out_dim: int, dataset: str) -> Any:
     from xmask_cli.model.network import ModelConfig
 
+    from xmask_cli.model.bias_stack import BiasSpec
+
     fields = dataclasses.asdict(cfg.model)
     if fields["encoder"] == "auto":
         fields["encoder"] = "atom" if dataset.lower().startswith("ogbg-mol") else "linear"
-    return ModelConfig(in_dim=in_dim, out_dim=out_dim, task=level, eps=cfg.structure.powers.eps, **fields)
+    fields["biases"] = tuple(BiasSpec(**b) for b in fields["biases"])
+    return ModelConfig(in_dim=in_dim, out_dim=out_dim, task=level, eps=cfg.structure.powers.eps,
+                       rrwp_dim=cfg.structure.rrwp.steps + 1, **fields)
 
 
 @dataclass
@@ -220,7 +238,7 @@ class Experiment:
 
             split = graph_split(spec.split, self.graphs.dataset, seed=seed)
             return GraphTask(self.cache_path, self.graphs, split, self.metric, cfg.train.batch_size, seed, device,
-                             loader_workers=cfg.train.loader_workers)
+                             loader_workers=cfg.train.loader_workers, needs=model_needs(cfg))
         if self.level == "node":
             from xmask_cli.engine.node import NodeTask
             from xmask_cli.engine.splits import node_split
@@ -229,7 +247,8 @@ class Experiment:
             n = cfg.node
             return NodeTask(self.cache_path, self.graphs, split, self.metric, mode=n.mode,
                             subgraph_size=n.subgraph_size, subgraphs_per_epoch=n.subgraphs_per_epoch,
-                            dense_max_nodes=n.dense_max_nodes, seed=seed, device=device, attention=n.attention)
+                            dense_max_nodes=n.dense_max_nodes, seed=seed, device=device, attention=n.attention,
+                            needs=model_needs(cfg))
         if self.level == "link":
             from xmask_cli.engine.pairs import LinkTask, prepare_pair_structure
             from xmask_cli.engine.splits import edge_split
@@ -242,7 +261,8 @@ class Experiment:
                                           self.cache_dir, log=self.log)
             return LinkTask(path, node_features(self.graphs)[0], split, dataset=spec.name, metric=self.metric,
                             protocol=cfg.link.protocol, seed=seed, device=device,
-                            dense_max_nodes=cfg.node.dense_max_nodes, fractions=tuple(cfg.link.fractions))
+                            dense_max_nodes=cfg.node.dense_max_nodes, fractions=tuple(cfg.link.fractions),
+                            needs=model_needs(cfg))
         from xmask_cli.engine.pairs import EdgeTask, edge_regression_split, prepare_pair_structure, train_edge_index
 
         data = self.edge_data
@@ -251,7 +271,7 @@ class Experiment:
                                       self.cache_dir, level="edge", log=self.log)
         x = None if data.x is None else torch.as_tensor(data.x)
         return EdgeTask(path, x, data, split, dataset=EDGE_FILE_DATASET, metric=self.metric, seed=seed,
-                        device=device, dense_max_nodes=cfg.node.dense_max_nodes)
+                        device=device, dense_max_nodes=cfg.node.dense_max_nodes, needs=model_needs(cfg))
 
     def model_config(self, task: Any) -> Any:
         """The :class:`ModelConfig` this experiment's model takes on ``task``."""

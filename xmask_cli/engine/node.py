@@ -24,7 +24,7 @@ Example::
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,7 @@ from torch import Tensor
 
 from xmask_cli.cache import StructureCache
 from xmask_cli.data.load import GraphSet
+from xmask_cli.engine.extras import GraphExtras, to_tensors
 from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.engine.paths import ATTENTIONS, full_graph_attention
@@ -58,6 +59,8 @@ class NodeBatch:
         powers: ``[1, K, n, n]`` dense powers (``full`` / ``subgraph``), or None.
         edge_index: ``[2, E]`` batch-local attended pairs (``partition``), or None.
         values: ``[E, K]`` powers at those pairs (``partition``), or None.
+        extras: what the learned biases read (dense with a batch axis of 1, or
+            per pair / node; see :class:`~xmask_cli.engine.extras.GraphExtras`), or None.
     """
 
     nodes: Tensor | None
@@ -65,6 +68,7 @@ class NodeBatch:
     powers: Tensor | None = None
     edge_index: Tensor | None = None
     values: Tensor | None = None
+    extras: dict[str, Tensor] | None = None
 
 
 def induced_pairs(indptr: np.ndarray, col: np.ndarray, nodes: np.ndarray,
@@ -146,7 +150,7 @@ class NodeTask:
     def __init__(self, cache_path: str | os.PathLike, graphs: GraphSet, split: Split, metric: str = "accuracy", *,
                  mode: str = "auto", subgraph_size: int = 0, subgraphs_per_epoch: int = 1,
                  dense_max_nodes: int = 5000, seed: int = 0, device: torch.device | str = "cpu",
-                 parts_per_batch: int = 1, attention: str = "auto"):
+                 parts_per_batch: int = 1, attention: str = "auto", needs: Iterable[str] = ()):
         if attention not in ATTENTIONS:
             raise ValueError(f"node attention must be one of {ATTENTIONS}, got {attention!r}")
         if mode not in MODES:
@@ -175,6 +179,8 @@ class NodeTask:
         self.cache = StructureCache(cache_path)
         if self.cache.num_nodes(0) != self.num_nodes:
             raise ValueError(f"cache {cache_path} has {self.cache.num_nodes(0)} nodes, the dataset {self.num_nodes}")
+        # SPD / RRWP / spectra for the learned biases, read once and sliced per batch.
+        self._extras = GraphExtras(self.cache, 0, needs) if needs else None
         self.mode = mode if mode != "auto" else ("full" if self.num_nodes <= self.dense_max_nodes else "partition")
         if self.mode == "subgraph" and self.subgraph_size < 1:
             raise ValueError(f"subgraph mode needs subgraph_size >= 1, got {self.subgraph_size}")
@@ -210,12 +216,14 @@ class NodeTask:
         # Moved once: the same K x N x N tensor serves every epoch and evaluation.
         powers = torch.from_numpy(self.cache.dense_powers(0)).unsqueeze(0).to(self.device)
         targets = torch.from_numpy(np.flatnonzero(self.train_mask))
-        return NodeBatch(nodes=None, targets=targets, powers=powers)
+        extras = None if self._extras is None else to_tensors(self._extras.dense(), self.device, batch_dim=True)
+        return NodeBatch(nodes=None, targets=targets, powers=powers, extras=extras)
 
     def _sparse_full_batch(self) -> NodeBatch:
         # The whole graph as one group: every cached pair, global ids.
         batch = self._group_batches(np.zeros(self.num_nodes, dtype=np.int64))[0]
-        return NodeBatch(nodes=None, targets=batch.targets, edge_index=batch.edge_index, values=batch.values)
+        return NodeBatch(nodes=None, targets=batch.targets, edge_index=batch.edge_index, values=batch.values,
+                         extras=batch.extras)
 
     def _partition(self) -> np.ndarray:
         try:
@@ -252,9 +260,10 @@ class NodeTask:
             nodes = order[bounds[g]:bounds[g + 1]]
             pos = keep[pair_bounds[g]:pair_bounds[g + 1]]
             edge_index = torch.from_numpy(np.stack([local[row[pos]], local[col[pos]]]))
+            extras = None if self._extras is None else to_tensors(self._extras.pairs(row[pos], col[pos], nodes))
             batches.append(NodeBatch(
                 nodes=torch.from_numpy(nodes), targets=torch.from_numpy(np.flatnonzero(self.train_mask[nodes])),
-                edge_index=edge_index, values=torch.from_numpy(np.ascontiguousarray(values[pos]))))
+                edge_index=edge_index, values=torch.from_numpy(np.ascontiguousarray(values[pos])), extras=extras))
         return batches
 
     def subgraph_nodes(self, epoch: int, i: int) -> np.ndarray:
@@ -266,8 +275,9 @@ class NodeTask:
     def subgraph_batch(self, nodes: np.ndarray) -> NodeBatch:
         """Dense batch of ``nodes``: the cached global powers sliced to them (never recomputed)."""
         powers = dense_block(self._indptr, self._col, self._values, nodes, self._local)
+        extras = None if self._extras is None else to_tensors(self._extras.dense(nodes), batch_dim=True)
         return NodeBatch(nodes=torch.from_numpy(nodes), targets=torch.from_numpy(np.flatnonzero(self.train_mask[nodes])),
-                         powers=torch.from_numpy(powers).unsqueeze(0))
+                         powers=torch.from_numpy(powers).unsqueeze(0), extras=extras)
 
     # ----------------------------------------------------------------- Task
     def describe(self) -> dict[str, Any]:
@@ -315,9 +325,10 @@ class NodeTask:
         """``[n, C]`` logits of the batch's nodes."""
         x = self.x if batch.nodes is None else self.x[batch.nodes]
         x = x.to(self.device, non_blocking=True)
+        extras = None if batch.extras is None else {k: v.to(self.device) for k, v in batch.extras.items()}
         if batch.powers is not None:
-            return model.forward_dense(x.unsqueeze(0), batch.powers.to(self.device, non_blocking=True))[0]
-        return model.forward_sparse(x, batch.edge_index.to(self.device), batch.values.to(self.device))
+            return model.forward_dense(x.unsqueeze(0), batch.powers.to(self.device, non_blocking=True), extras=extras)[0]
+        return model.forward_sparse(x, batch.edge_index.to(self.device), batch.values.to(self.device), extras=extras)
 
     def loss(self, model: torch.nn.Module, batch: NodeBatch) -> tuple[Tensor, int]:
         """Cross-entropy over the batch's training nodes."""

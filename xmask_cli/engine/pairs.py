@@ -70,7 +70,7 @@ import hashlib
 import math
 import os
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +82,7 @@ from xmask_cli.cache import StructureCache, cache_key, cache_path
 from xmask_cli.config import StructureConfig
 from xmask_cli.data.edgefile import EdgeData
 from xmask_cli.data.load import graphs_fingerprint
+from xmask_cli.engine.extras import GraphExtras, to_tensors
 from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import METRICS, mrr
 from xmask_cli.engine.paths import full_graph_attention
@@ -168,7 +169,7 @@ class _Structure:
     """Cached structure of the training-edge graph, ready for the model (dense or sparse)."""
 
     def __init__(self, path: str | os.PathLike, edge_index: np.ndarray, num_nodes: int, dense_max_nodes: int,
-                 device: torch.device, attention: str = "auto"):
+                 device: torch.device, attention: str = "auto", needs: Iterable[str] = ()):
         with StructureCache(path) as c:
             if c.num_graphs != 1 or c.num_nodes(0) != num_nodes:
                 raise ValueError(f"cache {path} does not hold one graph of {num_nodes} nodes")
@@ -178,14 +179,20 @@ class _Structure:
                                  f"build it with prepare_pair_structure(..., split training edges, ...)")
             num_pairs = int(c._read("powers/indptr", slice(num_nodes, num_nodes + 1))[0])
             self.dense = full_graph_attention(attention, num_nodes, num_pairs, device, dense_max_nodes) == "dense"
+            extras = GraphExtras(c, 0, needs) if needs else None
+            self.extras = None
             if self.dense:
                 self.powers = torch.from_numpy(c.dense_powers(0)).unsqueeze(0).to(device)
                 self.k = int(self.powers.size(1))
+                if extras is not None:
+                    self.extras = to_tensors(extras.dense(), device, batch_dim=True)
             else:
                 row, col, vals = c.powers(0)
                 self.pairs = torch.from_numpy(np.stack([row.astype(np.int64), col.astype(np.int64)])).to(device)
                 self.values = torch.from_numpy(np.ascontiguousarray(vals, dtype=np.float32)).to(device)
                 self.k = int(self.values.size(1))
+                if extras is not None:
+                    self.extras = to_tensors(extras.pairs(row, col), device)
 
     def encode(self, model: torch.nn.Module, x: Tensor) -> Tensor:
         """``[N, hidden]`` embeddings of every node."""
@@ -194,8 +201,8 @@ class _Structure:
             raise ValueError(f"the model reads Â^{cfg.max_power} but the cache holds powers up to {self.k}; "
                              f"prepare with structure.powers.k >= {cfg.max_power}")
         if self.dense:
-            return model.encode_dense(x.unsqueeze(0), self.powers, None)[0]
-        return model.encode_sparse(x, self.pairs, self.values)
+            return model.encode_dense(x.unsqueeze(0), self.powers, None, extras=self.extras)[0]
+        return model.encode_sparse(x, self.pairs, self.values, extras=self.extras)
 
 
 def one_hot_degree(edge_index: np.ndarray, num_nodes: int, cap: int = MAX_DEGREE) -> Tensor:
@@ -281,7 +288,7 @@ class LinkTask:
     def __init__(self, cache_path: str | os.PathLike, features: Tensor, split: EdgeSplit, *, dataset: str,
                  metric: str = "mrr", protocol: str = "shared", seed: int = 0, device: torch.device | str = "cpu",
                  dense_max_nodes: int = 5000, batch_size: int = 0,
-                 fractions: Sequence[float] = (0.85, 0.05, 0.10)):
+                 fractions: Sequence[float] = (0.85, 0.05, 0.10), needs: Iterable[str] = ()):
         if metric != "mrr":
             raise ValueError(f"link prediction reports 'mrr', got {metric!r}")
         if protocol not in PROTOCOLS:
@@ -299,7 +306,7 @@ class LinkTask:
         self.num_nodes = n
         self.in_dim = int(features.size(1))
         self.x = features.float().to(self.device)
-        self.structure = _Structure(cache_path, split.train_edge_index, n, dense_max_nodes, self.device)
+        self.structure = _Structure(cache_path, split.train_edge_index, n, dense_max_nodes, self.device, needs=needs)
         self.train_pos = split.train_pos
         self._train_keys = np.unique(pair_keys(self.train_pos[0], self.train_pos[1], n))
         m = split.num_neg_per_pos
@@ -403,7 +410,7 @@ class EdgeTask:
 
     def __init__(self, cache_path: str | os.PathLike, features: Tensor | None, data: EdgeData, split: Split, *,
                  dataset: str, metric: str = "mae", seed: int = 0, device: torch.device | str = "cpu",
-                 dense_max_nodes: int = 5000, batch_size: int = 0):
+                 dense_max_nodes: int = 5000, batch_size: int = 0, needs: Iterable[str] = ()):
         if metric not in ("mae", "rmse"):
             raise ValueError(f"edge regression reports 'mae' or 'rmse', got {metric!r}")
         e, n = data.num_edges, int(data.num_nodes)
@@ -418,7 +425,7 @@ class EdgeTask:
         self.dataset, self.cache_path, self.data, self.split = dataset, str(cache_path), data, split
         self.device = torch.device(device)
         train_ei = train_edge_index(data, split)
-        self.structure = _Structure(cache_path, train_ei, n, dense_max_nodes, self.device)
+        self.structure = _Structure(cache_path, train_ei, n, dense_max_nodes, self.device, needs=needs)
         self.features_source = ("file" if features is not None
                                 else f"one-hot degree of the training edges (cap {MAX_DEGREE})")
         if features is None:

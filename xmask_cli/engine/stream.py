@@ -15,7 +15,7 @@ Example::
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from xmask_cli.cache import StructureCache
+from xmask_cli.engine.extras import GraphExtras, pad_extras, to_tensors
 from xmask_cli.model.bias import DenseStructure
 
 
@@ -72,6 +73,8 @@ class GraphBatch:
         powers: ``[B, K, N, N]`` float32 ``Â^1..Â^K``, 0 off the support and on padding.
         y: ``[B]`` or ``[B, T]`` graph labels.
         index: ``[B]`` long graph ids (rows of the cache).
+        extras: structure the learned biases read (``spd``, ``rrwp``, padded
+            eigenpairs; see :func:`~xmask_cli.engine.extras.pad_extras`), or None.
     """
 
     x: Tensor
@@ -79,6 +82,7 @@ class GraphBatch:
     powers: Tensor
     y: Tensor
     index: Tensor
+    extras: dict[str, Tensor] | None = None
 
     @property
     def structure(self) -> DenseStructure:
@@ -90,7 +94,9 @@ class GraphBatch:
         return int(self.index.numel())
 
     def _apply(self, fn: Any) -> "GraphBatch":
-        return GraphBatch(x=fn(self.x), mask=fn(self.mask), powers=fn(self.powers), y=fn(self.y), index=fn(self.index))
+        extras = None if self.extras is None else {k: fn(v) for k, v in self.extras.items()}
+        return GraphBatch(x=fn(self.x), mask=fn(self.mask), powers=fn(self.powers), y=fn(self.y), index=fn(self.index),
+                          extras=extras)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "GraphBatch":
         """A copy on ``device``; ``non_blocking`` overlaps the copy when the batch is pinned."""
@@ -106,12 +112,15 @@ def collate(
     graph_ids: Sequence[int] | np.ndarray,
     x_list: Sequence[Tensor],
     y_list: Sequence[Tensor],
+    needs: Iterable[str] = (),
 ) -> GraphBatch:
     """Pad the graphs ``graph_ids`` into one :class:`GraphBatch`.
 
     ``x_list[b]`` (``[n_b, F]``) and ``y_list[b]`` belong to ``graph_ids[b]``.
     Each graph's cached pairs are scattered into the dense powers tensor in
     one indexed assignment for the whole batch; N is the largest graph here.
+    ``needs`` names the extra sections (``spd``, ``rrwp``, ``spectrum``,
+    ``magnetic``) the model's learned biases read; they go to ``extras``.
     """
     ids = np.asarray(graph_ids, dtype=np.int64).reshape(-1)
     if not (len(ids) == len(x_list) == len(y_list)) or len(ids) == 0:
@@ -140,12 +149,17 @@ def collate(
     for b, (n, xb) in enumerate(zip(sizes, x_list)):
         x[b, :n] = xb
         mask[b, :n] = True
+    extras = None
+    needs = frozenset(needs)
+    if needs:
+        extras = to_tensors(pad_extras([GraphExtras(cache, int(g), needs).dense() for g in ids], n_max))
     return GraphBatch(
         x=x,
         mask=mask,
         powers=torch.from_numpy(powers),
         y=torch.stack([torch.as_tensor(y) for y in y_list]),
         index=torch.from_numpy(ids.copy()),
+        extras=extras,
     )
 
 
@@ -187,6 +201,7 @@ class GraphLevelStream:
         seed: makes every epoch reproducible; None draws one per stream.
         load_in_memory: read the whole cache once (when it fits) instead of
             reading each batch from the file.
+        needs: extra structure sections the batches carry (see :func:`collate`).
     """
 
     def __init__(
@@ -200,8 +215,10 @@ class GraphLevelStream:
         seed: int | None = None,
         *,
         load_in_memory: bool = False,
+        needs: Iterable[str] = (),
     ):
         self.cache = StructureCache(cache_path)
+        self.needs = frozenset(needs)
         self.features = list(features)
         self.labels = labels
         self.indices = np.asarray(torch.as_tensor(indices).cpu(), dtype=np.int64).reshape(-1)
@@ -239,7 +256,7 @@ class GraphLevelStream:
     def collate(self, graph_ids: np.ndarray) -> GraphBatch:
         """The padded batch of ``graph_ids``."""
         ids = np.asarray(graph_ids, dtype=np.int64)
-        return collate(self.cache, ids, [self.features[g] for g in ids], [self.labels[g] for g in ids])
+        return collate(self.cache, ids, [self.features[g] for g in ids], [self.labels[g] for g in ids], self.needs)
 
     def epoch(self, e: int) -> Iterator[GraphBatch]:
         """Batches of epoch ``e`` in this process (no workers)."""

@@ -14,7 +14,7 @@ restored state, and only reported.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -79,10 +79,10 @@ def _score(model: XMaskNet, stream: GraphLevelStream, device: torch.device, metr
 
 
 def _eval_stream(cache_path: str | os.PathLike, features: Sequence[Tensor], labels: Tensor,
-                 indices: Any, batch_size: int) -> GraphLevelStream:
+                 indices: Any, batch_size: int, needs: Iterable[str] = ()) -> GraphLevelStream:
     # Unshuffled: evaluation batches, hence the numbers, are the same at every call.
     return GraphLevelStream(cache_path, features, labels, indices, batch_size, shuffle=False, seed=0,
-                            load_in_memory=True)
+                            load_in_memory=True, needs=needs)
 
 
 def evaluate(
@@ -104,7 +104,8 @@ def evaluate(
     dev = torch.device(device)
     model = XMaskNet(model_cfg).to(dev)
     model.load_state_dict(state_dict)
-    stream = _eval_stream(cache_path, node_features(graphs), graph_labels(graphs), indices, batch_size)
+    stream = _eval_stream(cache_path, node_features(graphs), graph_labels(graphs), indices, batch_size,
+                          model_cfg.needs)
     return _score(model, stream, dev, metric)
 
 
@@ -113,10 +114,12 @@ class GraphTask:
 
     Training batches are size-bucketed and shuffled by ``(seed, epoch)``;
     evaluation batches are unshuffled, so the numbers are the same at every call.
+    ``needs``: extra structure the model's learned biases read (``ModelConfig.needs``).
     """
 
     def __init__(self, cache_path: str | os.PathLike, graphs: GraphSet, split: Split, metric: str,
-                 batch_size: int, seed: int, device: torch.device | str, loader_workers: int = 0):
+                 batch_size: int, seed: int, device: torch.device | str, loader_workers: int = 0,
+                 needs: Iterable[str] = ()):
         if metric not in CLASSIFICATION_METRICS:
             raise ValueError(f"graph-level training supports {CLASSIFICATION_METRICS}, got {metric!r}")
         self.metric, self.graphs, self.split = metric, graphs, split
@@ -126,8 +129,9 @@ class GraphTask:
         features, labels = node_features(graphs), graph_labels(graphs)
         # With loader workers each worker opens the HDF5 file lazily and reads its batches' slices.
         self.train_stream = GraphLevelStream(cache_path, features, labels, split.train, batch_size,
-                                             shuffle=True, seed=seed, load_in_memory=self.loader_workers == 0)
-        self.eval_streams = {part: _eval_stream(cache_path, features, labels, getattr(split, part), batch_size)
+                                             shuffle=True, seed=seed, load_in_memory=self.loader_workers == 0,
+                                             needs=needs)
+        self.eval_streams = {part: _eval_stream(cache_path, features, labels, getattr(split, part), batch_size, needs)
                              for part in PARTS}
 
     def describe(self) -> dict[str, Any]:

@@ -66,8 +66,10 @@ class XLogSMaskBias(StructuralBias):
 
     Args:
         num_heads: number of attention heads ``H``.
-        head_powers: power ``k_h >= 1`` read by each head (1-based); default
+        head_powers: power ``k_h`` read by each head (1-based); default
             ``[1, ..., H]`` (head 1 sees 1 hop, ..., head H sees H hops).
+            ``k_h = 0`` leaves head ``h`` without the log mask (its bias is 0),
+            e.g. to give some heads only a learned bias.
         eps: floor inside the log, so absent pairs get ``log(eps)``, not ``-inf``.
     """
 
@@ -78,15 +80,18 @@ class XLogSMaskBias(StructuralBias):
         powers = list(range(1, num_heads + 1)) if head_powers is None else [int(k) for k in head_powers]
         if len(powers) != num_heads:
             raise ValueError(f"head_powers has {len(powers)} entries for {num_heads} heads")
-        if min(powers) < 1:
-            raise ValueError(f"head_powers are 1-based powers of Â, got {powers}")
+        if min(powers) < 0 or max(powers) < 1:
+            raise ValueError(f"head_powers are 1-based powers of Â (0: no log mask on that head), got {powers}")
         if not eps > 0:
             raise ValueError(f"eps must be > 0, got {eps}")
         self.num_heads = num_heads
         self.head_powers = powers
         self.eps = float(eps)
-        # 0-based channel of each head; a buffer so it follows .to(device).
-        self.register_buffer("_index", torch.tensor(powers, dtype=torch.long) - 1, persistent=False)
+        # 0-based channel of each head (heads without a mask read channel 0, zeroed later);
+        # buffers so they follow .to(device).
+        self.register_buffer("_index", (torch.tensor(powers, dtype=torch.long) - 1).clamp(min=0), persistent=False)
+        self.register_buffer("_off", torch.tensor([k == 0 for k in powers]), persistent=False)
+        self._any_off = 0 in powers
 
     def _log(self, values: Tensor, axis: int) -> Tensor:
         """``log(values[..., k_h, ...] + eps)`` per head along ``axis``, in float32 or wider."""
@@ -99,9 +104,14 @@ class XLogSMaskBias(StructuralBias):
         # 1e-30 underflows float16 (and log of a float16 rounds badly): widen first.
         wide = torch.promote_types(picked.dtype, torch.float32)
         if picked.requires_grad:  # structure is data, but keep autograd correct if someone learns it
-            return torch.log(picked.to(wide) + self.eps)
-        # torch.add allocates the output once; the log then runs in place on it.
-        return torch.add(picked.to(wide), self.eps).log_()
+            out = torch.log(picked.to(wide) + self.eps)
+        else:  # torch.add allocates the output once; the log then runs in place on it.
+            out = torch.add(picked.to(wide), self.eps).log_()
+        if self._any_off:
+            shape = [1] * out.dim()
+            shape[axis] = self.num_heads
+            out = out.masked_fill(self._off.view(shape), 0.0)
+        return out
 
     def forward(self, batch: Any) -> Tensor:
         """Bias for a dense or a sparse batch.
@@ -132,7 +142,7 @@ class XLogSMaskBias(StructuralBias):
         raise ValueError("batch has neither `powers` (dense) nor `values` (sparse)")
 
 
-# Name -> class, for configs; new biases (SPD, RRWP, ...) are added here by hand.
+# The parameter-free X-LogSMask bias; the learned ones (SPD, RRWP, ...) are in learned_bias.LEARNED_BIASES.
 BIASES: dict[str, type[StructuralBias]] = {
     "xlogsmask": XLogSMaskBias,
 }

@@ -18,6 +18,7 @@ from torch_geometric.utils import scatter
 
 from xmask_cli.model.attention import MASK_SCALES
 from xmask_cli.model.bias import DenseStructure, SparseStructure, XLogSMaskBias
+from xmask_cli.model.bias_stack import BIAS_LABELS, BiasSpec, BiasStack
 from xmask_cli.model.layers import NORMS, TransformerBlock
 
 READOUTS = ("sum", "mean", "max")
@@ -42,8 +43,8 @@ class ModelConfig:
         attn_dropout: dropout on the attention weights.
         norm: ``'post'`` or ``'pre'`` LayerNorm placement.
         mask_scale: ``'paper'`` or ``'none'``, see :class:`StructuralAttention`.
-        head_powers: power of ``Â`` read by each head; None means ``[1, ..., H]``.
-            Stored as a tuple so the config stays hashable.
+        head_powers: power of ``Â`` read by each head (0: no log mask on that
+            head); None means ``[1, ..., H]``. Stored as a tuple so the config stays hashable.
         eps: floor inside ``log(Â^k + eps)``.
         readout: ``'sum'``, ``'mean'`` or ``'max'`` over real nodes (graph task).
         task: ``'graph'`` (one output per graph), ``'node'`` (one per node), ``'link'``
@@ -52,6 +53,9 @@ class ModelConfig:
         encoder: ``'linear'`` or ``'atom'`` (OGB ``AtomEncoder``; ``in_dim`` is then ignored).
         input_dropout: dropout on the raw input features before a linear encoder
             (as GCN/GAT apply to sparse bag-of-words features); 0 disables it.
+        biases: learned structural biases (SPD, RRWP, magnetic, eigen) and the
+            heads and layers each serves, added to the X-LogSMask term.
+        rrwp_dim: walk channels of the cache's RRWP (``structure.rrwp.steps + 1``).
     """
 
     in_dim: int
@@ -71,6 +75,8 @@ class ModelConfig:
     use_bias: bool = True
     encoder: str = "linear"
     input_dropout: float = 0.0
+    biases: Sequence[BiasSpec] = ()
+    rrwp_dim: int = 17
 
     def __post_init__(self) -> None:
         for name in ("in_dim", "out_dim", "hidden", "heads", "layers", "ffn_mult"):
@@ -85,8 +91,11 @@ class ModelConfig:
         powers = range(1, self.heads + 1) if self.head_powers is None else self.head_powers
         # frozen: normalise through object.__setattr__; a tuple keeps the config hashable.
         object.__setattr__(self, "head_powers", tuple(int(k) for k in powers))
-        if len(self.head_powers) != self.heads or min(self.head_powers) < 1:
-            raise ValueError(f"head_powers must be {self.heads} powers >= 1, got {list(self.head_powers)}")
+        if len(self.head_powers) != self.heads or min(self.head_powers) < 0 or max(self.head_powers) < 1:
+            raise ValueError(f"head_powers must be {self.heads} powers >= 0 (0: no log mask), at least one >= 1, "
+                             f"got {list(self.head_powers)}")
+        specs = tuple(b if isinstance(b, BiasSpec) else BiasSpec(**dict(b)) for b in self.biases)
+        object.__setattr__(self, "biases", specs)
         if not 0 <= self.input_dropout < 1:
             raise ValueError(f"input_dropout must lie in [0, 1), got {self.input_dropout}")
         if not self.eps > 0:
@@ -96,6 +105,11 @@ class ModelConfig:
     def max_power(self) -> int:
         """Largest ``k`` any head reads: the ``K`` a batch must at least carry."""
         return max(self.head_powers)
+
+    @property
+    def needs(self) -> frozenset[str]:
+        """Cache sections beyond the powers that batches must carry (``spd``, ``rrwp``, ``magnetic``, ``spectrum``)."""
+        return frozenset(b.needs for b in self.biases)
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -150,6 +164,8 @@ class XMaskNet(torch.nn.Module):
             self.encoder = torch.nn.Linear(cfg.in_dim, cfg.hidden)
         # Parameter-free, so one instance serves every layer (the bias is computed once per forward).
         self.bias = XLogSMaskBias(cfg.heads, cfg.head_powers, cfg.eps) if cfg.use_bias else None
+        # Learned biases: parameters per layer, so they are added to the shared mask layer by layer.
+        self.learned = BiasStack(cfg.biases, cfg.heads, cfg.layers, cfg.rrwp_dim) if cfg.biases else None
         self.blocks = torch.nn.ModuleList(
             TransformerBlock(
                 cfg.hidden, cfg.heads, cfg.ffn_mult, cfg.dropout, cfg.attn_dropout, cfg.norm, cfg.mask_scale
@@ -170,7 +186,8 @@ class XMaskNet(torch.nn.Module):
 
     # ------------------------------------------------------------------ dense
     def encode_dense(self, x: Tensor, powers: Tensor | None, mask: Tensor | None = None,
-                     return_terms: bool = False) -> Tensor | tuple[Tensor, list[dict[str, Tensor]]]:
+                     return_terms: bool = False, extras: Mapping[str, Tensor] | None = None,
+                     ) -> Tensor | tuple[Tensor, list[dict[str, Tensor]]]:
         """Node embeddings ``[B, N, hidden]`` of a padded batch (padded rows zeroed).
 
         Args:
@@ -180,7 +197,9 @@ class XMaskNet(torch.nn.Module):
             return_terms: also return every layer's attention terms (``[B, H, N, N]``
                 ``energy``, ``structural``, ``logits``, ``attention``; see
                 :meth:`StructuralAttention.forward_dense`) of this very forward:
-                the blocks still attend with the one shared mask.
+                the blocks still attend with the masks they train with.
+            extras: dense structure the learned biases read (``spd``, ``rrwp``,
+                ``eig_*``, ``mag_*``; see :mod:`~xmask_cli.model.learned_bias`).
 
         Returns:
             ``h``, or ``(h, [terms of layer 0, layer 1, ...])`` with ``return_terms``.
@@ -190,18 +209,47 @@ class XMaskNet(torch.nn.Module):
         keep = mask.unsqueeze(-1)
         # Zero padded inputs: attention gives padded keys weight exactly 0, but 0 * inf/nan is nan.
         h = self.encoder(self._drop_input(x.masked_fill(~keep, 0.0)))
-        attn_mask = self._dense_attn_mask(powers, mask, h.dtype)
-        if return_terms:
-            # The blocks attend with `attn_mask` as is; the bias only feeds the recorded structural term.
-            bias = None if self.bias is None else self.bias(DenseStructure(powers=powers, mask=mask))
-            layers = []
-            for block in self.blocks:
+        shared = self._dense_attn_mask(powers, mask, h.dtype)
+        xlog = None
+        if return_terms and self.bias is not None:
+            xlog = self.bias(DenseStructure(powers=powers, mask=mask))
+        layers = []
+        for i, block in enumerate(self.blocks):
+            learned = self._learned(i, extras, mask=mask)
+            attn_mask = shared
+            if learned is not None:
+                term = block.attn.structural_term(learned).to(h.dtype)
+                attn_mask = term if shared is None else shared + term
+            if return_terms:
+                # The blocks attend with `attn_mask` as is; the bias only feeds the recorded structural term.
+                bias = xlog if learned is None else (learned if xlog is None else xlog + learned)
                 h, terms = block(h, bias, mask, attn_mask=attn_mask, return_terms=True)
                 layers.append(terms)
-            return h.masked_fill(~keep, 0.0), layers
-        for block in self.blocks:
-            h = block(h, None, mask, attn_mask=attn_mask)
-        return h.masked_fill(~keep, 0.0)
+            else:
+                h = block(h, None, mask, attn_mask=attn_mask)
+        h = h.masked_fill(~keep, 0.0)
+        return (h, layers) if return_terms else h
+
+    def _learned(self, layer: int, extras: Mapping[str, Tensor] | None, mask: Tensor | None = None,
+                 edge_index: Tensor | None = None) -> Tensor | None:
+        """Layer ``layer``'s learned bias, or None without any."""
+        if self.learned is None or not self.learned.has(layer):
+            return None
+        if extras is None:
+            raise ValueError(f"the model has learned biases ({sorted(self.cfg.needs)}) but the batch carries no extras")
+        return self.learned(layer, extras, mask=mask, edge_index=edge_index)
+
+    def head_labels(self, layer: int) -> list[str]:
+        """What each head of ``layer`` (0-based) adds to its logits, e.g. ``"Â^2 + SPD"`` (figures, tables)."""
+        kinds = self.learned.head_types(layer) if self.learned is not None else [[] for _ in range(self.cfg.heads)]
+        out = []
+        for h in range(self.cfg.heads):
+            parts = []
+            if self.bias is not None and self.cfg.head_powers[h] > 0:
+                parts.append(f"Â^{self.cfg.head_powers[h]}")
+            parts += [BIAS_LABELS[k] for k in kinds[h]]
+            out.append(" + ".join(parts) if parts else "none")
+        return out
 
     def _dense_attn_mask(self, powers: Tensor | None, mask: Tensor, dtype: torch.dtype) -> Tensor | None:
         """The blocks' shared SDPA mask (bias as it enters the logits, ``-inf`` at padded keys).
@@ -236,22 +284,24 @@ class XMaskNet(torch.nn.Module):
         # An empty graph has no max; give it 0 (as PyG's scatter does) instead of -inf.
         return out.masked_fill(~mask.any(1, keepdim=True), 0.0)
 
-    def forward_dense(self, x: Tensor, powers: Tensor | None, mask: Tensor | None = None) -> Tensor:
+    def forward_dense(self, x: Tensor, powers: Tensor | None, mask: Tensor | None = None,
+                      extras: Mapping[str, Tensor] | None = None) -> Tensor:
         """Padded batch -> ``[B, out_dim]`` (graph task) or ``[B, N, out_dim]`` (node task).
 
-        Node outputs are zero on padded rows.
+        Node outputs are zero on padded rows. ``extras``: see :meth:`encode_dense`.
         """
         if mask is None:
             mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
         self._no_pair_task()
-        h = self.encode_dense(x, powers, mask)
+        h = self.encode_dense(x, powers, mask, extras=extras)
         if self.cfg.task == "graph":
             return self.head(self.readout_dense(h, mask))
         return self.head(h).masked_fill(~mask.unsqueeze(-1), 0.0)
 
     # ----------------------------------------------------------------- sparse
     def encode_sparse(self, x: Tensor, edge_index: Tensor, values: Tensor | None = None,
-                      return_terms: bool = False) -> Tensor | tuple[Tensor, list[dict[str, Tensor]]]:
+                      return_terms: bool = False, extras: Mapping[str, Tensor] | None = None,
+                      ) -> Tensor | tuple[Tensor, list[dict[str, Tensor]]]:
         """Node embeddings ``[N, hidden]`` attending over the pairs ``edge_index`` only.
 
         Args:
@@ -260,25 +310,28 @@ class XMaskNet(torch.nn.Module):
             values: ``[E, K]`` ``Â^1..Â^K`` at each pair; may be None when ``use_bias=False``.
             return_terms: also return every layer's attention terms (``[E, H]`` per
                 pair; see :meth:`StructuralAttention.forward_sparse`).
+            extras: sparse structure the learned biases read (``spd [E]``,
+                ``rrwp [E, S]``, per-node ``eig_*`` / ``mag_*``).
 
         Returns:
             ``h``, or ``(h, [terms of layer 0, layer 1, ...])`` with ``return_terms``.
         """
         h = self.encoder(self._drop_input(x))
-        bias = None
+        xlog = None
         if self.bias is not None:
             if values is None:
                 raise ValueError("use_bias=True needs `values` [E, K]")
-            bias = self.bias(SparseStructure(edge_index=edge_index, values=values))
-        if return_terms:
-            layers = []
-            for block in self.blocks:
+            xlog = self.bias(SparseStructure(edge_index=edge_index, values=values))
+        layers = []
+        for i, block in enumerate(self.blocks):
+            learned = self._learned(i, extras, edge_index=edge_index)
+            bias = xlog if learned is None else (learned if xlog is None else xlog + learned)
+            if return_terms:
                 h, terms = block(h, bias, edge_index=edge_index, return_terms=True)
                 layers.append(terms)
-            return h, layers
-        for block in self.blocks:
-            h = block(h, bias, edge_index=edge_index)
-        return h
+            else:
+                h = block(h, bias, edge_index=edge_index)
+        return (h, layers) if return_terms else h
 
     def readout_sparse(self, h: Tensor, batch: Tensor | None = None, num_graphs: int | None = None) -> Tensor:
         """``[G, hidden]`` sum/mean/max of ``h [N, hidden]`` per graph of ``batch`` (None: one graph)."""
@@ -295,6 +348,7 @@ class XMaskNet(torch.nn.Module):
         values: Tensor | None = None,
         batch: Tensor | None = None,
         num_graphs: int | None = None,
+        extras: Mapping[str, Tensor] | None = None,
     ) -> Tensor:
         """Pairs-only forward -> ``[N, out_dim]`` (node task) or ``[G, out_dim]`` (graph task).
 
@@ -305,7 +359,7 @@ class XMaskNet(torch.nn.Module):
             num_graphs: ``G``; default ``batch.max() + 1``.
         """
         self._no_pair_task()
-        h = self.encode_sparse(x, edge_index, values)
+        h = self.encode_sparse(x, edge_index, values, extras=extras)
         if self.cfg.task == "graph":
             return self.head(self.readout_sparse(h, batch, num_graphs))
         return self.head(h)
@@ -330,7 +384,7 @@ class XMaskNet(torch.nn.Module):
     def forward(self, batch: Any) -> Tensor:
         """Dense forward of a :class:`GraphBatch`-like object or mapping.
 
-        Reads ``x``, ``powers`` and ``mask``; an input with ``edge_index``
+        Reads ``x``, ``powers``, ``mask`` and ``extras``; an input with ``edge_index``
         (and ``values``, optional ``batch``) but no ``powers`` goes sparse.
         """
         x = _get(batch, "x")
@@ -339,5 +393,6 @@ class XMaskNet(torch.nn.Module):
         powers = _get(batch, "powers")
         edge_index = _get(batch, "edge_index")
         if powers is None and edge_index is not None:
-            return self.forward_sparse(x, edge_index, _get(batch, "values"), _get(batch, "batch"))
-        return self.forward_dense(x, powers, _get(batch, "mask"))
+            return self.forward_sparse(x, edge_index, _get(batch, "values"), _get(batch, "batch"),
+                                       extras=_get(batch, "extras"))
+        return self.forward_dense(x, powers, _get(batch, "mask"), extras=_get(batch, "extras"))

@@ -1,0 +1,205 @@
+"""Cached structure beyond the powers, shaped for the learned biases (SPD, RRWP, spectra).
+
+The learned biases (:mod:`xmask_cli.model.learned_bias`) read ``extras``: a
+dict of tensors, dense for padded batches and per pair / per node for the
+sparse path. :class:`GraphExtras` reads what one cached graph holds, once,
+and serves any block of its nodes (a whole graph, a random subgraph, a METIS
+part) or any list of its pairs. Nothing is recomputed here.
+
+Hop distances keep the cache's convention: ``>= 0`` a distance, ``-1``
+reachable but beyond the cached cut-off, ``-2`` unreachable (other component).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from xmask_cli.cache import StructureCache
+
+__all__ = ["EXTRA_SECTIONS", "GraphExtras", "pad_extras", "to_tensors"]
+
+#: Cache sections the learned biases can read.
+EXTRA_SECTIONS = ("spd", "rrwp", "spectrum", "magnetic")
+_BEYOND, _UNREACHABLE = -1, -2
+
+
+def _sorted_keys(row: np.ndarray, col: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    keys = row.astype(np.int64) * n + col.astype(np.int64)
+    order = np.argsort(keys, kind="stable")
+    return keys[order], order
+
+
+def _lookup(keys: np.ndarray, table: np.ndarray, rows: np.ndarray, cols: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(position into the stored pairs, found)`` of each ``(rows, cols)``."""
+    q = rows.astype(np.int64) * n + cols.astype(np.int64)
+    pos = np.searchsorted(keys, q)
+    pos = np.minimum(pos, max(len(keys) - 1, 0))
+    found = keys[pos] == q if len(keys) else np.zeros(len(q), dtype=bool)
+    return table[pos], found
+
+
+class GraphExtras:
+    """The extras of cached graph ``g`` that ``needs`` asks for.
+
+    Args:
+        cache: an open :class:`StructureCache`.
+        g: graph index in the cache.
+        needs: sections among :data:`EXTRA_SECTIONS`.
+
+    Raises:
+        ValueError: a needed section is not in the cache (prepare it enabled).
+    """
+
+    def __init__(self, cache: StructureCache, g: int, needs: Iterable[str]):
+        self.needs = frozenset(needs)
+        unknown = self.needs - set(EXTRA_SECTIONS)
+        if unknown:
+            raise ValueError(f"unknown structure section(s) {sorted(unknown)}; expected some of {EXTRA_SECTIONS}")
+        self.n = n = cache.num_nodes(g)
+        groups = set(cache.file.keys()) if not cache.in_memory else {k.split("/")[0] for k in cache._mem}
+        for section in self.needs:
+            if section not in groups:
+                raise ValueError(f"the cache {cache.path} has no '{section}' structure: prepare it with "
+                                 f"structure.{section}.enabled=true")
+        if "spd" in self.needs:
+            row, col, dist = cache.spd(g)
+            self.component = np.asarray(cache.component(g), dtype=np.int64)
+            self._spd = (row.astype(np.int64), col.astype(np.int64), dist.astype(np.int16))
+        if "rrwp" in self.needs:
+            row, col, vals = cache.rrwp(g)
+            self._rrwp = (row.astype(np.int64), col.astype(np.int64), np.asarray(vals, dtype=np.float32))
+        self._keys: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # sorted pair keys, built on the first lookup
+        self._eig: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        if "spectrum" in self.needs:
+            vals, vecs = cache.spectrum(g)
+            self._eig["eig"] = (np.asarray(vals, dtype=np.float32), np.asarray(vecs, dtype=np.float32))
+        if "magnetic" in self.needs:
+            vals, vecs = cache.magnetic(g)
+            self._eig["mag"] = (np.asarray(vals, dtype=np.float32), np.asarray(vecs, dtype=np.complex64))
+
+    # ------------------------------------------------------------- dense
+    def dense(self, nodes: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Dense extras of the block ``nodes`` (ascending global ids; None: the whole graph).
+
+        ``spd [n, n]`` int16, ``rrwp [S, n, n]``, ``eig_vals [m]`` / ``eig_vecs [n, m]``
+        (and ``mag_*``), the eigenvectors' rows of the block's nodes.
+        """
+        n = self.n
+        ids = np.arange(n) if nodes is None else np.asarray(nodes, dtype=np.int64)
+        local = np.full(n, -1, dtype=np.int64)
+        local[ids] = np.arange(len(ids))
+        out: dict[str, np.ndarray] = {}
+        if "spd" in self.needs:
+            comp = self.component[ids]
+            spd = np.where(comp[:, None] == comp[None, :], _BEYOND, _UNREACHABLE).astype(np.int16)
+            row, col, dist = self._spd
+            lr, lc = local[row], local[col]
+            keep = (lr >= 0) & (lc >= 0)
+            spd[lr[keep], lc[keep]] = dist[keep]
+            out["spd"] = spd
+        if "rrwp" in self.needs:
+            row, col, vals = self._rrwp
+            lr, lc = local[row], local[col]
+            keep = (lr >= 0) & (lc >= 0)
+            rrwp = np.zeros((vals.shape[1], len(ids), len(ids)), dtype=np.float32)
+            rrwp[:, lr[keep], lc[keep]] = vals[keep].T
+            out["rrwp"] = rrwp
+        for prefix, (vals, vecs) in self._eig.items():
+            out[f"{prefix}_vals"] = vals
+            out[f"{prefix}_vecs"] = vecs[ids]
+            out[f"{prefix}_mask"] = np.ones(len(vals), dtype=bool)
+        return out
+
+    # ------------------------------------------------------------ sparse
+    def _sorted(self, section: str) -> tuple[np.ndarray, np.ndarray]:
+        if section not in self._keys:
+            row, col, _ = self._spd if section == "spd" else self._rrwp
+            self._keys[section] = _sorted_keys(row, col, self.n)
+        return self._keys[section]
+
+    def pairs(self, rows: np.ndarray, cols: np.ndarray, nodes: np.ndarray | None = None) -> dict[str, np.ndarray]:
+        """Sparse extras of the pairs ``(rows, cols)`` (global ids) of a block ``nodes``.
+
+        ``spd [E]``, ``rrwp [E, S]`` (0 off the cached walks), and per node of
+        the block ``eig_vals [n, m]`` (the graph's, repeated), ``eig_vecs [n, m]``,
+        ``eig_mask [n, m]`` (and ``mag_*``): the sparse biases index them by the
+        pairs' block-local ids.
+        """
+        rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
+        out: dict[str, np.ndarray] = {}
+        if "spd" in self.needs:
+            keys, order = self._sorted("spd")
+            dist, found = _lookup(keys, self._spd[2][order], rows, cols, self.n)
+            default = np.where(self.component[rows] == self.component[cols], _BEYOND, _UNREACHABLE)
+            out["spd"] = np.where(found, dist, default).astype(np.int16)
+        if "rrwp" in self.needs:
+            keys, order = self._sorted("rrwp")
+            vals = self._rrwp[2]
+            if len(keys):
+                got, found = _lookup(keys, vals[order], rows, cols, self.n)
+                out["rrwp"] = np.where(found[:, None], got, 0.0).astype(np.float32)
+            else:
+                out["rrwp"] = np.zeros((len(rows), vals.shape[1]), dtype=np.float32)
+        ids = np.arange(self.n) if nodes is None else np.asarray(nodes, dtype=np.int64)
+        for prefix, (vals, vecs) in self._eig.items():
+            out[f"{prefix}_vals"] = np.broadcast_to(vals, (len(ids), len(vals))).copy()
+            out[f"{prefix}_vecs"] = vecs[ids]
+            out[f"{prefix}_mask"] = np.ones((len(ids), len(vals)), dtype=bool)
+        return out
+
+
+def pad_extras(items: Sequence[dict[str, np.ndarray]], n_max: int) -> dict[str, np.ndarray]:
+    """Stack per-graph :meth:`GraphExtras.dense` dicts into a padded batch.
+
+    ``spd [B, N, N]`` (padding ``-2``), ``rrwp [B, S, N, N]`` (0), eigenpairs
+    ``*_vals [B, m]``, ``*_vecs [B, N, m]``, ``*_mask [B, m]`` with ``m`` the
+    most eigenpairs any graph here has (graphs differ when some are small).
+    """
+    if not items:
+        return {}
+    bsz = len(items)
+    out: dict[str, np.ndarray] = {}
+    if "spd" in items[0]:
+        spd = np.full((bsz, n_max, n_max), _UNREACHABLE, dtype=np.int16)
+        for b, it in enumerate(items):
+            n = it["spd"].shape[0]
+            spd[b, :n, :n] = it["spd"]
+        out["spd"] = spd
+    if "rrwp" in items[0]:
+        s = items[0]["rrwp"].shape[0]
+        rrwp = np.zeros((bsz, s, n_max, n_max), dtype=np.float32)
+        for b, it in enumerate(items):
+            n = it["rrwp"].shape[1]
+            rrwp[b, :, :n, :n] = it["rrwp"]
+        out["rrwp"] = rrwp
+    for prefix in ("eig", "mag"):
+        if f"{prefix}_vals" not in items[0]:
+            continue
+        m = max(len(it[f"{prefix}_vals"]) for it in items)
+        dtype = items[0][f"{prefix}_vecs"].dtype
+        vals = np.zeros((bsz, m), dtype=np.float32)
+        vecs = np.zeros((bsz, n_max, m), dtype=dtype)
+        valid = np.zeros((bsz, m), dtype=bool)
+        for b, it in enumerate(items):
+            k = len(it[f"{prefix}_vals"])
+            n = it[f"{prefix}_vecs"].shape[0]
+            vals[b, :k] = it[f"{prefix}_vals"]
+            vecs[b, :n, :k] = it[f"{prefix}_vecs"]
+            valid[b, :k] = it[f"{prefix}_mask"]
+        out[f"{prefix}_vals"], out[f"{prefix}_vecs"], out[f"{prefix}_mask"] = vals, vecs, valid
+    return out
+
+
+def to_tensors(extras: dict[str, np.ndarray], device: torch.device | str | None = None,
+               batch_dim: bool = False) -> dict[str, Tensor]:
+    """numpy extras -> tensors (``batch_dim`` adds a leading axis of 1 to dense ones)."""
+    out = {}
+    for k, v in extras.items():
+        t = torch.from_numpy(np.ascontiguousarray(v))
+        if batch_dim:
+            t = t.unsqueeze(0)
+        out[k] = t if device is None else t.to(device)
+    return out

@@ -1,0 +1,135 @@
+"""Which learned bias each head of each layer adds, as configured (``model.biases``).
+
+A :class:`BiasSpec` names a bias type, the heads it serves and the layers it
+is in; every (spec, layer) gets its own parameters (GTLM learns the SPD table
+per layer and head). :class:`BiasStack` sums, for one layer, the terms of all
+specs into a ``[B, H, N, N]`` / ``[E, H]`` bias, zero on heads a spec does not
+serve. The parameter-free X-LogSMask term is added beside it by the network.
+
+Example: heads 1-4 read ``Â^1..Â^4`` (``head_powers``), and SPD on every head::
+
+    ModelConfig(..., heads=4, biases=(BiasSpec("spd"),))
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from xmask_cli.model.learned_bias import LEARNED_BIASES, NEEDS
+
+__all__ = ["BiasSpec", "BiasStack", "BIAS_LABELS"]
+
+#: Short names for figures and tables.
+BIAS_LABELS = {"spd": "SPD", "rrwp": "RRWP", "magnetic": "MagLap", "eigen": "Eigen"}
+
+
+@dataclass(frozen=True)
+class BiasSpec:
+    """One learned bias in the model.
+
+    Attributes:
+        type: ``spd``, ``rrwp``, ``magnetic`` or ``eigen``.
+        heads: 1-based heads it serves; None: all.
+        layers: 1-based layers it is in; None: all.
+        max_distance: SPD buckets (distances ``1..max_distance`` own one).
+        width: hidden width of the RRWP MLP and the magnetic DeepSet/MLP.
+    """
+
+    type: str
+    heads: tuple[int, ...] | None = None
+    layers: tuple[int, ...] | None = None
+    max_distance: int = 8
+    width: int = 32
+
+    def __post_init__(self) -> None:
+        if self.type not in LEARNED_BIASES:
+            raise ValueError(f"bias type must be one of {tuple(LEARNED_BIASES)}, got {self.type!r}")
+        for name in ("heads", "layers"):
+            value = getattr(self, name)
+            if value is not None:
+                value = tuple(int(v) for v in value)
+                if not value or min(value) < 1 or len(set(value)) != len(value):
+                    raise ValueError(f"bias {self.type}: {name} must be distinct 1-based indices, got {list(value)}")
+                object.__setattr__(self, name, value)
+
+    @property
+    def needs(self) -> str:
+        """The cache section it reads (``spd``, ``rrwp``, ``magnetic`` or ``spectrum``)."""
+        return NEEDS[self.type]
+
+
+def _make(spec: BiasSpec, num_heads: int, rrwp_dim: int) -> torch.nn.Module:
+    if spec.type == "spd":
+        return LEARNED_BIASES["spd"](num_heads, spec.max_distance)
+    if spec.type == "rrwp":
+        return LEARNED_BIASES["rrwp"](num_heads, rrwp_dim, spec.width)
+    if spec.type == "magnetic":
+        return LEARNED_BIASES["magnetic"](num_heads, spec.width)
+    return LEARNED_BIASES["eigen"](num_heads)
+
+
+class BiasStack(torch.nn.Module):
+    """The learned biases of every layer, placed on their heads.
+
+    Args:
+        specs: the configured biases.
+        num_heads: attention heads ``H``.
+        num_layers: transformer blocks ``L``.
+        rrwp_dim: walk channels of the cache (``structure.rrwp.steps + 1``).
+
+    Raises:
+        ValueError: a spec names a head above ``H`` or a layer above ``L``.
+    """
+
+    def __init__(self, specs: Sequence[BiasSpec], num_heads: int, num_layers: int, rrwp_dim: int = 17):
+        super().__init__()
+        self.num_heads, self.num_layers = int(num_heads), int(num_layers)
+        self.layers = torch.nn.ModuleList(torch.nn.ModuleList() for _ in range(num_layers))
+        self._heads: list[list[tuple[int, ...]]] = [[] for _ in range(num_layers)]
+        self._types: list[list[str]] = [[] for _ in range(num_layers)]
+        for spec in specs:
+            heads = spec.heads or tuple(range(1, num_heads + 1))
+            layers = spec.layers or tuple(range(1, num_layers + 1))
+            if max(heads) > num_heads:
+                raise ValueError(f"bias {spec.type}: head {max(heads)} but the model has {num_heads} heads")
+            if max(layers) > num_layers:
+                raise ValueError(f"bias {spec.type}: layer {max(layers)} but the model has {num_layers} layers")
+            for layer in layers:
+                self.layers[layer - 1].append(_make(spec, len(heads), rrwp_dim))
+                self._heads[layer - 1].append(tuple(h - 1 for h in heads))
+                self._types[layer - 1].append(spec.type)
+
+    def has(self, layer: int) -> bool:
+        """Whether layer ``layer`` (0-based) has any learned bias."""
+        return len(self.layers[layer]) > 0
+
+    def head_types(self, layer: int) -> list[list[str]]:
+        """Per head of layer ``layer`` (0-based), the learned bias types it adds."""
+        out: list[list[str]] = [[] for _ in range(self.num_heads)]
+        for heads, kind in zip(self._heads[layer], self._types[layer]):
+            for h in heads:
+                out[h].append(kind)
+        return out
+
+    def forward(self, layer: int, extras: Any, mask: Tensor | None = None,
+                edge_index: Tensor | None = None) -> Tensor | None:
+        """Sum of layer ``layer``'s biases: ``[B, H, N, N]`` (dense) or ``[E, H]`` (``edge_index`` given).
+
+        None when the layer has no learned bias.
+        """
+        total: Tensor | None = None
+        axis = 1 if edge_index is None else -1
+        for module, heads in zip(self.layers[layer], self._heads[layer]):
+            out = module(extras, mask=mask, edge_index=edge_index)
+            if len(heads) != self.num_heads or heads != tuple(range(self.num_heads)):
+                shape = list(out.shape)
+                shape[axis] = self.num_heads
+                full = out.new_zeros(shape)
+                idx = torch.tensor(heads, dtype=torch.long, device=out.device)
+                out = full.index_add(axis if axis >= 0 else out.dim() - 1, idx, out)
+            total = out if total is None else total + out
+        return total
