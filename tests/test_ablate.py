@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from xmask_cli.ablate import VARIANTS, parse_variants, run_ablation
+from xmask_cli.ablate import CORE_VARIANTS as VARIANTS, parse_variants, run_ablation
 from xmask_cli.cli import app
 from xmask_cli.engine import experiment
 from xmask_cli.errors import UsageError
@@ -102,3 +102,27 @@ def test_cli_json_and_bad_variant(ablation):
     r = runner.invoke(app, ["ablate", "--variants", "no-such", "--cache-dir", str(root / "cache")])
     assert r.exit_code == 2 and "unknown ablation variant" in r.stderr
     assert runner.invoke(app, ["ablate", "--help"]).stdout.count("Examples") == 1
+
+
+def test_bias_variants_drop_exactly_their_bias(tmp_path):
+    from xmask_cli.ablate import default_variants, variant_overrides
+    from xmask_cli.config import resolve
+
+    base = resolve("graph-level", ["model.biases=[{type: spd}, {type: eigen, heads: [1]}, {type: spd, layers: [1]}]"])
+    assert default_variants(base) == [*VARIANTS, "no-spd", "no-eigen"]
+    assert parse_variants(None, base) == default_variants(base)
+    kept = resolve("graph-level", [*variant_overrides("no-spd", base)]).model.biases
+    assert [(b.type, b.heads) for b in kept] == [("eigen", [1])]
+    assert resolve("graph-level", variant_overrides("no-eigen", base)).model.biases == [
+        b for b in base.model.biases if b.type == "spd"]
+    with pytest.raises(UsageError, match="no rrwp bias"):
+        variant_overrides("no-rrwp", base)
+
+    # End to end: the no-spd run's saved model has no SPD bias, the full one has.
+    result = run_ablation("graph-level", [*TINY, "structure.spd.enabled=true", "model.biases=[{type: spd}]"],
+                          seeds=[0], out_dir=tmp_path / "abl", cache_dir=tmp_path / "cache", variants=["no-spd"])
+    assert [r["status"] for r in result["rows"]] == ["ok", "ok"]
+    runs = tmp_path / "abl" / "runs"
+    full = json.loads((runs / "mutag-graph-full" / "0" / "config.json").read_text())
+    nospd = json.loads((runs / "mutag-graph-no-spd" / "0" / "config.json").read_text())
+    assert [b["type"] for b in full["model"]["biases"]] == ["spd"] and nospd["model"]["biases"] == []

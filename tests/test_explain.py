@@ -77,7 +77,7 @@ def test_maps_are_the_forward_terms(mutag):
                 grp = f[f"graph_0/layer_{l}/head_{hd}"]
                 rec = {k: grp[k][()].astype(np.float64) for k in KINDS}
                 k = model.cfg.head_powers[hd]
-                assert grp["energy"].attrs["k"] == k and grp["energy"].attrs["bias"] == "xlogsmask"
+                assert grp["energy"].attrs["k"] == k and grp["energy"].attrs["bias"] == f"Â^{k}"
                 # Same numbers as the forward's terms.
                 np.testing.assert_allclose(rec["attention"], a[hd].numpy(), rtol=1e-5, atol=1e-7)
                 # logits = energy + structural; softmax of the logits = attention.
@@ -233,3 +233,44 @@ def test_cli_explain_json_and_errors(mutag, tmp_path):
     r = runner.invoke(app, ["explain", str(tmp_path / "nope"), "--graph", "0", *common])
     assert r.exit_code == 6
     assert "Examples" in runner.invoke(app, ["explain", "--help"]).stdout
+
+
+def test_learned_biases_are_labelled_and_recorded(tmp_path):
+    """A run with SPD on head 2 and eigen on layer 2: labels name them, the structural map holds them."""
+    from xmask_cli.cache import StructureCache
+    from xmask_cli.engine.runs import RunDir
+
+    over = ["model.hidden=8", "model.layers=2", "model.heads=2", "train.epochs=1",
+            "model.biases=[{type: spd, heads: [2]}, {type: eigen, layers: [2]}]"]
+    train_seeds(resolve("graph-level", over), [0], device="cpu", cache_dir=tmp_path / "cache", run_root=tmp_path / "runs")
+    run = tmp_path / "runs" / "mutag-graph" / "0"
+    result = explain_run(run, graphs=[3], out_dir=tmp_path / "out", cache_dir=tmp_path / "cache")
+    assert result["head_biases"] == [["Â^1", "Â^2 + SPD"], ["Â^1 + Eigen", "Â^2 + SPD + Eigen"]]
+    assert result["hop_summary"]["layer_1"]["head_1"]["bias"] == "Â^2 + SPD + Eigen"
+
+    saved = RunDir(run)
+    model = XMaskNet(ModelConfig(**saved.load_config()["model"]))
+    model.load_state_dict(saved.load_checkpoint(RunDir.BEST)["model"])
+    cache = StructureCache(next((tmp_path / "cache").rglob("*.h5")))
+    n = cache.num_nodes(3)
+    spd = cache.dense_spd(3)
+    powers = cache.dense_powers(3)
+    vals, vecs = cache.spectrum(3)
+    pinv = sum(np.outer(vecs[:, k], vecs[:, k]) / vals[k] for k in range(len(vals)) if vals[k] > 1e-6)
+    layer0_spd = model.learned.layers[0][0]
+    layer1_spd, layer1_eig = model.learned.layers[1]
+    table0 = layer0_spd.table.weight.detach().double().numpy()[:, 0]
+    table1 = layer1_spd.table.weight.detach().double().numpy()[:, 0]
+    beta = layer1_eig.beta.detach().double().numpy()
+    assert np.abs(table0).max() > 0 and np.abs(beta).min() > 0  # trained away from the zero start
+    buckets = layer0_spd.buckets(torch.from_numpy(spd)).numpy()
+    scale = math.sqrt(model.cfg.hidden // model.cfg.heads)
+    with h5py.File(result["files"]["maps"]) as f:
+        g = f["graph_3"]
+        assert g["layer_1/head_1/energy"].attrs["bias"] == "Â^2 + SPD + Eigen"
+        log = np.log(powers.astype(np.float64) + 1e-30)
+        want = {(0, 0): log[0], (0, 1): log[1] + table0[buckets],
+                (1, 0): log[0] + beta[0] * pinv, (1, 1): log[1] + table1[buckets] + beta[1] * pinv}
+        for (l, h), term in want.items():
+            got = g[f"layer_{l}/head_{h}/structural"][()]
+            np.testing.assert_allclose(got, term[:n, :n] / scale, rtol=1e-4, atol=1e-4)

@@ -16,7 +16,9 @@ Example::
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
+import json
 import os
 import traceback
 from collections.abc import Callable
@@ -26,16 +28,29 @@ from typing import Any
 from xmask_cli.config import Config, resolve
 from xmask_cli.errors import UsageError
 
-__all__ = ["VARIANTS", "variant_overrides", "parse_variants", "run_ablation"]
+__all__ = ["VARIANTS", "CORE_VARIANTS", "BIAS_VARIANTS", "default_variants", "variant_overrides", "parse_variants",
+           "run_ablation"]
 
 #: Variant -> what it changes (Table 7's columns, plus a depth ablation).
-VARIANTS: dict[str, str] = {
+CORE_VARIANTS: dict[str, str] = {
     "full": "the preset as is",
     "no-symnorm": "powers of A+I normalised afterwards, N((A+I)^k), instead of Â^k",
-    "no-logmask": "no structural bias: plain multi-head attention",
+    "no-logmask": "no X-LogSMask term (learned biases, if any, stay): plain attention otherwise",
     "no-multihead": "every head reads Â^1 (no per-head hop count)",
     "one-layer": "a single transformer block",
 }
+#: One variant per learned bias type: the preset without that bias (GTLM Table 5's rows).
+BIAS_VARIANTS: dict[str, str] = {
+    f"no-{kind}": f"without the learned {label} bias" for kind, label in
+    (("spd", "SPD"), ("rrwp", "RRWP"), ("magnetic", "magnetic-Laplacian"), ("eigen", "eigen"))
+}
+VARIANTS: dict[str, str] = {**CORE_VARIANTS, **BIAS_VARIANTS}
+
+
+def default_variants(cfg: Config) -> list[str]:
+    """The variants that apply to ``cfg``: the core ones, plus ``no-<bias>`` for each bias it has."""
+    kinds = {b.type for b in cfg.model.biases}
+    return [*CORE_VARIANTS, *[v for v in BIAS_VARIANTS if v[3:] in kinds]]
 
 
 def variant_overrides(variant: str, cfg: Config) -> list[str]:
@@ -50,12 +65,27 @@ def variant_overrides(variant: str, cfg: Config) -> list[str]:
         return [f"model.head_powers=[{','.join(['1'] * cfg.model.heads)}]"]
     if variant == "one-layer":
         return ["model.layers=1"]
+    if variant in BIAS_VARIANTS:
+        kind = variant[3:]
+        kept = [dataclasses.asdict(b) for b in cfg.model.biases if b.type != kind]
+        if len(kept) == len(cfg.model.biases):
+            raise UsageError(f"variant '{variant}': the preset has no {kind} bias in model.biases")
+        over = [f"model.biases={json.dumps(kept)}"]  # JSON is YAML: --set parses it as a list of mappings
+        if not kept and not cfg.model.use_bias:
+            raise UsageError(f"variant '{variant}': removing the only bias leaves plain attention; "
+                             f"compare with no-logmask instead")
+        return over
     raise UsageError(f"unknown ablation variant '{variant}': choose from {', '.join(VARIANTS)}")
 
 
-def parse_variants(text: str | None) -> list[str]:
-    """``"full,no-logmask"`` -> the list (``full`` first, always included: deltas need it)."""
-    names = list(VARIANTS) if not text else [v.strip() for v in text.split(",") if v.strip()]
+def parse_variants(text: str | None, cfg: Config | None = None) -> list[str]:
+    """``"full,no-logmask"`` -> the list (``full`` first, always included: deltas need it).
+
+    Without ``text``: :func:`default_variants` of ``cfg`` (the core variants without a config).
+    """
+    if not text:
+        return default_variants(cfg) if cfg is not None else list(CORE_VARIANTS)
+    names = [v.strip() for v in text.split(",") if v.strip()]
     unknown = [v for v in names if v not in VARIANTS]
     if unknown:
         raise UsageError(f"unknown ablation variant(s) {', '.join(unknown)}: choose from {', '.join(VARIANTS)}")
@@ -97,8 +127,8 @@ def run_ablation(
     from xmask_cli.engine.experiment import resolve_level, resolve_metric, train_seeds
     from xmask_cli.engine.runs import RunDir, write_json, write_text
 
-    variants = parse_variants(",".join(variants) if variants else None)
     base = resolve(preset, overrides)
+    variants = parse_variants(",".join(variants) if variants else None, base)
     level = resolve_level(base)
     metric = resolve_metric(base, level)
     dataset = base.data.dataset if level != "edge" else "edges"

@@ -366,7 +366,7 @@ def ablate(
     dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset name; overrides the preset's data.dataset.", show_default=False)] = None,
     set_: SetOpt = None,
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds of every variant: 0-4, 0,2,7 ...")] = "0-4",
-    variants: Annotated[Optional[str], typer.Option("--variants", help="Comma list of full, no-symnorm, no-logmask, no-multihead, one-layer [default: all].", show_default=False)] = None,
+    variants: Annotated[Optional[str], typer.Option("--variants", help="Comma list of full, no-symnorm, no-logmask, no-multihead, one-layer, and no-spd, no-rrwp, no-magnetic, no-eigen (the preset without that learned bias) [default: the core five plus no-<bias> for each bias the preset has].", show_default=False)] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Ablation folder [default ./ablations/<dataset>-<level>].", show_default=False)] = None,
     device: DeviceOpt = "auto",
     data_root: DataRootOpt = None,
@@ -399,7 +399,7 @@ def ablate(
     preset, overrides = _run_preset(preset, dataset, set_)
     base = C.resolve(preset, overrides)
     level = resolve_level(base)
-    names = parse_variants(variants)
+    names = parse_variants(variants, base)
     folder = out or Path("ablations") / (base.run.name or f"{base.data.dataset.lower()}-{level}")
     result = run_ablation(preset, overrides, seeds=parse_seeds(seeds), out_dir=folder,
                           cache_dir=resolve_cache_dir(cache_dir), variants=names, data_root=data_root,

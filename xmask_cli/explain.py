@@ -6,9 +6,10 @@ run's best checkpoint it records, from the very forward the model runs
 ``return_terms=True``):
 
 - ``energy``: ``q·k / sqrt(d_h)``;
-- ``structural``: the X-LogSMask term as it enters the logits
-  (``log(Â^k + eps)``, divided by ``sqrt(d_h)`` under ``mask_scale='paper'``;
-  0 everywhere when the run has ``use_bias=false``);
+- ``structural``: the structural term as it enters the logits: X-LogSMask
+  (``log(Â^k + eps)``) plus the head's learned biases (SPD, RRWP, magnetic,
+  eigen), divided by ``sqrt(d_h)`` under ``mask_scale='paper'``; 0 for a head
+  with no bias. Every head is labelled with its bias types (``Â^2 + SPD``);
 - ``logits``: their sum (``-inf`` at keys the query does not attend);
 - ``attention``: the softmax of ``logits`` (before attention dropout).
 
@@ -56,12 +57,13 @@ import numpy as np
 import torch
 
 from xmask_cli.errors import UsageError
+from xmask_cli.model.network import head_labels
 
 __all__ = ["KINDS", "TargetMaps", "explain_run", "hop_buckets", "record_terms", "plot_target", "write_maps"]
 
 #: Map kinds recorded per layer and head, in plotting order (rows of the grid).
 KINDS = ("energy", "structural", "logits", "attention")
-KIND_TITLES = {"energy": "energy q·k/√d", "structural": "X-LogSMask term", "logits": "sum (logits)",
+KIND_TITLES = {"energy": "energy q·k/√d", "structural": "structural term", "logits": "sum (logits)",
                "attention": "attention"}
 #: SPD cut-off assumed when the cache records none.
 DEFAULT_MAX_DISTANCE = 8
@@ -132,16 +134,21 @@ def _numpy(terms: dict[str, torch.Tensor], index: Any = None) -> dict[str, np.nd
 @torch.no_grad()
 def record_terms(model: torch.nn.Module, x: torch.Tensor, *, powers: torch.Tensor | None = None,
                  mask: torch.Tensor | None = None, edge_index: torch.Tensor | None = None,
-                 values: torch.Tensor | None = None) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
+                 values: torch.Tensor | None = None,
+                 extras: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
     """Eval-mode forward of ``model`` with every layer's attention terms.
 
     Dense when ``edge_index`` is None (``x [1, N, F]``, ``powers``, ``mask``), sparse
-    otherwise (``x [N, F]``, ``edge_index``, ``values``). Returns ``(h, terms per layer)``.
+    otherwise (``x [N, F]``, ``edge_index``, ``values``); ``extras`` feed the learned
+    biases. Returns ``(h, terms per layer)``.
     """
     model.eval()
+    if extras is not None:
+        device = x.device
+        extras = {k: v.to(device) for k, v in extras.items()}
     if edge_index is None:
-        return model.encode_dense(x, powers, mask, return_terms=True)
-    return model.encode_sparse(x, edge_index, values, return_terms=True)
+        return model.encode_dense(x, powers, mask, return_terms=True, extras=extras)
+    return model.encode_sparse(x, edge_index, values, return_terms=True, extras=extras)
 
 
 # ---------------------------------------------------------------- distances
@@ -294,7 +301,7 @@ def _explain_graph(model: Any, task: Any, g: int, max_nodes: int) -> tuple[Targe
     stream = task.eval_streams["test"]
     device = next(model.parameters()).device
     batch = stream.collate(np.array([g])).to(device)
-    _, layers = record_terms(model, batch.x, powers=batch.powers, mask=batch.mask)
+    _, layers = record_terms(model, batch.x, powers=batch.powers, mask=batch.mask, extras=batch.extras)
     n = int(batch.mask[0].sum())
     rec = _Recorded(n=n, layers=[_numpy(t, (0, slice(None), slice(None, n), slice(None, n))) for t in layers])
     with StructureCache(task.cache_path) as cache:
@@ -338,19 +345,20 @@ class _SingleGraph:
             b = t._full if key == "full" else t.eval_batches[key]
             x = (t.x if b.nodes is None else t.x[b.nodes]).to(device)
             if b.powers is not None:
-                _, layers = record_terms(model, x.unsqueeze(0), powers=b.powers.to(device))
+                _, layers = record_terms(model, x.unsqueeze(0), powers=b.powers.to(device), extras=b.extras)
                 pairs = None
             else:
-                _, layers = record_terms(model, x, edge_index=b.edge_index.to(device), values=b.values.to(device))
+                _, layers = record_terms(model, x, edge_index=b.edge_index.to(device), values=b.values.to(device),
+                                         extras=b.extras)
                 pairs = b.edge_index.cpu().numpy()
         else:
             s = t.structure
             x = t.x.to(device)
             if s.dense:
-                _, layers = record_terms(model, x.unsqueeze(0), powers=s.powers)
+                _, layers = record_terms(model, x.unsqueeze(0), powers=s.powers, extras=s.extras)
                 pairs = None
             else:
-                _, layers = record_terms(model, x, edge_index=s.pairs, values=s.values)
+                _, layers = record_terms(model, x, edge_index=s.pairs, values=s.values, extras=s.extras)
                 pairs = s.pairs.cpu().numpy()
         if pairs is None:
             rec = _Recorded(n=len(ids), layers=[_numpy(terms, 0) for terms in layers])
@@ -395,14 +403,15 @@ def write_maps(path: Path, targets: Sequence[TargetMaps], model_cfg: Any, meta: 
     ``/<target>/layer_<l>/head_<h>/<kind>`` (float32 ``[m, m]``, kind in
     :data:`KINDS`). Target groups carry ``target``, ``kind``, ``cropped``,
     ``cropped_from``, ``num_nodes`` and ``query_nodes``; every map carries
-    ``k`` (the head's power of Â), ``bias`` (``xlogsmask`` or ``none``),
+    ``k`` (the head's power of Â, 0 without the log mask), ``bias`` (the head's
+    bias types, e.g. ``Â^2 + SPD``, or ``none``),
     ``mask_scale``, ``target``, ``cropped_from``, ``layer``, ``head``, ``kind``.
     Root attributes: ``meta`` (JSON: run, level, seed, head powers, bias, and the
     hop summary) and ``kinds``.
     """
     import h5py
 
-    bias = "xlogsmask" if model_cfg.use_bias else "none"
+    labels = head_labels(model_cfg)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         with h5py.File(tmp, "w") as f:
@@ -419,7 +428,8 @@ def write_maps(path: Path, targets: Sequence[TargetMaps], model_cfg: Any, meta: 
                         hg = g.create_group(f"layer_{l}/head_{h}")
                         for kind in KINDS:
                             ds = hg.create_dataset(kind, data=maps[kind][h].astype(np.float32), compression="gzip")
-                            ds.attrs.update({"k": int(model_cfg.head_powers[h]), "bias": bias,
+                            ds.attrs.update({"k": int(model_cfg.head_powers[h]) if model_cfg.use_bias else 0,
+                                             "bias": labels[l][h],
                                              "mask_scale": model_cfg.mask_scale, "target": t.name,
                                              "cropped_from": t.cropped_from, "layer": l, "head": h, "kind": kind})
         os.replace(tmp, path)
@@ -437,6 +447,7 @@ def plot_target(t: TargetMaps, model_cfg: Any) -> tuple[Any, np.ndarray]:
     from matplotlib.figure import Figure
 
     layers, heads = len(t.maps), t.maps[0]["attention"].shape[0]
+    labels = head_labels(model_cfg)
     rows = layers * len(KINDS)
     fig = Figure(figsize=(2.8 * heads + 0.8, 2.3 * rows + 0.8), layout="constrained")
     axes = np.asarray(fig.subplots(rows, heads, squeeze=False))
@@ -451,7 +462,7 @@ def plot_target(t: TargetMaps, model_cfg: Any) -> tuple[Any, np.ndarray]:
                     hi = lo + 1e-12
                 im = ax.imshow(a, cmap="viridis", vmin=lo, vmax=hi, interpolation="nearest")
                 fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
-                ax.set_title(f"L{l} {KIND_TITLES[kind]} · head {h} · Â^{model_cfg.head_powers[h]}", fontsize=7)
+                ax.set_title(f"L{l} {KIND_TITLES[kind]} · head {h} · {labels[l][h]}", fontsize=7)
                 ax.set_xticks([])
                 ax.set_yticks([])
     fig.suptitle(f"{t.describe()} (rows/cols: node ids {'closest first' if t.kind != 'graph' else 'in order'})",
@@ -562,6 +573,7 @@ def explain_run(
     out = ensure_writable_dir(Path(out_dir))
     meta = {"run_dir": str(run.path), "dataset": exp.dataset, "level": level, "seed": seed,
             "head_powers": list(model_cfg.head_powers), "use_bias": bool(model_cfg.use_bias),
+            "head_biases": head_labels(model_cfg),
             "mask_scale": model_cfg.mask_scale, "max_nodes": int(max_nodes)}
     buckets = hop_buckets(d_max)
     summary = hop_summary(results, model_cfg, buckets)
@@ -575,12 +587,13 @@ def explain_run(
             "hop_summary": summary}
 
 
-def _normalise(mass: np.ndarray, model_cfg: Any, buckets: list[str]) -> dict[str, Any]:
+def _normalise(mass: np.ndarray, model_cfg: Any, buckets: list[str], layer: int = 0) -> dict[str, Any]:
+    labels = head_labels(model_cfg)[layer]
     out = {}
     for h, row in enumerate(mass):
         total = row.sum()
         p = row / total if total > 0 else row
-        out[f"head_{h}"] = {"k": int(model_cfg.head_powers[h]),
+        out[f"head_{h}"] = {"k": int(model_cfg.head_powers[h]), "bias": labels[h],
                             "mass": {b: float(v) for b, v in zip(buckets, p)}}
     return out
 
@@ -592,7 +605,7 @@ def hop_summary(targets: Sequence[TargetMaps], model_cfg: Any, buckets: list[str
     out = {}
     for l in range(len(targets[0].hop)):
         total = sum(t.hop[l] for t in targets)
-        out[f"layer_{l}"] = _normalise(total, model_cfg, buckets)
+        out[f"layer_{l}"] = _normalise(total, model_cfg, buckets, l)
     return out
 
 
@@ -600,4 +613,4 @@ def _target_dict(t: TargetMaps, model_cfg: Any, buckets: list[str]) -> dict[str,
     return {"name": t.name, "kind": t.kind, **t.spec, "target": t.describe(), "num_nodes": int(len(t.node_ids)),
             "cropped": bool(t.cropped), "cropped_from": int(t.cropped_from),
             "node_ids": [int(i) for i in t.node_ids], "query_nodes": [int(i) for i in t.queries],
-            "hop_summary": {f"layer_{l}": _normalise(m, model_cfg, buckets) for l, m in enumerate(t.hop)}}
+            "hop_summary": {f"layer_{l}": _normalise(m, model_cfg, buckets, l) for l, m in enumerate(t.hop)}}

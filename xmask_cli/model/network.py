@@ -112,6 +112,20 @@ class ModelConfig:
         return frozenset(b.needs for b in self.biases)
 
 
+def head_labels(cfg: ModelConfig) -> list[list[str]]:
+    """Per layer, per head: the biases it adds, e.g. ``"Â^2 + SPD"`` or ``"none"`` (figures, tables)."""
+    out = []
+    for layer in range(1, cfg.layers + 1):
+        row = []
+        for h in range(1, cfg.heads + 1):
+            parts = [f"Â^{cfg.head_powers[h - 1]}"] if cfg.use_bias and cfg.head_powers[h - 1] > 0 else []
+            parts += [BIAS_LABELS[b.type] for b in cfg.biases
+                      if (b.heads is None or h in b.heads) and (b.layers is None or layer in b.layers)]
+            row.append(" + ".join(parts) if parts else "none")
+        out.append(row)
+    return out
+
+
 def _get(obj: Any, name: str) -> Any:
     """``name`` from a mapping or an attribute holder; None if absent."""
     if isinstance(obj, Mapping):
@@ -240,16 +254,8 @@ class XMaskNet(torch.nn.Module):
         return self.learned(layer, extras, mask=mask, edge_index=edge_index)
 
     def head_labels(self, layer: int) -> list[str]:
-        """What each head of ``layer`` (0-based) adds to its logits, e.g. ``"Â^2 + SPD"`` (figures, tables)."""
-        kinds = self.learned.head_types(layer) if self.learned is not None else [[] for _ in range(self.cfg.heads)]
-        out = []
-        for h in range(self.cfg.heads):
-            parts = []
-            if self.bias is not None and self.cfg.head_powers[h] > 0:
-                parts.append(f"Â^{self.cfg.head_powers[h]}")
-            parts += [BIAS_LABELS[k] for k in kinds[h]]
-            out.append(" + ".join(parts) if parts else "none")
-        return out
+        """What each head of ``layer`` (0-based) adds to its logits; see :func:`head_labels`."""
+        return head_labels(self.cfg)[layer]
 
     def _dense_attn_mask(self, powers: Tensor | None, mask: Tensor, dtype: torch.dtype) -> Tensor | None:
         """The blocks' shared SDPA mask (bias as it enters the logits, ``-inf`` at padded keys).
