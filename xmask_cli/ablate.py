@@ -28,7 +28,7 @@ from typing import Any
 from xmask_cli.config import Config, resolve
 from xmask_cli.errors import UsageError
 
-__all__ = ["VARIANTS", "CORE_VARIANTS", "BIAS_VARIANTS", "default_variants", "variant_overrides", "parse_variants",
+__all__ = ["VARIANTS", "CORE_VARIANTS", "BIAS_VARIANTS", "EXPERT_VARIANTS", "default_variants", "variant_overrides", "parse_variants",
            "run_ablation"]
 
 #: Variant -> what it changes (Table 7's columns, plus a depth ablation).
@@ -44,13 +44,25 @@ BIAS_VARIANTS: dict[str, str] = {
     f"no-{kind}": f"without the learned {label} bias" for kind, label in
     (("spd", "SPD"), ("rrwp", "RRWP"), ("magnetic", "magnetic-Laplacian"), ("eigen", "eigen"))
 }
-VARIANTS: dict[str, str] = {**CORE_VARIANTS, **BIAS_VARIANTS}
+#: M3Dphormer (model.experts): one expert removed, or the router replaced (paper 003's ablation).
+EXPERT_VARIANTS: dict[str, str] = {
+    "no-local": "without the local expert",
+    "no-cluster": "without the cluster expert",
+    "no-global": "without the global (class-token) expert",
+    "flat-routing": "one softmax gate over the experts instead of the bi-level sigmoid router",
+    "no-routing": "experts averaged with equal fixed weights",
+}
+VARIANTS: dict[str, str] = {**CORE_VARIANTS, **BIAS_VARIANTS, **EXPERT_VARIANTS}
 
 
 def default_variants(cfg: Config) -> list[str]:
-    """The variants that apply to ``cfg``: the core ones, plus ``no-<bias>`` for each bias it has."""
+    """The variants that apply to ``cfg``: the core ones, ``no-<bias>`` for each bias it has, and with
+    attention experts the expert and routing ablations (``no-multihead`` and ``one-layer`` stay)."""
     kinds = {b.type for b in cfg.model.biases}
-    return [*CORE_VARIANTS, *[v for v in BIAS_VARIANTS if v[3:] in kinds]]
+    out = [*CORE_VARIANTS, *[v for v in BIAS_VARIANTS if v[3:] in kinds]]
+    if cfg.model.experts:
+        out += [v for v in EXPERT_VARIANTS if not v.startswith("no-") or v == "no-routing" or v[3:] in cfg.model.experts]
+    return out
 
 
 def variant_overrides(variant: str, cfg: Config) -> list[str]:
@@ -75,6 +87,20 @@ def variant_overrides(variant: str, cfg: Config) -> list[str]:
             raise UsageError(f"variant '{variant}': removing the only bias leaves plain attention; "
                              f"compare with no-logmask instead")
         return over
+    if variant in EXPERT_VARIANTS:
+        if not cfg.model.experts:
+            raise UsageError(f"variant '{variant}': the preset has no attention experts (model.experts)")
+        if variant == "flat-routing":
+            return ["model.routing=flat"]
+        if variant == "no-routing":
+            return ["model.routing=none"]
+        name = variant[3:]
+        kept = [e for e in cfg.model.experts if e != name]
+        if len(kept) == len(cfg.model.experts):
+            raise UsageError(f"variant '{variant}': the preset has no {name} expert")
+        if not kept:
+            raise UsageError(f"variant '{variant}': removing the only expert leaves no attention")
+        return [f"model.experts=[{','.join(kept)}]"]
     raise UsageError(f"unknown ablation variant '{variant}': choose from {', '.join(VARIANTS)}")
 
 

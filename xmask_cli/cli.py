@@ -366,7 +366,7 @@ def ablate(
     dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset name; overrides the preset's data.dataset.", show_default=False)] = None,
     set_: SetOpt = None,
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds of every variant: 0-4, 0,2,7 ...")] = "0-4",
-    variants: Annotated[Optional[str], typer.Option("--variants", help="Comma list of full, no-symnorm, no-logmask, no-multihead, one-layer, and no-spd, no-rrwp, no-magnetic, no-eigen (the preset without that learned bias) [default: the core five plus no-<bias> for each bias the preset has].", show_default=False)] = None,
+    variants: Annotated[Optional[str], typer.Option("--variants", help="Comma list of full, no-symnorm, no-logmask, no-multihead, one-layer, no-spd, no-rrwp, no-magnetic, no-eigen (the preset without that learned bias), and for M3Dphormer presets no-local, no-cluster, no-global, flat-routing, no-routing [default: the core five plus those that apply to the preset].", show_default=False)] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Ablation folder [default ./ablations/<dataset>-<level>].", show_default=False)] = None,
     device: DeviceOpt = "auto",
     data_root: DataRootOpt = None,

@@ -144,6 +144,9 @@ class ModelSection:
     encoder: Literal["auto", "linear", "atom"] = "auto"  # auto: atom for OGB molecules, else linear
     input_dropout: float = 0.0  # dropout on raw input features (bag-of-words node features overfit without it)
     biases: list[BiasSection] = field(default_factory=list)  # learned biases added to X-LogSMask: [{type: spd}, ...]
+    experts: list[Literal["local", "cluster", "global"]] = field(default_factory=list)  # M3Dphormer experts; []: one attention
+    routing: Literal["bilevel", "flat", "none"] = "bilevel"  # how the experts are mixed per token
+    expert_attention: Literal["dual", "sparse", "dense"] = "dual"  # experts: per-region dense/sparse by density
 
 
 @dataclass(frozen=True)
@@ -456,6 +459,8 @@ def _check_ranges(obj: Any, prefix: str) -> None:
                 if idx is not None:
                     need(len(idx) > 0 and min(idx) >= 1 and max(idx) <= top and len(set(idx)) == len(idx),
                          f"biases[{i}].{name}", f"must be distinct 1-based indices up to model.{name} ({top})")
+        need(len(set(obj.experts)) == len(obj.experts), "experts", "names an expert twice")
+        need(not (obj.experts and obj.biases), "experts", "experts take the X-LogSMask term only; drop model.biases")
     elif isinstance(obj, BiasSection):
         need(obj.max_distance >= 1, "max_distance", "must be >= 1")
         need(obj.width >= 1, "width", "must be >= 1")

@@ -141,6 +141,8 @@ def _check_structure(cfg: Config) -> None:
     if cfg.model.use_bias and max(powers) > cfg.structure.powers.k:
         raise ConfigError(f"model.head_powers reads Â^{max(powers)} but structure.powers.k is "
                           f"{cfg.structure.powers.k}: raise structure.powers.k or lower the powers")
+    if cfg.model.experts and "cluster" in cfg.model.experts and cfg.structure.partition.parts < 1:
+        raise ConfigError("model.experts has 'cluster', which reads METIS parts: set structure.partition.parts >= 1")
     for b in cfg.model.biases:
         section = _BIAS_SECTION[b.type]
         if not getattr(cfg.structure, section).enabled:
@@ -204,6 +206,8 @@ class Experiment:
         level = resolve_level(cfg)
         metric = resolve_metric(cfg, level)
         _check_structure(cfg)
+        if cfg.model.experts and level != "node":
+            raise ConfigError(f"model.experts (M3Dphormer attention experts) need a node-level task, not {level}")
         ensure_writable_dir(cache_dir)
         if level == "edge":
             from xmask_cli.data.edgefile import load_edge_file
@@ -248,7 +252,7 @@ class Experiment:
             return NodeTask(self.cache_path, self.graphs, split, self.metric, mode=n.mode,
                             subgraph_size=n.subgraph_size, subgraphs_per_epoch=n.subgraphs_per_epoch,
                             dense_max_nodes=n.dense_max_nodes, seed=seed, device=device, attention=n.attention,
-                            needs=model_needs(cfg))
+                            needs=model_needs(cfg), experts=bool(cfg.model.experts))
         if self.level == "link":
             from xmask_cli.engine.pairs import LinkTask, prepare_pair_structure
             from xmask_cli.engine.splits import edge_split

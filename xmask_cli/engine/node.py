@@ -150,7 +150,8 @@ class NodeTask:
     def __init__(self, cache_path: str | os.PathLike, graphs: GraphSet, split: Split, metric: str = "accuracy", *,
                  mode: str = "auto", subgraph_size: int = 0, subgraphs_per_epoch: int = 1,
                  dense_max_nodes: int = 5000, seed: int = 0, device: torch.device | str = "cpu",
-                 parts_per_batch: int = 1, attention: str = "auto", needs: Iterable[str] = ()):
+                 parts_per_batch: int = 1, attention: str = "auto", needs: Iterable[str] = (),
+                 experts: bool = False):
         if attention not in ATTENTIONS:
             raise ValueError(f"node attention must be one of {ATTENTIONS}, got {attention!r}")
         if mode not in MODES:
@@ -181,6 +182,12 @@ class NodeTask:
             raise ValueError(f"cache {cache_path} has {self.cache.num_nodes(0)} nodes, the dataset {self.num_nodes}")
         # SPD / RRWP / spectra for the learned biases, read once and sliced per batch.
         self._extras = GraphExtras(self.cache, 0, needs) if needs else None
+        self.experts = bool(experts)
+        if self.experts and mode not in ("auto", "full"):
+            raise ValueError(f"attention experts (M3Dphormer) run on the whole graph's tokens: node.mode must be "
+                             f"full or auto, got {mode!r}")
+        if self.experts:
+            mode = "full"  # the token masks are sparse (dual-mode attention): no N x N tensor at any size
         self.mode = mode if mode != "auto" else ("full" if self.num_nodes <= self.dense_max_nodes else "partition")
         if self.mode == "subgraph" and self.subgraph_size < 1:
             raise ValueError(f"subgraph mode needs subgraph_size >= 1, got {self.subgraph_size}")
@@ -193,13 +200,17 @@ class NodeTask:
         row, col, self._values = self.cache.powers(0)
         self._indptr = np.concatenate([[0], np.cumsum(np.bincount(row, minlength=self.num_nodes))]).astype(np.int64)
         self._col = col.astype(np.int64)
-        del row
         self._local = np.full(self.num_nodes, -1, dtype=np.int64)
 
         self.attention = full_graph_attention(attention, self.num_nodes, len(self._col), self.device,
                                               self.dense_max_nodes)
         self._full: NodeBatch | None = None
-        if "full" in (self.mode, self.eval_mode):
+        self._tokens = None
+        if self.experts:
+            self.attention = "experts"
+            self._tokens = self._token_batch(row)
+            self._full = NodeBatch(nodes=None, targets=torch.from_numpy(np.flatnonzero(self.train_mask)))
+        elif "full" in (self.mode, self.eval_mode):
             self._full = self._full_batch() if self.attention == "dense" else self._sparse_full_batch()
         self._eval_batches: list[NodeBatch] = []
         if "partition" in (self.mode, self.eval_mode):
@@ -207,6 +218,7 @@ class NodeTask:
             # Fixed consecutive groups: evaluation batches (and training ones with one part each).
             groups = np.arange(self._num_parts) // self.parts_per_batch
             self._eval_batches = self._group_batches(groups[self._part])
+        del row
         # Only random part grouping and subsets need the global CSR after __init__.
         if not (self.mode == "subgraph" or (self.mode == "partition" and self.parts_per_batch > 1)):
             self._values = self._col = self._indptr = None  # type: ignore[assignment]
@@ -218,6 +230,35 @@ class NodeTask:
         targets = torch.from_numpy(np.flatnonzero(self.train_mask))
         extras = None if self._extras is None else to_tensors(self._extras.dense(), self.device, batch_dim=True)
         return NodeBatch(nodes=None, targets=targets, powers=powers, extras=extras)
+
+    def _token_batch(self, row: np.ndarray) -> dict[str, Any]:
+        """M3Dphormer tokens: masks, pooled token features and Â^1..Â^K at the local pairs (moved once).
+
+        Local pairs are the support of Â (one hop and self); clusters are the
+        cache's METIS parts; class tokens read *training* labels only.
+        """
+        from xmask_cli.model.experts import hierarchical_tokens
+
+        local = self._values[:, 0] > 0
+        edge_index = torch.from_numpy(np.stack([row[local].astype(np.int64), self._col[local]]))
+        train = torch.from_numpy(np.flatnonzero(self.train_mask))
+        try:
+            part = self._partition()
+        except ValueError:  # no METIS parts cached: one cluster (the config refuses a cluster expert without parts)
+            part, self._num_parts = np.zeros(self.num_nodes, dtype=np.int64), 1
+        masks = hierarchical_tokens(self.num_nodes, edge_index.to(self.device), torch.from_numpy(part),
+                                    train, self.y[train], self.out_dim, num_parts=self._num_parts)
+        return {"masks": masks, "x": masks.pool(self.x).to(self.device),
+                "values": torch.from_numpy(np.ascontiguousarray(self._values[local])).to(self.device), "regions": {}}
+
+    def _token_logits(self, model: torch.nn.Module) -> Tensor:
+        """``[N + P + C, C]`` logits of every token (regions planned once per head width)."""
+        t = self._tokens
+        head_dim = model.cfg.hidden // model.cfg.heads
+        if model.cfg.expert_attention == "dual" and head_dim not in t["regions"]:
+            t["regions"][head_dim] = t["masks"].plan(head_dim)
+        return model.forward_tokens(t["x"], t["masks"], t["values"] if model.cfg.use_bias else None,
+                                    regions=t["regions"].get(head_dim))
 
     def _sparse_full_batch(self) -> NodeBatch:
         # The whole graph as one group: every cached pair, global ids.
@@ -331,7 +372,13 @@ class NodeTask:
         return model.forward_sparse(x, batch.edge_index.to(self.device), batch.values.to(self.device), extras=extras)
 
     def loss(self, model: torch.nn.Module, batch: NodeBatch) -> tuple[Tensor, int]:
-        """Cross-entropy over the batch's training nodes."""
+        """Cross-entropy over the batch's training nodes (with experts: plus the class tokens, as M3Dphormer)."""
+        if self._tokens is not None:
+            masks = self._tokens["masks"]
+            out = self._token_logits(model)
+            idx = torch.cat([batch.targets.to(self.device), masks.class_tokens])
+            target = torch.cat([self.y[batch.targets].to(self.device), masks.virtual_labels])
+            return torch.nn.functional.cross_entropy(out[idx], target), int(batch.targets.numel())
         out = self._forward(model, batch)
         nodes = batch.targets if batch.nodes is None else batch.nodes[batch.targets]
         target = self.y[nodes].to(self.device)
@@ -341,6 +388,8 @@ class NodeTask:
     def predict(self, model: torch.nn.Module) -> Tensor:
         """``[N, C]`` logits of every node on the CPU (full forward, or every partition batch)."""
         model.eval()
+        if self._tokens is not None:
+            return self._token_logits(model)[: self.num_nodes].float().cpu()
         if self.eval_mode == "full":
             return self._forward(model, self._full).float().cpu()  # type: ignore[arg-type]
         out = torch.zeros(self.num_nodes, self.out_dim)

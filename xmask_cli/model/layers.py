@@ -5,6 +5,7 @@ import torch
 from torch import Tensor
 
 from xmask_cli.model.attention import StructuralAttention
+from xmask_cli.model.experts import RoutedAttention
 
 NORMS = ("post", "pre")
 
@@ -23,6 +24,10 @@ class TransformerBlock(torch.nn.Module):
         attn_dropout: dropout on the attention weights.
         norm: ``'post'`` or ``'pre'``.
         mask_scale: see :class:`StructuralAttention`.
+        experts: M3Dphormer attention experts (``local``, ``cluster``, ``global``);
+            empty (default): one attention. With experts the block attends with
+            a :class:`~xmask_cli.model.experts.RoutedAttention` over token masks.
+        routing: the experts' router (``bilevel``, ``flat``, ``none``).
     """
 
     def __init__(
@@ -34,12 +39,18 @@ class TransformerBlock(torch.nn.Module):
         attn_dropout: float = 0.0,
         norm: str = "post",
         mask_scale: str = "paper",
+        experts: tuple[str, ...] = (),
+        routing: str = "bilevel",
     ):
         super().__init__()
         if norm not in NORMS:
             raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
         self.norm = norm
-        self.attn = StructuralAttention(dim, num_heads, dropout, attn_dropout, mask_scale)
+        self.attn: StructuralAttention | RoutedAttention
+        if experts:
+            self.attn = RoutedAttention(dim, num_heads, tuple(experts), dropout, attn_dropout, mask_scale, routing)
+        else:
+            self.attn = StructuralAttention(dim, num_heads, dropout, attn_dropout, mask_scale)
         self.ffn = torch.nn.Sequential(
             torch.nn.Linear(dim, ffn_mult * dim),
             torch.nn.ReLU(),
@@ -58,6 +69,7 @@ class TransformerBlock(torch.nn.Module):
         edge_index: Tensor | None = None,
         attn_mask: Tensor | None = None,
         return_terms: bool = False,
+        routed: dict | None = None,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """One block; sparse attention when ``edge_index`` is given.
 
@@ -73,6 +85,8 @@ class TransformerBlock(torch.nn.Module):
             return_terms: also return the attention's per-head terms of this
                 forward (see :meth:`StructuralAttention.forward_dense` /
                 :meth:`~StructuralAttention.forward_sparse`).
+            routed: with experts, the keywords of :meth:`RoutedAttention.forward`
+                (``pairs``, ``bias``, ``mode``, ``regions``); ``x`` is then ``[T, D]`` tokens.
 
         Returns:
             Tensor shaped like ``x``. Padded positions hold finite values
@@ -81,6 +95,10 @@ class TransformerBlock(torch.nn.Module):
         terms: dict[str, Tensor] = {}
 
         def attend(h: Tensor) -> Tensor:
+            if isinstance(self.attn, RoutedAttention):
+                if routed is None or return_terms:
+                    raise ValueError("an expert block needs `routed` (pairs per mask) and records no terms")
+                return self.attn(h, **routed)
             if not return_terms:
                 return self.attn(h, bias=bias, mask=mask, edge_index=edge_index, attn_mask=attn_mask)
             out, recorded = self.attn(h, bias=bias, mask=mask, edge_index=edge_index, return_terms=True,

@@ -122,10 +122,10 @@ class RrwpBias(StructuralBias):
 
     def forward(self, batch: Any, mask: Tensor | None = None, edge_index: Tensor | None = None) -> Tensor:
         """``[B, H, N, N]`` from ``rrwp [B, S, N, N]``, or ``[E, H]`` from ``rrwp [E, S]``."""
-        rrwp = _get(batch, "rrwp")
+        rrwp = _get(batch, "rrwp").to(self.mlp[0].weight.dtype)  # the parameters' dtype (a .double() model too)
         if edge_index is not None:
-            return _finish_sparse(self.mlp(rrwp.float()), edge_index, zero_diagonal=True)
-        return _finish_dense(self.mlp(rrwp.float().permute(0, 2, 3, 1)), mask, zero_diagonal=True)
+            return _finish_sparse(self.mlp(rrwp), edge_index, zero_diagonal=True)
+        return _finish_dense(self.mlp(rrwp.permute(0, 2, 3, 1)), mask, zero_diagonal=True)
 
 
 class _SetEncoder(torch.nn.Module):
@@ -173,8 +173,9 @@ class MagneticBias(StructuralBias):
     def forward(self, batch: Any, mask: Tensor | None = None, edge_index: Tensor | None = None) -> Tensor:
         """``[B, H, N, N]`` (dense extras) or ``[E, H]`` (sparse extras, per-node eigenvalues)."""
         vals, vecs, valid = _get(batch, "mag_vals"), _get(batch, "mag_vecs"), _get(batch, "mag_mask")
-        phi = self.phi(vals.float(), valid)  # [B, m, W] or [N, m, W]
-        vr, vi = vecs.real.float(), vecs.imag.float()
+        dtype = self.mlp[0].weight.dtype  # the parameters' dtype (a .double() model too)
+        phi = self.phi(vals.to(dtype), valid)  # [B, m, W] or [N, m, W]
+        vr, vi = vecs.real.to(dtype), vecs.imag.to(dtype)
         if edge_index is not None:
             row, col = edge_index
             p = phi[row]  # [E, m, W]: the query's graph's φ (both ends share a graph)
@@ -210,7 +211,8 @@ class EigenBias(StructuralBias):
 
     def forward(self, batch: Any, mask: Tensor | None = None, edge_index: Tensor | None = None) -> Tensor:
         """``[B, H, N, N]`` (dense extras) or ``[E, H]`` (sparse extras)."""
-        vals, vecs, valid = _get(batch, "eig_vals").float(), _get(batch, "eig_vecs").float(), _get(batch, "eig_mask")
+        dtype = self.beta.dtype
+        vals, vecs, valid = _get(batch, "eig_vals").to(dtype), _get(batch, "eig_vecs").to(dtype), _get(batch, "eig_mask")
         w = self._weights(vals, valid)
         if edge_index is not None:
             row, col = edge_index

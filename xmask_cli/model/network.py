@@ -19,6 +19,8 @@ from torch_geometric.utils import scatter
 from xmask_cli.model.attention import MASK_SCALES
 from xmask_cli.model.bias import DenseStructure, SparseStructure, XLogSMaskBias
 from xmask_cli.model.bias_stack import BIAS_LABELS, BiasSpec, BiasStack
+from xmask_cli.model.dualmode import MODES as DUAL_MODES
+from xmask_cli.model.experts import EXPERTS, ROUTINGS, HierarchicalMasks
 from xmask_cli.model.layers import NORMS, TransformerBlock
 
 READOUTS = ("sum", "mean", "max")
@@ -56,6 +58,15 @@ class ModelConfig:
         biases: learned structural biases (SPD, RRWP, magnetic, eigen) and the
             heads and layers each serves, added to the X-LogSMask term.
         rrwp_dim: walk channels of the cache's RRWP (``structure.rrwp.steps + 1``).
+        experts: M3Dphormer attention experts, a subset of ``('local', 'cluster',
+            'global')``; empty (default) = one attention per block. With experts
+            the model runs on tokens (real nodes + cluster and class virtual
+            nodes; :meth:`XMaskNet.forward_tokens`, node task only); the
+            X-LogSMask term goes to the local expert.
+        routing: ``'bilevel'`` (the paper's sigmoid gates, starting local),
+            ``'flat'`` (one softmax gate) or ``'none'`` (equal weights).
+        expert_attention: ``'dual'`` (dense or sparse per region, by density),
+            ``'sparse'`` or ``'dense'``; all three compute the same numbers.
     """
 
     in_dim: int
@@ -77,6 +88,9 @@ class ModelConfig:
     input_dropout: float = 0.0
     biases: Sequence[BiasSpec] = ()
     rrwp_dim: int = 17
+    experts: Sequence[str] = ()
+    routing: str = "bilevel"
+    expert_attention: str = "dual"
 
     def __post_init__(self) -> None:
         for name in ("in_dim", "out_dim", "hidden", "heads", "layers", "ffn_mult"):
@@ -96,6 +110,18 @@ class ModelConfig:
                              f"got {list(self.head_powers)}")
         specs = tuple(b if isinstance(b, BiasSpec) else BiasSpec(**dict(b)) for b in self.biases)
         object.__setattr__(self, "biases", specs)
+        object.__setattr__(self, "experts", tuple(self.experts))
+        if self.experts:
+            if set(self.experts) - set(EXPERTS) or len(set(self.experts)) != len(self.experts):
+                raise ValueError(f"experts must be distinct names from {EXPERTS}, got {list(self.experts)}")
+            if self.task != "node":
+                raise ValueError(f"attention experts (M3Dphormer) are for node tasks, not {self.task!r}")
+            if self.biases:
+                raise ValueError("attention experts take the X-LogSMask term only, not learned biases")
+        if self.routing not in ROUTINGS:
+            raise ValueError(f"routing must be one of {ROUTINGS}, got {self.routing!r}")
+        if self.expert_attention not in DUAL_MODES:
+            raise ValueError(f"expert_attention must be one of {DUAL_MODES}, got {self.expert_attention!r}")
         if not 0 <= self.input_dropout < 1:
             raise ValueError(f"input_dropout must lie in [0, 1), got {self.input_dropout}")
         if not self.eps > 0:
@@ -182,7 +208,8 @@ class XMaskNet(torch.nn.Module):
         self.learned = BiasStack(cfg.biases, cfg.heads, cfg.layers, cfg.rrwp_dim) if cfg.biases else None
         self.blocks = torch.nn.ModuleList(
             TransformerBlock(
-                cfg.hidden, cfg.heads, cfg.ffn_mult, cfg.dropout, cfg.attn_dropout, cfg.norm, cfg.mask_scale
+                cfg.hidden, cfg.heads, cfg.ffn_mult, cfg.dropout, cfg.attn_dropout, cfg.norm, cfg.mask_scale,
+                experts=tuple(cfg.experts), routing=cfg.routing,
             )
             for _ in range(cfg.layers)
         )
@@ -369,6 +396,56 @@ class XMaskNet(torch.nn.Module):
         if self.cfg.task == "graph":
             return self.head(self.readout_sparse(h, batch, num_graphs))
         return self.head(h)
+
+    # ----------------------------------------------------------------- tokens
+    def encode_tokens(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
+                      regions: dict | None = None) -> Tensor:
+        """M3Dphormer: ``[N + P + C, hidden]`` embeddings of real and virtual tokens.
+
+        Args:
+            x: ``[N + P + C, F]`` token features (:meth:`HierarchicalMasks.pool`).
+            masks: the local / cluster / global token masks.
+            local_values: ``[E, K]`` ``Â^1..Â^K`` at the given local pairs (the
+                first ``masks.num_given_local``); the X-LogSMask term of the local
+                expert. None when ``use_bias=False``.
+            regions: dual-mode regions per mask (``masks.plan(head_dim)``); planned
+                per call when None.
+        """
+        if not self.cfg.experts:
+            raise ValueError("encode_tokens needs a model with attention experts (model.experts)")
+        h = self.encoder(self._drop_input(x))
+        bias: dict[str, Tensor | None] = {}
+        if self.bias is not None:
+            if local_values is None:
+                raise ValueError("use_bias=True needs `local_values` [E, K] at the local pairs")
+            given = masks.local[:, :masks.num_given_local]
+            # Virtual tokens' and added self pairs get 0: no structure to bias them with.
+            bias["local"] = masks.pad_local(self.bias(SparseStructure(edge_index=given, values=local_values)))
+        routed = {"pairs": masks.pairs, "bias": bias, "mode": self.cfg.expert_attention, "regions": regions}
+        for block in self.blocks:
+            h = block(h, routed=routed)
+        return h
+
+    def forward_tokens(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
+                       regions: dict | None = None) -> Tensor:
+        """``[N + P + C, out_dim]`` logits of every token (see :meth:`encode_tokens`)."""
+        return self.head(self.encode_tokens(x, masks, local_values, regions))
+
+    def routing_weights(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
+                        regions: dict | None = None) -> list[Tensor]:
+        """Per block, the ``[T, n_experts]`` expert weights each token's router gives (inspection)."""
+        out = []
+        h = self.encoder(x)
+        bias: dict[str, Tensor | None] = {}
+        if self.bias is not None and local_values is not None:
+            given = masks.local[:, :masks.num_given_local]
+            bias["local"] = masks.pad_local(self.bias(SparseStructure(edge_index=given, values=local_values)))
+        routed = {"pairs": masks.pairs, "bias": bias, "mode": self.cfg.expert_attention, "regions": regions}
+        for block in self.blocks:
+            src = block.norm1(h) if block.norm == "pre" else h
+            out.append(block.attn.routing_weights(src))
+            h = block(h, routed=routed)
+        return out
 
     # ------------------------------------------------------------------ pairs
     def _no_pair_task(self) -> None:
