@@ -19,7 +19,7 @@ hide another's. In the child:
 Graphs: ``--graph sbm`` (default) is a stochastic block model with
 ``--nodes`` nodes in blocks of ``--block-size``; ``Cora``, ``CiteSeer``,
 ``CS``, ``Physics``, ``Computers``, ``Photo`` load the raw files from
-``/work/shared/datasets`` (copied to a temp dir: the loader writes
+``$XMASK_DATA_ROOT`` (else ``../shared/datasets``; copied to a temp dir: the loader writes
 ``processed/``). Dense mode is skipped when its ``N² · H`` mask alone would
 pass ``--dense-limit-gb``.
 
@@ -41,7 +41,7 @@ import numpy as np
 import scipy.sparse as sp
 
 REPO = Path(__file__).resolve().parents[1]
-DATASETS = Path(os.environ.get("XMASK_TEST_DATA") or REPO.parent / "shared" / "datasets")
+DATASETS = Path(os.environ.get("XMASK_DATA_ROOT") or os.environ.get("XMASK_TEST_DATA") or REPO.parent / "shared" / "datasets")
 MODES = ("sparse", "dual", "dense")
 LOADERS = {"Cora": "Planetoid", "CiteSeer": "Planetoid", "CS": "Coauthor", "Physics": "Coauthor",
            "Computers": "Amazon", "Photo": "Amazon"}

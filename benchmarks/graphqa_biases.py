@@ -70,6 +70,26 @@ VARIANTS: dict[str, list[str]] = {
 }
 
 
+def _gtlm(kinds: tuple[str, ...]) -> list[str]:
+    """GTLM's standard configuration (no X-LogSMask) with the biases ``kinds``."""
+    sets = [_NO_BIAS, "model.biases=[" + ", ".join(f"{{type: {k}}}" for k in kinds) + "]"]
+    if "rrwp" in kinds:
+        sets.append("structure.rrwp.enabled=true")
+    if "magnetic" in kinds:
+        sets.append("structure.magnetic.enabled=true")
+    return sets
+
+
+#: GTLM Table 5 mirrored: SPD + RRWP + magnetic together, then without each (run with --variants gtlm,...).
+GTLM_VARIANTS: dict[str, list[str]] = {
+    "gtlm": _gtlm(("spd", "rrwp", "magnetic")),
+    "gtlm-no-spd": _gtlm(("rrwp", "magnetic")),
+    "gtlm-no-rrwp": _gtlm(("spd", "magnetic")),
+    "gtlm-no-magnetic": _gtlm(("spd", "rrwp")),
+}
+VARIANTS.update(GTLM_VARIANTS)
+
+
 def _parse_list(text: str | None, known: tuple[str, ...] | list[str], what: str) -> list[str]:
     """``"a,b"`` -> ``["a", "b"]`` checked against ``known`` (all of ``known`` when empty)."""
     if not text:

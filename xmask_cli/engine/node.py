@@ -248,7 +248,8 @@ class NodeTask:
             part, self._num_parts = np.zeros(self.num_nodes, dtype=np.int64), 1
         masks = hierarchical_tokens(self.num_nodes, edge_index.to(self.device), torch.from_numpy(part),
                                     train, self.y[train], self.out_dim, num_parts=self._num_parts)
-        return {"masks": masks, "x": masks.pool(self.x).to(self.device),
+        # Pooled where the masks live (their index tensors are on self.device).
+        return {"masks": masks, "x": masks.pool(self.x.to(self.device)),
                 "values": torch.from_numpy(np.ascontiguousarray(self._values[local])).to(self.device), "regions": {}}
 
     def _token_logits(self, model: torch.nn.Module) -> Tensor:

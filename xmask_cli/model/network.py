@@ -414,6 +414,14 @@ class XMaskNet(torch.nn.Module):
         if not self.cfg.experts:
             raise ValueError("encode_tokens needs a model with attention experts (model.experts)")
         h = self.encoder(self._drop_input(x))
+        routed = {"pairs": masks.pairs, "bias": self._token_bias(masks, local_values),
+                  "mode": self.cfg.expert_attention, "regions": regions}
+        for block in self.blocks:
+            h = block(h, routed=routed)
+        return h
+
+    def _token_bias(self, masks: HierarchicalMasks, local_values: Tensor | None) -> dict[str, Tensor | None]:
+        """The experts' biases: the X-LogSMask term on the local expert's pairs (none without ``use_bias``)."""
         bias: dict[str, Tensor | None] = {}
         if self.bias is not None:
             if local_values is None:
@@ -421,10 +429,7 @@ class XMaskNet(torch.nn.Module):
             given = masks.local[:, :masks.num_given_local]
             # Virtual tokens' and added self pairs get 0: no structure to bias them with.
             bias["local"] = masks.pad_local(self.bias(SparseStructure(edge_index=given, values=local_values)))
-        routed = {"pairs": masks.pairs, "bias": bias, "mode": self.cfg.expert_attention, "regions": regions}
-        for block in self.blocks:
-            h = block(h, routed=routed)
-        return h
+        return bias
 
     def forward_tokens(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
                        regions: dict | None = None) -> Tensor:
@@ -434,13 +439,13 @@ class XMaskNet(torch.nn.Module):
     def routing_weights(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
                         regions: dict | None = None) -> list[Tensor]:
         """Per block, the ``[T, n_experts]`` expert weights each token's router gives (inspection)."""
+        if not self.cfg.experts:
+            raise ValueError("routing_weights needs a model with attention experts (model.experts)")
         out = []
         h = self.encoder(x)
-        bias: dict[str, Tensor | None] = {}
-        if self.bias is not None and local_values is not None:
-            given = masks.local[:, :masks.num_given_local]
-            bias["local"] = masks.pad_local(self.bias(SparseStructure(edge_index=given, values=local_values)))
-        routed = {"pairs": masks.pairs, "bias": bias, "mode": self.cfg.expert_attention, "regions": regions}
+        # The same biases as the forward: without them every block after the first would see other inputs.
+        routed = {"pairs": masks.pairs, "bias": self._token_bias(masks, local_values),
+                  "mode": self.cfg.expert_attention, "regions": regions}
         for block in self.blocks:
             src = block.norm1(h) if block.norm == "pre" else h
             out.append(block.attn.routing_weights(src))
