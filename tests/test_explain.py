@@ -161,6 +161,17 @@ def test_usage_errors(mutag):
         explain_run(mutag["run"], nodes=[0], out_dir=root / "bad", cache_dir=root / "cache")
     with pytest.raises(UsageError, match="nothing to explain"):
         explain_run(mutag["run"], out_dir=root / "bad", cache_dir=root / "cache")
+    # An expert (M3Dphormer) run has no single attention per head to record: refused before loading anything.
+    import json
+    import shutil
+
+    expert_run = root / "expert-run" / "0"
+    shutil.copytree(mutag["run"], expert_run)
+    saved = json.loads((expert_run / "config.json").read_text())
+    saved["level"], saved["model"]["experts"] = "node", ["local", "global"]
+    (expert_run / "config.json").write_text(json.dumps(saved))
+    with pytest.raises(UsageError, match="M3Dphormer"):
+        explain_run(expert_run, nodes=[0], out_dir=root / "bad", cache_dir=root / "cache")
 
 
 def test_large_graph_target_is_cropped(mutag):

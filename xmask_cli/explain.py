@@ -540,6 +540,9 @@ def explain_run(
     if level in ("node", "link", "edge") and graphs:
         raise UsageError(f"{run_dir} is a {level}-level run on one graph: --graph needs a graph-level run; "
                          f"use --node I or --edge U,V")
+    if saved.get("model", {}).get("experts"):
+        raise UsageError(f"{run_dir} uses M3Dphormer attention experts: explain records single-attention heads; "
+                         f"read the per-token routing with XMaskNet.routing_weights instead")
     exp, task, model = load_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
                                 device=device, log=log)
     level, seed, model_cfg = exp.level, int(saved["train"]["seed"]), model.cfg
