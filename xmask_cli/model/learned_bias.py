@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
 
 from xmask_cli.model.bias import StructuralBias
 
@@ -42,6 +43,31 @@ def _get(extras: Any, name: str) -> Tensor:
     if value is None:
         raise ValueError(f"this bias needs `{name}` in the batch; prepare the cache with its structure section enabled")
     return value
+
+
+#: Floats of per-pair MLP activations computed at once (~64 MB in float32); see :func:`_in_chunks`.
+CHUNK_FLOATS = 1 << 24
+
+
+def _in_chunks(fn: Any, size: int, per_item: int, dim: int) -> Tensor:
+    """``fn(start, stop)`` over slices of ``size`` items, concatenated along ``dim``.
+
+    The per-pair MLPs (RRWP, magnetic) would otherwise hold ``[B, N, N, width]``
+    activations for autograd: 14 GB for a PROTEINS batch. Each slice holds about
+    :data:`CHUNK_FLOATS` floats and, when gradients are needed, is checkpointed
+    (recomputed in the backward), so only the ``[.., H]`` outputs are kept.
+    """
+    step = max(1, CHUNK_FLOATS // max(per_item, 1))
+    if step >= size:
+        return fn(0, size)
+    parts = []
+    for start in range(0, size, step):
+        stop = min(size, start + step)
+        if torch.is_grad_enabled():
+            parts.append(checkpoint(fn, start, stop, use_reentrant=False))
+        else:
+            parts.append(fn(start, stop))
+    return torch.cat(parts, dim)
 
 
 def _finish_dense(out: Tensor, mask: Tensor | None, zero_diagonal: bool) -> Tensor:
@@ -123,9 +149,14 @@ class RrwpBias(StructuralBias):
     def forward(self, batch: Any, mask: Tensor | None = None, edge_index: Tensor | None = None) -> Tensor:
         """``[B, H, N, N]`` from ``rrwp [B, S, N, N]``, or ``[E, H]`` from ``rrwp [E, S]``."""
         rrwp = _get(batch, "rrwp").to(self.mlp[0].weight.dtype)  # the parameters' dtype (a .double() model too)
+        width = self.mlp[0].out_features + rrwp.size(-1 if edge_index is not None else 1)
         if edge_index is not None:
-            return _finish_sparse(self.mlp(rrwp), edge_index, zero_diagonal=True)
-        return _finish_dense(self.mlp(rrwp.permute(0, 2, 3, 1)), mask, zero_diagonal=True)
+            out = _in_chunks(lambda a, b: self.mlp(rrwp[a:b]), rrwp.size(0), width, 0)
+            return _finish_sparse(out, edge_index, zero_diagonal=True)
+        bsz, n = rrwp.size(0), rrwp.size(-1)
+        # Query rows in chunks: [B, rows, N, S] -> [B, rows, N, H].
+        out = _in_chunks(lambda a, b: self.mlp(rrwp[:, :, a:b].permute(0, 2, 3, 1)), n, bsz * n * width, 1)
+        return _finish_dense(out, mask, zero_diagonal=True)
 
 
 class _SetEncoder(torch.nn.Module):
@@ -179,14 +210,28 @@ class MagneticBias(StructuralBias):
         if edge_index is not None:
             row, col = edge_index
             p = phi[row]  # [E, m, W]: the query's graph's φ (both ends share a graph)
-            rr, ri, cr, ci = vr[row], vi[row], vr[col], vi[col]
-            # v_i conj(v_j) = (a + ib)(c - id) = (ac + bd) + i(bc - ad)
-            real = torch.einsum("ek,ekw->ew", rr * cr + ri * ci, p)
-            imag = torch.einsum("ek,ekw->ew", ri * cr - rr * ci, p)
-            return _finish_sparse(self.mlp(torch.cat([real, imag], -1)), edge_index, zero_diagonal=True)
-        real = torch.einsum("bik,bkw,bjk->bijw", vr, phi, vr) + torch.einsum("bik,bkw,bjk->bijw", vi, phi, vi)
-        imag = torch.einsum("bik,bkw,bjk->bijw", vi, phi, vr) - torch.einsum("bik,bkw,bjk->bijw", vr, phi, vi)
-        return _finish_dense(self.mlp(torch.cat([real, imag], -1)), mask, zero_diagonal=True)
+            width = phi.size(-1) * (phi.size(-2) + 5)
+
+            def pairs(a: int, b: int) -> Tensor:
+                r, c = row[a:b], col[a:b]
+                rr, ri, cr, ci = vr[r], vi[r], vr[c], vi[c]
+                p = phi[r]  # [e, m, W]: the query's graph's φ (both ends share a graph)
+                # v_i conj(v_j) = (a + ib)(c - id) = (ac + bd) + i(bc - ad)
+                real = torch.einsum("ek,ekw->ew", rr * cr + ri * ci, p)
+                imag = torch.einsum("ek,ekw->ew", ri * cr - rr * ci, p)
+                return self.mlp(torch.cat([real, imag], -1))
+
+            return _finish_sparse(_in_chunks(pairs, row.numel(), width, 0), edge_index, zero_diagonal=True)
+
+        def rows(a: int, b: int) -> Tensor:
+            ra, ia = vr[:, a:b], vi[:, a:b]
+            real = torch.einsum("bik,bkw,bjk->bijw", ra, phi, vr) + torch.einsum("bik,bkw,bjk->bijw", ia, phi, vi)
+            imag = torch.einsum("bik,bkw,bjk->bijw", ia, phi, vr) - torch.einsum("bik,bkw,bjk->bijw", ra, phi, vi)
+            return self.mlp(torch.cat([real, imag], -1))
+
+        bsz, n = vr.size(0), vr.size(1)
+        width = 7 * phi.size(-1)  # real, imag, their concatenation, the hidden layer
+        return _finish_dense(_in_chunks(rows, n, bsz * n * width, 1), mask, zero_diagonal=True)
 
 
 class EigenBias(StructuralBias):
