@@ -13,11 +13,6 @@ N = 40
 EMPTY = 7  # a query with no pairs
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
-
-
 def _graph(seed=0, n=N, p=0.12):
     """Random pairs (no duplicates) with a dense block among nodes 0..11 and no pairs for EMPTY."""
     rng = np.random.default_rng(seed)

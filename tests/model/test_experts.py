@@ -16,11 +16,6 @@ TRAIN = [0, 2, 5, 6]
 N, P, C = 8, 2, 3
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    torch.set_num_threads(1)
-
-
 def _local_ei(with_some_loops=True):
     pairs = [(i, j) for i, j in EDGES] + [(j, i) for i, j in EDGES]
     if with_some_loops:

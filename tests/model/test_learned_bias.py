@@ -23,14 +23,6 @@ K = 3  # powers Â^1..Â^3
 ALL = ("spd", "rrwp", "magnetic", "eigen")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 # ----------------------------------------------------------------- references
 def ref_extras(n: int, edges: list[tuple[int, int]], max_distance: int = 2, q: float = 0.25) -> dict[str, np.ndarray]:
     """Dense extras of one graph (edges directed as given; SPD, walks, spectrum undirected)."""

@@ -12,14 +12,6 @@ from xmask_cli.model.network import ModelConfig, XMaskNet
 F, HIDDEN, HEADS = 5, 8, 2
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def _cfg(**kw) -> ModelConfig:
     base = dict(in_dim=F, out_dim=3, hidden=HIDDEN, heads=HEADS, layers=2, dropout=0.0, task="node",
                 experts=("local", "cluster", "global"))
