@@ -315,6 +315,12 @@ class StructureCache:
         self.file.visititems(visit)
         return self
 
+    def has(self, name: str) -> bool:
+        """Whether the group or dataset ``name`` (e.g. ``"rrwp"``, ``"spd/dist"``) is stored."""
+        if self._mem:  # in memory: never touch the file
+            return name in self._mem or any(k.startswith(f"{name}/") for k in self._mem)
+        return name in self.file
+
     def _checked(self, ds: h5py.Dataset, name: str, sl: slice | None) -> np.ndarray:
         """Read ``ds`` (or a slice); a checksum or decompression failure becomes a :class:`CacheError`."""
         try:
@@ -357,10 +363,7 @@ class StructureCache:
         nodes = self._node_slice(g)
         ip = self._read(f"{group}/indptr", slice(nodes.start, nodes.stop + 1))
         sl = slice(int(ip[0]), int(ip[-1]))
-        if self._mem:  # in memory: never touch the file
-            names = [k for k in ("col", "values", "dist") if f"{group}/{k}" in self._mem]
-        else:
-            names = [k for k in ("col", "values", "dist") if group in self.file and k in self.file[group]]
+        names = [k for k in ("col", "values", "dist") if self.has(f"{group}/{k}")]
         out = {k: self._read(f"{group}/{k}", sl) for k in names}
         out["row"] = np.repeat(np.arange(len(ip) - 1, dtype=np.int32), np.diff(ip))
         return out

@@ -70,6 +70,7 @@ FormatOpt = Annotated[
                  show_default=False),
 ]
 PresetOpt = Annotated[Optional[str], typer.Option("--preset", "-p", help="Preset name (see `xmask presets ls`) or YAML path.")]
+DatasetOpt = Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset name; overrides the preset's data.dataset.", show_default=False)]
 SetOpt = Annotated[
     Optional[list[str]],
     typer.Option("--set", "-s", help="Dotted override KEY=VALUE, repeatable, e.g. `--set structure.powers.k=3`."),
@@ -228,7 +229,7 @@ def _fmt_metric(v: Any) -> str:
 def train(
     ctx: typer.Context,
     preset: PresetOpt = None,
-    dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset name; overrides the preset's data.dataset.", show_default=False)] = None,
+    dataset: DatasetOpt = None,
     set_: SetOpt = None,
     seed: Annotated[Optional[int], typer.Option("--seed", min=0, help="One seed (default 0).", show_default=False)] = None,
     seeds: Annotated[Optional[str], typer.Option("--seeds", help="A sweep: 0-4, 0,2,7 or 0-2,9; writes aggregate.json (mean ± std).", show_default=False)] = None,
@@ -363,7 +364,7 @@ def eval_(
 def ablate(
     ctx: typer.Context,
     preset: PresetOpt = None,
-    dataset: Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset name; overrides the preset's data.dataset.", show_default=False)] = None,
+    dataset: DatasetOpt = None,
     set_: SetOpt = None,
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds of every variant: 0-4, 0,2,7 ...")] = "0-4",
     variants: Annotated[Optional[str], typer.Option("--variants", help="Comma list of full, no-symnorm, no-logmask, no-multihead, one-layer, no-spd, no-rrwp, no-magnetic, no-eigen (the preset without that learned bias), and for M3Dphormer presets no-local, no-cluster, no-global, flat-routing, no-routing [default: the core five plus those that apply to the preset].", show_default=False)] = None,

@@ -29,6 +29,7 @@ from xmask_cli.config import Config, build
 from xmask_cli.engine.loop import PARTS, TrainConfig, score, seed_everything
 from xmask_cli.engine.runs import RunDir, aggregate
 from xmask_cli.errors import ConfigError, RunNotFoundError, UsageError
+from xmask_cli.model.learned_bias import NEEDS
 
 __all__ = ["parse_seeds", "resolve_device", "resolve_level", "resolve_metric", "Experiment",
            "train_seeds", "read_run", "load_run", "evaluate_run", "DEFAULT_METRICS"]
@@ -127,13 +128,9 @@ def resolve_metric(cfg: Config, level: str) -> str:
     return metric
 
 
-#: Learned bias type -> the structure section its input is prepared by.
-_BIAS_SECTION = {"spd": "spd", "rrwp": "rrwp", "magnetic": "magnetic", "eigen": "spectrum"}
-
-
 def model_needs(cfg: Config) -> frozenset[str]:
     """Structure sections the model's learned biases read (batches carry them as extras)."""
-    return frozenset(_BIAS_SECTION[b.type] for b in cfg.model.biases)
+    return frozenset(NEEDS[b.type] for b in cfg.model.biases)
 
 
 def _check_structure(cfg: Config) -> None:
@@ -144,7 +141,7 @@ def _check_structure(cfg: Config) -> None:
     if cfg.model.experts and "cluster" in cfg.model.experts and cfg.structure.partition.parts < 1:
         raise ConfigError("model.experts has 'cluster', which reads METIS parts: set structure.partition.parts >= 1")
     for b in cfg.model.biases:
-        section = _BIAS_SECTION[b.type]
+        section = NEEDS[b.type]
         if not getattr(cfg.structure, section).enabled:
             raise ConfigError(f"model.biases uses {b.type}, which reads structure.{section}: "
                               f"set structure.{section}.enabled=true")

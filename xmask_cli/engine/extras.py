@@ -59,9 +59,8 @@ class GraphExtras:
         if unknown:
             raise ValueError(f"unknown structure section(s) {sorted(unknown)}; expected some of {EXTRA_SECTIONS}")
         self.n = n = cache.num_nodes(g)
-        groups = set(cache.file.keys()) if not cache.in_memory else {k.split("/")[0] for k in cache._mem}
         for section in self.needs:
-            if section not in groups:
+            if not cache.has(section):
                 raise ValueError(f"the cache {cache.path} has no '{section}' structure: prepare it with "
                                  f"structure.{section}.enabled=true")
         if "spd" in self.needs:

@@ -56,6 +56,10 @@ class BiasSpec:
                     raise ValueError(f"bias {self.type}: {name} must be distinct 1-based indices, got {list(value)}")
                 object.__setattr__(self, name, value)
 
+    def placement(self, num_heads: int, num_layers: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """``(heads, layers)`` it serves, 1-based, with None resolved to all of them."""
+        return self.heads or tuple(range(1, num_heads + 1)), self.layers or tuple(range(1, num_layers + 1))
+
     @property
     def needs(self) -> str:
         """The cache section it reads (``spd``, ``rrwp``, ``magnetic`` or ``spectrum``)."""
@@ -92,8 +96,7 @@ class BiasStack(torch.nn.Module):
         self._heads: list[list[tuple[int, ...]]] = [[] for _ in range(num_layers)]
         self._types: list[list[str]] = [[] for _ in range(num_layers)]
         for spec in specs:
-            heads = spec.heads or tuple(range(1, num_heads + 1))
-            layers = spec.layers or tuple(range(1, num_layers + 1))
+            heads, layers = spec.placement(num_heads, num_layers)
             if max(heads) > num_heads:
                 raise ValueError(f"bias {spec.type}: head {max(heads)} but the model has {num_heads} heads")
             if max(layers) > num_layers:

@@ -140,13 +140,13 @@ class ModelConfig:
 
 def head_labels(cfg: ModelConfig) -> list[list[str]]:
     """Per layer, per head: the biases it adds, e.g. ``"Â^2 + SPD"`` or ``"none"`` (figures, tables)."""
+    placed = [(BIAS_LABELS[b.type], *b.placement(cfg.heads, cfg.layers)) for b in cfg.biases]
     out = []
     for layer in range(1, cfg.layers + 1):
         row = []
         for h in range(1, cfg.heads + 1):
             parts = [f"Â^{cfg.head_powers[h - 1]}"] if cfg.use_bias and cfg.head_powers[h - 1] > 0 else []
-            parts += [BIAS_LABELS[b.type] for b in cfg.biases
-                      if (b.heads is None or h in b.heads) and (b.layers is None or layer in b.layers)]
+            parts += [label for label, heads, layers in placed if h in heads and layer in layers]
             row.append(" + ".join(parts) if parts else "none")
         out.append(row)
     return out
