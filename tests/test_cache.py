@@ -275,3 +275,59 @@ def test_optional_structure_round_trip(tmp_path):
             lap = np.eye(n) - inv[:, None] * a_s * inv[None, :] * np.exp(1j * 2 * np.pi * 0.25 * (ad - ad.T))
             np.testing.assert_allclose(lam, np.linalg.eigvalsh(lap), atol=1e-6)
             np.testing.assert_allclose((vec * lam) @ vec.conj().T, lap, atol=1e-5)
+
+
+# ------------------------------------------------------------ clear safety (issue 14, item 1)
+def _dead_pid() -> int:
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    return p.pid
+
+
+def test_clear_deletes_only_files_it_can_prove_are_its_own(tmp_path):
+    edges, nodes = random_graphs(6, 3)
+    own = Path(_prepare(tmp_path, edges, nodes).path)
+    folder = own.parent
+    user_h5 = folder / "userdata.h5"
+    with h5py.File(user_h5, "w") as f:
+        f["x"] = np.arange(3)
+    key_named = folder / "0123456789abcdef0123.h5"  # named like a key, but records no key / format
+    with h5py.File(key_named, "w") as f:
+        f.attrs["key"] = "something else"
+    foreign_key = folder / "aaaaaaaaaaaaaaaaaaaa.h5"  # an xmask file of another folder, renamed
+    shutil.copy(own, foreign_key)
+    notes = folder / "notes.txt"
+    notes.write_text("mine")
+    stale = folder / f".{own.name}.tmp-{_dead_pid()}"
+    stale.write_bytes(b"half")
+    live = folder / f".{own.name}.tmp-{os.getpid()}"  # a writer still running: keep
+    live.write_bytes(b"busy")
+    kept: list[Path] = []
+    removed = K.clear(tmp_path / "cache", kept=kept)
+    assert sorted(removed) == sorted([own, stale])
+    for p in (user_h5, key_named, foreign_key, notes, live):
+        assert p.exists() and p in kept, p
+    assert not own.exists() and not stale.exists()
+
+
+def test_clear_never_touches_a_folder_that_is_not_a_cache(tmp_path):
+    user = tmp_path / "home"
+    (user / "project").mkdir(parents=True)
+    (user / "empty").mkdir()
+    with h5py.File(user / "project" / "results.h5", "w") as f:
+        f["y"] = np.ones(2)
+    assert K.clear(user) == []
+    assert (user / "project" / "results.h5").is_file() and (user / "empty").is_dir()
+
+
+@pytest.mark.parametrize("arg", ["..", "../other", "/abs/path", "toy/../..", "_pyg"])
+def test_clear_refuses_a_path_outside_the_cache_dir(tmp_path, arg):
+    from xmask_cli.errors import UsageError
+
+    edges, nodes = random_graphs(6, 3)
+    own = Path(_prepare(tmp_path, edges, nodes).path)
+    with pytest.raises(UsageError):
+        K.clear(tmp_path / "cache", arg)
+    assert own.is_file()
+    # A path that is one of the cache's dataset folders is fine.
+    assert K.clear(tmp_path / "cache", str(tmp_path / "cache" / "toy")) == [own]

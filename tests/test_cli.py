@@ -198,3 +198,40 @@ def test_verify_check_inputs_recomputes_the_fingerprint(tmp_path, shared_data):
     assert r.exit_code == 4
     problems = json.loads(r.stdout)[0]["problems"]
     assert any("other input graphs" in p for p in problems)
+
+
+def test_cache_clear_on_user_folders_deletes_nothing_and_refuses_paths(tmp_path):
+    """Issue 14, item 1: `cache clear /some/folder` and `cache clear .. --cache-dir X/sub`."""
+    some = tmp_path / "some" / "folder"
+    some.mkdir(parents=True)
+    x = tmp_path / "X"
+    (x / "sub").mkdir(parents=True)
+    files = [some / "a.h5", some / "b.h5", x / "userdata.h5"]
+    for p in files:
+        with h5py.File(p, "w") as f:
+            f["data"] = np.arange(4)
+    r = run("cache", "clear", str(some), "--cache-dir", str(tmp_path / "cache"))
+    assert r.exit_code == 2 and "not a dataset folder" in one_error_line(r)
+    r = run("cache", "clear", "..", "--cache-dir", str(x / "sub"))
+    assert r.exit_code == 2 and "not a dataset folder" in one_error_line(r)
+    # Pointed at a folder that is no cache at all: runs, removes nothing.
+    r = run("-f", "json", "cache", "clear", "--cache-dir", str(tmp_path / "some"))
+    assert r.exit_code == 0 and json.loads(r.stdout)["removed"] == []
+    assert all(p.is_file() for p in files)
+
+
+def test_cache_clear_removes_the_staging_folder_only_with_its_marker(tmp_path):
+    c = tmp_path / "c"
+    assert run("prepare", "mutag", "--cache-dir", str(c)).exit_code == 0
+    assert (c / "_pyg" / ".xmask-staging").is_file()
+    user = tmp_path / "u"
+    (user / "_pyg").mkdir(parents=True)
+    (user / "_pyg" / "keep.txt").write_text("x")
+    r = run("-f", "json", "cache", "clear", "--cache-dir", str(user))
+    assert r.exit_code == 0 and (user / "_pyg" / "keep.txt").is_file()
+    r = run("-f", "json", "cache", "clear", "--cache-dir", str(c))
+    assert r.exit_code == 0 and str(c / "_pyg") in json.loads(r.stdout)["removed"]
+    assert not (c / "_pyg").exists() and not (c / "mutag").exists()
+    # The raw files the staging folder linked to are untouched.
+    from xmask_cli.data.load import EMBEDDED_ROOT
+    assert (EMBEDDED_ROOT / "MUTAG" / "raw" / "MUTAG_A.txt").is_file()

@@ -212,3 +212,24 @@ def test_edge_regression_from_a_file(tmp_path):
     r = run("train", "--preset", "edge-regression", "--set", f"edge.file={tmp_path / 'missing.csv'}",
             "--cache-dir", str(tmp_path / "c2"))
     assert r.exit_code == 3 and "missing.csv" in one_error_line(r)
+
+
+def test_planted_processed_file_does_not_run_and_training_works(tmp_path):
+    """Issue 14, item 2: a pickle planted as `_pyg/MUTAG/processed/data.pt` never runs; train re-processes."""
+    import torch
+
+    cache = tmp_path / "C"
+    assert run("prepare", "mutag", "--cache-dir", str(cache)).exit_code == 0
+    marker = tmp_path / "program-ran"
+
+    class Planted:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    torch.save(Planted(), cache / "_pyg" / "MUTAG" / "processed" / "data.pt")
+    r = run("--format", "json", "train", "--preset", "graph-level", *TINY, "--set", "train.epochs=1",
+            "--device", "cpu", "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(cache))
+    assert r.exit_code == 0, r.stderr
+    assert not marker.exists()
+    assert json.loads(r.stdout)["runs"][0]["epochs_run"] == 1
+    assert "re-processed from the raw files" in r.stderr

@@ -33,11 +33,13 @@ unreachable otherwise.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import functools
 import hashlib
 import json
 import os
 import queue
+import re
 import shutil
 import threading
 from dataclasses import dataclass
@@ -47,7 +49,8 @@ from typing import Any, Callable
 import h5py
 import numpy as np
 
-from xmask_cli.errors import CacheError, NotWritableError
+from xmask_cli.data.load import STAGING_MARKER
+from xmask_cli.errors import CacheError, NotWritableError, UsageError
 
 # Bump whenever the layout or the numbers written change: the key includes it, so old files are
 # then rebuilt instead of misread.
@@ -448,7 +451,7 @@ def _dataset_dirs(cache_dir: Path, dataset: str | None) -> list[Path]:
     cache_dir = Path(cache_dir)
     if not cache_dir.is_dir():
         return []
-    dirs = [cache_dir / dataset.lower()] if dataset else sorted(d for d in cache_dir.iterdir() if not d.name.startswith("_"))
+    dirs = [dataset_folder(cache_dir, dataset)] if dataset else sorted(d for d in cache_dir.iterdir() if not d.name.startswith("_"))
     return [d for d in dirs if d.is_dir()]
 
 
@@ -507,18 +510,117 @@ def verify(path: Path, expected_fingerprint: str | None = None) -> list[str]:
     return problems
 
 
-def clear(cache_dir: Path, dataset: str | None = None) -> list[Path]:
-    """Remove cache files (one dataset's, if given) and stale temporary files; return what was removed."""
+#: A cache file's name: its key (see :func:`cache_key`).
+_KEY_NAME = re.compile(r"^[0-9a-f]{20}\.h5$")
+#: A temporary file of :class:`CacheWriter`: ``.<key>.h5.tmp-<writer pid>``.
+_TMP_NAME = re.compile(r"^\.[0-9a-f]{20}\.h5\.tmp-(\d+)$")
+_HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def is_stale_temp(path: Path) -> bool:
+    """A :class:`CacheWriter` temp file whose writer process is gone."""
+    m = _TMP_NAME.match(path.name)
+    return bool(m) and path.is_file() and not path.is_symlink() and not _pid_alive(int(m.group(1)))
+
+
+def is_own_cache_file(path: Path) -> bool:
+    """Whether ``path`` provably is a cache file xmask wrote (the only files ``clear`` deletes).
+
+    It must be a regular file named ``<key>.h5``, start with the HDF5 signature,
+    and record that key, a format version and its dataset folder in its root
+    attributes. A file whose HDF5 metadata is too damaged to read those back is
+    accepted on its name and signature alone (so a corrupt cache can be cleared).
+    """
+    path = Path(path)
+    if not _KEY_NAME.match(path.name) or path.is_symlink() or not path.is_file():
+        return False
+    try:
+        with open(path, "rb") as fh:
+            if fh.read(8) != _HDF5_SIGNATURE:
+                return False
+    except OSError:
+        return False
+    try:
+        with h5py.File(path, "r") as f:
+            attrs = dict(f.attrs)
+    except (OSError, ValueError, RuntimeError, KeyError):
+        return True
+    return ("format_version" in attrs and str(attrs.get("key", "")) == path.stem
+            and str(attrs.get("dataset", "")) == path.parent.name)
+
+
+def dataset_folder(cache_dir: Path, dataset: str) -> Path:
+    """The folder of ``dataset`` inside ``cache_dir``; a path argument must name one of its dataset folders.
+
+    Raises:
+        UsageError: ``dataset`` is a path (``..``, ``/x``, ``a/b``) that is not a dataset folder of ``cache_dir``.
+    """
+    seps = [s for s in (os.sep, os.altsep) if s]
+    if dataset in (".", "..", "") or any(s in dataset for s in seps):
+        p = Path(dataset).expanduser().resolve()
+        if p.parent == Path(cache_dir).resolve() and p.is_dir() and not p.name.startswith("_"):
+            return Path(cache_dir) / p.name
+        raise UsageError(f"'{dataset}' is not a dataset folder of the cache dir {cache_dir}; give a dataset "
+                         f"name as `xmask cache ls` shows it (and --cache-dir for another cache)")
+    if dataset.startswith("_"):
+        raise UsageError(f"'{dataset}' is not a dataset name (folders starting with '_' hold loader files)")
+    return Path(cache_dir) / dataset.lower()
+
+
+def clear(cache_dir: Path, dataset: str | None = None, kept: list[Path] | None = None) -> list[Path]:
+    """Remove xmask's own cache files (one dataset's, if given) and temp files of dead writers.
+
+    Only files :func:`is_own_cache_file` proves are cache files, and
+    :class:`CacheWriter` temp files whose writer is gone, are deleted; any other
+    file is left alone (and appended to ``kept`` when given). Without
+    ``dataset`` the loader staging folder ``_pyg`` goes too, when it carries
+    xmask's marker. Returns what was removed.
+
+    Raises:
+        UsageError: ``dataset`` is a path outside the cache dir's dataset folders.
+        NotWritableError: a file cannot be deleted (e.g. a read-only mount).
+    """
     cache_dir = Path(cache_dir)
     removed: list[Path] = []
-    for d in _dataset_dirs(cache_dir, dataset):
-        for p in sorted(d.iterdir()):
-            if p.suffix == ".h5" or ".h5.tmp-" in p.name:
-                p.unlink()
-                removed.append(p)
-        if not any(d.iterdir()):
-            d.rmdir()
-    if dataset is None and (cache_dir / "_pyg").is_dir():
-        shutil.rmtree(cache_dir / "_pyg")
-        removed.append(cache_dir / "_pyg")
+    dirs = [dataset_folder(cache_dir, dataset)] if dataset else None
+    try:
+        if dirs is not None:
+            dirs = [d for d in dirs if d.is_dir() and not d.is_symlink()]
+        else:
+            dirs = [d for d in _dataset_dirs(cache_dir, None) if not d.is_symlink()]
+        for d in dirs:
+            mine = 0
+            for p in sorted(d.iterdir()):
+                if is_own_cache_file(p) or is_stale_temp(p):
+                    p.unlink()
+                    removed.append(p)
+                    mine += 1
+                elif kept is not None:
+                    kept.append(p)
+            if mine and not any(d.iterdir()):  # a folder we emptied; never someone else's empty folder
+                d.rmdir()
+        staging = cache_dir / "_pyg"
+        if dataset is None and staging.is_dir() and not staging.is_symlink():
+            if (staging / STAGING_MARKER).is_file():
+                shutil.rmtree(staging)  # rmtree never follows the symlinks to raw files
+                removed.append(staging)
+            elif kept is not None:
+                kept.append(staging)
+    except PermissionError as exc:
+        raise NotWritableError(f"cannot remove {exc.filename or cache_dir}: {exc.strerror}; "
+                               f"the cache dir is read-only here") from exc
+    except OSError as exc:
+        if exc.errno == errno.EROFS:
+            raise NotWritableError(f"cannot remove {exc.filename or cache_dir}: read-only file system") from exc
+        raise
     return removed

@@ -676,18 +676,34 @@ def cache_clear(
 ) -> None:
     """Remove cache files (and leftovers of interrupted writes).
 
+    Deletes only files it can prove are its own: `<key>.h5` files in the cache
+    dir's dataset folders that record that key and a format version, temp files
+    of writers that are gone, and the `_pyg` staging folder it marked. Anything
+    else is kept and listed. A path argument must be a dataset folder of the
+    cache dir (exit 2 otherwise).
+
     Examples:
 
         xmask cache clear mutag
 
         xmask cache clear
+
+        xmask cache clear --cache-dir /scratch/xmask-cache --format json
     """
     from xmask_cli import cache as K
     from xmask_cli.prepare import resolve_cache_dir
 
     out = _output(ctx, fmt)
-    removed = [str(p) for p in K.clear(resolve_cache_dir(cache_dir), dataset)]
-    out.result({"removed": removed}, lambda con: con.print(f"removed {len(removed)} item(s)"))
+    kept: list[Path] = []
+    removed = [str(p) for p in K.clear(resolve_cache_dir(cache_dir), dataset, kept=kept)]
+
+    def human(con: Any) -> None:
+        con.print(f"removed {len(removed)} item(s)", markup=False)
+        if kept:
+            con.print(f"kept {len(kept)} item(s) that are not xmask cache files: "
+                      + ", ".join(str(p) for p in kept[:5]) + (" ..." if len(kept) > 5 else ""), markup=False)
+
+    out.result({"removed": removed, "kept": [str(p) for p in kept]}, human)
 
 
 def main() -> None:

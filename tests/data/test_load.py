@@ -115,3 +115,64 @@ def test_fingerprint_changes_with_any_edge():
     assert base != graphs_fingerprint([np.array([[0, 1], [1, 0]]), e[1]], n)
     assert base != graphs_fingerprint(e, np.array([3, 3]))
     assert base != graphs_fingerprint(e[::-1], n[::-1])
+
+
+# --------------------------------------------- processed files are never unpickled (issue 14, items 2, 17)
+class _Planted:
+    """Unpickling this creates ``marker``: what a planted processed file could do."""
+
+    def __init__(self, marker: Path):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (Path.touch, (Path(self.marker),))
+
+
+def _plant(path: Path, marker: Path) -> None:
+    import torch
+
+    torch.save(_Planted(marker), path)
+    # The file really runs code when fully unpickled (what PyG's fallback would do).
+    probe = marker.with_name(marker.name + ".probe")
+    torch.save(_Planted(probe), path.with_name("probe.pt"))
+    torch.load(path.with_name("probe.pt"), weights_only=False)
+    assert probe.exists()
+    path.with_name("probe.pt").unlink()
+
+
+@pytest.mark.parametrize("planted", ["data.pt", "pre_transform.pt"])
+def test_planted_processed_file_never_runs_and_is_reprocessed(planted, tmp_path, capfd):
+    spec = get_dataset("MUTAG")
+    cache = tmp_path / "c"
+    clean = load_graphs(spec, data_root=None, cache_dir=cache, offline=True)
+    processed = cache / "_pyg" / "MUTAG" / "processed"
+    marker = tmp_path / "code-ran"
+    _plant(processed / planted, marker)
+    again = load_graphs(spec, data_root=None, cache_dir=cache, offline=True)
+    assert not marker.exists()
+    assert again.fingerprint() == clean.fingerprint() and again.num_graphs == 188
+    assert "re-processed from the raw files" in capfd.readouterr().err
+    import torch
+
+    torch.load(processed / planted, weights_only=True)  # replaced by a plain file
+
+
+def test_truncated_processed_file_is_reprocessed(tmp_path):
+    spec = get_dataset("MUTAG")
+    cache = tmp_path / "c"
+    clean = load_graphs(spec, data_root=None, cache_dir=cache, offline=True)
+    data = cache / "_pyg" / "MUTAG" / "processed" / "data.pt"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    again = load_graphs(spec, data_root=None, cache_dir=cache, offline=True)
+    assert again.fingerprint() == clean.fingerprint()
+
+
+def test_planted_ogb_processed_file_never_runs(shared_data, tmp_path, no_network):
+    spec = get_dataset("ogbg-molhiv")
+    cache = tmp_path / "c"
+    clean = load_graphs(spec, data_root=shared_data, cache_dir=cache, offline=True)
+    (processed,) = (cache / "_pyg").glob("ogbg_molhiv*/processed")
+    marker = tmp_path / "code-ran"
+    _plant(processed / "geometric_data_processed.pt", marker)
+    again = load_graphs(spec, data_root=shared_data, cache_dir=cache, offline=True)
+    assert not marker.exists() and again.fingerprint() == clean.fingerprint()

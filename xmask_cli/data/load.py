@@ -22,6 +22,7 @@ import hashlib
 import io
 import os
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -29,10 +30,11 @@ from typing import Any, Iterator
 import numpy as np
 
 from xmask_cli.data.registry import DatasetSpec
-from xmask_cli.errors import DataNotFoundError, NotWritableError, UsageError
+from xmask_cli.errors import CacheError, DataNotFoundError, NotWritableError, UsageError
 
 DEFAULT_DATA_ROOT = Path("~/.cache/xmask/datasets").expanduser()
 EMBEDDED_ROOT = Path(__file__).resolve().parent / "embedded"
+STAGING_MARKER = ".xmask-staging"  # in <cache_dir>/_pyg: `cache clear` removes only a folder carrying it
 
 
 @dataclass
@@ -100,6 +102,9 @@ def _stage(spec: DatasetSpec, source_root: Path, staging_root: Path) -> Path:
     src = source_root / spec.folder
     dst = staging_root / spec.folder
     try:
+        staging_root.mkdir(parents=True, exist_ok=True)
+        # `cache clear` removes a staging folder only when it carries this marker.
+        (staging_root / STAGING_MARKER).touch()
         for rel in spec.raw_files:
             target = dst / rel
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -138,14 +143,59 @@ def _no_prompt(spec: DatasetSpec) -> Iterator[None]:
         builtins.input = original
 
 
-def _allow_pyg_classes_in_torch_load() -> None:
-    """ogb 1.3.6 reloads its processed file with ``torch.load``, which defaults to
-    ``weights_only=True`` since torch 2.6: allow PyG's data classes explicitly."""
+class ProcessedFileRejected(CacheError):
+    """A processed file failed to load as plain tensors (planted pickle, truncated, foreign)."""
+
+    def __init__(self, path: str, reason: BaseException):
+        first = str(reason).splitlines()[0] if str(reason) else type(reason).__name__
+        # torch's message advises weights_only=False: never repeat that advice.
+        if "weights_only" in first or "Weights only" in first:
+            first = "it holds objects other than tensors and PyG data classes"
+        super().__init__(f"refusing to load {path}: {first}")
+        self.path = path
+
+
+def _file_path(f: Any) -> str:
+    """Best-effort path of what ``torch.load`` was given (a path or an fsspec/file object)."""
+    for attr in ("path", "name"):
+        value = getattr(f, attr, None)
+        if isinstance(value, (str, os.PathLike)):
+            return os.fspath(value)
+    return os.fspath(f) if isinstance(f, (str, os.PathLike)) else repr(f)
+
+
+@contextlib.contextmanager
+def safe_torch_load() -> Iterator[None]:
+    """Make every ``torch.load`` inside load plain tensors only: ``weights_only=True``, with PyG's
+    data classes allowed explicitly, whatever the caller asked.
+
+    PyG's ``fs.torch_load`` retries a failed load with ``weights_only=False``
+    and ``Dataset._process`` loads ``pre_transform.pt`` that way outright, so a
+    pickle planted in ``processed/`` would run code. Here no load unpickles
+    arbitrary objects; a file that does not load raises
+    :class:`ProcessedFileRejected` (the caller then re-processes from raw).
+    """
     import torch
     from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
     from torch_geometric.data.storage import GlobalStorage
 
-    torch.serialization.add_safe_globals([DataEdgeAttr, DataTensorAttr, GlobalStorage])
+    original = torch.load
+    allowed = [DataEdgeAttr, DataTensorAttr, GlobalStorage]  # OGB's processed file holds old-style Data
+
+    def load(f: Any, map_location: Any = None, *args: Any, **kwargs: Any) -> Any:
+        kwargs.pop("weights_only", None)
+        kwargs.pop("pickle_module", None)
+        try:
+            with torch.serialization.safe_globals(allowed):
+                return original(f, map_location, weights_only=True, **kwargs)
+        except Exception as exc:  # UnpicklingError, truncated zip, EOF ...
+            raise ProcessedFileRejected(_file_path(f), exc) from exc
+
+    torch.load = load
+    try:
+        yield
+    finally:
+        torch.load = original
 
 
 def _construct(spec: DatasetSpec, root: Path) -> Any:
@@ -164,11 +214,34 @@ def _construct(spec: DatasetSpec, root: Path) -> Any:
     if fam == "tu":
         return D.TUDataset(str(root), spec.name)
     if fam == "ogbg":
-        _allow_pyg_classes_in_torch_load()
         from ogb.graphproppred import PygGraphPropPredDataset
 
         return PygGraphPropPredDataset(spec.name, root=str(root))
     raise UsageError(f"no loader for family {fam!r}")
+
+
+def _construct_safely(spec: DatasetSpec, root: Path, notes: list[str]) -> Any:
+    """:func:`_construct` under :func:`safe_torch_load`; a processed file that does not load as plain
+    tensors (planted, truncated, from another version) is deleted with its ``processed/`` folder and
+    the dataset is processed again from the raw files.
+
+    Raises:
+        CacheError: a rejected file outside the dataset's ``processed/`` folder, or a second rejection.
+    """
+    for attempt in (0, 1):
+        try:
+            with safe_torch_load():
+                return _construct(spec, root)
+        except ProcessedFileRejected as exc:
+            bad = Path(exc.path)
+            processed = bad.parent
+            inside = processed.name == "processed" and processed.resolve().is_relative_to(root.resolve())
+            if attempt or not inside:
+                raise CacheError(f"{spec.name}: {exc}; delete that file "
+                                 f"(xmask re-processes the dataset from its raw files)") from None
+            notes.append(f"{spec.name}: processed file rejected ({exc}); re-processed from the raw files")
+            shutil.rmtree(processed)
+    raise AssertionError("unreachable")
 
 
 def _missing_message(spec: DatasetSpec, looked: list[Path], reason: str) -> str:
@@ -224,11 +297,12 @@ def load_graphs(
         except OSError as exc:
             raise NotWritableError(f"cannot create data root {root}: {exc.strerror}; pass a writable --data-root") from exc
     chatter = io.StringIO()
+    notes: list[str] = []
     with _no_prompt(spec), contextlib.redirect_stdout(chatter), contextlib.redirect_stderr(chatter):
         # Loaders print progress bars; stdout is for results only and stderr for our own log.
         try:
-            ds = _construct(spec, root)
-        except (DataNotFoundError, NotWritableError):
+            ds = _construct_safely(spec, root, notes)
+        except (DataNotFoundError, NotWritableError, CacheError):
             raise
         except PermissionError as exc:
             raise NotWritableError(f"{spec.name}: cannot write processed files under {root}: {exc.strerror}; pass a writable --cache-dir") from exc
@@ -237,6 +311,8 @@ def load_graphs(
                 first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 raise DataNotFoundError(_missing_message(spec, looked, f"download failed: {first}")) from exc
             raise
+    for note in notes:  # after the redirect: the user should see that a file was replaced
+        sys.stderr.write(note + "\n")
     edges, nodes = graph_arrays(ds)
     return GraphSet(spec=spec, edge_index=edges, num_nodes=nodes, source=(source or root) / spec.folder, dataset=ds)
 
