@@ -207,10 +207,12 @@ def test_edge_regression_from_a_file(tmp_path):
     assert out["runs"][0]["metrics"]["test"] > 0
     bad = tmp_path / "bad.csv"
     bad.write_text("src,dst,delay\n0,1,x\n")
-    r = run("train", "--preset", "edge-regression", "--set", f"edge.file={bad}", "--cache-dir", str(tmp_path / "c2"))
+    # Another runs dir: the default ./runs holds the run above, which a new run may not replace.
+    r = run("train", "--preset", "edge-regression", "--set", f"edge.file={bad}", "--cache-dir", str(tmp_path / "c2"),
+            "--runs-dir", str(tmp_path / "runs2"))
     assert r.exit_code == 2 and "bad.csv" in one_error_line(r)
     r = run("train", "--preset", "edge-regression", "--set", f"edge.file={tmp_path / 'missing.csv'}",
-            "--cache-dir", str(tmp_path / "c2"))
+            "--cache-dir", str(tmp_path / "c2"), "--runs-dir", str(tmp_path / "runs2"))
     assert r.exit_code == 3 and "missing.csv" in one_error_line(r)
 
 
@@ -233,3 +235,127 @@ def test_planted_processed_file_does_not_run_and_training_works(tmp_path):
     assert not marker.exists()
     assert json.loads(r.stdout)["runs"][0]["epochs_run"] == 1
     assert "re-processed from the raw files" in r.stderr
+
+
+# ------------------------------------------------------ run-folder integrity (issue 14, items 3-6)
+ONE = [*TINY, "--set", "train.epochs=1", "--device", "cpu"]
+
+
+@pytest.fixture
+def warm_cache(sweep, tmp_path) -> Path:
+    """A copy of the sweep's MUTAG cache: no test here pays for prepare."""
+    import shutil
+
+    root, _ = sweep
+    shutil.copytree(root / "cache", tmp_path / "cache")
+    return tmp_path / "cache"
+
+
+def _train(tmp_path: Path, cache: Path, *extra: str):
+    return run("--format", "json", "train", "--preset", "graph-level", *ONE, "--name", "r",
+               "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(cache), *extra)
+
+
+def test_rerun_without_resume_or_overwrite_is_refused(tmp_path, warm_cache):
+    assert _train(tmp_path, warm_cache).exit_code == 0
+    folder = tmp_path / "runs" / "r" / "0"
+    before = {p.name: p.read_bytes() for p in folder.iterdir() if p.name != ".lock"}
+    r = _train(tmp_path, warm_cache, "--set", "train.lr=3e-3")
+    assert r.exit_code == 2
+    assert "exists; use --resume to continue it or --overwrite to replace it" in one_error_line(r)
+    assert {p.name: p.read_bytes() for p in folder.iterdir() if p.name != ".lock"} == before
+    r = _train(tmp_path, warm_cache, "--set", "train.lr=3e-3", "--overwrite")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads((folder / "config.json").read_text())["train"]["lr"] == 3e-3
+    assert len((folder / "metrics.jsonl").read_text().splitlines()) == 1
+
+
+def test_resume_refuses_another_config_naming_the_keys(tmp_path, warm_cache):
+    assert _train(tmp_path, warm_cache, "--set", "train.epochs=2").exit_code == 0
+    folder = tmp_path / "runs" / "r" / "0"
+    metrics = (folder / "metrics.jsonl").read_text()
+    r = _train(tmp_path, warm_cache, "--set", "train.lr=0.003", "--set", "train.epochs=30", "--resume")
+    assert r.exit_code == 2
+    keys = one_error_line(r).split("differs from the run's in ")[1].split(";")[0].split(", ")
+    assert sorted(keys) == ["config.train.lr", "train.lr"]  # the epoch budget may differ
+    r = _train(tmp_path, warm_cache, "--set", "model.hidden=8", "--resume")  # another model
+    assert r.exit_code == 2 and "model.hidden" in one_error_line(r)
+    assert (folder / "metrics.jsonl").read_text() == metrics
+    # config.json rewritten behind the checkpoint's back (the old failure): the checkpoint's own config decides.
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["train"]["lr"] = cfg["config"]["train"]["lr"] = 0.003
+    (folder / "config.json").write_text(json.dumps(cfg))
+    r = _train(tmp_path, warm_cache, "--set", "train.lr=0.003", "--set", "train.epochs=2", "--resume")
+    assert r.exit_code == 2 and "train.lr" in one_error_line(r)
+    # Only the epoch budget may change: more epochs continue the same run.
+    r = _train(tmp_path, warm_cache, "--set", "train.epochs=3", "--set", "train.patience=50", "--resume")
+    assert r.exit_code == 2 and "train.patience" in one_error_line(r)
+    r = _train(tmp_path, warm_cache, "--set", "train.epochs=3", "--resume")
+    assert r.exit_code == 0, r.stderr
+    rows = [json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert [x["epoch"] for x in rows] == [0, 1, 2] and rows[:2] == [json.loads(x) for x in metrics.splitlines()]
+
+
+def test_overwrite_killed_after_its_config_cannot_resume_into_the_old_checkpoint(tmp_path, warm_cache, monkeypatch):
+    """The issue's sequence: a finished lr 1e-3 run, a new lr 3e-3 start killed right after config.json, --resume."""
+    from xmask_cli.engine.runs import RunDir
+
+    assert _train(tmp_path, warm_cache, "--set", "train.epochs=2").exit_code == 0
+    folder = tmp_path / "runs" / "r" / "0"
+    real = RunDir.save_config
+
+    def save_then_die(self, config):
+        real(self, config)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunDir, "save_config", save_then_die)
+    r = _train(tmp_path, warm_cache, "--set", "train.lr=0.003", "--set", "train.epochs=3", "--overwrite")
+    assert r.exit_code == 130
+    monkeypatch.setattr(RunDir, "save_config", real)
+    # The old checkpoints went before the new config was written.
+    assert not (folder / "last.pt").exists() and not (folder / "best.pt").exists()
+    r = _train(tmp_path, warm_cache, "--set", "train.epochs=2", "--resume")  # the old settings
+    assert r.exit_code == 2 and "train.lr" in one_error_line(r)
+    r = _train(tmp_path, warm_cache, "--set", "train.lr=0.003", "--set", "train.epochs=3", "--resume")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads((folder / "config.json").read_text())["train"]["lr"] == 0.003
+    assert len((folder / "metrics.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_second_train_into_a_locked_folder_fails_at_once(tmp_path, warm_cache):
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    folder = tmp_path / "runs" / "r" / "0"
+    code = textwrap.dedent(f"""
+        import time
+        from xmask_cli.engine.runs import RunDir
+        with RunDir({str(folder)!r}).lock():
+            print("locked", flush=True)
+            time.sleep(60)
+    """)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert child.stdout.readline().strip() == "locked"
+        r = _train(tmp_path, warm_cache)
+        assert r.exit_code == 2
+        assert f"in use by another xmask process (pid {child.pid})" in one_error_line(r)
+        assert not (folder / "metrics.jsonl").exists()
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    assert _train(tmp_path, warm_cache).exit_code == 0
+
+
+@pytest.mark.parametrize("args", [["--name", "../../x"], ["--name", "/abs/path"], ["--set", "run.name=../../x"],
+                                  ["--name", ".."], ["--name", "a/b"]])
+def test_run_names_are_one_path_segment(tmp_path, warm_cache, args):
+    (tmp_path / "deep" / "er").mkdir(parents=True)
+    runs = tmp_path / "deep" / "er" / "runs"
+    r = run("train", "--preset", "graph-level", *ONE, *args, "--runs-dir", str(runs), "--cache-dir", str(warm_cache))
+    assert r.exit_code == 2 and "not a run name" in one_error_line(r)
+    assert not (tmp_path / "deep" / "x").exists() and not Path("/abs/path").exists()
+    assert not runs.exists() or not any(runs.rglob("config.json"))

@@ -234,7 +234,8 @@ def train(
     seed: Annotated[Optional[int], typer.Option("--seed", min=0, help="One seed (default 0).", show_default=False)] = None,
     seeds: Annotated[Optional[str], typer.Option("--seeds", help="A sweep: 0-4, 0,2,7 or 0-2,9; writes aggregate.json (mean ± std).", show_default=False)] = None,
     device: DeviceOpt = "auto",
-    resume: Annotated[bool, typer.Option("--resume", help="Continue killed runs from their last.pt (finished ones are only re-reported).")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue killed runs from their last.pt (finished ones are only re-reported); refused when the config differs in more than train.epochs.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run folders' previous runs (without it an existing run is refused).")] = False,
     runs_dir: Annotated[Optional[Path], typer.Option("--runs-dir", help="Root of run folders [default: the preset's run.root, ./runs].", show_default=False)] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/<name>/<seed>/ [default <dataset>-<level>].", show_default=False)] = None,
     data_root: DataRootOpt = None,
@@ -248,7 +249,8 @@ def train(
     cache is read (and prepared first when missing). Early stopping and the
     restored checkpoint are chosen on validation only; test is reported.
     Each run writes runs/<name>/<seed>/: config.json (resolved), metrics.jsonl,
-    best.pt, last.pt, summary.json.
+    best.pt, last.pt, summary.json. A folder holding a run is refused unless
+    --resume or --overwrite is given; a folder is locked while a run writes it.
 
     Examples:
 
@@ -295,7 +297,8 @@ def train(
 
         result = train_seeds(cfg, seed_list, device=dev, cache_dir=resolve_cache_dir(cache_dir),
                              data_root=data_root, offline=True if offline else None, run_root=runs_dir,
-                             resume=resume, log=out.log, on_epoch=on_epoch, on_seed_start=on_seed_start)
+                             resume=resume, overwrite=overwrite, log=out.log, on_epoch=on_epoch,
+                             on_seed_start=on_seed_start)
 
     def human(con: Any) -> None:
         from rich.table import Table

@@ -478,6 +478,11 @@ def _check_ranges(obj: Any, prefix: str) -> None:
              "fractions", "must be three non-negative fractions summing to 1")
         if isinstance(obj, LinkSection):
             need(obj.num_neg_per_pos >= 1, "num_neg_per_pos", "must be >= 1")
+    elif isinstance(obj, RunSection) and obj.name is not None:
+        # One path segment: a name never reaches outside the runs dir.
+        need(obj.name not in ("", ".", "..") and "/" not in obj.name and "\\" not in obj.name
+             and "\0" not in obj.name, "name",
+             f"'{obj.name}' is not a run name: one folder name, no '/', '..' or absolute path (use --runs-dir for the location)")
     elif isinstance(obj, LargeGraphConfig):
         need(obj.tau >= 0, "tau", "must be >= 0")
         need(obj.topk >= 0, "topk", "must be >= 0")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import networkx as nx
@@ -21,6 +22,7 @@ from xmask_cli.engine.train import train_task
 from xmask_cli.engine.pairs import (EdgeTask, LinkTask, edge_regression_split, link_mrr,
                                     one_hot_degree, prepare_pair_structure, train_edge_index)
 from xmask_cli.engine.runs import RunDir
+from xmask_cli.errors import UsageError
 from xmask_cli.engine.splits import edge_split
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
@@ -315,8 +317,8 @@ def test_link_resume_matches_uninterrupted(tmp_path: Path) -> None:
 
     # Another protocol is another task: resume refuses it.
     other = LinkTask(path, x, split, dataset="toy", protocol="shared", seed=4, batch_size=40)
-    with pytest.raises(ValueError, match="cannot resume"):
-        fit(other, XMaskNet(model_cfg), cfg, tmp_path / "b", model_config={}, resume=True)
+    with pytest.raises(UsageError, match="cannot resume .* in link.protocol"):
+        fit(other, XMaskNet(model_cfg), cfg, tmp_path / "b", model_config=asdict(model_cfg), resume=True)
 
 
 def test_training_negatives_depend_on_seed_and_epoch_only(tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine import train as train_mod
 from xmask_cli.engine.runs import RunDir, aggregate
 from xmask_cli.engine.splits import Split, graph_split
+from xmask_cli.errors import UsageError
 from xmask_cli.engine.train import TrainConfig, evaluate, graph_labels, node_features, train_graph_level
 from xmask_cli.model.network import ModelConfig
 from xmask_cli.prepare import prepare_dataset
@@ -147,8 +148,9 @@ def test_resume_matches_uninterrupted(mutag: Mutag, tmp_path: Path) -> None:
 
 def test_resume_refuses_a_different_run(mutag: Mutag, learned: tuple[dict, RunDir]) -> None:
     _, run = learned
-    for model_cfg, cfg in ((mutag.model_cfg, replace(FAST, seed=1)), (replace(mutag.model_cfg, hidden=8), FAST)):
-        with pytest.raises(ValueError, match="cannot resume"):
+    for (model_cfg, cfg), key in (((mutag.model_cfg, replace(FAST, seed=1)), "train.seed"),
+                                  ((replace(mutag.model_cfg, hidden=8), FAST), "model.hidden")):
+        with pytest.raises(UsageError, match=f"cannot resume .* in {key}"):
             train_graph_level(mutag.cache_path, mutag.graphs, mutag.split, model_cfg, cfg, run.path, resume=True)
 
 

@@ -13,6 +13,7 @@ Example::
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -287,7 +288,16 @@ class Experiment:
 
     def run_name(self) -> str:
         """``run.name``, or ``<dataset>-<level>``."""
-        return self.cfg.run.name or f"{self.dataset.lower().replace(':', '-')}-{self.level}"
+        return run_name(self.cfg)
+
+
+def run_name(cfg: Config) -> str:
+    """``run.name``, or ``<dataset>-<level>`` (known before any data is loaded)."""
+    if cfg.run.name:
+        return cfg.run.name
+    level = resolve_level(cfg)
+    dataset = EDGE_FILE_DATASET if level == "edge" else _spec(cfg).name
+    return f"{dataset.lower().replace(':', '-')}-{level}"
 
 
 def train_seeds(
@@ -300,6 +310,7 @@ def train_seeds(
     offline: bool | None = None,
     run_root: Path | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     log: Callable[[str], None] = lambda m: None,
     on_epoch: Callable[[int, dict[str, Any]], None] = lambda seed, row: None,
     on_seed_start: Callable[[int, int], None] = lambda seed, epochs: None,
@@ -307,36 +318,54 @@ def train_seeds(
     """Train one run per seed into ``<run_root>/<name>/<seed>/``; returns summaries and the aggregate.
 
     With more than one seed an ``aggregate.json`` (mean ± std over seeds of
-    every final metric) is written beside the seed folders.
+    every final metric) is written beside the seed folders. Every seed folder
+    is locked for the whole call (:meth:`RunDir.lock`); a folder that already
+    holds a run needs ``resume`` or ``overwrite``.
+
+    Raises:
+        UsageError: a seed folder is locked by another process, or holds a run
+            and neither ``resume`` nor ``overwrite`` is given.
     """
     from xmask_cli.engine.train import train_task
 
-    exp = Experiment.load(cfg, cache_dir=cache_dir, data_root=data_root, offline=offline, log=log)
-    root = Path(run_root or cfg.run.root) / exp.run_name()
-    summaries, run_dirs = [], []
-    for seed in seeds:
-        run = RunDir(root / str(seed))
-        seed_everything(seed)
-        task = exp.task(seed, device)
-        on_seed_start(seed, cfg.train.epochs)
-        extra = {"config": cfg.to_dict(), "level": exp.level, "data_root": None if data_root is None else str(data_root)}
-        summary = train_task(task, exp.model_config(task), _train_config(cfg, seed, device), run, extra_config=extra,
-                             resume=resume, log=lambda row, s=seed: on_epoch(s, row))
-        summary = {**summary, "level": exp.level, "run_dir": str(run.path)}
-        run.write_summary(summary)
-        summaries.append(summary)
-        run_dirs.append(run)
-        log(f"seed {seed}: best epoch {summary['best_epoch']}, "
-            + ", ".join(f"{p} {exp.metric} {summary['metrics'][p]:.4f}" for p in PARTS))
-    agg = aggregate(run_dirs)
-    result = {"name": exp.run_name(), "dataset": exp.dataset, "level": exp.level, "metric": exp.metric,
-              "seeds": seeds, "run_root": str(root), "runs": summaries, "aggregate": agg}
-    if len(seeds) > 1:
-        from xmask_cli.engine.runs import write_json
+    if resume and overwrite:
+        raise UsageError("give --resume or --overwrite, not both")
+    root = Path(run_root or cfg.run.root) / run_name(cfg)
+    summaries, run_dirs = [], [RunDir(root / str(seed)) for seed in seeds]
+    with contextlib.ExitStack() as held:
+        # Every seed's folder is locked and checked before any work: a clash fails at once.
+        for run in run_dirs:
+            held.enter_context(run.lock())
+        if not (resume or overwrite):
+            taken = [run for run in run_dirs if run.has_run_files()]
+            if taken:
+                raise UsageError(f"run folder {taken[0].path} exists"
+                                 + (f" (and {len(taken) - 1} more)" if len(taken) > 1 else "")
+                                 + "; use --resume to continue it or --overwrite to replace it")
+        exp = Experiment.load(cfg, cache_dir=cache_dir, data_root=data_root, offline=offline, log=log)
+        for seed, run in zip(seeds, run_dirs):
+            seed_everything(seed)
+            task = exp.task(seed, device)
+            on_seed_start(seed, cfg.train.epochs)
+            extra = {"config": cfg.to_dict(), "level": exp.level,
+                     "data_root": None if data_root is None else str(data_root)}
+            summary = train_task(task, exp.model_config(task), _train_config(cfg, seed, device), run,
+                                 extra_config=extra, resume=resume, overwrite=overwrite,
+                                 log=lambda row, s=seed: on_epoch(s, row))
+            summary = {**summary, "level": exp.level, "run_dir": str(run.path)}
+            run.write_summary(summary)
+            summaries.append(summary)
+            log(f"seed {seed}: best epoch {summary['best_epoch']}, "
+                + ", ".join(f"{p} {exp.metric} {summary['metrics'][p]:.4f}" for p in PARTS))
+        agg = aggregate(run_dirs)
+        result = {"name": exp.run_name(), "dataset": exp.dataset, "level": exp.level, "metric": exp.metric,
+                  "seeds": seeds, "run_root": str(root), "runs": summaries, "aggregate": agg}
+        if len(seeds) > 1:
+            from xmask_cli.engine.runs import write_json
 
-        root.mkdir(parents=True, exist_ok=True)
-        write_json(root / "aggregate.json", {k: v for k, v in result.items() if k != "runs"})
-    return result
+            root.mkdir(parents=True, exist_ok=True)
+            write_json(root / "aggregate.json", {k: v for k, v in result.items() if k != "runs"})
+        return result
 
 
 def read_run(run_dir: str | os.PathLike) -> tuple[RunDir, dict[str, Any]]:

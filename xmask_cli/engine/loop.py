@@ -11,6 +11,7 @@ restored state, and only reported.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
@@ -21,6 +22,7 @@ from torch import Tensor
 
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
 from xmask_cli.engine.runs import RunDir
+from xmask_cli.errors import UsageError
 
 __all__ = ["TrainConfig", "Task", "fit", "seed_everything", "PARTS"]
 
@@ -121,6 +123,34 @@ def _better(a: float, b: float | None, higher: bool) -> bool:
     return a > b if higher else a < b
 
 
+_MISSING = object()
+#: Keys of a run's config that may change on ``--resume``: the epoch budget, and where it runs.
+RESUME_MAY_DIFFER = frozenset({"train.epochs", "config.train.epochs", "train.device", "data_root"})
+
+
+def config_diff(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """Dotted keys at which two JSON-like configs differ (a key missing on one side differs)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for k in sorted(set(a) | set(b), key=str):
+            key = f"{prefix}.{k}" if prefix else str(k)
+            out += config_diff(a.get(k, _MISSING), b.get(k, _MISSING), key)
+        return out
+    return [] if a == b else [prefix]
+
+
+def _check_resumable(run: RunDir, saved: dict[str, Any], now: dict[str, Any]) -> None:
+    def norm(c: dict[str, Any]) -> dict[str, Any]:
+        # The cache file's key names its content; the folder it sits in may move.
+        return {**c, "cache_path": Path(c["cache_path"]).name} if isinstance(c.get("cache_path"), str) else c
+
+    diff = [k for k in config_diff(norm(saved), norm(now)) if k not in RESUME_MAY_DIFFER]
+    if diff:
+        shown = ", ".join(diff[:8]) + (f" and {len(diff) - 8} more" if len(diff) > 8 else "")
+        raise UsageError(f"cannot resume {run.path}: the resolved config differs from the run's in {shown}; "
+                         f"resume with the same settings (only train.epochs may change), or start over with --overwrite")
+
+
 def _cpu_state(model: torch.nn.Module) -> dict[str, Tensor]:
     return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
 
@@ -141,6 +171,7 @@ def fit(
     model_config: dict[str, Any],
     extra_config: dict[str, Any] | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     log: Callable[[dict[str, Any]], None] = lambda m: None,
 ) -> dict[str, Any]:
     """Train ``model`` on ``task``; returns (and writes) the run summary.
@@ -155,14 +186,19 @@ def fit(
     RNG states, early-stopping counters); with ``resume=True`` a killed run
     continues from it and ends exactly as an uninterrupted run would (on CPU).
     ``log`` receives each epoch's metrics row after it has been checkpointed.
+    A folder that already holds a run is refused unless ``resume`` (same
+    config, only ``epochs`` may differ) or ``overwrite`` (its files are deleted,
+    checkpoints first) is given.
 
     Args:
         model_config: JSON-able model hyper-parameters, saved and compared on resume.
         extra_config: anything else to save in ``config.json`` (e.g. the resolved preset).
 
     Raises:
-        ValueError: ``epochs < 1``, or ``resume`` finds a run with another
-            task, model or seed.
+        ValueError: ``epochs < 1``.
+        UsageError: the folder holds a run and neither ``resume`` nor
+            ``overwrite`` is given, or ``resume`` finds a run whose config differs
+            in anything but the epoch budget (the message names the keys).
     """
     if train_cfg.epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {train_cfg.epochs}")
@@ -176,23 +212,28 @@ def fit(
               "train": asdict(train_cfg)}
 
     start, best, best_epoch, bad_epochs = 0, None, -1, 0
+    # JSON round trip so tuples compare equal to the lists read back.
+    now = json.loads(json.dumps(config))
     if resume and run.has_checkpoint(RunDir.LAST):
-        # JSON round trip so tuples compare equal to the lists read back.
-        saved, now = run.load_config(), json.loads(json.dumps(config))
-        for key in (*task.describe(), "metric", "model"):
-            if saved.get(key) != now.get(key):
-                raise ValueError(f"cannot resume {run.path}: its {key!r} differs from this run's")
-        if saved["train"]["seed"] != train_cfg.seed:
-            raise ValueError(f"cannot resume {run.path}: it was trained with seed {saved['train']['seed']}")
         ckpt = run.load_checkpoint(RunDir.LAST)
+        # The config the checkpoint was trained with (older checkpoints: config.json).
+        saved = json.loads(ckpt["config"]) if isinstance(ckpt.get("config"), str) else run.load_config()
+        _check_resumable(run, saved, now)
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
         _set_rng_state(ckpt["rng"])
         start, best, best_epoch, bad_epochs = ckpt["epoch"] + 1, ckpt["best"], ckpt["best_epoch"], ckpt["bad_epochs"]
         run.truncate_metrics(start)
+        run.save_config(config)  # the same run; only the epoch budget may have changed
     else:
-        run.truncate_metrics(0)
+        if run.has_run_files():
+            if resume and (run.path / RunDir.CONFIG).is_file():
+                # Killed before its first checkpoint: start over, but only as the same run.
+                _check_resumable(run, run.load_config(), now)
+            elif not (resume or overwrite):
+                raise UsageError(f"run folder {run.path} exists; use --resume to continue it or --overwrite to replace it")
+            run.remove_run_files()
         run.save_config(config)
 
     epoch = start - 1
@@ -228,6 +269,7 @@ def fit(
         run.save_checkpoint({
             "model": _cpu_state(model), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
             "rng": _rng_state(), "epoch": epoch, "best": best, "best_epoch": best_epoch, "bad_epochs": bad_epochs,
+            "config": json.dumps(config, sort_keys=True),  # resume compares against this, not config.json
         }, RunDir.LAST)
         log(row)
         if stopped_early:

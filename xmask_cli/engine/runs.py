@@ -7,6 +7,7 @@ A run lives in ``runs/<name>/<seed>/``::
     last.pt         everything needed to continue a killed run
     best.pt         the best state by the validation metric
     summary.json    final metrics of the best state
+    .lock           held (``fcntl.flock``) by the process writing the run; holds its pid
 
 Checkpoints hold tensors and plain Python values only, so they load with
 ``torch.load(..., weights_only=True)``; every file a reader may see half-written
@@ -15,15 +16,20 @@ moved into place with :func:`os.replace`, which is atomic on POSIX and Windows.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import re
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+
+from xmask_cli.errors import UsageError
 
 __all__ = ["RunDir", "aggregate", "write_json", "write_text"]
 
@@ -73,6 +79,9 @@ class RunDir:
     LAST = "last.pt"
     BEST = "best.pt"
     SUMMARY = "summary.json"
+    LOCK = ".lock"
+    #: Every file a run writes (the lock aside), checkpoints first: removal order of :meth:`remove_run_files`.
+    FILES = (LAST, BEST, SUMMARY, METRICS, CONFIG)
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -80,6 +89,51 @@ class RunDir:
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
+
+    # ------------------------------------------------------------ integrity
+    @contextlib.contextmanager
+    def lock(self) -> Iterator["RunDir"]:
+        """Hold an exclusive lock on the folder for the ``with`` block (the run's life).
+
+        A second process (or a second lock in this one) fails at once instead of
+        interleaving its metrics and checkpoints with the first's. The lock is an
+        ``fcntl.flock`` on ``.lock``, so a killed holder releases it.
+
+        Raises:
+            UsageError: another holder has the lock; the message names its pid.
+        """
+        path = self.path / self.LOCK
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise UsageError(f"run folder {self.path} is in use by another xmask process (pid {holder}); "
+                             f"wait for it to finish or pick another --name") from None
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            yield self
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+
+    def has_run_files(self) -> bool:
+        """Whether a run already wrote anything here (config, metrics, checkpoints, summary)."""
+        return any((self.path / name).exists() for name in self.FILES)
+
+    def remove_run_files(self) -> None:
+        """Delete this folder's run files and their temp files, checkpoints first (``--overwrite``).
+
+        Checkpoints go before the config: a kill midway never leaves an old
+        checkpoint beside a new ``config.json``.
+        """
+        for name in self.FILES:
+            (self.path / name).unlink(missing_ok=True)
+        temp = re.compile(r"^\.(" + "|".join(re.escape(n) for n in self.FILES) + r")\..+\.tmp$")
+        for p in self.path.iterdir():
+            if temp.match(p.name):
+                p.unlink(missing_ok=True)
 
     # --------------------------------------------------------------- config
     def save_config(self, config: dict[str, Any]) -> None:

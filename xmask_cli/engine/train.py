@@ -165,6 +165,7 @@ def train_task(
     *,
     extra_config: dict[str, Any] | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     log: Callable[[dict[str, Any]], None] = lambda m: None,
 ) -> dict[str, Any]:
     """Seed, build :class:`XMaskNet` from ``model_cfg`` and train it on ``task`` with :func:`fit`.
@@ -181,7 +182,7 @@ def train_task(
     seed_everything(train_cfg.seed)
     model = XMaskNet(model_cfg).to(task.device)
     return fit(task, model, train_cfg, run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir),
-               model_config=asdict(model_cfg), extra_config=extra_config, resume=resume, log=log)
+               model_config=asdict(model_cfg), extra_config=extra_config, resume=resume, overwrite=overwrite, log=log)
 
 
 def train_graph_level(

@@ -1,0 +1,59 @@
+"""Run folders: locking and replacing a run (issue 14, items 3-5)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from xmask_cli.engine.runs import RunDir
+from xmask_cli.errors import UsageError
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_a_second_lock_fails_at_once_naming_the_holder(tmp_path):
+    run = RunDir(tmp_path / "r")
+    with run.lock():
+        with pytest.raises(UsageError, match=f"pid {os.getpid()}"):
+            with RunDir(tmp_path / "r").lock():
+                pass
+    with run.lock():  # released at the end of the block
+        pass
+
+
+def test_a_killed_holder_releases_the_lock(tmp_path):
+    code = textwrap.dedent(f"""
+        import sys, time
+        from xmask_cli.engine.runs import RunDir
+        with RunDir({str(tmp_path / 'r')!r}).lock():
+            print("locked", flush=True)
+            time.sleep(60)
+    """)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert child.stdout.readline().strip() == "locked"
+        with pytest.raises(UsageError, match=f"pid {child.pid}"):
+            with RunDir(tmp_path / "r").lock():
+                pass
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    with RunDir(tmp_path / "r").lock():
+        pass
+
+
+def test_remove_run_files_takes_checkpoints_and_temp_files_only(tmp_path):
+    run = RunDir(tmp_path / "r")
+    for name in RunDir.FILES:
+        (run.path / name).write_text("x")
+    (run.path / ".last.pt.abc123.tmp").write_text("half")
+    (run.path / "notes.md").write_text("mine")
+    assert run.has_run_files()
+    run.remove_run_files()
+    assert not run.has_run_files()
+    assert sorted(p.name for p in run.path.iterdir()) == ["notes.md"]
