@@ -148,6 +148,21 @@ def _check_structure(cfg: Config) -> None:
                               f"set structure.{section}.enabled=true")
 
 
+def check_config(cfg: Config) -> tuple[str, str]:
+    """The checks a config passes before any file is touched; returns ``(level, metric)``.
+
+    Raises:
+        UsageError: no such level for the dataset, a metric that does not apply, structure the model
+            reads but the cache would not hold.
+    """
+    level = resolve_level(cfg)
+    metric = resolve_metric(cfg, level)
+    _check_structure(cfg)
+    if cfg.model.experts and level != "node":
+        raise ConfigError(f"model.experts (M3Dphormer attention experts) need a node-level task, not {level}")
+    return level, metric
+
+
 def _train_config(cfg: Config, seed: int, device: str) -> TrainConfig:
     # The preset's train section minus what only the tasks read (loader_workers), plus seed and device.
     keep = {f.name for f in dataclasses.fields(TrainConfig)}
@@ -201,11 +216,7 @@ class Experiment:
         from xmask_cli.data.load import load_graphs, resolve_data_root
         from xmask_cli.prepare import prepare_graphs
 
-        level = resolve_level(cfg)
-        metric = resolve_metric(cfg, level)
-        _check_structure(cfg)
-        if cfg.model.experts and level != "node":
-            raise ConfigError(f"model.experts (M3Dphormer attention experts) need a node-level task, not {level}")
+        level, metric = check_config(cfg)
         ensure_writable_dir(cache_dir)
         if level == "edge":
             from xmask_cli.data.edgefile import load_edge_file
@@ -330,6 +341,7 @@ def train_seeds(
 
     if resume and overwrite:
         raise UsageError("give --resume or --overwrite, not both")
+    check_config(cfg)
     root = Path(run_root or cfg.run.root) / run_name(cfg)
     summaries, run_dirs = [], [RunDir(root / str(seed)) for seed in seeds]
     with contextlib.ExitStack() as held:

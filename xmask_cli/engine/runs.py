@@ -85,6 +85,8 @@ class RunDir:
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
+        # Folders made here, innermost first: a run that never wrote a file leaves none behind.
+        self._made = [p for p in (self.path, *self.path.parents) if not p.exists()]
         self.path.mkdir(parents=True, exist_ok=True)
 
     def __repr__(self) -> str:
@@ -103,19 +105,34 @@ class RunDir:
             UsageError: another holder has the lock; the message names its pid.
         """
         path = self.path / self.LOCK
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            os.close(fd)
-            raise UsageError(f"run folder {self.path} is in use by another xmask process (pid {holder}); "
-                             f"wait for it to finish or pick another --name") from None
+        while True:
+            self.path.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                os.close(fd)
+                raise UsageError(f"run folder {self.path} is in use by another xmask process (pid {holder}); "
+                                 f"wait for it to finish or pick another --name") from None
+            try:
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+            os.close(fd)  # a previous holder removed the file we locked: lock the current one
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
             yield self
         finally:
+            if not self.has_run_files():  # nothing was written (e.g. bad input): leave nothing behind
+                path.unlink(missing_ok=True)
+                for folder in self._made:
+                    try:
+                        folder.rmdir()
+                    except OSError:
+                        break
             os.close(fd)  # closing the descriptor releases the lock
 
     def has_run_files(self) -> bool:
