@@ -28,8 +28,8 @@ from typing import Any
 from xmask_cli.config import Config, resolve
 from xmask_cli.errors import UsageError
 
-__all__ = ["VARIANTS", "CORE_VARIANTS", "BIAS_VARIANTS", "EXPERT_VARIANTS", "default_variants", "variant_overrides", "parse_variants",
-           "run_ablation"]
+__all__ = ["VARIANTS", "CORE_VARIANTS", "BIAS_VARIANTS", "EXPERT_VARIANTS", "IMAGE_VARIANTS", "default_variants",
+           "variant_overrides", "parse_variants", "run_ablation"]
 
 #: Variant -> what it changes (Table 7's columns, plus a depth ablation).
 CORE_VARIANTS: dict[str, str] = {
@@ -52,23 +52,41 @@ EXPERT_VARIANTS: dict[str, str] = {
     "flat-routing": "one softmax gate over the experts instead of the bi-level sigmoid router",
     "no-routing": "experts averaged with equal fixed weights",
 }
-VARIANTS: dict[str, str] = {**CORE_VARIANTS, **BIAS_VARIANTS, **EXPERT_VARIANTS}
+#: Image level (paper 000, Table 12): the ViT arm, against which ``full`` (mask, no positions) is compared.
+IMAGE_VARIANTS: dict[str, str] = {
+    "positional": "ViT with learned position embeddings and no mask (the paper's baseline arm)",
+}
+VARIANTS: dict[str, str] = {**CORE_VARIANTS, **BIAS_VARIANTS, **EXPERT_VARIANTS, **IMAGE_VARIANTS}
 
 
 def default_variants(cfg: Config) -> list[str]:
     """The variants that apply to ``cfg``: the core ones, ``no-<bias>`` for each bias it has, and with
-    attention experts the expert and routing ablations (``no-multihead`` and ``one-layer`` stay)."""
+    attention experts the expert and routing ablations (``no-multihead`` and ``one-layer`` stay).
+    Image datasets: ``full``, ``no-logmask`` and ``positional`` (paper 000, Table 12, plus neither)."""
     kinds = {b.type for b in cfg.model.biases}
+    if _is_image(cfg):  # Table 12: mask vs positions, plus neither
+        return ["full", "no-logmask", "positional"]
     out = [*CORE_VARIANTS, *[v for v in BIAS_VARIANTS if v[3:] in kinds]]
     if cfg.model.experts:
         out += [v for v in EXPERT_VARIANTS if not v.startswith("no-") or v == "no-routing" or v[3:] in cfg.model.experts]
     return out
 
 
+def _is_image(cfg: Config) -> bool:
+    from xmask_cli.data.registry import get_dataset
+
+    return cfg.task.level == "image" or (cfg.task.level == "auto" and get_dataset(cfg.data.dataset).level == "image")
+
+
 def variant_overrides(variant: str, cfg: Config) -> list[str]:
     """``--set`` overrides turning the base ``cfg`` into ``variant``."""
     if variant == "full":
         return []
+    if variant == "positional":
+        if not _is_image(cfg):
+            raise UsageError("variant 'positional' (position embeddings instead of the mask) is for image "
+                             "datasets such as digits or cifar10")
+        return ["model.positional=learned", "model.use_bias=false"]
     if variant == "no-symnorm":
         return ["structure.powers.normalization=no-symnorm"]
     if variant == "no-logmask":

@@ -370,7 +370,7 @@ def ablate(
     dataset: DatasetOpt = None,
     set_: SetOpt = None,
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds of every variant: 0-4, 0,2,7 ...")] = "0-4",
-    variants: Annotated[Optional[str], typer.Option("--variants", help="Comma list of full, no-symnorm, no-logmask, no-multihead, one-layer, no-spd, no-rrwp, no-magnetic, no-eigen (the preset without that learned bias), and for M3Dphormer presets no-local, no-cluster, no-global, flat-routing, no-routing [default: the core five plus those that apply to the preset].", show_default=False)] = None,
+    variants: Annotated[Optional[str], typer.Option("--variants", help="Comma list of full, no-symnorm, no-logmask, no-multihead, one-layer, no-spd, no-rrwp, no-magnetic, no-eigen (the preset without that learned bias), for M3Dphormer presets no-local, no-cluster, no-global, flat-routing, no-routing, and for image presets positional (learned position embeddings, no mask) [default: the core five plus those that apply to the preset; images: full,no-logmask,positional].", show_default=False)] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Ablation folder [default ./ablations/<dataset>-<level>].", show_default=False)] = None,
     device: DeviceOpt = "auto",
     data_root: DataRootOpt = None,
@@ -393,6 +393,8 @@ def ablate(
         xmask ablate --dataset PROTEINS --seeds 0-2 --variants full,no-logmask --data-root ../shared/datasets
 
         xmask --format json ablate --preset graph-level --seeds 0-1 > ablation.json
+
+        xmask ablate --preset vit-digits --variants full,no-logmask,positional
     """
     from xmask_cli import config as C
     from xmask_cli.ablate import parse_variants, run_ablation
@@ -436,6 +438,8 @@ def explain(
     graph: Annotated[Optional[list[int]], typer.Option("--graph", help="Graph id (graph-level runs); repeatable.", show_default=False)] = None,
     node: Annotated[Optional[list[int]], typer.Option("--node", help="Node id (node, link, edge runs): its neighbourhood; repeatable.", show_default=False)] = None,
     edge: Annotated[Optional[list[str]], typer.Option("--edge", help="U,V node pair (link, edge runs); repeatable.", show_default=False)] = None,
+    image: Annotated[Optional[list[int]], typer.Option("--image", help="Test image index (image runs): the image beside each head's attention over the patch grid; repeatable.", show_default=False)] = None,
+    query_patch: Annotated[Optional[int], typer.Option("--query-patch", min=0, help="Image runs: show this patch's attention row (row-major index) instead of the attention each patch receives, averaged over all queries.", show_default=False)] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Output folder [default maps/<name>-<seed>].", show_default=False)] = None,
     max_nodes: Annotated[int, typer.Option("--max-nodes", min=2, help="Largest map kept; bigger targets are cropped to the closest nodes (and say so).")] = 64,
     device: DeviceOpt = "auto",
@@ -460,6 +464,8 @@ def explain(
         xmask explain runs/cora-node/0 --node 5 --node 100 --max-nodes 48
 
         xmask --format json explain runs/cora-link/0 --edge 12,345
+
+        xmask explain runs/digits-image/0 --image 3 --query-patch 5
     """
     from xmask_cli.engine.experiment import resolve_device
     from xmask_cli.explain import explain_run
@@ -469,7 +475,8 @@ def explain(
     folder = out or Path("maps") / f"{run_dir.resolve().parent.name}-{run_dir.resolve().name}"
     result = explain_run(run_dir, graphs=graph or (), nodes=node or (), edges=edge or (), out_dir=folder,
                          cache_dir=resolve_cache_dir(cache_dir), data_root=data_root, device=resolve_device(device),
-                         max_nodes=max_nodes, offline=True if offline else None, log=output.log)
+                         max_nodes=max_nodes, offline=True if offline else None, log=output.log,
+                         images=image or (), query_patch=query_patch)
 
     def human(con: Any) -> None:
         from rich.table import Table
@@ -650,6 +657,8 @@ def cache_verify(
         name = p.parent.name
         if name not in fingerprints:
             spec = get_dataset(name)
+            if spec.family == "images":  # the input of an image cache is the patch grid, which its key hashes
+                return None
             graphs = load_graphs(spec, data_root=resolve_data_root(data_root), cache_dir=resolve_cache_dir(cache_dir), offline=True)
             fingerprints[name] = graphs.fingerprint()
         return fingerprints[name]

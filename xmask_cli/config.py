@@ -111,7 +111,7 @@ class StructureConfig:
 class TaskConfig:
     """Which prediction task to train (``level``) and what selects the best epoch (``metric``)."""
 
-    level: Literal["auto", "graph", "node", "link", "edge"] = "auto"  # auto: the dataset's default level
+    level: Literal["auto", "graph", "node", "link", "edge", "image"] = "auto"  # auto: the dataset's default level
     metric: Literal["auto", "accuracy", "rocauc", "mrr", "mae", "rmse"] = "auto"  # auto: the level's default
 
 
@@ -139,9 +139,10 @@ class ModelSection:
     norm: Literal["post", "pre"] = "post"
     mask_scale: Literal["paper", "none"] = "paper"
     head_powers: list[int] | None = None  # power of Â per head; null: 1..heads
-    readout: Literal["sum", "mean", "max"] = "sum"
+    readout: Literal["sum", "mean", "max", "cls"] = "sum"  # cls: a class token (image level)
     use_bias: bool = True  # false: plain attention (the no-logmask ablation)
-    encoder: Literal["auto", "linear", "atom"] = "auto"  # auto: atom for OGB molecules, else linear
+    encoder: Literal["auto", "linear", "atom", "patch"] = "auto"  # auto: atom for OGB molecules, patch for images, else linear
+    positional: Literal["none", "learned"] = "none"  # image level: learned position embeddings (the ViT arm)
     input_dropout: float = 0.0  # dropout on raw input features (bag-of-words node features overfit without it)
     biases: list[BiasSection] = field(default_factory=list)  # learned biases added to X-LogSMask: [{type: spd}, ...]
     experts: list[Literal["local", "cluster", "global"]] = field(default_factory=list)  # M3Dphormer experts; []: one attention
@@ -193,6 +194,15 @@ class EdgeSection:
 
 
 @dataclass(frozen=True)
+class ImageSection:
+    """Image level: patches of the image form one grid graph shared by every image."""
+
+    patch: int = 2  # patch side in pixels; must divide the image height and width
+    connectivity: Literal[4, 8] = 4  # grid neighbours: edge-sharing patches, or also diagonal ones
+    augment: bool = False  # random crop (pad 1/8 of the side) and horizontal flip on training batches
+
+
+@dataclass(frozen=True)
 class RunSection:
     """Where runs are written: ``<root>/<name>/<seed>/``."""
 
@@ -213,6 +223,7 @@ class Config:
     node: NodeSection = field(default_factory=NodeSection)
     link: LinkSection = field(default_factory=LinkSection)
     edge: EdgeSection = field(default_factory=EdgeSection)
+    image: ImageSection = field(default_factory=ImageSection)
     run: RunSection = field(default_factory=RunSection)
 
     def to_dict(self) -> dict[str, Any]:
@@ -483,6 +494,8 @@ def _check_ranges(obj: Any, prefix: str) -> None:
         need(obj.name not in ("", ".", "..") and "/" not in obj.name and "\\" not in obj.name
              and "\0" not in obj.name, "name",
              f"'{obj.name}' is not a run name: one folder name, no '/', '..' or absolute path (use --runs-dir for the location)")
+    elif isinstance(obj, ImageSection):
+        need(obj.patch >= 1, "patch", "must be >= 1")
     elif isinstance(obj, LargeGraphConfig):
         need(obj.tau >= 0, "tau", "must be >= 0")
         need(obj.topk >= 0, "topk", "must be >= 0")

@@ -495,6 +495,8 @@ def explain_run(
     max_nodes: int = 64,
     offline: bool | None = None,
     log: Callable[[str], None] = lambda m: None,
+    images: Sequence[int] = (),
+    query_patch: int | None = None,
 ) -> dict[str, Any]:
     """Record, save and plot the attention terms of a run's best checkpoint on the given targets.
 
@@ -508,6 +510,8 @@ def explain_run(
         device: torch device of the forward.
         max_nodes: most nodes a map keeps (neighbourhood crop; graphs above it are cropped too).
         log: progress lines.
+        images: test-image indices (image-level runs; see :mod:`xmask_cli.explain_image`).
+        query_patch: image runs: one query patch's attention row instead of the mean over queries.
 
     Returns:
         JSON-able ``{"run_dir", "dataset", "level", "seed", "targets": [{"name", "kind", "target",
@@ -525,14 +529,31 @@ def explain_run(
     from xmask_cli.cache import ensure_writable_dir
     from xmask_cli.engine.experiment import load_run, read_run
 
-    graphs, nodes = [int(g) for g in graphs], [int(i) for i in nodes]
+    graphs, nodes, images = [int(g) for g in graphs], [int(i) for i in nodes], [int(i) for i in images]
     pairs = [_parse_edge(e) for e in edges]
-    if not (graphs or nodes or pairs):
-        raise UsageError("nothing to explain: give at least one --graph I, --node I or --edge U,V")
+    if not (graphs or nodes or pairs or images):
+        raise UsageError("nothing to explain: give at least one --graph I, --node I, --edge U,V or --image I")
     if max_nodes < 2:
         raise UsageError(f"--max-nodes {max_nodes}: must be at least 2")
     run, saved = read_run(run_dir)
     level = saved.get("level")
+    if (level == "image") != bool(images) or (images and (graphs or nodes or pairs)):
+        raise UsageError(f"{run_dir} has level '{level}': --image I needs an image-level run, and an image-level "
+                         f"run takes --image I only")
+    if query_patch is not None and level != "image":
+        raise UsageError("--query-patch is for image-level runs (with --image I)")
+    if level == "image":
+        from xmask_cli.explain_image import explain_images
+
+        exp, task, model = load_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
+                                    device=device, log=log)
+        meta = {"run_dir": str(run.path), "dataset": exp.dataset, "level": level,
+                "seed": int(saved["train"]["seed"]), "head_powers": list(model.cfg.head_powers),
+                "use_bias": bool(model.cfg.use_bias), "positional": model.cfg.positional,
+                "head_biases": head_labels(model.cfg), "mask_scale": model.cfg.mask_scale}
+        out = ensure_writable_dir(Path(out_dir))
+        return explain_images(model, task, images, query_patch=query_patch, out_dir=out,
+                              connectivity=exp.cfg.image.connectivity, meta=meta, log=log)
     # Checked before loading any data: a wrong target fails at once.
     if level == "graph" and (nodes or pairs):
         raise UsageError(f"{run_dir} is a graph-level run: --node/--edge need a node-, link- or edge-level run; "

@@ -9,7 +9,7 @@ from xmask_cli.errors import UsageError
 EXPECTED = {
     "Cora": "node", "CiteSeer": "node", "PubMed": "node", "Computers": "node", "Photo": "node", "CS": "node",
     "Physics": "node", "WikiCS": "node", "MUTAG": "graph", "PROTEINS": "graph", "NCI1": "graph", "DD": "graph",
-    "IMDB-BINARY": "graph", "COLLAB": "graph", "ogbg-molhiv": "graph",
+    "IMDB-BINARY": "graph", "COLLAB": "graph", "ogbg-molhiv": "graph", "digits": "image", "CIFAR10": "image",
 }
 
 
@@ -22,7 +22,8 @@ def test_every_required_dataset_is_registered_with_its_level():
     "query, name",
     [("cora", "Cora"), ("CORA", "Cora"), ("citeseer", "CiteSeer"), ("molhiv", "ogbg-molhiv"),
      ("ogbg_molhiv", "ogbg-molhiv"), ("imdb-b", "IMDB-BINARY"), ("amazon-computers", "Computers"),
-     ("coauthor-physics", "Physics"), ("d&d", "DD"), (" mutag ", "MUTAG")],
+     ("coauthor-physics", "Physics"), ("d&d", "DD"), (" mutag ", "MUTAG"), ("cifar-10", "CIFAR10"),
+     ("cifar10", "CIFAR10"), ("Digits", "digits")],
 )
 def test_lookup_is_case_insensitive_with_aliases(query, name):
     assert get_dataset(query).name == name

@@ -16,7 +16,7 @@ class DatasetSpec:
 
     Attributes:
         name: canonical name (as the loader spells it).
-        family: loader family: planetoid, amazon, coauthor, wikics, tu, ogbg.
+        family: loader family: planetoid, amazon, coauthor, wikics, tu, ogbg, images.
         levels: task levels it supports; the first is its default.
         split: default split, named as the run config records it.
         folder: sub-folder of the data root the loader reads.
@@ -82,6 +82,12 @@ _SPECS: tuple[DatasetSpec, ...] = (
     DatasetSpec("COLLAB", "tu", ("graph",), "random-8-1-1", "COLLAB", _tu("COLLAB"), "accuracy"),
     DatasetSpec("ogbg-molhiv", "ogbg", ("graph",), "scaffold", "ogbg_molhiv", _OGB_MOLHIV, "rocauc",
                 aliases=("molhiv", "hiv")),
+    # Image level (ViT over the patch grid; loaders in data/images.py).
+    DatasetSpec("digits", "images", ("image",), "fixed-test-20+val-10", "", (), "accuracy",
+                aliases=("sklearn-digits",), embedded=True),
+    DatasetSpec("CIFAR10", "images", ("image",), "official-test+val-5000", "cifar-10-batches-py",
+                tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch",), "accuracy",
+                aliases=("cifar-10", "cifar")),
 )
 
 _BY_NAME: dict[str, DatasetSpec] = {}

@@ -36,9 +36,10 @@ __all__ = ["parse_seeds", "resolve_device", "resolve_level", "resolve_metric", "
            "train_seeds", "read_run", "load_run", "evaluate_run", "DEFAULT_METRICS"]
 
 #: Metric a level selects on when neither the preset nor the dataset says.
-DEFAULT_METRICS = {"graph": "accuracy", "node": "accuracy", "link": "mrr", "edge": "mae"}
+DEFAULT_METRICS = {"graph": "accuracy", "node": "accuracy", "link": "mrr", "edge": "mae", "image": "accuracy"}
 #: Metrics each level can compute.
-LEVEL_METRICS = {"graph": ("accuracy", "rocauc"), "node": ("accuracy",), "link": ("mrr",), "edge": ("mae", "rmse")}
+LEVEL_METRICS = {"graph": ("accuracy", "rocauc"), "node": ("accuracy",), "link": ("mrr",), "edge": ("mae", "rmse"),
+                 "image": ("accuracy",)}
 #: Dataset name used for runs and caches of an edge-attribute file.
 EDGE_FILE_DATASET = "edges"
 
@@ -119,7 +120,7 @@ def resolve_metric(cfg: Config, level: str) -> str:
     """``task.metric``, or the dataset's metric for its main level, or the level's default."""
     metric = cfg.task.metric
     if metric == "auto":
-        if level in ("graph", "node"):
+        if level in ("graph", "node", "image"):
             metric = _spec(cfg).metric
         else:
             metric = DEFAULT_METRICS[level]
@@ -132,6 +133,20 @@ def resolve_metric(cfg: Config, level: str) -> str:
 def model_needs(cfg: Config) -> frozenset[str]:
     """Structure sections the model's learned biases read (batches carry them as extras)."""
     return frozenset(NEEDS[b.type] for b in cfg.model.biases)
+
+
+def _check_image(cfg: Config, level: str) -> None:
+    m = cfg.model
+    if level != "image":
+        if m.encoder == "patch" or m.readout == "cls" or m.positional != "none":
+            raise ConfigError(f"model.encoder=patch, model.readout=cls and model.positional are for image datasets "
+                              f"(digits, cifar10), not a {level}-level task")
+        return
+    if m.encoder not in ("auto", "patch"):
+        raise ConfigError(f"model.encoder={m.encoder}: image datasets take the patch encoder (auto or patch)")
+    if m.biases or m.experts:
+        raise ConfigError("the image level takes the X-LogSMask term of the patch grid only: drop model.biases "
+                          "and model.experts")
 
 
 def _check_structure(cfg: Config) -> None:
@@ -158,6 +173,7 @@ def check_config(cfg: Config) -> tuple[str, str]:
     level = resolve_level(cfg)
     metric = resolve_metric(cfg, level)
     _check_structure(cfg)
+    _check_image(cfg, level)
     if cfg.model.experts and level != "node":
         raise ConfigError(f"model.experts (M3Dphormer attention experts) need a node-level task, not {level}")
     return level, metric
@@ -170,17 +186,19 @@ def _train_config(cfg: Config, seed: int, device: str) -> TrainConfig:
                        device=device)
 
 
-def _model_config(cfg: Config, level: str, in_dim: int, out_dim: int, dataset: str) -> Any:
+def _model_config(cfg: Config, level: str, in_dim: int, out_dim: int, dataset: str, **image: Any) -> Any:
     from xmask_cli.model.network import ModelConfig
 
     from xmask_cli.model.bias_stack import BiasSpec
 
     fields = dataclasses.asdict(cfg.model)
-    if fields["encoder"] == "auto":
+    if level == "image":  # image_size and patch_size come with `image`
+        fields["encoder"] = "patch"
+    elif fields["encoder"] == "auto":
         fields["encoder"] = "atom" if dataset.lower().startswith("ogbg-mol") else "linear"
     fields["biases"] = tuple(BiasSpec(**b) for b in fields["biases"])
     return ModelConfig(in_dim=in_dim, out_dim=out_dim, task=level, eps=cfg.structure.powers.eps,
-                       rrwp_dim=cfg.structure.rrwp.steps + 1, **fields)
+                       rrwp_dim=cfg.structure.rrwp.steps + 1, **fields, **image)
 
 
 @dataclass
@@ -224,6 +242,18 @@ class Experiment:
             data = load_edge_file(cfg.edge.file, cfg.edge.features)
             return cls(cfg, level, metric, EDGE_FILE_DATASET, edge_data=data, cache_dir=cache_dir, log=log)
         spec = _spec(cfg)
+        if level == "image":
+            from xmask_cli.data.images import image_info, load_images
+            from xmask_cli.prepare import check_patch, prepare_dataset
+
+            # A patch that does not divide the image fails before any data is read or downloaded.
+            check_patch(spec.key, image_info(spec).shape[1:], cfg.image.patch)
+            images = load_images(spec, data_root=resolve_data_root(data_root, cfg.data.root), offline=offline)
+            summary = prepare_dataset(cfg, data_root=data_root, cache_dir=cache_dir, offline=offline, log=log)
+            if not summary.cached:
+                log(f"structure cache was missing: prepared {summary.path} in {summary.seconds:.1f}s")
+            return cls(cfg, level, metric, spec.name, graphs=images, cache_path=Path(summary.path),
+                       cache_dir=cache_dir, log=log)
         graphs = load_graphs(spec, data_root=resolve_data_root(data_root, cfg.data.root), cache_dir=cache_dir,
                              offline=offline)
         if cfg.data.normalize_features:
@@ -245,6 +275,12 @@ class Experiment:
     def task(self, seed: int, device: str) -> Any:
         """The level's :class:`~xmask_cli.engine.loop.Task` for ``seed`` (which also draws random splits)."""
         cfg, spec = self.cfg, getattr(self.graphs, "spec", None)
+        if self.level == "image":
+            from xmask_cli.data.images import image_split
+            from xmask_cli.engine.image import ImageTask
+
+            return ImageTask(self.cache_path, self.graphs, image_split(self.graphs, seed), self.metric,
+                             cfg.train.batch_size, seed, device, augment=cfg.image.augment)
         if self.level == "graph":
             from xmask_cli.engine.splits import graph_split
             from xmask_cli.engine.train import GraphTask
@@ -293,6 +329,9 @@ class Experiment:
 
             in_dim = int(node_features(self.graphs)[0].size(1))
             out_dim = int(self.graphs.dataset.num_classes)
+        elif self.level == "image":
+            return _model_config(self.cfg, self.level, task.in_dim, task.out_dim, self.dataset,
+                                 image_size=task.image_size, patch_size=self.cfg.image.patch)
         else:
             in_dim, out_dim = int(task.in_dim), int(task.out_dim)
         return _model_config(self.cfg, self.level, in_dim, out_dim, self.dataset)

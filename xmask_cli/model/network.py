@@ -23,11 +23,14 @@ from xmask_cli.model.dualmode import MODES as DUAL_MODES
 from xmask_cli.model.experts import EXPERTS, ROUTINGS, HierarchicalMasks
 from xmask_cli.model.layers import NORMS, TransformerBlock
 
-READOUTS = ("sum", "mean", "max")
-#: graph: one output per graph; node: one per node; link / edge: one per node pair (see :meth:`XMaskNet.score_pairs`).
-TASKS = ("graph", "node", "link", "edge")
-#: linear: ``Linear(in_dim, hidden)`` on float features; atom: OGB's ``AtomEncoder`` on integer atom features.
-ENCODERS = ("linear", "atom")
+#: cls: the class token's output (image level, ``encoder='patch'``); the others pool real nodes / patches.
+READOUTS = ("sum", "mean", "max", "cls")
+#: graph: one output per graph; node: one per node; link / edge: one per node pair (see :meth:`XMaskNet.score_pairs`);
+#: image: one per image (patch tokens over the shared grid graph).
+TASKS = ("graph", "node", "link", "edge", "image")
+#: linear: ``Linear(in_dim, hidden)`` on float features; atom: OGB's ``AtomEncoder`` on integer atom features;
+#: patch: a strided convolution over ``[B, in_dim, H, W]`` images (:class:`~xmask_cli.model.patch.PatchEncoder`).
+ENCODERS = ("linear", "atom", "patch")
 
 
 @dataclass(frozen=True)
@@ -67,6 +70,9 @@ class ModelConfig:
             ``'flat'`` (one softmax gate) or ``'none'`` (equal weights).
         expert_attention: ``'dual'`` (dense or sparse per region, by density),
             ``'sparse'`` or ``'dense'``; all three compute the same numbers.
+        image_size: ``(H, W)`` of the images (``encoder='patch'``; ``in_dim`` is then the channel count).
+        patch_size: patch side in pixels (``encoder='patch'``).
+        positional: ``'none'`` or ``'learned'`` position embeddings of the patch tokens (``encoder='patch'``).
     """
 
     in_dim: int
@@ -91,6 +97,9 @@ class ModelConfig:
     experts: Sequence[str] = ()
     routing: str = "bilevel"
     expert_attention: str = "dual"
+    image_size: Sequence[int] = ()
+    patch_size: int = 0
+    positional: str = "none"
 
     def __post_init__(self) -> None:
         for name in ("in_dim", "out_dim", "hidden", "heads", "layers", "ffn_mult"):
@@ -126,6 +135,18 @@ class ModelConfig:
             raise ValueError(f"input_dropout must lie in [0, 1), got {self.input_dropout}")
         if not self.eps > 0:
             raise ValueError(f"eps must be > 0, got {self.eps}")
+        object.__setattr__(self, "image_size", tuple(int(s) for s in self.image_size))
+        image = self.encoder == "patch"
+        if image != (self.task == "image"):
+            raise ValueError(f"encoder 'patch' and task 'image' go together, got encoder {self.encoder!r}, "
+                             f"task {self.task!r}")
+        if image and (len(self.image_size) != 2 or self.patch_size < 1):
+            raise ValueError(f"encoder 'patch' needs image_size (H, W) and patch_size >= 1, got "
+                             f"{list(self.image_size)} and {self.patch_size}")
+        if not image and (self.readout == "cls" or self.positional != "none"):
+            raise ValueError("readout 'cls' and positional embeddings are for the image level (encoder 'patch')")
+        if image and (self.biases or self.experts):
+            raise ValueError("the image level takes the X-LogSMask term only, not learned biases or experts")
 
     @property
     def max_power(self) -> int:
@@ -200,6 +221,11 @@ class XMaskNet(torch.nn.Module):
             from ogb.graphproppred.mol_encoder import AtomEncoder  # imported lazily: only molecules need it
 
             self.encoder = _AtomInput(AtomEncoder(cfg.hidden))
+        elif cfg.encoder == "patch":
+            from xmask_cli.model.patch import PatchEncoder
+
+            self.encoder = PatchEncoder(cfg.in_dim, cfg.hidden, cfg.image_size, cfg.patch_size,
+                                        cls_token=cfg.readout == "cls", positional=cfg.positional)
         else:
             self.encoder = torch.nn.Linear(cfg.in_dim, cfg.hidden)
         # Parameter-free, so one instance serves every layer (the bias is computed once per forward).
@@ -242,14 +268,23 @@ class XMaskNet(torch.nn.Module):
             extras: dense structure the learned biases read (``spd``, ``rrwp``,
                 ``eig_*``, ``mag_*``; see :mod:`~xmask_cli.model.learned_bias`).
 
+        Image level (``encoder='patch'``): ``x`` is ``[B, C, H, W]``, ``powers`` the
+        grid's ``[1 or B, K, N, N]`` (one grid for every image: broadcast, not
+        copied), ``mask`` is ignored, and ``h`` is ``[B, T, hidden]`` over the
+        tokens (class token first; see :mod:`~xmask_cli.model.patch`).
+
         Returns:
             ``h``, or ``(h, [terms of layer 0, layer 1, ...])`` with ``return_terms``.
         """
-        if mask is None:
-            mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+        if self.cfg.encoder == "patch":
+            h, powers = self.encoder(x), self.encoder.token_powers(powers)
+            mask = torch.ones(h.shape[:2], dtype=torch.bool, device=h.device)
+        else:
+            if mask is None:
+                mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+            # Zero padded inputs: attention gives padded keys weight exactly 0, but 0 * inf/nan is nan.
+            h = self.encoder(self._drop_input(x.masked_fill(~mask.unsqueeze(-1), 0.0)))
         keep = mask.unsqueeze(-1)
-        # Zero padded inputs: attention gives padded keys weight exactly 0, but 0 * inf/nan is nan.
-        h = self.encoder(self._drop_input(x.masked_fill(~keep, 0.0)))
         shared = self._dense_attn_mask(powers, mask, h.dtype)
         xlog = None
         if return_terms and self.bias is not None:
@@ -317,15 +352,24 @@ class XMaskNet(torch.nn.Module):
         # An empty graph has no max; give it 0 (as PyG's scatter does) instead of -inf.
         return out.masked_fill(~mask.any(1, keepdim=True), 0.0)
 
+    def readout_image(self, h: Tensor) -> Tensor:
+        """``[B, hidden]`` of image tokens ``h [B, T, hidden]``: the class token, or sum/mean/max over patches."""
+        if self.cfg.readout == "cls":
+            return h[:, 0]
+        patches = h[:, self.encoder.offset:]
+        return self.readout_dense(patches, torch.ones(patches.shape[:2], dtype=torch.bool, device=h.device))
+
     def forward_dense(self, x: Tensor, powers: Tensor | None, mask: Tensor | None = None,
                       extras: Mapping[str, Tensor] | None = None) -> Tensor:
         """Padded batch -> ``[B, out_dim]`` (graph task) or ``[B, N, out_dim]`` (node task).
 
         Node outputs are zero on padded rows. ``extras``: see :meth:`encode_dense`.
         """
+        self._no_pair_task()
+        if self.cfg.task == "image":
+            return self.head(self.readout_image(self.encode_dense(x, powers)))
         if mask is None:
             mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
-        self._no_pair_task()
         h = self.encode_dense(x, powers, mask, extras=extras)
         if self.cfg.task == "graph":
             return self.head(self.readout_dense(h, mask))
