@@ -69,6 +69,26 @@ def test_prepare_human_summary_on_stdout_logs_on_stderr(tmp_path):
     assert "loaded MUTAG" in r.stderr and "loaded" not in r.stdout
 
 
+def test_prepare_reports_the_truncated_mass_in_json_and_human(tmp_path, shared_data):
+    # CiteSeer as a "large" graph with a small row budget: the report is the cache's record.
+    args = ["prepare", "citeseer", "--cache-dir", str(tmp_path / "c"), "--data-root", str(shared_data),
+            "--set", "structure.large.min_nodes=1000", "--set", "structure.large.topk=8",
+            "--set", "structure.powers.k=2", "--set", "structure.spd.enabled=false",
+            "--set", "structure.spectrum.enabled=false", "--set", "structure.partition.parts=0"]
+    r = run("-f", "json", *args)
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)["truncation"]
+    with StructureCache(json.loads(r.stdout)["path"]) as c:
+        rec = json.loads(c.file["powers"].attrs["dropped_mass"])
+    assert out["large_graphs"] == 1 and out["topk"] == 8
+    assert out["powers"]["k"] == [1, 2] and out["powers"]["mean"] == rec["mean"] and out["powers"]["max"] == rec["max"]
+    assert rec["rows"] == 3327 and rec["mean"][0] == 0.0 and 0 < rec["mean"][1] < rec["max"][1] <= 1
+    human = run(*args)  # cached now: the report is read back from the file
+    assert human.exit_code == 0 and "dropped" in human.stdout and f"{rec['max'][1]:.2%}" in human.stdout
+    small = run("-f", "json", "prepare", "mutag", "--cache-dir", str(tmp_path / "c"), "--set", "structure.powers.k=2")
+    assert json.loads(small.stdout)["truncation"]["large_graphs"] == 0
+
+
 def test_prepare_from_data_root_env(tmp_path, shared_data):
     r = run("-f", "json", "prepare", "citeseer", "--cache-dir", str(tmp_path / "c"),
             env={"XMASK_DATA_ROOT": str(shared_data)})

@@ -37,3 +37,118 @@ def test_key_parameters_ignore_what_prepare_does_not_read():
     node = structure_params(resolve("node-level").structure, "node")
     graph = structure_params(resolve("node-level").structure, "graph")
     assert node["partition"]["parts"] == 32 and graph["partition"] == {"parts": 0}
+
+
+# ------------------------------------------------------------------ large-graph truncation (issue 10 §4)
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import networkx as nx  # noqa: E402
+
+from xmask_cli.cache import StructureCache  # noqa: E402
+from xmask_cli.data.load import graphs_fingerprint  # noqa: E402
+from xmask_cli.prepare import prepare_graphs  # noqa: E402
+
+
+def _dense_a_hat(edges: np.ndarray, n: int) -> np.ndarray:
+    a = np.zeros((n, n))
+    for u, v in edges.T:
+        if u != v:
+            a[u, v] = a[v, u] = 1.0
+    a += np.eye(n)
+    d = a.sum(1) ** -0.5
+    return d[:, None] * a * d[None, :]
+
+
+def _dense_rule(m: np.ndarray, a_hat: np.ndarray, tau: float, topk: int) -> np.ndarray:
+    """The documented rule, row by row: Â's support (edges + diagonal) always kept; other
+    entries below tau dropped; then the largest others (ties: smaller column) up to topk in total."""
+    out = np.zeros_like(m)
+    for i in range(m.shape[0]):
+        safe = np.flatnonzero(a_hat[i])
+        others = [j for j in np.flatnonzero(m[i]) if a_hat[i, j] == 0 and m[i, j] >= tau]
+        others.sort(key=lambda j: (-m[i, j], j))
+        keep = list(safe) + others[: max(0, topk - len(safe))]
+        out[i, keep] = m[i, keep]
+    return out
+
+
+def _prepare_large(tmp_path: Path, edges: np.ndarray, n: int, *sets: str):
+    cfg = resolve("node-level", ["structure.large.min_nodes=100", "structure.spd.enabled=false",
+                                 "structure.spectrum.enabled=false", "structure.partition.parts=0", *sets]).structure
+    return prepare_graphs(dataset_key="toy", level="node", edges=[edges], num_nodes=np.array([n]),
+                          fingerprint=graphs_fingerprint([edges], np.array([n])), cfg=cfg, cache_dir=tmp_path / "cache")
+
+
+def _recorded(path: str) -> tuple[dict, np.ndarray]:
+    with StructureCache(path) as c:
+        assert bool(c.file["graphs/large"][0])
+        return json.loads(c.file["powers"].attrs["dropped_mass"]), c.dense_powers(0).astype(np.float64)
+
+
+def test_star_hub_keeps_every_edge_and_dropped_mass_is_recorded(tmp_path):
+    leaves, K, topk = 500, 3, 128
+    n = leaves + 1
+    edges = np.stack([np.zeros(leaves, dtype=np.int64), np.arange(1, n)])
+    s = _prepare_large(tmp_path, edges, n, f"structure.powers.k={K}", f"structure.large.topk={topk}")
+    rec, stored = _recorded(s.path)
+    a_hat = _dense_a_hat(edges, n)
+
+    # Â^1 whole: the hub's 500 edges and its self loop, each leaf's edge and its self loop.
+    np.testing.assert_allclose(stored[0], a_hat, rtol=1e-6, atol=0)
+    assert np.count_nonzero(stored[0][0]) == n and all(np.count_nonzero(stored[0][i]) == 2 for i in range(1, n))
+    # k >= 2 by the documented rule, iterated on the truncated product.
+    ref, exact = a_hat, a_hat
+    for k in range(1, K):
+        ref, exact = _dense_rule(ref @ a_hat, a_hat, 1e-6, topk), exact @ a_hat
+        np.testing.assert_allclose(stored[k], ref, rtol=1e-6, atol=0)
+        assert np.count_nonzero(stored[k][0]) == n  # the hub row: every entry is a real edge or the self loop
+        # A leaf keeps itself, the hub and the 126 other leaves of smallest id (all tied in value).
+        for i in (1, 2, 250, 500):
+            others = [j for j in range(1, n) if j != i][: topk - 2]
+            assert set(np.flatnonzero(stored[k][i])) == {0, i, *others}
+        share = 1.0 - ref.sum(1) / exact.sum(1)
+        assert rec["mean"][k] == pytest.approx(share.mean(), rel=1e-9)
+        assert rec["max"][k] == pytest.approx(share.max(), rel=1e-9)
+        # The stored (float32) rows drop the same mass.
+        np.testing.assert_allclose(1.0 - stored[k].sum(1) / exact.sum(1), share, atol=2e-6)
+    assert rec["rows"] == n and rec["mean"][0] == 0.0 and rec["max"][0] == 0.0
+    # By hand, a leaf's Â^2 row: itself 1/4 + 1/1002, the hub (1/2 + 1/501)/sqrt(1002), 499 leaves
+    # at 1/1002 each, of which 499 - 126 = 373 are dropped; the hub row drops nothing.
+    leaf_row = 1 / 4 + 1 / 1002 + (1 / 2 + 1 / 501) / np.sqrt(1002) + 499 / 1002
+    assert rec["max"][1] == pytest.approx(373 / 1002 / leaf_row, rel=1e-9)
+    assert rec["mean"][1] == pytest.approx(373 / 1002 / leaf_row * leaves / n, rel=1e-9)
+    assert s.truncation["powers"]["mean"] == rec["mean"] and s.truncation["large_graphs"] == 1
+
+
+@pytest.mark.parametrize("normalization", ["sym", "no-symnorm"])
+def test_recorded_dropped_mass_equals_brute_force_on_a_random_graph(tmp_path, normalization):
+    g = nx.barabasi_albert_graph(300, 3, seed=1)
+    g.add_edges_from((0, j) for j in range(150, 300))  # one hub above topk
+    edges = np.array(list(g.edges())).T
+    n, K = 300, 4
+    s = _prepare_large(tmp_path, edges, n, f"structure.powers.k={K}", "structure.large.topk=16",
+                       "structure.large.tau=1e-3", f"structure.powers.normalization={normalization}")
+    rec, stored = _recorded(s.path)
+    a = np.zeros((n, n))
+    a[edges[0], edges[1]] = a[edges[1], edges[0]] = 1.0
+    ai = a + np.eye(n)
+    # Exact powers, densely, independently of the code under test.
+    if normalization == "sym":
+        a_hat = _dense_a_hat(edges, n)
+        exact = [np.linalg.matrix_power(a_hat, k) for k in range(1, K + 1)]
+    else:
+        exact = []
+        for k in range(1, K + 1):
+            m = np.linalg.matrix_power(ai, k)
+            d = m.sum(1) ** -0.5
+            exact.append(d[:, None] * m * d[None, :])
+    # Every real edge and self loop is in every stored power.
+    for k in range(K):
+        assert np.all(stored[k][ai != 0] > 0)
+    np.testing.assert_allclose(stored[0], exact[0], rtol=1e-6)
+    for k in range(K):
+        share = 1.0 - stored[k].sum(1) / exact[k].sum(1)
+        assert rec["mean"][k] == pytest.approx(share.mean(), rel=1e-4, abs=1e-6)
+        assert rec["max"][k] == pytest.approx(share.max(), rel=1e-4, abs=1e-6)
+    assert rec["max"][K - 1] > 0.05  # truncation bites (else the comparison would be vacuous)

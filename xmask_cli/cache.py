@@ -1,7 +1,7 @@
 """The HDF5 structure cache: key, atomic write, lazy reads, verify, list, clear.
 
 One file per (input graphs, structure parameters, format version) at
-``<cache_dir>/<dataset>/<key>.h5``. Layout (format version 1), every array
+``<cache_dir>/<dataset>/<key>.h5``. Layout (format version 2), every array
 chunked, LZF-compressed and fletcher32-checksummed::
 
     /                     attrs: format_version, key, dataset, level, fingerprint,
@@ -15,10 +15,13 @@ chunked, LZF-compressed and fletcher32-checksummed::
     /powers/indptr        int64 [N+1]      CSR over all nodes: node i's pairs are indptr[i]:indptr[i+1]
     /powers/col           uint16 [P]       graph-local column of each pair (int32 if a graph has > 65536 nodes)
     /powers/values        float32 [P, K]   column j = Â^(j+1) at each pair (0 where absent)
+    /powers               attrs: k, normalization, truncation (JSON: tau, topk, rule),
+                                 dropped_mass (JSON: rows, mean[K], max[K]: share of each
+                                 truncated row's exact Â^k mass the stored entries miss)
     /spd/{indptr,col}     pairs at distance <= max_distance (<= spd_radius if large)
     /spd/dist             uint8 [S]
     /rrwp/{indptr,col}    pairs of the union support of I, P, ..., P^steps
-    /rrwp/values          float32 [R, steps+1]
+    /rrwp/values          float32 [R, steps+1]    (attrs: dropped_mass, as /powers, for I..P^steps)
     /spectrum/{val_ptr,vec_ptr}   int64 [G+1] offsets into eigvals / flat eigvecs
     /spectrum/eigvals     float64 [sum m_g]
     /spectrum/eigvecs     float32 [sum n_g*m_g]  row-major [n_g, m_g] per graph
@@ -53,8 +56,8 @@ from xmask_cli.data.load import STAGING_MARKER
 from xmask_cli.errors import CacheError, NotWritableError, UsageError
 
 # Bump whenever the layout or the numbers written change: the key includes it, so old files are
-# then rebuilt instead of misread.
-FORMAT_VERSION = 1
+# then rebuilt instead of misread. 2: large graphs keep Â^1 and every real edge whole, dropped mass recorded.
+FORMAT_VERSION = 2
 _CHUNK = 1 << 17
 _FLUSH_BYTES = 64 << 20
 _GROUPS_WITH_PAIRS = ("powers", "spd", "rrwp")

@@ -192,9 +192,24 @@ def prepare(
         con.print(kv_table(f"{spec.name}: {state}", [
             ("graphs", summary.graphs), ("nodes", summary.nodes), ("edges", summary.edges),
             ("file", summary.path), ("size", human_bytes(summary.size_bytes)), ("seconds", summary.seconds),
+            *_truncation_rows(summary.truncation),
         ]))
 
     out.result(summary.to_dict(), human)
+
+
+def _truncation_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
+    """Human rows for prepare's truncation report: rule and dropped mass per power."""
+    if not report.get("large_graphs"):
+        return [("truncation", "none (no large graph: every power exact)")]
+    rows = [("truncation", f"tau={report['tau']:g}, topk={report['topk']} on {report['large_graphs']} large graph(s); "
+                           f"Â^1 and real edges kept whole")]
+    for group, label, name in (("powers", "k", "dropped Â^k mass"), ("rrwp", "step", "dropped P^k mass")):
+        if group in report:
+            d = report[group]
+            cells = [f"{label}={j}: mean {m:.2%} max {x:.2%}" for j, m, x in zip(d[label], d["mean"], d["max"])]
+            rows.append((f"{name} (per row)", "; ".join(cells)))
+    return rows
 
 
 # ---------------------------------------------------------------------- train

@@ -53,6 +53,7 @@ class BlockResult:
     pairs: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # group -> arrays incl. 'node_counts'
     eig: dict[str, dict[str, list]] = field(default_factory=dict)  # group -> vals / vecs / method
     part: np.ndarray | None = None
+    dropped: dict[str, np.ndarray] = field(default_factory=dict)  # group -> [rows, K] share of row mass truncated
 
 
 def _block_adjacency(edges: list[np.ndarray], nn: np.ndarray, symmetric: bool = True) -> sp.csr_matrix:
@@ -127,6 +128,8 @@ def _pair_groups(res: BlockResult, a: sp.csr_matrix, offs: np.ndarray, cfg: Stru
     spd_max = cfg.spd.max_distance if cfg.spd.enabled else 0
     if large:  # truncated, iterated sparse products; SPD only within a small radius
         pw = S.adjacency_powers(a, cfg.powers.k, normalization=cfg.powers.normalization, truncation=trunc)
+        # Exact row sums by mat-vecs (no dense power): what truncation removed, row by row.
+        res.dropped["powers"] = S.dropped_share(pw, S.power_row_sums(a, cfg.powers.k, normalization=cfg.powers.normalization))
         row, col, vals = S.union_pairs(pw)
         del pw
         res.pairs["powers"] = _split_pairs(row, col, offs, cdtype, values=vals.astype(np.float32))
@@ -147,7 +150,10 @@ def _pair_groups(res: BlockResult, a: sp.csr_matrix, offs: np.ndarray, cfg: Stru
 
     if cfg.rrwp.enabled:
         if large:
-            r, c, v = S.union_pairs(S.random_walk_powers(a, cfg.rrwp.steps, truncation=trunc))
+            walks = S.random_walk_powers(a, cfg.rrwp.steps, truncation=trunc)
+            res.dropped["rrwp"] = S.dropped_share(walks, S.random_walk_row_sums(a, cfg.rrwp.steps))
+            r, c, v = S.union_pairs(walks)
+            del walks
         else:
             r, c, v = S.walk_pairs(a, cfg.rrwp.steps)
         res.pairs["rrwp"] = _split_pairs(r, c, offs, cdtype, values=v.astype(np.float32))
@@ -185,6 +191,54 @@ def _per_graph_eigs(lap: sp.csr_matrix, offs: np.ndarray, m: int, full_max: int,
         vecs.append(np.ascontiguousarray(vv).astype(dtype).ravel())
         methods.append(how)
     return {"vals": vals, "vecs": vecs, "methods": methods}
+
+
+class _DroppedMass:
+    """Running mean and max over rows of the truncated share of each power's row mass."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, int] = {}
+        self.total: dict[str, np.ndarray] = {}
+        self.max: dict[str, np.ndarray] = {}
+
+    def add(self, group: str, share: np.ndarray) -> None:
+        if group not in self.rows:
+            self.rows[group], self.total[group], self.max[group] = 0, np.zeros(share.shape[1]), np.zeros(share.shape[1])
+        self.rows[group] += share.shape[0]
+        self.total[group] += share.sum(axis=0)
+        self.max[group] = np.maximum(self.max[group], share.max(axis=0, initial=0.0))
+
+    def attrs(self, group: str, width: int) -> str:
+        """JSON for the group's ``dropped_mass`` attribute (zeros when no graph was truncated)."""
+        rows = self.rows.get(group, 0)
+        mean = self.total[group] / rows if rows else np.zeros(width)
+        mx = self.max[group] if rows else np.zeros(width)
+        return json.dumps({"rows": rows, "mean": [float(x) for x in mean], "max": [float(x) for x in mx]})
+
+
+#: The truncation rule as recorded in the cache (see :class:`~xmask_cli.structure.powers.Truncation`).
+TRUNCATION_RULE = ("large graphs only; power 1 (A-hat) kept whole; for k >= 2, P_k = trunc(P_(k-1) A-hat): "
+                   "the diagonal and every real edge (support of A + I) are always kept, other entries with "
+                   "|x| < tau are dropped, then a row keeps its protected entries and the largest others up to "
+                   "topk entries in total")
+
+
+def truncation_report(cache: StructureCache) -> dict[str, Any]:
+    """What truncation did to a cache's large graphs, read from its attributes.
+
+    ``{"large_graphs", "tau", "topk", "rule", "powers": {"k", "rows", "mean", "max"}[, "rrwp": {"step", ...}]}``:
+    per power, the mean and max over the truncated graphs' rows of the share
+    of the row's exact mass that the stored entries miss (0 where nothing was truncated).
+    """
+    f = cache.file
+    trunc = json.loads(f["powers"].attrs["truncation"])
+    out: dict[str, Any] = {"large_graphs": int(np.count_nonzero(cache._read("graphs/large"))),
+                           "tau": trunc["tau"], "topk": trunc["topk"], "rule": trunc["rule"]}
+    for group, label, first in (("powers", "k", 1), ("rrwp", "step", 0)):
+        if group in f and "dropped_mass" in f[group].attrs:
+            d = json.loads(f[group].attrs["dropped_mass"])
+            out[group] = {label: list(range(first, first + len(d["mean"]))), **d}
+    return out
 
 
 def plan_blocks(num_nodes: np.ndarray, large_min: int, block_nodes: int = _BLOCK_NODES) -> list[tuple[int, int, bool]]:
@@ -267,6 +321,7 @@ class PrepareSummary:
     size_bytes: int
     seconds: float
     params: dict[str, Any]
+    truncation: dict[str, Any] = field(default_factory=dict)  # see :func:`truncation_report`
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -307,8 +362,9 @@ def prepare_graphs(
                 if not bool(c.file.attrs.get("complete", False)):
                     raise CacheError("incomplete write")
                 edges_total = int(c._read("graphs/num_edges").sum())
+                report = truncation_report(c)
             return PrepareSummary(dataset_key, str(path), key, True, len(nn), int(nn.sum()), edges_total,
-                                  path.stat().st_size, round(time.perf_counter() - t0, 3), params)
+                                  path.stat().st_size, round(time.perf_counter() - t0, 3), params, report)
         except (CacheError, OSError, KeyError, ValueError) as exc:
             if log is not None:
                 log(f"existing cache {path} is unusable ({str(exc).splitlines()[0]}); rebuilding it")
@@ -319,6 +375,7 @@ def prepare_graphs(
     vptr: dict[str, list[int]] = {}
     comp_offset = 0
     total_edges = 0
+    dropped = _DroppedMass()
     with CacheWriter(path, attrs) as w:
         w.append("graphs/node_ptr", np.zeros(1, dtype=np.int64))
         node_total = 0
@@ -333,6 +390,8 @@ def prepare_graphs(
             comp_offset += int(r.component.max()) + 1 if r.component.size else 0
             if r.part is not None:
                 w.append("nodes/part", r.part)
+            for group, share in r.dropped.items():
+                dropped.add(group, share)
             for group, arrs in r.pairs.items():
                 if group not in ptrs:
                     ptrs[group] = 0
@@ -358,11 +417,16 @@ def prepare_graphs(
                 progress(done, len(nn))
         w.set_attrs("powers", k=cfg.powers.k, normalization=cfg.powers.normalization,
                     truncation=json.dumps({"tau": cfg.large.tau, "topk": cfg.large.topk, "applies_to": "graphs/large",
-                                           "rule": "after every product keep |x|>=tau, then the topk largest per row; diagonal kept"}))
+                                           "rule": TRUNCATION_RULE}),
+                    dropped_mass=dropped.attrs("powers", cfg.powers.k))
+        if cfg.rrwp.enabled:
+            w.set_attrs("rrwp", dropped_mass=dropped.attrs("rrwp", cfg.rrwp.steps + 1))
         if cfg.spd.enabled:
             w.set_attrs("spd", max_distance=cfg.spd.max_distance, large_radius=min(cfg.spd.max_distance, cfg.large.spd_radius))
+    with StructureCache(path) as c:
+        report = truncation_report(c)
     return PrepareSummary(dataset_key, str(path), key, False, len(nn), int(nn.sum()), total_edges, path.stat().st_size,
-                          round(time.perf_counter() - t0, 3), params)
+                          round(time.perf_counter() - t0, 3), params, report)
 
 
 

@@ -182,6 +182,30 @@ def test_local_mask_is_the_support_of_a_hat_and_clusters_are_metis(cora: Cora, t
         np.testing.assert_allclose(tok[N + P + k], x[train[cora.y[train] == k]].mean(0), atol=1e-6)
 
 
+def test_local_mask_keeps_every_real_edge_of_a_truncated_large_graph(cora: Cora, tmp_path: Path):
+    # Cora prepared as a large graph (truncation on, topk 128): node degrees reach 168, and the
+    # local expert must still see every real edge and self loop (the support of Â, kept whole).
+    cfg = resolve("m3d-cora", FAST + ["structure.large.min_nodes=1000", "structure.large.topk=128"])
+    summary = prepare_dataset(cfg, cache_dir=cora.cache_dir, offline=True)
+    with StructureCache(summary.path) as c:
+        assert bool(c.file["graphs/large"][0])
+    task = NodeTask(summary.path, cora.graphs, cora.split, experts=True)
+    N = task.num_nodes
+    edges = cora.graphs.edge_index[0]
+    a = sp.coo_matrix((np.ones(edges.shape[1]), (edges[0], edges[1])), shape=(N, N)).tocsr()
+    a = ((a + a.T) > 0).astype(np.float64)
+    deg = np.asarray(a.sum(1)).ravel()
+    assert deg.max() + 1 > 128  # some node has more real edges than the row budget
+    a = (a + sp.eye(N)).tocsr()
+    row, col = a.nonzero()
+    masks = task._tokens["masks"]
+    given = masks.local[:, : masks.num_given_local]
+    assert np.array_equal(_pair_keys(given, N), np.sort(row.astype(np.int64) * N + col))
+    # Â^2 is truncated there, but never on a real edge: positive at every local pair.
+    assert (task._tokens["values"][:, 1] > 0).all()
+    assert summary.truncation["powers"]["max"][1] > 0
+
+
 # ---------------------------------------------------------------- loss
 def test_loss_counts_the_class_tokens(cora: Cora, task: NodeTask):
     model = _model(task).eval()

@@ -14,8 +14,11 @@ from xmask_cli.structure import (
     Truncation,
     adjacency,
     adjacency_powers,
+    dropped_share,
     normalized_adjacency,
+    power_row_sums,
     random_walk_powers,
+    random_walk_row_sums,
     truncate_rows,
     union_pairs,
 )
@@ -50,9 +53,12 @@ def dense_random_walk(a: np.ndarray) -> np.ndarray:
     return p
 
 
-def dense_truncate(m: np.ndarray, tau: float, topk: int, prefer: np.ndarray | None = None) -> np.ndarray:
-    """Row-wise rule: keep |x| >= tau or the diagonal; then at most ``topk`` per
-    row, the diagonal first and then by decreasing magnitude.
+def dense_truncate(m: np.ndarray, tau: float, topk: int, prefer: np.ndarray | None = None,
+                   protect: np.ndarray | None = None) -> np.ndarray:
+    """Row-wise rule: keep |x| >= tau or a protected entry (the diagonal, and
+    ``protect != 0``); then at most ``topk`` per row, every protected entry
+    first and then by decreasing magnitude (a row with more protected entries
+    than ``topk`` keeps exactly those).
 
     Entries of equal magnitude (to 1e-9 relative) are common in Â, e.g. two
     neighbours of equal degree. Where such a tie straddles the ``topk``
@@ -62,10 +68,12 @@ def dense_truncate(m: np.ndarray, tau: float, topk: int, prefer: np.ndarray | No
     """
     out = np.zeros_like(m)
     for i in range(m.shape[0]):
-        cand = [j for j in np.flatnonzero(m[i]) if j == i or tau <= 0 or abs(m[i, j]) >= tau]
+        safe = {i} | (set(np.flatnonzero(protect[i]).tolist()) if protect is not None else set())
+        cand = [j for j in np.flatnonzero(m[i]) if j in safe or tau <= 0 or abs(m[i, j]) >= tau]
         if topk > 0 and len(cand) > topk:
-            others = sorted((j for j in cand if j != i), key=lambda j: -abs(m[i, j]))
-            n_keep = topk - (1 if i in cand else 0)
+            others = sorted((j for j in cand if j not in safe), key=lambda j: -abs(m[i, j]))
+            mine = [j for j in cand if j in safe]
+            n_keep = topk - len(mine)
             kept = []
             if n_keep > 0:
                 b = abs(m[i, others[n_keep - 1]])
@@ -79,7 +87,7 @@ def dense_truncate(m: np.ndarray, tau: float, topk: int, prefer: np.ndarray | No
                     chosen = [j for j in tied if prefer[i, j] != 0]
                     assert len(chosen) == need, f"row {i}: kept {len(chosen)} of a tie, expected {need}"
                     kept = sure + chosen
-            cand = ([i] if i in cand else []) + kept
+            cand = mine + kept
         out[i, cand] = m[i, cand]
     return out
 
@@ -230,19 +238,20 @@ def test_truncate_rows_hand_worked():
     np.testing.assert_array_equal(truncate_rows(m, Truncation()).toarray(), m.toarray())
 
 
-def _assert_truncated(p: sp.csr_matrix, rule: Truncation) -> None:
-    """Row-level invariants of a truncated matrix."""
+def _assert_truncated(p: sp.csr_matrix, rule: Truncation, a: np.ndarray) -> None:
+    """Row-level invariants of a truncated power of Â (``a``: binary adjacency)."""
     p = p.tocsr()
     n = p.shape[0]
     per_row = np.diff(p.indptr)
+    deg = a.sum(axis=1).astype(int)
     if rule.topk > 0:
-        assert per_row.max(initial=0) <= rule.topk
+        assert np.all(per_row <= np.maximum(rule.topk, deg + 1))
     rows = np.repeat(np.arange(n), per_row)
-    diag = rows == p.indices
+    protected = (rows == p.indices) | (a[rows, p.indices] != 0)
     if rule.tau > 0:
-        assert np.all((np.abs(p.data) >= rule.tau) | diag)
-    # Every power of Â has a positive diagonal, and the diagonal is always kept.
-    assert np.all(np.bincount(rows[diag], minlength=n) == 1)
+        assert np.all((np.abs(p.data) >= rule.tau) | protected)
+    # Every power of Â is positive on the diagonal and on every edge, and those are always kept.
+    assert np.array_equal(np.bincount(rows[protected], minlength=n), deg + 1)
 
 
 RULES = [Truncation(tau=0.05), Truncation(tau=0.02, topk=6), Truncation(topk=4), Truncation(topk=1)]
@@ -253,12 +262,13 @@ def _check_truncated_sym(case, rule: Truncation) -> list[sp.csr_matrix]:
     ah = dense_sym_norm(case.dense())
     out = adjacency_powers(a, K, truncation=rule)
     assert len(out) == K
-    # Independent iteration: P_1 = trunc(Â), P_k = trunc(P_{k-1} Â).
-    ref = None
-    for p in out:
-        _assert_truncated(p, rule)
+    # Independent iteration: P_1 = Â whole, P_k = trunc(P_{k-1} Â) keeping Â's support.
+    assert_sparse_equals_dense(out[0], ah)
+    ref = ah
+    for p in out[1:]:
+        _assert_truncated(p, rule, case.dense())
         got = p.toarray()
-        ref = dense_truncate(ah if ref is None else ref @ ah, rule.tau, rule.topk, prefer=got)
+        ref = dense_truncate(ref @ ah, rule.tau, rule.topk, prefer=got, protect=ah)
         np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
     return out
 
@@ -322,15 +332,54 @@ def test_truncated_no_symnorm(rule, make_connected):
     ai = case.dense() + np.eye(case.n)
     out = adjacency_powers(a, K, normalization="no-symnorm", truncation=rule)
     raw = ai.copy()
+    # The first power N(A + I) = Â is kept whole.
+    assert_sparse_equals_dense(out[0], dense_sym_norm(case.dense()))
     for j, p in enumerate(out, start=1):
-        _assert_truncated(p, rule)
         d = np.linalg.matrix_power(ai, j).sum(axis=1) ** -0.5
-        ref = dense_truncate(d[:, None] * raw * d[None, :], rule.tau, rule.topk, prefer=p.toarray())
+        ref = d[:, None] * raw * d[None, :]
+        if j > 1:
+            _assert_truncated(p, rule, case.dense())
+            ref = dense_truncate(ref, rule.tau, rule.topk, prefer=p.toarray(), protect=ai)
         assert_sparse_equals_dense(p, ref)
         raw = np.where(ref != 0, raw, 0.0) @ ai
-    # The first power is never approximated beyond the rule itself.
-    first = dense_truncate(dense_no_symnorm(case.dense(), 1), rule.tau, rule.topk, prefer=out[0].toarray())
-    assert_sparse_equals_dense(out[0], first)
+
+
+def test_exact_row_sums_by_matvec_equal_dense(graph):
+    a = adjacency(graph.edge_index, graph.n)
+    d = graph.dense()
+    sym = power_row_sums(a, K)
+    raw = power_row_sums(a, K, normalization="no-symnorm")
+    walk = random_walk_row_sums(a, K)
+    for k in range(1, K + 1):
+        np.testing.assert_allclose(sym[:, k - 1], np.linalg.matrix_power(dense_sym_norm(d), k).sum(1), rtol=1e-12)
+        np.testing.assert_allclose(raw[:, k - 1], dense_no_symnorm(d, k).sum(1), rtol=1e-12)
+    for k in range(K + 1):
+        np.testing.assert_allclose(walk[:, k], np.linalg.matrix_power(dense_random_walk(d), k).sum(1), rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("rule", RULES, ids=lambda r: f"tau{r.tau}_topk{r.topk}")
+def test_dropped_share_equals_dense(rule, make_connected):
+    case = make_connected(11, 40, 0.2)
+    a = adjacency(case.edge_index, case.n)
+    out = adjacency_powers(a, K, truncation=rule)
+    share = dropped_share(out, power_row_sums(a, K))
+    ah = dense_sym_norm(case.dense())
+    for k, p in enumerate(out, start=1):
+        ref = 1.0 - p.toarray().sum(1) / np.linalg.matrix_power(ah, k).sum(1)
+        np.testing.assert_allclose(share[:, k - 1], np.clip(ref, 0, 1), atol=1e-12)  # 1e-12: rounding snapped to 0
+    assert np.all(share[:, 0] == 0) and share[:, -1].max() > 0
+
+
+def test_star_hub_keeps_its_edges_at_every_power():
+    # A 500-leaf hub under topk = 128: Â^1 whole, and every power keeps the hub's 501 entries.
+    leaves = 500
+    a = adjacency(np.stack([np.zeros(leaves, dtype=np.int64), np.arange(1, leaves + 1)]), leaves + 1)
+    out = adjacency_powers(a, 3, truncation=Truncation(tau=1e-6, topk=128))
+    ah = normalized_adjacency(a)
+    assert (out[0] != ah).nnz == 0
+    for p in out:
+        assert p[0].nnz == leaves + 1
+        assert np.all(np.diff(p.indptr)[1:] == (2 if p is out[0] else 128))
 
 
 # --- random walks ------------------------------------------------------------
@@ -358,17 +407,20 @@ def test_truncated_random_walk_powers_equal_iterated_dense(graph, rule):
     out = random_walk_powers(a, K, truncation=rule)
     assert len(out) == K + 1
     np.testing.assert_array_equal(out[0].toarray(), np.eye(graph.n))
-    ref = np.eye(graph.n)
-    for m in out[1:]:
+    # P whole, then P^k = trunc(P^(k-1) P) keeping the diagonal and P's support where present.
+    assert_sparse_equals_dense(out[1], p)
+    ref = p
+    adj = graph.dense()
+    for m in out[2:]:
         m = m.tocsr()
         per_row = np.diff(m.indptr)
         if rule.topk > 0:
-            assert per_row.max(initial=0) <= rule.topk
+            assert np.all(per_row <= np.maximum(rule.topk, adj.sum(axis=1) + 1))
         rows = np.repeat(np.arange(graph.n), per_row)
         if rule.tau > 0:
-            assert np.all((np.abs(m.data) >= rule.tau) | (rows == m.indices))
+            assert np.all((np.abs(m.data) >= rule.tau) | (rows == m.indices) | (adj[rows, m.indices] != 0))
         got = m.toarray()
-        ref = dense_truncate(ref @ p, rule.tau, rule.topk, prefer=got)
+        ref = dense_truncate(ref @ p, rule.tau, rule.topk, prefer=got, protect=p)
         np.testing.assert_allclose(got, ref, rtol=RTOL, atol=ATOL)
 
 

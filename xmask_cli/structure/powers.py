@@ -2,13 +2,15 @@
 
 ``Â = D^-1/2 (A + I) D^-1/2`` with ``D`` the degrees of ``A + I``; head ``h``
 of X-LogSMask reads ``Â^{k_h}``. Large graphs keep a truncated, sparse
-version of every power; the rule is explicit (:class:`Truncation`) and is
-recorded in the cache.
+version of every power ``k >= 2``; the rule is explicit (:class:`Truncation`)
+and is recorded in the cache, with the share of each row's mass it drops
+(:func:`dropped_share` against the exact row sums of :func:`power_row_sums`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 import scipy.sparse as sp
 
@@ -21,16 +23,30 @@ _ROW_BLOCK_NNZ = 8_000_000
 
 @dataclass(frozen=True)
 class Truncation:
-    """Which entries of a matrix power are kept.
+    """Which entries of a matrix power ``k >= 2`` are kept (large graphs).
 
-    Applied after every multiplication (``P_k = trunc(P_{k-1} @ Â)``), so the
-    stored ``P_k`` approximates ``Â^k``; with ``tau = 0`` and ``topk = 0`` it
-    is exact.
+    ``P_1 = Â`` whole, and ``P_k = trunc(P_{k-1} @ Â)`` for ``k >= 2``. The
+    protected entries of a row -- its diagonal and its real edges, i.e. the
+    support of ``Â`` (``A + I``) -- are never dropped, by either rule:
+
+    1. every other entry with ``|x| < tau`` is dropped;
+    2. a row with more than ``topk`` entries left keeps its protected entries
+       and then the largest others until it holds ``topk`` entries in total
+       (equal values: the smaller column id first). A row with
+       ``deg + 1 >= topk`` protected entries keeps exactly those.
+
+    Since ``Â >= 0`` has a positive diagonal, ``(P_{k-1} Â)_ij >= (P_{k-1})_ii
+    Â_ij > 0`` on every edge: the product's support always contains ``Â``'s,
+    so every stored power holds every real edge and the self loop, and the
+    union support any head attends over is never thinner than one hop. Every
+    stored entry is at most the exact ``Â^k`` entry (dropped mass also stops
+    propagating into later powers); the row mass lost, ``1 - (P_k 1)_i /
+    (Â^k 1)_i``, is what prepare records. With ``tau = 0`` and ``topk = 0``
+    every power is exact.
 
     Attributes:
-        tau: drop entries with absolute value below ``tau``.
-        topk: keep at most the ``topk`` largest entries of each row (0: all).
-            The diagonal is never dropped by ``topk``.
+        tau: drop unprotected entries with absolute value below ``tau``.
+        topk: row budget of rule 2 (0: no budget).
     """
 
     tau: float = 0.0
@@ -61,39 +77,112 @@ def random_walk_matrix(a: sp.spmatrix) -> sp.csr_matrix:
     deg = np.asarray(a.sum(axis=1)).ravel()
     inv = np.zeros_like(deg)
     inv[deg > 0] = 1.0 / deg[deg > 0]
-    return (sp.diags(inv) @ a).tocsr()
+    out = (sp.diags(inv) @ a).tocsr()
+    out.sort_indices()  # canonical, so that products sum in one order however they are blocked
+    return out
 
 
-def truncate_rows(m: sp.csr_matrix, rule: Truncation, *, row_offset: int = 0) -> sp.csr_matrix:
+@numba.njit(cache=True, parallel=True)
+def _keep_mask(indptr, indices, data, pptr, pind, row_offset, tau, topk):  # pragma: no cover - compiled
+    """Which entries of a CSR block survive the rule (see :class:`Truncation`), row by row.
+
+    ``pptr``/``pind``: protected pattern, global rows, sorted columns. Per row
+    O(nnz): protected entries kept, tau on the others, then the budget filled
+    by the largest others (a partition, not a sort), ties by smaller column.
+    """
+    n = indptr.shape[0] - 1
+    keep = np.zeros(indices.shape[0], dtype=np.bool_)
+    for r in numba.prange(n):
+        s, e = indptr[r], indptr[r + 1]
+        g = r + row_offset
+        prow = pind[pptr[g]:pptr[g + 1]]
+        prot = np.zeros(e - s, dtype=np.bool_)
+        nprot = 0
+        nkept = 0
+        for j in range(s, e):
+            c = indices[j]
+            isp = c == g
+            if not isp and prow.shape[0] > 0:
+                pos = np.searchsorted(prow, c)
+                isp = pos < prow.shape[0] and prow[pos] == c
+            prot[j - s] = isp
+            if isp:
+                keep[j] = True
+                nprot += 1
+                nkept += 1
+            elif tau <= 0.0 or abs(data[j]) >= tau:
+                keep[j] = True
+                nkept += 1
+        if topk <= 0 or nkept <= topk:
+            continue
+        budget = max(topk - nprot, 0)
+        ncand = nkept - nprot
+        vals = np.empty(ncand, dtype=np.float64)
+        cols = np.empty(ncand, dtype=np.int64)
+        where = np.empty(ncand, dtype=np.int64)
+        t = 0
+        for j in range(s, e):
+            if keep[j] and not prot[j - s]:
+                vals[t] = abs(data[j])
+                cols[t] = indices[j]
+                where[t] = j
+                t += 1
+        if budget == 0:
+            for t in range(ncand):
+                keep[where[t]] = False
+            continue
+        thr = -np.partition(-vals, budget - 1)[budget - 1]  # the budget-th largest value
+        n_gt = 0
+        n_eq = 0
+        for t in range(ncand):
+            if vals[t] > thr:
+                n_gt += 1
+            elif vals[t] == thr:
+                n_eq += 1
+        tie_cols = np.empty(n_eq, dtype=np.int64)
+        q = 0
+        for t in range(ncand):
+            if vals[t] == thr:
+                tie_cols[q] = cols[t]
+                q += 1
+        last_col = np.sort(tie_cols)[budget - n_gt - 1]  # ties: the smaller columns first
+        for t in range(ncand):
+            if vals[t] < thr or (vals[t] == thr and cols[t] > last_col):
+                keep[where[t]] = False
+    return keep
+
+
+def truncate_rows(m: sp.csr_matrix, rule: Truncation, *, row_offset: int = 0,
+                  protect: sp.spmatrix | None = None) -> sp.csr_matrix:
     """Apply ``rule`` to a CSR matrix row by row.
 
-    ``row_offset``: global index of ``m``'s first row, when ``m`` is a block of
-    rows of a larger matrix (so that the diagonal is found in the right column).
+    Args:
+        m: the matrix (or a block of consecutive rows of a larger one).
+        rule: tau and top-k, see :class:`Truncation`.
+        row_offset: global index of ``m``'s first row, when ``m`` is a block of
+            rows of a larger matrix (so that the diagonal and ``protect`` are
+            read at the right rows).
+        protect: pattern (whole matrix, global rows) whose entries are never
+            dropped and rank first for top-k; the diagonal always is.
     """
     m = m.tocsr()
     if rule.exact:
         return m
     n = m.shape[0]
-    indptr, indices, data = m.indptr, m.indices, m.data
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
-    diag = rows + row_offset == indices
-    keep = np.ones(data.shape[0], dtype=bool)
-    if rule.tau > 0:
-        keep &= np.abs(data) >= rule.tau
-        keep |= diag  # the diagonal always survives: it is the node itself
-    if rule.topk > 0 and np.diff(indptr).max(initial=0) > rule.topk:
-        # Rank entries inside each row by decreasing magnitude; the diagonal ranks first.
-        score = np.where(diag, np.inf, np.abs(data))
-        score = np.where(keep, score, -1.0)
-        order = np.lexsort((-score, rows))
-        rank = np.empty_like(order)
-        rank[order] = np.arange(order.shape[0]) - indptr[rows[order]]
-        keep &= rank < rule.topk
-    out = sp.csr_matrix((data[keep], indices[keep], np.concatenate([[0], np.cumsum(np.bincount(rows[keep], minlength=n))])), shape=m.shape)
-    return out
+    if protect is None:
+        pptr, pind = np.zeros(row_offset + n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    else:
+        p = sp.csr_matrix(protect)
+        p.sum_duplicates()  # canonical: sorted columns for the binary search
+        pptr, pind = p.indptr.astype(np.int64), p.indices.astype(np.int64)
+    keep = _keep_mask(m.indptr.astype(np.int64), m.indices.astype(np.int64), m.data.astype(np.float64),
+                      pptr, pind, int(row_offset), float(rule.tau), int(rule.topk))
+    kept_before = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])  # kept entries before each position
+    return sp.csr_matrix((m.data[keep], m.indices[keep], kept_before[m.indptr]), shape=m.shape)
 
 
-def _product(left: sp.csr_matrix, right: sp.csr_matrix, rule: Truncation) -> sp.csr_matrix:
+def _product(left: sp.csr_matrix, right: sp.csr_matrix, rule: Truncation,
+             protect: sp.spmatrix | None = None) -> sp.csr_matrix:
     """``trunc(left @ right)``, in row blocks so the raw product never has to fit at once."""
     if rule.exact:
         out = (left @ right).tocsr()
@@ -110,7 +199,7 @@ def _product(left: sp.csr_matrix, right: sp.csr_matrix, rule: Truncation) -> sp.
         base = cum[start - 1] if start else 0
         stop = int(np.searchsorted(cum, base + _ROW_BLOCK_NNZ, side="right"))
         stop = max(stop, start + 1)
-        blocks.append(truncate_rows((left[start:stop] @ right).tocsr(), rule, row_offset=start))
+        blocks.append(truncate_rows((left[start:stop] @ right).tocsr(), rule, row_offset=start, protect=protect))
         start = stop
     out = sp.vstack(blocks, format="csr")
     out.sort_indices()
@@ -133,18 +222,20 @@ def adjacency_powers(
             paper's method). ``"no-symnorm"`` gives ``N((A+I)^k)`` with
             ``N(M) = D_M^-1/2 M D_M^-1/2`` and ``D_M`` the row sums of ``M``:
             raise first, normalize afterwards (the ablation of seed 000 §4.2.3).
-        truncation: rule applied after every multiplication.
+        truncation: rule applied after every multiplication (powers ``>= 2``;
+            the first power and the support of ``A + I`` are kept whole).
 
     Returns:
-        ``k`` CSR matrices, ``out[j]`` approximating the ``(j+1)``-th power.
+        ``k`` CSR matrices, ``out[j]`` approximating the ``(j+1)``-th power
+        (``out[0]`` exact).
     """
     if k < 1:
         raise ValueError("k must be >= 1")
     if normalization == "sym":
         a_hat = normalized_adjacency(a)
-        out = [truncate_rows(a_hat, truncation)]
+        out = [a_hat]
         for _ in range(1, k):
-            out.append(_product(out[-1], a_hat, truncation))
+            out.append(_product(out[-1], a_hat, truncation, protect=a_hat))
         return out
     if normalization == "no-symnorm":
         a_i = with_self_loops(a)
@@ -159,7 +250,8 @@ def adjacency_powers(
                 row_sum = a_i @ row_sum  # symmetric, so (A+I)^j 1 = (A+I) (A+I)^(j-1) 1
             d = inv_sqrt(row_sum)
             norm = (sp.diags(d) @ raw @ sp.diags(d)).tocsr()
-            norm = truncate_rows(norm, truncation)
+            if j > 1:  # the first power is N(A + I) = Â, kept whole; later ones keep its support
+                norm = truncate_rows(norm, truncation, protect=a_i)
             norm.sort_indices()
             out.append(norm)
             if not truncation.exact:
@@ -172,12 +264,76 @@ def adjacency_powers(
 
 
 def random_walk_powers(a: sp.spmatrix, steps: int, *, truncation: Truncation = Truncation()) -> list[sp.csr_matrix]:
-    """``[I, P, P^2, ..., P^steps]`` with ``P = D^-1 A`` (RRWP input)."""
+    """``[I, P, P^2, ..., P^steps]`` with ``P = D^-1 A`` (RRWP input).
+
+    ``truncation`` applies to ``P^k``, ``k >= 2``, as for :func:`adjacency_powers`:
+    ``P`` is kept whole and no later power drops an entry on a real edge or
+    the diagonal (where the walk has one).
+    """
     p = random_walk_matrix(a)
-    out = [sp.identity(a.shape[0], format="csr"), truncate_rows(p, truncation)]
+    out = [sp.identity(a.shape[0], format="csr"), p]
     for _ in range(1, steps):
-        out.append(_product(out[-1], p, truncation))
+        out.append(_product(out[-1], p, truncation, protect=p))
     return out[: steps + 1]
+
+
+def power_row_sums(a: sp.spmatrix, k: int, *, normalization: str = "sym") -> np.ndarray:
+    """Exact row sums of powers ``1..k``, ``[n, k]``, by sparse mat-vecs only.
+
+    ``Â^j 1 = Â (Â^{j-1} 1)``: no power is ever formed, so this is exact on
+    any graph and cheap (``k`` products with a vector). For ``no-symnorm``
+    the row sums of ``N((A+I)^j) = D_j^-1/2 (A+I)^j D_j^-1/2`` are
+    ``d_i ((A+I)^j d)_i`` with ``d = D_j^-1/2``, again mat-vecs only.
+    """
+    if normalization == "sym":
+        a_hat = normalized_adjacency(a)
+        out, v = [], np.ones(a.shape[0])
+        for _ in range(k):
+            v = a_hat @ v
+            out.append(v)
+        return np.stack(out, axis=1) if out else np.zeros((a.shape[0], 0))
+    if normalization == "no-symnorm":
+        a_i = with_self_loops(a)
+        out, deg = [], np.ones(a.shape[0])
+        for j in range(1, k + 1):
+            deg = a_i @ deg  # (A+I)^j 1 (symmetric)
+            d = inv_sqrt(deg)
+            v = d
+            for _ in range(j):
+                v = a_i @ v
+            out.append(d * v)
+        return np.stack(out, axis=1) if out else np.zeros((a.shape[0], 0))
+    raise ValueError(f"unknown normalization {normalization!r}; expected 'sym' or 'no-symnorm'")
+
+
+def random_walk_row_sums(a: sp.spmatrix, steps: int) -> np.ndarray:
+    """Exact row sums of ``I, P, ..., P^steps``, ``[n, steps + 1]`` (1, or 0 for isolated nodes)."""
+    p = random_walk_matrix(a)
+    out, v = [np.ones(a.shape[0])], np.ones(a.shape[0])
+    for _ in range(steps):
+        v = p @ v
+        out.append(v)
+    return np.stack(out, axis=1)
+
+
+def dropped_share(mats: list[sp.csr_matrix], exact_row_sums: np.ndarray) -> np.ndarray:
+    """Share of each row's exact mass that truncated matrices miss, ``[n, len(mats)]``.
+
+    ``1 - (P_j 1)_i / (exact_j)_i``, in ``[0, 1]``; 0 for rows whose exact
+    mass is 0, and shares below ``1e-12`` (summation-order rounding of an
+    untruncated row) are reported as 0. For nonnegative matrices kept entrywise below
+    the exact ones (every truncation here) this is the attention mass of row
+    ``i`` that the stored support loses.
+    """
+    n = exact_row_sums.shape[0]
+    out = np.zeros((n, len(mats)))
+    for j, m in enumerate(mats):
+        kept = np.asarray(m.sum(axis=1)).ravel()
+        ex = exact_row_sums[:, j]
+        nz = ex > 0
+        out[nz, j] = 1.0 - kept[nz] / ex[nz]
+    out[np.abs(out) < 1e-12] = 0.0
+    return np.clip(out, 0.0, 1.0)
 
 
 def union_pairs(mats: list[sp.csr_matrix]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
