@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import h5py
@@ -255,3 +256,88 @@ def test_cache_clear_removes_the_staging_folder_only_with_its_marker(tmp_path):
     # The raw files the staging folder linked to are untouched.
     from xmask_cli.data.load import EMBEDDED_ROOT
     assert (EMBEDDED_ROOT / "MUTAG" / "raw" / "MUTAG_A.txt").is_file()
+
+
+# ------------------------------------------------- existing caches are checked (issue 14, items 7, 12, 13)
+def _prepared(tmp_path, *extra: str) -> tuple[str, Path]:
+    c = str(tmp_path / "c")
+    r = run("-f", "json", "prepare", "mutag", "--cache-dir", c, *extra)
+    assert r.exit_code == 0, r.stderr
+    return c, Path(json.loads(r.stdout)["path"])
+
+
+def test_prepare_rebuilds_a_file_with_flipped_bytes(tmp_path):
+    c, path = _prepared(tmp_path)
+    with h5py.File(path, "r") as f:
+        info = f["powers/values"].id.get_chunk_info(0)
+    with open(path, "r+b") as fh:
+        fh.seek(info.byte_offset + info.size // 3)
+        fh.write(bytes(64 * [0xA5]))
+    assert run("cache", "verify", "--cache-dir", c).exit_code == 4  # the independent judge
+    r = run("-f", "json", "prepare", "mutag", "--cache-dir", c)
+    assert r.exit_code == 0 and not json.loads(r.stdout)["cached"], r.stderr
+    assert "unusable" in r.stderr and run("cache", "verify", "--cache-dir", c).exit_code == 0
+
+
+def test_prepare_rebuilds_another_datasets_file_under_the_key(tmp_path):
+    c, path = _prepared(tmp_path)
+    other = run("-f", "json", "prepare", "mutag", "--cache-dir", c, "--set", "structure.powers.k=2")
+    shutil.copy(json.loads(other.stdout)["path"], path)  # a sound file, but not this key's
+    r = run("-f", "json", "prepare", "mutag", "--cache-dir", c)
+    assert r.exit_code == 0 and not json.loads(r.stdout)["cached"], r.stderr
+    with StructureCache(path) as cache:
+        assert cache.params["powers"]["k"] == 4
+
+
+def test_damaged_hdf5_metadata_is_exit_4_corrupt_in_ls_and_rebuilt(tmp_path):
+    c, path = _prepared(tmp_path)
+    data = bytearray(path.read_bytes())
+    data[776] ^= 0xFF  # in the root group's heap: h5py fails with "bad heap free list"
+    path.write_bytes(bytes(data))
+    with pytest.raises(Exception):
+        with h5py.File(path, "r") as f:
+            f.visit(lambda name: None)
+    r = run("-f", "json", "cache", "verify", "--cache-dir", c)
+    assert r.exit_code == 4 and not json.loads(r.stdout)[0]["ok"]
+    r = run("-f", "json", "cache", "ls", "--cache-dir", c)
+    assert r.exit_code == 0 and json.loads(r.stdout)[0]["status"] == "corrupt"
+    r = run("-f", "json", "prepare", "mutag", "--cache-dir", c)
+    assert r.exit_code == 0 and not json.loads(r.stdout)["cached"], r.stderr
+    assert run("cache", "verify", "--cache-dir", c).exit_code == 0
+    path.write_bytes(bytes(data))  # and train rebuilds it as well
+    r = run("-f", "json", "train", "--preset", "graph-level", "--set", "train.epochs=1", "--set", "model.hidden=8",
+            "--set", "model.layers=1", "--device", "cpu", "--cache-dir", c, "--runs-dir", str(tmp_path / "runs"))
+    assert r.exit_code == 0, r.stderr
+    assert run("cache", "verify", "--cache-dir", c).exit_code == 0
+
+
+def test_a_folder_at_the_cache_path_is_exit_4_and_leaves_no_temp_file(tmp_path):
+    c, path = _prepared(tmp_path)
+    path.unlink()
+    path.mkdir()
+    (path / "user.txt").write_text("mine")
+    for extra in ([], ["--force"]):
+        r = run("-q", "prepare", "mutag", "--cache-dir", c, *extra)
+        assert r.exit_code == 4 and "not a regular file" in one_error_line(r)
+    r = run("-q", "train", "--preset", "graph-level", "--set", "train.epochs=1", "--cache-dir", c,
+            "--runs-dir", str(tmp_path / "runs"))
+    assert r.exit_code == 4 and "not a regular file" in one_error_line(r)
+    assert sorted(p.name for p in path.parent.iterdir()) == [path.name]  # no .tmp-<pid> left
+    r = run("-f", "json", "cache", "clear", "--cache-dir", c)
+    assert r.exit_code == 0 and (path / "user.txt").is_file()
+
+
+def test_temp_files_of_dead_writers_are_listed_and_removed_by_the_next_writer(tmp_path):
+    import subprocess
+    import sys
+
+    c, path = _prepared(tmp_path)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = path.with_name(f".{path.name}.tmp-{dead.pid}")
+    stale.write_bytes(b"\x89HDF half")
+    rows = json.loads(run("-f", "json", "cache", "ls", "--cache-dir", c).stdout)
+    assert sorted((r["status"], r.get("writer_pid") or 0) for r in rows) == [("ok", 0), ("stale", dead.pid)]
+    assert "stale" in run("cache", "ls", "--cache-dir", c).stdout
+    assert run("prepare", "mutag", "--cache-dir", c, "--force").exit_code == 0
+    assert not stale.exists()

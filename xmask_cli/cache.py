@@ -63,6 +63,16 @@ _FLUSH_BYTES = 64 << 20
 _GROUPS_WITH_PAIRS = ("powers", "spd", "rrwp")
 
 
+#: What h5py raises on a damaged file: OSError (checksums, truncation), RuntimeError (metadata, e.g.
+#: "bad heap free list"), ValueError / KeyError / TypeError (attributes of the wrong shape or type).
+_H5_ERRORS = (OSError, RuntimeError, ValueError, KeyError, TypeError)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return text or type(exc).__name__
+
+
 def cache_key(fingerprint: str, params: dict[str, Any]) -> str:
     """Short hash of the input fingerprint, the canonical parameters and the format version."""
     blob = json.dumps({"fingerprint": fingerprint, "params": params, "format": FORMAT_VERSION}, sort_keys=True)
@@ -111,6 +121,9 @@ class CacheWriter:
     def __init__(self, path: Path, attrs: dict[str, Any]):
         self.path = Path(path)
         ensure_writable_dir(self.path.parent)
+        for old in self.path.parent.glob(".*.h5.tmp-*"):  # leftovers of killed writers
+            if is_stale_temp(old):
+                old.unlink(missing_ok=True)
         self.tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         self._attrs = attrs
         self._f: h5py.File | None = None
@@ -224,10 +237,11 @@ class CacheWriter:
                 self._f.attrs["complete"] = True
         finally:
             self._f.close()
-            if ok:
-                os.replace(self.tmp, self.path)
-            else:
-                self.tmp.unlink(missing_ok=True)
+            try:
+                if ok:
+                    os.replace(self.tmp, self.path)
+            finally:
+                self.tmp.unlink(missing_ok=True)  # gone after a rename; removed after any failure
 
 
 @dataclass(frozen=True)
@@ -278,9 +292,10 @@ class StructureCache:
         if self._f is None:
             try:
                 self._f = h5py.File(self.path, "r")
-            except (OSError, ValueError) as exc:
-                raise CacheError(f"cannot open cache {self.path}: {exc}; run `xmask prepare ... --force` to rebuild it") from exc
-            version = int(self._f.attrs.get("format_version", -1))
+                version = int(self._f.attrs.get("format_version", -1))
+            except _H5_ERRORS as exc:
+                raise CacheError(f"cannot open cache {self.path}: {_first_line(exc)}; "
+                                 f"run `xmask prepare ... --force` to rebuild it") from exc
             if version != FORMAT_VERSION:
                 raise CacheError(
                     f"cache {self.path} has format version {version}, this xmask reads {FORMAT_VERSION}; "
@@ -318,30 +333,43 @@ class StructureCache:
             if isinstance(obj, h5py.Dataset):
                 self._mem[name] = self._checked(obj, name, None)
 
-        self.file.visititems(visit)
+        try:
+            self.file.visititems(visit)
+        except (OSError, RuntimeError) as exc:  # damaged HDF5 metadata (e.g. "bad heap free list")
+            raise self._corrupt("file structure", exc) from exc
         return self
 
     def has(self, name: str) -> bool:
         """Whether the group or dataset ``name`` (e.g. ``"rrwp"``, ``"spd/dist"``) is stored."""
         if self._mem:  # in memory: never touch the file
             return name in self._mem or any(k.startswith(f"{name}/") for k in self._mem)
-        return name in self.file
+        try:
+            return name in self.file
+        except (OSError, RuntimeError) as exc:
+            raise self._corrupt(name, exc) from exc
 
     def _checked(self, ds: h5py.Dataset, name: str, sl: slice | None) -> np.ndarray:
         """Read ``ds`` (or a slice); a checksum or decompression failure becomes a :class:`CacheError`."""
         try:
             return ds[()] if sl is None else ds[sl]
-        except OSError as exc:
-            raise CacheError(f"cache {self.path} is corrupt ('{name}': {str(exc).splitlines()[0]}); "
-                             f"run `xmask cache verify`, then `xmask prepare ... --force` to rebuild it") from exc
+        except (OSError, RuntimeError) as exc:
+            raise self._corrupt(name, exc) from exc
+
+    def _corrupt(self, name: str, exc: BaseException) -> CacheError:
+        return CacheError(f"cache {self.path} is corrupt ('{name}': {_first_line(exc)}); "
+                          f"run `xmask cache verify`, then `xmask prepare ... --force` to rebuild it")
 
     def _read(self, name: str, sl: slice | None = None) -> np.ndarray:
         if name in self._mem:
             arr = self._mem[name]
             return arr if sl is None else arr[sl]
-        if name not in self.file:
+        if not self.has(name):
             raise CacheError(f"cache {self.path} has no '{name}'; prepare it with the structure that needs it")
-        return self._checked(self.file[name], name, sl)
+        try:
+            ds = self.file[name]
+        except (OSError, RuntimeError, KeyError) as exc:
+            raise self._corrupt(name, exc) from exc
+        return self._checked(ds, name, sl)
 
     # -- metadata
     @property
@@ -429,6 +457,8 @@ class StructureCache:
 
 def info(path: Path) -> CacheInfo:
     """Summary of one cache file (raises :class:`CacheError` if unreadable)."""
+    if not Path(path).is_file():
+        raise CacheError(f"unreadable cache file {path}: not a regular file")
     try:
         with h5py.File(path, "r") as f:
             return CacheInfo(
@@ -440,13 +470,43 @@ def info(path: Path) -> CacheInfo:
                 params=json.loads(f.attrs.get("params", "{}")),
                 num_graphs=int(f["graphs/num_nodes"].shape[0]) if "graphs/num_nodes" in f else 0,
             )
-    except (OSError, KeyError, ValueError) as exc:
-        raise CacheError(f"unreadable cache file {path}: {exc}") from exc
+    except _H5_ERRORS as exc:
+        raise CacheError(f"unreadable cache file {path}: {_first_line(exc)}") from exc
 
 
 def cache_files(cache_dir: Path, dataset: str | None = None) -> list[Path]:
     """Cache files under ``cache_dir`` (one dataset's, if given), temporary files excluded."""
     return [p for d in _dataset_dirs(cache_dir, dataset) for p in sorted(d.glob("*.h5")) if not p.name.startswith(".")]
+
+
+def listing(cache_dir: Path, dataset: str | None = None) -> list[dict[str, Any]]:
+    """Rows of ``xmask cache ls``: every cache file (``status`` ``ok`` or ``corrupt``, with ``error``)
+    and every writer temp file (``status`` ``writing`` while its process runs, ``stale`` once it is gone;
+    the next writer in that folder removes stale ones)."""
+    rows: list[dict[str, Any]] = []
+    for d in _dataset_dirs(cache_dir, dataset):
+        for p in sorted(d.iterdir()):
+            m = _TMP_NAME.match(p.name)
+            if m:
+                pid = int(m.group(1))
+                rows.append({"path": str(p), "dataset": d.name, "key": p.name[1:21], "size_bytes": _size(p),
+                             "created": "", "num_graphs": 0, "params": {},
+                             "status": "writing" if _pid_alive(pid) else "stale", "writer_pid": pid})
+            elif p.suffix == ".h5" and not p.name.startswith("."):
+                try:
+                    rows.append({**info(p).to_dict(), "status": "ok"})
+                except CacheError as exc:
+                    rows.append({"path": str(p), "dataset": d.name, "key": p.stem, "size_bytes": _size(p),
+                                 "created": "", "num_graphs": 0, "params": {}, "status": "corrupt",
+                                 "error": str(exc)})
+    return rows
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size if p.is_file() else 0
+    except OSError:
+        return 0
 
 
 def _dataset_dirs(cache_dir: Path, dataset: str | None) -> list[Path]:
@@ -458,58 +518,75 @@ def _dataset_dirs(cache_dir: Path, dataset: str | None) -> list[Path]:
     return [d for d in dirs if d.is_dir()]
 
 
-def verify(path: Path, expected_fingerprint: str | None = None) -> list[str]:
+def verify(path: Path, expected_fingerprint: str | None = None, *, full: bool = True,
+           expected_dataset: str | None = None) -> list[str]:
     """Problems with one cache file; an empty list means it is sound.
 
     Checks the format version, the completion flag, that the key in the name
-    matches the recorded fingerprint and parameters, and reads every dataset
-    in full (fletcher32 checksums catch corrupted chunks). With
-    ``expected_fingerprint`` it also checks the file was built from those graphs.
+    matches the recorded fingerprint and parameters (and, given, the expected
+    fingerprint and dataset folder), the graph offsets, and with ``full`` reads
+    every dataset in full (fletcher32 checksums catch corrupted chunks). Any
+    failure of the HDF5 library, damaged metadata included, is a problem, never
+    an exception.
     """
-    problems: list[str] = []
+    path = Path(path)
+    if not path.is_file():
+        return ["not a regular file" if path.exists() else "missing"]
     try:
         f = h5py.File(path, "r")
-    except (OSError, ValueError) as exc:
-        return [f"cannot open: {str(exc).splitlines()[0]}"]
-    with f:
-        version = int(f.attrs.get("format_version", -1))
-        if version != FORMAT_VERSION:
-            problems.append(f"format version {version}, expected {FORMAT_VERSION}")
-        if not bool(f.attrs.get("complete", False)):
-            problems.append("incomplete write")
-        try:
-            params = json.loads(f.attrs["params"])
-            fp = str(f.attrs["fingerprint"])
-            if cache_key(fp, params) != path.stem:
-                problems.append("file name does not match its recorded fingerprint and parameters")
-            if expected_fingerprint is not None and fp != expected_fingerprint:
-                problems.append("built from other input graphs than the dataset now on disk")
-        except (KeyError, ValueError) as exc:
-            problems.append(f"missing or bad root attributes ({exc})")
+    except _H5_ERRORS as exc:
+        return [f"cannot open: {_first_line(exc)}"]
+    try:
+        with f:
+            return _problems(f, path, expected_fingerprint, full, expected_dataset)
+    except _H5_ERRORS as exc:
+        return [f"unreadable: {_first_line(exc)}"]
 
-        def visit(name: str, obj: Any) -> None:
-            if isinstance(obj, h5py.Dataset):
-                try:
-                    for start in range(0, max(obj.shape[0], 1), 1 << 22):
-                        obj[start:start + (1 << 22)]
-                except (OSError, ValueError) as exc:
-                    problems.append(f"dataset '{name}' unreadable: {str(exc).splitlines()[0]}")
 
+def _problems(f: h5py.File, path: Path, expected_fingerprint: str | None, full: bool,
+              expected_dataset: str | None) -> list[str]:
+    problems: list[str] = []
+    version = int(f.attrs.get("format_version", -1))
+    if version != FORMAT_VERSION:
+        problems.append(f"format version {version}, expected {FORMAT_VERSION}")
+    if not bool(f.attrs.get("complete", False)):
+        problems.append("incomplete write")
+    try:
+        params = json.loads(f.attrs["params"])
+        fp = str(f.attrs["fingerprint"])
+        if cache_key(fp, params) != path.stem or str(f.attrs.get("key", "")) != path.stem:
+            problems.append("file name does not match its recorded key, fingerprint and parameters")
+        if expected_fingerprint is not None and fp != expected_fingerprint:
+            problems.append("built from other input graphs than the dataset now on disk")
+        if expected_dataset is not None and str(f.attrs.get("dataset", "")) != expected_dataset:
+            problems.append(f"records dataset '{f.attrs.get('dataset', '')}', expected '{expected_dataset}'")
+    except (KeyError, ValueError, TypeError) as exc:
+        problems.append(f"missing or bad root attributes ({exc})")
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset):
+            try:
+                for start in range(0, max(obj.shape[0], 1), 1 << 22):
+                    obj[start:start + (1 << 22)]
+            except (OSError, ValueError, RuntimeError) as exc:
+                problems.append(f"dataset '{name}' unreadable: {_first_line(exc)}")
+
+    if full:
         try:
             f.visititems(visit)
         except (OSError, RuntimeError) as exc:
-            problems.append(f"file structure unreadable: {str(exc).splitlines()[0]}")
-        if "graphs/node_ptr" in f and "graphs/num_nodes" in f and not problems:
-            ptr, nn = f["graphs/node_ptr"][()], f["graphs/num_nodes"][()]
-            if ptr.shape[0] != nn.shape[0] + 1 or not np.array_equal(np.diff(ptr), nn):
-                problems.append("graph offsets inconsistent with node counts")
-            for group in _GROUPS_WITH_PAIRS:
-                if f"{group}/indptr" in f:
-                    ip = f[f"{group}/indptr"]
-                    if ip.shape[0] != int(nn.sum()) + 1 or int(ip[-1]) != f[f"{group}/col"].shape[0]:
-                        problems.append(f"'{group}/indptr' inconsistent with the node count or '{group}/col'")
-        elif not problems:
-            problems.append("missing graphs/node_ptr")
+            problems.append(f"file structure unreadable: {_first_line(exc)}")
+    if "graphs/node_ptr" in f and "graphs/num_nodes" in f and not problems:
+        ptr, nn = f["graphs/node_ptr"][()], f["graphs/num_nodes"][()]
+        if ptr.shape[0] != nn.shape[0] + 1 or not np.array_equal(np.diff(ptr), nn):
+            problems.append("graph offsets inconsistent with node counts")
+        for group in _GROUPS_WITH_PAIRS:
+            if f"{group}/indptr" in f:
+                ip = f[f"{group}/indptr"]
+                if ip.shape[0] != int(nn.sum()) + 1 or int(ip[-1]) != f[f"{group}/col"].shape[0]:
+                    problems.append(f"'{group}/indptr' inconsistent with the node count or '{group}/col'")
+    elif not problems:
+        problems.append("missing graphs/node_ptr")
     return problems
 
 

@@ -585,7 +585,11 @@ def cache_ls(
     cache_dir: CacheDirOpt = None,
     fmt: FormatOpt = None,
 ) -> None:
-    """List cache files with size, dataset, parameters and date.
+    """List cache files with size, dataset, parameters, date and status.
+
+    Status: ok; corrupt (unreadable: `xmask prepare` rebuilds it); writing
+    (a temp file of a running prepare); stale (a temp file of a killed one,
+    removed by the next prepare in that folder or by `cache clear`).
 
     Examples:
 
@@ -594,30 +598,24 @@ def cache_ls(
         xmask cache ls cora --format json
     """
     from xmask_cli import cache as K
-    from xmask_cli.errors import CacheError
     from xmask_cli.prepare import resolve_cache_dir
 
     out = _output(ctx, fmt)
-    rows = []
-    for p in K.cache_files(resolve_cache_dir(cache_dir), dataset):
-        try:
-            rows.append(K.info(p).to_dict())
-        except CacheError as exc:
-            rows.append({"path": str(p), "dataset": p.parent.name, "key": p.stem, "size_bytes": p.stat().st_size,
-                         "created": "", "num_graphs": 0, "params": {}, "error": str(exc)})
+    rows = K.listing(resolve_cache_dir(cache_dir), dataset)
 
     def human(con: Any) -> None:
         from rich.table import Table
 
         if not rows:
-            con.print(f"no cache files under {resolve_cache_dir(cache_dir)}")
+            con.print(f"no cache files under {resolve_cache_dir(cache_dir)}", markup=False)
             return
-        t = Table("dataset", "key", "graphs", "size", "created", "K", "norm", "parts")
+        t = Table("dataset", "key", "graphs", "size", "created", "K", "norm", "parts", "status")
         for r in rows:
             pw = r["params"].get("powers", {})
+            status = r["status"] if "writer_pid" not in r else f"{r['status']} temp (pid {r['writer_pid']})"
             t.add_row(r["dataset"], r["key"], str(r["num_graphs"]), human_bytes(r["size_bytes"]), r["created"],
                       str(pw.get("k", "?")), str(pw.get("normalization", "?")),
-                      str(r["params"].get("partition", {}).get("parts", "?")) if "error" not in r else "unreadable")
+                      str(r["params"].get("partition", {}).get("parts", "?")), status)
         con.print(t)
 
     out.result(rows, human)

@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xmask_cli import structure as S
-from xmask_cli.cache import CacheWriter, StructureCache, cache_key, cache_path, ensure_writable_dir
+from xmask_cli.cache import CacheWriter, StructureCache, cache_key, cache_path, ensure_writable_dir, verify
 from xmask_cli.config import Config, StructureConfig
 from xmask_cli.errors import CacheError
 
@@ -338,10 +338,11 @@ def prepare_graphs(
     cache_dir: Path,
     workers: int = 1,
     force: bool = False,
+    full_check: bool = False,
     progress: Callable[[int, int], None] | None = None,
     log: Callable[[str], None] | None = None,
 ) -> PrepareSummary:
-    """Compute and cache the structure of ``edges`` unless the same key is cached.
+    """Compute and cache the structure of ``edges`` unless the same key is cached and sound.
 
     Args:
         dataset_key: folder name under the cache dir (lower-case dataset name).
@@ -349,25 +350,38 @@ def prepare_graphs(
         edges, num_nodes: the graphs, graph-local ids.
         fingerprint: hash of the input graphs (see :func:`graphs_fingerprint`).
         cfg: structure section of the config.
+        force: rebuild even a sound file.
+        full_check: read every chunk of an existing file (checksums) before trusting it, not only
+            its attributes and offsets.
         progress: called with ``(graphs_done, graphs_total)``.
+
+    Raises:
+        CacheError: something other than a regular file sits at the cache path.
     """
     t0 = time.perf_counter()
     params = structure_params(cfg, level)
     key = cache_key(fingerprint, params)
     path = cache_path(cache_dir, dataset_key, key)
     nn = np.asarray(num_nodes, dtype=np.int64)
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        # Not something xmask wrote (a folder, a link): never delete it, never write a temp file for nothing.
+        raise CacheError(f"cache path {path} is not a regular file (a {'link' if path.is_symlink() else 'folder'} "
+                         f"is in the way); move it away, or use another --cache-dir")
     if path.exists() and not force:
-        try:
-            with StructureCache(path) as c:
-                if not bool(c.file.attrs.get("complete", False)):
-                    raise CacheError("incomplete write")
-                edges_total = int(c._read("graphs/num_edges").sum())
-                report = truncation_report(c)
-            return PrepareSummary(dataset_key, str(path), key, True, len(nn), int(nn.sum()), edges_total,
-                                  path.stat().st_size, round(time.perf_counter() - t0, 3), params, report)
-        except (CacheError, OSError, KeyError, ValueError) as exc:
-            if log is not None:
-                log(f"existing cache {path} is unusable ({str(exc).splitlines()[0]}); rebuilding it")
+        # Trust an existing file only once it checks out: its key, fingerprint, dataset and format
+        # (cheap), and with full_check every chunk's checksum too.
+        problems = verify(path, fingerprint, full=full_check, expected_dataset=dataset_key)
+        if not problems:
+            try:
+                with StructureCache(path) as c:
+                    edges_total = int(c._read("graphs/num_edges").sum())
+                    report = truncation_report(c)
+                return PrepareSummary(dataset_key, str(path), key, True, len(nn), int(nn.sum()), edges_total,
+                                      path.stat().st_size, round(time.perf_counter() - t0, 3), params, report)
+            except (CacheError, OSError, KeyError, ValueError, RuntimeError) as exc:
+                problems = [str(exc).splitlines()[0] if str(exc) else type(exc).__name__]
+        if log is not None:
+            log(f"existing cache {path} is unusable ({problems[0]}); rebuilding it")
     ensure_writable_dir(path.parent)
     attrs = {"key": key, "dataset": dataset_key, "level": level, "fingerprint": fingerprint,
              "params": json.dumps(params, sort_keys=True)}
@@ -466,7 +480,7 @@ def prepare_dataset(
     summary = prepare_graphs(
         dataset_key=spec.key, level=spec.level, edges=graphs.edge_index, num_nodes=graphs.num_nodes,
         fingerprint=graphs.fingerprint(), cfg=cfg.structure, cache_dir=cache_dir, workers=workers,
-        force=force, progress=progress, log=log,
+        force=force, full_check=True, progress=progress, log=log,
     )
     return summary
 
