@@ -341,3 +341,25 @@ def test_temp_files_of_dead_writers_are_listed_and_removed_by_the_next_writer(tm
     assert "stale" in run("cache", "ls", "--cache-dir", c).stdout
     assert run("prepare", "mutag", "--cache-dir", c, "--force").exit_code == 0
     assert not stale.exists()
+
+
+def test_xmask_format_env_applies_without_a_format_option(tmp_path):
+    """Issue 14, item 15: the global --format default shadowed XMASK_FORMAT."""
+    r = run("cache", "ls", "--cache-dir", str(tmp_path / "c"), env={"XMASK_FORMAT": "json"})
+    assert r.exit_code == 0 and json.loads(r.stdout) == []
+    r = run("--format", "human", "cache", "ls", "--cache-dir", str(tmp_path / "c"), env={"XMASK_FORMAT": "json"})
+    assert r.stdout.startswith("no cache files")
+
+
+def test_cache_clear_on_a_read_only_mount_is_exit_5(tmp_path, monkeypatch):
+    import errno
+
+    c, path = str(tmp_path / "c"), None
+    assert run("prepare", "mutag", "--cache-dir", c).exit_code == 0
+
+    def read_only(self, missing_ok=False):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "unlink", read_only)
+    r = run("cache", "clear", "mutag", "--cache-dir", c)
+    assert r.exit_code == 5 and "read-only" in one_error_line(r)

@@ -361,3 +361,74 @@ def test_run_names_are_one_path_segment(tmp_path, warm_cache, args):
     assert r.exit_code == 2 and "not a run name" in one_error_line(r)
     assert not (tmp_path / "deep" / "x").exists() and not absolute.exists()
     assert not runs.exists()
+
+
+# ------------------------------------------------------------ exit codes (issue 14, items 9, 16)
+def test_infinite_lr_is_exit_2_and_a_diverging_run_exit_7(tmp_path, warm_cache):
+    r = _train(tmp_path, warm_cache, "--set", "train.lr=inf")
+    assert r.exit_code == 2 and "train.lr: expected a finite number" in one_error_line(r)
+    r = run("-q", "train", "--preset", "graph-level", *ONE, "--set", "train.epochs=2", "--set", "train.lr=1e30",
+            "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(warm_cache))
+    assert r.exit_code == 7
+    line = one_error_line(r)
+    assert "training diverged: non-finite" in line and "train.skip_nonfinite=true" in line
+    rows = [json.loads(x) for x in (tmp_path / "runs" / "mutag-graph" / "0" / "metrics.jsonl").read_text().splitlines()
+            ] if (tmp_path / "runs" / "mutag-graph" / "0" / "metrics.jsonl").exists() else []
+    assert all(r["loss"] == r["loss"] for r in rows)  # no NaN ever written
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--seed", str(2**32)], "2^32 - 1"),
+    (["--seeds", "0-99999999999"], "2^32 - 1"),
+    (["--seeds", "0-20000"], "more than 10000 seeds"),
+    (["--set", "train.weight_decay=-1"], "train.weight_decay"),
+])
+def test_out_of_range_seeds_and_settings_are_exit_2(tmp_path, args, needle):
+    r = run("train", "--preset", "graph-level", *args, "--cache-dir", str(tmp_path / "c"),
+            "--runs-dir", str(tmp_path / "runs"))
+    assert r.exit_code == 2 and needle in one_error_line(r)
+    assert not (tmp_path / "c").exists() and not (tmp_path / "runs").exists()
+
+
+def test_an_edge_file_too_small_to_split_is_exit_2_before_any_work(tmp_path):
+    path = tmp_path / "tiny.csv"
+    path.write_text("src,dst,delay\n0,1,1.0\n1,2,2.0\n2,3,0.5\n")
+    r = run("train", "--preset", "edge-regression", "--set", f"edge.file={path}", "--cache-dir", str(tmp_path / "c"),
+            "--runs-dir", str(tmp_path / "runs"))
+    assert r.exit_code == 2 and "too few for the edge.fractions" in one_error_line(r)
+    assert not any((tmp_path / "c").rglob("*.h5"))
+
+
+def test_damaged_run_files_are_exit_6_naming_the_file(tmp_path, warm_cache):
+    import torch
+
+    assert _train(tmp_path, warm_cache).exit_code == 0
+    folder = tmp_path / "runs" / "r" / "0"
+    good = (folder / "config.json").read_text()
+    (folder / "config.json").write_text(good[: len(good) // 2])
+    for cmd in (["eval", str(folder), "--cache-dir", str(warm_cache)],):
+        r = run(*cmd)
+        assert r.exit_code == 6 and f"{folder / 'config.json'} is damaged" in one_error_line(r)
+    # --resume trusts the config recorded in last.pt, and writes config.json anew.
+    r = _train(tmp_path, warm_cache, "--resume")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads((folder / "config.json").read_text()) == json.loads(good)
+    # A truncated checkpoint, and one holding a pickled object (never unpickled, torch's advice never repeated).
+    best = (folder / "best.pt").read_bytes()
+    (folder / "best.pt").write_bytes(best[: len(best) // 2])
+    r = run("eval", str(folder), "--cache-dir", str(warm_cache))
+    assert r.exit_code == 6 and f"checkpoint {folder / 'best.pt'} is damaged" in one_error_line(r)
+    marker = tmp_path / "ran"
+
+    class Planted:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    torch.save({"model": Planted()}, folder / "best.pt")
+    r = run("eval", str(folder), "--cache-dir", str(warm_cache))
+    line = one_error_line(r)
+    assert r.exit_code == 6 and "best.pt" in line and "weights_only" not in line and not marker.exists()
+    # A checkpoint of another model.
+    torch.save({"model": {"w": torch.zeros(2)}, "epoch": 0}, folder / "best.pt")
+    r = run("eval", str(folder), "--cache-dir", str(warm_cache))
+    assert r.exit_code == 6 and "does not fit the model" in one_error_line(r)

@@ -147,3 +147,19 @@ def test_presets_found_after_plain_non_editable_install(tmp_path: Path):
     assert lines[0].startswith(str(target)), "imported the source tree, not the installed copy"
     assert "graph-level" in lines[1] and "node-level" in lines[1]
     assert (target / "xmask_cli" / "data" / "embedded" / "Cora" / "raw" / "ind.cora.graph").is_file()
+
+
+@pytest.mark.parametrize("override", ["train.lr=inf", "train.lr=.inf", "train.lr=nan", "train.lr=-inf",
+                                      "model.dropout=nan", "structure.large.tau=inf", "link.fractions=[0.5,nan,0.5]"])
+def test_non_finite_numbers_are_refused(override):
+    """Issue 14, item 9: `--set train.lr=inf` trained to NaN and exited 0."""
+    with pytest.raises(ConfigError, match="finite"):
+        C.resolve("graph-level", [override])
+
+
+@pytest.mark.parametrize("override, key", [("train.weight_decay=-1", "weight_decay"),
+                                           ("train.warmup_epochs=-2", "warmup_epochs")])
+def test_negative_optimiser_settings_are_refused(override, key):
+    """Issue 14, item 16: AdamW raised (exit 1) on a negative weight decay that `presets show` accepted."""
+    with pytest.raises(ConfigError, match=key):
+        C.resolve("graph-level", [override])

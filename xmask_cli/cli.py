@@ -128,14 +128,15 @@ def _version(value: bool) -> None:
 @app.callback()
 def main_callback(
     ctx: typer.Context,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="Result format: human or json.")] = "human",
+    fmt: Annotated[Optional[str], typer.Option("--format", "-f", help="Result format: human or json [env XMASK_FORMAT; default human].", show_default=False)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No log lines on stderr.")] = False,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
     """Global options; the help text is _MAIN_HELP."""
-    ctx.obj = {"format": fmt.lower(), "quiet": quiet}
+    # No default here: an unset --format must not shadow XMASK_FORMAT (see _output).
+    ctx.obj = {"format": fmt.lower() if fmt else None, "quiet": quiet}
 
 
 # -------------------------------------------------------------------- prepare

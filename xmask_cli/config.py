@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import json
+import math
 import os
 import types
 import typing
@@ -162,6 +163,7 @@ class TrainSection:
     batch_size: int = 32
     patience: int = 20
     loader_workers: int = 0  # graph level: DataLoader worker processes (each opens the HDF5 cache lazily)
+    skip_nonfinite: bool = False  # skip batches with a non-finite loss or gradient instead of stopping (exit 7)
 
 
 @dataclass(frozen=True)
@@ -397,13 +399,17 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         raise bad
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):  # YAML 1.1 reads "1e-30" as a string
+            out = float(value)
+        elif isinstance(value, str):  # YAML 1.1 reads "1e-30" as a string
             try:
-                return float(value)
+                out = float(value)
             except ValueError:
                 raise bad from None
-        raise bad
+        else:
+            raise bad
+        if not math.isfinite(out):  # no setting means anything at inf or nan (train.lr=inf trains to NaN)
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+        return out
     if tp is str:
         if isinstance(value, str):
             return value
@@ -478,6 +484,8 @@ def _check_ranges(obj: Any, prefix: str) -> None:
     elif isinstance(obj, TrainSection):
         need(obj.epochs >= 1, "epochs", "must be >= 1")
         need(obj.lr >= 0, "lr", "must be >= 0")
+        need(obj.weight_decay >= 0, "weight_decay", "must be >= 0")
+        need(obj.warmup_epochs >= 0, "warmup_epochs", "must be >= 0")
         need(obj.batch_size >= 1, "batch_size", "must be >= 1")
         need(obj.patience >= 1, "patience", "must be >= 1")
         need(obj.loader_workers >= 0, "loader_workers", "must be >= 0")

@@ -9,7 +9,9 @@ Exit codes (documented in the README and in ``xmask --help``):
 3     data not found: raw dataset files missing and not downloadable
 4     cache invalid: corrupt, truncated, or of an older format
 5     cannot write: cache or output directory not writable
-6     run not found: no run directory (config.json, best.pt) where given
+6     run not found or damaged: no run directory (config.json, best.pt) where given,
+      or a run file that does not load
+7     training diverged: a non-finite loss (best checkpoint kept)
 130   interrupted (Ctrl-C)
 ====  ==========================================================
 """
@@ -51,9 +53,15 @@ class NotWritableError(XmaskError):
 
 
 class RunNotFoundError(XmaskError):
-    """A run directory is missing, or lacks the files ``eval`` / ``explain`` read."""
+    """A run directory is missing, lacks the files ``eval`` / ``explain`` read, or one is damaged."""
 
     exit_code = 6
+
+
+class DivergedError(XmaskError):
+    """Training met a non-finite loss (or gradient); the best checkpoint so far is kept."""
+
+    exit_code = 7
 
 
 EXIT_CODES: dict[int, str] = {
@@ -63,6 +71,7 @@ EXIT_CODES: dict[int, str] = {
     3: "dataset files not found",
     4: "cache invalid (corrupt, truncated, or older format)",
     5: "directory not writable",
-    6: "run directory not found or incomplete",
+    6: "run directory not found, incomplete or damaged",
+    7: "training diverged (non-finite loss; best checkpoint kept)",
     130: "interrupted",
 }

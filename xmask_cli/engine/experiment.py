@@ -40,6 +40,9 @@ DEFAULT_METRICS = {"graph": "accuracy", "node": "accuracy", "link": "mrr", "edge
 #: Metrics each level can compute.
 LEVEL_METRICS = {"graph": ("accuracy", "rocauc"), "node": ("accuracy",), "link": ("mrr",), "edge": ("mae", "rmse"),
                  "image": ("accuracy",)}
+#: Largest seed (numpy's global generator takes 32 bits) and most seeds in one sweep.
+MAX_SEED = 2**32 - 1
+MAX_SEEDS = 10000
 #: Dataset name used for runs and caches of an edge-attribute file.
 EDGE_FILE_DATASET = "edges"
 
@@ -48,7 +51,8 @@ def parse_seeds(text: str | int | None) -> list[int]:
     """``"3"`` -> [3]; ``"0-4"`` -> [0..4]; ``"0,2,7"`` -> [0, 2, 7]; ranges and lists mix (``"0-2,9"``).
 
     Raises:
-        UsageError: anything else, negative seeds, or repeats.
+        UsageError: anything else, negative seeds or seeds >= 2^32, more than
+            :data:`MAX_SEEDS` seeds, or repeats.
     """
     if text is None:
         return [0]
@@ -62,6 +66,10 @@ def parse_seeds(text: str | int | None) -> list[int]:
         a, b = int(m.group(1)), int(m.group(2) or m.group(1))
         if b < a:
             raise UsageError(f"--seeds '{text}': range {a}-{b} is empty")
+        if b > MAX_SEED:  # numpy's global seed takes 32 bits
+            raise UsageError(f"--seeds '{text}': seeds must lie in 0..{MAX_SEED} (2^32 - 1), got {b}")
+        if len(seeds) + (b - a + 1) > MAX_SEEDS:
+            raise UsageError(f"--seeds '{text}': more than {MAX_SEEDS} seeds in one sweep")
         seeds.extend(range(a, b + 1))
     if len(set(seeds)) != len(seeds):
         raise UsageError(f"--seeds '{text}': a seed appears twice")
@@ -179,6 +187,17 @@ def check_config(cfg: Config) -> tuple[str, str]:
     return level, metric
 
 
+def _check_splittable(path: str, rows: int, fractions: list[float]) -> None:
+    """Every part with a positive fraction gets a row, before any structure is computed."""
+    from xmask_cli.engine.pairs import edge_regression_split
+
+    sizes = edge_regression_split(rows, 0, fractions).sizes()
+    empty = [part for part, size, f in zip(PARTS, sizes, fractions) if size == 0 and (f > 0 or part == "train")]
+    if empty:
+        raise UsageError(f"{path}: {rows} row(s) are too few for the edge.fractions {list(fractions)} split "
+                         f"(no {', '.join(empty)} rows); add rows or change edge.fractions")
+
+
 def _train_config(cfg: Config, seed: int, device: str) -> TrainConfig:
     # The preset's train section minus what only the tasks read (loader_workers), plus seed and device.
     keep = {f.name for f in dataclasses.fields(TrainConfig)}
@@ -240,6 +259,7 @@ class Experiment:
             from xmask_cli.data.edgefile import load_edge_file
 
             data = load_edge_file(cfg.edge.file, cfg.edge.features)
+            _check_splittable(cfg.edge.file, data.edge_index.shape[1], cfg.edge.fractions)
             return cls(cfg, level, metric, EDGE_FILE_DATASET, edge_data=data, cache_dir=cache_dir, log=log)
         spec = _spec(cfg)
         if level == "image":
@@ -432,6 +452,11 @@ def read_run(run_dir: str | os.PathLike) -> tuple[RunDir, dict[str, Any]]:
     saved = run.load_config()
     if "config" not in saved:
         raise RunNotFoundError(f"{run_dir}: config.json has no resolved preset; was it written by `xmask train`?")
+    train, model = saved.get("train"), saved.get("model")
+    if not (isinstance(saved["config"], dict) and isinstance(model, dict) and isinstance(train, dict)
+            and isinstance(train.get("seed"), int)):
+        raise RunNotFoundError(f"{run.path / RunDir.CONFIG} is damaged (no config/model/train.seed as `xmask train` "
+                               f"writes them); restore it, or train again with --overwrite")
     return run, saved
 
 
@@ -452,8 +477,13 @@ def load_run(
     exp = Experiment.load(cfg, cache_dir=cache_dir, offline=offline, log=log,
                           data_root=data_root if data_root is not None else saved.get("data_root"))
     task = exp.task(int(saved["train"]["seed"]), device)
-    model = XMaskNet(ModelConfig(**saved["model"])).to(device)
-    model.load_state_dict(run.load_checkpoint(RunDir.BEST)["model"])
+    try:
+        model = XMaskNet(ModelConfig(**saved["model"])).to(device)
+        model.load_state_dict(run.load_checkpoint(RunDir.BEST)["model"])
+    except (TypeError, KeyError, RuntimeError) as exc:  # a config.json and best.pt that do not belong together
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RunNotFoundError(f"{run.path / RunDir.BEST} does not fit the model in {run.path / RunDir.CONFIG} "
+                               f"({first[:200]}); train again with --overwrite") from None
     return exp, task, model.eval()
 
 

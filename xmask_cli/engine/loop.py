@@ -22,7 +22,7 @@ from torch import Tensor
 
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
 from xmask_cli.engine.runs import RunDir
-from xmask_cli.errors import UsageError
+from xmask_cli.errors import DivergedError, UsageError
 
 __all__ = ["TrainConfig", "Task", "fit", "seed_everything", "PARTS"]
 
@@ -45,6 +45,8 @@ class TrainConfig:
         patience: stop after this many epochs without a validation improvement.
         seed: seeds torch, numpy and the batch order.
         device: ``'cpu'``, ``'cuda'``, ``'cuda:1'`` ...
+        skip_nonfinite: skip a batch whose loss (or clipped gradient norm) is not
+            finite instead of stopping the run with :class:`DivergedError`.
     """
 
     epochs: int = 100
@@ -56,6 +58,7 @@ class TrainConfig:
     patience: int = 20
     seed: int = 0
     device: str = "cpu"
+    skip_nonfinite: bool = False
 
 
 class Task(Protocol):
@@ -196,6 +199,8 @@ def fit(
 
     Raises:
         ValueError: ``epochs < 1``.
+        DivergedError: a non-finite loss or gradient norm (unless
+            ``train_cfg.skip_nonfinite``); ``best.pt`` so far is kept.
         UsageError: the folder holds a run and neither ``resume`` nor
             ``overwrite`` is given, or ``resume`` finds a run whose config differs
             in anything but the epoch budget (the message names the keys).
@@ -242,17 +247,29 @@ def fit(
     end = start if stopped_early else train_cfg.epochs
     for epoch in range(start, end):
         model.train()
-        total, count = 0.0, 0
-        for batch in task.train_batches(epoch):
+        total, count, skipped = 0.0, 0, 0
+        lr = optimizer.param_groups[0]["lr"]
+        for i, batch in enumerate(task.train_batches(epoch)):
             optimizer.zero_grad(set_to_none=True)
             loss, n = task.loss(model, batch)
-            loss.backward()
-            if train_cfg.clip_norm > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.clip_norm)
+            bad = "loss" if not bool(torch.isfinite(loss.detach()).all()) else None
+            if bad is None:
+                loss.backward()
+                if train_cfg.clip_norm > 0:
+                    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.clip_norm)
+                    bad = "gradient norm" if not bool(torch.isfinite(norm)) else None
+            if bad is not None:
+                if train_cfg.skip_nonfinite:
+                    optimizer.zero_grad(set_to_none=True)
+                    skipped += 1
+                    continue
+                best_path = run.path / RunDir.BEST
+                kept = f"best checkpoint so far: {best_path}" if best_path.is_file() else "no checkpoint yet"
+                raise DivergedError(f"training diverged: non-finite {bad} at epoch {epoch}, batch {i} (lr {lr:g}); "
+                                    f"lower train.lr, or set train.skip_nonfinite=true to skip such batches; {kept}")
             optimizer.step()
             total += float(loss.detach()) * n
             count += n
-        lr = optimizer.param_groups[0]["lr"]
         scheduler.step()
 
         val = score(task, model, "val")
@@ -264,6 +281,8 @@ def fit(
         stopped_early = bad_epochs >= train_cfg.patience
         row = {"epoch": epoch, "loss": total / max(count, 1), "lr": lr, f"val_{metric}": val,
                "best_epoch": best_epoch}
+        if skipped:
+            row["skipped_batches"] = skipped
         run.append_metrics(row)
         # RNG states after the epoch: the next one (dropout) draws exactly what it would have uninterrupted.
         run.save_checkpoint({

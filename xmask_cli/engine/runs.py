@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from xmask_cli.errors import UsageError
+from xmask_cli.errors import RunNotFoundError, UsageError
 
 __all__ = ["RunDir", "aggregate", "write_json", "write_text"]
 
@@ -51,6 +51,11 @@ def _atomic_write(path: Path, write: Any) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return text or type(exc).__name__
 
 
 def _json_bytes(obj: Any) -> bytes:
@@ -158,8 +163,22 @@ class RunDir:
         _atomic_write(self.path / self.CONFIG, lambda f: f.write(_json_bytes(config)))
 
     def load_config(self) -> dict[str, Any]:
-        """The config written by :meth:`save_config`."""
-        return json.loads((self.path / self.CONFIG).read_text())
+        """The config written by :meth:`save_config`.
+
+        Raises:
+            RunNotFoundError: the file is missing, not JSON, or not a JSON object.
+        """
+        path = self.path / self.CONFIG
+        try:
+            config = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise RunNotFoundError(f"{path} is missing; not a complete run folder") from None
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise RunNotFoundError(f"{path} is damaged ({_first_line(exc)}); restore it, or train again "
+                                   f"with --overwrite") from None
+        if not isinstance(config, dict):
+            raise RunNotFoundError(f"{path} is damaged (not a JSON object); restore it, or train again with --overwrite")
+        return config
 
     # -------------------------------------------------------------- metrics
     def append_metrics(self, row: dict[str, Any]) -> None:
@@ -195,8 +214,26 @@ class RunDir:
         return path
 
     def load_checkpoint(self, name: str = LAST, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-        """Load ``<run>/<name>`` with ``weights_only=True`` (no arbitrary code runs on load)."""
-        return torch.load(self.path / name, map_location=map_location, weights_only=True)
+        """Load ``<run>/<name>`` with ``weights_only=True`` (no arbitrary code runs on load).
+
+        Raises:
+            RunNotFoundError: the file is missing, truncated, or holds anything but tensors and plain values.
+        """
+        path = self.path / name
+        try:
+            state = torch.load(path, map_location=map_location, weights_only=True)
+        except FileNotFoundError:
+            raise RunNotFoundError(f"{path} is missing; not a complete run folder") from None
+        except Exception as exc:  # truncated zip, foreign pickle, planted objects
+            reason = _first_line(exc)
+            if "weights_only" in reason.lower() or "weights only" in reason.lower():
+                # torch's own message suggests weights_only=False: never pass that advice on.
+                reason = "it holds objects other than tensors and plain values, and is not loaded"
+            raise RunNotFoundError(f"checkpoint {path} is damaged or not an xmask checkpoint ({reason}); "
+                                   f"train again with --overwrite") from None
+        if not isinstance(state, dict):
+            raise RunNotFoundError(f"checkpoint {path} is not an xmask checkpoint (not a mapping)")
+        return state
 
     def has_checkpoint(self, name: str = LAST) -> bool:
         return (self.path / name).is_file()
