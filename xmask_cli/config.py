@@ -170,11 +170,13 @@ class TrainSection:
 class NodeSection:
     """How node-level tasks batch the graph."""
 
-    mode: Literal["auto", "full", "subgraph", "partition"] = "auto"
+    mode: Literal["auto", "full", "subgraph", "query", "partition"] = "auto"  # auto: full up to dense_max_nodes, query above
     attention: Literal["auto", "dense", "sparse"] = "auto"  # full graph: auto = dense on CUDA; on CPU sparse below 5% pair density
     subgraph_size: int = 0  # nodes per random subgraph (mode subgraph)
     subgraphs_per_epoch: int = 1
-    dense_max_nodes: int = 5000  # auto: full-graph dense attention up to this many nodes, partitions above
+    dense_max_nodes: int = 5000  # auto: full-graph dense attention up to this many nodes, query batches above
+    query_batch: int = 0  # query mode: training queries per step (0: all training nodes, one full-batch step)
+    query_chunk_pairs: int = 524288  # query mode: pairs per attention chunk (bounds memory; numbers unchanged)
 
 
 @dataclass(frozen=True)
@@ -492,6 +494,8 @@ def _check_ranges(obj: Any, prefix: str) -> None:
     elif isinstance(obj, NodeSection):
         need(obj.subgraph_size >= 0, "subgraph_size", "must be >= 0")
         need(obj.subgraphs_per_epoch >= 1, "subgraphs_per_epoch", "must be >= 1")
+        need(obj.query_batch >= 0, "query_batch", "must be >= 0 (0: all training nodes per step)")
+        need(obj.query_chunk_pairs >= 1, "query_chunk_pairs", "must be >= 1")
     elif isinstance(obj, (LinkSection, EdgeSection)):
         need(len(obj.fractions) == 3 and abs(sum(obj.fractions) - 1) < 1e-6 and min(obj.fractions) >= 0,
              "fractions", "must be three non-negative fractions summing to 1")

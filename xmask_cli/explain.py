@@ -326,7 +326,7 @@ class _SingleGraph:
     def _batch_for(self, nodes: Sequence[int]) -> tuple[Any, np.ndarray]:
         """(batch key, global ids of the batch's nodes) holding all ``nodes``."""
         t = self.task
-        if self.level == "node" and t.eval_mode != "full":
+        if self.level == "node" and t.eval_mode == "partition":
             for i, b in enumerate(t.eval_batches):
                 ids = b.nodes.numpy()
                 if np.isin(nodes, ids).all():
@@ -342,7 +342,7 @@ class _SingleGraph:
         t = self.task
         device = next(model.parameters()).device
         if self.level == "node":
-            b = t._full if key == "full" else t.eval_batches[key]
+            b = t.whole_graph_batch() if key == "full" else t.eval_batches[key]
             x = (t.x if b.nodes is None else t.x[b.nodes]).to(device)
             if b.powers is not None:
                 _, layers = record_terms(model, x.unsqueeze(0), powers=b.powers.to(device), extras=b.extras)

@@ -114,7 +114,7 @@ def test_full_mode_uses_cached_dense_powers(small: Toy) -> None:
 
 
 def test_partition_batches_cover_nodes_and_pairs(parted: Toy) -> None:
-    task = NodeTask(parted.path, parted.graphs, parted.split, dense_max_nodes=100)  # auto -> partition
+    task = NodeTask(parted.path, parted.graphs, parted.split, mode="partition")  # an option (auto: query)
     assert task.mode == "partition"
     cache = StructureCache(parted.path)
     part = cache.partition(0)
@@ -168,8 +168,8 @@ def test_grouped_parts(parted: Toy) -> None:
 def test_value_errors(small: Toy) -> None:
     with pytest.raises(ValueError, match="structure.partition.parts"):
         NodeTask(small.path, small.graphs, small.split, mode="partition")
-    with pytest.raises(ValueError, match="structure.partition.parts"):
-        NodeTask(small.path, small.graphs, small.split, dense_max_nodes=10)  # auto -> partition
+    with pytest.raises(ValueError, match="learned pair biases"):
+        NodeTask(small.path, small.graphs, small.split, mode="query", needs=["spd"])
     with pytest.raises(ValueError, match="mode"):
         NodeTask(small.path, small.graphs, small.split, mode="cluster")
     with pytest.raises(ValueError, match="subgraph_size"):

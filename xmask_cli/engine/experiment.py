@@ -317,7 +317,8 @@ class Experiment:
             return NodeTask(self.cache_path, self.graphs, split, self.metric, mode=n.mode,
                             subgraph_size=n.subgraph_size, subgraphs_per_epoch=n.subgraphs_per_epoch,
                             dense_max_nodes=n.dense_max_nodes, seed=seed, device=device, attention=n.attention,
-                            needs=model_needs(cfg), experts=bool(cfg.model.experts))
+                            needs=model_needs(cfg), experts=bool(cfg.model.experts), query_batch=n.query_batch,
+                            query_chunk_pairs=n.query_chunk_pairs)
         if self.level == "link":
             from xmask_cli.engine.pairs import LinkTask, prepare_pair_structure
             from xmask_cli.engine.splits import edge_split

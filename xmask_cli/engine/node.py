@@ -1,16 +1,25 @@
-"""Node-level training: full graph, random subgraphs, or METIS partitions, as a :class:`Task`.
+"""Node-level training: full graph, query batches, random subgraphs, or METIS partitions, as a :class:`Task`.
 
-Three ways to batch one graph, all reading the structure from the cache
+Four ways to batch one graph, all reading the structure from the cache
 (powers are never recomputed here):
 
 * ``full``: the whole graph as one dense batch (small graphs);
 * ``subgraph``: random node subsets per epoch (paper §5.1.1, a training-time
   augmentation against memorisation on small citation graphs); each subset
   sees the cached *global* powers sliced to its rows and columns;
+* ``query``: whole-graph attention over the cached support in batches of
+  query nodes, each query over *all* of its stored keys (sparse, exact: the
+  same numbers as ``full`` with sparse attention; memory bounded by a chunk
+  of pairs; :mod:`xmask_cli.engine.query`). Training draws random batches of
+  ``query_batch`` training nodes per step (0: all of them, one step);
+  evaluation runs every node as a query;
 * ``partition``: METIS parts from the cache, attention over the cached pairs
-  inside a part only (sparse path), so memory is bounded by the part size.
+  inside a part only (sparse path), so memory is bounded by the part size;
+  cross-part pairs are lost (an option, no longer a default).
 
-``auto`` picks ``full`` up to ``dense_max_nodes`` nodes and ``partition`` above.
+``auto`` picks ``full`` up to ``dense_max_nodes`` nodes and ``query`` above
+(``partition`` above when the model has learned pair biases, which the query
+path does not carry).
 
 Example::
 
@@ -29,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 from torch import Tensor
 
@@ -38,15 +48,19 @@ from xmask_cli.engine.extras import GraphExtras, to_tensors
 from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.engine.paths import ATTENTIONS, full_graph_attention
+from xmask_cli.engine.query import CHUNK_PAIRS, QueryStats, Support, encode_queries
 from xmask_cli.engine.splits import Split
 from xmask_cli.engine.train import node_features
 
 __all__ = ["NodeTask", "NodeBatch", "MODES", "induced_pairs", "dense_block"]
 
-#: Batching modes :class:`NodeTask` accepts (``auto`` resolves to ``full`` or ``partition``).
-MODES = ("auto", "full", "subgraph", "partition")
+#: Batching modes :class:`NodeTask` accepts (``auto`` resolves to ``full``, ``query`` or ``partition``).
+MODES = ("auto", "full", "subgraph", "query", "partition")
 #: Metrics a node classification task can be selected on.
 NODE_METRICS = ("accuracy",)
+#: Query mode encodes features as a sparse product when fewer than this share of entries is non-zero
+#: (Coauthor Physics: 0.4 %; Amazon Computers, 35 %, stays dense).
+SPARSE_FEATURES = 0.05
 
 
 @dataclass
@@ -133,6 +147,10 @@ class NodeTask:
         parts_per_batch: METIS parts per partition batch. With more than one,
             training groups parts at random per epoch (cross-part pairs then
             attend too); evaluation uses fixed consecutive groups.
+        query_batch: training queries per step in ``query`` mode (0: every
+            training node in one step, a full-batch gradient).
+        query_chunk_pairs: pair budget of one attention chunk in ``query`` mode
+            (bounds the pair tensors; the numbers do not depend on it).
 
     Attributes:
         in_dim: node feature width.
@@ -151,7 +169,7 @@ class NodeTask:
                  mode: str = "auto", subgraph_size: int = 0, subgraphs_per_epoch: int = 1,
                  dense_max_nodes: int = 5000, seed: int = 0, device: torch.device | str = "cpu",
                  parts_per_batch: int = 1, attention: str = "auto", needs: Iterable[str] = (),
-                 experts: bool = False):
+                 experts: bool = False, query_batch: int = 0, query_chunk_pairs: int = CHUNK_PAIRS):
         if attention not in ATTENTIONS:
             raise ValueError(f"node attention must be one of {ATTENTIONS}, got {attention!r}")
         if mode not in MODES:
@@ -160,6 +178,16 @@ class NodeTask:
             raise ValueError(f"node-level training supports {NODE_METRICS}, got {metric!r}")
         if subgraphs_per_epoch < 1 or parts_per_batch < 1:
             raise ValueError("subgraphs_per_epoch and parts_per_batch must be >= 1")
+        needs = tuple(needs)
+        if needs and mode == "query":
+            raise ValueError(f"node.mode=query does not carry learned pair biases ({sorted(needs)}): use "
+                             f"node.mode=partition or full")
+        if query_batch < 0 or query_chunk_pairs < 1:
+            raise ValueError(f"query_batch must be >= 0 and query_chunk_pairs >= 1, got {query_batch}, "
+                             f"{query_chunk_pairs}")
+        self.query_batch, self.query_chunk_pairs = int(query_batch), int(query_chunk_pairs)
+        #: What the last query-mode forward touched (chunks, pairs, node sets).
+        self.query_stats = QueryStats()
         self.metric, self.graphs, self.split = metric, graphs, split
         self.cache_path = str(cache_path)
         self.device = torch.device(device)
@@ -188,11 +216,12 @@ class NodeTask:
                              f"full or auto, got {mode!r}")
         if self.experts:
             mode = "full"  # the token masks are sparse (dual-mode attention): no N x N tensor at any size
-        self.mode = mode if mode != "auto" else ("full" if self.num_nodes <= self.dense_max_nodes else "partition")
+        large = "partition" if needs else "query"
+        self.mode = mode if mode != "auto" else ("full" if self.num_nodes <= self.dense_max_nodes else large)
         if self.mode == "subgraph" and self.subgraph_size < 1:
             raise ValueError(f"subgraph mode needs subgraph_size >= 1, got {self.subgraph_size}")
         self.eval_mode = self.mode if self.mode != "subgraph" else (
-            "full" if self.num_nodes <= self.dense_max_nodes else "partition")
+            "full" if self.num_nodes <= self.dense_max_nodes else large)
 
         self.train_mask = np.zeros(self.num_nodes, dtype=bool)
         self.train_mask[split.train] = True
@@ -201,9 +230,19 @@ class NodeTask:
         self._indptr = np.concatenate([[0], np.cumsum(np.bincount(row, minlength=self.num_nodes))]).astype(np.int64)
         self._col = col.astype(np.int64)
         self._local = np.full(self.num_nodes, -1, dtype=np.int64)
+        self._support = None
+        self._x_query: Tensor | sp.csr_matrix = self.x
+        if "query" in (self.mode, self.eval_mode):
+            self._support = Support(self._indptr, self._col, np.ascontiguousarray(self._values, dtype=np.float32))
+            nonzero = int(torch.count_nonzero(self.x))
+            if nonzero < SPARSE_FEATURES * self.x.numel():  # bag-of-words: encode only the stored entries
+                self._x_query = sp.csr_matrix(self.x.numpy())
 
-        self.attention = full_graph_attention(attention, self.num_nodes, len(self._col), self.device,
-                                              self.dense_max_nodes)
+        if self.mode == "query" and attention == "dense":
+            raise ValueError("node.mode=query attends over the stored pairs (sparse): node.attention=dense needs "
+                             "node.mode=full")
+        self.attention = "sparse" if self.mode == "query" else full_graph_attention(
+            attention, self.num_nodes, len(self._col), self.device, self.dense_max_nodes)
         self._full: NodeBatch | None = None
         self._tokens = None
         if self.experts:
@@ -267,6 +306,21 @@ class NodeTask:
         return NodeBatch(nodes=None, targets=batch.targets, edge_index=batch.edge_index, values=batch.values,
                          extras=batch.extras)
 
+    def whole_graph_batch(self) -> NodeBatch:
+        """The whole graph as one batch (dense or sparse as the run attends; built on first use in ``query`` mode).
+
+        For inspection (``xmask explain``): a query-mode run's numbers equal this batch's forward.
+        """
+        if self._full is None and self._support is not None:
+            s = self._support
+            row = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(s.indptr))
+            self._full = NodeBatch(nodes=None, targets=torch.from_numpy(np.flatnonzero(self.train_mask)),
+                                   edge_index=torch.from_numpy(np.stack([row, s.col])),
+                                   values=torch.from_numpy(s.values))
+        if self._full is None:
+            raise ValueError(f"node mode {self.mode!r} has no whole-graph batch")
+        return self._full
+
     def _partition(self) -> np.ndarray:
         try:
             part = np.asarray(self.cache.partition(0), dtype=np.int64)
@@ -328,6 +382,8 @@ class NodeTask:
                 "subgraphs_per_epoch": self.subgraphs_per_epoch, "dense_max_nodes": self.dense_max_nodes}
         if self.parts_per_batch != 1:
             node["parts_per_batch"] = self.parts_per_batch
+        if self.mode == "query":  # the chunk budget changes memory, not numbers: not part of the identity
+            node["query_batch"] = self.query_batch
         return {"dataset": self.graphs.spec.name, "cache_path": self.cache_path, "split": self.split.to_dict(),
                 "node": node}
 
@@ -344,6 +400,14 @@ class NodeTask:
         """Batches of ``epoch``, drawn from (seed, epoch) only; batches without training nodes are skipped."""
         if self.mode == "full":
             yield self._full  # type: ignore[misc]
+            return
+        if self.mode == "query":
+            train = np.flatnonzero(self.train_mask)
+            size = self.query_batch if 0 < self.query_batch < len(train) else len(train)
+            order = np.random.default_rng((self.seed, epoch)).permutation(train) if size < len(train) else train
+            for i in range(0, len(order), size):
+                nodes = np.sort(order[i:i + size])
+                yield NodeBatch(nodes=torch.from_numpy(nodes), targets=torch.arange(len(nodes)))
             return
         if self.mode == "subgraph":
             for i in range(self.subgraphs_per_epoch):
@@ -365,6 +429,11 @@ class NodeTask:
 
     def _forward(self, model: torch.nn.Module, batch: NodeBatch) -> Tensor:
         """``[n, C]`` logits of the batch's nodes."""
+        if batch.powers is None and batch.edge_index is None and self._support is not None:  # a query batch
+            nodes = np.arange(self.num_nodes) if batch.nodes is None else batch.nodes.numpy()
+            h = encode_queries(model, self._x_query, self._support, nodes, chunk_pairs=self.query_chunk_pairs,
+                               device=self.device, stats=self.query_stats)
+            return model.head(h)
         x = self.x if batch.nodes is None else self.x[batch.nodes]
         x = x.to(self.device, non_blocking=True)
         extras = None if batch.extras is None else {k: v.to(self.device) for k, v in batch.extras.items()}
@@ -393,6 +462,8 @@ class NodeTask:
             return self._token_logits(model)[: self.num_nodes].float().cpu()
         if self.eval_mode == "full":
             return self._forward(model, self._full).float().cpu()  # type: ignore[arg-type]
+        if self.eval_mode == "query":  # every node a query, over all of its stored keys
+            return self._forward(model, NodeBatch(nodes=None, targets=torch.zeros(0, dtype=torch.long))).float().cpu()
         out = torch.zeros(self.num_nodes, self.out_dim)
         for batch in self._eval_batches:
             if batch.nodes.numel():  # METIS may leave a part empty
@@ -402,4 +473,13 @@ class NodeTask:
     def score(self, model: torch.nn.Module, part: str) -> float:
         """``metric`` on the nodes of ``part``."""
         idx = torch.from_numpy(getattr(self.split, part))
+        if self.eval_mode == "query" and self._tokens is None:
+            # Only the part's nodes as queries: the same numbers as predicting all (a node's output reads
+            # its own stored pairs only), a fifth of the work for validation on a 60/20/20 split.
+            model.eval()
+            nodes = np.unique(idx.numpy())
+            with torch.no_grad():
+                out = self._forward(model, NodeBatch(nodes=torch.from_numpy(nodes), targets=torch.zeros(0)))
+            pos = np.searchsorted(nodes, idx.numpy())
+            return METRICS[self.metric](out.float().cpu()[torch.from_numpy(pos)], self.y[idx])
         return METRICS[self.metric](self.predict(model)[idx], self.y[idx])

@@ -157,17 +157,47 @@ class StructuralAttention(torch.nn.Module):
             ``energy``, ``structural``, ``logits``, ``attention`` plus
             ``value`` and ``aggregate`` ``[N, H, d_h]``.
         """
-        N = x.size(0)
+        return self.forward_pairs(x, x, edge_index, bias, return_terms)
+
+    def forward_pairs(
+        self,
+        x_query: Tensor,
+        x_key: Tensor,
+        edge_index: Tensor,
+        bias: Tensor | None = None,
+        return_terms: bool = False,
+    ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
+        """Sparse attention of ``Nq`` queries over pairs into a separate set of ``Nk`` keys.
+
+        :meth:`forward_sparse` is the case ``x_query is x_key``; the whole-graph
+        query-batch path (:mod:`xmask_cli.engine.query`) attends a chunk of
+        queries over all of their stored keys this way, so both run this code.
+
+        Args:
+            x_query: ``[Nq, D]`` features of the queries.
+            x_key: ``[Nk, D]`` features of the keys (and values).
+            edge_index: ``[2, E]`` pairs, row indexes ``x_query``, col indexes ``x_key``.
+            bias: ``[E, H]`` structural bias at each pair, or None.
+            return_terms: also return the per-head terms (as :meth:`forward_sparse`).
+
+        Returns:
+            ``[Nq, D]``, and with ``return_terms`` the terms (``value`` ``[Nk, H, d_h]``,
+            ``aggregate`` ``[Nq, H, d_h]``).
+        """
+        n_query = x_query.size(0)
         row, col = edge_index
-        q, k, v = self._heads(x)  # [N, H, d_h]
+        shape = (self.num_heads, self.head_dim)
+        q = self.q(x_query).view(-1, *shape)  # [Nq, H, d_h]
+        k = self.k(x_key).view(-1, *shape)  # [Nk, H, d_h]
+        v = self.v(x_key).view(-1, *shape)
         energy = (q[row] * k[col]).sum(-1) / math.sqrt(self.head_dim)  # [E, H]
         structural = torch.zeros_like(energy) if bias is None else self.structural_term(bias).to(energy.dtype)
         logits = energy + structural
         # Normalize over each query's pairs only.
-        attention = segment_softmax(logits, index=row, num_nodes=N, dim=0)
+        attention = segment_softmax(logits, index=row, num_nodes=n_query, dim=0)
         weights = F.dropout(attention, p=self.attn_dropout, training=self.training)
-        agg = torch.zeros_like(v).index_add_(0, row, weights.unsqueeze(-1) * v[col])  # [N, H, d_h]
-        out = self.dropout(self.out(agg.reshape(N, self.dim)))
+        agg = v.new_zeros(n_query, *shape).index_add_(0, row, weights.unsqueeze(-1) * v[col])  # [Nq, H, d_h]
+        out = self.dropout(self.out(agg.reshape(n_query, self.dim)))
         if not return_terms:
             return out
         terms = {

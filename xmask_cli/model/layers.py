@@ -113,3 +113,25 @@ class TransformerBlock(torch.nn.Module):
             x = x + attend(self.norm1(x))
             x = x + self.ffn(self.norm2(x))
         return (x, terms) if return_terms else x
+
+    def forward_pairs(self, x_query: Tensor, x_key: Tensor, edge_index: Tensor, bias: Tensor | None = None) -> Tensor:
+        """The block's output at a set of queries attending over pairs into a separate key set.
+
+        Equal to rows of the sparse :meth:`forward` when ``x_query`` are rows of
+        ``x_key`` and ``edge_index`` holds all of those queries' pairs: residuals,
+        norms and the FFN act per row, so only the attention needs the keys.
+        Used by the whole-graph query-batch path.
+
+        Args:
+            x_query: ``[Nq, D]`` block input at the queries.
+            x_key: ``[Nk, D]`` block input at the keys.
+            edge_index: ``[2, E]`` pairs, row indexes ``x_query``, col indexes ``x_key``.
+            bias: ``[E, H]`` or None.
+        """
+        if isinstance(self.attn, RoutedAttention):
+            raise ValueError("an expert block attends over token masks, not query/key pairs")
+        if self.norm == "post":
+            x = self.norm1(x_query + self.attn.forward_pairs(x_query, x_key, edge_index, bias))
+            return self.norm2(x + self.ffn(x))
+        x = x_query + self.attn.forward_pairs(self.norm1(x_query), self.norm1(x_key), edge_index, bias)
+        return x + self.ffn(self.norm2(x))

@@ -251,6 +251,25 @@ class XMaskNet(torch.nn.Module):
             return torch.nn.functional.dropout(x, self.cfg.input_dropout, self.training)
         return x
 
+    def embed(self, x: Tensor) -> Tensor:
+        """Input dropout and encoder of ``[n, F]`` features, dense or a sparse COO tensor.
+
+        Sparse bag-of-words features (Coauthor Physics: 0.4 % non-zero of 8,415
+        columns) are encoded as a sparse product, ``x @ W^T + b``; dropout then
+        acts on the stored entries only, which is the same distribution as
+        dense dropout (a zero stays zero either way).
+        """
+        if not x.is_sparse:
+            return self.encoder(self._drop_input(x))
+        if self.cfg.encoder != "linear":
+            raise ValueError("sparse input features need model.encoder=linear")
+        x = x.coalesce()
+        values = x.values()
+        if self.cfg.input_dropout > 0 and self.training:
+            values = torch.nn.functional.dropout(values, self.cfg.input_dropout, True)
+        x = torch.sparse_coo_tensor(x.indices(), values, x.shape, check_invariants=False)
+        return torch.sparse.mm(x, self.encoder.weight.t()) + self.encoder.bias
+
     # ------------------------------------------------------------------ dense
     def encode_dense(self, x: Tensor, powers: Tensor | None, mask: Tensor | None = None,
                      return_terms: bool = False, extras: Mapping[str, Tensor] | None = None,

@@ -1,0 +1,230 @@
+"""Whole-graph node attention in query batches: every query over all of its stored keys.
+
+A large graph's attention runs over the cache's stored (truncated) support of
+the *whole* graph, as the full-graph sparse path does, but never materialises
+all pairs at once. For a set of query nodes ``Q`` and ``L`` blocks, layer
+``l`` needs the block input at every key of every query of layer ``l`` (and at
+the queries themselves, for the residual); so the node sets are taken
+backwards, PyG ``NeighborLoader``-style but with *all* stored keys (no
+sampling)::
+
+    S_L = Q,    S_{l-1} = S_l ∪ keys(S_l)
+
+and each block is computed forwards on ``S_l`` from ``S_{l-1}`` in chunks of
+queries whose pairs fit a budget (``chunk_pairs``). This is exact: a query's
+output is a function of its own stored pairs only, so it equals the
+full-graph sparse forward at that node (tested). Memory is bounded by the
+chunk: the ``[E, H, d_h]`` pair tensors only ever hold one chunk's pairs;
+with more than one chunk in a layer, training recomputes each chunk in the
+backward (activation checkpointing) instead of keeping every chunk's pairs.
+
+With one block (the large-graph presets) ``S_0`` is just the batch's support.
+With several, ``S_0`` grows towards the whole graph; a batch of all training
+nodes then gives one exact full-batch gradient step per epoch, with memory
+still bounded by the chunk. Evaluation runs every node as a query.
+
+Example::
+
+    support = Support.from_cache(StructureCache(path))
+    h = encode_queries(model, x, support, np.arange(support.num_nodes))  # [N, hidden]
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+from xmask_cli.model.bias import SparseStructure
+
+__all__ = ["Support", "QueryStats", "closure", "encode_queries", "chunks_by_pairs"]
+
+#: Default pair budget of one attention chunk (``node.query_chunk_pairs``): with ``hidden = 64`` one
+#: gathered ``[E, H, d_h]`` float tensor is 128 MB.
+CHUNK_PAIRS = 1 << 19
+#: Rows of raw features encoded at once (bounds the gathered ``[n, F]`` copy; Physics has F = 8415).
+ENCODE_ROWS = 4096
+#: Above this many gathered feature floats (256 MB) the backward re-gathers and re-encodes each row
+#: block instead of keeping it; below, keeping them is cheaper (input dropout is most of the encoder's work).
+ENCODE_KEEP_FLOATS = 1 << 26
+
+
+@dataclass
+class Support:
+    """The stored support of one graph as CSR over global node ids.
+
+    Attributes:
+        indptr: ``[N + 1]`` row pointers.
+        col: ``[P]`` key of each stored pair, rows ascending.
+        values: ``[P, K]`` ``Â^1..Â^K`` at each pair.
+    """
+
+    indptr: np.ndarray
+    col: np.ndarray
+    values: np.ndarray
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.indptr) - 1
+
+    @property
+    def num_pairs(self) -> int:
+        return len(self.col)
+
+    @classmethod
+    def from_coo(cls, row: np.ndarray, col: np.ndarray, values: np.ndarray, num_nodes: int) -> "Support":
+        """From the cache's ``(row, col, values)`` (rows ascending, as every cache stores them)."""
+        row = np.asarray(row, dtype=np.int64)
+        if len(row) > 1 and bool((np.diff(row) < 0).any()):
+            order = np.argsort(row, kind="stable")
+            row, col, values = row[order], np.asarray(col)[order], np.asarray(values)[order]
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(row, minlength=num_nodes))]).astype(np.int64)
+        return cls(indptr, np.asarray(col, dtype=np.int64), np.ascontiguousarray(values, dtype=np.float32))
+
+    def counts(self, rows: np.ndarray) -> np.ndarray:
+        """Stored pairs of each of ``rows``."""
+        return self.indptr[rows + 1] - self.indptr[rows]
+
+    def positions(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(pos [E], counts [len(rows)])``: CSR positions of all pairs of ``rows``, row by row."""
+        starts = self.indptr[rows]
+        counts = self.indptr[rows + 1] - starts
+        offsets = np.repeat(starts - np.cumsum(counts) + counts, counts)
+        return np.arange(int(counts.sum()), dtype=np.int64) + offsets, counts
+
+
+@dataclass
+class QueryStats:
+    """What the last :func:`encode_queries` call touched (for memory checks and benchmarks).
+
+    Attributes:
+        set_sizes: ``|S_0|, ..., |S_L|`` (``S_L`` = the queries).
+        pairs: attended pairs per layer.
+        max_chunk_pairs: most pairs in one attention chunk (the bound on pair tensors).
+        chunks: attention chunks in all.
+    """
+
+    set_sizes: list[int] = field(default_factory=list)
+    pairs: list[int] = field(default_factory=list)
+    max_chunk_pairs: int = 0
+    chunks: int = 0
+
+
+def closure(support: Support, queries: np.ndarray, layers: int) -> list[np.ndarray]:
+    """Node sets ``[S_0, ..., S_L]`` (ascending ids): ``S_L = queries``, ``S_{l-1} = S_l ∪ keys(S_l)``."""
+    sets = [np.unique(np.asarray(queries, dtype=np.int64))]
+    for _ in range(layers):
+        cur = sets[0]
+        pos, _ = support.positions(cur)
+        if len(cur) == support.num_nodes:
+            sets.insert(0, cur)  # already everything
+            continue
+        sets.insert(0, np.union1d(cur, support.col[pos]))
+    return sets
+
+
+def chunks_by_pairs(counts: np.ndarray, budget: int) -> list[tuple[int, int]]:
+    """Consecutive ``[start, stop)`` query slices whose pairs stay within ``budget`` (at least one query each)."""
+    bounds, start, total = [], 0, 0
+    for i, c in enumerate(counts.tolist()):
+        if i > start and total + c > budget:
+            bounds.append((start, i))
+            start, total = i, 0
+        total += c
+    if start < len(counts):
+        bounds.append((start, len(counts)))
+    return bounds
+
+
+def _maybe_checkpoint(fn: Callable[..., Tensor], *args: Tensor, recompute: bool) -> Tensor:
+    # Non-reentrant checkpointing keeps the RNG state, so dropout draws the same masks when recomputed.
+    if recompute:
+        return checkpoint(fn, *args, use_reentrant=False)
+    return fn(*args)
+
+
+def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: Support, queries: np.ndarray, *,
+                   chunk_pairs: int = CHUNK_PAIRS, device: torch.device | str = "cpu",
+                   stats: QueryStats | None = None) -> Tensor:
+    """Node embeddings ``[len(queries), hidden]`` of an :class:`~xmask_cli.model.network.XMaskNet`.
+
+    Each block attends from every query over all of its stored pairs, exactly
+    as :meth:`XMaskNet.encode_sparse` on the whole graph's pairs would.
+
+    Args:
+        model: the network (node task, no attention experts).
+        x: ``[N, F]`` raw features of the whole graph (any device; rows are gathered per chunk),
+            or a scipy CSR matrix for sparse features (encoded as a sparse product).
+        support: the graph's stored pairs (:class:`Support`).
+        queries: ascending, distinct global ids.
+        chunk_pairs: pair budget of one attention chunk (a query with more pairs gets a chunk alone).
+        device: where the model runs.
+        stats: filled with what was touched, when given.
+
+    Returns:
+        The embeddings in the order of ``queries``.
+    """
+    queries = np.asarray(queries, dtype=np.int64)
+    if len(queries) > 1 and bool((np.diff(queries) <= 0).any()):
+        raise ValueError("queries must be ascending and distinct")
+    sets = closure(support, queries, len(model.blocks))
+    grad = torch.is_grad_enabled()
+    local = np.full(support.num_nodes, -1, dtype=np.int64)  # global id -> row of the previous layer's h
+    if stats is not None:
+        stats.set_sizes = [len(s) for s in sets]
+        stats.pairs, stats.max_chunk_pairs, stats.chunks = [], 0, 0
+
+    def encode(rows: Tensor) -> Tensor:
+        if isinstance(x, sp.spmatrix):  # sparse features: only the rows' stored entries are gathered
+            sub = x[rows.numpy()].tocoo()
+            indices = torch.from_numpy(np.stack([sub.row, sub.col]).astype(np.int64))
+            block = torch.sparse_coo_tensor(indices, torch.from_numpy(sub.data.astype(np.float32)), sub.shape,
+                                            check_invariants=False)
+            return model.embed(block.to(device))
+        return model.embed(x[rows].to(device, non_blocking=True))
+
+    if not len(queries):
+        return torch.zeros(0, model.cfg.hidden, device=device)
+    s0 = torch.from_numpy(sets[0])
+    if isinstance(x, Tensor):
+        s0 = s0.to(x.device)
+    width = x.shape[1] if not isinstance(x, sp.spmatrix) else x.nnz / max(x.shape[0], 1)
+    big = len(sets[0]) * width > ENCODE_KEEP_FLOATS
+    h = torch.cat([_maybe_checkpoint(encode, s0[i:i + ENCODE_ROWS], recompute=grad and big)
+                   for i in range(0, len(sets[0]), ENCODE_ROWS)])
+
+    for layer, block in enumerate(model.blocks):
+        prev, cur = sets[layer], sets[layer + 1]
+        local[prev] = np.arange(len(prev), dtype=np.int64)
+        spans = chunks_by_pairs(support.counts(cur), chunk_pairs)
+        outs = []
+        for start, stop in spans:
+            rows = cur[start:stop]
+            pos, counts = support.positions(rows)
+            keys, key_col = np.unique(support.col[pos], return_inverse=True)  # the chunk's keys only
+            q_row = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
+            edge_index = torch.from_numpy(np.stack([q_row, key_col.reshape(-1).astype(np.int64)])).to(device)
+            values = torch.from_numpy(support.values[pos]).to(device)
+            q_idx = torch.from_numpy(local[rows]).to(h.device)
+            k_idx = torch.from_numpy(local[keys]).to(h.device)
+            if stats is not None:
+                stats.max_chunk_pairs = max(stats.max_chunk_pairs, len(pos))
+                stats.chunks += 1
+
+            def run(h_prev: Tensor, q_idx=q_idx, k_idx=k_idx, edge_index=edge_index, values=values,
+                    block=block, layer=layer) -> Tensor:
+                xlog = None if model.bias is None else model.bias(SparseStructure(edge_index=edge_index, values=values))
+                learned = model._learned(layer, None, edge_index=edge_index)
+                bias = xlog if learned is None else (learned if xlog is None else xlog + learned)
+                return block.forward_pairs(h_prev[q_idx], h_prev[k_idx], edge_index, bias)
+
+            outs.append(_maybe_checkpoint(run, h, recompute=grad and len(spans) > 1))
+        if stats is not None:
+            stats.pairs.append(int(support.counts(cur).sum()))
+        local[prev] = -1
+        h = torch.cat(outs)
+    return h
