@@ -6,8 +6,9 @@ For each seed, one child process runs ``xmask train`` (the same library call,
 (``node.mode: auto`` = query batches over the whole graph's stored support),
 so its peak RSS (``ru_maxrss``, loading and training included, the cache
 warm) is its own. Reported per seed: test / val accuracy of the state chosen
-on validation, best and last epoch, seconds per epoch (training plus the
-validation pass), peak RSS; over seeds mean ± population std.
+on validation, best and last epoch, wall and CPU seconds per epoch (training
+plus the validation pass; on a shared machine the CPU figure is the one that
+does not depend on the load), peak RSS; over seeds mean ± population std.
 
 Also reported, once per dataset: the share of ``Â^k`` mass each query keeps,
 ``sum_j stored(Â^k)_ij / sum_j (Â^k)_ij`` (mean and min over rows; the exact
@@ -66,13 +67,17 @@ def one_seed(args: argparse.Namespace) -> dict:
 
     def on_epoch(seed: int, row: dict) -> None:
         stamps.append(time.perf_counter())
+        cpu.append(time.process_time())
         rows.append(row)
         if len(stamps) > 1:
             _log(f"seed {seed} epoch {row['epoch']}: loss {row['loss']:.4f} val {row['val_accuracy']:.4f} "
                  f"({stamps[-1] - stamps[-2]:.1f}s)")
 
+    cpu: list[float] = []
+
     def on_start(seed: int, epochs: int) -> None:
         stamps.append(time.perf_counter())
+        cpu.append(time.process_time())
 
     t0 = time.perf_counter()
     result = train_seeds(cfg, [args.seed], device="cpu", cache_dir=Path(args.cache_dir), data_root=args.data_root,
@@ -82,6 +87,8 @@ def one_seed(args: argparse.Namespace) -> dict:
     return {"seed": args.seed, "metrics": run["metrics"], "best_epoch": run["best_epoch"],
             "epochs_run": run["epochs_run"], "stopped_early": run["stopped_early"],
             "s_per_epoch": round(float(epochs.mean()), 3), "total_s": round(time.perf_counter() - t0, 1),
+            # CPU seconds of this process per epoch: what the epoch costs whatever else runs on the machine.
+            "cpu_s_per_epoch": round(float(np.diff(cpu).mean()), 3),
             "peak_rss_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3),
             "threads": torch.get_num_threads()}
 
@@ -124,6 +131,31 @@ def kept_mass(args: argparse.Namespace) -> dict:
     return out
 
 
+def table(paths: list[Path]) -> str:
+    """Markdown rows (one per result file, seeds merged by preset) from saved results."""
+    by: dict[str, list[dict]] = {}
+    mass: dict[str, dict] = {}
+    for path in paths:
+        r = json.loads(Path(path).read_text())
+        by.setdefault(r["preset"], []).extend(r["seeds"])
+        mass.setdefault(r["preset"], r.get("kept_mass") or {})
+    lines = ["| preset | seeds | test acc % | val acc % | best epoch | epochs run | s / epoch | peak RSS GB | "
+             "Â^1..Â^4 mass kept (mean) | pairs kept by batching |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for preset, seeds in by.items():
+        seeds = sorted(seeds, key=lambda r: r["seed"])
+        test = 100 * np.array([r["metrics"]["test"] for r in seeds])
+        val = 100 * np.array([r["metrics"]["val"] for r in seeds])
+        m = mass.get(preset, {})
+        kept = " / ".join(f"{m[f'k{k}']['mean']:.2f}" for k in range(1, 5) if f"k{k}" in m)
+        lines.append(
+            f"| {preset} | {','.join(str(r['seed']) for r in seeds)} | {test.mean():.1f} ± {test.std():.1f} | "
+            f"{val.mean():.1f} ± {val.std():.1f} | {', '.join(str(r['best_epoch']) for r in seeds)} | "
+            f"{', '.join(str(r['epochs_run']) for r in seeds)} | "
+            f"{np.mean([r['s_per_epoch'] for r in seeds]):.1f} | {max(r['peak_rss_gb'] for r in seeds):.2f} | "
+            f"{kept} | {m.get('batching_pairs_kept', '')} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="computers")
@@ -137,7 +169,11 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None, help="default: benchmarks/out/node_whole_<preset>.json")
     ap.add_argument("--no-mass", action="store_true", help="skip the kept-mass figures")
+    ap.add_argument("--table", nargs="+", default=None, help="print the markdown table of saved result files")
     args = ap.parse_args()
+    if args.table:
+        print(table([Path(p) for p in args.table]))
+        return
     args.name = args.name or f"{args.preset}-whole"
     if args.seed is not None:
         print(json.dumps(one_seed(args)))
