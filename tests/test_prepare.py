@@ -152,3 +152,111 @@ def test_recorded_dropped_mass_equals_brute_force_on_a_random_graph(tmp_path, no
         assert rec["mean"][k] == pytest.approx(share.mean(), rel=1e-4, abs=1e-6)
         assert rec["max"][k] == pytest.approx(share.max(), rel=1e-4, abs=1e-6)
     assert rec["max"][K - 1] > 0.05  # truncation bites (else the comparison would be vacuous)
+
+
+# ------------------------------------------------------------ spectra of real disconnected graphs (issue 10 §2)
+import scipy.linalg  # noqa: E402
+
+from xmask_cli.data.load import load_graphs  # noqa: E402
+from xmask_cli.data.registry import get_dataset  # noqa: E402
+from xmask_cli.prepare import prepare_dataset  # noqa: E402
+
+
+def _dense_lap(edges: np.ndarray, n: int) -> np.ndarray:
+    a = np.zeros((n, n))
+    a[edges[0], edges[1]] = a[edges[1], edges[0]] = 1.0
+    np.fill_diagonal(a, 0.0)
+    deg = a.sum(1)
+    d = np.where(deg > 0, 1.0 / np.sqrt(np.maximum(deg, 1e-300)), 0.0)
+    return np.eye(n) - d[:, None] * a * d[None, :]
+
+
+def _assert_lowest(lap: np.ndarray, vals: np.ndarray, vecs: np.ndarray, m: int, atol: float) -> None:
+    """Stored = every zero pair + the m lowest non-zero ones (an eigenspace cut by the m-th left out),
+    compared with dense eigh as projectors onto each eigenspace."""
+    zeros = int((vals <= 1e-6).sum())
+    # evx: MRRR (the default evr) returned zero vectors with 2e-4 residuals on Cora's 78-fold zero.
+    w, v = scipy.linalg.eigh(lap, subset_by_index=[0, min(len(lap), zeros + m + 8) - 1], check_finite=False, driver="evx")
+    nz = w[w > 1e-6]
+    cut = min(m, len(nz))
+    while len(nz) > m and cut > 0 and nz[cut] - nz[cut - 1] <= 1e-6:
+        cut -= 1
+    assert (w <= 1e-6).sum() == zeros
+    np.testing.assert_allclose(vals, np.concatenate([w[w <= 1e-6], nz[:cut]]), atol=1e-6)
+    vecs = vecs.astype(np.float64)
+    # Projectors compared on random probes R (P R = V (V^T R)): basis-free, and no n x n matrix.
+    probe = np.random.default_rng(0).standard_normal((len(lap), 4))
+
+    def proj(x: np.ndarray) -> np.ndarray:
+        return x @ (x.T @ probe)
+
+    hi = vals.max(initial=0.0) + 1e-6
+    np.testing.assert_allclose(proj(vecs), proj(v[:, w <= hi]), atol=atol)  # the spanned space
+    # Each non-zero eigenspace on its own (eigenvalues within 1e-6 of each other form one).
+    starts = np.flatnonzero(np.diff(vals, prepend=-1.0) > 1e-6)
+    for lo_i, hi_i in zip(starts, np.append(starts[1:], len(vals))):
+        lo, hi = vals[lo_i], vals[hi_i - 1]
+        if hi <= 1e-6:
+            continue
+        got, ref = vecs[:, lo_i:hi_i], v[:, (w >= lo - 1e-7) & (w <= hi + 1e-7)]
+        assert got.shape == ref.shape
+        np.testing.assert_allclose(proj(got), proj(ref), atol=atol)
+
+
+def test_cora_spectrum_is_the_lowest_and_feeds_the_eigen_bias(tmp_path, shared_data):
+    cfg = resolve("node-level", ["data.dataset=cora", "structure.spd.enabled=false", "structure.powers.k=1",
+                                 "structure.partition.parts=0"])
+    s = prepare_dataset(cfg, data_root=shared_data, cache_dir=tmp_path / "c", offline=True)
+    graphs = load_graphs(get_dataset("cora"), data_root=shared_data, cache_dir=tmp_path / "c", offline=True)
+    e, n = graphs.edge_index[0], int(graphs.num_nodes[0])
+    g = nx.Graph(list(map(tuple, e.T.tolist())))
+    g.add_nodes_from(range(n))
+    with StructureCache(s.path) as c:
+        vals, vecs = c.spectrum(0)
+    # 78 components, none isolated: 78 zero pairs (ARPACK on the whole graph found 7), then 16 non-zero.
+    assert nx.number_connected_components(g) == 78 == int((vals <= 1e-6).sum())
+    assert int((vals > 1e-6).sum()) == 16
+    _assert_lowest(_dense_lap(e, n), vals, vecs, 16, atol=2e-5)
+    # The eigen bias Σ u u^T / λ over the non-zero pairs is there on the giant component.
+    u, lam = vecs[:, vals > 1e-6].astype(np.float64), vals[vals > 1e-6]
+    giant = np.array(sorted(max(nx.connected_components(g), key=len)))
+    assert np.all(np.einsum("ik,k,ik->i", u[giant], 1 / lam, u[giant]) > 0)
+
+
+def test_proteins_graphs_with_eight_components_store_every_zero(tmp_path, shared_data):
+    # PROTEINS graphs 5 and 20 have 8 components and more than DENSE_MAX nodes (ARPACK stored 6 zeros of 8).
+    graphs = load_graphs(get_dataset("PROTEINS"), data_root=shared_data, cache_dir=tmp_path / "c", offline=True)
+    picked = [5, 20]
+    edges = [graphs.edge_index[i] for i in picked]
+    nn = np.asarray([graphs.num_nodes[i] for i in picked])
+    cfg = resolve("graph-level", ["structure.spd.enabled=false", "structure.powers.k=1"]).structure
+    s = prepare_graphs(dataset_key="proteins-two", level="graph", edges=edges, num_nodes=nn,
+                       fingerprint=graphs_fingerprint(edges, nn), cfg=cfg, cache_dir=tmp_path / "c")
+    with StructureCache(s.path) as c:
+        for gi, (e, n) in enumerate(zip(edges, nn)):
+            g = nx.Graph(list(map(tuple, e.T.tolist())))
+            g.add_nodes_from(range(int(n)))
+            comps = [k for k in nx.connected_components(g) if len(k) > 1]
+            vals, vecs = c.spectrum(gi)
+            assert n > 192 and len(comps) == 8 == int((vals <= 1e-6).sum())
+            _assert_lowest(_dense_lap(e, int(n)), vals, vecs, cfg.spectrum.num_eigs, atol=2e-5)
+
+
+def test_citeseer_spectrum_has_every_zero_and_sixteen_non_zero_pairs(tmp_path, shared_data):
+    # 438 components, 48 of them isolated nodes (eigenvalue 1, never zero): 390 zero pairs.
+    cfg = resolve("node-level", ["data.dataset=citeseer", "structure.spd.enabled=false", "structure.powers.k=1",
+                                 "structure.partition.parts=0"])
+    s = prepare_dataset(cfg, data_root=shared_data, cache_dir=tmp_path / "c", offline=True)
+    graphs = load_graphs(get_dataset("citeseer"), data_root=shared_data, cache_dir=tmp_path / "c", offline=True)
+    e, n = graphs.edge_index[0], int(graphs.num_nodes[0])
+    g = nx.Graph(list(map(tuple, e.T.tolist())))
+    g.add_nodes_from(range(n))
+    g.remove_edges_from(nx.selfloop_edges(g))
+    with_edges = sum(1 for k in nx.connected_components(g) if len(k) > 1)
+    with StructureCache(s.path) as c:
+        vals, vecs = c.spectrum(0)
+    assert int((vals <= 1e-6).sum()) == with_edges and int((vals > 1e-6).sum()) == 16
+    lap = nx.normalized_laplacian_matrix(g, nodelist=range(n)).astype(np.float64)  # equal to ours off isolated nodes
+    x = vecs.astype(np.float64)
+    np.testing.assert_allclose(lap @ x, x * vals[None, :], atol=2e-5)  # eigenpairs (float32 vectors)
+    assert vals[with_edges] > 0 and np.abs(x[:, vals > 1e-6]).sum(0).min() > 0

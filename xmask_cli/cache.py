@@ -1,7 +1,7 @@
 """The HDF5 structure cache: key, atomic write, lazy reads, verify, list, clear.
 
 One file per (input graphs, structure parameters, format version) at
-``<cache_dir>/<dataset>/<key>.h5``. Layout (format version 2), every array
+``<cache_dir>/<dataset>/<key>.h5``. Layout (format version 3), every array
 chunked, LZF-compressed and fletcher32-checksummed::
 
     /                     attrs: format_version, key, dataset, level, fingerprint,
@@ -23,7 +23,8 @@ chunked, LZF-compressed and fletcher32-checksummed::
     /rrwp/{indptr,col}    pairs of the union support of I, P, ..., P^steps
     /rrwp/values          float32 [R, steps+1]    (attrs: dropped_mass, as /powers, for I..P^steps)
     /spectrum/{val_ptr,vec_ptr}   int64 [G+1] offsets into eigvals / flat eigvecs
-    /spectrum/eigvals     float64 [sum m_g]
+    /spectrum/eigvals     float64 [sum m_g]      per graph ascending: every zero pair (one per component),
+                                                 then the lowest non-zero ones (structure.graph_spectra)
     /spectrum/eigvecs     float32 [sum n_g*m_g]  row-major [n_g, m_g] per graph
     /magnetic/...         as /spectrum, eigvecs complex64
 
@@ -57,7 +58,8 @@ from xmask_cli.errors import CacheError, NotWritableError, UsageError
 
 # Bump whenever the layout or the numbers written change: the key includes it, so old files are
 # then rebuilt instead of misread. 2: large graphs keep Â^1 and every real edge whole, dropped mass recorded.
-FORMAT_VERSION = 2
+# 3: spectra solved per connected component (every zero pair, then the m lowest non-zero ones).
+FORMAT_VERSION = 3
 _CHUNK = 1 << 17
 _FLUSH_BYTES = 64 << 20
 _GROUPS_WITH_PAIRS = ("powers", "spd", "rrwp")

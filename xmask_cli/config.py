@@ -56,7 +56,7 @@ class SpectrumConfig:
     """Eigenpairs of the symmetric normalized Laplacian."""
 
     enabled: bool = True
-    num_eigs: int = 16  # m: lowest eigenpairs kept for graphs above full_max_nodes
+    num_eigs: int = 16  # m: lowest non-zero eigenpairs kept (plus every zero pair) for graphs above full_max_nodes
     full_max_nodes: int = 64  # graphs this small keep every eigenpair
 
 

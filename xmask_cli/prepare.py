@@ -163,30 +163,25 @@ def _per_graph(res: BlockResult, a: sp.csr_matrix, edges: list[np.ndarray], nn: 
                cfg: StructureConfig, level: str) -> None:
     if cfg.spectrum.enabled:
         lap = S.normalized_laplacian(a)
-        res.eig["spectrum"] = _per_graph_eigs(lap, offs, cfg.spectrum.num_eigs, cfg.spectrum.full_max_nodes, np.float32)
+        res.eig["spectrum"] = _per_graph_eigs(lap, offs, res.component, cfg.spectrum.num_eigs, cfg.spectrum.full_max_nodes,
+                                              np.float32)
     if cfg.magnetic.enabled:
         ad = _block_adjacency(edges, nn, symmetric=False)
         lap = S.magnetic_laplacian(ad, cfg.magnetic.q)
-        res.eig["magnetic"] = _per_graph_eigs(lap, offs, cfg.magnetic.num_eigs, cfg.spectrum.full_max_nodes, np.complex64)
+        # Weak components of the directed graph: the same as the symmetrized graph's.
+        res.eig["magnetic"] = _per_graph_eigs(lap, offs, res.component, cfg.magnetic.num_eigs, cfg.spectrum.full_max_nodes,
+                                              np.complex64)
 
     if level == "node" and cfg.partition.parts > 0:
         res.part = np.concatenate([S.metis_parts(a[s:e, s:e], cfg.partition.parts, seed=cfg.partition.seed)
                                    for s, e in zip(offs[:-1], offs[1:])]) if len(nn) else np.zeros(0, np.int32)
 
 
-def _per_graph_eigs(lap: sp.csr_matrix, offs: np.ndarray, m: int, full_max: int, dtype: Any) -> dict[str, list]:
-    sizes = np.diff(offs)
-    dense_max = max(full_max, m + 1, S.DENSE_MAX)
-    small = np.flatnonzero(sizes <= dense_max)
-    results: dict[int, tuple[np.ndarray, np.ndarray, str]] = {}
-    for i, (lv, vv) in zip(small, S.block_eigenpairs(lap, offs[:-1][small], sizes[small], m=m, full_max_nodes=full_max)):
-        results[int(i)] = (lv, vv, "dense")
-    for i in np.flatnonzero(sizes > dense_max):
-        s, e = offs[i], offs[i + 1]
-        results[int(i)] = S.lowest_eigenpairs(lap[s:e, s:e], m, full_max_nodes=full_max)
+def _per_graph_eigs(lap: sp.csr_matrix, offs: np.ndarray, component: np.ndarray, m: int, full_max: int,
+                    dtype: Any) -> dict[str, list]:
+    """Each graph's stored spectrum, solved per connected component (see :func:`~xmask_cli.structure.graph_spectra`)."""
     vals, vecs, methods = [], [], []
-    for i in range(len(sizes)):
-        lv, vv, how = results[i]
+    for lv, vv, how in S.graph_spectra(lap, offs, component, m, full_max_nodes=full_max):
         vals.append(np.real(lv).astype(np.float64))
         vecs.append(np.ascontiguousarray(vv).astype(dtype).ravel())
         methods.append(how)

@@ -247,3 +247,72 @@ def test_stream_batches_carry_extras(toy: Toy, in_memory: bool):
     assert sorted(seen) == list(range(len(GRAPHS)))
     plain = GraphLevelStream(toy.path, toy.features, toy.labels, np.arange(len(GRAPHS)), batch_size=2)
     assert all(b.extras is None for b in plain.epoch(0))
+
+
+# ------------------------------------------ spectra of disconnected graphs (issue 10 §2)
+def _big_disconnected(seed: int) -> tuple[np.ndarray, int]:
+    """A directed graph above 200 nodes with 8 components (one above DENSE_MAX) and an isolated node."""
+    rng = np.random.default_rng(seed)
+    parts, sizes = [], []
+    for s in (200, 30, 12, 9, 5, 5, 3, 1):
+        g = nx.gnp_random_graph(s, 0.05, seed=int(rng.integers(1 << 20)), directed=True)
+        g.add_edges_from(zip(range(s - 1), range(1, s)))  # a directed path: weakly connected
+        parts.append(np.array(list(g.edges()), dtype=np.int64).reshape(-1, 2).T)
+        sizes.append(s)
+    offs = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    e = np.concatenate([p + o for p, o in zip(parts, offs)], axis=1)
+    n = int(sum(sizes))
+    return np.random.default_rng(seed + 1).permutation(n)[e], n
+
+
+def _randomized(mod: torch.nn.Module, seed: int) -> torch.nn.Module:
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in mod.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen, dtype=p.dtype))
+    return mod
+
+
+def test_spectra_and_biases_are_permutation_equivariant_through_the_cache(tmp_path: Path):
+    from xmask_cli.model.learned_bias import EigenBias, MagneticBias
+
+    e, n = _big_disconnected(0)
+    perm = np.random.default_rng(9).permutation(n)  # node i of graph 0 is node perm[i] of graph 1
+    e2 = perm[e]
+    st = resolve("graph-level").structure
+    cfg = dataclasses.replace(st, spd=dataclasses.replace(st.spd, enabled=False),
+                              spectrum=dataclasses.replace(st.spectrum, num_eigs=8),
+                              magnetic=dataclasses.replace(st.magnetic, enabled=True, num_eigs=8))
+    nn = np.array([n, n])
+    path = prepare_graphs(dataset_key="perm", level="graph", edges=[e, e2], num_nodes=nn,
+                          fingerprint=graphs_fingerprint([e, e2], nn), cfg=cfg, cache_dir=tmp_path / "cache").path
+    eig = EigenBias(2)
+    mag = MagneticBias(2, width=4)
+    _randomized(eig, 1)
+    _randomized(mag, 2)
+    with StructureCache(path) as c:
+        outs = []
+        for g in (0, 1):
+            vals, _ = c.spectrum(g)
+            # 7 components with edges: 7 zero eigenvalues, then the 8 lowest non-zero ones
+            # (fewer if a repeated eigenvalue straddles the cut: identical components here).
+            assert (vals <= 1e-6).sum() == 7 and 0 < (vals > 1e-6).sum() <= 8
+            assert 0 < (c.magnetic(g)[0] > 1e-6).sum() <= 8
+            x = to_tensors(GraphExtras(c, g, ("spectrum", "magnetic")).dense(), batch_dim=True)
+            with torch.no_grad():
+                outs.append((eig(x)[0].numpy(), mag(x)[0].numpy(), c.spectrum(g), c.magnetic(g)))
+    (eb0, mb0, s0, m0), (eb1, mb1, s1, m1) = outs
+    # Graph 1 is graph 0 relabelled by perm: every output is graph 0's, permuted.
+    ix = np.ix_(perm, perm)
+    np.testing.assert_allclose(eb1[:, perm][:, :, perm], eb0, atol=1e-4 * np.abs(eb0).max())
+    np.testing.assert_allclose(mb1[:, perm][:, :, perm], mb0, atol=1e-4 * np.abs(mb0).max())
+    assert np.abs(eb0).max() > 1e-3 and np.abs(mb0).max() > 1e-3  # the biases carry information
+    for (v0, x0), (v1, x1) in ((s0, s1), (m0, m1)):
+        np.testing.assert_allclose(v1, v0, atol=1e-6)
+        x0, x1 = x0.astype(np.complex128), x1.astype(np.complex128)
+        # As projectors onto each eigenspace (eigenvectors of a repeated eigenvalue have no fixed basis).
+        bounds = np.flatnonzero(np.diff(v0) > 1e-6) + 1
+        for lo, hi in zip(np.concatenate([[0], bounds]), np.concatenate([bounds, [len(v0)]])):
+            p0 = x0[:, lo:hi] @ x0[:, lo:hi].conj().T
+            p1 = x1[:, lo:hi] @ x1[:, lo:hi].conj().T
+            np.testing.assert_allclose(p1[ix], p0, atol=1e-5)

@@ -7,9 +7,17 @@ import math
 import networkx as nx
 import numpy as np
 import pytest
+import scipy.linalg
 import scipy.sparse as sp
 
-from xmask_cli.structure import adjacency, lowest_eigenpairs, magnetic_laplacian, normalized_laplacian
+from xmask_cli.structure import (
+    adjacency,
+    connected_components,
+    graph_spectra,
+    lowest_eigenpairs,
+    magnetic_laplacian,
+    normalized_laplacian,
+)
 
 
 def dense_magnetic(a: np.ndarray, q: float) -> np.ndarray:
@@ -251,3 +259,163 @@ def test_lowest_eigenpairs_on_a_large_graph_without_factorization(monkeypatch):
     assert abs(vals[0]) < 1e-8  # connected: exactly one zero eigenvalue
     np.testing.assert_allclose(lap @ vecs, vecs * vals, atol=1e-5)
     np.testing.assert_allclose(vecs.T @ vecs, np.eye(4), atol=1e-6)
+
+
+# --- per-component spectra (issue 10 §2) -------------------------------------------
+
+
+def _dense_norm_lap(a: np.ndarray) -> np.ndarray:
+    deg = a.sum(1)
+    d = np.where(deg > 0, 1.0 / np.sqrt(np.maximum(deg, 1e-300)), 0.0)
+    return np.eye(a.shape[0]) - d[:, None] * a * d[None, :]
+
+
+def _dense_adj(e: np.ndarray, n: int) -> np.ndarray:
+    a = np.zeros((n, n))
+    a[e[0], e[1]] = a[e[1], e[0]] = 1.0
+    np.fill_diagonal(a, 0.0)
+    return a
+
+
+def _shuffle(parts: list[np.ndarray], sizes: list[int], seed: int) -> tuple[np.ndarray, int]:
+    """Disjoint union of graphs (edge lists on 0..s-1), node ids shuffled so components interleave."""
+    n = int(sum(sizes))
+    offs = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+    e = np.concatenate([p + o for p, o in zip(parts, offs)], axis=1) if parts else np.zeros((2, 0), np.int64)
+    relabel = np.random.default_rng(seed).permutation(n)
+    return relabel[e], n
+
+
+def _connected(s: int, seed: int, p: float = 0.08) -> np.ndarray:
+    g = nx.gnp_random_graph(s, p, seed=seed)
+    g.add_edges_from(zip(range(s - 1), range(1, s)))  # a path through all nodes: connected
+    return np.array(list(g.edges()), dtype=np.int64).reshape(-1, 2).T
+
+
+def many_components(kind: str) -> tuple[np.ndarray, int]:
+    """Graphs above 200 nodes with 1, 5 or 50 components (50: isomorphic copies and isolated nodes)."""
+    if kind == "1":
+        return _shuffle([_connected(230, 1)], [230], 0)
+    if kind == "5":
+        sizes = [210, 45, 30, 25, 20]  # the largest goes to ARPACK (above DENSE_MAX)
+        return _shuffle([_connected(s, 10 + i, p=0.1) for i, s in enumerate(sizes)], sizes, 1)
+    if kind == "50":
+        rng = np.random.default_rng(5)
+        small = [_connected(int(s), int(rng.integers(1 << 20)), p=0.4) for s in rng.integers(2, 9, size=12)]
+        parts, sizes = [_connected(70, 3)], [70]
+        for i in range(46):  # 46 small components, many of them identical copies (eigenvalue ties across components)
+            e = small[i % 12]
+            parts.append(e)
+            sizes.append(int(e.max()) + 1)
+        parts += [np.zeros((2, 0), np.int64)] * 3  # three isolated nodes: eigenvalue 1, never zero
+        sizes += [1, 1, 1]
+        return _shuffle(parts, sizes, 2)
+    raise ValueError(kind)
+
+
+def _expected_cut(nonzero: np.ndarray, m: int, tol: float = 1e-6) -> int:
+    """The documented rule, independently: the m lowest non-zero eigenvalues, minus an eigenspace cut in two."""
+    if len(nonzero) <= m:
+        return len(nonzero)
+    cut = m
+    while cut > 0 and nonzero[cut] - nonzero[cut - 1] <= tol:
+        cut -= 1
+    return cut
+
+
+def _clusters(vals: np.ndarray, tol: float = 1e-6) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for v in np.sort(vals):
+        if out and v - out[-1][1] <= tol:
+            out[-1][1] = v
+        else:
+            out.append([v, v])
+    return [(lo, hi) for lo, hi in out]
+
+
+def _assert_spectrum_equals_dense(lap: np.ndarray, vals: np.ndarray, vecs: np.ndarray, m: int, atol: float) -> None:
+    """Stored pairs = zero space + the documented lowest non-zero ones, as projectors onto eigenspaces."""
+    w, v = scipy.linalg.eigh(lap)
+    zero = w <= 1e-6
+    cut = _expected_cut(w[~zero], m)
+    want = np.concatenate([w[zero], w[~zero][:cut]])
+    np.testing.assert_allclose(vals, want, atol=1e-7)
+    np.testing.assert_allclose(vecs.conj().T @ vecs, np.eye(len(vals)), atol=atol)
+    for lo, hi in _clusters(vals):
+        got = vecs[:, (vals >= lo - 1e-7) & (vals <= hi + 1e-7)]
+        ref = v[:, (w >= lo - 1e-7) & (w <= hi + 1e-7)]
+        assert got.shape[1] == ref.shape[1], f"eigenspace at {lo:.6f}: {got.shape[1]} vectors, dense eigh has {ref.shape[1]}"
+        np.testing.assert_allclose(got @ got.conj().T, ref @ ref.conj().T, atol=atol)
+
+
+@pytest.mark.parametrize("kind", ["1", "5", "50"])
+def test_graph_spectra_equal_dense_eigh_on_disconnected_graphs(kind):
+    e, n = many_components(kind)
+    a = adjacency(e, n)
+    comp = connected_components(a)
+    assert n > 200 and len(np.unique(comp)) == int(kind)
+    lap = normalized_laplacian(a)
+    ((vals, vecs, method),) = graph_spectra(lap, np.array([0, n]), comp, 8, full_max_nodes=64)
+    dense = _dense_norm_lap(_dense_adj(e, n))
+    _assert_spectrum_equals_dense(dense, vals, vecs, 8, atol=1e-6)
+    # The zero space: one vector per component of two or more nodes, D^1/2 1_c / sqrt(vol c) up to sign.
+    deg = np.asarray(a.sum(1)).ravel()
+    big = [c for c in np.unique(comp) if (comp == c).sum() > 1]
+    zero = vals <= 1e-6
+    assert zero.sum() == len(big)
+    for x in vecs[:, zero].T:
+        (c,) = np.unique(comp[np.abs(x) > 1e-9])
+        want = np.where(comp == c, np.sqrt(deg), 0.0) / np.sqrt(deg[comp == c].sum())
+        np.testing.assert_allclose(np.abs(x), want, atol=1e-6)
+    assert (vals > 1e-6).sum() == 8 and method == ("arpack" if kind in ("1", "5") else "dense")
+
+
+def test_graph_spectra_more_components_than_m_and_a_straddling_eigenspace():
+    # 70 triangles (eigenvalues 0, 3/2, 3/2 each) and a 20-node path (1 - cos(πj/19), j = 0..19):
+    # 71 components, so more zero eigenvalues than m = 16. Below 3/2 the path has 12 non-zero
+    # eigenvalues; the 13th..16th lowest fall in the 140-fold 3/2 eigenspace, which is left out whole.
+    tri = np.array([[0, 1, 2], [1, 2, 0]])
+    path = np.stack([np.arange(19), np.arange(1, 20)])
+    e, n = _shuffle([tri] * 70 + [path], [3] * 70 + [20], 4)
+    a = adjacency(e, n)
+    ((vals, vecs, _),) = graph_spectra(normalized_laplacian(a), np.array([0, n]), connected_components(a), 16)
+    assert (vals <= 1e-6).sum() == 71
+    np.testing.assert_allclose(vals[71:], 1 - np.cos(np.pi * np.arange(1, 13) / 19), atol=1e-10)
+    dense = _dense_norm_lap(_dense_adj(e, n))
+    _assert_spectrum_equals_dense(dense, vals, vecs, 16, atol=1e-8)
+
+
+def test_graph_spectra_small_graphs_keep_every_pair_per_graph():
+    # A block of graphs (disconnected ones too): at or below full_max_nodes, each graph keeps its whole spectrum.
+    rng = np.random.default_rng(3)
+    edges, sizes = [], []
+    for i in range(6):
+        k = int(rng.integers(1, 4))
+        parts = [_connected(int(s), int(rng.integers(1 << 20)), p=0.3) for s in rng.integers(2, 9, size=k)]
+        e, n = _shuffle(parts, [int(p.max()) + 1 for p in parts], i)
+        edges.append(e)
+        sizes.append(n)
+    offs = np.concatenate([[0], np.cumsum(sizes)])
+    a = adjacency(np.concatenate([e + o for e, o in zip(edges, offs[:-1])], axis=1), int(offs[-1]))
+    out = graph_spectra(normalized_laplacian(a), offs, connected_components(a), 4, full_max_nodes=64)
+    for (vals, vecs, _), e, n in zip(out, edges, sizes):
+        dense = _dense_norm_lap(_dense_adj(e, n))
+        assert len(vals) == n
+        _assert_spectrum_equals_dense(dense, vals, vecs, n, atol=1e-8)
+
+
+@pytest.mark.parametrize("kind", ["5", "50"])
+def test_graph_spectra_magnetic_equal_dense_eigh(kind):
+    # Directed: orient each undirected edge at random; a few reciprocal ones. Balanced components have a zero.
+    e, n = many_components(kind)
+    rng = np.random.default_rng(int(kind))
+    flip = rng.random(e.shape[1]) < 0.5
+    d = np.where(flip, e[::-1], e)
+    d = np.concatenate([d, d[::-1, rng.random(e.shape[1]) < 0.1]], axis=1)
+    ad = adjacency(d, n, symmetric=False)
+    lap = magnetic_laplacian(ad, 0.25)
+    ((vals, vecs, _),) = graph_spectra(lap, np.array([0, n]), connected_components(ad), 8, full_max_nodes=64)
+    dense = np.zeros((n, n))
+    dense[d[0], d[1]] = 1.0
+    _assert_spectrum_equals_dense(dense_magnetic(dense, 0.25), vals, vecs, 8, atol=1e-6)
+    assert np.iscomplexobj(vecs) and (vals > 1e-6).sum() == 8

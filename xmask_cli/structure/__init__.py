@@ -19,10 +19,21 @@ from xmask_cli.structure.powers import (
     walk_pairs,
 )
 from xmask_cli.structure.spd import BEYOND, UNREACHABLE, pair_distance, shortest_path_pairs
-from xmask_cli.structure.spectrum import DENSE_MAX, block_eigenpairs, lowest_eigenpairs, magnetic_laplacian, normalized_laplacian
+from xmask_cli.structure.spectrum import (
+    DENSE_MAX,
+    TIE_TOL,
+    ZERO_TOL,
+    block_eigenpairs,
+    graph_spectra,
+    lowest_eigenpairs,
+    magnetic_laplacian,
+    normalized_laplacian,
+)
 
 __all__ = [
     "DENSE_MAX",
+    "TIE_TOL",
+    "ZERO_TOL",
     "BEYOND",
     "UNREACHABLE",
     "Truncation",
@@ -32,6 +43,7 @@ __all__ = [
     "dropped_share",
     "block_eigenpairs",
     "connected_components",
+    "graph_spectra",
     "lowest_eigenpairs",
     "magnetic_laplacian",
     "metis_parts",
