@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import pickle
 import tarfile
@@ -18,7 +17,7 @@ from xmask_cli.data.registry import get_dataset
 from xmask_cli.errors import DataNotFoundError
 
 
-def test_digits_are_sklearns_images_with_a_fixed_test_split_and_seeded_validation():
+def test_digits_are_sklearns_images_with_a_fixed_test_set():
     from sklearn.datasets import load_digits
 
     ref = load_digits()
@@ -26,14 +25,8 @@ def test_digits_are_sklearns_images_with_a_fixed_test_split_and_seeded_validatio
     assert ds.images.shape == (1797, 1, 8, 8) and ds.images.dtype == np.uint8
     np.testing.assert_array_equal(ds.images[:, 0].astype(np.float64), ref.images)
     np.testing.assert_array_equal(ds.labels, ref.target)
-    a, b = I.image_split(ds, seed=0), I.image_split(ds, seed=1)
-    for s in (a, b):
-        assert s.sizes() == (1797 - 359 - 180, 180, 359)
-        every = np.concatenate([s.train, s.val, s.test])
-        assert len(np.unique(every)) == 1797  # disjoint and complete
-    np.testing.assert_array_equal(a.test, b.test)  # the test set is the same for every run
-    assert not np.array_equal(a.val, b.val)  # validation is carved by the run's seed
-    np.testing.assert_array_equal(I.image_split(ds, seed=1).val, b.val)
+    assert len(ds.test) == 359 and len(np.intersect1d(ds.test, ds.pool)) == 0 and len(ds.pool) + 359 == 1797
+    np.testing.assert_array_equal(I.load_images(get_dataset("digits")).test, ds.test)
 
 
 def test_channel_stats_are_the_training_images_own():

@@ -8,7 +8,9 @@ import torch
 from xmask_cli.cache import StructureCache
 from xmask_cli.config import resolve
 from xmask_cli.engine.experiment import Experiment, _model_config, train_seeds
-from xmask_cli.engine.image import ImageTask, augment_batch
+from xmask_cli.data.images import load_images
+from xmask_cli.data.registry import get_dataset
+from xmask_cli.engine.image import ImageTask, augment_batch, image_split
 from xmask_cli.errors import UsageError
 from xmask_cli.prepare import prepare_grid
 
@@ -53,6 +55,18 @@ def test_the_grid_is_cached_once_per_geometry_and_k(tmp_path):
     assert first.path not in others and len(others) == 4
     with pytest.raises(UsageError, match="image.patch=3: patch size 3 does not divide the image"):
         prepare_grid(image_size=(8, 8), patch=3, connectivity=4, **kw)
+
+
+def test_digits_split_fixed_test_seeded_validation():
+    ds = load_images(get_dataset("digits"))
+    a, b = image_split(ds, seed=0), image_split(ds, seed=1)
+    for s in (a, b):
+        assert s.sizes() == (1797 - 359 - 180, 180, 359)
+        every = np.concatenate([s.train, s.val, s.test])
+        assert len(np.unique(every)) == 1797  # disjoint and complete
+    np.testing.assert_array_equal(a.test, b.test)  # the test set is the same for every run
+    assert not np.array_equal(a.val, b.val)  # validation is carved by the run's seed
+    np.testing.assert_array_equal(image_split(ds, seed=1).val, b.val)
 
 
 @pytest.fixture(scope="module")

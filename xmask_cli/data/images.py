@@ -5,7 +5,7 @@ float32) and normalised per batch with per-channel statistics of the
 training split (:func:`channel_stats`), so the validation and test images
 never inform the normalisation.
 
-Splits (:func:`image_split`): the test set is fixed — CIFAR-10's
+Splits (:func:`xmask_cli.engine.image.image_split`): the test set is fixed — CIFAR-10's
 ``test_batch``; for digits a 20 % subset drawn once with seed 0 — and the
 validation set is carved from the remaining training images by the run's
 seed (CIFAR-10: 5,000 images; digits: 10 % of all images).
@@ -38,7 +38,7 @@ import numpy as np
 from xmask_cli.data.registry import DatasetSpec
 from xmask_cli.errors import DataNotFoundError, NotWritableError, UsageError
 
-__all__ = ["ImageInfo", "IMAGE_INFO", "ImageSet", "image_info", "load_images", "image_split", "channel_stats",
+__all__ = ["ImageInfo", "IMAGE_INFO", "ImageSet", "image_info", "load_images", "channel_stats",
            "read_cifar_batch", "CIFAR_URL", "CIFAR_MD5"]
 
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
@@ -108,27 +108,8 @@ class ImageSet:
     def num_classes(self) -> int:
         return len(self.info.classes)
 
-    def fingerprint(self) -> str:
-        """sha256 of the images and labels (changes when any pixel or label does)."""
-        h = hashlib.sha256()
-        h.update(np.asarray(self.images.shape, dtype=np.int64).tobytes())
-        h.update(np.ascontiguousarray(self.images).tobytes())
-        h.update(np.ascontiguousarray(self.labels, dtype=np.int64).tobytes())
-        return h.hexdigest()
 
-
-# ------------------------------------------------------------------- splits
-def image_split(images: ImageSet, seed: int) -> Any:
-    """Train / val / test :class:`~xmask_cli.engine.splits.Split`: fixed test, validation carved by ``seed``."""
-    from xmask_cli.engine.splits import Split
-
-    info = images.info
-    n_val = info.val if isinstance(info.val, int) else int(round(info.val * len(images.labels)))
-    pool = images.pool[np.random.default_rng(int(seed)).permutation(len(images.pool))]
-    return Split(train=np.sort(pool[n_val:]), val=np.sort(pool[:n_val]), test=images.test,
-                 name=images.spec.split, seed=int(seed))
-
-
+# --------------------------------------------------------------- statistics
 def channel_stats(images: np.ndarray, index: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Per-channel mean and std (population) over the images ``index``, as float64 ``[C]`` each.
 

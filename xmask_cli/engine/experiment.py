@@ -296,8 +296,7 @@ class Experiment:
         """The level's :class:`~xmask_cli.engine.loop.Task` for ``seed`` (which also draws random splits)."""
         cfg, spec = self.cfg, getattr(self.graphs, "spec", None)
         if self.level == "image":
-            from xmask_cli.data.images import image_split
-            from xmask_cli.engine.image import ImageTask
+            from xmask_cli.engine.image import ImageTask, image_split
 
             return ImageTask(self.cache_path, self.graphs, image_split(self.graphs, seed), self.metric,
                              cfg.train.batch_size, seed, device, augment=cfg.image.augment)

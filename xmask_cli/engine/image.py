@@ -9,7 +9,7 @@ per-channel mean and std.
 Example::
 
     images = load_images(get_dataset("digits"))
-    split = image_split(images, seed=0)
+    split = image_split(images, seed=0)  # this module's
     task = ImageTask(cache_path, images, split, "accuracy", batch_size=64, seed=0, device="cpu")
 """
 from __future__ import annotations
@@ -29,7 +29,20 @@ from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.engine.splits import Split
 
-__all__ = ["ImageBatch", "ImageTask", "augment_batch"]
+__all__ = ["ImageBatch", "ImageTask", "augment_batch", "image_split"]
+
+
+def image_split(images: ImageSet, seed: int) -> Split:
+    """Train / val / test split: the dataset's fixed test images; validation carved from the rest by ``seed``.
+
+    CIFAR-10: ``test_batch``, 5,000 validation images. Digits: a 20 % test set
+    drawn once with seed 0, validation 10 % of all images.
+    """
+    info = images.info
+    n_val = info.val if isinstance(info.val, int) else int(round(info.val * len(images.labels)))
+    pool = images.pool[np.random.default_rng(int(seed)).permutation(len(images.pool))]
+    return Split(train=np.sort(pool[n_val:]), val=np.sort(pool[:n_val]), test=images.test,
+                 name=images.spec.split, seed=int(seed))
 
 
 @dataclass
