@@ -28,6 +28,7 @@ from xmask_cli.data.images import ImageSet, channel_stats
 from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.engine.splits import Split
+from xmask_cli.errors import UsageError
 
 __all__ = ["ImageBatch", "ImageTask", "augment_batch", "image_split"]
 
@@ -40,6 +41,9 @@ def image_split(images: ImageSet, seed: int) -> Split:
     """
     info = images.info
     n_val = info.val if isinstance(info.val, int) else int(round(info.val * len(images.labels)))
+    if n_val >= len(images.pool):
+        raise UsageError(f"{images.spec.name} ({images.source}): {len(images.pool)} training images leave none "
+                         f"after the {n_val} validation images; are the files complete?")
     pool = images.pool[np.random.default_rng(int(seed)).permutation(len(images.pool))]
     return Split(train=np.sort(pool[n_val:]), val=np.sort(pool[:n_val]), test=images.test,
                  name=images.spec.split, seed=int(seed))
