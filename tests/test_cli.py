@@ -363,3 +363,101 @@ def test_cache_clear_on_a_read_only_mount_is_exit_5(tmp_path, monkeypatch):
     monkeypatch.setattr(Path, "unlink", read_only)
     r = run("cache", "clear", "mutag", "--cache-dir", c)
     assert r.exit_code == 5 and "read-only" in one_error_line(r)
+
+
+# ------------------------------------------------------------ message quality (issue 14, item 18)
+@pytest.mark.parametrize("args, needle", [
+    (["--bogus"], "No such option: --bogus"),
+    (["prepare", "mutag", "--workers", "0"], "'--workers'"),
+    (["train", "--seed", "-1"], "'--seed'"),
+    (["nosuchcmd"], "No such command 'nosuchcmd'"),
+    (["train", "--set", "model..heads=3"], "empty part in key 'model..heads'"),
+    (["train", "--set", ".heads=3"], "empty part in key"),
+    (["train", "--dataset", "nosuch"], "graphqa:<task>"),
+])
+def test_parser_and_name_errors_are_one_line_exit_2(args, needle, tmp_path):
+    r = run(*args, "--cache-dir", str(tmp_path / "c")) if args[0] != "--bogus" and args[0] != "nosuchcmd" else run(*args)
+    assert r.exit_code == 2, (r.exit_code, r.stderr)
+    assert needle in one_error_line(r)
+    assert "╭" not in r.stderr + r.stdout and "Usage:" not in r.stderr
+
+
+def test_help_keeps_angle_bracket_placeholders():
+    assert "runs/<name>/<seed>/" in " ".join(run("train", "--help").stdout.split())
+    assert "maps/<name>-<seed>" in run("explain", "--help").stdout
+    assert "ablations/<dataset>-<level>" in run("ablate", "--help").stdout
+
+
+def test_a_data_root_that_is_a_file_says_so(tmp_path):
+    f = tmp_path / "root.txt"
+    f.write_text("x")
+    r = run("prepare", "citeseer", "--data-root", str(f), "--cache-dir", str(tmp_path / "c"))
+    assert r.exit_code == 2 and "is a file, not a folder" in one_error_line(r)
+    assert "File exists" not in r.stderr
+
+
+def test_a_failed_download_leaves_no_empty_folders(tmp_path, monkeypatch):
+    import socket
+
+    def refuse(*a, **k):
+        raise OSError("network unreachable (test)")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    root = tmp_path / "root"
+    r = run("prepare", "citeseer", "--data-root", str(root), "--cache-dir", str(tmp_path / "c"), env={"XMASK_OFFLINE": "0"})
+    assert r.exit_code == 3 and "download failed" in one_error_line(r)
+    assert not (root / "CiteSeer").exists()
+
+
+def test_a_complete_read_only_cache_serves_training(tmp_path, monkeypatch):
+    """A read-only mount: every write under the cache dir fails with EROFS (simulated; tests run as root)."""
+    import builtins
+    import errno
+    import os
+
+    c = tmp_path / "c"
+    assert run("prepare", "mutag", "--cache-dir", str(c)).exit_code == 0
+    before = sorted((str(p), p.stat().st_mtime_ns) for p in c.rglob("*") if p.is_file())
+
+    def inside(p) -> bool:
+        try:
+            return Path(os.fspath(p)).absolute().is_relative_to(c)
+        except TypeError:
+            return False
+
+    def erofs(p):
+        return OSError(errno.EROFS, "Read-only file system", os.fspath(p))
+
+    real_open, real_access, real_os_open = builtins.open, os.access, os.open
+    real_mkdir, real_touch, real_symlink = Path.mkdir, Path.touch, Path.symlink_to
+
+    def ro_open(file, mode="r", *a, **k):
+        if inside(file) and any(ch in mode for ch in "wax+"):
+            raise erofs(file)
+        return real_open(file, mode, *a, **k)
+
+    def ro_os_open(path, flags, *a, **k):
+        if inside(path) and flags & (os.O_WRONLY | os.O_RDWR | os.O_CREAT):
+            raise erofs(path)
+        return real_os_open(path, flags, *a, **k)
+
+    def ro_mkdir(self, *a, **k):
+        if inside(self):
+            if self.is_dir() and k.get("exist_ok"):
+                return None
+            raise erofs(self)
+        return real_mkdir(self, *a, **k)
+
+    monkeypatch.setattr(builtins, "open", ro_open)
+    monkeypatch.setattr(os, "open", ro_os_open)
+    monkeypatch.setattr(os, "access", lambda p, m, *a, **k: False if inside(p) and m & os.W_OK else real_access(p, m, *a, **k))
+    monkeypatch.setattr(Path, "mkdir", ro_mkdir)
+    monkeypatch.setattr(Path, "touch", lambda self, *a, **k: (_ for _ in ()).throw(erofs(self)) if inside(self) else real_touch(self, *a, **k))
+    monkeypatch.setattr(Path, "symlink_to", lambda self, *a, **k: (_ for _ in ()).throw(erofs(self)) if inside(self) else real_symlink(self, *a, **k))
+    r = run("-f", "json", "train", "--preset", "graph-level", "--set", "train.epochs=1", "--set", "model.hidden=8",
+            "--set", "model.layers=1", "--device", "cpu", "--cache-dir", str(c), "--runs-dir", str(tmp_path / "runs"))
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["runs"][0]["epochs_run"] == 1
+    monkeypatch.undo()
+    assert sorted((str(p), p.stat().st_mtime_ns) for p in c.rglob("*") if p.is_file()) == before

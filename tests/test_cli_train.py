@@ -432,3 +432,13 @@ def test_damaged_run_files_are_exit_6_naming_the_file(tmp_path, warm_cache):
     torch.save({"model": {"w": torch.zeros(2)}, "epoch": 0}, folder / "best.pt")
     r = run("eval", str(folder), "--cache-dir", str(warm_cache))
     assert r.exit_code == 6 and "does not fit the model" in one_error_line(r)
+
+
+def test_explain_out_that_is_a_file_names_out_not_the_cache(tmp_path, warm_cache):
+    assert _train(tmp_path, warm_cache).exit_code == 0
+    f = tmp_path / "maps.txt"
+    f.write_text("x")
+    r = run("-q", "explain", str(tmp_path / "runs" / "r" / "0"), "--graph", "0", "--out", str(f), "--device", "cpu",
+            "--cache-dir", str(warm_cache))
+    line = one_error_line(r)
+    assert r.exit_code == 5 and "output folder" in line and "--out" in line and "cache" not in line

@@ -45,7 +45,36 @@ Examples:
 
 """ + _EXIT_HELP
 
+# typer vendors click in recent versions: take click's exception classes from wherever typer's come from.
+_click_exceptions = sys.modules[typer.BadParameter.__module__]
+
+
+class _OneLineErrors(typer.core.TyperGroup):
+    """Option-parser errors (``--bogus``, ``--workers 0``) as one ``error:`` line and exit 2, like every
+    other xmask error, instead of click's boxed usage text."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except _click_exceptions.ClickException as exc:
+            if isinstance(exc, getattr(_click_exceptions, "NoArgsIsHelpError", ())):
+                return super().main(*args, standalone_mode=True, **kwargs)  # bare `xmask cache`: the help
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+            message = " ".join(line.strip() for line in exc.format_message().splitlines() if line.strip())
+            sys.stderr.write(f"error: {message}{hint}\n")
+            sys.exit(exc.exit_code)
+        except _click_exceptions.Abort:
+            sys.stderr.write("error: aborted\n")
+            sys.exit(1)
+        # Without standalone mode click returns the code of a typer.Exit (our error codes) instead of exiting.
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
 app = typer.Typer(
+    cls=_OneLineErrors,
     name="xmask",
     help=_MAIN_HELP,
     no_args_is_help=True,
@@ -253,7 +282,7 @@ def train(
     resume: Annotated[bool, typer.Option("--resume", help="Continue killed runs from their last.pt (finished ones are only re-reported); refused when the config differs in more than train.epochs.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run folders' previous runs (without it an existing run is refused).")] = False,
     runs_dir: Annotated[Optional[Path], typer.Option("--runs-dir", help="Root of run folders [default: the preset's run.root, ./runs].", show_default=False)] = None,
-    name: Annotated[Optional[str], typer.Option("--name", help="Run name: runs/<name>/<seed>/ [default <dataset>-<level>].", show_default=False)] = None,
+    name: Annotated[Optional[str], typer.Option("--name", help="Run name: `runs/<name>/<seed>/` [default `<dataset>-<level>`].", show_default=False)] = None,
     data_root: DataRootOpt = None,
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
@@ -264,7 +293,7 @@ def train(
     Node, link, edge-regression and graph tasks share one engine. The structure
     cache is read (and prepared first when missing). Early stopping and the
     restored checkpoint are chosen on validation only; test is reported.
-    Each run writes runs/<name>/<seed>/: config.json (resolved), metrics.jsonl,
+    Each run writes `runs/<name>/<seed>/`: config.json (resolved), metrics.jsonl,
     best.pt, last.pt, summary.json. A folder holding a run is refused unless
     --resume or --overwrite is given; a folder is locked while a run writes it.
 
@@ -339,7 +368,7 @@ def train(
 @handle_errors
 def eval_(
     ctx: typer.Context,
-    run_dir: Annotated[Path, typer.Argument(help="A run folder, runs/<name>/<seed>/.", show_default=False)],
+    run_dir: Annotated[Path, typer.Argument(help="A run folder, `runs/<name>/<seed>/`.", show_default=False)],
     split: Annotated[str, typer.Option("--split", help="val, test or all.")] = "test",
     device: DeviceOpt = "auto",
     data_root: DataRootOpt = None,
@@ -387,7 +416,7 @@ def ablate(
     set_: SetOpt = None,
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds of every variant: 0-4, 0,2,7 ...")] = "0-4",
     variants: Annotated[Optional[str], typer.Option("--variants", help="Comma list of full, no-symnorm, no-logmask, no-multihead, one-layer, no-spd, no-rrwp, no-magnetic, no-eigen (the preset without that learned bias), for M3Dphormer presets no-local, no-cluster, no-global, flat-routing, no-routing, and for image presets positional (learned position embeddings, no mask) [default: the core five plus those that apply to the preset; images: full,no-logmask,positional].", show_default=False)] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Ablation folder [default ./ablations/<dataset>-<level>].", show_default=False)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Ablation folder [default `./ablations/<dataset>-<level>`].", show_default=False)] = None,
     device: DeviceOpt = "auto",
     data_root: DataRootOpt = None,
     cache_dir: CacheDirOpt = None,
@@ -398,7 +427,7 @@ def ablate(
 
     Variants: full; no-symnorm (N((A+I)^k) instead of Â^k); no-logmask (plain
     attention); no-multihead (every head reads Â^1); one-layer. Each runs as
-    `xmask train` would, into OUT/runs/<name>-<variant>/<seed>/; finished runs
+    `xmask train` would, into `OUT/runs/<name>-<variant>/<seed>/`; finished runs
     are read back, not retrained. Writes OUT/ablation.csv and OUT/ablation.json;
     a failed variant is reported in its row.
 
@@ -450,13 +479,13 @@ def ablate(
 @handle_errors
 def explain(
     ctx: typer.Context,
-    run_dir: Annotated[Path, typer.Argument(help="A run folder, runs/<name>/<seed>/.", show_default=False)],
+    run_dir: Annotated[Path, typer.Argument(help="A run folder, `runs/<name>/<seed>/`.", show_default=False)],
     graph: Annotated[Optional[list[int]], typer.Option("--graph", help="Graph id (graph-level runs); repeatable.", show_default=False)] = None,
     node: Annotated[Optional[list[int]], typer.Option("--node", help="Node id (node, link, edge runs): its neighbourhood; repeatable.", show_default=False)] = None,
     edge: Annotated[Optional[list[str]], typer.Option("--edge", help="U,V node pair (link, edge runs); repeatable.", show_default=False)] = None,
     image: Annotated[Optional[list[int]], typer.Option("--image", help="Test image index (image runs): the image beside each head's attention over the patch grid; repeatable.", show_default=False)] = None,
     query_patch: Annotated[Optional[int], typer.Option("--query-patch", min=0, help="Image runs: show this patch's attention row (row-major index) instead of the attention each patch receives, averaged over all queries.", show_default=False)] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Output folder [default maps/<name>-<seed>].", show_default=False)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Output folder [default `maps/<name>-<seed>`].", show_default=False)] = None,
     max_nodes: Annotated[int, typer.Option("--max-nodes", min=2, help="Largest map kept; bigger targets are cropped to the closest nodes (and say so).")] = 64,
     device: DeviceOpt = "auto",
     data_root: DataRootOpt = None,

@@ -319,9 +319,12 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if "=" not in text:
         raise ConfigError(f"--set '{text}': expected KEY=VALUE, e.g. --set structure.powers.k=3")
     key, raw = text.split("=", 1)
-    parts = [p for p in key.strip().split(".") if p]
-    if not parts:
+    parts = key.strip().split(".")
+    if not key.strip():
         raise ConfigError(f"--set '{text}': empty key")
+    if any(not p.strip() for p in parts):  # model..heads, .heads, heads.: a typo, never a key
+        raise ConfigError(f"--set '{text}': empty part in key '{key.strip()}'; keys are dotted names such as model.heads")
+    parts = [p.strip() for p in parts]
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:

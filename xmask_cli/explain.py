@@ -551,7 +551,7 @@ def explain_run(
                 "seed": int(saved["train"]["seed"]), "head_powers": list(model.cfg.head_powers),
                 "use_bias": bool(model.cfg.use_bias), "positional": model.cfg.positional,
                 "head_biases": head_labels(model.cfg), "mask_scale": model.cfg.mask_scale}
-        out = ensure_writable_dir(Path(out_dir))
+        out = ensure_writable_dir(Path(out_dir), "output folder", "pass another --out")
         return explain_images(model, task, images, query_patch=query_patch, out_dir=out,
                               connectivity=exp.cfg.image.connectivity, meta=meta, log=log)
     # Checked before loading any data: a wrong target fails at once.
@@ -594,7 +594,7 @@ def explain_run(
             results.append(t)
             log(f"recorded {t.describe()}")
 
-    out = ensure_writable_dir(Path(out_dir))
+    out = ensure_writable_dir(Path(out_dir), "output folder", "pass another --out")
     meta = {"run_dir": str(run.path), "dataset": exp.dataset, "level": level, "seed": seed,
             "head_powers": list(model_cfg.head_powers), "use_bias": bool(model_cfg.use_bias),
             "head_biases": head_labels(model_cfg),

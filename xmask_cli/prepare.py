@@ -460,7 +460,8 @@ def prepare_dataset(
     from xmask_cli.data.registry import get_dataset
 
     spec = get_dataset(cfg.data.dataset)
-    ensure_writable_dir(cache_dir)
+    if not Path(cache_dir).is_dir():  # an existing cache dir is not written to unless something is missing
+        ensure_writable_dir(cache_dir)
     if spec.family == "images":  # one grid graph for every image: its geometry alone decides it
         from xmask_cli.data.images import image_info
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import errno
 import hashlib
 import io
 import os
@@ -102,12 +103,16 @@ def _stage(spec: DatasetSpec, source_root: Path, staging_root: Path) -> Path:
     src = source_root / spec.folder
     dst = staging_root / spec.folder
     try:
-        staging_root.mkdir(parents=True, exist_ok=True)
-        # `cache clear` removes a staging folder only when it carries this marker.
-        (staging_root / STAGING_MARKER).touch()
+        if not staging_root.is_dir():
+            staging_root.mkdir(parents=True, exist_ok=True)
+        # `cache clear` removes a staging folder only when it carries this marker. Nothing is
+        # written when everything is in place: a complete cache on a read-only mount still loads.
+        if not (staging_root / STAGING_MARKER).exists():
+            (staging_root / STAGING_MARKER).touch()
         for rel in spec.raw_files:
             target = dst / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
+            if not target.parent.is_dir():
+                target.parent.mkdir(parents=True, exist_ok=True)
             if target.is_symlink() or target.exists():
                 if target.resolve() == (src / rel).resolve():
                     continue
@@ -120,7 +125,9 @@ def _stage(spec: DatasetSpec, source_root: Path, staging_root: Path) -> Path:
         for extra in ("mapping",):
             if (src / extra).is_dir() and not (dst / extra).exists():
                 (dst / extra).symlink_to((src / extra).resolve(), target_is_directory=True)
-    except PermissionError as exc:
+    except OSError as exc:
+        if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
+            raise
         raise NotWritableError(f"cannot stage {spec.name} under {staging_root}: {exc.strerror}; pass a writable --cache-dir") from exc
     return staging_root
 
@@ -244,6 +251,25 @@ def _construct_safely(spec: DatasetSpec, root: Path, notes: list[str]) -> Any:
     raise AssertionError("unreachable")
 
 
+def _remove_empty_dirs(folder: Path, stop: Path) -> None:
+    """Remove ``folder``'s empty subfolders, then ``folder`` and its parents up to ``stop`` while empty
+    (what a failed download leaves: ``raw/``, ``processed/``); never a file."""
+    if not folder.is_dir() or folder.is_symlink():
+        return
+    for sub in sorted((p for p in folder.rglob("*") if p.is_dir() and not p.is_symlink()), reverse=True):
+        try:
+            sub.rmdir()
+        except OSError:
+            pass
+    for p in (folder, *folder.parents):
+        if p == stop or stop not in p.parents:
+            break
+        try:
+            p.rmdir()
+        except OSError:
+            break
+
+
 def _missing_message(spec: DatasetSpec, looked: list[Path], reason: str) -> str:
     where = ", ".join(str(p / spec.folder) for p in looked) or "(no data root set)"
     need = spec.raw_files[0]
@@ -276,6 +302,9 @@ def load_graphs(
     offline = is_offline(offline)
     looked: list[Path] = []
     source: Path | None = None
+    if data_root is not None and data_root.exists() and not data_root.is_dir():
+        raise UsageError(f"data root {data_root} is a file, not a folder; pass --data-root <folder holding "
+                         f"{spec.folder}/raw/...> (or set XMASK_DATA_ROOT)")
     if data_root is not None:
         looked.append(data_root)
         if has_raw_files(spec, data_root):
@@ -308,6 +337,7 @@ def load_graphs(
             raise NotWritableError(f"{spec.name}: cannot write processed files under {root}: {exc.strerror}; pass a writable --cache-dir") from exc
         except Exception as exc:  # network errors, partial downloads, corrupt raw files
             if source is None:
+                _remove_empty_dirs(root / spec.folder, stop=root)
                 first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
                 raise DataNotFoundError(_missing_message(spec, looked, f"download failed: {first}")) from exc
             raise

@@ -127,4 +127,4 @@ def get_dataset(name: str) -> DatasetSpec:
     close = difflib.get_close_matches(key, list(_BY_NAME), n=1, cutoff=0.6)
     hint = f"did you mean '{_BY_NAME[close[0]].name}'? " if close else ""
     names = ", ".join(s.name for s in _SPECS)
-    raise UsageError(f"unknown dataset '{name}': {hint}known: {names}")
+    raise UsageError(f"unknown dataset '{name}': {hint}known: {names}, graphqa:<task> (see README)")

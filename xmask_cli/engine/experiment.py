@@ -254,7 +254,10 @@ class Experiment:
         from xmask_cli.prepare import prepare_graphs
 
         level, metric = check_config(cfg)
-        ensure_writable_dir(cache_dir)
+        if not Path(cache_dir).is_dir():
+            ensure_writable_dir(cache_dir)
+        # No write check of an existing cache dir: a complete cache on a read-only mount serves training;
+        # writers check their own folder.
         if level == "edge":
             from xmask_cli.data.edgefile import load_edge_file
 
