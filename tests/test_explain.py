@@ -285,3 +285,14 @@ def test_learned_biases_are_labelled_and_recorded(tmp_path):
         for (l, h), term in want.items():
             got = g[f"layer_{l}/head_{h}/structural"][()]
             np.testing.assert_allclose(got, term[:n, :n] / scale, rtol=1e-4, atol=1e-4)
+
+
+def test_matplotlib_is_a_runtime_dependency():
+    """Issue 14, item 14: `explain` draws PNGs, so `pip install .` (no extras) must bring matplotlib.
+
+    .ci/run checks the installed metadata after a plain install; this checks the declaration."""
+    import tomllib
+
+    project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    names = [d.split(";")[0].replace(" ", "").lower() for d in project["dependencies"]]
+    assert any(n.startswith("matplotlib") for n in names), names
