@@ -260,3 +260,120 @@ def test_citeseer_spectrum_has_every_zero_and_sixteen_non_zero_pairs(tmp_path, s
     x = vecs.astype(np.float64)
     np.testing.assert_allclose(lap @ x, x * vals[None, :], atol=2e-5)  # eigenpairs (float32 vectors)
     assert vals[with_edges] > 0 and np.abs(x[:, vals > 1e-6]).sum(0).min() > 0
+
+
+# --------------------------------------------- worker processes die with prepare (issue 14, items 10, 11)
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of ``pid``, from /proc."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture(scope="module")
+def dd_staged(tmp_path_factory, shared_data) -> Path:
+    """DD's PyG files processed once: each test's prepare then starts its workers within seconds."""
+    from xmask_cli.data.load import load_graphs
+    from xmask_cli.data.registry import get_dataset
+
+    cache = tmp_path_factory.mktemp("dd")
+    load_graphs(get_dataset("DD"), data_root=shared_data, cache_dir=cache, offline=True)
+    return cache / "_pyg"
+
+
+def _start_prepare(tmp_path: Path, shared_data: Path, staged: Path):
+    """`xmask -q prepare DD --workers 2` in its own process group, once its two side processes run
+    (the pool worker and multiprocessing's resource tracker)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    shutil.copytree(staged, tmp_path / "c" / "_pyg", symlinks=True)
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XMASK_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    code = "from xmask_cli.cli import main; main()"
+    proc = subprocess.Popen([sys.executable, "-c", code, "-q", "prepare", "DD", "--workers", "2", "--data-root",
+                             str(shared_data), "--cache-dir", str(tmp_path / "c")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    deadline = time.monotonic() + 90
+    kids: list[int] = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        kids = _children(proc.pid)
+        if len(kids) >= 2:
+            break
+        time.sleep(0.2)
+    if len(kids) < 2:
+        proc.kill()
+        pytest.fail(f"prepare never started its worker processes: {proc.communicate(timeout=30)}")
+    time.sleep(0.5)  # let the worker reach its task
+    return proc, kids
+
+
+def _gone_within(pids: list[int], seconds: float) -> list[int]:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        left = [p for p in pids if _alive(p)]
+        if not left:
+            return []
+        time.sleep(0.2)
+    return [p for p in pids if _alive(p)]
+
+
+def test_kill_9_of_prepare_takes_its_workers_along(tmp_path, shared_data, dd_staged):
+    import os
+    import signal
+
+    proc, kids = _start_prepare(tmp_path, shared_data, dd_staged)
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        left = _gone_within(kids, 20)
+        assert not left, f"still running after the parent's kill -9: {left}"
+    finally:
+        for p in kids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def test_ctrl_c_of_prepare_is_one_line_exit_130_and_no_worker_left(tmp_path, shared_data, dd_staged):
+    import os
+    import signal
+
+    proc, kids = _start_prepare(tmp_path, shared_data, dd_staged)
+    try:
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+        out, err = proc.communicate(timeout=60)
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert proc.returncode == 130, err
+        assert len(lines) == 1 and lines[0].startswith("error: interrupted") and "prepare" in lines[0], err
+        assert "Traceback" not in err + out
+        assert not _gone_within(kids, 20)
+        assert not list((tmp_path / "c").rglob("*.h5"))  # nothing under a real name
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for p in kids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)

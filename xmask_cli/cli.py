@@ -121,6 +121,14 @@ def _output(ctx: typer.Context, fmt: str | None) -> Output:
     return Output(fmt=chosen, quiet=bool(obj.get("quiet")))
 
 
+#: What an interrupted command leaves, and how to go on (appended to "error: interrupted").
+_RESUME_HINTS = {
+    "train": "; `xmask train` with the same options and --resume continues from the last finished epoch",
+    "prepare": "; no partial cache file is kept: run `xmask prepare` again",
+    "ablate": "; run the same `xmask ablate` again: finished runs are read back, killed ones resume",
+}
+
+
 def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn xmask errors into one stderr line and an exit code (traceback with XMASK_DEBUG=1)."""
 
@@ -136,7 +144,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt:
-            typer.echo("error: interrupted", err=True)
+            typer.echo(f"error: interrupted{_RESUME_HINTS.get(fn.__name__, '')}", err=True)
             raise typer.Exit(130) from None
         except Exception as exc:  # a bug or an unexpected library failure
             if _debug():

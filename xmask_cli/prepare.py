@@ -7,8 +7,13 @@ than ``structure.large.min_nodes`` nodes) go alone, with the truncation rule.
 """
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import json
 import os
+import signal
+import sys
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -24,6 +29,7 @@ from xmask_cli.config import Config, StructureConfig
 from xmask_cli.errors import CacheError
 
 _BLOCK_NODES = 16384
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def structure_params(cfg: StructureConfig, level: str) -> dict[str, Any]:
@@ -257,11 +263,61 @@ def plan_blocks(num_nodes: np.ndarray, large_min: int, block_nodes: int = _BLOCK
     return blocks
 
 
-def _worker_init() -> None:
+def _worker_init(parent_pid: int) -> None:
+    """Side-worker setup: die with the parent, leave Ctrl-C to it, one numba thread."""
+    # Ctrl-C reaches the whole process group; the parent alone reports it (one line, exit 130).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent_pid)
     # One process per core already: keep numba's BFS to one thread per worker.
     import numba
 
     numba.set_num_threads(1)
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """A `kill -9` of prepare must not leave workers running (nor, through their pipe, the resource
+    tracker): on Linux the kernel kills this process when its parent dies (PR_SET_PDEATHSIG);
+    elsewhere a daemon thread watches the parent pid."""
+    armed = False
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            armed = libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0
+        except (OSError, AttributeError):
+            armed = False
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+    if not armed:
+        def watch() -> None:
+            while os.getppid() == parent_pid:
+                time.sleep(1.0)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="xmask-parent-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def _sigint_ignored() -> Iterator[None]:
+    """SIGINT ignored for the block (main thread only; elsewhere a no-op)."""
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: signal dispositions are not ours to change
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _stop_workers(pool: ProcessPoolExecutor) -> None:
+    """Kill the pool's workers now (an interrupt or an error): shutdown(wait=True) would let them finish."""
+    for proc in list((getattr(pool, "_processes", None) or {}).values()):
+        try:
+            proc.kill()
+        except (OSError, ValueError, AttributeError):
+            pass
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _run_block(args: tuple) -> BlockResult:
@@ -290,14 +346,26 @@ def iter_blocks(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, l
     # spawn: forking a process that already started numba's threads can deadlock.
     threads = numba.get_num_threads()
     numba.set_num_threads(max(1, threads - (workers - 1)))  # the side workers take the other cores
+    pool = None
     try:
-        with ProcessPoolExecutor(max_workers=workers - 1, mp_context=mp.get_context("spawn"), initializer=_worker_init) as pool:
+        # Processes started now begin with Ctrl-C ignored (an ignored signal survives exec, and Python
+        # then installs no KeyboardInterrupt handler), so one hitting a worker still importing never
+        # prints a traceback; the parent alone reports it.
+        with _sigint_ignored():
+            pool = ProcessPoolExecutor(max_workers=workers - 1, mp_context=mp.get_context("spawn"),
+                                       initializer=_worker_init, initargs=(os.getpid(),))
             side = [pool.submit(_run_block, (*t, ("per-graph",))) for t in tasks]
-            for (_, e, _), t, fut in zip(blocks, tasks, side):
-                r = _run_block((*t, ("pairs",)))
-                other = fut.result()
-                r.eig, r.part = other.eig, other.part
-                yield e, r
+        for (_, e, _), t, fut in zip(blocks, tasks, side):
+            r = _run_block((*t, ("pairs",)))
+            other = fut.result()
+            r.eig, r.part = other.eig, other.part
+            yield e, r
+    except BaseException:  # Ctrl-C, an error, or the consumer closing the generator early
+        if pool is not None:
+            _stop_workers(pool)
+        raise
+    else:
+        pool.shutdown(wait=True)
     finally:
         numba.set_num_threads(threads)
 
