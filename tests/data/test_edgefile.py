@@ -102,3 +102,32 @@ def test_bad_features(tmp_path: Path) -> None:
     _write(tmp_path, "header.csv", "a,b\n1,2\n")
     with pytest.raises(UsageError, match=r"header\.csv:1: feature value 'a' is not a number"):
         load_edge_file(p, tmp_path / "header.csv")
+
+
+@pytest.mark.parametrize("big", [10**8, 10**12])
+def test_huge_sparse_node_ids_are_refused_before_any_allocation(tmp_path: Path, big: int) -> None:
+    """Issue 14, item 8: a 10-row file naming node 10^8 allocated 5 GB; 10^12 raised MemoryError."""
+    import tracemalloc
+
+    rows = [f"{i},{i + 1},1.0" for i in range(9)] + [f"3,{big},2.0"]
+    path = tmp_path / "e.csv"
+    path.write_text("src,dst,w\n" + "\n".join(rows) + "\n")
+    tracemalloc.start()
+    with pytest.raises(UsageError, match=rf"e.csv:11: node id {big} is far above the 11 distinct ids"):
+        load_edge_file(path)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 50 << 20
+
+
+def test_ids_up_to_the_bound_load_and_features_lift_it(tmp_path: Path) -> None:
+    # 11 distinct ids: the bound is max(1000, 110) = 1000; ids 0..999 are fine.
+    path = tmp_path / "e.csv"
+    path.write_text("src,dst,w\n" + "\n".join(f"{i},{i + 1},1.0" for i in range(9)) + "\n3,999,2.0\n")
+    assert load_edge_file(path).num_nodes == 1000
+    path.write_text("src,dst,w\n" + "\n".join(f"{i},{i + 1},1.0" for i in range(9)) + "\n3,1000,2.0\n")
+    with pytest.raises(UsageError, match="below max\\(1000, 10 x distinct ids\\) = 1000"):
+        load_edge_file(path)
+    feats = tmp_path / "x.npy"
+    np.save(feats, np.zeros((1001, 2), dtype=np.float32))  # one row per id: the user states the node count
+    assert load_edge_file(path, feats).num_nodes == 1001

@@ -18,7 +18,9 @@ The edge file is a delimited text file with a **header row**:
   ``(u, u)`` is allowed as a target; it adds nothing to the structure.
 
 The node count is ``max id + 1``, or the row count of the features file when
-one is given (extra rows are isolated nodes). The optional features file is
+one is given (extra rows are isolated nodes). Without a features file, ids
+must lie below ``max(1000, 10 x the number of distinct ids)``: a 10-row file
+naming node 10^8 is refused (exit 2) instead of allocating gigabytes. The optional features file is
 a ``.npy`` array ``[N, F]`` (``[N]`` is read as ``[N, 1]``) or a ``.csv``
 without header, one row per node, comma separated.
 
@@ -48,6 +50,10 @@ from xmask_cli.errors import DataNotFoundError, UsageError
 
 __all__ = ["EdgeData", "load_edge_file", "file_sha256", "DELIMITERS"]
 
+#: Without a features file, node ids must lie below ``max(MIN_ID_BOUND, ID_BOUND_FACTOR * distinct ids)``:
+#: the node count is ``max id + 1``, so sparse huge ids would allocate memory for nodes that do not exist.
+MIN_ID_BOUND = 1000
+ID_BOUND_FACTOR = 10
 #: Extension -> delimiter (None: any whitespace).
 DELIMITERS: dict[str, str | None] = {".csv": ",", ".tsv": "\t", ".txt": None}
 
@@ -190,7 +196,8 @@ def load_edge_file(path: str | os.PathLike, features_path: str | os.PathLike | N
     Raises:
         DataNotFoundError: a file does not exist.
         UsageError: unknown extension, missing header, bad row, duplicate pair,
-            no rows, or features with fewer rows than ``max id + 1``.
+            no rows, features with fewer rows than ``max id + 1``, or (without
+            features) ids above the bound in the module docstring.
     """
     p = _existing(path, "edge file")
     suffix = p.suffix.lower()
@@ -234,6 +241,16 @@ def load_edge_file(path: str | os.PathLike, features_path: str | os.PathLike | N
     fpath = None
     fsha = None
     num_nodes = max_id + 1
+    if features_path is None:
+        # Every id up to the largest becomes a node: a 10-row file naming node 10^8 would allocate gigabytes.
+        distinct = int(np.unique(np.concatenate([src, dst])).size)
+        bound = max(MIN_ID_BOUND, ID_BOUND_FACTOR * distinct)
+        if max_id >= bound:
+            worst = int(np.argmax(np.maximum(src, dst)))
+            raise UsageError(f"{p}:{rows[1 + worst][0]}: node id {max_id} is far above the {distinct} distinct ids in "
+                             f"the file (without a features file ids must lie below max({MIN_ID_BOUND}, "
+                             f"{ID_BOUND_FACTOR} x distinct ids) = {bound}); renumber the nodes 0..{distinct - 1}, "
+                             f"or give edge.features with one row per node id")
     if features_path is not None:
         fp = _existing(features_path, "features file")
         x = _load_features(fp)
