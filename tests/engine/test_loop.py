@@ -8,7 +8,7 @@ import torch
 
 from xmask_cli.engine.loop import TrainConfig, fit
 from xmask_cli.engine.runs import RunDir
-from xmask_cli.errors import DivergedError
+from xmask_cli.errors import DivergedError, UsageError
 
 
 class ToyTask:
@@ -71,3 +71,25 @@ def test_skip_nonfinite_equals_training_without_those_batches(tmp_path, kind):
     assert summary["metrics"] == ref_summary["metrics"]
     rows = [json.loads(x) for x in (tmp_path / "a" / "metrics.jsonl").read_text().splitlines()]
     assert [r.get("skipped_batches", 0) for r in rows] == [0, 1, 1]
+
+
+def test_runs_written_before_a_new_setting_still_resume(tmp_path):
+    """A run whose recorded config predates `train.skip_nonfinite` resumes while the setting is at its
+    default, and is refused when it is not."""
+    from dataclasses import replace
+
+    task = ToyTask()
+    _fit(task, tmp_path / "run")
+    run = RunDir(tmp_path / "run")
+    ckpt = run.load_checkpoint(RunDir.LAST)
+    old = json.loads(ckpt["config"])
+    del old["train"]["skip_nonfinite"]
+    ckpt["config"] = json.dumps(old)
+    run.save_checkpoint(ckpt, RunDir.LAST)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 1)
+    cfg = TrainConfig(epochs=4, lr=0.05, warmup_epochs=0, patience=10)
+    assert fit(task, model, cfg, run, model_config={"toy": 1}, resume=True)["epochs_run"] == 4
+    with pytest.raises(UsageError, match="train.skip_nonfinite"):
+        run.save_checkpoint({**run.load_checkpoint(RunDir.LAST), "config": json.dumps(old)}, RunDir.LAST)
+        fit(task, torch.nn.Linear(2, 1), replace(cfg, skip_nonfinite=True), run, model_config={"toy": 1}, resume=True)

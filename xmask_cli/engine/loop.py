@@ -147,11 +147,32 @@ def _check_resumable(run: RunDir, saved: dict[str, Any], now: dict[str, Any]) ->
         # The cache file's key names its content; the folder it sits in may move.
         return {**c, "cache_path": Path(c["cache_path"]).name} if isinstance(c.get("cache_path"), str) else c
 
-    diff = [k for k in config_diff(norm(saved), norm(now)) if k not in RESUME_MAY_DIFFER]
+    diff = [k for k in config_diff(norm(saved), norm(now))
+            if k not in RESUME_MAY_DIFFER and not _new_setting_at_default(k, saved, now)]
     if diff:
         shown = ", ".join(diff[:8]) + (f" and {len(diff) - 8} more" if len(diff) > 8 else "")
         raise UsageError(f"cannot resume {run.path}: the resolved config differs from the run's in {shown}; "
                          f"resume with the same settings (only train.epochs may change), or start over with --overwrite")
+
+
+def _lookup(tree: Any, key: str) -> Any:
+    for part in key.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return _MISSING
+        tree = tree[part]
+    return tree
+
+
+def _new_setting_at_default(key: str, saved: dict[str, Any], now: dict[str, Any]) -> bool:
+    """A setting added to xmask after the run was written (absent from its config) that this run
+    leaves at its default: no difference, so older runs still resume."""
+    if _lookup(saved, key) is not _MISSING:
+        return False
+    from xmask_cli.config import Config
+
+    defaults = {"train": asdict(TrainConfig()), "config": Config().to_dict()}
+    default = _lookup(json.loads(json.dumps(defaults)), key)
+    return default is not _MISSING and default == _lookup(now, key)
 
 
 def _cpu_state(model: torch.nn.Module) -> dict[str, Tensor]:
