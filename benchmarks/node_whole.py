@@ -81,7 +81,8 @@ def one_seed(args: argparse.Namespace) -> dict:
 
     t0 = time.perf_counter()
     result = train_seeds(cfg, [args.seed], device="cpu", cache_dir=Path(args.cache_dir), data_root=args.data_root,
-                         run_root=Path(args.runs_dir), log=_log, on_epoch=on_epoch, on_seed_start=on_start)
+                         run_root=Path(args.runs_dir), overwrite=True,  # a re-measurement replaces the run
+                         log=_log, on_epoch=on_epoch, on_seed_start=on_start)
     run = result["runs"][0]
     epochs = np.diff(stamps)
     return {"seed": args.seed, "metrics": run["metrics"], "best_epoch": run["best_epoch"],

@@ -64,6 +64,7 @@ def run(names: list[str], seeds: list[int], data_root: str | None, cache_dir: Pa
         cfg = resolve(preset, overrides)
         t0 = time.perf_counter()
         res = train_seeds(cfg, seeds, device="cpu", cache_dir=cache_dir, data_root=data_root, run_root=runs_dir,
+                          overwrite=True,  # a re-measurement replaces the previous runs
                           log=lambda m: print(m, file=sys.stderr, flush=True))
         seconds = time.perf_counter() - t0
         results[name] = {"preset": preset, "overrides": overrides, "dataset": res["dataset"], "level": res["level"],
