@@ -208,6 +208,9 @@ def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: S
             keys, key_col = np.unique(support.col[pos], return_inverse=True)  # the chunk's keys only
             q_row = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
             edge_index = torch.from_numpy(np.stack([q_row, key_col.reshape(-1).astype(np.int64)])).to(device)
+            # The bias sees global ids: it tells the self pair (i, i) apart by them, which chunk-local
+            # query and key indices (two different numberings) cannot.
+            global_pairs = torch.from_numpy(np.stack([rows[q_row], support.col[pos]])).to(device)
             values = torch.from_numpy(support.values[pos]).to(device)
             q_idx = torch.from_numpy(local[rows]).to(h.device)
             k_idx = torch.from_numpy(local[keys]).to(h.device)
@@ -216,8 +219,9 @@ def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: S
                 stats.chunks += 1
 
             def run(h_prev: Tensor, q_idx=q_idx, k_idx=k_idx, edge_index=edge_index, values=values,
-                    block=block, layer=layer) -> Tensor:
-                xlog = None if model.bias is None else model.bias(SparseStructure(edge_index=edge_index, values=values))
+                    global_pairs=global_pairs, block=block, layer=layer) -> Tensor:
+                xlog = None if model.bias is None else model.bias(
+                    SparseStructure(edge_index=global_pairs, values=values))
                 learned = model._learned(layer, None, edge_index=edge_index)
                 bias = xlog if learned is None else (learned if xlog is None else xlog + learned)
                 return block.forward_pairs(h_prev[q_idx], h_prev[k_idx], edge_index, bias)
