@@ -85,8 +85,11 @@ def test_maps_are_the_forward_terms(mutag):
                 z = rec["logits"] - rec["logits"].max(1, keepdims=True)
                 soft = np.exp(z) / np.exp(z).sum(1, keepdims=True)
                 np.testing.assert_allclose(soft, rec["attention"], rtol=1e-4, atol=1e-6)
-                # Structural term: log(Â^k + eps) / sqrt(d_h) (mask_scale 'paper'), from the cache.
+                # Structural term: log(Â^k + eps) / sqrt(d_h) (mask_scale 'paper'), from the cache;
+                # -inf outside the head's support (outside_support 'hard').
                 expect = np.log(powers[k - 1] + model.cfg.eps) / math.sqrt(d_h)
+                expect = np.where(powers[k - 1] > 0, expect, -np.inf)
+                assert np.isinf(expect).any()
                 np.testing.assert_allclose(rec["structural"], expect, rtol=1e-5, atol=1e-4)
         # Layer 0 energy independently: the encoder's output through the first block's q/k projections.
         with torch.no_grad():
@@ -280,6 +283,7 @@ def test_learned_biases_are_labelled_and_recorded(tmp_path):
         g = f["graph_3"]
         assert g["layer_1/head_1/energy"].attrs["bias"] == "Â^2 + SPD + Eigen"
         log = np.log(powers.astype(np.float64) + 1e-30)
+        log = np.where(powers > 0, log, -np.inf)  # outside each head's support (outside_support 'hard')
         want = {(0, 0): log[0], (0, 1): log[1] + table0[buckets],
                 (1, 0): log[0] + beta[0] * pinv, (1, 1): log[1] + table1[buckets] + beta[1] * pinv}
         for (l, h), term in want.items():

@@ -139,6 +139,7 @@ class ModelSection:
     attn_dropout: float = 0.0
     norm: Literal["post", "pre"] = "post"
     mask_scale: Literal["paper", "none"] = "paper"
+    outside_support: Literal["hard", "eps"] = "hard"  # pairs with Â^k_ij = 0: hard = -inf on every path; eps = log(eps), dense paths only
     head_powers: list[int] | None = None  # power of Â per head; null: 1..heads
     readout: Literal["sum", "mean", "max", "cls"] = "sum"  # cls: a class token (image level)
     use_bias: bool = True  # false: plain attention (the no-logmask ablation)

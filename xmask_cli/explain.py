@@ -7,7 +7,8 @@ run's best checkpoint it records, from the very forward the model runs
 
 - ``energy``: ``q·k / sqrt(d_h)``;
 - ``structural``: the structural term as it enters the logits: X-LogSMask
-  (``log(Â^k + eps)``) plus the head's learned biases (SPD, RRWP, magnetic,
+  (``log(Â^k + eps)``, ``-inf`` outside the head's support under
+  ``outside_support='hard'``) plus the head's learned biases (SPD, RRWP, magnetic,
   eigen), divided by ``sqrt(d_h)`` under ``mask_scale='paper'``; 0 for a head
   with no bias. Every head is labelled with its bias types (``Â^2 + SPD``);
 - ``logits``: their sum (``-inf`` at keys the query does not attend);

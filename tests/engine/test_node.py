@@ -148,8 +148,7 @@ def test_sparse_partition_forward_matches_dense(parted: Toy) -> None:
             sparse = model.forward_sparse(task.x[batch.nodes], batch.edge_index, batch.values)
             block = torch.from_numpy(dense[:, nodes][:, :, nodes]).unsqueeze(0)
             full = model.forward_dense(task.x[batch.nodes].unsqueeze(0), block)[0]
-            # Dense gives absent pairs log(eps) ~ -69 instead of -inf: a weight below e^-34 (scaled by
-            # 1/sqrt(d_h) = 1/2) relative to a real pair, far under float32 rounding of the rest.
+            # Pairs outside the support weigh exactly 0 on both paths (outside_support 'hard').
             torch.testing.assert_close(sparse, full, atol=1e-5, rtol=1e-5)
     # Predictions are gathered for every node of the graph.
     assert task.predict(model).shape == (160, 3)
@@ -236,5 +235,5 @@ def test_full_graph_sparse_attention_equals_dense(small: Toy) -> None:
     support = (P != 0).any(0).nonzero().T
     ei = sparse._full.edge_index
     assert torch.equal(torch.sort(ei[0] * P.size(-1) + ei[1]).values, torch.sort(support[0] * P.size(-1) + support[1]).values)
-    # Absent pairs get log(eps) ≈ -69 / sqrt(d_h) in the dense path: weight < e^-17, below float32 rounding of the sums.
+    # Pairs outside the support weigh exactly 0 on both paths (outside_support 'hard'): float rounding only.
     torch.testing.assert_close(sparse.predict(model), dense.predict(model), atol=1e-5, rtol=1e-5)

@@ -189,7 +189,11 @@ def test_batch_to_structure_and_bias(toy: Toy):
     assert isinstance(s, DenseStructure) and s.powers is batch.powers and s.mask is batch.mask
     bias = XLogSMaskBias(num_heads=2)(s)
     assert bias.shape == (batch.num_graphs, 2, batch.mask.size(1), batch.mask.size(1))
-    assert torch.isfinite(bias).all()
+    # -inf exactly outside each head's support among real pairs (outside_support 'hard'); padding stays 0.
+    real = (batch.mask[:, :, None] & batch.mask[:, None, :])[:, None]
+    outside = (batch.powers[:, :2] == 0) & real
+    assert outside.any() and torch.isneginf(bias[outside]).all()
+    assert torch.isfinite(bias[~outside]).all() and (bias[~real.expand_as(bias)] == 0).all()
 
 
 # ------------------------------------------------------------------ stream

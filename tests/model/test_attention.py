@@ -33,15 +33,19 @@ def _np(linear):
     return linear.weight.detach().numpy(), linear.bias.detach().numpy()
 
 
+@pytest.mark.parametrize("outside", ["hard", "eps"])
 @pytest.mark.parametrize("mask_scale", ["paper", "none"])
-def test_dense_matches_numpy_formula(mask_scale):
-    """softmax((q·k + log(Â^k + eps)) / sqrt(d_h)) per head, Â^k by numpy matrix_power."""
+def test_dense_matches_numpy_formula(mask_scale, outside):
+    """softmax((q·k + M) / sqrt(d_h)) per head, Â^k by numpy matrix_power.
+
+    ``M = log(Â^k + eps)`` inside the support; outside it ``-inf`` ('hard') or ``log(eps)`` ('eps').
+    """
     layer = _layer(mask_scale)
     a = PATH_TRIANGLE
     n = len(a)
     x = _x(n)
     powers, mask = padded([a], HEADS)
-    bias = XLogSMaskBias(HEADS)(DenseStructure(powers, mask))
+    bias = XLogSMaskBias(HEADS, outside_support=outside)(DenseStructure(powers, mask))
     out, terms = layer.forward_dense(x[None], bias, mask, return_terms=True)
 
     xn = x.numpy()
@@ -53,6 +57,9 @@ def test_dense_matches_numpy_formula(mask_scale):
     heads = []
     for h in range(HEADS):
         m = np.log(a_k[h] + EPS)  # head h (0-based) reads Â^(h+1)
+        if outside == "hard":
+            assert (a_k[h] == 0).any()  # the graph has pairs outside the support, so the two settings differ
+            m = np.where(a_k[h] > 0, m, -np.inf)
         qk = q[:, h] @ k[:, h].T
         logits = (qk + m) / math.sqrt(8) if mask_scale == "paper" else qk / math.sqrt(8) + m
         w = np.exp(logits - logits.max(1, keepdims=True))
@@ -73,16 +80,13 @@ def test_mask_scale_modes_differ():
     assert (a - b).abs().max() > 1e-3
 
 
-@pytest.mark.parametrize("mask_scale,atol", [
-    # 'paper': a pair outside the support has logit (q·k + log 1e-30)/sqrt(8) = q·k/sqrt(8) - 24.4,
-    # so dense mode gives it ~e^-20 (~1e-9) of the weight of an in-support pair; a few
-    # such pairs per query leave ~1e-8 at most: 1e-7 is a safe bound (measured here: ~5e-11,
-    # since |q·k| is small at init and in-support log terms are near 0).
-    ("paper", 1e-7),
-    # 'none': the gap is log(1e-30) = -69 unscaled, weight ~e^-69 ~ 1e-30: float64 round-off only.
-    ("none", 1e-12),
-])
-def test_dense_and_sparse_agree_on_union_support(mask_scale, atol):
+@pytest.mark.parametrize("mask_scale", ["paper", "none"])
+def test_dense_and_sparse_agree_on_union_support(mask_scale):
+    """Under 'hard' a pair outside a head's support weighs exactly 0 on both paths: same numbers.
+
+    (Before the switch the dense path gave such pairs log(eps)/sqrt(d_h) and the sparse path
+    dropped them; now both drop them, so the tolerance is float64 round-off.)
+    """
     layer = _layer(mask_scale)
     graphs = [PATH_TRIANGLE, TWO_PARTS]
     k = HEADS
@@ -97,19 +101,21 @@ def test_dense_and_sparse_agree_on_union_support(mask_scale, atol):
     sparse_bias = XLogSMaskBias(HEADS)(SparseStructure(edge_index, values))
     out_s, t_s = layer.forward_sparse(xs, edge_index, sparse_bias, return_terms=True)
 
+    atol = 1e-12
     np.testing.assert_allclose(out_s[:6].detach(), out_d[0, :6].detach(), rtol=0, atol=atol)
     np.testing.assert_allclose(out_s[6:].detach(), out_d[1].detach(), rtol=0, atol=atol)
     # Same weights on the support pairs of graph 0.
     row, col = edge_index[:, edge_index[0] < 6]
     np.testing.assert_allclose(t_s["attention"][: row.numel()], t_d["attention"][0, :, row, col].T, rtol=0, atol=atol)
-    # The leak outside the support is real in dense mode, and small as claimed.
+    # Outside the union support the dense weights are exactly 0 (no log(eps) leak).
     support = torch.zeros(6, 6, dtype=torch.bool)
     support[row, col] = True
     assert not support.all()
-    leak = t_d["attention"][0, :, :6, :6][:, ~support]
-    assert leak.max() < atol
-    if mask_scale == "paper":
-        assert leak.max() > 0
+    assert t_d["attention"][0, :, :6, :6][:, ~support].abs().max() == 0
+    # Head 1 reads Â^1: inside the union support but outside Â^1 its weight is 0 on both paths.
+    only_k2 = (values[:, 0] == 0) & (edge_index[0] < 6)
+    assert only_k2.any()
+    assert t_s["attention"][only_k2, 0].abs().max() == 0
 
 
 def _relabel(perm):

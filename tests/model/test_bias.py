@@ -17,15 +17,18 @@ def _dense_batch(dtype=torch.float32):
     return p, torch.from_numpy(p).to(dtype), mask
 
 
-def test_dense_default_heads_read_powers_one_to_h():
+@pytest.mark.parametrize("outside", ["hard", "eps"])
+def test_dense_default_heads_read_powers_one_to_h(outside):
     p, powers, mask = _dense_batch()
-    bias = XLogSMaskBias(3)(DenseStructure(powers, mask))
+    bias = XLogSMaskBias(3, outside_support=outside)(DenseStructure(powers, mask))
     assert bias.shape == (2, 3, 8, 8) and bias.dtype == torch.float32
     want = np.log(p.astype(np.float32).astype(np.float64) + EPS)
+    if outside == "hard":
+        want = np.where(p > 0, want, -np.inf)
     np.testing.assert_allclose(bias[1].numpy(), want[1], rtol=1e-6)
     np.testing.assert_allclose(bias[0, :, :6, :6].numpy(), want[0, :, :6, :6], rtol=1e-6)
-    # Absent pairs of a real graph get log(eps), not -inf.
-    assert np.isclose(bias[0, 0, 0, 5].item(), np.log(EPS), rtol=1e-6)
+    # Absent pairs of a real graph: -inf under 'hard' (outside the support), log(eps) under 'eps'.
+    assert bias[0, 0, 0, 5].item() == (-np.inf if outside == "hard" else pytest.approx(np.log(EPS), rel=1e-6))
     # Padding rows and columns are inert zeros.
     assert (bias[0, :, 6:, :] == 0).all() and (bias[0, :, :, 6:] == 0).all()
 
@@ -34,12 +37,13 @@ def test_dense_custom_head_powers_and_dict_batch():
     p, powers, mask = _dense_batch()
     bias = XLogSMaskBias(4, head_powers=[3, 1, 1, 2])({"powers": powers, "mask": mask})
     for h, k in enumerate([3, 1, 1, 2]):
-        np.testing.assert_allclose(bias[1, h].numpy(), np.log(p[1, k - 1].astype(np.float32) + EPS), rtol=1e-6)
+        want = np.log(p[1, k - 1].astype(np.float32) + EPS)
+        np.testing.assert_allclose(bias[1, h].numpy(), np.where(p[1, k - 1] > 0, want, -np.inf), rtol=1e-6)
 
 
 def test_log_is_taken_in_float32_for_float16_powers():
     _, powers, mask = _dense_batch(torch.float16)
-    bias = XLogSMaskBias(2)(DenseStructure(powers, mask))
+    bias = XLogSMaskBias(2, outside_support="eps")(DenseStructure(powers, mask))
     assert bias.dtype == torch.float32
     # In float16, 1e-30 would flush to 0 and log(0) = -inf.
     assert torch.isfinite(bias).all()
@@ -51,14 +55,20 @@ def test_float64_stays_float64():
     assert XLogSMaskBias(2)(DenseStructure(powers, mask)).dtype == torch.float64
 
 
-def test_sparse_pairs():
+@pytest.mark.parametrize("outside", ["hard", "eps"])
+def test_sparse_pairs(outside):
     p = norm_powers(PATH_TRIANGLE, 3)
     edge_index, values = union_pairs(p)
-    bias = XLogSMaskBias(2, head_powers=[2, 3])(SparseStructure(edge_index, values.float()))
-    assert bias.shape == (edge_index.size(1), 2)
+    bias = XLogSMaskBias(3, head_powers=[1, 2, 0], outside_support=outside)(SparseStructure(edge_index, values.float()))
+    assert bias.shape == (edge_index.size(1), 3)
     row, col = edge_index.numpy()
-    want = np.log(p[[1, 2]][:, row, col].T.astype(np.float32) + EPS)
-    np.testing.assert_allclose(bias.numpy(), want, rtol=1e-6)
+    vals = p[[0, 1]][:, row, col].T
+    want = np.log(vals.astype(np.float32) + EPS)
+    if outside == "hard":  # pairs of the union (Â^3) support outside Â^1 / Â^2's own support
+        assert (vals == 0).any()
+        want = np.where(vals > 0, want, -np.inf)
+    np.testing.assert_allclose(bias[:, :2].numpy(), want, rtol=1e-6)
+    assert (bias[:, 2] == 0).all()  # k_h = 0: no log mask
 
 
 def test_bad_configuration_is_refused():
@@ -73,6 +83,8 @@ def test_bad_configuration_is_refused():
         XLogSMaskBias(4)(DenseStructure(powers, mask))
     with pytest.raises(ValueError):
         XLogSMaskBias(2)({"powers": powers})
+    with pytest.raises(ValueError, match="outside_support"):
+        XLogSMaskBias(2, outside_support="soft")
 
 
 def test_registry_is_a_plain_dict():

@@ -387,9 +387,14 @@ def test_zero_init_equals_plain(biases, task):
     assert not missing and unexpected and all(k.startswith("learned.") for k in unexpected)
     with torch.no_grad():
         assert torch.equal(with_b.forward_dense(x, powers, mask, extras=ex), plain.forward_dense(x, powers, mask))
-        xs, ei, vals, batch, sx = union(items, x, mask, support_pairs)
+        # Head 3 is plain (k = 0) and has learned biases: the sparse path needs every pair of each graph.
+        xs, ei, vals, batch, sx = union(items, x, mask, lambda it: all_pairs(len(it["spd"])))
         got = with_b.forward_sparse(xs, ei, vals, batch, extras=sx)
         assert torch.equal(got, plain.forward_sparse(xs, ei, vals, batch))
+        # On the support pairs only, a learned bias on the plain head cannot be given at every pair: refused.
+        xs, ei, vals, batch, sx = union(items, x, mask, support_pairs)
+        with pytest.raises(ValueError, match="plain head"):
+            with_b.forward_sparse(xs, ei, vals, batch, extras=sx)
 
 
 @pytest.mark.parametrize("biases", COMBOS, ids=["spd", "rrwp", "magnetic", "eigen", "all", "placed"])

@@ -162,6 +162,10 @@ def _check_structure(cfg: Config) -> None:
     if cfg.model.use_bias and max(powers) > cfg.structure.powers.k:
         raise ConfigError(f"model.head_powers reads Â^{max(powers)} but structure.powers.k is "
                           f"{cfg.structure.powers.k}: raise structure.powers.k or lower the powers")
+    if cfg.model.experts and cfg.model.use_bias and cfg.model.outside_support == "eps":
+        raise ConfigError("model.outside_support=eps (log(eps) outside the support) needs a dense path over the "
+                          "whole domain; attention experts (model.experts) attend over sparse token masks: use "
+                          "model.outside_support=hard")
     if cfg.model.experts and "cluster" in cfg.model.experts and cfg.structure.partition.parts < 1:
         raise ConfigError("model.experts has 'cluster', which reads METIS parts: set structure.partition.parts >= 1")
     for b in cfg.model.biases:
@@ -296,7 +300,24 @@ class Experiment:
         return exp
 
     def task(self, seed: int, device: str) -> Any:
-        """The level's :class:`~xmask_cli.engine.loop.Task` for ``seed`` (which also draws random splits)."""
+        """The level's :class:`~xmask_cli.engine.loop.Task` for ``seed`` (which also draws random splits).
+
+        Raises:
+            ConfigError: the model needs a dense path (``model.outside_support:
+                eps``, or a learned bias on a plain head) where only a sparse
+                one fits or one is requested.
+        """
+        from xmask_cli.engine.paths import PathRefused
+
+        try:
+            return self._task(seed, device)
+        except PathRefused as exc:
+            raise ConfigError(str(exc)) from None
+
+    def _task(self, seed: int, device: str) -> Any:
+        from xmask_cli.model.network import sparse_refusal
+
+        dense_only = sparse_refusal(self.cfg.model)
         cfg, spec = self.cfg, getattr(self.graphs, "spec", None)
         if self.level == "image":
             from xmask_cli.engine.image import ImageTask, image_split
@@ -320,7 +341,7 @@ class Experiment:
                             subgraph_size=n.subgraph_size, subgraphs_per_epoch=n.subgraphs_per_epoch,
                             dense_max_nodes=n.dense_max_nodes, seed=seed, device=device, attention=n.attention,
                             needs=model_needs(cfg), experts=bool(cfg.model.experts), query_batch=n.query_batch,
-                            query_chunk_pairs=n.query_chunk_pairs)
+                            query_chunk_pairs=n.query_chunk_pairs, dense_only=dense_only)
         if self.level == "link":
             from xmask_cli.engine.pairs import LinkTask, prepare_pair_structure
             from xmask_cli.engine.splits import edge_split
@@ -334,7 +355,7 @@ class Experiment:
             return LinkTask(path, node_features(self.graphs)[0], split, dataset=spec.name, metric=self.metric,
                             protocol=cfg.link.protocol, seed=seed, device=device,
                             dense_max_nodes=cfg.node.dense_max_nodes, fractions=tuple(cfg.link.fractions),
-                            needs=model_needs(cfg))
+                            needs=model_needs(cfg), dense_only=dense_only)
         from xmask_cli.engine.pairs import EdgeTask, edge_regression_split, prepare_pair_structure, train_edge_index
 
         data = self.edge_data
@@ -343,7 +364,8 @@ class Experiment:
                                       self.cache_dir, level="edge", log=self.log)
         x = None if data.x is None else torch.as_tensor(data.x)
         return EdgeTask(path, x, data, split, dataset=EDGE_FILE_DATASET, metric=self.metric, seed=seed,
-                        device=device, dense_max_nodes=cfg.node.dense_max_nodes, needs=model_needs(cfg))
+                        device=device, dense_max_nodes=cfg.node.dense_max_nodes, needs=model_needs(cfg),
+                        dense_only=dense_only)
 
     def model_config(self, task: Any) -> Any:
         """The :class:`ModelConfig` this experiment's model takes on ``task``."""

@@ -15,7 +15,8 @@ Four ways to batch one graph, all reading the structure from the cache
   evaluation runs every node as a query;
 * ``partition``: METIS parts from the cache, attention over the cached pairs
   inside a part only (sparse path), so memory is bounded by the part size;
-  cross-part pairs are lost (an option, no longer a default).
+  cross-part pairs are lost (an option, no longer a default); plain heads
+  attend over every node of the part.
 
 ``auto`` picks ``full`` up to ``dense_max_nodes`` nodes and ``query`` above
 (``partition`` above when the model has learned pair biases, which the query
@@ -47,7 +48,7 @@ from xmask_cli.data.load import GraphSet
 from xmask_cli.engine.extras import GraphExtras, to_tensors
 from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import METRICS
-from xmask_cli.engine.paths import ATTENTIONS, full_graph_attention
+from xmask_cli.engine.paths import ATTENTIONS, PathRefused, full_graph_attention
 from xmask_cli.engine.query import CHUNK_PAIRS, QueryStats, Support, encode_queries
 from xmask_cli.engine.splits import Split
 from xmask_cli.engine.train import node_features
@@ -151,6 +152,9 @@ class NodeTask:
             training node in one step, a full-batch gradient).
         query_chunk_pairs: pair budget of one attention chunk in ``query`` mode
             (bounds the pair tensors; the numbers do not depend on it).
+        dense_only: why the model cannot run on a sparse path
+            (:func:`~xmask_cli.model.network.sparse_refusal`), or None: then
+            full-graph attention is dense, and query and partition batches are refused.
 
     Attributes:
         in_dim: node feature width.
@@ -161,6 +165,8 @@ class NodeTask:
     Raises:
         ValueError: unknown ``mode`` or ``metric``, a bad size, or partitions
             needed but absent from the cache.
+        PathRefused: ``dense_only`` and a sparse path (partitions, or sparse
+            full-graph attention) is requested or the only one that fits.
     """
 
     model_task = "node"
@@ -169,7 +175,8 @@ class NodeTask:
                  mode: str = "auto", subgraph_size: int = 0, subgraphs_per_epoch: int = 1,
                  dense_max_nodes: int = 5000, seed: int = 0, device: torch.device | str = "cpu",
                  parts_per_batch: int = 1, attention: str = "auto", needs: Iterable[str] = (),
-                 experts: bool = False, query_batch: int = 0, query_chunk_pairs: int = CHUNK_PAIRS):
+                 experts: bool = False, query_batch: int = 0, query_chunk_pairs: int = CHUNK_PAIRS,
+                 dense_only: str | None = None):
         if attention not in ATTENTIONS:
             raise ValueError(f"node attention must be one of {ATTENTIONS}, got {attention!r}")
         if mode not in MODES:
@@ -222,6 +229,11 @@ class NodeTask:
             raise ValueError(f"subgraph mode needs subgraph_size >= 1, got {self.subgraph_size}")
         self.eval_mode = self.mode if self.mode != "subgraph" else (
             "full" if self.num_nodes <= self.dense_max_nodes else large)
+        sparse_only = {"partition", "query"} & {self.mode, self.eval_mode}
+        if dense_only is not None and sparse_only:
+            raise PathRefused(f"{' and '.join(sorted(sparse_only))} batches (node.mode={mode}, {self.num_nodes} nodes, "
+                              f"node.dense_max_nodes={self.dense_max_nodes}) attend sparsely, which is refused: "
+                              f"{dense_only}")
 
         self.train_mask = np.zeros(self.num_nodes, dtype=bool)
         self.train_mask[split.train] = True
@@ -242,7 +254,8 @@ class NodeTask:
             raise ValueError("node.mode=query attends over the stored pairs (sparse): node.attention=dense needs "
                              "node.mode=full")
         self.attention = "sparse" if self.mode == "query" else full_graph_attention(
-            attention, self.num_nodes, len(self._col), self.device, self.dense_max_nodes)
+            attention, self.num_nodes, len(self._col), self.device, self.dense_max_nodes,
+            dense_only if "full" in (self.mode, self.eval_mode) else None)
         self._full: NodeBatch | None = None
         self._tokens = None
         if self.experts:

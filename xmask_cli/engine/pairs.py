@@ -9,7 +9,9 @@ validation or test edge can reach a mask, a distance or an eigenvector.
 
 Node embeddings come from the whole training-edge graph at every step: the
 dense path (``encode_dense`` on cached ``Â^1..Â^K``) when ``N <=
-dense_max_nodes``, else the sparse path over the cached pairs.
+dense_max_nodes``, else the sparse path over the cached pairs (same numbers,
+see :mod:`~xmask_cli.engine.paths`; a model that needs the dense grid,
+``dense_only``, is refused above ``dense_max_nodes``).
 
 Link prediction (:class:`LinkTask`)
 -----------------------------------
@@ -169,7 +171,8 @@ class _Structure:
     """Cached structure of the training-edge graph, ready for the model (dense or sparse)."""
 
     def __init__(self, path: str | os.PathLike, edge_index: np.ndarray, num_nodes: int, dense_max_nodes: int,
-                 device: torch.device, attention: str = "auto", needs: Iterable[str] = ()):
+                 device: torch.device, attention: str = "auto", needs: Iterable[str] = (),
+                 dense_only: str | None = None):
         with StructureCache(path) as c:
             if c.num_graphs != 1 or c.num_nodes(0) != num_nodes:
                 raise ValueError(f"cache {path} does not hold one graph of {num_nodes} nodes")
@@ -178,7 +181,8 @@ class _Structure:
                 raise ValueError(f"cache {path} was not prepared from this split's training edges; "
                                  f"build it with prepare_pair_structure(..., split training edges, ...)")
             num_pairs = int(c._read("powers/indptr", slice(num_nodes, num_nodes + 1))[0])
-            self.dense = full_graph_attention(attention, num_nodes, num_pairs, device, dense_max_nodes) == "dense"
+            self.dense = full_graph_attention(attention, num_nodes, num_pairs, device, dense_max_nodes,
+                                              dense_only) == "dense"
             extras = GraphExtras(c, 0, needs) if needs else None
             self.extras = None
             if self.dense:
@@ -288,7 +292,8 @@ class LinkTask:
     def __init__(self, cache_path: str | os.PathLike, features: Tensor, split: EdgeSplit, *, dataset: str,
                  metric: str = "mrr", protocol: str = "shared", seed: int = 0, device: torch.device | str = "cpu",
                  dense_max_nodes: int = 5000, batch_size: int = 0,
-                 fractions: Sequence[float] = (0.85, 0.05, 0.10), needs: Iterable[str] = ()):
+                 fractions: Sequence[float] = (0.85, 0.05, 0.10), needs: Iterable[str] = (),
+                 dense_only: str | None = None):
         if metric != "mrr":
             raise ValueError(f"link prediction reports 'mrr', got {metric!r}")
         if protocol not in PROTOCOLS:
@@ -306,7 +311,8 @@ class LinkTask:
         self.num_nodes = n
         self.in_dim = int(features.size(1))
         self.x = features.float().to(self.device)
-        self.structure = _Structure(cache_path, split.train_edge_index, n, dense_max_nodes, self.device, needs=needs)
+        self.structure = _Structure(cache_path, split.train_edge_index, n, dense_max_nodes, self.device, needs=needs,
+                                    dense_only=dense_only)
         self.train_pos = split.train_pos
         self._train_keys = np.unique(pair_keys(self.train_pos[0], self.train_pos[1], n))
         m = split.num_neg_per_pos
@@ -410,7 +416,8 @@ class EdgeTask:
 
     def __init__(self, cache_path: str | os.PathLike, features: Tensor | None, data: EdgeData, split: Split, *,
                  dataset: str, metric: str = "mae", seed: int = 0, device: torch.device | str = "cpu",
-                 dense_max_nodes: int = 5000, batch_size: int = 0, needs: Iterable[str] = ()):
+                 dense_max_nodes: int = 5000, batch_size: int = 0, needs: Iterable[str] = (),
+                 dense_only: str | None = None):
         if metric not in ("mae", "rmse"):
             raise ValueError(f"edge regression reports 'mae' or 'rmse', got {metric!r}")
         e, n = data.num_edges, int(data.num_nodes)
@@ -425,7 +432,8 @@ class EdgeTask:
         self.dataset, self.cache_path, self.data, self.split = dataset, str(cache_path), data, split
         self.device = torch.device(device)
         train_ei = train_edge_index(data, split)
-        self.structure = _Structure(cache_path, train_ei, n, dense_max_nodes, self.device, needs=needs)
+        self.structure = _Structure(cache_path, train_ei, n, dense_max_nodes, self.device, needs=needs,
+                                    dense_only=dense_only)
         self.features_source = ("file" if features is not None
                                 else f"one-hot degree of the training edges (cap {MAX_DEGREE})")
         if features is None:

@@ -1,13 +1,19 @@
 """Which attention path a full-graph batch takes: dense SDPA or sparse pairs.
 
-Both paths compute the same numbers up to float rounding (dense gives absent
-pairs ``log(eps)``, a weight below float32 resolution); they differ in cost.
+Given the same structure both paths compute the same numbers to float
+rounding: a pair outside a head's stored support gets ``-inf`` on both
+(``model.outside_support: hard``), and plain heads (``k_h = 0``,
+``use_bias: false``) attend over every node on both. They differ in cost.
+Two settings need the whole domain as one dense grid and make ``auto``
+choose dense (and refuse where the grid does not fit): ``outside_support:
+eps`` and a learned bias on a plain head (see
+:func:`~xmask_cli.model.network.sparse_refusal`).
 """
 from __future__ import annotations
 
 import torch
 
-__all__ = ["ATTENTIONS", "SPARSE_DENSITY", "full_graph_attention"]
+__all__ = ["ATTENTIONS", "SPARSE_DENSITY", "PathRefused", "full_graph_attention"]
 
 #: Values of ``node.attention``.
 ATTENTIONS = ("auto", "dense", "sparse")
@@ -15,8 +21,12 @@ ATTENTIONS = ("auto", "dense", "sparse")
 SPARSE_DENSITY = 0.05
 
 
+class PathRefused(ValueError):
+    """The model needs a dense path (``dense_only``) where only a sparse one is possible or requested."""
+
+
 def full_graph_attention(requested: str, num_nodes: int, num_pairs: int, device: torch.device | str,
-                         dense_max_nodes: int = 5000) -> str:
+                         dense_max_nodes: int = 5000, dense_only: str | None = None) -> str:
     """``'dense'`` or ``'sparse'`` for attention over one whole graph.
 
     ``auto``: sparse above ``dense_max_nodes`` nodes (an N x N grid would not
@@ -26,9 +36,25 @@ def full_graph_attention(requested: str, num_nodes: int, num_pairs: int, device:
     ``Â^1..Â^4`` (1.0 M pairs, 14 % of the grid) was faster dense, while with
     ``Â^1..Â^2`` (about 1 %) sparse was ten times faster; the cut-off sits
     between (benchmarks/train_speed.py measures both paths).
+
+    Args:
+        dense_only: why the model cannot run sparse (from
+            :func:`~xmask_cli.model.network.sparse_refusal`), or None. With a
+            reason, ``auto`` is dense up to ``dense_max_nodes`` nodes.
+
+    Raises:
+        PathRefused: ``dense_only`` and either ``sparse`` was requested or the
+            graph has more than ``dense_max_nodes`` nodes.
     """
     if requested not in ATTENTIONS:
         raise ValueError(f"attention must be one of {ATTENTIONS}, got {requested!r}")
+    if dense_only is not None:
+        if requested == "sparse":
+            raise PathRefused(f"node.attention=sparse refused: {dense_only}")
+        if requested == "auto" and num_nodes > dense_max_nodes:
+            raise PathRefused(f"a graph of {num_nodes} nodes is above node.dense_max_nodes={dense_max_nodes}, "
+                              f"so only sparse attention fits, which is refused: {dense_only}")
+        return "dense"
     if requested != "auto":
         return requested
     if num_nodes > dense_max_nodes:

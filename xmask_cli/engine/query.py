@@ -18,6 +18,12 @@ chunk: the ``[E, H, d_h]`` pair tensors only ever hold one chunk's pairs;
 with more than one chunk in a layer, training recomputes each chunk in the
 backward (activation checkpointing) instead of keeping every chunk's pairs.
 
+Plain heads (``k_h = 0``, ``use_bias: false``) attend over every node of the
+graph, as on every other path (:func:`~xmask_cli.model.attention.plain_attention`,
+in query chunks): every ``S_l`` below the queries is then the whole graph.
+A model that needs the dense grid (``outside_support: eps``, a learned bias
+on a plain head) is refused here.
+
 With one block (the large-graph presets) ``S_0`` is just the batch's support.
 With several, ``S_0`` grows towards the whole graph; a batch of all training
 nodes then gives one exact full-batch gradient step per epoch, with memory
@@ -114,11 +120,18 @@ class QueryStats:
     chunks: int = 0
 
 
-def closure(support: Support, queries: np.ndarray, layers: int) -> list[np.ndarray]:
-    """Node sets ``[S_0, ..., S_L]`` (ascending ids): ``S_L = queries``, ``S_{l-1} = S_l ∪ keys(S_l)``."""
+def closure(support: Support, queries: np.ndarray, layers: int, whole: bool = False) -> list[np.ndarray]:
+    """Node sets ``[S_0, ..., S_L]`` (ascending ids): ``S_L = queries``, ``S_{l-1} = S_l ∪ keys(S_l)``.
+
+    ``whole``: every ``S_l`` below ``S_L`` is the whole graph (a model with plain
+    heads, whose keys are every node).
+    """
     sets = [np.unique(np.asarray(queries, dtype=np.int64))]
     for _ in range(layers):
         cur = sets[0]
+        if whole:
+            sets.insert(0, np.arange(support.num_nodes, dtype=np.int64))
+            continue
         pos, _ = support.positions(cur)
         if len(cur) == support.num_nodes:
             sets.insert(0, cur)  # already everything
@@ -168,10 +181,17 @@ def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: S
     Returns:
         The embeddings in the order of ``queries``.
     """
+    from xmask_cli.model.network import sparse_refusal
+
+    refusal = sparse_refusal(model.cfg)
+    if refusal is not None:
+        raise ValueError(f"the query-batch path attends over stored pairs (sparse), which is refused: {refusal}")
     queries = np.asarray(queries, dtype=np.int64)
     if len(queries) > 1 and bool((np.diff(queries) <= 0).any()):
         raise ValueError("queries must be ascending and distinct")
-    sets = closure(support, queries, len(model.blocks))
+    # Plain heads (k_h = 0, use_bias=False) attend over every node: each layer then needs all of them.
+    plain = bool(model.cfg.plain_heads)
+    sets = closure(support, queries, len(model.blocks), whole=plain)
     grad = torch.is_grad_enabled()
     local = np.full(support.num_nodes, -1, dtype=np.int64)  # global id -> row of the previous layer's h
     if stats is not None:
@@ -224,7 +244,9 @@ def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: S
                     SparseStructure(edge_index=global_pairs, values=values))
                 learned = model._learned(layer, None, edge_index=edge_index)
                 bias = xlog if learned is None else (learned if xlog is None else xlog + learned)
-                return block.forward_pairs(h_prev[q_idx], h_prev[k_idx], edge_index, bias)
+                # With plain heads h_prev holds every node, in id order: their keys.
+                return block.forward_pairs(h_prev[q_idx], h_prev[k_idx], edge_index, bias,
+                                           plain_keys=h_prev if plain else None)
 
             outs.append(_maybe_checkpoint(run, h, recompute=grad and len(spans) > 1))
         if stats is not None:

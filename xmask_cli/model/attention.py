@@ -7,7 +7,12 @@ Logits of head ``h`` for query ``i`` and key ``j`` (``d_h`` = head width):
 
 Padded keys get ``-inf``. The dense path attends over all (real) pairs with
 ``scaled_dot_product_attention``; the sparse path attends over a given list
-of pairs only. On the same pairs they compute the same numbers.
+of pairs only, except for *plain heads* (``plain_heads``: heads with no
+structural mask, ``k_h = 0`` or ``use_bias=False``), which attend over every
+node of the domain through :func:`plain_attention`. A structural bias of
+``-inf`` (outside a head's stored support, ``outside_support='hard'``, see
+:mod:`~xmask_cli.model.bias`) gives the pair weight exactly 0 on either path,
+so given the same structure both compute the same numbers to float rounding.
 """
 from __future__ import annotations
 
@@ -16,9 +21,101 @@ import math
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.utils import softmax as segment_softmax
+from torch.utils.checkpoint import checkpoint
+from torch_geometric.utils import scatter
 
 MASK_SCALES = ("paper", "none")
+#: Floats of ``[heads, queries, keys]`` logits :func:`plain_attention` holds at once (~64 MB in float32).
+PLAIN_CHUNK_FLOATS = 1 << 24
+
+
+def segment_softmax(logits: Tensor, index: Tensor, num_nodes: int) -> Tensor:
+    """Softmax of ``logits [E, H]`` over the pairs of each query (``index [E]``).
+
+    Pairs at ``-inf`` get weight exactly 0; a query whose pairs are all
+    ``-inf`` (or that has none) gets all-zero weights instead of NaN, in the
+    forward and the backward.
+    """
+    if logits.numel() == 0:
+        return logits
+    top = scatter(logits.detach(), index, dim=0, dim_size=num_nodes, reduce="max")
+    top = torch.where(torch.isfinite(top), top, torch.zeros((), dtype=top.dtype, device=top.device))
+    e = (logits - top[index]).exp()
+    total = scatter(e, index, dim=0, dim_size=num_nodes, reduce="sum")
+    # A row of zeros divides by the smallest normal number, not by 0.
+    return e / total[index].clamp_min(torch.finfo(e.dtype).tiny)
+
+
+def plain_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    query_groups: Tensor | None = None,
+    key_groups: Tensor | None = None,
+    dropout_p: float = 0.0,
+    chunk_floats: int = PLAIN_CHUNK_FLOATS,
+    return_lse: bool = False,
+) -> Tensor | tuple[Tensor, Tensor]:
+    """Unmasked attention of the given queries over every key: ``softmax_j(q_i·k_j / sqrt(d_h)) v_j``.
+
+    What a plain head (``k_h = 0``, or ``use_bias=False``) computes on paths
+    that do not hold the whole ``N x N`` grid (sparse full graph, partitions,
+    query batches). Queries are taken in chunks of about ``chunk_floats``
+    logits; with gradients each chunk is checkpointed (recomputed in the
+    backward), so memory stays ``O(chunk_floats + N·H·d_h)`` whatever ``N``.
+
+    Args:
+        q: ``[Nq, H, d_h]`` queries.
+        k, v: ``[Nk, H, d_h]`` keys and values (every key of the domain).
+        query_groups, key_groups: ``[Nq]`` / ``[Nk]`` graph id of each query /
+            key, for a disjoint union of graphs (a query attends to the keys of
+            its own group only); None: one domain.
+        dropout_p: dropout on the attention weights (pass 0 in evaluation).
+        chunk_floats: logits per chunk (``H·rows·Nk``).
+        return_lse: also return ``[Nq, H]`` ``log Σ_j exp(q_i·k_j / sqrt(d_h))``
+            (to recover the weight of any pair: ``exp(logit - lse)``).
+
+    Returns:
+        ``[Nq, H, d_h]``, a query without keys gives 0; with ``return_lse``
+        also the log-sum-exp (``-inf`` for such a query).
+    """
+    nq, H, d = q.shape
+    nk = k.size(0)
+    if (query_groups is None) != (key_groups is None):
+        raise ValueError("give both query_groups and key_groups, or neither")
+    scale = 1.0 / math.sqrt(d)
+
+    def rows(a: int, b: int) -> tuple[Tensor, Tensor]:
+        s = torch.einsum("qhd,khd->hqk", q[a:b], k) * scale  # [H, rows, Nk]
+        if query_groups is not None:
+            s = s.masked_fill((query_groups[a:b, None] != key_groups[None, :])[None], float("-inf"))
+        lse = torch.logsumexp(s, dim=-1)  # [H, rows]
+        safe = torch.where(torch.isfinite(lse), lse, torch.zeros((), dtype=lse.dtype, device=lse.device))
+        w = (s - safe.unsqueeze(-1)).exp()
+        if dropout_p > 0:
+            w = F.dropout(w, p=dropout_p, training=True)
+        return torch.einsum("hqk,khd->qhd", w, v), lse.t()
+
+    if nq == 0 or nk == 0:
+        out = q.new_zeros(nq, H, v.size(-1))
+        lse = q.new_full((nq, H), float("-inf"))
+        return (out, lse) if return_lse else out
+    step = max(1, chunk_floats // max(H * nk, 1))
+    if step >= nq:
+        out, lse = rows(0, nq)
+    else:
+        outs, lses = [], []
+        for a in range(0, nq, step):
+            b = min(nq, a + step)
+            if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+                o, l = checkpoint(rows, a, b, use_reentrant=False)
+            else:
+                o, l = rows(a, b)
+            outs.append(o)
+            lses.append(l)
+        out, lse = torch.cat(outs), torch.cat(lses)
+    return (out, lse) if return_lse else out
 
 
 class StructuralAttention(torch.nn.Module):
@@ -31,6 +128,10 @@ class StructuralAttention(torch.nn.Module):
         attn_dropout: dropout on the attention weights.
         mask_scale: ``'paper'`` scales the bias with ``q·k`` by ``1/sqrt(d_h)``;
             ``'none'`` adds it after scaling.
+        plain_heads: 0-based heads without a structural mask (``k_h = 0`` or
+            ``use_bias=False``): on the sparse path they attend over every node
+            of ``x`` (of its group), not over the given pairs. The dense path
+            needs no such list (their bias is 0 over the whole grid).
     """
 
     def __init__(
@@ -40,6 +141,7 @@ class StructuralAttention(torch.nn.Module):
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
         mask_scale: str = "paper",
+        plain_heads: tuple[int, ...] = (),
     ):
         super().__init__()
         if num_heads < 1 or dim % num_heads:
@@ -51,6 +153,9 @@ class StructuralAttention(torch.nn.Module):
         self.head_dim = dim // num_heads
         self.mask_scale = mask_scale
         self.attn_dropout = attn_dropout
+        self.plain_heads = tuple(sorted({int(h) for h in plain_heads}))
+        if self.plain_heads and not (0 <= self.plain_heads[0] and self.plain_heads[-1] < num_heads):
+            raise ValueError(f"plain_heads must be 0-based heads below {num_heads}, got {list(plain_heads)}")
         self.q = torch.nn.Linear(dim, dim)
         self.k = torch.nn.Linear(dim, dim)
         self.v = torch.nn.Linear(dim, dim)
@@ -76,8 +181,10 @@ class StructuralAttention(torch.nn.Module):
             float_mask = self.structural_term(bias).to(dtype)
         if mask is not None and not bool(mask.all()):
             B, N = mask.shape
+            # A graph without real nodes keeps its (padded, never read) keys open: an all -inf row is NaN.
+            hide = ~mask & mask.any(1, keepdim=True)
             pad = torch.zeros(B, 1, 1, N, dtype=dtype, device=mask.device)
-            pad = pad.masked_fill(~mask[:, None, None, :], float("-inf"))
+            pad = pad.masked_fill(hide[:, None, None, :], float("-inf"))
             float_mask = pad if float_mask is None else float_mask + pad
         return float_mask
 
@@ -142,22 +249,31 @@ class StructuralAttention(torch.nn.Module):
         edge_index: Tensor,
         bias: Tensor | None = None,
         return_terms: bool = False,
+        groups: Tensor | None = None,
+        complete: bool = False,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
-        """Attention over the given pairs only (each query's support).
+        """Attention over the given pairs (each query's support); plain heads over every node.
 
         Args:
             x: ``[N, D]`` node features.
             edge_index: ``[2, E]`` pairs, row = query ``i``, col = key ``j``.
-            bias: ``[E, H]`` structural bias ``M`` at each pair, or None.
+            bias: ``[E, H]`` structural bias ``M`` at each pair (``-inf``: the
+                pair is outside that head's support), or None.
             return_terms: also return the per-head terms.
+            groups: ``[N]`` graph of each node when ``x`` is a disjoint union
+                (plain heads attend inside their graph); None: one graph.
+            complete: ``edge_index`` already holds every pair of the domain
+                (each graph's ``n^2`` pairs once), so plain heads use it as it is.
 
         Returns:
             ``[N, D]`` (zero before the output projection for a query with no
             pairs), and with ``return_terms`` a dict of ``[E, H]`` tensors
-            ``energy``, ``structural``, ``logits``, ``attention`` plus
-            ``value`` and ``aggregate`` ``[N, H, d_h]``.
+            ``energy``, ``structural``, ``logits``, ``attention`` (for plain
+            heads: their weight at the given pairs within the softmax over all
+            nodes) plus ``value`` and ``aggregate`` ``[N, H, d_h]``.
         """
-        return self.forward_pairs(x, x, edge_index, bias, return_terms)
+        return self.forward_pairs(x, x, edge_index, bias, return_terms, plain_keys=x, query_groups=groups,
+                                  key_groups=groups, complete=complete)
 
     def forward_pairs(
         self,
@@ -166,12 +282,19 @@ class StructuralAttention(torch.nn.Module):
         edge_index: Tensor,
         bias: Tensor | None = None,
         return_terms: bool = False,
+        *,
+        plain_keys: Tensor | None = None,
+        query_groups: Tensor | None = None,
+        key_groups: Tensor | None = None,
+        complete: bool = False,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """Sparse attention of ``Nq`` queries over pairs into a separate set of ``Nk`` keys.
 
         :meth:`forward_sparse` is the case ``x_query is x_key``; the whole-graph
         query-batch path (:mod:`xmask_cli.engine.query`) attends a chunk of
         queries over all of their stored keys this way, so both run this code.
+        Plain heads (:attr:`plain_heads`) attend over ``plain_keys`` instead:
+        every node of the domain.
 
         Args:
             x_query: ``[Nq, D]`` features of the queries.
@@ -179,6 +302,12 @@ class StructuralAttention(torch.nn.Module):
             edge_index: ``[2, E]`` pairs, row indexes ``x_query``, col indexes ``x_key``.
             bias: ``[E, H]`` structural bias at each pair, or None.
             return_terms: also return the per-head terms (as :meth:`forward_sparse`).
+            plain_keys: ``[Nd, D]`` features of every node of the domain, the
+                keys of the plain heads; needed when the module has plain heads
+                (unless ``complete``).
+            query_groups, key_groups: ``[Nq]`` / ``[Nd]`` graph of each query /
+                domain node, for a disjoint union (see :func:`plain_attention`).
+            complete: the pairs are every pair of the domain: plain heads use them.
 
         Returns:
             ``[Nq, D]``, and with ``return_terms`` the terms (``value`` ``[Nk, H, d_h]``,
@@ -193,10 +322,20 @@ class StructuralAttention(torch.nn.Module):
         energy = (q[row] * k[col]).sum(-1) / math.sqrt(self.head_dim)  # [E, H]
         structural = torch.zeros_like(energy) if bias is None else self.structural_term(bias).to(energy.dtype)
         logits = energy + structural
-        # Normalize over each query's pairs only.
-        attention = segment_softmax(logits, index=row, num_nodes=n_query, dim=0)
+        # Normalize over each query's pairs only (-inf pairs weigh 0, an all -inf row gives 0, not NaN).
+        attention = segment_softmax(logits, index=row, num_nodes=n_query)
         weights = F.dropout(attention, p=self.attn_dropout, training=self.training)
         agg = v.new_zeros(n_query, *shape).index_add_(0, row, weights.unsqueeze(-1) * v[col])  # [Nq, H, d_h]
+        if self.plain_heads and not complete:
+            if plain_keys is None:
+                raise ValueError("this attention has plain heads (k_h = 0 or use_bias=False), which attend over "
+                                 "every node of the domain: pass plain_keys")
+            if plain_keys is x_key:
+                kp, vp = k, v
+            else:
+                kp, vp = self.k(plain_keys).view(-1, *shape), self.v(plain_keys).view(-1, *shape)
+            agg, attention = self._plain(q, kp, vp, agg, attention, energy, row, query_groups, key_groups,
+                                         return_terms)
         out = self.dropout(self.out(agg.reshape(n_query, self.dim)))
         if not return_terms:
             return out
@@ -210,6 +349,24 @@ class StructuralAttention(torch.nn.Module):
         }
         return out, terms
 
+    def _plain(self, q: Tensor, k: Tensor, v: Tensor, agg: Tensor, attention: Tensor, energy: Tensor,
+               row: Tensor, query_groups: Tensor | None, key_groups: Tensor | None,
+               with_weights: bool) -> tuple[Tensor, Tensor]:
+        """Plain heads' aggregate over every domain node ``k, v`` (replacing their pair-only one), and their pair weights."""
+        idx = torch.tensor(self.plain_heads, dtype=torch.long, device=q.device)
+        res = plain_attention(q.index_select(1, idx), k.index_select(1, idx), v.index_select(1, idx),
+                              query_groups=query_groups, key_groups=key_groups,
+                              dropout_p=self.attn_dropout if self.training else 0.0, return_lse=with_weights)
+        plain_agg, lse = res if with_weights else (res, None)
+        is_plain = torch.zeros(self.num_heads, dtype=torch.bool, device=q.device)
+        is_plain[idx] = True
+        full = torch.zeros_like(agg).index_copy(1, idx, plain_agg)
+        agg = torch.where(is_plain[None, :, None], full, agg)
+        if lse is not None:
+            pair_w = torch.zeros_like(attention).index_copy(1, idx, (energy.index_select(1, idx) - lse[row]).exp())
+            attention = torch.where(is_plain[None, :], pair_w, attention)
+        return agg, attention
+
     def forward(
         self,
         x: Tensor,
@@ -218,10 +375,12 @@ class StructuralAttention(torch.nn.Module):
         edge_index: Tensor | None = None,
         return_terms: bool = False,
         attn_mask: Tensor | None = None,
+        groups: Tensor | None = None,
+        complete: bool = False,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
-        """Sparse path when ``edge_index`` is given, dense path otherwise."""
+        """Sparse path when ``edge_index`` is given (``groups``, ``complete``: see :meth:`forward_sparse`), dense otherwise."""
         if edge_index is not None:
             if mask is not None:
                 raise ValueError("the sparse path takes no padding mask")
-            return self.forward_sparse(x, edge_index, bias, return_terms)
+            return self.forward_sparse(x, edge_index, bias, return_terms, groups=groups, complete=complete)
         return self.forward_dense(x, bias, mask, return_terms, attn_mask=attn_mask)

@@ -4,6 +4,13 @@ Every bias takes one batch and returns what head ``h`` adds to its logits,
 either dense ``[B, H, N, N]`` (padded graph batches) or sparse ``[E, H]``
 (one value per attended pair). How the term is scaled is the attention's
 business (``mask_scale``), not the bias's.
+
+Outside the support (``outside_support``, README "Attention paths and what
+'outside the support' means"): under ``'hard'`` (default) a pair whose stored
+``Â^{k_h}_ij`` is 0 gets ``-inf`` for head ``h``, the ``eps -> 0`` limit of
+Eq. 9, so every attention path (dense grid, sparse pairs, partitions) gives
+the same numbers; under ``'eps'`` it gets ``log(0 + eps)``, the literal dense
+formula, which only a path holding the whole domain densely can represent.
 """
 from __future__ import annotations
 
@@ -14,6 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+#: Values of ``model.outside_support``: ``hard`` (-inf outside a head's stored support) or ``eps`` (``log(eps)``).
+OUTSIDE_SUPPORT = ("hard", "eps")
 
 @dataclass
 class DenseStructure:
@@ -70,10 +79,15 @@ class XLogSMaskBias(StructuralBias):
             ``[1, ..., H]`` (head 1 sees 1 hop, ..., head H sees H hops).
             ``k_h = 0`` leaves head ``h`` without the log mask (its bias is 0),
             e.g. to give some heads only a learned bias.
-        eps: floor inside the log, so absent pairs get ``log(eps)``, not ``-inf``.
+        eps: floor inside the log: ``log(Â^k_ij + eps)`` inside the support.
+        outside_support: ``'hard'``: a pair with ``Â^{k_h}_ij = 0`` gets
+            ``-inf`` (the self pair excepted: it is always in the support, and
+            keeping it finite means no row can be all ``-inf``); ``'eps'``:
+            it gets ``log(eps)``.
     """
 
-    def __init__(self, num_heads: int, head_powers: Sequence[int] | None = None, eps: float = 1e-30):
+    def __init__(self, num_heads: int, head_powers: Sequence[int] | None = None, eps: float = 1e-30,
+                 outside_support: str = "hard"):
         super().__init__()
         if num_heads < 1:
             raise ValueError(f"num_heads must be >= 1, got {num_heads}")
@@ -84,6 +98,9 @@ class XLogSMaskBias(StructuralBias):
             raise ValueError(f"head_powers are 1-based powers of Â (0: no log mask on that head), got {powers}")
         if not eps > 0:
             raise ValueError(f"eps must be > 0, got {eps}")
+        if outside_support not in OUTSIDE_SUPPORT:
+            raise ValueError(f"outside_support must be one of {OUTSIDE_SUPPORT}, got {outside_support!r}")
+        self.outside_support = outside_support
         self.num_heads = num_heads
         self.head_powers = powers
         self.eps = float(eps)
@@ -93,8 +110,12 @@ class XLogSMaskBias(StructuralBias):
         self.register_buffer("_off", torch.tensor([k == 0 for k in powers]), persistent=False)
         self._any_off = 0 in powers
 
-    def _log(self, values: Tensor, axis: int) -> Tensor:
-        """``log(values[..., k_h, ...] + eps)`` per head along ``axis``, in float32 or wider."""
+    def _log(self, values: Tensor, axis: int, off_diagonal: Tensor | None = None) -> Tensor:
+        """``log(values[..., k_h, ...] + eps)`` per head along ``axis``, in float32 or wider.
+
+        Under ``'hard'``, ``-inf`` where the value is 0 and ``off_diagonal``
+        (broadcastable bool, True for pairs ``i != j``) holds.
+        """
         if values.size(axis) < max(self.head_powers):
             raise ValueError(f"head_powers need Â^{max(self.head_powers)}, batch has K={values.size(axis)}")
         if self.head_powers == list(range(1, self.num_heads + 1)):
@@ -107,6 +128,11 @@ class XLogSMaskBias(StructuralBias):
             out = torch.log(picked.to(wide) + self.eps)
         else:  # torch.add allocates the output once; the log then runs in place on it.
             out = torch.add(picked.to(wide), self.eps).log_()
+        if self.outside_support == "hard":
+            outside = picked == 0
+            if off_diagonal is not None:
+                outside &= off_diagonal
+            out = out.masked_fill(outside, float("-inf")) if out.requires_grad else out.masked_fill_(outside, float("-inf"))
         if self._any_off:
             shape = [1] * out.dim()
             shape[axis] = self.num_heads
@@ -130,15 +156,19 @@ class XLogSMaskBias(StructuralBias):
             mask = _field(batch, "mask")
             if mask is None:
                 raise ValueError("a dense batch needs `mask` [B, N] beside `powers`")
-            bias = self._log(powers, axis=1)
+            n = powers.size(-1)
+            off_diag = ~torch.eye(n, dtype=torch.bool, device=powers.device)
+            bias = self._log(powers, axis=1, off_diagonal=off_diag)
             if bool(mask.all()):
                 return bias
-            # Keep padding rows/columns finite and inert rather than log(eps).
+            # Keep padding rows/columns finite and inert (the attention gives padded keys -inf itself).
             pair = (mask[:, :, None] & mask[:, None, :])[:, None]
             return bias.masked_fill(~pair, 0.0) if bias.requires_grad else bias.masked_fill_(~pair, 0.0)
         values = _field(batch, "values")
         if values is not None:
-            return self._log(values, axis=1)
+            edge_index = _field(batch, "edge_index")
+            off_diag = None if edge_index is None else (edge_index[0] != edge_index[1]).unsqueeze(-1)
+            return self._log(values, axis=1, off_diagonal=off_diag)
         raise ValueError("batch has neither `powers` (dense) nor `values` (sparse)")
 
 

@@ -37,9 +37,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.utils import softmax as segment_softmax
-
-from xmask_cli.model.attention import StructuralAttention
+from xmask_cli.model.attention import StructuralAttention, segment_softmax
 
 MODES = ("sparse", "dense", "dual")
 DENSE_CELL_FLOATS = 3  # c: logits + float mask + softmax per (query, key, head)
@@ -212,17 +210,17 @@ def _dense_region(q: Tensor, k: Tensor, v: Tensor, structural: Tensor | None, re
     # SDPA scales q·k itself; the structural term carries the bias's own scaling.
     mask[:, cells] = 0.0 if structural is None else structural.t()
     mask = mask.view(H, nq, nk)
-    has_pair = torch.zeros(nq, dtype=torch.bool, device=q.device)
-    has_pair[region.rows] = True
+    # Rows (per head) with no finite cell: no pair, or every pair outside that head's support (-inf).
+    has_pair = torch.isfinite(mask).any(-1)  # [H, |Q|]
     all_rows = bool(has_pair.all())
     if not all_rows:
         # An all -inf row gives NaN (also in the backward); open it and zero its output instead.
-        mask = mask.masked_fill(~has_pair[None, :, None], 0.0)
+        mask = mask.masked_fill(~has_pair[:, :, None], 0.0)
     agg = F.scaled_dot_product_attention(q.transpose(0, 1)[None], k.transpose(0, 1)[None], v.transpose(0, 1)[None],
                                          attn_mask=mask[None], dropout_p=dropout_p)
     agg = agg[0].transpose(0, 1)  # [|Q|, H, d_h]
     if not all_rows:
-        agg = torch.where(has_pair[:, None, None], agg, torch.zeros((), dtype=agg.dtype, device=agg.device))
+        agg = torch.where(has_pair.t()[:, :, None], agg, torch.zeros((), dtype=agg.dtype, device=agg.device))
     return agg
 
 
@@ -232,7 +230,7 @@ def _sparse_region(attn: StructuralAttention, q: Tensor, k: Tensor, v: Tensor, s
     nq = q.size(0)
     energy = (q[region.rows] * k[region.cols]).sum(-1) / math.sqrt(attn.head_dim)  # [nnz, H]
     logits = energy if structural is None else energy + structural
-    attention = segment_softmax(logits, index=region.rows, num_nodes=nq, dim=0)
+    attention = segment_softmax(logits, index=region.rows, num_nodes=nq)
     weights = F.dropout(attention, p=attn.attn_dropout, training=attn.training)
     agg = q.new_zeros(nq, attn.num_heads, attn.head_dim)
     return agg.index_add_(0, region.rows, weights.unsqueeze(-1) * v[region.cols])

@@ -28,6 +28,9 @@ class TransformerBlock(torch.nn.Module):
             empty (default): one attention. With experts the block attends with
             a :class:`~xmask_cli.model.experts.RoutedAttention` over token masks.
         routing: the experts' router (``bilevel``, ``flat``, ``none``).
+        plain_heads: 0-based heads without a structural mask; see
+            :class:`StructuralAttention` (ignored with experts, whose token
+            masks are their domains).
     """
 
     def __init__(
@@ -41,6 +44,7 @@ class TransformerBlock(torch.nn.Module):
         mask_scale: str = "paper",
         experts: tuple[str, ...] = (),
         routing: str = "bilevel",
+        plain_heads: tuple[int, ...] = (),
     ):
         super().__init__()
         if norm not in NORMS:
@@ -50,7 +54,7 @@ class TransformerBlock(torch.nn.Module):
         if experts:
             self.attn = RoutedAttention(dim, num_heads, tuple(experts), dropout, attn_dropout, mask_scale, routing)
         else:
-            self.attn = StructuralAttention(dim, num_heads, dropout, attn_dropout, mask_scale)
+            self.attn = StructuralAttention(dim, num_heads, dropout, attn_dropout, mask_scale, plain_heads)
         self.ffn = torch.nn.Sequential(
             torch.nn.Linear(dim, ffn_mult * dim),
             torch.nn.ReLU(),
@@ -70,6 +74,8 @@ class TransformerBlock(torch.nn.Module):
         attn_mask: Tensor | None = None,
         return_terms: bool = False,
         routed: dict | None = None,
+        groups: Tensor | None = None,
+        complete: bool = False,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """One block; sparse attention when ``edge_index`` is given.
 
@@ -87,6 +93,9 @@ class TransformerBlock(torch.nn.Module):
                 :meth:`~StructuralAttention.forward_sparse`).
             routed: with experts, the keywords of :meth:`RoutedAttention.forward`
                 (``pairs``, ``bias``, ``mode``, ``regions``); ``x`` is then ``[T, D]`` tokens.
+            groups: ``[N]`` graph of each node of a sparse disjoint union (plain
+                heads attend inside their graph); None: one graph.
+            complete: the sparse pairs are every pair of the domain (plain heads use them).
 
         Returns:
             Tensor shaped like ``x``. Padded positions hold finite values
@@ -100,9 +109,10 @@ class TransformerBlock(torch.nn.Module):
                     raise ValueError("an expert block needs `routed` (pairs per mask) and records no terms")
                 return self.attn(h, **routed)
             if not return_terms:
-                return self.attn(h, bias=bias, mask=mask, edge_index=edge_index, attn_mask=attn_mask)
+                return self.attn(h, bias=bias, mask=mask, edge_index=edge_index, attn_mask=attn_mask, groups=groups,
+                                 complete=complete)
             out, recorded = self.attn(h, bias=bias, mask=mask, edge_index=edge_index, return_terms=True,
-                                      attn_mask=attn_mask)
+                                      attn_mask=attn_mask, groups=groups, complete=complete)
             terms.update(recorded)
             return out
 
@@ -114,7 +124,8 @@ class TransformerBlock(torch.nn.Module):
             x = x + self.ffn(self.norm2(x))
         return (x, terms) if return_terms else x
 
-    def forward_pairs(self, x_query: Tensor, x_key: Tensor, edge_index: Tensor, bias: Tensor | None = None) -> Tensor:
+    def forward_pairs(self, x_query: Tensor, x_key: Tensor, edge_index: Tensor, bias: Tensor | None = None,
+                      plain_keys: Tensor | None = None) -> Tensor:
         """The block's output at a set of queries attending over pairs into a separate key set.
 
         Equal to rows of the sparse :meth:`forward` when ``x_query`` are rows of
@@ -127,11 +138,14 @@ class TransformerBlock(torch.nn.Module):
             x_key: ``[Nk, D]`` block input at the keys.
             edge_index: ``[2, E]`` pairs, row indexes ``x_query``, col indexes ``x_key``.
             bias: ``[E, H]`` or None.
+            plain_keys: ``[N, D]`` block input at every node of the graph, the
+                keys of the plain heads (needed when the block has any).
         """
         if isinstance(self.attn, RoutedAttention):
             raise ValueError("an expert block attends over token masks, not query/key pairs")
         if self.norm == "post":
-            x = self.norm1(x_query + self.attn.forward_pairs(x_query, x_key, edge_index, bias))
+            x = self.norm1(x_query + self.attn.forward_pairs(x_query, x_key, edge_index, bias, plain_keys=plain_keys))
             return self.norm2(x + self.ffn(x))
-        x = x_query + self.attn.forward_pairs(self.norm1(x_query), self.norm1(x_key), edge_index, bias)
+        pk = None if plain_keys is None else self.norm1(plain_keys)
+        x = x_query + self.attn.forward_pairs(self.norm1(x_query), self.norm1(x_key), edge_index, bias, plain_keys=pk)
         return x + self.ffn(self.norm2(x))

@@ -3,8 +3,12 @@
 Dense path: a padded batch (``x [B, N, F]``, ``powers [B, K, N, N]``,
 ``mask [B, N]``). Sparse path: one graph or a disjoint union of graphs given
 as attended pairs (``edge_index [2, E]``, ``values [E, K]``) plus an optional
-PyG-style ``batch`` vector. On the same pairs both compute the same numbers
-(up to the ``log(eps)`` leak of the dense path, see :mod:`attention`).
+PyG-style ``batch`` vector. Given the same structure both compute the same
+numbers to float rounding under ``outside_support='hard'`` (pairs outside a
+head's stored support weigh 0 on both; plain heads attend over the whole
+graph on both). ``outside_support='eps'`` is the literal dense formula and
+only the dense path computes it: the sparse path refuses it, as it refuses a
+learned bias on a plain head (see :func:`sparse_refusal`).
 """
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from torch import Tensor
 from torch_geometric.utils import scatter
 
 from xmask_cli.model.attention import MASK_SCALES
-from xmask_cli.model.bias import DenseStructure, SparseStructure, XLogSMaskBias
+from xmask_cli.model.bias import OUTSIDE_SUPPORT, DenseStructure, SparseStructure, XLogSMaskBias
 from xmask_cli.model.bias_stack import BIAS_LABELS, BiasSpec, BiasStack
 from xmask_cli.model.dualmode import MODES as DUAL_MODES
 from xmask_cli.model.experts import EXPERTS, ROUTINGS, HierarchicalMasks
@@ -51,6 +55,10 @@ class ModelConfig:
         head_powers: power of ``Â`` read by each head (0: no log mask on that
             head); None means ``[1, ..., H]``. Stored as a tuple so the config stays hashable.
         eps: floor inside ``log(Â^k + eps)``.
+        outside_support: ``'hard'`` (default): a pair with ``Â^{k_h}_ij = 0``
+            gets ``-inf`` for head ``h`` on every path (the ``eps -> 0`` limit
+            of Eq. 9); ``'eps'``: it gets ``log(eps)``, the literal dense
+            formula, which only dense paths compute (sparse ones refuse it).
         readout: ``'sum'``, ``'mean'`` or ``'max'`` over real nodes (graph task).
         task: ``'graph'`` (one output per graph), ``'node'`` (one per node), ``'link'``
             or ``'edge'`` (one per node pair, scored by :meth:`XMaskNet.score_pairs`).
@@ -87,6 +95,7 @@ class ModelConfig:
     mask_scale: str = "paper"
     head_powers: Sequence[int] | None = None
     eps: float = 1e-30
+    outside_support: str = "hard"
     readout: str = "sum"
     task: str = "graph"
     use_bias: bool = True
@@ -108,7 +117,7 @@ class ModelConfig:
         if self.hidden % self.heads:
             raise ValueError(f"hidden {self.hidden} must be a multiple of heads {self.heads}")
         for name, allowed in (("norm", NORMS), ("mask_scale", MASK_SCALES), ("readout", READOUTS), ("task", TASKS),
-                              ("encoder", ENCODERS)):
+                              ("encoder", ENCODERS), ("outside_support", OUTSIDE_SUPPORT)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         powers = range(1, self.heads + 1) if self.head_powers is None else self.head_powers
@@ -127,6 +136,10 @@ class ModelConfig:
                 raise ValueError(f"attention experts (M3Dphormer) are for node tasks, not {self.task!r}")
             if self.biases:
                 raise ValueError("attention experts take the X-LogSMask term only, not learned biases")
+            if self.outside_support == "eps" and self.use_bias:
+                raise ValueError("model.outside_support=eps (log(eps) outside the support) needs a dense path over "
+                                 "the whole domain; attention experts attend over sparse token masks: use "
+                                 "model.outside_support=hard")
         if self.routing not in ROUTINGS:
             raise ValueError(f"routing must be one of {ROUTINGS}, got {self.routing!r}")
         if self.expert_attention not in DUAL_MODES:
@@ -157,6 +170,55 @@ class ModelConfig:
     def needs(self) -> frozenset[str]:
         """Cache sections beyond the powers that batches must carry (``spd``, ``rrwp``, ``magnetic``, ``spectrum``)."""
         return frozenset(b.needs for b in self.biases)
+
+    @property
+    def plain_heads(self) -> tuple[int, ...]:
+        """0-based heads without a structural mask (see :func:`plain_heads`)."""
+        return plain_heads(self)
+
+
+def plain_heads(model: Any) -> tuple[int, ...]:
+    """0-based heads that attend over every pair of their domain: all under ``use_bias=False``, else ``k_h = 0``.
+
+    ``model``: a :class:`ModelConfig` or the config's ``model`` section (same field names).
+    """
+    heads = int(_get(model, "heads"))
+    if not _get(model, "use_bias"):
+        return tuple(range(heads))
+    powers = _get(model, "head_powers") or range(1, heads + 1)
+    return tuple(h for h, k in enumerate(powers) if int(k) == 0)
+
+
+def _complete(edge_index: Tensor, num_nodes: int, batch: Tensor | None) -> bool:
+    """Whether ``edge_index`` (unique pairs, none across graphs) holds every pair of each graph: ``Σ n_g^2`` of them."""
+    if batch is None:
+        total = num_nodes * num_nodes
+    else:
+        total = int((torch.bincount(batch) ** 2).sum()) if batch.numel() else 0
+    return edge_index.size(1) == total
+
+
+def sparse_refusal(model: Any) -> str | None:
+    """Why this model cannot run on a sparse path (pairs, partitions, query batches); None if it can.
+
+    Two things need every pair of the domain densely: ``outside_support='eps'``
+    (``log(eps)`` at every pair outside the support) and a learned bias on a
+    plain head (its value at every pair, which sparse batches do not carry).
+    ``model``: a :class:`ModelConfig` or the config's ``model`` section.
+    """
+    if _get(model, "use_bias") and _get(model, "outside_support") == "eps":
+        return ("model.outside_support=eps (the literal dense formula, log(eps) at every pair outside the "
+                "support) needs the whole domain as one dense grid; use model.outside_support=hard or a dense path")
+    plain = {h + 1 for h in plain_heads(model)}
+    heads = int(_get(model, "heads"))
+    for b in _get(model, "biases") or ():
+        served = set(_get(b, "heads") or range(1, heads + 1))
+        if served & plain:
+            return (f"the learned {_get(b, 'type')} bias (model.biases) serves plain head(s) "
+                    f"{sorted(served & plain)} (k_h = 0 or model.use_bias=false), which attend over every pair "
+                    f"of the domain; sparse batches carry it only at the stored pairs: use a dense path, or give "
+                    f"those heads a power (model.head_powers)")
+    return None
 
 
 def head_labels(cfg: ModelConfig) -> list[list[str]]:
@@ -229,13 +291,13 @@ class XMaskNet(torch.nn.Module):
         else:
             self.encoder = torch.nn.Linear(cfg.in_dim, cfg.hidden)
         # Parameter-free, so one instance serves every layer (the bias is computed once per forward).
-        self.bias = XLogSMaskBias(cfg.heads, cfg.head_powers, cfg.eps) if cfg.use_bias else None
+        self.bias = XLogSMaskBias(cfg.heads, cfg.head_powers, cfg.eps, cfg.outside_support) if cfg.use_bias else None
         # Learned biases: parameters per layer, so they are added to the shared mask layer by layer.
         self.learned = BiasStack(cfg.biases, cfg.heads, cfg.layers, cfg.rrwp_dim) if cfg.biases else None
         self.blocks = torch.nn.ModuleList(
             TransformerBlock(
                 cfg.hidden, cfg.heads, cfg.ffn_mult, cfg.dropout, cfg.attn_dropout, cfg.norm, cfg.mask_scale,
-                experts=tuple(cfg.experts), routing=cfg.routing,
+                experts=tuple(cfg.experts), routing=cfg.routing, plain_heads=cfg.plain_heads,
             )
             for _ in range(cfg.layers)
         )
@@ -397,8 +459,13 @@ class XMaskNet(torch.nn.Module):
     # ----------------------------------------------------------------- sparse
     def encode_sparse(self, x: Tensor, edge_index: Tensor, values: Tensor | None = None,
                       return_terms: bool = False, extras: Mapping[str, Tensor] | None = None,
+                      batch: Tensor | None = None,
                       ) -> Tensor | tuple[Tensor, list[dict[str, Tensor]]]:
-        """Node embeddings ``[N, hidden]`` attending over the pairs ``edge_index`` only.
+        """Node embeddings ``[N, hidden]`` attending over the pairs ``edge_index`` (plain heads: every node).
+
+        Heads with a structural mask attend over the given pairs (``-inf``
+        at those outside their own support); plain heads over every node of
+        the graph (of its graph in ``batch``).
 
         Args:
             x: ``[N, F]`` node features (one graph or a disjoint union).
@@ -408,10 +475,25 @@ class XMaskNet(torch.nn.Module):
                 pair; see :meth:`StructuralAttention.forward_sparse`).
             extras: sparse structure the learned biases read (``spd [E]``,
                 ``rrwp [E, S]``, per-node ``eig_*`` / ``mag_*``).
+            batch: ``[N]`` graph of each node of a disjoint union; None: one graph.
+
+        Pairs must be unique and not cross graphs. When they are every pair of
+        the domain (``Σ n_g^2``), this is the dense formula exactly, whatever
+        the settings; otherwise plain heads attend over every node through
+        :func:`~xmask_cli.model.attention.plain_attention`.
 
         Returns:
             ``h``, or ``(h, [terms of layer 0, layer 1, ...])`` with ``return_terms``.
+
+        Raises:
+            ValueError: the pairs are not complete and the model cannot run
+                sparse (:func:`sparse_refusal`).
         """
+        complete = _complete(edge_index, x.size(0), batch)
+        if not complete:  # every pair of the domain given: the dense formula, whatever the settings
+            refusal = sparse_refusal(self.cfg)
+            if refusal is not None:
+                raise ValueError(f"sparse attention path refused: {refusal}")
         h = self.encoder(self._drop_input(x))
         xlog = None
         if self.bias is not None:
@@ -423,10 +505,11 @@ class XMaskNet(torch.nn.Module):
             learned = self._learned(i, extras, edge_index=edge_index)
             bias = xlog if learned is None else (learned if xlog is None else xlog + learned)
             if return_terms:
-                h, terms = block(h, bias, edge_index=edge_index, return_terms=True)
+                h, terms = block(h, bias, edge_index=edge_index, return_terms=True, groups=batch,
+                                  complete=complete)
                 layers.append(terms)
             else:
-                h = block(h, bias, edge_index=edge_index)
+                h = block(h, bias, edge_index=edge_index, groups=batch, complete=complete)
         return (h, layers) if return_terms else h
 
     def readout_sparse(self, h: Tensor, batch: Tensor | None = None, num_graphs: int | None = None) -> Tensor:
@@ -455,7 +538,7 @@ class XMaskNet(torch.nn.Module):
             num_graphs: ``G``; default ``batch.max() + 1``.
         """
         self._no_pair_task()
-        h = self.encode_sparse(x, edge_index, values, extras=extras)
+        h = self.encode_sparse(x, edge_index, values, extras=extras, batch=batch)
         if self.cfg.task == "graph":
             return self.head(self.readout_sparse(h, batch, num_graphs))
         return self.head(h)
