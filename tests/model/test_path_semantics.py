@@ -10,7 +10,11 @@ initialisation), ``d_h`` 16 and 32, both ``mask_scale`` settings:
 - ``'eps'``: the dense path equals the literal formula ``log(0 + eps)`` in
   numpy, and the sparse path refuses it;
 - plain heads (``k_h = 0``, ``use_bias=False``): the sparse path gives the
-  unmasked attention over the whole graph, as the dense one does.
+  unmasked attention over the whole graph, as the dense one does; in a padded
+  batch of PROTEINS graphs each graph's plain heads attend over that graph.
+
+The partition path (Amazon Computers) and the subgraph path are in
+``tests/engine/test_path_semantics.py``.
 """
 from __future__ import annotations
 
@@ -18,9 +22,10 @@ import math
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
 import torch
 
+from tests.model.semantics import (LOGIT_STD, RTOL, aggregate, assert_same_grads, log_mask, max_rel, numpy_heads,
+                                   rel, run_with_grads, spread_logits)
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.model.network import ModelConfig, XMaskNet
@@ -28,14 +33,10 @@ from xmask_cli.structure.graph import adjacency
 from xmask_cli.structure.powers import power_pairs
 
 K = 2
-EPS = 1e-30
-#: Smallest standard deviation of the logits q·k/sqrt(d_h) the comparisons run at.
-LOGIT_STD = 5.0
-RTOL = 1e-4
 
 
 class Cora:
-    """Cora's features and ``Â^1, Â^2`` as both a dense grid and a pair list."""
+    """Cora's features and ``Â^1, Â^2`` as both a dense grid and a pair list (the union support)."""
 
     def __init__(self, x: np.ndarray, row: np.ndarray, col: np.ndarray, values: np.ndarray):
         self.n = x.shape[0]
@@ -45,6 +46,10 @@ class Cora:
         dense = np.zeros((K, self.n, self.n), dtype=np.float32)
         dense[:, row, col] = values.T
         self.powers = torch.from_numpy(dense)[None]  # [1, K, N, N]
+        self.a = dense.astype(np.float64)
+
+    def paths(self) -> dict[str, dict]:
+        return {"dense": {"powers": self.powers}, "sparse": {"edge_index": self.edge_index, "values": self.values}}
 
 
 @pytest.fixture(scope="module")
@@ -58,118 +63,30 @@ def cora(tmp_path_factory: pytest.TempPathFactory) -> Cora:
     return Cora(data.x.numpy().astype(np.float32), row, col, np.asarray(values, dtype=np.float32))
 
 
-def _model(d_h: int, mask_scale: str, heads: int = 2, **kw) -> XMaskNet:
+def _model(d_h: int, mask_scale: str, in_dim: int = 1433, heads: int = 2, **kw) -> XMaskNet:
     torch.manual_seed(0)
-    cfg = ModelConfig(in_dim=1433, out_dim=7, hidden=heads * d_h, heads=heads, layers=1, dropout=0.0,
+    cfg = ModelConfig(in_dim=in_dim, out_dim=7, hidden=heads * d_h, heads=heads, layers=1, dropout=0.0,
                       task="node", mask_scale=mask_scale, **{"head_powers": (1, 2)[:heads], **kw})
     return XMaskNet(cfg)
 
 
-def _spread(model: XMaskNet, cora: Cora, target: float = 1.5 * LOGIT_STD) -> float:
-    """Scale W_q, W_k so the logits q·k/sqrt(d_h) over all pairs have std ~``target``; returns the std."""
-    attn = model.blocks[0].attn
-    with torch.no_grad():
-        for _ in range(3):
-            h = model.encoder(cora.x)
-            q, k, _ = attn._heads(h)
-            energy = torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(attn.head_dim)
-            std = float(energy.std(dim=(1, 2)).min())
-            factor = math.sqrt(target / std)
-            for lin in (attn.q, attn.k):
-                lin.weight.mul_(factor)
-                lin.bias.mul_(factor)
-        h = model.encoder(cora.x)
-        q, k, _ = attn._heads(h)
-        energy = torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(attn.head_dim)
-        return float(energy.std(dim=(1, 2)).min())
+def _dense(model: XMaskNet, x: torch.Tensor, cora: Cora) -> torch.Tensor:
+    return model.encode_dense(x[None], cora.powers)[0]
 
 
-def _run(model: XMaskNet, cora: Cora, path: str) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Output ``[N, hidden]`` of the encoder and the gradients of a fixed random loss."""
-    model.zero_grad()
-    x = cora.x.clone().requires_grad_(True)
-    if path == "dense":
-        out = model.encode_dense(x[None], cora.powers)[0]
-    else:
-        out = model.encode_sparse(x, cora.edge_index, cora.values)
-    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(5))
-    (out * weight).sum().backward()
-    grads = {"x": x.grad.clone()}
-    grads.update({name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None})
-    return out.detach(), grads
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
-
-
-#: The key projection's bias adds q_i·b_k to every logit of row i: the softmax ignores it, so its gradient
-#: is 0 up to float round-off (~1e-6 of the others') on both paths and has no relative precision to compare.
-ZERO_GRAD = "blocks.0.attn.k.bias"
-
-
-def _same_grads(grad_d: dict[str, torch.Tensor], grad_s: dict[str, torch.Tensor]) -> None:
-    assert grad_d.keys() == grad_s.keys() and {"x", "blocks.0.attn.q.weight", "encoder.weight"} <= grad_d.keys()
-    for name in grad_d:
-        if name == ZERO_GRAD:
-            scale = float(grad_d["blocks.0.attn.k.weight"].abs().max())
-            assert max(float(grad_d[name].abs().max()), float(grad_s[name].abs().max())) < 1e-3 * scale
-            continue
-        assert _rel(grad_s[name], grad_d[name]) < RTOL, name
+def _sparse(model: XMaskNet, x: torch.Tensor, cora: Cora) -> torch.Tensor:
+    return model.encode_sparse(x, cora.edge_index, cora.values)
 
 
 @pytest.mark.parametrize("mask_scale", ["paper", "none"])
 @pytest.mark.parametrize("d_h", [16, 32])
 def test_hard_dense_equals_sparse_on_cora(cora: Cora, d_h: int, mask_scale: str) -> None:
     model = _model(d_h, mask_scale)
-    assert _spread(model, cora) >= LOGIT_STD
-    out_d, grad_d = _run(model, cora, "dense")
-    out_s, grad_s = _run(model, cora, "sparse")
-    assert _rel(out_s, out_d) < RTOL
-    _same_grads(grad_d, grad_s)
-
-
-def _numpy_heads(model: XMaskNet, cora: Cora, masks: list[np.ndarray | None]) -> np.ndarray:
-    """float64 per-head aggregate ``[N, H, d_h]`` of softmax(q·k/sqrt(d_h) + M_h) v, ``M_h = masks[h]`` (None: 0)."""
-    attn = model.blocks[0].attn
-    W = {name: (getattr(attn, name).weight.detach().double().numpy(), getattr(attn, name).bias.detach().double().numpy())
-         for name in ("q", "k", "v")}
-    with torch.no_grad():
-        h = model.encoder(cora.x).double().numpy()
-    H, d = attn.num_heads, attn.head_dim
-    q, k, v = ((h @ W[n][0].T + W[n][1]).reshape(-1, H, d) for n in ("q", "k", "v"))
-    out = np.empty_like(q)
-    for hh in range(H):
-        logits = q[:, hh] @ k[:, hh].T / math.sqrt(d)
-        if masks[hh] is not None:
-            logits = logits + masks[hh]
-        w = np.exp(logits - logits.max(1, keepdims=True))
-        out[:, hh] = (w / w.sum(1, keepdims=True)) @ v[:, hh]
-    return out
-
-
-def _aggregate(model: XMaskNet, cora: Cora, path: str) -> np.ndarray:
-    """``[N, H, d_h]`` per-head aggregate (before the output projection) of one path."""
-    with torch.no_grad():
-        h = model.encoder(cora.x)
-        attn = model.blocks[0].attn
-        if path == "dense":
-            bias = model.bias(__import__("xmask_cli.model.bias", fromlist=["DenseStructure"]).DenseStructure(
-                cora.powers, torch.ones(1, cora.n, dtype=torch.bool))) if model.bias is not None else None
-            _, terms = attn.forward_dense(h[None], bias, return_terms=True)
-            return terms["aggregate"][0].transpose(0, 1).double().numpy()
-        from xmask_cli.model.bias import SparseStructure
-
-        bias = None if model.bias is None else model.bias(SparseStructure(cora.edge_index, cora.values))
-        _, terms = attn.forward_sparse(h, cora.edge_index, bias, return_terms=True)
-        return terms["aggregate"].double().numpy()
-
-
-def _log_mask(a_k: np.ndarray, scale: float, outside: str) -> np.ndarray:
-    m = np.log(a_k.astype(np.float64) + EPS)
-    if outside == "hard":
-        m = np.where(a_k > 0, m, -np.inf)
-    return m * scale
+    assert spread_logits(model, cora.x) >= LOGIT_STD
+    out_d, grad_d = run_with_grads(model, cora.x, lambda m, x: _dense(m, x, cora))
+    out_s, grad_s = run_with_grads(model, cora.x, lambda m, x: _sparse(m, x, cora))
+    assert rel(out_s, out_d) < RTOL
+    assert_same_grads(grad_d, grad_s)
 
 
 @pytest.mark.parametrize("mask_scale", ["paper", "none"])
@@ -177,27 +94,23 @@ def test_hard_both_paths_equal_numpy_reference(cora: Cora, mask_scale: str) -> N
     """The pinned formula, float64: softmax(q·k/√d_h + s·log(Â^k + ε)) with -inf where Â^k = 0."""
     d_h = 16
     model = _model(d_h, mask_scale)
-    assert _spread(model, cora) >= LOGIT_STD
+    assert spread_logits(model, cora.x) >= LOGIT_STD
     scale = 1 / math.sqrt(d_h) if mask_scale == "paper" else 1.0
-    a = cora.powers[0].double().numpy()
-    want = _numpy_heads(model, cora, [_log_mask(a[0], scale, "hard"), _log_mask(a[1], scale, "hard")])
-    for path in ("dense", "sparse"):
-        got = _aggregate(model, cora, path)
-        assert np.abs(got - want).max() / np.abs(want).max() < RTOL, path
+    want = numpy_heads(model, cora.x, [log_mask(cora.a[0], scale), log_mask(cora.a[1], scale)])
+    for path, kw in cora.paths().items():
+        assert max_rel(aggregate(model, cora.x, path, **kw), want) < RTOL, path
 
 
 def test_eps_dense_is_literal_formula_and_sparse_refuses(cora: Cora) -> None:
     d_h = 16
     model = _model(d_h, "paper", outside_support="eps")
-    assert _spread(model, cora) >= LOGIT_STD
-    a = cora.powers[0].double().numpy()
+    assert spread_logits(model, cora.x) >= LOGIT_STD
     scale = 1 / math.sqrt(d_h)
-    literal = _numpy_heads(model, cora, [_log_mask(a[0], scale, "eps"), _log_mask(a[1], scale, "eps")])
-    got = _aggregate(model, cora, "dense")
-    assert np.abs(got - literal).max() / np.abs(literal).max() < RTOL
+    literal = numpy_heads(model, cora.x, [log_mask(cora.a[0], scale, "eps"), log_mask(cora.a[1], scale, "eps")])
+    assert max_rel(aggregate(model, cora.x, "dense", powers=cora.powers), literal) < RTOL
     # The settings differ here (q·k spread makes log(eps)/sqrt(d_h) = -17 leak), so this test can fail.
-    hard = _numpy_heads(model, cora, [_log_mask(a[0], scale, "hard"), _log_mask(a[1], scale, "hard")])
-    assert np.abs(hard - literal).max() / np.abs(literal).max() > 1e-2
+    hard = numpy_heads(model, cora.x, [log_mask(cora.a[0], scale), log_mask(cora.a[1], scale)])
+    assert max_rel(hard, literal) > 1e-2
     with pytest.raises(ValueError, match="model.outside_support=eps"):
         model.encode_sparse(cora.x, cora.edge_index, cora.values)
 
@@ -207,16 +120,48 @@ def test_plain_heads_attend_over_the_whole_graph_on_both_paths(cora: Cora, kw: d
     """k_h = 0 / use_bias=False: unmasked attention over all 2708 nodes, dense and sparse alike."""
     d_h = 16
     model = _model(d_h, "paper", **kw)
-    assert _spread(model, cora) >= LOGIT_STD
-    a = cora.powers[0].double().numpy()
-    scale = 1 / math.sqrt(d_h)
-    masks = [None, None] if not model.cfg.use_bias else [None, _log_mask(a[1], scale, "hard")]
-    want = _numpy_heads(model, cora, masks)
-    for path in ("dense", "sparse"):
-        got = _aggregate(model, cora, path)
-        assert np.abs(got - want).max() / np.abs(want).max() < RTOL, path
+    assert spread_logits(model, cora.x) >= LOGIT_STD
+    masks = [None, None] if not model.cfg.use_bias else [None, log_mask(cora.a[1], 1 / math.sqrt(d_h))]
+    want = numpy_heads(model, cora.x, masks)
+    for path, paths_kw in cora.paths().items():
+        assert max_rel(aggregate(model, cora.x, path, **paths_kw), want) < RTOL, path
     # and the full layer, with gradients, agrees between the paths
-    out_d, grad_d = _run(model, cora, "dense")
-    out_s, grad_s = _run(model, cora, "sparse")
-    assert _rel(out_s, out_d) < RTOL
-    _same_grads(grad_d, grad_s)
+    out_d, grad_d = run_with_grads(model, cora.x, lambda m, x: _dense(m, x, cora))
+    out_s, grad_s = run_with_grads(model, cora.x, lambda m, x: _sparse(m, x, cora))
+    assert rel(out_s, out_d) < RTOL
+    assert_same_grads(grad_d, grad_s)
+
+
+def test_plain_heads_in_a_padded_batch_attend_over_their_own_graph(shared_data, tmp_path_factory) -> None:
+    """Graph level: in a padded batch of PROTEINS graphs, each graph's heads see that graph (per-graph numpy)."""
+    graphs = load_graphs(get_dataset("PROTEINS"), data_root=shared_data, cache_dir=tmp_path_factory.mktemp("prot"),
+                         offline=True)
+    ids = [0, 5, 20, 100, 300]  # sizes differ, so there is padding
+    # Random features (the attention semantics do not depend on them): the logits get spread below anyway.
+    gen = torch.Generator().manual_seed(3)
+    xs = [torch.randn(int(graphs.num_nodes[i]), 16, generator=gen) for i in ids]
+    sizes = [x.size(0) for x in xs]
+    assert len(set(sizes)) > 1
+    n_max, in_dim, d_h = max(sizes), xs[0].size(1), 16
+    x = torch.zeros(len(ids), n_max, in_dim)
+    powers = torch.zeros(len(ids), K, n_max, n_max)
+    mask = torch.zeros(len(ids), n_max, dtype=torch.bool)
+    a_list = []
+    for b, (i, xi) in enumerate(zip(ids, xs)):
+        n = xi.size(0)
+        r, c, v = power_pairs(adjacency(graphs.edge_index[i], n), K)
+        a = np.zeros((K, n, n))
+        a[:, r, c] = np.asarray(v).T
+        a_list.append(a)
+        x[b, :n], powers[b, :, :n, :n], mask[b, :n] = xi, torch.from_numpy(a).float(), True
+    for kw in ({"use_bias": False}, {"head_powers": (0, 2)}):
+        model = _model(d_h, "paper", in_dim=in_dim, **kw)
+        assert spread_logits(model, torch.cat(xs)) >= LOGIT_STD
+        with torch.no_grad():
+            bias = None if model.bias is None else model.bias({"powers": powers, "mask": mask})
+            _, terms = model.blocks[0].attn.forward_dense(model.encoder(x), bias, mask, return_terms=True)
+        for b, (xi, a) in enumerate(zip(xs, a_list)):
+            masks = [None, None] if not model.cfg.use_bias else [None, log_mask(a[1], 1 / math.sqrt(d_h))]
+            want = numpy_heads(model, xi, masks)
+            got = terms["aggregate"][b, :, : xi.size(0)].transpose(0, 1).double().numpy()
+            assert max_rel(got, want) < RTOL, (kw, ids[b])

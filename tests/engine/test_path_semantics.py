@@ -1,0 +1,198 @@
+"""Path semantics through the node engine (issue 10, §1 and §3): partitions, subgraphs, full graph, refusals.
+
+- A METIS partition batch of Amazon Computers (13752 nodes, truncated
+  large-graph powers, 32 parts), exactly as :class:`NodeTask` builds it: the
+  sparse partition path equals the same partition computed densely (outputs and
+  gradients, 1e-4 relative, ``d_h`` 16 and 32, both ``mask_scale``s, logits
+  spread by >= 5 units), and an independent float64 numpy reference.
+- Plain heads (``use_bias=False``, ``k_h = 0``) on the partition, subgraph and
+  full-graph paths: unmasked attention over the partition / subgraph / graph.
+- ``outside_support='eps'`` and a learned bias on a plain head: partition
+  batches are refused (``PathRefused``; ``train`` exits 2), ``auto`` picks dense.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from tests.model.semantics import (LOGIT_STD, RTOL, aggregate, assert_same_grads, log_mask, max_rel, numpy_heads,
+                                   rel, run_with_grads, spread_logits)
+from xmask_cli.cache import StructureCache
+from xmask_cli.cli import app
+from xmask_cli.config import resolve
+from xmask_cli.data.load import load_graphs
+from xmask_cli.data.registry import get_dataset
+from xmask_cli.engine.node import NodeBatch, NodeTask
+from xmask_cli.engine.paths import PathRefused
+from xmask_cli.engine.splits import node_split
+from xmask_cli.model.network import ModelConfig, XMaskNet, sparse_refusal
+
+#: Powers Â^1, Â^2 only, no SPD / spectra: the structure these tests read, prepared in seconds.
+FAST = ["structure.spd.enabled=false", "structure.spectrum.enabled=false", "structure.powers.k=2"]
+
+
+@dataclass
+class Part:
+    """One partition batch of a NodeTask and the same partition as a dense grid."""
+
+    task: NodeTask
+    batch: NodeBatch
+    x: torch.Tensor  # [n, F]
+    block: torch.Tensor  # [1, K, n, n]
+
+    @property
+    def a(self) -> np.ndarray:
+        return self.block[0].double().numpy()
+
+
+def _node_task(name: str, shared_data: Path, cache_dir: Path, overrides: list[str], **kw) -> NodeTask:
+    summary = _prepare(name, shared_data, cache_dir, overrides)
+    graphs = load_graphs(get_dataset(name), data_root=shared_data, cache_dir=cache_dir, offline=True)
+    split = node_split(graphs.spec.split, graphs.dataset[0], seed=0)
+    return NodeTask(summary.path, graphs, split, **kw)
+
+
+def _prepare(name: str, shared_data: Path, cache_dir: Path, overrides: list[str]):
+    from xmask_cli.prepare import prepare_dataset
+
+    return prepare_dataset(resolve(name, FAST + overrides), data_root=shared_data, cache_dir=cache_dir, offline=True)
+
+
+@pytest.fixture(scope="module")
+def computers(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Part:
+    task = _node_task("computers", shared_data, tmp_path_factory.mktemp("computers"),
+                      ["structure.partition.parts=32"], mode="partition")
+    assert task.num_nodes == 13752 and task.mode == "partition" and len(task.eval_batches) == 32
+    batch = max(task.eval_batches, key=lambda b: b.nodes.numel())
+    nodes = batch.nodes.numpy()
+    # The batch's pairs are exactly the cached (truncated) pairs with both ends in the part.
+    row, col, values = StructureCache(task.cache_path).powers(0)
+    inside = np.zeros(task.num_nodes, dtype=bool)
+    inside[nodes] = True
+    keep = inside[row] & inside[col]
+    ei = batch.edge_index.numpy()
+    assert sorted(zip(nodes[ei[0]], nodes[ei[1]])) == sorted(zip(row[keep], col[keep]))
+    # The same partition as one dense grid, from the batch's own pairs.
+    n, K = len(nodes), batch.values.size(1)
+    block = torch.zeros(1, K, n, n)
+    block[0, :, batch.edge_index[0], batch.edge_index[1]] = batch.values.T
+    # Truncation left pairs of the Â^1 support without an Â^2 value: -inf for head 2 on both paths.
+    assert ((batch.values[:, 0] > 0) & (batch.values[:, 1] == 0)).any()
+    return Part(task, batch, task.x[batch.nodes].float(), block)
+
+
+def _model(in_dim: int, d_h: int, mask_scale: str = "paper", **kw) -> XMaskNet:
+    torch.manual_seed(0)
+    cfg = ModelConfig(in_dim=in_dim, out_dim=10, hidden=2 * d_h, heads=2, layers=1, dropout=0.0, task="node",
+                      mask_scale=mask_scale, **{"head_powers": (1, 2), **kw})
+    return XMaskNet(cfg)
+
+
+def _partition_path(part: Part):
+    b = part.batch
+    return lambda m, x: m.forward_sparse(x, b.edge_index, b.values)  # what NodeTask._forward runs on it
+
+
+def _dense_path(part: Part):
+    return lambda m, x: m.forward_dense(x[None], part.block)[0]
+
+
+@pytest.mark.parametrize("mask_scale", ["paper", "none"])
+@pytest.mark.parametrize("d_h", [16, 32])
+def test_partition_path_equals_dense_partition(computers: Part, d_h: int, mask_scale: str) -> None:
+    model = _model(computers.task.in_dim, d_h, mask_scale)
+    assert spread_logits(model, computers.x) >= LOGIT_STD
+    out_s, grad_s = run_with_grads(model, computers.x, _partition_path(computers))
+    out_d, grad_d = run_with_grads(model, computers.x, _dense_path(computers))
+    assert rel(out_s, out_d) < RTOL
+    assert_same_grads(grad_d, grad_s)
+
+
+def test_partition_equals_numpy_reference(computers: Part) -> None:
+    d_h = 32
+    model = _model(computers.task.in_dim, d_h)
+    assert spread_logits(model, computers.x) >= LOGIT_STD
+    s = 1 / math.sqrt(d_h)
+    want = numpy_heads(model, computers.x, [log_mask(computers.a[0], s), log_mask(computers.a[1], s)])
+    got = aggregate(model, computers.x, "sparse", edge_index=computers.batch.edge_index, values=computers.batch.values)
+    assert max_rel(got, want) < RTOL
+
+
+@pytest.mark.parametrize("kw", [{"use_bias": False}, {"head_powers": (2, 0)}], ids=["no-logmask", "mixed"])
+def test_plain_heads_attend_over_the_whole_partition(computers: Part, kw: dict) -> None:
+    d_h = 16
+    model = _model(computers.task.in_dim, d_h, **kw)
+    assert spread_logits(model, computers.x) >= LOGIT_STD
+    masks = [None, None] if not model.cfg.use_bias else [log_mask(computers.a[1], 1 / math.sqrt(d_h)), None]
+    want = numpy_heads(model, computers.x, masks)
+    got = aggregate(model, computers.x, "sparse", edge_index=computers.batch.edge_index, values=computers.batch.values)
+    assert max_rel(got, want) < RTOL
+    out_s, grad_s = run_with_grads(model, computers.x, _partition_path(computers))
+    out_d, grad_d = run_with_grads(model, computers.x, _dense_path(computers))
+    assert rel(out_s, out_d) < RTOL
+    assert_same_grads(grad_d, grad_s)
+
+
+def test_eps_refuses_partitions(computers: Part) -> None:
+    model = _model(computers.task.in_dim, 16, outside_support="eps")
+    with pytest.raises(ValueError, match="model.outside_support=eps"):
+        model.forward_sparse(computers.x, computers.batch.edge_index, computers.batch.values)
+    t = computers.task
+    with pytest.raises(PathRefused, match="outside_support=eps"):
+        NodeTask(t.cache_path, t.graphs, t.split, mode="partition", dense_only=sparse_refusal(model.cfg))
+    with pytest.raises(PathRefused, match="dense_max_nodes"):  # auto: the 13752-node grid does not fit
+        NodeTask(t.cache_path, t.graphs, t.split, mode="auto", dense_only=sparse_refusal(model.cfg))
+
+
+# ------------------------------------------------------------------ Cora
+@pytest.fixture(scope="module")
+def cora_dir(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cache_dir = tmp_path_factory.mktemp("cora")
+    _prepare("cora", shared_data, cache_dir, ["structure.partition.parts=0"])
+    return cache_dir
+
+
+@pytest.mark.parametrize("kw", [{"use_bias": False}, {"head_powers": (0, 2)}], ids=["no-logmask", "mixed"])
+def test_plain_heads_on_subgraphs_see_the_subgraph(shared_data: Path, cora_dir: Path, kw: dict) -> None:
+    """Subgraph batches slice the cached global powers; plain heads attend over every node of the subgraph."""
+    task = _node_task("cora", shared_data, cora_dir, ["structure.partition.parts=0"], mode="subgraph",
+                      subgraph_size=700)
+    nodes = task.subgraph_nodes(0, 0)
+    batch = task.subgraph_batch(nodes)
+    dense = StructureCache(task.cache_path).dense_powers(0).astype(np.float64)  # the whole graph's Â^k
+    a = dense[:, nodes][:, :, nodes]
+    d_h = 16
+    x = task.x[batch.nodes].float()
+    model = _model(task.in_dim, d_h, **kw)
+    assert spread_logits(model, x) >= LOGIT_STD
+    masks = [None, None] if not model.cfg.use_bias else [None, log_mask(a[1], 1 / math.sqrt(d_h))]
+    got = aggregate(model, x, "dense", powers=batch.powers)
+    assert max_rel(got, numpy_heads(model, x, masks)) < RTOL
+
+
+@pytest.mark.parametrize("kw", [{"use_bias": False}, {"head_powers": (0, 2)}], ids=["no-logmask", "mixed"])
+def test_full_graph_dense_and_sparse_tasks_agree_with_plain_heads(shared_data: Path, cora_dir: Path, kw: dict) -> None:
+    over = ["structure.partition.parts=0"]
+    dense = _node_task("cora", shared_data, cora_dir, over, mode="full", attention="dense")
+    sparse = _node_task("cora", shared_data, cora_dir, over, mode="full", attention="sparse")
+    model = _model(dense.in_dim, 16, **kw).eval()
+    assert spread_logits(model, dense.x.float()) >= LOGIT_STD
+    assert rel(sparse.predict(model), dense.predict(model)) < RTOL
+
+
+def test_train_refuses_eps_on_partitions_with_exit_2(shared_data: Path, tmp_path: Path) -> None:
+    args = ["train", "--preset", "cora", "--data-root", str(shared_data), "--cache-dir", str(tmp_path / "cache"),
+            "--runs-dir", str(tmp_path / "runs"), "--set", "model.outside_support=eps", "--set", "node.mode=partition",
+            "--set", "structure.partition.parts=4", "--set", "model.heads=2"]
+    for o in FAST:
+        args += ["--set", o]
+    r = CliRunner().invoke(app, args)
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(lines) == 1 and "model.outside_support=eps" in lines[0] and "Traceback" not in r.stderr
