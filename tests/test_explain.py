@@ -284,11 +284,13 @@ def test_learned_biases_are_labelled_and_recorded(tmp_path):
         assert g["layer_1/head_1/energy"].attrs["bias"] == "Â^2 + SPD + Eigen"
         log = np.log(powers.astype(np.float64) + 1e-30)
         log = np.where(powers > 0, log, -np.inf)  # outside each head's support (outside_support 'hard')
+        # mask_scale 'paper' divides the log mask by sqrt(d_h); learned biases enter unscaled (GTLM Eq. 1).
+        log = log / scale
         want = {(0, 0): log[0], (0, 1): log[1] + table0[buckets],
                 (1, 0): log[0] + beta[0] * pinv, (1, 1): log[1] + table1[buckets] + beta[1] * pinv}
         for (l, h), term in want.items():
             got = g[f"layer_{l}/head_{h}/structural"][()]
-            np.testing.assert_allclose(got, term[:n, :n] / scale, rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(got, term[:n, :n], rtol=1e-4, atol=1e-4)
 
 
 def test_matplotlib_is_a_runtime_dependency():

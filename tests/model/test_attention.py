@@ -252,3 +252,31 @@ def test_bad_configuration_is_refused():
         StructuralAttention(10, 3)
     with pytest.raises(ValueError):
         StructuralAttention(8, 2, mask_scale="sqrt")
+
+
+def test_rows_without_a_finite_pair_give_zero_not_nan():
+    """A sparse row whose pairs are all -inf (or absent), and a padded graph with no real node: no NaN anywhere."""
+    from xmask_cli.model.attention import segment_softmax
+
+    torch.set_grad_enabled(True)
+    try:
+        logits = torch.tensor([[0.5], [float("-inf")], [float("-inf")], [1.0]], requires_grad=True)
+        index = torch.tensor([0, 1, 1, 2])  # row 1: all -inf; row 3: no pairs
+        w = segment_softmax(logits, index, num_nodes=4)
+        assert torch.equal(w.detach(), torch.tensor([[1.0], [0.0], [0.0], [1.0]]))
+        w.sum().backward()
+        assert torch.isfinite(logits.grad).all()
+
+        layer = StructuralAttention(DIM, HEADS).double()
+        x = _x(5, batch=2).requires_grad_(True)
+        mask = torch.zeros(2, 5, dtype=torch.bool)
+        mask[0, :3] = True  # graph 1 has no real node
+        out = layer.forward_dense(x, None, mask)
+        out.sum().backward()
+        assert torch.isfinite(out).all() and torch.isfinite(x.grad).all()
+        # The real graph's rows do not see its padded keys (nor graph 1's garbage).
+        x2 = x.detach().clone()
+        x2[0, 3:] = 1e3
+        torch.testing.assert_close(layer.forward_dense(x2, None, mask)[0, :3], out[0, :3].detach())
+    finally:
+        torch.set_grad_enabled(False)

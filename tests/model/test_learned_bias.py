@@ -566,3 +566,49 @@ def test_chunked_pair_mlp_equals_whole(kind, monkeypatch):
     assert len(calls) > 10  # really chunked and checkpointed
     for a, b in zip(whole + whole_grads, chunked + chunked_grads):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)  # gradients summed over chunks in another order
+
+
+# ------------------------------------------------- GTLM conventions (issue 10 §7)
+def test_deepset_pools_by_the_mean_of_valid_eigenvalues():
+    """φ(λ_k) = ρ([ψ(λ_k), mean_j ψ(λ_j)]) over the valid eigenvalues, as GTLM's mean pooling; numpy by hand."""
+    torch.manual_seed(0)
+    mod = MagneticBias(2, width=5)
+    randomize(mod, 4)
+    vals = np.array([0.0, 0.3, 0.9, 1.4, 7.0])  # the last one is padding
+    valid = np.array([True, True, True, True, False])
+
+    def mlp(seq, z):
+        w1, b1 = seq[0].weight.detach().double().numpy(), seq[0].bias.detach().double().numpy()
+        w2, b2 = seq[2].weight.detach().double().numpy(), seq[2].bias.detach().double().numpy()
+        return np.maximum(z @ w1.T + b1, 0) @ w2.T + b2
+
+    psi = mlp(mod.phi.psi, vals[:, None]) * valid[:, None]
+    pooled = psi[valid].mean(0)  # the mean over the 4 valid ones (a sum would be 4x this)
+    want = mlp(mod.phi.rho, np.concatenate([psi, np.repeat(pooled[None], 5, 0)], 1)) * valid[:, None]
+    got = mod.phi(torch.from_numpy(vals).float()[None], torch.from_numpy(valid)[None])[0].detach().double().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("path", ["dense", "sparse"])
+def test_learned_biases_enter_after_the_scaling(path):
+    """GTLM Eq. 1: logits = q·k/√d_h + b. mask_scale (the X-LogSMask term's switch) does not touch b."""
+    items, x, powers, mask, ex = graph_inputs([TWO_COMP, DIRECTED])
+    xs, ei, vals, batch, sx = union(items, x, mask, lambda it: all_pairs(len(it["spd"])))
+    outs = {}
+    for mask_scale in ("paper", "none"):
+        model = net((BiasSpec("spd"), BiasSpec("eigen")), task="node", use_bias=False, mask_scale=mask_scale)
+        randomize(model.learned, 11)
+        with torch.no_grad():
+            if path == "dense":
+                h, layers = model.encode_dense(x, None, mask, return_terms=True, extras=ex)
+                learned = model._learned(0, ex, mask=mask)
+                real = (mask[:, None, :, None] & mask[:, None, None, :]).expand_as(learned)
+                got, want = layers[0]["structural"][real], learned[real]
+                outs[mask_scale] = h[mask]
+            else:
+                h, layers = model.encode_sparse(xs, ei, None, return_terms=True, extras=sx, batch=batch)
+                got, want = layers[0]["structural"], model._learned(0, sx, edge_index=ei)
+                outs[mask_scale] = h
+        assert want.abs().max() > 0.1
+        torch.testing.assert_close(got, want)  # not divided by sqrt(d_h) under 'paper'
+    torch.testing.assert_close(outs["paper"], outs["none"])

@@ -1,9 +1,12 @@
-"""Evaluation metrics, each ``f(prediction, target) -> float``.
+"""Evaluation metrics, each a function of two arrays returning a float.
 
-Inputs may be torch tensors (any device) or numpy arrays; everything is moved
-to numpy on the CPU first, so metrics never hold on to the autograd graph.
-:data:`METRICS` maps the registry's metric names to functions and
-:data:`HIGHER_IS_BETTER` tells model selection which way to compare.
+``accuracy``, ``mae``, ``rmse`` and ``rocauc`` take ``(prediction, target)``;
+``mrr`` takes ``(pos_scores [P], neg_scores [P, M])`` (the link task builds
+the negatives of each positive per its protocol). Inputs may be torch tensors
+(any device) or numpy arrays; everything is moved to numpy on the CPU first,
+so metrics never hold on to the autograd graph. :data:`METRICS` maps the
+metric names (``task.metric``) to functions and :data:`HIGHER_IS_BETTER` tells
+model selection which way to compare.
 """
 from __future__ import annotations
 

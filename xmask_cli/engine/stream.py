@@ -6,11 +6,12 @@ Structure is only ever read from the cache, never recomputed here.
 
 Example::
 
+    # features[g]: [n_g, F] node features of graph g; labels: [G] graph labels; model: an XMaskNet
     stream = GraphLevelStream(cache_path, features, labels, train_idx, batch_size=32, shuffle=True, seed=0)
     for epoch in range(epochs):
         for batch in stream.loader(epoch, num_workers=4):
             batch = batch.to(device, non_blocking=True)
-            out = model(batch.x, batch.structure)
+            out = model(batch)  # reads batch.x, batch.powers, batch.mask (and batch.extras)
 """
 from __future__ import annotations
 

@@ -5,6 +5,10 @@ Logits of head ``h`` for query ``i`` and key ``j`` (``d_h`` = head width):
 - ``mask_scale='paper'`` (default, the paper's Eq. 9): ``(q_i·k_j + M_ij) / sqrt(d_h)``
 - ``mask_scale='none'`` (ViT/GTLM convention):       ``q_i·k_j / sqrt(d_h) + M_ij``
 
+A learned bias ``b_ij`` (``learned``: SPD, RRWP, magnetic, eigen) is added
+after the scaling under either setting, as GTLM (paper 002, Eq. 1) adds it:
+``... + b_ij``. ``mask_scale`` concerns the X-LogSMask term only.
+
 Padded keys get ``-inf``. The dense path attends over all (real) pairs with
 ``scaled_dot_product_attention``; the sparse path attends over a given list
 of pairs only, except for *plain heads* (``plain_heads``: heads with no
@@ -163,22 +167,28 @@ class StructuralAttention(torch.nn.Module):
         self.dropout = torch.nn.Dropout(dropout)
 
     def structural_term(self, bias: Tensor) -> Tensor:
-        """The bias as it enters the logits (scaled by ``1/sqrt(d_h)`` under 'paper')."""
+        """The X-LogSMask bias as it enters the logits (scaled by ``1/sqrt(d_h)`` under 'paper')."""
         if self.mask_scale == "paper":
             return bias / math.sqrt(self.head_dim)
         return bias
 
+    def _logit_term(self, bias: Tensor | None, learned: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+        """What the logits get beside ``q·k/sqrt(d_h)``: the scaled X-LogSMask term plus the learned bias as is."""
+        term = None if bias is None else self.structural_term(bias).to(dtype)
+        if learned is not None:
+            term = learned.to(dtype) if term is None else term + learned.to(dtype)
+        return term
+
     def dense_mask(self, bias: Tensor | None, mask: Tensor | None, dtype: torch.dtype,
-                   num_nodes: int | None = None) -> Tensor | None:
+                   num_nodes: int | None = None, learned: Tensor | None = None) -> Tensor | None:
         """The additive SDPA mask: structural term plus ``-inf`` at padded keys; None if neither.
 
         Depends on the bias and padding only, so a stack of blocks with the same
         head width and ``mask_scale`` can build it once per forward and share it.
+        ``learned``: a learned bias, added unscaled.
         """
-        float_mask = None
-        if bias is not None:
-            # SDPA scales q·k by 1/sqrt(d_h) itself; fold the bias's scaling in here.
-            float_mask = self.structural_term(bias).to(dtype)
+        # SDPA scales q·k by 1/sqrt(d_h) itself; fold the bias's scaling in here.
+        float_mask = self._logit_term(bias, learned, dtype)
         if mask is not None and not bool(mask.all()):
             B, N = mask.shape
             # A graph without real nodes keeps its (padded, never read) keys open: an all -inf row is NaN.
@@ -200,6 +210,7 @@ class StructuralAttention(torch.nn.Module):
         mask: Tensor | None = None,
         return_terms: bool = False,
         attn_mask: Tensor | None = None,
+        learned: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """Full attention over a padded batch.
 
@@ -208,8 +219,9 @@ class StructuralAttention(torch.nn.Module):
             bias: ``[B, H, N, N]`` structural bias ``M`` or None (plain attention).
             mask: ``[B, N]`` bool, True for real nodes; None means all real.
             return_terms: also return the per-head terms (see below).
-            attn_mask: :meth:`dense_mask` of ``(bias, mask)`` when the caller
-                built it already (it is then used as is).
+            attn_mask: :meth:`dense_mask` of ``(bias, mask, learned)`` when the
+                caller built it already (it is then used as is).
+            learned: ``[B, H, N, N]`` learned bias (added unscaled), or None.
 
         Returns:
             ``[B, N, D]``, and with ``return_terms`` a dict of ``[B, H, N, N]``
@@ -221,7 +233,7 @@ class StructuralAttention(torch.nn.Module):
         """
         B, N, _ = x.shape
         q, k, v = (t.transpose(1, 2) for t in self._heads(x))  # [B, H, N, d_h]
-        float_mask = attn_mask if attn_mask is not None else self.dense_mask(bias, mask, q.dtype)
+        float_mask = attn_mask if attn_mask is not None else self.dense_mask(bias, mask, q.dtype, learned=learned)
         agg = F.scaled_dot_product_attention(
             q, k, v, attn_mask=float_mask, dropout_p=self.attn_dropout if self.training else 0.0
         )
@@ -229,7 +241,8 @@ class StructuralAttention(torch.nn.Module):
         if not return_terms:
             return out
         energy = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
-        structural = torch.zeros_like(energy) if bias is None else self.structural_term(bias).to(q.dtype).expand_as(energy)
+        term = self._logit_term(bias, learned, q.dtype)
+        structural = torch.zeros_like(energy) if term is None else term.expand_as(energy)
         logits = energy + structural
         if mask is not None:
             logits = logits.masked_fill(~mask[:, None, None, :], float("-inf"))
@@ -251,6 +264,7 @@ class StructuralAttention(torch.nn.Module):
         return_terms: bool = False,
         groups: Tensor | None = None,
         complete: bool = False,
+        learned: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """Attention over the given pairs (each query's support); plain heads over every node.
 
@@ -264,6 +278,7 @@ class StructuralAttention(torch.nn.Module):
                 (plain heads attend inside their graph); None: one graph.
             complete: ``edge_index`` already holds every pair of the domain
                 (each graph's ``n^2`` pairs once), so plain heads use it as it is.
+            learned: ``[E, H]`` learned bias at each pair (added unscaled), or None.
 
         Returns:
             ``[N, D]`` (zero before the output projection for a query with no
@@ -320,7 +335,8 @@ class StructuralAttention(torch.nn.Module):
         k = self.k(x_key).view(-1, *shape)  # [Nk, H, d_h]
         v = self.v(x_key).view(-1, *shape)
         energy = (q[row] * k[col]).sum(-1) / math.sqrt(self.head_dim)  # [E, H]
-        structural = torch.zeros_like(energy) if bias is None else self.structural_term(bias).to(energy.dtype)
+        term = self._logit_term(bias, learned, energy.dtype)
+        structural = torch.zeros_like(energy) if term is None else term
         logits = energy + structural
         # Normalize over each query's pairs only (-inf pairs weigh 0, an all -inf row gives 0, not NaN).
         attention = segment_softmax(logits, index=row, num_nodes=n_query)
@@ -377,10 +393,15 @@ class StructuralAttention(torch.nn.Module):
         attn_mask: Tensor | None = None,
         groups: Tensor | None = None,
         complete: bool = False,
+        learned: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
-        """Sparse path when ``edge_index`` is given (``groups``, ``complete``: see :meth:`forward_sparse`), dense otherwise."""
+        """Sparse path when ``edge_index`` is given (``groups``, ``complete``: see :meth:`forward_sparse`), dense otherwise.
+
+        ``learned``: a learned bias (``[E, H]`` or ``[B, H, N, N]``), added after the scaling.
+        """
         if edge_index is not None:
             if mask is not None:
                 raise ValueError("the sparse path takes no padding mask")
-            return self.forward_sparse(x, edge_index, bias, return_terms, groups=groups, complete=complete)
-        return self.forward_dense(x, bias, mask, return_terms, attn_mask=attn_mask)
+            return self.forward_sparse(x, edge_index, bias, return_terms, groups=groups, complete=complete,
+                                       learned=learned)
+        return self.forward_dense(x, bias, mask, return_terms, attn_mask=attn_mask, learned=learned)

@@ -76,6 +76,7 @@ class TransformerBlock(torch.nn.Module):
         routed: dict | None = None,
         groups: Tensor | None = None,
         complete: bool = False,
+        learned: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """One block; sparse attention when ``edge_index`` is given.
 
@@ -96,6 +97,8 @@ class TransformerBlock(torch.nn.Module):
             groups: ``[N]`` graph of each node of a sparse disjoint union (plain
                 heads attend inside their graph); None: one graph.
             complete: the sparse pairs are every pair of the domain (plain heads use them).
+            learned: a learned bias shaped like ``bias``, added after the ``1/sqrt(d_h)``
+                scaling (GTLM); with ``attn_mask`` it only feeds the recorded term.
 
         Returns:
             Tensor shaped like ``x``. Padded positions hold finite values
@@ -110,9 +113,9 @@ class TransformerBlock(torch.nn.Module):
                 return self.attn(h, **routed)
             if not return_terms:
                 return self.attn(h, bias=bias, mask=mask, edge_index=edge_index, attn_mask=attn_mask, groups=groups,
-                                 complete=complete)
+                                 complete=complete, learned=learned)
             out, recorded = self.attn(h, bias=bias, mask=mask, edge_index=edge_index, return_terms=True,
-                                      attn_mask=attn_mask, groups=groups, complete=complete)
+                                      attn_mask=attn_mask, groups=groups, complete=complete, learned=learned)
             terms.update(recorded)
             return out
 

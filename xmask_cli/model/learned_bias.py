@@ -15,6 +15,10 @@ bias           dense extras (``[B, ...]``)                   sparse extras (per 
                ``eig_mask [B, m]``                           ``eig_mask [N, m]``
 =============  ==========================================  =================================
 
+Every term is added to the logits after the ``1/sqrt(d_h)`` scaling, as GTLM
+(paper 002, Eq. 1) adds it, whatever ``mask_scale`` says about the X-LogSMask
+term (:mod:`~xmask_cli.model.attention`).
+
 Hop distances follow the cache: ``d >= 0`` a distance, ``-1`` reachable but
 beyond the cached cut-off, ``-2`` unreachable. Every module's output layer
 starts at zero, so at initialisation a layer equals plain attention (GTLM
@@ -160,10 +164,14 @@ class RrwpBias(StructuralBias):
 
 
 class _SetEncoder(torch.nn.Module):
-    """DeepSet over a graph's eigenvalues: ``phi(λ_k) = ρ([ψ(λ_k), Σ_j ψ(λ_j)])``, width ``W``.
+    """DeepSet over a graph's eigenvalues: ``phi(λ_k) = ρ([ψ(λ_k), mean_j ψ(λ_j)])``, width ``W``.
 
+    Pooled by the mean over the graph's valid eigenvalues, as GTLM's
+    ``φ(λ_i) = σ(W_2[Linear(λ_i) ⊕ mean(Linear(λ))])`` (paper 002, A.2), so the
+    pooled term does not grow with the number of cached eigenpairs; ``ψ`` and
+    ``ρ`` are two-layer MLPs (GTLM: one linear layer, then ``W_2`` and ``σ``).
     Equivariant in the order of the eigenvalues; padded ones (``valid`` False)
-    neither contribute to the sum nor get a value.
+    neither contribute to the mean nor get a value.
     """
 
     def __init__(self, width: int):
@@ -174,7 +182,8 @@ class _SetEncoder(torch.nn.Module):
     def forward(self, vals: Tensor, valid: Tensor) -> Tensor:
         keep = valid.unsqueeze(-1).to(vals.dtype)
         psi = self.psi(vals.unsqueeze(-1)) * keep  # [..., m, W]
-        pooled = psi.sum(-2, keepdim=True).expand_as(psi)
+        count = keep.sum(-2, keepdim=True).clamp(min=1)
+        pooled = (psi.sum(-2, keepdim=True) / count).expand_as(psi)
         return self.rho(torch.cat([psi, pooled], -1)) * keep
 
 
@@ -209,7 +218,6 @@ class MagneticBias(StructuralBias):
         vr, vi = vecs.real.to(dtype), vecs.imag.to(dtype)
         if edge_index is not None:
             row, col = edge_index
-            p = phi[row]  # [E, m, W]: the query's graph's φ (both ends share a graph)
             width = phi.size(-1) * (phi.size(-2) + 5)
 
             def pairs(a: int, b: int) -> Tensor:

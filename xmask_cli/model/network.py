@@ -375,12 +375,12 @@ class XMaskNet(torch.nn.Module):
             learned = self._learned(i, extras, mask=mask)
             attn_mask = shared
             if learned is not None:
-                term = block.attn.structural_term(learned).to(h.dtype)
+                # Learned biases enter after the 1/sqrt(d_h) scaling, whatever mask_scale (GTLM, paper 002 Eq. 1).
+                term = learned.to(h.dtype)
                 attn_mask = term if shared is None else shared + term
             if return_terms:
-                # The blocks attend with `attn_mask` as is; the bias only feeds the recorded structural term.
-                bias = xlog if learned is None else (learned if xlog is None else xlog + learned)
-                h, terms = block(h, bias, mask, attn_mask=attn_mask, return_terms=True)
+                # The blocks attend with `attn_mask` as is; the biases only feed the recorded structural term.
+                h, terms = block(h, xlog, mask, attn_mask=attn_mask, return_terms=True, learned=learned)
                 layers.append(terms)
             else:
                 h = block(h, None, mask, attn_mask=attn_mask)
@@ -503,13 +503,12 @@ class XMaskNet(torch.nn.Module):
         layers = []
         for i, block in enumerate(self.blocks):
             learned = self._learned(i, extras, edge_index=edge_index)
-            bias = xlog if learned is None else (learned if xlog is None else xlog + learned)
             if return_terms:
-                h, terms = block(h, bias, edge_index=edge_index, return_terms=True, groups=batch,
-                                  complete=complete)
+                h, terms = block(h, xlog, edge_index=edge_index, return_terms=True, groups=batch,
+                                 complete=complete, learned=learned)
                 layers.append(terms)
             else:
-                h = block(h, bias, edge_index=edge_index, groups=batch, complete=complete)
+                h = block(h, xlog, edge_index=edge_index, groups=batch, complete=complete, learned=learned)
         return (h, layers) if return_terms else h
 
     def readout_sparse(self, h: Tensor, batch: Tensor | None = None, num_graphs: int | None = None) -> Tensor:
