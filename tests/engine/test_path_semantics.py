@@ -82,8 +82,8 @@ def computers(shared_data: Path, tmp_path_factory: pytest.TempPathFactory) -> Pa
     n, K = len(nodes), batch.values.size(1)
     block = torch.zeros(1, K, n, n)
     block[0, :, batch.edge_index[0], batch.edge_index[1]] = batch.values.T
-    # Truncation left pairs of the Â^1 support without an Â^2 value: -inf for head 2 on both paths.
-    assert ((batch.values[:, 0] > 0) & (batch.values[:, 1] == 0)).any()
+    # Union-support pairs outside head 1's support (2-hop pairs): -inf for head 1 on both paths.
+    assert (batch.values[:, 0] == 0).any()
     return Part(task, batch, task.x[batch.nodes].float(), block)
 
 
