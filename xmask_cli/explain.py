@@ -29,7 +29,10 @@ Targets:
 Cropping keeps the forward's numbers; it only selects rows and columns, so a
 cropped attention row sums to at most 1 (its mass outside the crop is left out).
 On the sparse path pairs the forward did not attend have ``energy`` and
-``structural`` NaN, ``logits`` ``-inf`` and ``attention`` 0.
+``structural`` NaN, ``logits`` ``-inf`` and ``attention`` 0. A plain head
+(``k_h = 0``, or ``use_bias: false``) attends over every node there too, but
+its maps and hop summary hold its weights at the cached pairs only (its mass
+beyond them is not recorded); the dense path records all of it.
 
 Hop summary: for every layer and head, the attention mass by shortest-path
 hop distance between query and key, averaged over the targets' query rows
