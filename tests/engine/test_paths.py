@@ -49,3 +49,17 @@ def test_sparse_refusal_names_the_setting() -> None:
     assert "plain head(s) [1]" in sparse_refusal(spd_on_plain.model)
     spd_elsewhere = resolve("node-level", ["model.head_powers=[0,1,2,3]", "model.biases=[{type: spd, heads: [2]}]"])
     assert sparse_refusal(spd_elsewhere.model) is None
+
+
+def test_experts_refuse_eps() -> None:
+    """M3Dphormer's experts attend over sparse token masks: outside_support=eps is refused (exit 2 from train)."""
+    from xmask_cli.config import resolve
+    from xmask_cli.engine.experiment import _check_structure
+    from xmask_cli.errors import ConfigError
+    from xmask_cli.model.network import ModelConfig
+
+    with pytest.raises(ConfigError, match="model.outside_support=eps"):
+        _check_structure(resolve("m3d-cora", ["model.outside_support=eps"]))
+    _check_structure(resolve("m3d-cora", []))  # hard: fine
+    with pytest.raises(ValueError, match="outside_support"):
+        ModelConfig(in_dim=4, out_dim=2, task="node", experts=("local",), outside_support="eps")
