@@ -12,6 +12,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -196,3 +197,23 @@ def test_train_refuses_eps_on_partitions_with_exit_2(shared_data: Path, tmp_path
     assert r.exit_code == 2, r.output
     lines = [ln for ln in r.stderr.splitlines() if ln.startswith("error: ")]
     assert len(lines) == 1 and "model.outside_support=eps" in lines[0] and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("kw", [{"use_bias": False}, {"head_powers": (0, 2)}, {}], ids=["no-logmask", "mixed", "hard"])
+def test_query_batches_equal_the_dense_full_graph(shared_data: Path, cora_dir: Path, kw: dict) -> None:
+    """Whole-graph query batches (two blocks, so the key sets grow) give the dense full-graph numbers, plain heads too."""
+    over = ["structure.partition.parts=0"]
+    dense = _node_task("cora", shared_data, cora_dir, over, mode="full", attention="dense")
+    query = _node_task("cora", shared_data, cora_dir, over, mode="query", query_chunk_pairs=50_000)
+    assert query.mode == "query"
+    torch.manual_seed(0)
+    cfg = ModelConfig(in_dim=dense.in_dim, out_dim=7, hidden=32, heads=2, layers=2, dropout=0.0, task="node",
+                      **{"head_powers": (1, 2), **kw})
+    model = XMaskNet(cfg).eval()
+    assert spread_logits(model, dense.x.float()) >= LOGIT_STD
+    assert rel(query.predict(model), dense.predict(model)) < RTOL
+    if kw.get("use_bias", True) is False:  # eps changes nothing without the log mask: still allowed
+        return
+    eps = XMaskNet(dataclasses.replace(cfg, outside_support="eps"))
+    with pytest.raises(ValueError, match="outside_support=eps"):
+        query.predict(eps)

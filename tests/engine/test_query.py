@@ -126,10 +126,10 @@ def test_pair_tensors_are_bounded_by_the_chunk_not_the_graph(graph: Support, mon
     seen: list[int] = []
     original = StructuralAttention.forward_pairs
 
-    def spy(self, x_query, x_key, edge_index, bias=None, return_terms=False):
+    def spy(self, x_query, x_key, edge_index, bias=None, return_terms=False, **kw):
         seen.append(int(edge_index.size(1)))
         assert x_key.size(0) <= edge_index.size(1)  # only the chunk's own keys are projected
-        return original(self, x_query, x_key, edge_index, bias, return_terms)
+        return original(self, x_query, x_key, edge_index, bias, return_terms, **kw)
 
     monkeypatch.setattr(StructuralAttention, "forward_pairs", spy)
     model = _model(1)

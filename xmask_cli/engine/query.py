@@ -243,10 +243,9 @@ def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: S
                 xlog = None if model.bias is None else model.bias(
                     SparseStructure(edge_index=global_pairs, values=values))
                 learned = model._learned(layer, None, edge_index=edge_index)
-                bias = xlog if learned is None else (learned if xlog is None else xlog + learned)
                 # With plain heads h_prev holds every node, in id order: their keys.
-                return block.forward_pairs(h_prev[q_idx], h_prev[k_idx], edge_index, bias,
-                                           plain_keys=h_prev if plain else None)
+                return block.forward_pairs(h_prev[q_idx], h_prev[k_idx], edge_index, xlog,
+                                           plain_keys=h_prev if plain else None, learned=learned)
 
             outs.append(_maybe_checkpoint(run, h, recompute=grad and len(spans) > 1))
         if stats is not None:

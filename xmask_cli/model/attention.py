@@ -288,7 +288,7 @@ class StructuralAttention(torch.nn.Module):
             nodes) plus ``value`` and ``aggregate`` ``[N, H, d_h]``.
         """
         return self.forward_pairs(x, x, edge_index, bias, return_terms, plain_keys=x, query_groups=groups,
-                                  key_groups=groups, complete=complete)
+                                  key_groups=groups, complete=complete, learned=learned)
 
     def forward_pairs(
         self,
@@ -302,6 +302,7 @@ class StructuralAttention(torch.nn.Module):
         query_groups: Tensor | None = None,
         key_groups: Tensor | None = None,
         complete: bool = False,
+        learned: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """Sparse attention of ``Nq`` queries over pairs into a separate set of ``Nk`` keys.
 
@@ -323,6 +324,7 @@ class StructuralAttention(torch.nn.Module):
             query_groups, key_groups: ``[Nq]`` / ``[Nd]`` graph of each query /
                 domain node, for a disjoint union (see :func:`plain_attention`).
             complete: the pairs are every pair of the domain: plain heads use them.
+            learned: ``[E, H]`` learned bias at each pair (added unscaled), or None.
 
         Returns:
             ``[Nq, D]``, and with ``return_terms`` the terms (``value`` ``[Nk, H, d_h]``,

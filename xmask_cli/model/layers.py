@@ -128,7 +128,7 @@ class TransformerBlock(torch.nn.Module):
         return (x, terms) if return_terms else x
 
     def forward_pairs(self, x_query: Tensor, x_key: Tensor, edge_index: Tensor, bias: Tensor | None = None,
-                      plain_keys: Tensor | None = None) -> Tensor:
+                      plain_keys: Tensor | None = None, learned: Tensor | None = None) -> Tensor:
         """The block's output at a set of queries attending over pairs into a separate key set.
 
         Equal to rows of the sparse :meth:`forward` when ``x_query`` are rows of
@@ -143,12 +143,15 @@ class TransformerBlock(torch.nn.Module):
             bias: ``[E, H]`` or None.
             plain_keys: ``[N, D]`` block input at every node of the graph, the
                 keys of the plain heads (needed when the block has any).
+            learned: ``[E, H]`` learned bias (added after the scaling), or None.
         """
         if isinstance(self.attn, RoutedAttention):
             raise ValueError("an expert block attends over token masks, not query/key pairs")
         if self.norm == "post":
-            x = self.norm1(x_query + self.attn.forward_pairs(x_query, x_key, edge_index, bias, plain_keys=plain_keys))
+            x = self.norm1(x_query + self.attn.forward_pairs(x_query, x_key, edge_index, bias, plain_keys=plain_keys,
+                                                                 learned=learned))
             return self.norm2(x + self.ffn(x))
         pk = None if plain_keys is None else self.norm1(plain_keys)
-        x = x_query + self.attn.forward_pairs(self.norm1(x_query), self.norm1(x_key), edge_index, bias, plain_keys=pk)
+        x = x_query + self.attn.forward_pairs(self.norm1(x_query), self.norm1(x_key), edge_index, bias, plain_keys=pk,
+                                              learned=learned)
         return x + self.ffn(self.norm2(x))
