@@ -220,3 +220,27 @@ def test_sparse_features_encode_as_the_dense_ones(graph: Support) -> None:
     w = model.encoder.weight.t()
     kept = [s for s in ([], [1], [4], [1, 4]) if torch.allclose(h[0], 2 * w[s].sum(0), atol=1e-6)]
     assert kept, "row 0 must be a 1/(1-p)-scaled sum of a subset of its stored columns"
+
+
+def test_outside_a_heads_support_is_minus_inf_on_the_query_path(graph: Support, monkeypatch) -> None:
+    # Head 1 reads Â^1: a pair stored for Â^2/Â^3 only must weigh exactly 0 for it (hard mask), and the
+    # self pair never. Queries whose chunk-local numbering differs from the global one: the bias must
+    # tell the self pair apart by global ids, not by the chunk's query and key indices.
+    model = _model(1, seed=11).eval()
+    x = torch.randn(N, 12, generator=torch.Generator().manual_seed(12))
+    q = np.array([100, 2000, 2999])
+    seen = []
+    original = StructuralAttention.forward_pairs
+
+    def spy(self, *args, **kw):
+        out, terms = original(self, *args, **{**kw, "return_terms": True})
+        seen.append(terms["attention"])
+        return out
+
+    monkeypatch.setattr(StructuralAttention, "forward_pairs", spy)
+    with torch.no_grad():
+        encode_queries(model, x, graph, q)
+    pos, _ = graph.positions(q)
+    outside = torch.from_numpy(graph.values[pos, 0] == 0)
+    assert bool(outside.any()) and bool((~outside).any())
+    assert torch.all(seen[0][outside, 0] == 0) and torch.all(seen[0][~outside, 0] > 0)
