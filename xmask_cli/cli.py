@@ -229,6 +229,7 @@ def prepare(
         state = "already cached" if summary.cached else f"prepared in {summary.seconds:.2f}s"
         con.print(kv_table(f"{spec.name}: {state}", [
             ("graphs", summary.graphs), ("nodes", summary.nodes), ("edges", summary.edges),
+            ("features", f"{summary.features['detail']}, width {summary.features['dim']}" if summary.features else "-"),
             ("file", summary.path), ("size", human_bytes(summary.size_bytes)), ("seconds", summary.seconds),
             *_truncation_rows(summary.truncation),
         ]))
@@ -368,6 +369,8 @@ def train(
             a = result["aggregate"]
             t.add_row("mean ± std", "", "", *(f"{a[p]['mean']:.4f} ± {a[p]['std']:.4f}" for p in ("train", "val", "test")))
         con.print(t)
+        if result.get("features"):
+            con.print(f"node features: {result['features']['detail']}, width {result['features']['dim']}")
 
     out.result(result, human)
 

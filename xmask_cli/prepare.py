@@ -385,6 +385,8 @@ class PrepareSummary:
     seconds: float
     params: dict[str, Any]
     truncation: dict[str, Any] = field(default_factory=dict)  # see :func:`truncation_report`
+    #: Node features training will feed the model (``GraphSet.feature_info``); None where not loaded here.
+    features: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -541,11 +543,14 @@ def prepare_dataset(
     graphs = load_graphs(spec, data_root=resolve_data_root(data_root, cfg.data.root), cache_dir=cache_dir, offline=offline)
     log(f"loaded {spec.name}: {graphs.num_graphs} graph(s), {int(graphs.num_nodes.sum())} nodes from {graphs.source} "
         f"({time.perf_counter() - t0:.1f}s)")
+    features = graphs.feature_info()
+    log(f"node features: {features.detail}, width {features.dim}")
     summary = prepare_graphs(
         dataset_key=spec.key, level=spec.level, edges=graphs.edge_index, num_nodes=graphs.num_nodes,
         fingerprint=graphs.fingerprint(), cfg=cfg.structure, cache_dir=cache_dir, workers=workers,
         force=force, full_check=True, progress=progress, log=log,
     )
+    summary.features = features.to_dict()
     return summary
 
 

@@ -21,6 +21,7 @@ import contextlib
 import errno
 import hashlib
 import io
+import json
 import os
 import shutil
 import sys
@@ -65,6 +66,77 @@ class GraphSet:
         """sha256 of the graphs' structure (node counts and edge lists, in order)."""
         return graphs_fingerprint(self.edge_index, self.num_nodes)
 
+    def has_features(self) -> bool:
+        """True when the loader gave the nodes features (``x``); False for e.g. IMDB-BINARY, COLLAB."""
+        return getattr(self.dataset._data, "x", None) is not None
+
+    def feature_info(self) -> "FeatureInfo":
+        """Which node features training feeds the model (see :func:`xmask_cli.engine.train.node_features`)."""
+        if self.spec.family == "ogbg":
+            x = self.dataset._data.x
+            return FeatureInfo("atom", int(x.size(1)), f"OGB atom features ({x.size(1)} integer columns, AtomEncoder)")
+        if not self.has_features():
+            return FeatureInfo("degree", degree_width(self.edge_index, self.num_nodes),
+                               f"one-hot node degree capped at {MAX_DEGREE}: {self.spec.name} has no node features")
+        dim = int(self.dataset._data.x.size(1))
+        if self.spec.family == "tu":
+            ds = self.dataset
+            parts = []
+            if ds.num_node_labels:
+                parts.append(f"one-hot node labels ({ds.num_node_labels})")
+            if ds.num_node_attributes:
+                parts.append(f"node attributes ({ds.num_node_attributes})")
+            return FeatureInfo("dataset", dim, "PyG TUDataset x: " + " + ".join(parts or ["?"]))
+        return FeatureInfo("dataset", dim, f"the dataset's x ({dim} columns)")
+
+
+@dataclass(frozen=True)
+class FeatureInfo:
+    """What the node features are, for logs and results (``prepare`` / ``train`` report it).
+
+    Attributes:
+        kind: ``dataset`` (the loader's ``x``), ``atom`` (OGB integer atom
+            features for ``AtomEncoder``) or ``degree`` (one-hot degree fallback,
+            only for datasets without node features).
+        dim: feature width the model's encoder reads.
+        detail: one human-readable line.
+    """
+
+    kind: str
+    dim: int
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "dim": self.dim, "detail": self.detail}
+
+
+#: Degrees above this share the last one-hot slot (as PyG's ``OneHotDegree`` with a cap).
+MAX_DEGREE = 64
+
+
+def _degrees(edge_index: list[np.ndarray], num_nodes: np.ndarray) -> list[np.ndarray]:
+    return [np.bincount(e[0], minlength=int(n)) if e.size else np.zeros(int(n), dtype=np.int64)
+            for e, n in zip(edge_index, num_nodes)]
+
+
+def _width(degrees: list[np.ndarray]) -> int:
+    return min(max((int(d.max()) for d in degrees if d.size), default=0), MAX_DEGREE) + 1
+
+
+def degree_width(edge_index: list[np.ndarray], num_nodes: np.ndarray) -> int:
+    """Width of the one-hot degree features: ``min(max degree, MAX_DEGREE) + 1``."""
+    return _width(_degrees(edge_index, num_nodes))
+
+
+def one_hot_degrees(edge_index: list[np.ndarray], num_nodes: np.ndarray) -> list[Any]:
+    """Float ``[n_g, W]`` one-hot out-degree per graph, capped at :data:`MAX_DEGREE` (PyG's ``OneHotDegree``)."""
+    import torch
+
+    degrees = _degrees(edge_index, num_nodes)
+    width = _width(degrees)
+    eye = torch.eye(width)
+    return [eye[torch.from_numpy(np.minimum(d, width - 1).astype(np.int64))] for d in degrees]
+
 
 def graphs_fingerprint(edge_index: list[np.ndarray], num_nodes: np.ndarray) -> str:
     """Content hash of a list of graphs: changes whenever any edge or node count does."""
@@ -98,10 +170,56 @@ def has_raw_files(spec: DatasetSpec, root: Path) -> bool:
     return all((base / f).is_file() for f in spec.raw_files)
 
 
+#: Sub-folders a loader writes itself: never staged from a source (stale outputs of another version).
+_LOADER_OUTPUTS = ("processed",)
+#: Written beside the staged files: what was staged, so a change invalidates the loader's ``processed/``.
+STAGE_MANIFEST = ".xmask-staged.json"
+
+
+def source_files(spec: DatasetSpec, source_root: Path) -> list[str]:
+    """Every file of ``source_root/<folder>`` a loader may read, relative, sorted.
+
+    That is the whole folder (``raw/``, and OGB's ``split/``, ``mapping/``,
+    ``RELEASE_v1.txt``) minus what loaders write (``processed/``): PyG's
+    ``TUDataset`` globs ``raw/<name>_*.txt`` and takes node labels and
+    attributes from whichever files are there, so staging only the registry's
+    minimum would silently drop the node features.
+    """
+    src = source_root / spec.folder
+    out = []
+    # os.walk with followlinks: a data root may hold raw/ as a link to another disk.
+    for folder, dirs, names in os.walk(src, followlinks=True):
+        rel_dir = Path(folder).relative_to(src)
+        if rel_dir == Path("."):
+            dirs[:] = [d for d in dirs if d not in _LOADER_OUTPUTS]
+        out += [(rel_dir / n).as_posix() for n in names if n != STAGE_MANIFEST]
+    return sorted(out)
+
+
+def _manifest(src: Path, files: list[str]) -> dict[str, Any]:
+    # Content hashes, not paths: the bundled and a shared copy of the same files share one processed/.
+    digest = {}
+    for rel in files:
+        h = hashlib.sha256()
+        with open(src / rel, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        digest[rel] = h.hexdigest()
+    return {"version": 1, "files": digest}
+
+
 def _stage(spec: DatasetSpec, source_root: Path, staging_root: Path) -> Path:
-    """Link the raw files of ``spec`` into ``staging_root/<folder>`` and return ``staging_root``."""
+    """Link every source file of ``spec`` (see :func:`source_files`) into ``staging_root/<folder>``.
+
+    Files staged earlier that the source no longer has are removed, and when the
+    staged set or its contents changed (e.g. a cache staged by an older xmask
+    without the node-label files) the loader's ``processed/`` there is deleted,
+    so the features are re-read from the raw files, never taken from a stale cache.
+    """
     src = source_root / spec.folder
     dst = staging_root / spec.folder
+    files = source_files(spec, source_root)
+    manifest = _manifest(src, files)
     try:
         if not staging_root.is_dir():
             staging_root.mkdir(parents=True, exist_ok=True)
@@ -109,7 +227,17 @@ def _stage(spec: DatasetSpec, source_root: Path, staging_root: Path) -> Path:
         # written when everything is in place: a complete cache on a read-only mount still loads.
         if not (staging_root / STAGING_MARKER).exists():
             (staging_root / STAGING_MARKER).touch()
-        for rel in spec.raw_files:
+        if not dst.is_dir():
+            dst.mkdir(parents=True, exist_ok=True)
+        stamp = dst / STAGE_MANIFEST
+        try:
+            previous = json.loads(stamp.read_text())
+        except (OSError, ValueError):
+            previous = None
+        for old in (previous or {}).get("files", {}):
+            if old not in manifest["files"] and (dst / old).is_symlink():
+                (dst / old).unlink()
+        for rel in files:
             target = dst / rel
             if not target.parent.is_dir():
                 target.parent.mkdir(parents=True, exist_ok=True)
@@ -121,10 +249,13 @@ def _stage(spec: DatasetSpec, source_root: Path, staging_root: Path) -> Path:
                 target.symlink_to((src / rel).resolve())
             except OSError:
                 shutil.copy2(src / rel, target)
-        # OGB also reads the mapping folder when present; link it if it exists.
-        for extra in ("mapping",):
-            if (src / extra).is_dir() and not (dst / extra).exists():
-                (dst / extra).symlink_to((src / extra).resolve(), target_is_directory=True)
+        if previous != manifest:
+            for out in _LOADER_OUTPUTS:
+                if (dst / out).is_dir():
+                    shutil.rmtree(dst / out)
+            tmp = stamp.with_name(stamp.name + ".tmp")
+            tmp.write_text(json.dumps(manifest, sort_keys=True))
+            os.replace(tmp, stamp)
     except OSError as exc:
         if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
             raise

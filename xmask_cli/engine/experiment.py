@@ -289,6 +289,8 @@ class Experiment:
             # Applied on access: every reader of dataset[i].x (all task levels) sees rows summing to 1.
             graphs.dataset.transform = NormalizeFeatures()
         exp = cls(cfg, level, metric, spec.name, graphs=graphs, cache_dir=cache_dir, log=log)
+        info = graphs.feature_info()
+        log(f"node features: {info.detail}, width {info.dim}")
         if level in ("graph", "node"):
             # Link tasks prepare the structure of their training edges per split seed instead.
             summary = prepare_graphs(dataset_key=spec.key, level=level, edges=graphs.edge_index,
@@ -455,6 +457,7 @@ def train_seeds(
                 + ", ".join(f"{p} {exp.metric} {summary['metrics'][p]:.4f}" for p in PARTS))
         agg = aggregate(run_dirs)
         result = {"name": exp.run_name(), "dataset": exp.dataset, "level": exp.level, "metric": exp.metric,
+                  "features": exp.graphs.feature_info().to_dict() if exp.graphs is not None else None,
                   "seeds": seeds, "run_root": str(root), "runs": summaries, "aggregate": agg}
         if len(seeds) > 1:
             from xmask_cli.engine.runs import write_json

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from xmask_cli.data.load import GraphSet
+from xmask_cli.data.load import MAX_DEGREE, GraphSet, one_hot_degrees
 from xmask_cli.engine.loop import PARTS, TrainConfig, fit, seed_everything
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.engine.runs import RunDir
@@ -34,25 +34,21 @@ __all__ = ["TrainConfig", "GraphTask", "train_task", "node_features", "graph_lab
 
 #: Metrics of classification tasks (trained with cross-entropy).
 CLASSIFICATION_METRICS = ("accuracy", "rocauc")
-#: Degrees above this share the last one-hot slot (as PyG's ``OneHotDegree`` with a cap).
-MAX_DEGREE = 64
 
 
 def node_features(graphs: GraphSet) -> list[Tensor]:
     """Float ``[n_g, F]`` node features of every graph.
 
-    The dataset's ``x`` when it has one; otherwise (e.g. the bundled MUTAG,
-    IMDB) a one-hot node degree, capped at :data:`MAX_DEGREE`, as PyG's
-    ``OneHotDegree`` transform does for featureless TU sets.
+    The dataset's ``x`` when its loader gives one (TU node labels/attributes as
+    PyG's ``TUDataset`` reads them, OGB atom features, Planetoid bag-of-words);
+    otherwise (IMDB-BINARY, COLLAB: no node features) a one-hot node degree,
+    capped at :data:`MAX_DEGREE`, as PyG's ``OneHotDegree`` transform does.
+    ``GraphSet.feature_info()`` says which one a dataset gets.
     """
     ds = graphs.dataset
-    if getattr(ds._data, "x", None) is not None:
+    if graphs.has_features():
         return [ds[i].x.float() for i in range(len(ds))]
-    degrees = [np.bincount(e[0], minlength=int(n)) if e.size else np.zeros(int(n), dtype=np.int64)
-               for e, n in zip(graphs.edge_index, graphs.num_nodes)]
-    width = min(max((int(d.max()) for d in degrees if d.size), default=0), MAX_DEGREE) + 1
-    eye = torch.eye(width)
-    return [eye[torch.from_numpy(np.minimum(d, width - 1).astype(np.int64))] for d in degrees]
+    return one_hot_degrees(graphs.edge_index, graphs.num_nodes)
 
 
 def graph_labels(graphs: GraphSet) -> Tensor:
