@@ -142,6 +142,9 @@ class ModelSection:
     outside_support: Literal["hard", "eps"] = "hard"  # pairs with Â^k_ij = 0: hard = -inf on every path; eps = log(eps), dense paths only
     head_powers: list[int] | None = None  # power of Â per head; null: 1..heads
     readout: Literal["sum", "mean", "max", "cls"] = "sum"  # cls: a class token (image level)
+    # graph level, sum readout: "size" divides the pooled sum by the training graphs' mean node count
+    # (the head's input stays O(1) on large graphs; without it training can collapse); "none": raw sum.
+    readout_norm: Literal["size", "none"] = "size"
     use_bias: bool = True  # false: plain attention (the no-logmask ablation)
     encoder: Literal["auto", "linear", "atom", "patch"] = "auto"  # auto: atom for OGB molecules, patch for images, else linear
     positional: Literal["none", "learned"] = "none"  # image level: learned position embeddings (the ViT arm)

@@ -15,14 +15,15 @@ from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine import train as train_mod
 from xmask_cli.engine.runs import RunDir, aggregate
 from xmask_cli.engine.splits import Split, graph_split
+from xmask_cli.engine.train import (TrainConfig, evaluate, graph_labels, node_features, size_readout_scale,
+                                    train_graph_level)
 from xmask_cli.errors import UsageError
-from xmask_cli.engine.train import TrainConfig, evaluate, graph_labels, node_features, train_graph_level
 from xmask_cli.model.network import ModelConfig
 from xmask_cli.prepare import prepare_dataset
 
 # Split seed 1 has a balanced-ish validation set (majority rate 10/18), so beating it is informative.
 SPLIT_SEED = 1
-FAST = TrainConfig(epochs=30, lr=1e-2, warmup_epochs=2, patience=30, batch_size=32, seed=0)
+FAST = TrainConfig(epochs=60, lr=1e-2, warmup_epochs=2, patience=60, batch_size=32, seed=0)
 
 
 @dataclass
@@ -40,7 +41,9 @@ def mutag(tmp_path_factory: pytest.TempPathFactory) -> Mutag:
     graphs = load_graphs(get_dataset("mutag"), data_root=None, cache_dir=cache_dir, offline=True)
     split = graph_split(graphs.spec.split, graphs.dataset, seed=SPLIT_SEED)
     in_dim = node_features(graphs)[0].size(1)
-    model_cfg = ModelConfig(in_dim=in_dim, out_dim=2, hidden=16, heads=2, layers=1, dropout=0.0)
+    # The sum readout scaled as the engine does (Experiment.model_config).
+    model_cfg = ModelConfig(in_dim=in_dim, out_dim=2, hidden=16, heads=2, layers=1, dropout=0.0,
+                            readout_scale=size_readout_scale(graphs.num_nodes, split.train))
     return Mutag(summary.path, graphs, split, model_cfg)
 
 
@@ -55,13 +58,20 @@ def _majority_rate(labels: np.ndarray) -> float:
     return float(np.bincount(labels).max() / len(labels))
 
 
-def test_node_features_fallback_is_one_hot_degree(mutag: Mutag) -> None:
-    # The bundled MUTAG has no node attributes: features are the one-hot degree.
+def test_node_features_are_the_bundled_atom_labels(mutag: Mutag) -> None:
+    # The bundled MUTAG ships MUTAG_node_labels.txt: features are its 7 atom types, one-hot, per graph.
+    from xmask_cli.data.load import EMBEDDED_ROOT
+
+    raw = EMBEDDED_ROOT / "MUTAG" / "raw"
+    labels = np.loadtxt(raw / "MUTAG_node_labels.txt", dtype=np.int64)
+    graph_of = np.loadtxt(raw / "MUTAG_graph_indicator.txt", dtype=np.int64) - 1
     feats = node_features(mutag.graphs)
     assert len(feats) == mutag.graphs.num_graphs == len(graph_labels(mutag.graphs))
-    for x, e, n in zip(feats[:20], mutag.graphs.edge_index, mutag.graphs.num_nodes):
-        assert x.shape[0] == n and torch.equal(x.sum(1), torch.ones(int(n)))
-        assert torch.equal(x.argmax(1), torch.from_numpy(np.bincount(e[0], minlength=int(n))))
+    assert mutag.graphs.feature_info().kind == "dataset" and feats[0].size(1) == 7
+    for g in (0, 1, 57, 187):
+        want = labels[graph_of == g] - labels.min()
+        assert torch.equal(feats[g].sum(1), torch.ones(len(want)))
+        assert torch.equal(feats[g].argmax(1), torch.from_numpy(want))
 
 
 def test_learns_above_majority(mutag: Mutag, learned: tuple[dict, RunDir]) -> None:

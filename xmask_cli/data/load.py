@@ -79,14 +79,11 @@ class GraphSet:
             return FeatureInfo("degree", degree_width(self.edge_index, self.num_nodes),
                                f"one-hot node degree capped at {MAX_DEGREE}: {self.spec.name} has no node features")
         dim = int(self.dataset._data.x.size(1))
-        if self.spec.family == "tu":
-            ds = self.dataset
-            parts = []
-            if ds.num_node_labels:
-                parts.append(f"one-hot node labels ({ds.num_node_labels})")
-            if ds.num_node_attributes:
-                parts.append(f"node attributes ({ds.num_node_attributes})")
-            return FeatureInfo("dataset", dim, "PyG TUDataset x: " + " + ".join(parts or ["?"]))
+        ds = self.dataset
+        if self.spec.family == "tu" and hasattr(type(ds), "num_node_labels"):
+            parts = [f"one-hot node labels ({ds.num_node_labels})"] if ds.num_node_labels else []
+            parts += [f"node attributes ({ds.num_node_attributes})"] if ds.num_node_attributes else []
+            return FeatureInfo("dataset", dim, "PyG TUDataset x: " + " + ".join(parts))
         return FeatureInfo("dataset", dim, f"the dataset's x ({dim} columns)")
 
 

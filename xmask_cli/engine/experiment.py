@@ -209,7 +209,8 @@ def _train_config(cfg: Config, seed: int, device: str) -> TrainConfig:
                        device=device)
 
 
-def _model_config(cfg: Config, level: str, in_dim: int, out_dim: int, dataset: str, **image: Any) -> Any:
+def _model_config(cfg: Config, level: str, in_dim: int, out_dim: int, dataset: str, readout_scale: float = 1.0,
+                  **image: Any) -> Any:
     from xmask_cli.model.network import ModelConfig
 
     from xmask_cli.model.bias_stack import BiasSpec
@@ -219,9 +220,11 @@ def _model_config(cfg: Config, level: str, in_dim: int, out_dim: int, dataset: s
         fields["encoder"] = "patch"
     elif fields["encoder"] == "auto":
         fields["encoder"] = "atom" if dataset.lower().startswith("ogbg-mol") else "linear"
+    fields.pop("readout_norm")  # resolved into readout_scale by the caller
     fields["biases"] = tuple(BiasSpec(**b) for b in fields["biases"])
     return ModelConfig(in_dim=in_dim, out_dim=out_dim, task=level, eps=cfg.structure.powers.eps,
-                       rrwp_dim=cfg.structure.rrwp.steps + 1, **fields, **image)
+                       rrwp_dim=cfg.structure.rrwp.steps + 1, readout_scale=readout_scale, **fields,
+                       **image)
 
 
 @dataclass
@@ -371,17 +374,20 @@ class Experiment:
 
     def model_config(self, task: Any) -> Any:
         """The :class:`ModelConfig` this experiment's model takes on ``task``."""
+        scale = 1.0
         if self.level == "graph":
-            from xmask_cli.engine.train import node_features
-
-            in_dim = int(node_features(self.graphs)[0].size(1))
+            in_dim = self.graphs.feature_info().dim
             out_dim = int(self.graphs.dataset.num_classes)
+            if self.cfg.model.readout == "sum" and self.cfg.model.readout_norm == "size":
+                from xmask_cli.engine.train import size_readout_scale
+
+                scale = size_readout_scale(self.graphs.num_nodes, task.split.train)
         elif self.level == "image":
             return _model_config(self.cfg, self.level, task.in_dim, task.out_dim, self.dataset,
                                  image_size=task.image_size, patch_size=self.cfg.image.patch)
         else:
             in_dim, out_dim = int(task.in_dim), int(task.out_dim)
-        return _model_config(self.cfg, self.level, in_dim, out_dim, self.dataset)
+        return _model_config(self.cfg, self.level, in_dim, out_dim, self.dataset, readout_scale=scale)
 
     def run_name(self) -> str:
         """``run.name``, or ``<dataset>-<level>``."""

@@ -30,7 +30,8 @@ from xmask_cli.engine.splits import Split
 from xmask_cli.engine.stream import GraphBatch, GraphLevelStream
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
-__all__ = ["TrainConfig", "GraphTask", "train_task", "node_features", "graph_labels", "evaluate", "train_graph_level"]
+__all__ = ["TrainConfig", "GraphTask", "train_task", "node_features", "size_readout_scale", "graph_labels", "evaluate",
+           "train_graph_level"]
 
 #: Metrics of classification tasks (trained with cross-entropy).
 CLASSIFICATION_METRICS = ("accuracy", "rocauc")
@@ -49,6 +50,16 @@ def node_features(graphs: GraphSet) -> list[Tensor]:
     if graphs.has_features():
         return [ds[i].x.float() for i in range(len(ds))]
     return one_hot_degrees(graphs.edge_index, graphs.num_nodes)
+
+
+def size_readout_scale(num_nodes: Sequence[int] | np.ndarray, train: Sequence[int] | np.ndarray) -> float:
+    """``1 / mean node count`` of the training graphs: ``ModelConfig.readout_scale`` for a sum readout.
+
+    Keeps the head's input O(1) whatever the graph size (see ``ModelConfig.readout_scale``
+    for why that matters); training graphs only, so the model is fixed before it sees val/test.
+    """
+    sizes = np.asarray(num_nodes, dtype=np.float64)[np.asarray(train, dtype=np.int64)]
+    return 1.0 / max(float(sizes.mean()) if sizes.size else 1.0, 1.0)
 
 
 def graph_labels(graphs: GraphSet) -> Tensor:

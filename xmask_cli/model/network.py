@@ -12,6 +12,7 @@ learned bias on a plain head (see :func:`sparse_refusal`).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,16 @@ class ModelConfig:
             of Eq. 9); ``'eps'``: it gets ``log(eps)``, the literal dense
             formula, which only dense paths compute (sparse ones refuse it).
         readout: ``'sum'``, ``'mean'`` or ``'max'`` over real nodes (graph task).
+        readout_scale: factor on the pooled features before the head (graph
+            task). The graph-level engine sets ``1 / mean node count`` of the
+            training graphs for a ``sum`` readout (``model.readout_norm: size``):
+            a sum of post-LayerNorm node states grows with the node count, and a
+            head fed inputs of tens to hundreds is trained at that many times the
+            learning rate (Adam steps each weight by ~lr, the pre-activation moves
+            by ~lr x the input's L1 norm), which kills its ReLUs and collapses
+            the output to a constant (issue 10 §6). The scale is a fixed number,
+            not a statistic of the batch: a graph's output never depends on its
+            batch, and the sum keeps its count information.
         task: ``'graph'`` (one output per graph), ``'node'`` (one per node), ``'link'``
             or ``'edge'`` (one per node pair, scored by :meth:`XMaskNet.score_pairs`).
         use_bias: False drops the structural bias (plain attention, the ablation).
@@ -97,6 +108,7 @@ class ModelConfig:
     eps: float = 1e-30
     outside_support: str = "hard"
     readout: str = "sum"
+    readout_scale: float = 1.0
     task: str = "graph"
     use_bias: bool = True
     encoder: str = "linear"
@@ -160,6 +172,8 @@ class ModelConfig:
             raise ValueError("readout 'cls' and positional embeddings are for the image level (encoder 'patch')")
         if image and (self.biases or self.experts):
             raise ValueError("the image level takes the X-LogSMask term only, not learned biases or experts")
+        if not (self.readout_scale > 0 and math.isfinite(self.readout_scale)):
+            raise ValueError(f"readout_scale must be a finite number > 0, got {self.readout_scale}")
 
     @property
     def max_power(self) -> int:
@@ -421,6 +435,12 @@ class XMaskNet(torch.nn.Module):
         self._mask_memo = (powers, mask.clone(), version, dtype, attn_mask)
         return attn_mask
 
+    def graph_head(self, pooled: Tensor) -> Tensor:
+        """``[G, out_dim]`` from ``[G, hidden]`` pooled features: times ``readout_scale``, then the head MLP."""
+        if self.cfg.readout_scale != 1.0:
+            pooled = pooled * self.cfg.readout_scale
+        return self.head(pooled)
+
     def readout_dense(self, h: Tensor, mask: Tensor) -> Tensor:
         """``[B, hidden]`` sum/mean/max of ``h [B, N, hidden]`` over real nodes only."""
         keep = mask.unsqueeze(-1)
@@ -453,7 +473,7 @@ class XMaskNet(torch.nn.Module):
             mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
         h = self.encode_dense(x, powers, mask, extras=extras)
         if self.cfg.task == "graph":
-            return self.head(self.readout_dense(h, mask))
+            return self.graph_head(self.readout_dense(h, mask))
         return self.head(h).masked_fill(~mask.unsqueeze(-1), 0.0)
 
     # ----------------------------------------------------------------- sparse
@@ -539,7 +559,7 @@ class XMaskNet(torch.nn.Module):
         self._no_pair_task()
         h = self.encode_sparse(x, edge_index, values, extras=extras, batch=batch)
         if self.cfg.task == "graph":
-            return self.head(self.readout_sparse(h, batch, num_graphs))
+            return self.graph_head(self.readout_sparse(h, batch, num_graphs))
         return self.head(h)
 
     # ----------------------------------------------------------------- tokens
