@@ -54,6 +54,8 @@ def test_prepare_embedded_mutag_json_then_cached(tmp_path):
     assert r.exit_code == 0, r.stderr
     first = json.loads(r.stdout)
     assert first["graphs"] == 188 and first["nodes"] == 3371 and not first["cached"]
+    # The bundled MUTAG's own features (7 one-hot atom types), said in the result.
+    assert first["features"]["kind"] == "dataset" and first["features"]["dim"] == 7
     assert Path(first["path"]).is_file() and first["size_bytes"] > 0
     # Per-command --format and a second run: no work, same path.
     r2 = run("prepare", "MUTAG", "--cache-dir", str(tmp_path / "c"), "--format", "json")
@@ -68,6 +70,7 @@ def test_prepare_human_summary_on_stdout_logs_on_stderr(tmp_path):
     assert r.exit_code == 0
     assert "graphs" in r.stdout and "188" in r.stdout
     assert "loaded MUTAG" in r.stderr and "loaded" not in r.stdout
+    assert "one-hot node labels (7)" in r.stdout and "node features: " in r.stderr
 
 
 def test_prepare_reports_the_truncated_mass_in_json_and_human(tmp_path, shared_data):
