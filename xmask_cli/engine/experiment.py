@@ -292,8 +292,6 @@ class Experiment:
             # Applied on access: every reader of dataset[i].x (all task levels) sees rows summing to 1.
             graphs.dataset.transform = NormalizeFeatures()
         exp = cls(cfg, level, metric, spec.name, graphs=graphs, cache_dir=cache_dir, log=log)
-        info = graphs.feature_info()
-        log(f"node features: {info.detail}, width {info.dim}")
         if level in ("graph", "node"):
             # Link tasks prepare the structure of their training edges per split seed instead.
             summary = prepare_graphs(dataset_key=spec.key, level=level, edges=graphs.edge_index,
@@ -389,6 +387,11 @@ class Experiment:
             in_dim, out_dim = int(task.in_dim), int(task.out_dim)
         return _model_config(self.cfg, self.level, in_dim, out_dim, self.dataset, readout_scale=scale)
 
+    def features(self) -> dict[str, Any] | None:
+        """The node features the model reads (``GraphSet.feature_info``); None for image sets and edge files."""
+        info = getattr(self.graphs, "feature_info", None)
+        return info().to_dict() if info is not None else None
+
     def run_name(self) -> str:
         """``run.name``, or ``<dataset>-<level>``."""
         return run_name(self.cfg)
@@ -463,7 +466,7 @@ def train_seeds(
                 + ", ".join(f"{p} {exp.metric} {summary['metrics'][p]:.4f}" for p in PARTS))
         agg = aggregate(run_dirs)
         result = {"name": exp.run_name(), "dataset": exp.dataset, "level": exp.level, "metric": exp.metric,
-                  "features": exp.graphs.feature_info().to_dict() if exp.graphs is not None else None,
+                  "features": exp.features(),
                   "seeds": seeds, "run_root": str(root), "runs": summaries, "aggregate": agg}
         if len(seeds) > 1:
             from xmask_cli.engine.runs import write_json
