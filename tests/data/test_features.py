@@ -107,6 +107,8 @@ def test_tu_feature_widths_are_the_label_counts(shared_data, stage):
     for name, width in (("MUTAG", 7), ("PROTEINS", 3), ("NCI1", 37), ("DD", 89)):
         info = load_graphs(get_dataset(name), data_root=shared_data, cache_dir=stage, offline=True).feature_info()
         assert (info.kind, info.dim) == ("dataset", width), (name, info)
+        assert f"one-hot node labels ({width})" in info.detail
+        assert ("node attributes (1) not used" in info.detail) == (name == "PROTEINS")  # PyG's use_node_attr=False
         labels = np.loadtxt(shared_data / name / "raw" / f"{name}_node_labels.txt", dtype=np.int64)
         assert len(np.unique(labels)) <= width == labels.max() - labels.min() + 1
 

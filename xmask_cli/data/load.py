@@ -82,8 +82,11 @@ class GraphSet:
         ds = self.dataset
         if self.spec.family == "tu" and hasattr(type(ds), "num_node_labels"):
             parts = [f"one-hot node labels ({ds.num_node_labels})"] if ds.num_node_labels else []
-            parts += [f"node attributes ({ds.num_node_attributes})"] if ds.num_node_attributes else []
-            return FeatureInfo("dataset", dim, "PyG TUDataset x: " + " + ".join(parts))
+            if ds.num_node_attributes and dim == ds.num_node_labels + ds.num_node_attributes:
+                parts.append(f"node attributes ({ds.num_node_attributes})")
+            elif ds.num_node_attributes:  # TUDataset's default use_node_attr=False drops them from x
+                parts.append(f"node attributes ({ds.num_node_attributes}) not used")
+            return FeatureInfo("dataset", dim, "PyG TUDataset x: " + ", ".join(parts))
         return FeatureInfo("dataset", dim, f"the dataset's x ({dim} columns)")
 
 
