@@ -11,7 +11,6 @@ engine's own Experiment path.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np

@@ -8,8 +8,6 @@ only), so each node attends to itself alone.
 """
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch

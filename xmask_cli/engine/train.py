@@ -30,8 +30,8 @@ from xmask_cli.engine.splits import Split
 from xmask_cli.engine.stream import GraphBatch, GraphLevelStream
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
-__all__ = ["TrainConfig", "GraphTask", "train_task", "node_features", "size_readout_scale", "graph_labels", "evaluate",
-           "train_graph_level"]
+__all__ = ["TrainConfig", "GraphTask", "train_task", "node_features", "MAX_DEGREE", "size_readout_scale", "graph_labels",
+           "evaluate", "train_graph_level"]
 
 #: Metrics of classification tasks (trained with cross-entropy).
 CLASSIFICATION_METRICS = ("accuracy", "rocauc")
