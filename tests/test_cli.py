@@ -8,25 +8,15 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from typer.testing import CliRunner
+from tests.cli_helpers import one_error_line, run
 
 from xmask_cli.cache import StructureCache
-from xmask_cli.cli import app
 from xmask_cli.errors import EXIT_CODES
 
-runner = CliRunner()
 
 
-def run(*args: str, **kw):
-    return runner.invoke(app, list(args), **kw)
 
 
-def one_error_line(result) -> str:
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ")
-    assert "Traceback" not in result.stderr and "Traceback" not in result.stdout
-    return lines[0]
 
 
 @pytest.mark.parametrize("cmd", [[], ["prepare"], ["presets", "ls"], ["presets", "show"], ["cache", "ls"],

@@ -8,14 +8,12 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
+from tests.cli_helpers import one_error_line, run
 
 from xmask_cli.ablate import variant_overrides
-from xmask_cli.cli import app
 from xmask_cli.config import resolve
 from xmask_cli.errors import UsageError
 
-runner = CliRunner()
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -29,15 +27,8 @@ def _one_torch_thread():
 TINY = ["--set", "model.hidden=32", "--set", "model.layers=2", "--set", "train.epochs=2", "--set", "train.lr=3e-3"]
 
 
-def run(*args: str):
-    return runner.invoke(app, list(args))
 
 
-def one_error_line(result) -> str:
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ") and "Traceback" not in result.stderr + result.stdout
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

@@ -6,26 +6,17 @@ from pathlib import Path
 
 import h5py
 import pytest
-from typer.testing import CliRunner
+from tests.cli_helpers import one_error_line, run
 
-from xmask_cli.cli import app
 from xmask_cli.engine.experiment import train_seeds
 from xmask_cli.config import resolve
 
-runner = CliRunner()
 TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "train.epochs=4",
         "--set", "train.warmup_epochs=1", "--set", "train.lr=1e-2"]
 
 
-def run(*args: str):
-    return runner.invoke(app, list(args))
 
 
-def one_error_line(result) -> str:
-    lines = [ln for ln in result.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error: ") and "Traceback" not in result.stderr + result.stdout
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
