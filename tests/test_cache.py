@@ -14,6 +14,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from tests.model.graphs import a_hat_of
 from xmask_cli import cache as K
 from xmask_cli.config import StructureConfig, resolve
 from xmask_cli.data.load import graphs_fingerprint
@@ -41,15 +42,6 @@ def _prepare(tmp_path: Path, edges, nodes, cfg: StructureConfig | None = None, l
                           cache_dir=tmp_path / "cache", **kw)
 
 
-def dense_norm_adj(e: np.ndarray, n: int) -> np.ndarray:
-    a = np.zeros((n, n))
-    for u, v in e.T:
-        if u != v:
-            a[u, v] = a[v, u] = 1
-    a += np.eye(n)
-    d = a.sum(1)
-    return a / np.sqrt(np.outer(d, d))
-
 
 def test_round_trip_equals_independent_computation(tmp_path):
     edges, nodes = random_graphs()
@@ -57,7 +49,7 @@ def test_round_trip_equals_independent_computation(tmp_path):
     with K.StructureCache(s.path) as c:
         assert c.num_graphs == len(nodes)
         for g, (e, n) in enumerate(zip(edges, nodes)):
-            ahat = dense_norm_adj(e, int(n))
+            ahat = a_hat_of(e, int(n))
             dense = c.dense_powers(g)
             for k in range(4):
                 np.testing.assert_allclose(dense[k], np.linalg.matrix_power(ahat, k + 1), rtol=1e-5, atol=1e-7)

@@ -45,19 +45,10 @@ from pathlib import Path  # noqa: E402
 
 import networkx as nx  # noqa: E402
 
+from tests.model.graphs import a_hat_of  # noqa: E402
 from xmask_cli.cache import StructureCache  # noqa: E402
 from xmask_cli.data.load import graphs_fingerprint  # noqa: E402
 from xmask_cli.prepare import prepare_graphs  # noqa: E402
-
-
-def _dense_a_hat(edges: np.ndarray, n: int) -> np.ndarray:
-    a = np.zeros((n, n))
-    for u, v in edges.T:
-        if u != v:
-            a[u, v] = a[v, u] = 1.0
-    a += np.eye(n)
-    d = a.sum(1) ** -0.5
-    return d[:, None] * a * d[None, :]
 
 
 def _dense_rule(m: np.ndarray, a_hat: np.ndarray, tau: float, topk: int) -> np.ndarray:
@@ -92,7 +83,7 @@ def test_star_hub_keeps_every_edge_and_dropped_mass_is_recorded(tmp_path):
     edges = np.stack([np.zeros(leaves, dtype=np.int64), np.arange(1, n)])
     s = _prepare_large(tmp_path, edges, n, f"structure.powers.k={K}", f"structure.large.topk={topk}")
     rec, stored = _recorded(s.path)
-    a_hat = _dense_a_hat(edges, n)
+    a_hat = a_hat_of(edges, n)
 
     # Â^1 whole: the hub's 500 edges and its self loop, each leaf's edge and its self loop.
     np.testing.assert_allclose(stored[0], a_hat, rtol=1e-6, atol=0)
@@ -135,7 +126,7 @@ def test_recorded_dropped_mass_equals_brute_force_on_a_random_graph(tmp_path, no
     ai = a + np.eye(n)
     # Exact powers, densely, independently of the code under test.
     if normalization == "sym":
-        a_hat = _dense_a_hat(edges, n)
+        a_hat = a_hat_of(edges, n)
         exact = [np.linalg.matrix_power(a_hat, k) for k in range(1, K + 1)]
     else:
         exact = []
@@ -203,16 +194,22 @@ def _assert_lowest(lap: np.ndarray, vals: np.ndarray, vecs: np.ndarray, m: int, 
         np.testing.assert_allclose(proj(got), proj(ref), atol=atol)
 
 
-def test_cora_spectrum_is_the_lowest_and_feeds_the_eigen_bias(tmp_path, shared_data):
-    cfg = resolve("node-level", ["data.dataset=cora", "structure.spd.enabled=false", "structure.powers.k=1",
+def _node_spectrum(name: str, shared_data: Path, tmp_path: Path):
+    """A node dataset's graph (edges, node count, networkx graph) and its cached spectrum."""
+    cfg = resolve("node-level", [f"data.dataset={name}", "structure.spd.enabled=false", "structure.powers.k=1",
                                  "structure.partition.parts=0"])
     s = prepare_dataset(cfg, data_root=shared_data, cache_dir=tmp_path / "c", offline=True)
-    graphs = load_graphs(get_dataset("cora"), data_root=shared_data, cache_dir=tmp_path / "c", offline=True)
+    graphs = load_graphs(get_dataset(name), data_root=shared_data, cache_dir=tmp_path / "c", offline=True)
     e, n = graphs.edge_index[0], int(graphs.num_nodes[0])
     g = nx.Graph(list(map(tuple, e.T.tolist())))
     g.add_nodes_from(range(n))
     with StructureCache(s.path) as c:
         vals, vecs = c.spectrum(0)
+    return e, n, g, vals, vecs
+
+
+def test_cora_spectrum_is_the_lowest_and_feeds_the_eigen_bias(tmp_path, shared_data):
+    e, n, g, vals, vecs = _node_spectrum("cora", shared_data, tmp_path)
     # 78 components, none isolated: 78 zero pairs (ARPACK on the whole graph found 7), then 16 non-zero.
     assert nx.number_connected_components(g) == 78 == int((vals <= 1e-6).sum())
     assert int((vals > 1e-6).sum()) == 16
@@ -244,17 +241,9 @@ def test_proteins_graphs_with_eight_components_store_every_zero(tmp_path, shared
 
 def test_citeseer_spectrum_has_every_zero_and_sixteen_non_zero_pairs(tmp_path, shared_data):
     # 438 components, 48 of them isolated nodes (eigenvalue 1, never zero): 390 zero pairs.
-    cfg = resolve("node-level", ["data.dataset=citeseer", "structure.spd.enabled=false", "structure.powers.k=1",
-                                 "structure.partition.parts=0"])
-    s = prepare_dataset(cfg, data_root=shared_data, cache_dir=tmp_path / "c", offline=True)
-    graphs = load_graphs(get_dataset("citeseer"), data_root=shared_data, cache_dir=tmp_path / "c", offline=True)
-    e, n = graphs.edge_index[0], int(graphs.num_nodes[0])
-    g = nx.Graph(list(map(tuple, e.T.tolist())))
-    g.add_nodes_from(range(n))
+    e, n, g, vals, vecs = _node_spectrum("citeseer", shared_data, tmp_path)
     g.remove_edges_from(nx.selfloop_edges(g))
     with_edges = sum(1 for k in nx.connected_components(g) if len(k) > 1)
-    with StructureCache(s.path) as c:
-        vals, vecs = c.spectrum(0)
     assert int((vals <= 1e-6).sum()) == with_edges and int((vals > 1e-6).sum()) == 16
     lap = nx.normalized_laplacian_matrix(g, nodelist=range(n)).astype(np.float64)  # equal to ours off isolated nodes
     x = vecs.astype(np.float64)

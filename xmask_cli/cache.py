@@ -54,7 +54,7 @@ import h5py
 import numpy as np
 
 from xmask_cli.data.load import STAGING_MARKER
-from xmask_cli.errors import CacheError, NotWritableError, UsageError
+from xmask_cli.errors import CacheError, NotWritableError, UsageError, first_line
 
 # Bump whenever the layout or the numbers written change: the key includes it, so old files are
 # then rebuilt instead of misread. 2: large graphs keep Â^1 and every real edge whole, dropped mass recorded.
@@ -68,11 +68,6 @@ _GROUPS_WITH_PAIRS = ("powers", "spd", "rrwp")
 #: What h5py raises on a damaged file: OSError (checksums, truncation), RuntimeError (metadata, e.g.
 #: "bad heap free list"), ValueError / KeyError / TypeError (attributes of the wrong shape or type).
 _H5_ERRORS = (OSError, RuntimeError, ValueError, KeyError, TypeError)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return text or type(exc).__name__
 
 
 def cache_key(fingerprint: str, params: dict[str, Any]) -> str:
@@ -310,7 +305,7 @@ class StructureCache:
                 self._f = h5py.File(self.path, "r")
                 version = int(self._f.attrs.get("format_version", -1))
             except _H5_ERRORS as exc:
-                raise CacheError(f"cannot open cache {self.path}: {_first_line(exc)}; "
+                raise CacheError(f"cannot open cache {self.path}: {first_line(exc)}; "
                                  f"run `xmask prepare ... --force` to rebuild it") from exc
             if version != FORMAT_VERSION:
                 raise CacheError(
@@ -372,7 +367,7 @@ class StructureCache:
             raise self._corrupt(name, exc) from exc
 
     def _corrupt(self, name: str, exc: BaseException) -> CacheError:
-        return CacheError(f"cache {self.path} is corrupt ('{name}': {_first_line(exc)}); "
+        return CacheError(f"cache {self.path} is corrupt ('{name}': {first_line(exc)}); "
                           f"run `xmask cache verify`, then `xmask prepare ... --force` to rebuild it")
 
     def _read(self, name: str, sl: slice | None = None) -> np.ndarray:
@@ -487,7 +482,7 @@ def info(path: Path) -> CacheInfo:
                 num_graphs=int(f["graphs/num_nodes"].shape[0]) if "graphs/num_nodes" in f else 0,
             )
     except _H5_ERRORS as exc:
-        raise CacheError(f"unreadable cache file {path}: {_first_line(exc)}") from exc
+        raise CacheError(f"unreadable cache file {path}: {first_line(exc)}") from exc
 
 
 def cache_files(cache_dir: Path, dataset: str | None = None) -> list[Path]:
@@ -551,12 +546,12 @@ def verify(path: Path, expected_fingerprint: str | None = None, *, full: bool = 
     try:
         f = h5py.File(path, "r")
     except _H5_ERRORS as exc:
-        return [f"cannot open: {_first_line(exc)}"]
+        return [f"cannot open: {first_line(exc)}"]
     try:
         with f:
             return _problems(f, path, expected_fingerprint, full, expected_dataset)
     except _H5_ERRORS as exc:
-        return [f"unreadable: {_first_line(exc)}"]
+        return [f"unreadable: {first_line(exc)}"]
 
 
 def _problems(f: h5py.File, path: Path, expected_fingerprint: str | None, full: bool,
@@ -585,13 +580,13 @@ def _problems(f: h5py.File, path: Path, expected_fingerprint: str | None, full: 
                 for start in range(0, max(obj.shape[0], 1), 1 << 22):
                     obj[start:start + (1 << 22)]
             except (OSError, ValueError, RuntimeError) as exc:
-                problems.append(f"dataset '{name}' unreadable: {_first_line(exc)}")
+                problems.append(f"dataset '{name}' unreadable: {first_line(exc)}")
 
     if full:
         try:
             f.visititems(visit)
         except (OSError, RuntimeError) as exc:
-            problems.append(f"file structure unreadable: {_first_line(exc)}")
+            problems.append(f"file structure unreadable: {first_line(exc)}")
     if "graphs/node_ptr" in f and "graphs/num_nodes" in f and not problems:
         ptr, nn = f["graphs/node_ptr"][()], f["graphs/num_nodes"][()]
         if ptr.shape[0] != nn.shape[0] + 1 or not np.array_equal(np.diff(ptr), nn):

@@ -75,3 +75,9 @@ EXIT_CODES: dict[int, str] = {
     7: "training diverged (non-finite loss; best checkpoint kept)",
     130: "interrupted",
 }
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its class name if empty): for one-line error reports."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return text or type(exc).__name__

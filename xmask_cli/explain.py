@@ -474,7 +474,8 @@ def plot_target(t: TargetMaps, model_cfg: Any) -> tuple[Any, np.ndarray]:
     return fig, axes
 
 
-def _save_png(fig: Any, path: Path) -> Path:
+def save_png(fig: Any, path: Path) -> Path:
+    """Write a figure as PNG under a temporary name, then rename: no half-written figure."""
     tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}.png")
     try:
         fig.savefig(tmp, dpi=80)
@@ -609,7 +610,7 @@ def explain_run(
     figures = {}
     for t in results:
         fig, _ = plot_target(t, model_cfg)
-        figures[t.name] = str(_save_png(fig, out / f"{t.name}.png"))
+        figures[t.name] = str(save_png(fig, out / f"{t.name}.png"))
     return {**meta, "targets": [_target_dict(t, model_cfg, buckets) for t in results],
             "files": {"maps": str(maps_path), "figures": figures}, "hop_buckets": buckets,
             "hop_summary": summary}

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from xmask_cli.errors import UsageError
+from xmask_cli.explain import save_png
 from xmask_cli.model.network import head_labels
 
 __all__ = ["grid_distances", "explain_images"]
@@ -102,17 +103,6 @@ def _plot(image: np.ndarray, maps: list[np.ndarray], cls: list[np.ndarray], labe
     return fig
 
 
-def _atomic(path: Path, write: Callable[[Path], None]) -> Path:
-    tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}{path.suffix}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
-
-
 def explain_images(model: Any, task: Any, images: Sequence[int], *, query_patch: int | None, out_dir: Path,
                    connectivity: int, meta: dict[str, Any],
                    log: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
@@ -163,7 +153,7 @@ def explain_images(model: Any, task: Any, images: Sequence[int], *, query_patch:
                         hg.attrs.update({"k": int(cfg.head_powers[h]) if cfg.use_bias else 0, "bias": labels[l][h]})
                 fig = _plot(task.x[image_id].numpy(), list(maps), list(cls), labels, desc, query_patch, cols,
                             cfg.patch_size)
-                figures[name] = str(_atomic(out_dir / f"{name}.png", lambda p: fig.savefig(p, dpi=80, format="png")))
+                figures[name] = str(save_png(fig, out_dir / f"{name}.png"))
                 targets.append({"name": name, "kind": "image", "image": i, "image_id": image_id, "label": label,
                                 "target": desc, "hop_summary": _summary(hop, cfg, buckets, labels)})
                 log(f"recorded {desc}")

@@ -23,6 +23,11 @@ def norm_powers(a: np.ndarray, k: int) -> np.ndarray:
     return np.stack([np.linalg.matrix_power(a_hat, p) for p in range(1, k + 1)])
 
 
+def a_hat_of(edges: np.ndarray, n: int) -> np.ndarray:
+    """Dense float64 ``Â`` of a ``[2, E]`` edge array (self loops in the input ignored, both directions taken)."""
+    return norm_powers(adjacency(n, [(int(u), int(v)) for u, v in edges.T if u != v]), 1)[0]
+
+
 def union_pairs(powers: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
     """``edge_index [2, E]`` of the union support of the powers and ``values [E, K]`` there."""
     row, col = np.nonzero((powers != 0).any(0))

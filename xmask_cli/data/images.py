@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from xmask_cli.data.registry import DatasetSpec
-from xmask_cli.errors import DataNotFoundError, NotWritableError, UsageError
+from xmask_cli.errors import DataNotFoundError, NotWritableError, UsageError, first_line
 
 __all__ = ["ImageInfo", "IMAGE_INFO", "ImageSet", "image_info", "load_images", "channel_stats",
            "read_cifar_batch", "CIFAR_URL", "CIFAR_MD5"]
@@ -176,7 +176,7 @@ def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
         if labels.size and (labels.min() < 0 or labels.max() > 9):
             raise ValueError("labels outside 0..9")
     except (OSError, EOFError, pickle.UnpicklingError, KeyError, TypeError, ValueError, AttributeError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first = first_line(exc)
         raise DataNotFoundError(f"{path}: not a readable CIFAR-10 batch ({first}); remove it and re-download, "
                                 f"or put the original cifar-10-batches-py/ there") from exc
     return data.reshape(-1, 3, 32, 32), labels

@@ -32,7 +32,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from xmask_cli.data.registry import DatasetSpec
-from xmask_cli.errors import CacheError, DataNotFoundError, NotWritableError, UsageError
+from xmask_cli.errors import CacheError, DataNotFoundError, NotWritableError, UsageError, first_line
 
 DEFAULT_DATA_ROOT = Path("~/.cache/xmask/datasets").expanduser()
 EMBEDDED_ROOT = Path(__file__).resolve().parent / "embedded"
@@ -285,7 +285,7 @@ class ProcessedFileRejected(CacheError):
     """A processed file failed to load as plain tensors (planted pickle, truncated, foreign)."""
 
     def __init__(self, path: str, reason: BaseException):
-        first = str(reason).splitlines()[0] if str(reason) else type(reason).__name__
+        first = first_line(reason)
         # torch's message advises weights_only=False: never repeat that advice.
         if "weights_only" in first or "Weights only" in first:
             first = "it holds objects other than tensors and PyG data classes"
@@ -469,7 +469,7 @@ def load_graphs(
         except Exception as exc:  # network errors, partial downloads, corrupt raw files
             if source is None:
                 _remove_empty_dirs(root / spec.folder, stop=root)
-                first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+                first = first_line(exc)
                 raise DataNotFoundError(_missing_message(spec, looked, f"download failed: {first}")) from exc
             raise
     for note in notes:  # after the redirect: the user should see that a file was replaced

@@ -29,7 +29,7 @@ import torch
 from xmask_cli.config import Config, build
 from xmask_cli.engine.loop import PARTS, TrainConfig, score, seed_everything
 from xmask_cli.engine.runs import RunDir, aggregate
-from xmask_cli.errors import ConfigError, RunNotFoundError, UsageError
+from xmask_cli.errors import ConfigError, RunNotFoundError, UsageError, first_line
 from xmask_cli.model.learned_bias import NEEDS
 
 __all__ = ["parse_seeds", "resolve_device", "resolve_level", "resolve_metric", "Experiment",
@@ -518,7 +518,7 @@ def load_run(
         model = XMaskNet(ModelConfig(**saved["model"])).to(device)
         model.load_state_dict(run.load_checkpoint(RunDir.BEST)["model"])
     except (TypeError, KeyError, RuntimeError) as exc:  # a config.json and best.pt that do not belong together
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        first = first_line(exc)
         raise RunNotFoundError(f"{run.path / RunDir.BEST} does not fit the model in {run.path / RunDir.CONFIG} "
                                f"({first[:200]}); train again with --overwrite") from None
     return exp, task, model.eval()

@@ -96,7 +96,7 @@ class ImageTask:
     Args:
         cache_path: the grid's structure cache (:func:`~xmask_cli.prepare.prepare_grid`).
         images: the dataset.
-        split: train / val / test image ids (:func:`~xmask_cli.data.images.image_split`).
+        split: train / val / test image ids (:func:`image_split`).
         metric: ``accuracy``.
         batch_size: images per batch.
         seed: batch order and augmentation draws.
@@ -128,7 +128,6 @@ class ImageTask:
         self.in_dim = int(images.images.shape[1])
         self.out_dim = images.num_classes
         self.image_size = tuple(int(s) for s in images.images.shape[2:])
-        self.num_patches = int(grid.shape[-1])
 
     def describe(self) -> dict[str, Any]:
         return {"dataset": self.images.spec.name, "cache_path": self.cache_path, "split": self.split.to_dict(),

@@ -31,7 +31,8 @@ still bounded by the chunk. Evaluation runs every node as a query.
 
 Example::
 
-    support = Support.from_cache(StructureCache(path))
+    with StructureCache(path) as cache:
+        support = Support.from_coo(*cache.powers(0), num_nodes=N)
     h = encode_queries(model, x, support, np.arange(support.num_nodes))  # [N, hidden]
 """
 from __future__ import annotations
@@ -132,10 +133,10 @@ def closure(support: Support, queries: np.ndarray, layers: int, whole: bool = Fa
         if whole:
             sets.insert(0, np.arange(support.num_nodes, dtype=np.int64))
             continue
-        pos, _ = support.positions(cur)
         if len(cur) == support.num_nodes:
             sets.insert(0, cur)  # already everything
             continue
+        pos, _ = support.positions(cur)
         sets.insert(0, np.union1d(cur, support.col[pos]))
     return sets
 
@@ -220,7 +221,8 @@ def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: S
     for layer, block in enumerate(model.blocks):
         prev, cur = sets[layer], sets[layer + 1]
         local[prev] = np.arange(len(prev), dtype=np.int64)
-        spans = chunks_by_pairs(support.counts(cur), chunk_pairs)
+        counts_cur = support.counts(cur)
+        spans = chunks_by_pairs(counts_cur, chunk_pairs)
         outs = []
         for start, stop in spans:
             rows = cur[start:stop]
@@ -249,7 +251,7 @@ def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: S
 
             outs.append(_maybe_checkpoint(run, h, recompute=grad and len(spans) > 1))
         if stats is not None:
-            stats.pairs.append(int(support.counts(cur).sum()))
+            stats.pairs.append(int(counts_cur.sum()))
         local[prev] = -1
         h = torch.cat(outs)
     return h

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from xmask_cli.errors import RunNotFoundError, UsageError
+from xmask_cli.errors import RunNotFoundError, UsageError, first_line
 
 __all__ = ["RunDir", "aggregate", "write_json", "write_text"]
 
@@ -51,11 +51,6 @@ def _atomic_write(path: Path, write: Any) -> None:
         except FileNotFoundError:
             pass
         raise
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return text or type(exc).__name__
 
 
 def _json_bytes(obj: Any) -> bytes:
@@ -174,7 +169,7 @@ class RunDir:
         except FileNotFoundError:
             raise RunNotFoundError(f"{path} is missing; not a complete run folder") from None
         except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise RunNotFoundError(f"{path} is damaged ({_first_line(exc)}); restore it, or train again "
+            raise RunNotFoundError(f"{path} is damaged ({first_line(exc)}); restore it, or train again "
                                    f"with --overwrite") from None
         if not isinstance(config, dict):
             raise RunNotFoundError(f"{path} is damaged (not a JSON object); restore it, or train again with --overwrite")
@@ -225,7 +220,7 @@ class RunDir:
         except FileNotFoundError:
             raise RunNotFoundError(f"{path} is missing; not a complete run folder") from None
         except Exception as exc:  # truncated zip, foreign pickle, planted objects
-            reason = _first_line(exc)
+            reason = first_line(exc)
             if "weights_only" in reason.lower() or "weights only" in reason.lower():
                 # torch's own message suggests weights_only=False: never pass that advice on.
                 reason = "it holds objects other than tensors and plain values, and is not loaded"

@@ -35,6 +35,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from xmask_cli.model.bias import StructuralBias
+from xmask_cli.structure.spectrum import ZERO_TOL
 
 __all__ = ["SpdBias", "RrwpBias", "MagneticBias", "EigenBias", "LEARNED_BIASES", "NEEDS"]
 
@@ -253,7 +254,7 @@ class EigenBias(StructuralBias):
         tol: eigenvalues at or below it count as zero (one per connected component).
     """
 
-    def __init__(self, num_heads: int, tol: float = 1e-6):
+    def __init__(self, num_heads: int, tol: float = ZERO_TOL):
         super().__init__()
         self.num_heads, self.tol = int(num_heads), float(tol)
         self.beta = torch.nn.Parameter(torch.zeros(num_heads))

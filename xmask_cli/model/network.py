@@ -509,8 +509,9 @@ class XMaskNet(torch.nn.Module):
             ValueError: the pairs are not complete and the model cannot run
                 sparse (:func:`sparse_refusal`).
         """
+        # Every pair of the domain given: the dense formula, whatever the settings; otherwise check them.
         complete = _complete(edge_index, x.size(0), batch)
-        if not complete:  # every pair of the domain given: the dense formula, whatever the settings
+        if not complete:
             refusal = sparse_refusal(self.cfg)
             if refusal is not None:
                 raise ValueError(f"sparse attention path refused: {refusal}")
