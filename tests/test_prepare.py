@@ -366,3 +366,34 @@ def test_ctrl_c_of_prepare_is_one_line_exit_130_and_no_worker_left(tmp_path, sha
         for p in kids:
             if _alive(p):
                 os.kill(p, signal.SIGKILL)
+
+
+def _nap(seconds: float) -> float:
+    import time
+
+    time.sleep(seconds)
+    return seconds
+
+
+def test_stopping_the_pool_leaves_no_worker_and_no_pool_thread_behind():
+    """After an interrupt the pool is wound down before the error is reported: a pool thread left
+    running races interpreter exit (concurrent.futures' atexit hook then wrote a 15-line trace after
+    the one error line under load)."""
+    import multiprocessing as mp
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
+
+    from xmask_cli.prepare import _stop_workers
+
+    before = set(threading.enumerate())
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"))
+    fut = pool.submit(_nap, 60.0)
+    procs = []
+    for _ in range(600):  # wait until the worker runs the task
+        procs = list(pool._processes.values())
+        if procs and fut.running():
+            break
+        threading.Event().wait(0.05)
+    _stop_workers(pool)
+    assert all(not p.is_alive() for p in procs)
+    assert set(threading.enumerate()) - before == set()  # the manager thread is gone too

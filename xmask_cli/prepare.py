@@ -311,13 +311,19 @@ def _sigint_ignored() -> Iterator[None]:
 
 
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
-    """Kill the pool's workers now (an interrupt or an error): shutdown(wait=True) would let them finish."""
+    """Kill the pool's workers now (an interrupt or an error), then wait for the pool to wind down.
+
+    A plain ``shutdown(wait=True)`` would first let the workers finish their blocks.
+    """
     for proc in list((getattr(pool, "_processes", None) or {}).values()):
         try:
             proc.kill()
         except (OSError, ValueError, AttributeError):
             pass
-    pool.shutdown(wait=False, cancel_futures=True)
+    # Wait for the pool's manager thread too (quick: its workers are dead). Left running, it races
+    # interpreter exit: concurrent.futures' atexit hook then writes to a closed wake-up pipe (a
+    # 15-line "Exception ignored" trace after our one error line) or the process dies of SIGSEGV.
+    pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _run_block(args: tuple) -> BlockResult:
