@@ -87,6 +87,21 @@ def test_memory_load_matches_lazy_reads(tmp_path):
         np.testing.assert_array_equal(lazy.dense_spd(g), mem.dense_spd(g))
 
 
+def test_public_reads_match_the_stored_pairs(tmp_path):
+    edges, nodes = random_graphs(2, 6)
+    s = _prepare(tmp_path, edges, nodes)
+    with h5py.File(s.path, "r") as f:
+        stored_nodes = f["graphs/num_nodes"][()]
+    for c in (K.StructureCache(s.path), K.StructureCache(s.path).load_in_memory()):
+        np.testing.assert_array_equal(c.read_array("graphs/num_nodes"), stored_nodes)
+        np.testing.assert_array_equal(c.read_array("graphs/num_nodes", slice(1, 3)), stored_nodes[1:3])
+        for g in range(6):
+            # Independent count: the nonzeros of the dense powers' union support.
+            assert c.num_pairs("powers", g) == int(np.count_nonzero(c.dense_powers(g).any(axis=0)))
+        with pytest.raises(CacheError, match="no 'nope/x'"):
+            c.read_array("nope/x")
+
+
 def test_same_key_does_no_work_and_force_recomputes(tmp_path):
     edges, nodes = random_graphs(2, 4)
     first = _prepare(tmp_path, edges, nodes)

@@ -370,7 +370,12 @@ class StructureCache:
         return CacheError(f"cache {self.path} is corrupt ('{name}': {first_line(exc)}); "
                           f"run `xmask cache verify`, then `xmask prepare ... --force` to rebuild it")
 
-    def _read(self, name: str, sl: slice | None = None) -> np.ndarray:
+    def read_array(self, name: str, sl: slice | None = None) -> np.ndarray:
+        """The stored array ``name`` (e.g. ``"graphs/large"``), or its slice ``sl``.
+
+        Reads from memory after :meth:`load_in_memory`; a missing array or a
+        damaged chunk raises :class:`CacheError` with the command that fixes it.
+        """
         if name in self._mem:
             arr = self._mem[name]
             return arr if sl is None else arr[sl]
@@ -381,6 +386,9 @@ class StructureCache:
         except (OSError, RuntimeError, KeyError) as exc:
             raise self._corrupt(name, exc) from exc
         return self._checked(ds, name, sl)
+
+    #: Internal spelling kept for callers not yet moved to :meth:`read_array`.
+    _read = read_array
 
     # -- metadata
     @property
@@ -401,6 +409,12 @@ class StructureCache:
     def _node_slice(self, g: int) -> slice:
         p = self._read("graphs/node_ptr", slice(g, g + 2))
         return slice(int(p[0]), int(p[1]))
+
+    def num_pairs(self, group: str, g: int) -> int:
+        """Stored pairs of graph ``g`` in a pair group (``powers``, ``spd``, ``rrwp``), without reading them."""
+        nodes = self._node_slice(g)
+        ip = self._read(f"{group}/indptr", slice(nodes.start, nodes.stop + 1))
+        return int(ip[-1] - ip[0])
 
     # -- per-graph accessors
     def pairs(self, group: str, g: int) -> dict[str, np.ndarray]:

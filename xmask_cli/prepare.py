@@ -233,7 +233,7 @@ def truncation_report(cache: StructureCache) -> dict[str, Any]:
     """
     f = cache.file
     trunc = json.loads(f["powers"].attrs["truncation"])
-    out: dict[str, Any] = {"large_graphs": int(np.count_nonzero(cache._read("graphs/large"))),
+    out: dict[str, Any] = {"large_graphs": int(np.count_nonzero(cache.read_array("graphs/large"))),
                            "tau": trunc["tau"], "topk": trunc["topk"], "rule": trunc["rule"]}
     for group, label, first in (("powers", "k", 1), ("rrwp", "step", 0)):
         if group in f and "dropped_mass" in f[group].attrs:
@@ -445,7 +445,7 @@ def prepare_graphs(
         if not problems:
             try:
                 with StructureCache(path) as c:
-                    edges_total = int(c._read("graphs/num_edges").sum())
+                    edges_total = int(c.read_array("graphs/num_edges").sum())
                     report = truncation_report(c)
                 return PrepareSummary(dataset_key, str(path), key, True, len(nn), int(nn.sum()), edges_total,
                                       path.stat().st_size, round(time.perf_counter() - t0, 3), params, report)

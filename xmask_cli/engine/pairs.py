@@ -180,7 +180,7 @@ class _Structure:
             if c.fingerprint != structure_fingerprint(edge_index, num_nodes):
                 raise ValueError(f"cache {path} was not prepared from this split's training edges; "
                                  f"build it with prepare_pair_structure(..., split training edges, ...)")
-            num_pairs = int(c._read("powers/indptr", slice(num_nodes, num_nodes + 1))[0])
+            num_pairs = c.num_pairs("powers", 0)
             self.dense = full_graph_attention(attention, num_nodes, num_pairs, device, dense_max_nodes,
                                               dense_only) == "dense"
             extras = GraphExtras(c, 0, needs) if needs else None
