@@ -41,7 +41,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(1)
 
-    import xmask_cli.engine.train as train_mod
+    import xmask_cli.engine.tasks.graph as graph_mod
     from xmask_cli import config as C
     from xmask_cli.data.load import FeatureInfo, GraphSet, one_hot_degrees
     from xmask_cli.engine.experiment import Experiment, _train_config
@@ -49,7 +49,7 @@ def main() -> None:
     from xmask_cli.model.network import XMaskNet
 
     if args.input != "features":  # patch the one function every graph-level reader calls
-        own = train_mod.node_features
+        own = graph_mod.node_features
 
         def features(graphs: GraphSet) -> list[torch.Tensor]:
             deg = one_hot_degrees(graphs.edge_index, graphs.num_nodes)
@@ -57,7 +57,7 @@ def main() -> None:
                 return deg
             return [torch.cat([a, b], 1) for a, b in zip(own(graphs), deg)]
 
-        train_mod.node_features = features
+        graph_mod.node_features = features
         GraphSet.feature_info = lambda self: FeatureInfo(args.input, int(features(self)[0].size(1)), args.input)
 
     cfg = C.resolve(args.dataset.lower(), args.sets)

@@ -4,7 +4,7 @@
 Loads the dataset through the project's loader, prepares (or reuses) its
 structure cache with the ``node-level`` preset (METIS ``partition.parts=32``;
 SPD and spectra off by default since partition training does not read them),
-then trains :class:`~xmask_cli.engine.node.NodeTask` in ``partition`` mode
+then trains :class:`~xmask_cli.engine.tasks.node.NodeTask` in ``partition`` mode
 (sparse attention inside each part) with a small model through
 :func:`~xmask_cli.engine.loop.fit`.
 
@@ -38,7 +38,7 @@ from xmask_cli.config import resolve
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.loop import TrainConfig, fit, seed_everything
-from xmask_cli.engine.node import NodeTask
+from xmask_cli.engine.tasks.node import NodeTask
 from xmask_cli.engine.splits import node_split
 from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.prepare import prepare_dataset

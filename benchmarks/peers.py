@@ -29,7 +29,7 @@ Models:
   ``--node-epochs`` epochs, patience ``--node-patience``;
 * graph: GIN (3 ``GINConv`` layers with 2-layer MLPs and BatchNorm, hidden 64,
   sum readout, MLP head, dropout 0.5, lr 0.01), batch 32. Node features: the
-  dataset's ``x``, else :func:`xmask_cli.engine.train.node_features`'s one-hot
+  dataset's ``x``, else :func:`xmask_cli.engine.features.node_features`'s one-hot
   degree (the same input xmask gets);
 * link: a 2-layer GCN encoder (hidden 128 -> 64) over ``split.train_edge_index``
   only, with a dot-product decoder (``GCN+dot``) and a Hadamard-MLP decoder
@@ -257,7 +257,8 @@ def graph_data_list(graphs: Any) -> list[Any]:
     import torch
     from torch_geometric.data import Data
 
-    from xmask_cli.engine.train import graph_labels, node_features
+    from xmask_cli.engine.features import node_features
+    from xmask_cli.engine.tasks.graph import graph_labels
 
     feats, labels = node_features(graphs), graph_labels(graphs)
     return [Data(x=f, edge_index=torch.from_numpy(np.ascontiguousarray(e, dtype=np.int64)), y=labels[i].view(1),

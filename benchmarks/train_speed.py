@@ -352,7 +352,7 @@ def figure_4(args: argparse.Namespace, cache_dir: Path) -> list[dict[str, Any]]:
     from xmask_cli.data.load import load_graphs
     from xmask_cli.data.registry import get_dataset
     from xmask_cli.engine.splits import graph_split
-    from xmask_cli.engine.train import GraphTask
+    from xmask_cli.engine.tasks.graph import GraphTask
     from xmask_cli.model.network import XMaskNet
 
     summary = prepare_dataset_cached("graph-level", "PROTEINS", args.data_root, cache_dir)

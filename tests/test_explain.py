@@ -45,7 +45,7 @@ def _graph_batch(mutag: dict, g: int):
     cache = StructureCache(path)
     n = cache.num_nodes(g)
     from xmask_cli.engine.experiment import Experiment
-    from xmask_cli.engine.train import node_features
+    from xmask_cli.engine.features import node_features
 
     exp = Experiment.load(resolve("graph-level", ["model.hidden=16", "model.layers=2", "model.heads=2"]),
                           cache_dir=mutag["root"] / "cache")

@@ -73,9 +73,9 @@ def default_variants(cfg: Config) -> list[str]:
 
 
 def _is_image(cfg: Config) -> bool:
-    from xmask_cli.data.registry import get_dataset
+    from xmask_cli.engine.experiment import resolve_level
 
-    return cfg.task.level == "image" or (cfg.task.level == "auto" and get_dataset(cfg.data.dataset).level == "image")
+    return resolve_level(cfg) == "image"
 
 
 def variant_overrides(variant: str, cfg: Config) -> list[str]:

@@ -22,7 +22,8 @@ from xmask_cli.config import resolve
 from xmask_cli.data.load import GraphSet, load_graphs
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.experiment import Experiment, _train_config
-from xmask_cli.engine.train import size_readout_scale, train_task
+from xmask_cli.engine.loop import train_task
+from xmask_cli.engine.tasks.graph import size_readout_scale
 from xmask_cli.prepare import prepare_graphs
 
 EPOCHS = 25

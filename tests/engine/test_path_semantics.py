@@ -29,8 +29,9 @@ from xmask_cli.cli import app
 from xmask_cli.config import resolve
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine.node import NodeBatch, NodeTask
-from xmask_cli.engine.paths import PathRefused
+from xmask_cli.engine.node_batches import NodeBatch
+from xmask_cli.engine.tasks.node import NodeTask
+from xmask_cli.model.attention_path import PathRefused
 from xmask_cli.engine.splits import node_split
 from xmask_cli.model.network import ModelConfig, XMaskNet, sparse_refusal
 

@@ -5,7 +5,7 @@ float32) and normalised per batch with per-channel statistics of the
 training split (:func:`channel_stats`), so the validation and test images
 never inform the normalisation.
 
-Splits (:func:`xmask_cli.engine.image.image_split`): the test set is fixed — CIFAR-10's
+Splits (:func:`xmask_cli.engine.tasks.image.image_split`): the test set is fixed — CIFAR-10's
 ``test_batch``; for digits a 20 % subset drawn once with seed 0 — and the
 validation set is carved from the remaining training images by the run's
 seed (CIFAR-10: 5,000 images; digits: 10 % of all images).

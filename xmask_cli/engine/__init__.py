@@ -1,11 +1,13 @@
 """Training engine: batches from the cache, the per-level tasks, the training loop, runs.
 
-``stream`` (padded graph-level batches), ``node`` (full graph, subgraphs,
-partitions), ``pairs`` (link prediction, edge regression), ``image`` (patch
-grids), ``paths`` (which attention path a whole graph takes), ``loop`` (fit,
-early stopping on validation, resume), ``experiment`` (config -> task ->
-runs), ``runs`` and ``metrics``. The package exports the graph-level stream;
-import the rest from their modules.
+``tasks`` (the level registry and one module per level: graph, node,
+node_experts, link, edge, image), ``features`` (node features of every
+level), ``stream`` (padded graph-level batches), ``node_batches`` and
+``query`` (node-level batches and query attention), ``pair_structure`` and
+``mrr`` (what the pair tasks see and how links are ranked), ``loop`` (fit,
+train_task, early stopping on validation, resume), ``experiment`` (config ->
+task -> runs), ``runs``, ``splits`` and ``metrics``. The package exports the
+graph-level stream; import the rest from their modules.
 """
 from xmask_cli.engine.stream import EpochBatches, GraphBatch, GraphLevelStream, collate, size_buckets
 

@@ -3,7 +3,9 @@
 This is what ``xmask train`` and ``xmask eval`` call: it resolves the task
 level and metric, loads the dataset, makes sure the structure cache exists
 (preparing it when it does not, and saying so), builds the level's
-:class:`~xmask_cli.engine.loop.Task` and model, and trains per seed (:func:`~xmask_cli.engine.train.train_task`).
+:class:`~xmask_cli.engine.loop.Task` (through the level registry,
+:data:`~xmask_cli.engine.tasks.LEVELS`) and model, and trains per seed
+(:func:`~xmask_cli.engine.loop.train_task`).
 
 Example::
 
@@ -29,17 +31,15 @@ import torch
 from xmask_cli.config import Config, build
 from xmask_cli.engine.loop import PARTS, TrainConfig, score, seed_everything
 from xmask_cli.engine.runs import RunDir, aggregate
+from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.errors import ConfigError, RunNotFoundError, UsageError, first_line
 from xmask_cli.model.learned_bias import NEEDS
 
 __all__ = ["parse_seeds", "resolve_device", "resolve_level", "resolve_metric", "Experiment",
            "train_seeds", "read_run", "load_run", "evaluate_run", "DEFAULT_METRICS"]
 
-#: Metric a level selects on when neither the preset nor the dataset says.
-DEFAULT_METRICS = {"graph": "accuracy", "node": "accuracy", "link": "mrr", "edge": "mae", "image": "accuracy"}
-#: Metrics each level can compute.
-LEVEL_METRICS = {"graph": ("accuracy", "rocauc"), "node": ("accuracy",), "link": ("mrr",), "edge": ("mae", "rmse"),
-                 "image": ("accuracy",)}
+#: Metric a level selects on when neither the preset nor the dataset says (from the level registry).
+DEFAULT_METRICS = {name: level.default_metric for name, level in LEVELS.items()}
 #: Largest seed (numpy's global generator takes 32 bits) and most seeds in one sweep.
 MAX_SEED = 2**32 - 1
 MAX_SEEDS = 10000
@@ -126,15 +126,12 @@ def resolve_level(cfg: Config) -> str:
 
 def resolve_metric(cfg: Config, level: str) -> str:
     """``task.metric``, or the dataset's metric for its main level, or the level's default."""
-    metric = cfg.task.metric
+    metric, task_level = cfg.task.metric, LEVELS[level]
     if metric == "auto":
-        if level in ("graph", "node", "image"):
-            metric = _spec(cfg).metric
-        else:
-            metric = DEFAULT_METRICS[level]
-    if metric not in LEVEL_METRICS[level]:
+        metric = _spec(cfg).metric if task_level.metric_from_dataset else task_level.default_metric
+    if metric not in task_level.metrics:
         raise UsageError(f"metric {metric} does not apply to {level}-level tasks; use one of "
-                         f"{', '.join(LEVEL_METRICS[level])}")
+                         f"{', '.join(task_level.metrics)}")
     return metric
 
 
@@ -193,7 +190,7 @@ def check_config(cfg: Config) -> tuple[str, str]:
 
 def _check_splittable(path: str, rows: int, fractions: list[float]) -> None:
     """Every part with a positive fraction gets a row, before any structure is computed."""
-    from xmask_cli.engine.pairs import edge_regression_split
+    from xmask_cli.engine.tasks.edge import edge_regression_split
 
     sizes = edge_regression_split(rows, 0, fractions).sizes()
     empty = [part for part, size, f in zip(PARTS, sizes, fractions) if size == 0 and (f > 0 or part == "train")]
@@ -265,14 +262,15 @@ class Experiment:
             ensure_writable_dir(cache_dir)
         # No write check of an existing cache dir: a complete cache on a read-only mount serves training;
         # writers check their own folder.
-        if level == "edge":
+        task_level = LEVELS[level]
+        if task_level.data == "edge-file":
             from xmask_cli.data.edgefile import load_edge_file
 
             data = load_edge_file(cfg.edge.file, cfg.edge.features)
             _check_splittable(cfg.edge.file, data.edge_index.shape[1], cfg.edge.fractions)
             return cls(cfg, level, metric, EDGE_FILE_DATASET, edge_data=data, cache_dir=cache_dir, log=log)
         spec = _spec(cfg)
-        if level == "image":
+        if task_level.data == "images":
             from xmask_cli.data.images import image_info, load_images
             from xmask_cli.prepare import check_patch, prepare_dataset
 
@@ -292,8 +290,8 @@ class Experiment:
             # Applied on access: every reader of dataset[i].x (all task levels) sees rows summing to 1.
             graphs.dataset.transform = NormalizeFeatures()
         exp = cls(cfg, level, metric, spec.name, graphs=graphs, cache_dir=cache_dir, log=log)
-        if level in ("graph", "node"):
-            # Link tasks prepare the structure of their training edges per split seed instead.
+        if task_level.structure == "dataset":
+            # Pair tasks ("train-edges") prepare the structure of their training edges per split seed instead.
             summary = prepare_graphs(dataset_key=spec.key, level=level, edges=graphs.edge_index,
                                      num_nodes=graphs.num_nodes, fingerprint=graphs.fingerprint(),
                                      cfg=cfg.structure, cache_dir=cache_dir, workers=workers, log=log)
@@ -310,7 +308,7 @@ class Experiment:
                 eps``, or a learned bias on a plain head) where only a sparse
                 one fits or one is requested.
         """
-        from xmask_cli.engine.paths import PathRefused
+        from xmask_cli.model.attention_path import PathRefused
 
         try:
             return self._task(seed, device)
@@ -320,55 +318,7 @@ class Experiment:
     def _task(self, seed: int, device: str) -> Any:
         from xmask_cli.model.network import sparse_refusal
 
-        dense_only = sparse_refusal(self.cfg.model)
-        cfg, spec = self.cfg, getattr(self.graphs, "spec", None)
-        if self.level == "image":
-            from xmask_cli.engine.image import ImageTask, image_split
-
-            return ImageTask(self.cache_path, self.graphs, image_split(self.graphs, seed), self.metric,
-                             cfg.train.batch_size, seed, device, augment=cfg.image.augment)
-        if self.level == "graph":
-            from xmask_cli.engine.splits import graph_split
-            from xmask_cli.engine.train import GraphTask
-
-            split = graph_split(spec.split, self.graphs.dataset, seed=seed)
-            return GraphTask(self.cache_path, self.graphs, split, self.metric, cfg.train.batch_size, seed, device,
-                             loader_workers=cfg.train.loader_workers, needs=model_needs(cfg))
-        if self.level == "node":
-            from xmask_cli.engine.node import NodeTask
-            from xmask_cli.engine.splits import node_split
-
-            split = node_split(spec.split, self.graphs.dataset[0], seed=seed)
-            n = cfg.node
-            return NodeTask(self.cache_path, self.graphs, split, self.metric, mode=n.mode,
-                            subgraph_size=n.subgraph_size, subgraphs_per_epoch=n.subgraphs_per_epoch,
-                            dense_max_nodes=n.dense_max_nodes, seed=seed, device=device, attention=n.attention,
-                            needs=model_needs(cfg), experts=bool(cfg.model.experts), query_batch=n.query_batch,
-                            query_chunk_pairs=n.query_chunk_pairs, dense_only=dense_only)
-        if self.level == "link":
-            from xmask_cli.engine.pairs import LinkTask, prepare_pair_structure
-            from xmask_cli.engine.splits import edge_split
-            from xmask_cli.engine.train import node_features
-
-            data = self.graphs.dataset[0]
-            split = edge_split(data.edge_index, int(data.num_nodes), seed=seed, fractions=tuple(cfg.link.fractions),
-                               num_neg_per_pos=cfg.link.num_neg_per_pos)
-            path = prepare_pair_structure(spec.key, split.train_edge_index, int(data.num_nodes), cfg.structure,
-                                          self.cache_dir, log=self.log)
-            return LinkTask(path, node_features(self.graphs)[0], split, dataset=spec.name, metric=self.metric,
-                            protocol=cfg.link.protocol, seed=seed, device=device,
-                            dense_max_nodes=cfg.node.dense_max_nodes, fractions=tuple(cfg.link.fractions),
-                            needs=model_needs(cfg), dense_only=dense_only)
-        from xmask_cli.engine.pairs import EdgeTask, edge_regression_split, prepare_pair_structure, train_edge_index
-
-        data = self.edge_data
-        split = edge_regression_split(data.edge_index.shape[1], seed, fractions=tuple(cfg.edge.fractions))
-        path = prepare_pair_structure(EDGE_FILE_DATASET, train_edge_index(data, split), data.num_nodes, cfg.structure,
-                                      self.cache_dir, level="edge", log=self.log)
-        x = None if data.x is None else torch.as_tensor(data.x)
-        return EdgeTask(path, x, data, split, dataset=EDGE_FILE_DATASET, metric=self.metric, seed=seed,
-                        device=device, dense_max_nodes=cfg.node.dense_max_nodes, needs=model_needs(cfg),
-                        dense_only=dense_only)
+        return LEVELS[self.level].build(self, seed, device, sparse_refusal(self.cfg.model))
 
     def model_config(self, task: Any) -> Any:
         """The :class:`ModelConfig` this experiment's model takes on ``task``."""
@@ -377,7 +327,7 @@ class Experiment:
             in_dim = self.graphs.feature_info().dim
             out_dim = int(self.graphs.dataset.num_classes)
             if self.cfg.model.readout == "sum" and self.cfg.model.readout_norm == "size":
-                from xmask_cli.engine.train import size_readout_scale
+                from xmask_cli.engine.tasks.graph import size_readout_scale
 
                 scale = size_readout_scale(self.graphs.num_nodes, task.split.train)
         elif self.level == "image":
@@ -394,15 +344,15 @@ class Experiment:
 
     def run_name(self) -> str:
         """``run.name``, or ``<dataset>-<level>``."""
-        return run_name(self.cfg)
+        return run_name(self.cfg, self.level)
 
 
-def run_name(cfg: Config) -> str:
-    """``run.name``, or ``<dataset>-<level>`` (known before any data is loaded)."""
+def run_name(cfg: Config, level: str | None = None) -> str:
+    """``run.name``, or ``<dataset>-<level>`` (known before any data is loaded; ``level`` if already resolved)."""
     if cfg.run.name:
         return cfg.run.name
-    level = resolve_level(cfg)
-    dataset = EDGE_FILE_DATASET if level == "edge" else _spec(cfg).name
+    level = level or resolve_level(cfg)
+    dataset = EDGE_FILE_DATASET if LEVELS[level].data == "edge-file" else _spec(cfg).name
     return f"{dataset.lower().replace(':', '-')}-{level}"
 
 
@@ -432,12 +382,12 @@ def train_seeds(
         UsageError: a seed folder is locked by another process, or holds a run
             and neither ``resume`` nor ``overwrite`` is given.
     """
-    from xmask_cli.engine.train import train_task
+    from xmask_cli.engine.loop import train_task
 
     if resume and overwrite:
         raise UsageError("give --resume or --overwrite, not both")
-    check_config(cfg)
-    root = Path(run_root or cfg.run.root) / run_name(cfg)
+    level, _ = check_config(cfg)
+    root = Path(run_root or cfg.run.root) / run_name(cfg, level)
     summaries, run_dirs = [], [RunDir(root / str(seed)) for seed in seeds]
     with contextlib.ExitStack() as held:
         # Every seed's folder is locked and checked before any work: a clash fails at once.

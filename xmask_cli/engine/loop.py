@@ -11,10 +11,11 @@ restored state, and only reported.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
@@ -24,7 +25,10 @@ from xmask_cli.engine.metrics import HIGHER_IS_BETTER
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.errors import DivergedError, UsageError
 
-__all__ = ["TrainConfig", "Task", "fit", "seed_everything", "PARTS"]
+if TYPE_CHECKING:
+    from xmask_cli.model.network import ModelConfig
+
+__all__ = ["TrainConfig", "Task", "fit", "train_task", "seed_everything", "PARTS"]
 
 #: The parts every task scores, in reporting order.
 PARTS = ("train", "val", "test")
@@ -328,3 +332,33 @@ def fit(
     }
     run.write_summary(summary)
     return summary
+
+
+def train_task(
+    task: Any,
+    model_cfg: "ModelConfig",
+    train_cfg: TrainConfig,
+    run_dir: RunDir | str | os.PathLike,
+    *,
+    extra_config: dict[str, Any] | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    log: Callable[[dict[str, Any]], None] = lambda m: None,
+) -> dict[str, Any]:
+    """Seed, build :class:`XMaskNet` from ``model_cfg`` and train it on ``task`` with :func:`fit`.
+
+    Raises:
+        ValueError: ``model_cfg`` does not fit a task that states its
+            ``(model_task, in_dim, out_dim)``, or anything :func:`fit` raises.
+    """
+    from xmask_cli.model.network import XMaskNet  # the model package is heavy; fit() itself does not need it
+
+    if hasattr(task, "model_task"):
+        want = (task.model_task, task.in_dim, task.out_dim)
+        got = (model_cfg.task, model_cfg.in_dim, model_cfg.out_dim)
+        if want != got:
+            raise ValueError(f"model config (task, in_dim, out_dim) = {got}, the task needs {want}")
+    seed_everything(train_cfg.seed)
+    model = XMaskNet(model_cfg).to(task.device)
+    return fit(task, model, train_cfg, run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir),
+               model_config=asdict(model_cfg), extra_config=extra_config, resume=resume, overwrite=overwrite, log=log)

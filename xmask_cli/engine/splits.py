@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Split", "EdgeSplit", "random_split", "node_split", "graph_split", "edge_split"]
+__all__ = ["Split", "EdgeSplit", "random_split", "node_split", "graph_split", "edge_split", "split_name",
+           "index_batches"]
 
 
 def _as_numpy(x: Any) -> np.ndarray:
@@ -250,3 +251,20 @@ def edge_split(edge_index: Any, num_nodes: int, seed: int = 0,
     return EdgeSplit(train_edge_index=np.concatenate([train, train[::-1]], axis=1),
                      val_pos=val_pos, val_neg=pairs(val_neg), test_pos=test_pos, test_neg=pairs(test_neg),
                      num_nodes=n, seed=seed, num_neg_per_pos=num_neg_per_pos)
+
+
+def split_name(prefix: str, fractions: Sequence[float]) -> str:
+    """``prefix`` + fractions in percent, e.g. ``split_name("edge-", (0.85, 0.05, 0.1))`` -> ``edge-85-5-10``."""
+    return prefix + "-".join(f"{100 * f:g}" for f in fractions)
+
+
+def index_batches(n: int, batch_size: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Shuffled chunks of ``range(n)``; one unshuffled chunk for ``batch_size <= 0``.
+
+    Used by the pair tasks to batch training pairs or rows; ``rng`` comes from
+    ``(seed, epoch)`` so a resumed run draws the same batches.
+    """
+    if batch_size <= 0 or batch_size >= n:
+        return [np.arange(n, dtype=np.int64)] if batch_size <= 0 else [rng.permutation(n).astype(np.int64)]
+    perm = rng.permutation(n).astype(np.int64)
+    return [perm[s:s + batch_size] for s in range(0, n, batch_size)]

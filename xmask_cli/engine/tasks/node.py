@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,87 +45,24 @@ from torch import Tensor
 from xmask_cli.cache import StructureCache
 from xmask_cli.data.load import GraphSet
 from xmask_cli.engine.extras import GraphExtras, to_tensors
+from xmask_cli.engine.features import node_features
 from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import METRICS
-from xmask_cli.engine.paths import ATTENTIONS, PathRefused, full_graph_attention
+from xmask_cli.engine.node_batches import NodeBatch, dense_block
 from xmask_cli.engine.query import CHUNK_PAIRS, QueryStats, Support, encode_queries
 from xmask_cli.engine.splits import Split
-from xmask_cli.engine.train import node_features
+from xmask_cli.engine.tasks import LEVELS
+from xmask_cli.model.attention_path import ATTENTIONS, PathRefused, full_graph_attention
 
-__all__ = ["NodeTask", "NodeBatch", "MODES", "induced_pairs", "dense_block"]
+__all__ = ["NodeTask", "NodeBatch", "MODES", "NODE_METRICS"]
 
 #: Batching modes :class:`NodeTask` accepts (``auto`` resolves to ``full``, ``query`` or ``partition``).
 MODES = ("auto", "full", "subgraph", "query", "partition")
 #: Metrics a node classification task can be selected on.
-NODE_METRICS = ("accuracy",)
+NODE_METRICS = LEVELS["node"].metrics
 #: Query mode encodes features as a sparse product when fewer than this share of entries is non-zero
 #: (Coauthor Physics: 0.4 %; Amazon Computers, 35 %, stays dense).
 SPARSE_FEATURES = 0.05
-
-
-@dataclass
-class NodeBatch:
-    """One node-level batch on the CPU.
-
-    Attributes:
-        nodes: ``[n]`` global ids of the batch's nodes (ascending), or None for the whole graph.
-        targets: ``[t]`` batch-local positions whose loss counts (training nodes in it).
-        powers: ``[1, K, n, n]`` dense powers (``full`` / ``subgraph``), or None.
-        edge_index: ``[2, E]`` batch-local attended pairs (``partition``), or None.
-        values: ``[E, K]`` powers at those pairs (``partition``), or None.
-        extras: what the learned biases read (dense with a batch axis of 1, or
-            per pair / node; see :class:`~xmask_cli.engine.extras.GraphExtras`), or None.
-    """
-
-    nodes: Tensor | None
-    targets: Tensor
-    powers: Tensor | None = None
-    edge_index: Tensor | None = None
-    values: Tensor | None = None
-    extras: dict[str, Tensor] | None = None
-
-
-def induced_pairs(indptr: np.ndarray, col: np.ndarray, nodes: np.ndarray,
-                  local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Cached pairs with both ends in ``nodes``, relabelled to batch-local ids.
-
-    Args:
-        indptr: ``[N+1]`` CSR row pointers of the graph's pairs.
-        col: ``[P]`` global column of each pair.
-        nodes: ``[n]`` ascending global ids of the batch.
-        local: ``[N]`` scratch map, ``-1`` everywhere; restored before returning
-            (reused across calls so no ``[N]`` array is allocated per batch).
-
-    Returns:
-        ``(pair_ids [E], edge_index [2, E])``: positions into the CSR arrays
-        (to gather values) and local ``(row, col)``, rows ascending as in the cache.
-    """
-    starts, ends = indptr[nodes], indptr[nodes + 1]
-    counts = ends - starts
-    # Positions of every pair whose row is in the batch, without a Python loop.
-    offsets = np.repeat(starts - np.cumsum(counts) + counts, counts)
-    pos = np.arange(int(counts.sum()), dtype=np.int64) + offsets
-    local[nodes] = np.arange(len(nodes), dtype=np.int64)
-    try:
-        lc = local[col[pos]]
-        keep = lc >= 0
-        rows = np.repeat(np.arange(len(nodes), dtype=np.int64), counts)
-        return pos[keep], np.stack([rows[keep], lc[keep]])
-    finally:
-        local[nodes] = -1
-
-
-def dense_block(indptr: np.ndarray, col: np.ndarray, values: np.ndarray, nodes: np.ndarray,
-                local: np.ndarray) -> np.ndarray:
-    """``[K, n, n]`` cached global powers restricted to rows and columns ``nodes``.
-
-    Equal to ``dense_powers[:, nodes][:, :, nodes]`` without ever building the
-    ``N x N`` matrix: only the batch rows of the CSR are read.
-    """
-    pos, (r, c) = induced_pairs(indptr, col, nodes, local)
-    out = np.zeros((values.shape[1], len(nodes), len(nodes)), dtype=np.float32)
-    out[:, r, c] = values[pos].T
-    return out
 
 
 class NodeTask:
@@ -135,7 +71,7 @@ class NodeTask:
     Args:
         cache_path: structure cache of the dataset (``xmask prepare``).
         graphs: the loaded dataset (one graph); features from
-            :func:`~xmask_cli.engine.train.node_features`, labels from ``dataset[0].y``.
+            :func:`~xmask_cli.engine.features.node_features`, labels from ``dataset[0].y``.
         split: node indices per part.
         metric: selection metric (``accuracy``).
         mode: ``auto``, ``full``, ``subgraph`` or ``partition`` (see the module docstring).
@@ -170,12 +106,14 @@ class NodeTask:
     """
 
     model_task = "node"
+    #: Whether the task feeds attention experts' tokens (:class:`~xmask_cli.engine.tasks.node_experts.ExpertNodeTask`).
+    experts = False
 
     def __init__(self, cache_path: str | os.PathLike, graphs: GraphSet, split: Split, metric: str = "accuracy", *,
                  mode: str = "auto", subgraph_size: int = 0, subgraphs_per_epoch: int = 1,
                  dense_max_nodes: int = 5000, seed: int = 0, device: torch.device | str = "cpu",
                  parts_per_batch: int = 1, attention: str = "auto", needs: Iterable[str] = (),
-                 experts: bool = False, query_batch: int = 0, query_chunk_pairs: int = CHUNK_PAIRS,
+                 query_batch: int = 0, query_chunk_pairs: int = CHUNK_PAIRS,
                  dense_only: str | None = None):
         if attention not in ATTENTIONS:
             raise ValueError(f"node attention must be one of {ATTENTIONS}, got {attention!r}")
@@ -217,12 +155,6 @@ class NodeTask:
             raise ValueError(f"cache {cache_path} has {self.cache.num_nodes(0)} nodes, the dataset {self.num_nodes}")
         # SPD / RRWP / spectra for the learned biases, read once and sliced per batch.
         self._extras = GraphExtras(self.cache, 0, needs) if needs else None
-        self.experts = bool(experts)
-        if self.experts and mode not in ("auto", "full"):
-            raise ValueError(f"attention experts (M3Dphormer) run on the whole graph's tokens: node.mode must be "
-                             f"full or auto, got {mode!r}")
-        if self.experts:
-            mode = "full"  # the token masks are sparse (dual-mode attention): no N x N tensor at any size
         large = "partition" if needs else "query"
         self.mode = mode if mode != "auto" else ("full" if self.num_nodes <= self.dense_max_nodes else large)
         if self.mode == "subgraph" and self.subgraph_size < 1:
@@ -257,13 +189,8 @@ class NodeTask:
             attention, self.num_nodes, len(self._col), self.device, self.dense_max_nodes,
             dense_only if "full" in (self.mode, self.eval_mode) else None)
         self._full: NodeBatch | None = None
-        self._tokens = None
-        if self.experts:
-            self.attention = "experts"
-            self._tokens = self._token_batch(row)
-            self._full = NodeBatch(nodes=None, targets=torch.from_numpy(np.flatnonzero(self.train_mask)))
-        elif "full" in (self.mode, self.eval_mode):
-            self._full = self._full_batch() if self.attention == "dense" else self._sparse_full_batch()
+        if "full" in (self.mode, self.eval_mode):
+            self._full = self._whole_batch(row)
         self._eval_batches: list[NodeBatch] = []
         if "partition" in (self.mode, self.eval_mode):
             self._part = self._partition()
@@ -283,41 +210,19 @@ class NodeTask:
         extras = None if self._extras is None else to_tensors(self._extras.dense(), self.device, batch_dim=True)
         return NodeBatch(nodes=None, targets=targets, powers=powers, extras=extras)
 
-    def _token_batch(self, row: np.ndarray) -> dict[str, Any]:
-        """M3Dphormer tokens: masks, pooled token features and Â^1..Â^K at the local pairs (moved once).
+    def _whole_batch(self, row: np.ndarray) -> NodeBatch:
+        """The batch of ``full`` mode (dense or sparse as ``self.attention`` says); ``row``: the CSR's rows."""
+        if self.attention == "dense":
+            return self._full_batch()
+        return self._sparse_full_batch(self._indptr, self._col, self._values)
 
-        Local pairs are the support of Â (one hop and self); clusters are the
-        cache's METIS parts; class tokens read *training* labels only.
-        """
-        from xmask_cli.model.experts import hierarchical_tokens
-
-        local = self._values[:, 0] > 0
-        edge_index = torch.from_numpy(np.stack([row[local].astype(np.int64), self._col[local]]))
-        train = torch.from_numpy(np.flatnonzero(self.train_mask))
-        try:
-            part = self._partition()
-        except ValueError:  # no METIS parts cached: one cluster (the config refuses a cluster expert without parts)
-            part, self._num_parts = np.zeros(self.num_nodes, dtype=np.int64), 1
-        masks = hierarchical_tokens(self.num_nodes, edge_index.to(self.device), torch.from_numpy(part),
-                                    train, self.y[train], self.out_dim, num_parts=self._num_parts)
-        # Pooled where the masks live (their index tensors are on self.device).
-        return {"masks": masks, "x": masks.pool(self.x.to(self.device)),
-                "values": torch.from_numpy(np.ascontiguousarray(self._values[local])).to(self.device), "regions": {}}
-
-    def _token_logits(self, model: torch.nn.Module) -> Tensor:
-        """``[N + P + C, C]`` logits of every token (regions planned once per head width)."""
-        t = self._tokens
-        head_dim = model.cfg.hidden // model.cfg.heads
-        if model.cfg.expert_attention == "dual" and head_dim not in t["regions"]:
-            t["regions"][head_dim] = t["masks"].plan(head_dim)
-        return model.forward_tokens(t["x"], t["masks"], t["values"] if model.cfg.use_bias else None,
-                                    regions=t["regions"].get(head_dim))
-
-    def _sparse_full_batch(self) -> NodeBatch:
-        # The whole graph as one group: every cached pair, global ids.
-        batch = self._group_batches(np.zeros(self.num_nodes, dtype=np.int64))[0]
-        return NodeBatch(nodes=None, targets=batch.targets, edge_index=batch.edge_index, values=batch.values,
-                         extras=batch.extras)
+    def _sparse_full_batch(self, indptr: np.ndarray, col: np.ndarray, values: np.ndarray) -> NodeBatch:
+        """Every cached pair of the whole graph (global ids, CSR order) as one sparse batch."""
+        row = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(indptr))
+        extras = None if self._extras is None else to_tensors(self._extras.pairs(row, col, np.arange(self.num_nodes)))
+        return NodeBatch(nodes=None, targets=torch.from_numpy(np.flatnonzero(self.train_mask)),
+                         edge_index=torch.from_numpy(np.stack([row, col.astype(np.int64)])),
+                         values=torch.from_numpy(np.ascontiguousarray(values)), extras=extras)
 
     def whole_graph_batch(self) -> NodeBatch:
         """The whole graph as one batch (dense or sparse as the run attends; built on first use in ``query`` mode).
@@ -326,10 +231,7 @@ class NodeTask:
         """
         if self._full is None and self._support is not None:
             s = self._support
-            row = np.repeat(np.arange(self.num_nodes, dtype=np.int64), np.diff(s.indptr))
-            self._full = NodeBatch(nodes=None, targets=torch.from_numpy(np.flatnonzero(self.train_mask)),
-                                   edge_index=torch.from_numpy(np.stack([row, s.col])),
-                                   values=torch.from_numpy(s.values))
+            self._full = self._sparse_full_batch(s.indptr, s.col, s.values)
         if self._full is None:
             raise ValueError(f"node mode {self.mode!r} has no whole-graph batch")
         return self._full
@@ -455,13 +357,7 @@ class NodeTask:
         return model.forward_sparse(x, batch.edge_index.to(self.device), batch.values.to(self.device), extras=extras)
 
     def loss(self, model: torch.nn.Module, batch: NodeBatch) -> tuple[Tensor, int]:
-        """Cross-entropy over the batch's training nodes (with experts: plus the class tokens, as M3Dphormer)."""
-        if self._tokens is not None:
-            masks = self._tokens["masks"]
-            out = self._token_logits(model)
-            idx = torch.cat([batch.targets.to(self.device), masks.class_tokens])
-            target = torch.cat([self.y[batch.targets].to(self.device), masks.virtual_labels])
-            return torch.nn.functional.cross_entropy(out[idx], target), int(batch.targets.numel())
+        """Cross-entropy over the batch's training nodes."""
         out = self._forward(model, batch)
         nodes = batch.targets if batch.nodes is None else batch.nodes[batch.targets]
         target = self.y[nodes].to(self.device)
@@ -471,8 +367,6 @@ class NodeTask:
     def predict(self, model: torch.nn.Module) -> Tensor:
         """``[N, C]`` logits of every node on the CPU (full forward, or every partition batch)."""
         model.eval()
-        if self._tokens is not None:
-            return self._token_logits(model)[: self.num_nodes].float().cpu()
         if self.eval_mode == "full":
             return self._forward(model, self._full).float().cpu()  # type: ignore[arg-type]
         if self.eval_mode == "query":  # every node a query, over all of its stored keys
@@ -486,7 +380,7 @@ class NodeTask:
     def score(self, model: torch.nn.Module, part: str) -> float:
         """``metric`` on the nodes of ``part``."""
         idx = torch.from_numpy(getattr(self.split, part))
-        if self.eval_mode == "query" and self._tokens is None:
+        if self.eval_mode == "query":
             # Only the part's nodes as queries: the same numbers as predicting all (a node's output reads
             # its own stored pairs only), a fifth of the work for validation on a 60/20/20 split.
             model.eval()
@@ -496,3 +390,20 @@ class NodeTask:
             pos = np.searchsorted(nodes, idx.numpy())
             return METRICS[self.metric](out.float().cpu()[torch.from_numpy(pos)], self.y[idx])
         return METRICS[self.metric](self.predict(model)[idx], self.y[idx])
+
+
+def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> NodeTask:
+    """The node task of ``exp`` for ``seed``: :class:`NodeTask`, or the expert task when ``model.experts`` is set."""
+    from xmask_cli.engine.experiment import model_needs
+    from xmask_cli.engine.splits import node_split
+
+    cfg, n = exp.cfg, exp.cfg.node
+    if cfg.model.experts:
+        from xmask_cli.engine.tasks.node_experts import ExpertNodeTask as cls
+    else:
+        cls = NodeTask
+    split = node_split(exp.graphs.spec.split, exp.graphs.dataset[0], seed=seed)
+    return cls(exp.cache_path, exp.graphs, split, exp.metric, mode=n.mode, subgraph_size=n.subgraph_size,
+               subgraphs_per_epoch=n.subgraphs_per_epoch, dense_max_nodes=n.dense_max_nodes, seed=seed, device=device,
+               attention=n.attention, needs=model_needs(cfg), query_batch=n.query_batch,
+               query_chunk_pairs=n.query_chunk_pairs, dense_only=dense_only)

@@ -1,4 +1,4 @@
-"""Graph-level training: seeded, early-stopped on validation, resumable.
+"""Graph-level classification as a :class:`~xmask_cli.engine.loop.Task`: size-bucketed batches from the cache.
 
 Example::
 
@@ -15,41 +15,26 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import asdict
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from xmask_cli.data.load import MAX_DEGREE, GraphSet, one_hot_degrees
-from xmask_cli.engine.loop import PARTS, TrainConfig, fit, seed_everything
+from xmask_cli.data.load import GraphSet
+from xmask_cli.engine.features import node_features
+from xmask_cli.engine.loop import PARTS, TrainConfig, train_task
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.splits import Split
 from xmask_cli.engine.stream import GraphBatch, GraphLevelStream
+from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
-__all__ = ["TrainConfig", "GraphTask", "train_task", "node_features", "MAX_DEGREE", "size_readout_scale", "graph_labels",
-           "evaluate", "train_graph_level"]
+__all__ = ["GraphTask", "size_readout_scale", "graph_labels", "train_graph_level", "CLASSIFICATION_METRICS"]
 
-#: Metrics of classification tasks (trained with cross-entropy).
-CLASSIFICATION_METRICS = ("accuracy", "rocauc")
-
-
-def node_features(graphs: GraphSet) -> list[Tensor]:
-    """Float ``[n_g, F]`` node features of every graph.
-
-    The dataset's ``x`` when its loader gives one (TU node labels/attributes as
-    PyG's ``TUDataset`` reads them, OGB atom features, Planetoid bag-of-words);
-    otherwise (IMDB-BINARY, COLLAB: no node features) a one-hot node degree,
-    capped at :data:`MAX_DEGREE`, as PyG's ``OneHotDegree`` transform does.
-    ``GraphSet.feature_info()`` says which one a dataset gets.
-    """
-    ds = graphs.dataset
-    if graphs.has_features():
-        return [ds[i].x.float() for i in range(len(ds))]
-    return one_hot_degrees(graphs.edge_index, graphs.num_nodes)
+#: Metrics of graph classification (trained with cross-entropy): the level registry's.
+CLASSIFICATION_METRICS = LEVELS["graph"].metrics
 
 
 def size_readout_scale(num_nodes: Sequence[int] | np.ndarray, train: Sequence[int] | np.ndarray) -> float:
@@ -64,7 +49,7 @@ def size_readout_scale(num_nodes: Sequence[int] | np.ndarray, train: Sequence[in
 
 def graph_labels(graphs: GraphSet) -> Tensor:
     """``[G]`` (or ``[G, T]``) graph labels of the dataset."""
-    y = graphs.dataset._data.y
+    y = graphs.dataset.y  # PyG's stacked attribute of every graph (public; no copy for an unsliced dataset)
     return y.view(-1) if y.dim() == 2 and y.size(1) == 1 else y
 
 
@@ -90,30 +75,6 @@ def _eval_stream(cache_path: str | os.PathLike, features: Sequence[Tensor], labe
     # Unshuffled: evaluation batches, hence the numbers, are the same at every call.
     return GraphLevelStream(cache_path, features, labels, indices, batch_size, shuffle=False, seed=0,
                             load_in_memory=True, needs=needs)
-
-
-def evaluate(
-    cache_path: str | os.PathLike,
-    graphs: GraphSet,
-    indices: Any,
-    model_cfg: ModelConfig,
-    state_dict: dict[str, Tensor],
-    metric: str = "accuracy",
-    *,
-    batch_size: int = 32,
-    device: str = "cpu",
-) -> float:
-    """``metric`` of the model ``state_dict`` (e.g. ``best.pt``'s ``"model"``) on graphs ``indices``.
-
-    Uses the same unshuffled batches as training's evaluation, so with the
-    run's ``batch_size`` it reproduces the recorded numbers.
-    """
-    dev = torch.device(device)
-    model = XMaskNet(model_cfg).to(dev)
-    model.load_state_dict(state_dict)
-    stream = _eval_stream(cache_path, node_features(graphs), graph_labels(graphs), indices, batch_size,
-                          model_cfg.needs)
-    return _score(model, stream, dev, metric)
 
 
 class GraphTask:
@@ -164,34 +125,6 @@ class GraphTask:
         return _score(model, self.eval_streams[part], self.device, self.metric)
 
 
-def train_task(
-    task: Any,
-    model_cfg: ModelConfig,
-    train_cfg: TrainConfig,
-    run_dir: RunDir | str | os.PathLike,
-    *,
-    extra_config: dict[str, Any] | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    log: Callable[[dict[str, Any]], None] = lambda m: None,
-) -> dict[str, Any]:
-    """Seed, build :class:`XMaskNet` from ``model_cfg`` and train it on ``task`` with :func:`fit`.
-
-    Raises:
-        ValueError: ``model_cfg`` does not fit a task that states its
-            ``(model_task, in_dim, out_dim)``, or anything :func:`fit` raises.
-    """
-    if hasattr(task, "model_task"):
-        want = (task.model_task, task.in_dim, task.out_dim)
-        got = (model_cfg.task, model_cfg.in_dim, model_cfg.out_dim)
-        if want != got:
-            raise ValueError(f"model config (task, in_dim, out_dim) = {got}, the task needs {want}")
-    seed_everything(train_cfg.seed)
-    model = XMaskNet(model_cfg).to(task.device)
-    return fit(task, model, train_cfg, run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir),
-               model_config=asdict(model_cfg), extra_config=extra_config, resume=resume, overwrite=overwrite, log=log)
-
-
 def train_graph_level(
     cache_path: str | os.PathLike,
     graphs: GraphSet,
@@ -213,3 +146,14 @@ def train_graph_level(
     """
     task = GraphTask(cache_path, graphs, split, metric, train_cfg.batch_size, train_cfg.seed, train_cfg.device)
     return train_task(task, model_cfg, train_cfg, run_dir, resume=resume, log=log)
+
+
+def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> GraphTask:
+    """The graph-level task of ``exp`` for ``seed`` (the level registry's builder)."""
+    from xmask_cli.engine.experiment import model_needs
+    from xmask_cli.engine.splits import graph_split
+
+    cfg = exp.cfg
+    split = graph_split(exp.graphs.spec.split, exp.graphs.dataset, seed=seed)
+    return GraphTask(exp.cache_path, exp.graphs, split, exp.metric, cfg.train.batch_size, seed, device,
+                     loader_workers=cfg.train.loader_workers, needs=model_needs(cfg))

@@ -16,7 +16,7 @@ from xmask_cli.config import resolve
 from xmask_cli.data.load import GraphSet, graphs_fingerprint, load_graphs
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.loop import TrainConfig, fit, seed_everything
-from xmask_cli.engine.node import NodeTask
+from xmask_cli.engine.tasks.node import NodeTask
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.splits import node_split, random_split
 from xmask_cli.model.network import ModelConfig, XMaskNet

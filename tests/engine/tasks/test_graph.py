@@ -12,13 +12,14 @@ import torch
 from xmask_cli.config import resolve
 from xmask_cli.data.load import GraphSet, load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine import train as train_mod
+from xmask_cli.engine.tasks import graph as graph_mod
 from xmask_cli.engine.runs import RunDir, aggregate
 from xmask_cli.engine.splits import Split, graph_split
-from xmask_cli.engine.train import (TrainConfig, evaluate, graph_labels, node_features, size_readout_scale,
-                                    train_graph_level)
+from xmask_cli.engine.features import node_features
+from xmask_cli.engine.loop import TrainConfig
+from xmask_cli.engine.tasks.graph import GraphTask, graph_labels, size_readout_scale, train_graph_level
 from xmask_cli.errors import UsageError
-from xmask_cli.model.network import ModelConfig
+from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.prepare import prepare_dataset
 
 # Split seed 1 has a balanced-ish validation set (majority rate 10/18), so beating it is informative.
@@ -52,6 +53,14 @@ def learned(mutag: Mutag, tmp_path_factory: pytest.TempPathFactory) -> tuple[dic
     run = RunDir(tmp_path_factory.mktemp("runs") / "mutag" / "0")
     summary = train_graph_level(mutag.cache_path, mutag.graphs, mutag.split, mutag.model_cfg, FAST, run)
     return summary, run
+
+
+def _evaluate(mutag: Mutag, state: dict, part: str, batch_size: int) -> float:
+    """Accuracy of the model ``state`` on ``part``, through the task's own (unshuffled) evaluation batches."""
+    model = XMaskNet(mutag.model_cfg)
+    model.load_state_dict(state)
+    task = GraphTask(mutag.cache_path, mutag.graphs, mutag.split, "accuracy", batch_size, seed=0, device="cpu")
+    return task.score(model, part)
 
 
 def _majority_rate(labels: np.ndarray) -> float:
@@ -90,8 +99,7 @@ def test_evaluate_reproduces_recorded_metrics(mutag: Mutag, learned: tuple[dict,
     best = torch.load(run.path / RunDir.BEST, weights_only=True)
     assert best["epoch"] == summary["best_epoch"]
     for part in ("train", "val", "test"):
-        value = evaluate(mutag.cache_path, mutag.graphs, getattr(mutag.split, part), mutag.model_cfg,
-                         best["model"], "accuracy", batch_size=FAST.batch_size)
+        value = _evaluate(mutag, best["model"], part, FAST.batch_size)
         assert value == summary["metrics"][part]
     # The best epoch's logged validation metric is the one the restored state reproduces.
     rows = run.read_metrics()
@@ -176,7 +184,7 @@ def test_early_stopping_restores_best(mutag: Mutag, tmp_path: Path, monkeypatch:
     def stop_script(row: dict) -> None:
         state["scripted"] = row["epoch"] < 3
 
-    monkeypatch.setitem(train_mod.METRICS, "accuracy", fake_metric)
+    monkeypatch.setitem(graph_mod.METRICS, "accuracy", fake_metric)
     cfg = replace(FAST, epochs=20, patience=2)
     run = RunDir(tmp_path / "run")
     summary = train_graph_level(mutag.cache_path, mutag.graphs, mutag.split, mutag.model_cfg, cfg, run,
@@ -186,8 +194,7 @@ def test_early_stopping_restores_best(mutag: Mutag, tmp_path: Path, monkeypatch:
 
     # The reported numbers come from the best state, not the last one (lr > 0: they differ).
     def fingerprint(name: str) -> float:
-        return evaluate(mutag.cache_path, mutag.graphs, mutag.split.val, mutag.model_cfg,
-                        run.load_checkpoint(name)["model"], "accuracy", batch_size=cfg.batch_size)
+        return _evaluate(mutag, run.load_checkpoint(name)["model"], "val", cfg.batch_size)
 
     assert run.load_checkpoint(RunDir.BEST)["epoch"] == 1
     assert summary["metrics"]["val"] == fingerprint(RunDir.BEST) != fingerprint(RunDir.LAST)
@@ -219,8 +226,6 @@ def test_aggregate_over_seeds(tmp_path: Path) -> None:
 
 
 def test_loader_workers_give_the_same_batches(mutag: Mutag) -> None:
-    from xmask_cli.engine.train import GraphTask
-
     args = (mutag.cache_path, mutag.graphs, mutag.split, "accuracy", 16, 5, "cpu")
     inline, workers = GraphTask(*args), GraphTask(*args, loader_workers=1)
     assert workers.train_stream.cache.in_memory is False  # workers read the file themselves

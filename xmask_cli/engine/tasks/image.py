@@ -172,3 +172,10 @@ class ImageTask:
     def score(self, model: torch.nn.Module, part: str) -> float:
         ids = getattr(self.split, part)
         return METRICS[self.metric](self.predict(model, ids), self.y[torch.as_tensor(ids)])
+
+
+def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> ImageTask:
+    """The image task of ``exp`` for ``seed`` (the level registry's builder)."""
+    cfg = exp.cfg
+    return ImageTask(exp.cache_path, exp.graphs, image_split(exp.graphs, seed), exp.metric, cfg.train.batch_size, seed,
+                     device, augment=cfg.image.augment)

@@ -1,0 +1,93 @@
+"""Node classification with M3Dphormer attention experts: every node, cluster and class token at once.
+
+The expert task attends over the whole graph's tokens (sparse token masks,
+dual-mode attention), so it always runs ``full``; its loss adds the class
+tokens' virtual labels as M3Dphormer does. Everything else (features,
+labels, split, cache, describe) is :class:`~xmask_cli.engine.tasks.node.NodeTask`'s.
+
+Example::
+
+    task = ExpertNodeTask(cache_path, graphs, split)
+    cfg = ModelConfig(in_dim=task.in_dim, out_dim=task.out_dim, task="node", experts=("local", "cluster", "global"))
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from xmask_cli.engine.node_batches import NodeBatch
+from xmask_cli.engine.tasks.node import NodeTask
+
+__all__ = ["ExpertNodeTask"]
+
+
+class ExpertNodeTask(NodeTask):
+    """:class:`NodeTask` for models with attention experts (``model.experts``): token forward, token loss.
+
+    Takes :class:`NodeTask`'s arguments; ``mode`` must be ``auto`` or ``full``
+    (the token masks are sparse: no ``N x N`` tensor at any size).
+
+    Attributes:
+        tokens: the token masks, pooled token features, powers at the local
+            pairs and planned dual-mode regions (built once, on ``device``).
+    """
+
+    experts = True
+
+    def __init__(self, *args: Any, mode: str = "auto", **kwargs: Any):
+        if mode not in ("auto", "full"):
+            raise ValueError(f"attention experts (M3Dphormer) run on the whole graph's tokens: node.mode must be "
+                             f"full or auto, got {mode!r}")
+        super().__init__(*args, mode="full", **kwargs)
+
+    def _whole_batch(self, row: np.ndarray) -> NodeBatch:
+        self.attention = "experts"
+        self.tokens = self._token_batch(row)
+        return NodeBatch(nodes=None, targets=torch.from_numpy(np.flatnonzero(self.train_mask)))
+
+    def _token_batch(self, row: np.ndarray) -> dict[str, Any]:
+        """M3Dphormer tokens: masks, pooled token features and Â^1..Â^K at the local pairs (moved once).
+
+        Local pairs are the support of Â (one hop and self); clusters are the
+        cache's METIS parts; class tokens read *training* labels only.
+        """
+        from xmask_cli.model.experts import hierarchical_tokens
+
+        local = self._values[:, 0] > 0
+        edge_index = torch.from_numpy(np.stack([row[local].astype(np.int64), self._col[local]]))
+        train = torch.from_numpy(np.flatnonzero(self.train_mask))
+        try:
+            part = self._partition()
+        except ValueError:  # no METIS parts cached: one cluster (the config refuses a cluster expert without parts)
+            part, self._num_parts = np.zeros(self.num_nodes, dtype=np.int64), 1
+        masks = hierarchical_tokens(self.num_nodes, edge_index.to(self.device), torch.from_numpy(part),
+                                    train, self.y[train], self.out_dim, num_parts=self._num_parts)
+        # Pooled where the masks live (their index tensors are on self.device).
+        return {"masks": masks, "x": masks.pool(self.x.to(self.device)),
+                "values": torch.from_numpy(np.ascontiguousarray(self._values[local])).to(self.device), "regions": {}}
+
+    def _token_logits(self, model: torch.nn.Module) -> Tensor:
+        """``[N + P + C, C]`` logits of every token (regions planned once per head width)."""
+        t = self.tokens
+        head_dim = model.cfg.hidden // model.cfg.heads
+        if model.cfg.expert_attention == "dual" and head_dim not in t["regions"]:
+            t["regions"][head_dim] = t["masks"].plan(head_dim)
+        return model.forward_tokens(t["x"], t["masks"], t["values"] if model.cfg.use_bias else None,
+                                    regions=t["regions"].get(head_dim))
+
+    def loss(self, model: torch.nn.Module, batch: NodeBatch) -> tuple[Tensor, int]:
+        """Cross-entropy over the training nodes plus the class tokens (their virtual labels), as M3Dphormer."""
+        masks = self.tokens["masks"]
+        out = self._token_logits(model)
+        idx = torch.cat([batch.targets.to(self.device), masks.class_tokens])
+        target = torch.cat([self.y[batch.targets].to(self.device), masks.virtual_labels])
+        return torch.nn.functional.cross_entropy(out[idx], target), int(batch.targets.numel())
+
+    @torch.no_grad()
+    def predict(self, model: torch.nn.Module) -> Tensor:
+        """``[N, C]`` logits of the node tokens on the CPU."""
+        model.eval()
+        return self._token_logits(model)[: self.num_nodes].float().cpu()
