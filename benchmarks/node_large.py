@@ -29,7 +29,6 @@ import resource
 import sys
 import tempfile
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -119,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
              f"({stamps[-1] - stamps[-2]:.1f}s)")
 
     with tempfile.TemporaryDirectory() as tmp:
-        summary = fit(task, model, train_cfg, args.run_dir or Path(tmp) / "run", model_config=asdict(model_cfg),
+        summary = fit(task, model, train_cfg, args.run_dir or Path(tmp) / "run", model_config=model_cfg.to_dict(),
                       log=log)
     epochs = [b - a for a, b in zip(stamps, stamps[1:])]
     result = {

@@ -118,7 +118,7 @@ class TaskConfig:
 
 @dataclass(frozen=True)
 class BiasSection:
-    """One learned structural bias (``model.biases`` is a list of these)."""
+    """One learned structural bias (``model.biases`` is a list of these; the model's view: ``BiasSpec``)."""
 
     type: Literal["spd", "rrwp", "magnetic", "eigen"] = "spd"
     heads: list[int] | None = None  # 1-based heads it serves; null: all
@@ -129,7 +129,11 @@ class BiasSection:
 
 @dataclass(frozen=True)
 class ModelSection:
-    """Model hyper-parameters (see :class:`xmask_cli.model.network.ModelConfig`)."""
+    """Model hyper-parameters, with their one set of defaults.
+
+    The model takes them as :class:`xmask_cli.model.network.ModelConfig`, this
+    section plus what a run learns from its data (``in_dim``, ``out_dim``, the task).
+    """
 
     hidden: int = 64
     heads: int = 4
@@ -157,7 +161,20 @@ class ModelSection:
 
 @dataclass(frozen=True)
 class TrainSection:
-    """Optimisation (see :class:`xmask_cli.engine.loop.TrainConfig`)."""
+    """Optimisation; the training loop takes it as :class:`xmask_cli.engine.loop.TrainConfig` (plus seed, device).
+
+    Attributes:
+        epochs: maximum number of epochs.
+        lr: AdamW peak learning rate.
+        weight_decay: AdamW decoupled weight decay.
+        warmup_epochs: linear warm-up length; constant learning rate afterwards.
+        clip_norm: max global gradient norm (``<= 0`` disables clipping).
+        batch_size: graphs per batch (graph level), pairs per batch (link / edge),
+            ignored by full-graph node training.
+        patience: stop after this many epochs without a validation improvement.
+        skip_nonfinite: skip a batch whose loss (or clipped gradient norm) is not
+            finite instead of stopping the run with :class:`~xmask_cli.errors.DivergedError`.
+    """
 
     epochs: int = 100
     lr: float = 1e-3
@@ -236,6 +253,14 @@ class Config:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def section_fields(section: Any) -> dict[str, Any]:
+    """A section's fields by name, values as they are (``asdict`` would turn nested sections into dicts).
+
+    What the model's and the loop's views (``ModelConfig``, ``TrainConfig``) are built from.
+    """
+    return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
 
 
 # ------------------------------------------------------------------- presets

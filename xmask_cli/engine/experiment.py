@@ -16,7 +16,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import os
@@ -200,28 +199,21 @@ def _check_splittable(path: str, rows: int, fractions: list[float]) -> None:
 
 
 def _train_config(cfg: Config, seed: int, device: str) -> TrainConfig:
-    # The preset's train section minus what only the tasks read (loader_workers), plus seed and device.
-    keep = {f.name for f in dataclasses.fields(TrainConfig)}
-    return TrainConfig(**{k: v for k, v in dataclasses.asdict(cfg.train).items() if k in keep}, seed=seed,
-                       device=device)
+    return TrainConfig.from_section(cfg.train, seed=seed, device=device)
 
 
 def _model_config(cfg: Config, level: str, in_dim: int, out_dim: int, dataset: str, readout_scale: float = 1.0,
                   **image: Any) -> Any:
     from xmask_cli.model.network import ModelConfig
 
-    from xmask_cli.model.bias_stack import BiasSpec
-
-    fields = dataclasses.asdict(cfg.model)
+    encoder = cfg.model.encoder
     if level == "image":  # image_size and patch_size come with `image`
-        fields["encoder"] = "patch"
-    elif fields["encoder"] == "auto":
-        fields["encoder"] = "atom" if dataset.lower().startswith("ogbg-mol") else "linear"
-    fields.pop("readout_norm")  # resolved into readout_scale by the caller
-    fields["biases"] = tuple(BiasSpec(**b) for b in fields["biases"])
-    return ModelConfig(in_dim=in_dim, out_dim=out_dim, task=level, eps=cfg.structure.powers.eps,
-                       rrwp_dim=cfg.structure.rrwp.steps + 1, readout_scale=readout_scale, **fields,
-                       **image)
+        encoder = "patch"
+    elif encoder == "auto":
+        encoder = "atom" if dataset.lower().startswith("ogbg-mol") else "linear"
+    return ModelConfig.from_section(cfg.model, in_dim=in_dim, out_dim=out_dim, task=level, encoder=encoder,
+                                    eps=cfg.structure.powers.eps, rrwp_dim=cfg.structure.rrwp.steps + 1,
+                                    readout_scale=readout_scale, **image)
 
 
 @dataclass

@@ -15,12 +15,13 @@ import os
 from pathlib import Path
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from xmask_cli.config import TrainSection, section_fields
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.errors import DivergedError, UsageError
@@ -35,34 +36,32 @@ PARTS = ("train", "val", "test")
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """Optimisation settings of one run.
+class TrainConfig(TrainSection):
+    """Optimisation settings of one run: the preset's ``train`` section plus what a run adds.
+
+    Every hyper-parameter and its default is :class:`~xmask_cli.config.TrainSection`'s
+    (one schema, documented there); this view adds the run's seed and device.
+    Build it from a config with :meth:`from_section`.
 
     Attributes:
-        epochs: maximum number of epochs.
-        lr: AdamW peak learning rate.
-        weight_decay: AdamW decoupled weight decay.
-        warmup_epochs: linear warm-up length; constant learning rate afterwards.
-        clip_norm: max global gradient norm (``<= 0`` disables clipping).
-        batch_size: graphs per batch (graph level), pairs per batch (link / edge),
-            ignored by full-graph node training.
-        patience: stop after this many epochs without a validation improvement.
         seed: seeds torch, numpy and the batch order.
         device: ``'cpu'``, ``'cuda'``, ``'cuda:1'`` ...
-        skip_nonfinite: skip a batch whose loss (or clipped gradient norm) is not
-            finite instead of stopping the run with :class:`DivergedError`.
     """
 
-    epochs: int = 100
-    lr: float = 1e-3
-    weight_decay: float = 1e-2
-    warmup_epochs: int = 5
-    clip_norm: float = 1.0
-    batch_size: int = 32
-    patience: int = 20
     seed: int = 0
     device: str = "cpu"
-    skip_nonfinite: bool = False
+
+    #: Section keys only the tasks read (they do not change a run's numbers): not saved in ``config.json``'s ``train``.
+    NOT_SAVED: ClassVar[frozenset[str]] = frozenset({"loader_workers"})
+
+    @classmethod
+    def from_section(cls, section: TrainSection, *, seed: int, device: str) -> "TrainConfig":
+        """The preset's ``train`` section with the run's seed and device."""
+        return cls(**section_fields(section), seed=seed, device=device)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able settings as saved with a run (and compared on resume)."""
+        return {k: v for k, v in asdict(self).items() if k not in self.NOT_SAVED}
 
 
 class Task(Protocol):
@@ -174,7 +173,7 @@ def _new_setting_at_default(key: str, saved: dict[str, Any], now: dict[str, Any]
         return False
     from xmask_cli.config import Config
 
-    defaults = {"train": asdict(TrainConfig()), "config": Config().to_dict()}
+    defaults = {"train": TrainConfig().to_dict(), "config": Config().to_dict()}
     default = _lookup(json.loads(json.dumps(defaults)), key)
     return default is not _MISSING and default == _lookup(now, key)
 
@@ -239,7 +238,7 @@ def fit(
     optimizer = torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup(train_cfg.warmup_epochs))
     config = {**(extra_config or {}), **task.describe(), "metric": metric, "model": model_config,
-              "train": asdict(train_cfg)}
+              "train": train_cfg.to_dict()}
 
     start, best, best_epoch, bad_epochs = 0, None, -1, 0
     # JSON round trip so tuples compare equal to the lists read back.
@@ -361,4 +360,4 @@ def train_task(
     seed_everything(train_cfg.seed)
     model = XMaskNet(model_cfg).to(task.device)
     return fit(task, model, train_cfg, run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir),
-               model_config=asdict(model_cfg), extra_config=extra_config, resume=resume, overwrite=overwrite, log=log)
+               model_config=model_cfg.to_dict(), extra_config=extra_config, resume=resume, overwrite=overwrite, log=log)

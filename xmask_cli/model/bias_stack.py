@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from xmask_cli.config import BiasSection, section_fields
 from xmask_cli.model.learned_bias import LEARNED_BIASES, NEEDS
 
 __all__ = ["BiasSpec", "BiasStack", "BIAS_LABELS"]
@@ -28,8 +29,9 @@ BIAS_LABELS = {"spd": "SPD", "rrwp": "RRWP", "magnetic": "MagLap", "eigen": "Eig
 
 
 @dataclass(frozen=True)
-class BiasSpec:
-    """One learned bias in the model.
+class BiasSpec(BiasSection):
+    """One learned bias in the model: a ``model.biases`` entry (:class:`~xmask_cli.config.BiasSection`,
+    whose defaults it keeps), with ``heads`` and ``layers`` as tuples.
 
     Attributes:
         type: ``spd``, ``rrwp``, ``magnetic`` or ``eigen``.
@@ -39,11 +41,12 @@ class BiasSpec:
         width: hidden width of the RRWP MLP and the magnetic DeepSet/MLP.
     """
 
-    type: str
-    heads: tuple[int, ...] | None = None
-    layers: tuple[int, ...] | None = None
-    max_distance: int = 8
-    width: int = 32
+    @classmethod
+    def of(cls, entry: Any) -> "BiasSpec":
+        """A spec from a spec, a config section or a mapping (a saved run's ``model.biases`` entry)."""
+        if isinstance(entry, BiasSpec):
+            return entry
+        return cls(**(section_fields(entry) if isinstance(entry, BiasSection) else dict(entry)))
 
     def __post_init__(self) -> None:
         if self.type not in LEARNED_BIASES:

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
 
+from xmask_cli.config import ModelSection, PowersConfig, RrwpConfig, section_fields
 from xmask_cli.model.attention import MASK_SCALES
 from xmask_cli.model.bias import OUTSIDE_SUPPORT, DenseStructure, SparseStructure, XLogSMaskBias
 from xmask_cli.model.bias_stack import BIAS_LABELS, BiasSpec, BiasStack
@@ -39,12 +40,14 @@ ENCODERS = ("linear", "atom", "patch")
 
 
 @dataclass(frozen=True)
-class ModelConfig:
-    """Hyper-parameters of :class:`XMaskNet`.
+class ModelConfig(ModelSection):
+    """Hyper-parameters of :class:`XMaskNet`: the preset's ``model`` section plus what a run adds.
+
+    Every hyper-parameter of :class:`~xmask_cli.config.ModelSection` (one
+    schema, one set of defaults) is a field here too; build this view from a
+    config with :meth:`from_section`. What the section's keys mean for the model:
 
     Attributes:
-        in_dim: node feature width ``F``.
-        out_dim: output width (classes or regression targets).
         hidden: model width ``D`` (a multiple of ``heads``).
         heads: attention heads ``H``.
         layers: number of transformer blocks.
@@ -55,12 +58,37 @@ class ModelConfig:
         mask_scale: ``'paper'`` or ``'none'``, see :class:`StructuralAttention`.
         head_powers: power of ``Â`` read by each head (0: no log mask on that
             head); None means ``[1, ..., H]``. Stored as a tuple so the config stays hashable.
-        eps: floor inside ``log(Â^k + eps)``.
         outside_support: ``'hard'`` (default): a pair with ``Â^{k_h}_ij = 0``
             gets ``-inf`` for head ``h`` on every path (the ``eps -> 0`` limit
             of Eq. 9); ``'eps'``: it gets ``log(eps)``, the literal dense
             formula, which only dense paths compute (sparse ones refuse it).
         readout: ``'sum'``, ``'mean'`` or ``'max'`` over real nodes (graph task).
+        readout_norm: resolved by the engine into ``readout_scale``; the model reads only that.
+        use_bias: False drops the structural bias (plain attention, the ablation).
+        encoder: ``'linear'``, ``'atom'`` (OGB ``AtomEncoder``; ``in_dim`` is then
+            ignored) or ``'patch'``; ``'auto'`` is ``'patch'`` for the image task,
+            else ``'linear'`` (the engine picks ``'atom'`` for OGB molecules itself).
+        input_dropout: dropout on the raw input features before a linear encoder
+            (as GCN/GAT apply to sparse bag-of-words features); 0 disables it.
+        biases: learned structural biases (SPD, RRWP, magnetic, eigen) and the
+            heads and layers each serves, added to the X-LogSMask term.
+        experts: M3Dphormer attention experts, a subset of ``('local', 'cluster',
+            'global')``; empty (default) = one attention per block. With experts
+            the model runs on tokens (real nodes + cluster and class virtual
+            nodes; :meth:`XMaskNet.forward_tokens`, node task only); the
+            X-LogSMask term goes to the local expert.
+        routing: ``'bilevel'`` (the paper's sigmoid gates, starting local),
+            ``'flat'`` (one softmax gate) or ``'none'`` (equal weights).
+        expert_attention: ``'dual'`` (dense or sparse per region, by density),
+            ``'sparse'`` or ``'dense'``; all three compute the same numbers.
+        positional: ``'none'`` or ``'learned'`` position embeddings of the patch tokens (``encoder='patch'``).
+
+    What a run adds:
+
+    Attributes:
+        in_dim: node feature width ``F`` (keyword only, required).
+        out_dim: output width, classes or regression targets (keyword only, required).
+        eps: floor inside ``log(Â^k + eps)`` (``structure.powers.eps``).
         readout_scale: factor on the pooled features before the head (graph
             task). The graph-level engine sets ``1 / mean node count`` of the
             training graphs for a ``sum`` readout (``model.readout_norm: size``):
@@ -73,54 +101,35 @@ class ModelConfig:
             batch, and the sum keeps its count information.
         task: ``'graph'`` (one output per graph), ``'node'`` (one per node), ``'link'``
             or ``'edge'`` (one per node pair, scored by :meth:`XMaskNet.score_pairs`).
-        use_bias: False drops the structural bias (plain attention, the ablation).
-        encoder: ``'linear'`` or ``'atom'`` (OGB ``AtomEncoder``; ``in_dim`` is then ignored).
-        input_dropout: dropout on the raw input features before a linear encoder
-            (as GCN/GAT apply to sparse bag-of-words features); 0 disables it.
-        biases: learned structural biases (SPD, RRWP, magnetic, eigen) and the
-            heads and layers each serves, added to the X-LogSMask term.
         rrwp_dim: walk channels of the cache's RRWP (``structure.rrwp.steps + 1``).
-        experts: M3Dphormer attention experts, a subset of ``('local', 'cluster',
-            'global')``; empty (default) = one attention per block. With experts
-            the model runs on tokens (real nodes + cluster and class virtual
-            nodes; :meth:`XMaskNet.forward_tokens`, node task only); the
-            X-LogSMask term goes to the local expert.
-        routing: ``'bilevel'`` (the paper's sigmoid gates, starting local),
-            ``'flat'`` (one softmax gate) or ``'none'`` (equal weights).
-        expert_attention: ``'dual'`` (dense or sparse per region, by density),
-            ``'sparse'`` or ``'dense'``; all three compute the same numbers.
         image_size: ``(H, W)`` of the images (``encoder='patch'``; ``in_dim`` is then the channel count).
         patch_size: patch side in pixels (``encoder='patch'``).
-        positional: ``'none'`` or ``'learned'`` position embeddings of the patch tokens (``encoder='patch'``).
     """
 
-    in_dim: int
-    out_dim: int
-    hidden: int = 64
-    heads: int = 4
-    layers: int = 2
-    ffn_mult: int = 2
-    dropout: float = 0.1
-    attn_dropout: float = 0.0
-    norm: str = "post"
-    mask_scale: str = "paper"
-    head_powers: Sequence[int] | None = None
-    eps: float = 1e-30
-    outside_support: str = "hard"
-    readout: str = "sum"
+    in_dim: int = field(kw_only=True)
+    out_dim: int = field(kw_only=True)
+    eps: float = PowersConfig.eps
     readout_scale: float = 1.0
     task: str = "graph"
-    use_bias: bool = True
-    encoder: str = "linear"
-    input_dropout: float = 0.0
-    biases: Sequence[BiasSpec] = ()
-    rrwp_dim: int = 17
-    experts: Sequence[str] = ()
-    routing: str = "bilevel"
-    expert_attention: str = "dual"
+    rrwp_dim: int = RrwpConfig.steps + 1
     image_size: Sequence[int] = ()
     patch_size: int = 0
-    positional: str = "none"
+
+    #: Section keys the engine resolves before building the model (``readout_norm`` -> ``readout_scale``):
+    #: not saved in a run's ``config.json`` ``model``.
+    NOT_SAVED: ClassVar[frozenset[str]] = frozenset({"readout_norm"})
+
+    @classmethod
+    def from_section(cls, section: ModelSection, **run: Any) -> "ModelConfig":
+        """The preset's ``model`` section plus what the run adds (``in_dim``, ``out_dim``, ``task``, ...).
+
+        ``run`` may also override a section key the engine resolves (e.g. ``encoder='atom'`` for ``auto``).
+        """
+        return cls(**{**section_fields(section), **run})
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able hyper-parameters as saved with a run; ``ModelConfig(**d)`` rebuilds the config."""
+        return {k: v for k, v in asdict(self).items() if k not in self.NOT_SAVED}
 
     def __post_init__(self) -> None:
         for name in ("in_dim", "out_dim", "hidden", "heads", "layers", "ffn_mult"):
@@ -128,6 +137,8 @@ class ModelConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.hidden % self.heads:
             raise ValueError(f"hidden {self.hidden} must be a multiple of heads {self.heads}")
+        if self.encoder == "auto":  # frozen: normalise through object.__setattr__
+            object.__setattr__(self, "encoder", "patch" if self.task == "image" else "linear")
         for name, allowed in (("norm", NORMS), ("mask_scale", MASK_SCALES), ("readout", READOUTS), ("task", TASKS),
                               ("encoder", ENCODERS), ("outside_support", OUTSIDE_SUPPORT)):
             if getattr(self, name) not in allowed:
@@ -138,7 +149,7 @@ class ModelConfig:
         if len(self.head_powers) != self.heads or min(self.head_powers) < 0 or max(self.head_powers) < 1:
             raise ValueError(f"head_powers must be {self.heads} powers >= 0 (0: no log mask), at least one >= 1, "
                              f"got {list(self.head_powers)}")
-        specs = tuple(b if isinstance(b, BiasSpec) else BiasSpec(**dict(b)) for b in self.biases)
+        specs = tuple(BiasSpec.of(b) for b in self.biases)
         object.__setattr__(self, "biases", specs)
         object.__setattr__(self, "experts", tuple(self.experts))
         if self.experts:

@@ -29,7 +29,7 @@ Example::
     task = NodeTask(cache_path, graphs, split, mode="subgraph", subgraph_size=1000, subgraphs_per_epoch=2)
     cfg = ModelConfig(in_dim=task.in_dim, out_dim=task.out_dim, task=task.model_task)
     model = XMaskNet(cfg)
-    summary = fit(task, model, TrainConfig(epochs=100), "runs/cora/0", model_config=asdict(cfg))
+    summary = fit(task, model, TrainConfig(epochs=100), "runs/cora/0", model_config=cfg.to_dict())
 """
 from __future__ import annotations
 
