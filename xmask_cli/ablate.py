@@ -27,6 +27,7 @@ from typing import Any
 
 from xmask_cli.config import Config, resolve
 from xmask_cli.errors import UsageError
+from xmask_cli.model.biases import BIASES
 
 __all__ = ["VARIANTS", "CORE_VARIANTS", "BIAS_VARIANTS", "EXPERT_VARIANTS", "IMAGE_VARIANTS", "default_variants",
            "variant_overrides", "parse_variants", "run_ablation"]
@@ -39,11 +40,11 @@ CORE_VARIANTS: dict[str, str] = {
     "no-multihead": "every head reads Â^1 (no per-head hop count)",
     "one-layer": "a single transformer block",
 }
-#: One variant per learned bias type: the preset without that bias (GTLM Table 5's rows).
-BIAS_VARIANTS: dict[str, str] = {
-    f"no-{kind}": f"without the learned {label} bias" for kind, label in
-    (("spd", "SPD"), ("rrwp", "RRWP"), ("magnetic", "magnetic-Laplacian"), ("eigen", "eigen"))
-}
+#: One variant per learned bias type (its registry entry's ``ablation``): the preset without that bias
+#: (GTLM Table 5's rows).
+BIAS_VARIANTS: dict[str, str] = {e.ablation: f"without the learned {e.title} bias" for e in BIASES.values()}
+#: Bias variant -> the bias type it removes.
+_BIAS_OF_VARIANT: dict[str, str] = {e.ablation: kind for kind, e in BIASES.items()}
 #: M3Dphormer (model.experts): one expert removed, or the router replaced (paper 003's ablation).
 EXPERT_VARIANTS: dict[str, str] = {
     "no-local": "without the local expert",
@@ -66,7 +67,7 @@ def default_variants(cfg: Config) -> list[str]:
     kinds = {b.type for b in cfg.model.biases}
     if _is_image(cfg):  # Table 12: mask vs positions, plus neither
         return ["full", "no-logmask", "positional"]
-    out = [*CORE_VARIANTS, *[v for v in BIAS_VARIANTS if v[3:] in kinds]]
+    out = [*CORE_VARIANTS, *[v for v in BIAS_VARIANTS if _BIAS_OF_VARIANT[v] in kinds]]
     if cfg.model.experts:
         out += [v for v in EXPERT_VARIANTS if not v.startswith("no-") or v == "no-routing" or v[3:] in cfg.model.experts]
     return out
@@ -96,7 +97,7 @@ def variant_overrides(variant: str, cfg: Config) -> list[str]:
     if variant == "one-layer":
         return ["model.layers=1"]
     if variant in BIAS_VARIANTS:
-        kind = variant[3:]
+        kind = _BIAS_OF_VARIANT[variant]
         kept = [dataclasses.asdict(b) for b in cfg.model.biases if b.type != kind]
         if len(kept) == len(cfg.model.biases):
             raise UsageError(f"variant '{variant}': the preset has no {kind} bias in model.biases")

@@ -120,7 +120,7 @@ class TaskConfig:
 class BiasSection:
     """One learned structural bias (``model.biases`` is a list of these; the model's view: ``BiasSpec``)."""
 
-    type: Literal["spd", "rrwp", "magnetic", "eigen"] = "spd"
+    type: str = "spd"  # a name in xmask_cli.model.biases.BIASES: spd, rrwp, magnetic, eigen
     heads: list[int] | None = None  # 1-based heads it serves; null: all
     layers: list[int] | None = None  # 1-based layers it is in; null: all
     max_distance: int = 8  # spd: distances 1..max_distance get their own bucket
@@ -513,6 +513,9 @@ def _check_ranges(obj: Any, prefix: str) -> None:
         need(len(set(obj.experts)) == len(obj.experts), "experts", "names an expert twice")
         need(not (obj.experts and obj.biases), "experts", "experts take the X-LogSMask term only; drop model.biases")
     elif isinstance(obj, BiasSection):
+        from xmask_cli.model.biases import BIASES  # the bias registry names the valid types
+
+        need(obj.type in BIASES, "type", f"expected one of {', '.join(repr(k) for k in BIASES)}, got {obj.type!r} (str)")
         need(obj.max_distance >= 1, "max_distance", "must be >= 1")
         need(obj.width >= 1, "width", "must be >= 1")
     elif isinstance(obj, TrainSection):

@@ -274,7 +274,7 @@ def _randomized(mod: torch.nn.Module, seed: int) -> torch.nn.Module:
 
 
 def test_spectra_and_biases_are_permutation_equivariant_through_the_cache(tmp_path: Path):
-    from xmask_cli.model.learned_bias import EigenBias, MagneticBias
+    from xmask_cli.model.biases import EigenBias, MagneticBias
 
     e, n = _big_disconnected(0)
     perm = np.random.default_rng(9).permutation(n)  # node i of graph 0 is node perm[i] of graph 1

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from tests.model.graphs import EPS, PATH_TRIANGLE, TWO_PARTS, norm_powers, union_pairs
-from xmask_cli.model.bias import BIASES, DenseStructure, SparseStructure, StructuralBias, XLogSMaskBias
+from xmask_cli.model.bias import DenseStructure, SparseStructure, XLogSMaskBias
 
 
 def _dense_batch(dtype=torch.float32):
@@ -85,11 +85,6 @@ def test_bad_configuration_is_refused():
         XLogSMaskBias(2)({"powers": powers})
     with pytest.raises(ValueError, match="outside_support"):
         XLogSMaskBias(2, outside_support="soft")
-
-
-def test_registry_is_a_plain_dict():
-    assert BIASES["xlogsmask"] is XLogSMaskBias
-    assert all(issubclass(c, StructuralBias) for c in BIASES.values())
 
 
 def test_power_zero_turns_a_heads_mask_off():

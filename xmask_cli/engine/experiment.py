@@ -32,7 +32,7 @@ from xmask_cli.engine.loop import PARTS, TrainConfig, score, seed_everything
 from xmask_cli.engine.runs import RunDir, aggregate
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.errors import ConfigError, RunNotFoundError, UsageError, first_line
-from xmask_cli.model.learned_bias import NEEDS
+from xmask_cli.model.biases import bias_entry
 
 __all__ = ["parse_seeds", "resolve_device", "resolve_level", "resolve_metric", "Experiment",
            "train_seeds", "read_run", "load_run", "evaluate_run", "DEFAULT_METRICS"]
@@ -136,7 +136,7 @@ def resolve_metric(cfg: Config, level: str) -> str:
 
 def model_needs(cfg: Config) -> frozenset[str]:
     """Structure sections the model's learned biases read (batches carry them as extras)."""
-    return frozenset(NEEDS[b.type] for b in cfg.model.biases)
+    return frozenset(bias_entry(b.type).needs for b in cfg.model.biases)
 
 
 def _check_image(cfg: Config, level: str) -> None:
@@ -165,7 +165,7 @@ def _check_structure(cfg: Config) -> None:
     if cfg.model.experts and "cluster" in cfg.model.experts and cfg.structure.partition.parts < 1:
         raise ConfigError("model.experts has 'cluster', which reads METIS parts: set structure.partition.parts >= 1")
     for b in cfg.model.biases:
-        section = NEEDS[b.type]
+        section = bias_entry(b.type).needs
         if not getattr(cfg.structure, section).enabled:
             raise ConfigError(f"model.biases uses {b.type}, which reads structure.{section}: "
                               f"set structure.{section}.enabled=true")

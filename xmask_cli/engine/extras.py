@@ -1,6 +1,6 @@
 """Cached structure beyond the powers, shaped for the learned biases (SPD, RRWP, spectra).
 
-The learned biases (:mod:`xmask_cli.model.learned_bias`) read ``extras``: a
+The learned biases (:mod:`xmask_cli.model.biases`) read ``extras``: a
 dict of tensors, dense for padded batches and per pair / per node for the
 sparse path. :class:`GraphExtras` reads what one cached graph holds, once,
 and serves any block of its nodes (a whole graph, a random subgraph, a METIS

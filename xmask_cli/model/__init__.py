@@ -1,11 +1,10 @@
 """Model core: structural biases, structure-aware attention, transformer blocks, the full network."""
 from xmask_cli.model.attention import MASK_SCALES, StructuralAttention
-from xmask_cli.model.bias import BIASES, DenseStructure, SparseStructure, StructuralBias, XLogSMaskBias
+from xmask_cli.model.bias import DenseStructure, SparseStructure, StructuralBias, XLogSMaskBias
 from xmask_cli.model.layers import NORMS, TransformerBlock
 from xmask_cli.model.network import READOUTS, TASKS, ModelConfig, XMaskNet
 
 __all__ = [
-    "BIASES",
     "MASK_SCALES",
     "NORMS",
     "READOUTS",

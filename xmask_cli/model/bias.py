@@ -171,8 +171,3 @@ class XLogSMaskBias(StructuralBias):
             return self._log(values, axis=1, off_diagonal=off_diag)
         raise ValueError("batch has neither `powers` (dense) nor `values` (sparse)")
 
-
-# The parameter-free X-LogSMask bias; the learned ones (SPD, RRWP, ...) are in learned_bias.LEARNED_BIASES.
-BIASES: dict[str, type[StructuralBias]] = {
-    "xlogsmask": XLogSMaskBias,
-}

@@ -20,12 +20,9 @@ import torch
 from torch import Tensor
 
 from xmask_cli.config import BiasSection, section_fields
-from xmask_cli.model.learned_bias import LEARNED_BIASES, NEEDS
+from xmask_cli.model.biases import bias_entry
 
-__all__ = ["BiasSpec", "BiasStack", "BIAS_LABELS"]
-
-#: Short names for figures and tables.
-BIAS_LABELS = {"spd": "SPD", "rrwp": "RRWP", "magnetic": "MagLap", "eigen": "Eigen"}
+__all__ = ["BiasSpec", "BiasStack"]
 
 
 @dataclass(frozen=True)
@@ -34,7 +31,7 @@ class BiasSpec(BiasSection):
     whose defaults it keeps), with ``heads`` and ``layers`` as tuples.
 
     Attributes:
-        type: ``spd``, ``rrwp``, ``magnetic`` or ``eigen``.
+        type: a name in :data:`xmask_cli.model.biases.BIASES` (``spd``, ``rrwp``, ``magnetic``, ``eigen``).
         heads: 1-based heads it serves; None: all.
         layers: 1-based layers it is in; None: all.
         max_distance: SPD buckets (distances ``1..max_distance`` own one).
@@ -49,8 +46,7 @@ class BiasSpec(BiasSection):
         return cls(**(section_fields(entry) if isinstance(entry, BiasSection) else dict(entry)))
 
     def __post_init__(self) -> None:
-        if self.type not in LEARNED_BIASES:
-            raise ValueError(f"bias type must be one of {tuple(LEARNED_BIASES)}, got {self.type!r}")
+        bias_entry(self.type)  # raises on an unregistered type
         for name in ("heads", "layers"):
             value = getattr(self, name)
             if value is not None:
@@ -65,18 +61,8 @@ class BiasSpec(BiasSection):
 
     @property
     def needs(self) -> str:
-        """The cache section it reads (``spd``, ``rrwp``, ``magnetic`` or ``spectrum``)."""
-        return NEEDS[self.type]
-
-
-def _make(spec: BiasSpec, num_heads: int, rrwp_dim: int) -> torch.nn.Module:
-    if spec.type == "spd":
-        return LEARNED_BIASES["spd"](num_heads, spec.max_distance)
-    if spec.type == "rrwp":
-        return LEARNED_BIASES["rrwp"](num_heads, rrwp_dim, spec.width)
-    if spec.type == "magnetic":
-        return LEARNED_BIASES["magnetic"](num_heads, spec.width)
-    return LEARNED_BIASES["eigen"](num_heads)
+        """The cache section it reads (``spd``, ``rrwp``, ``magnetic``, ``spectrum``; its registry entry's)."""
+        return bias_entry(self.type).needs
 
 
 class BiasStack(torch.nn.Module):
@@ -105,7 +91,7 @@ class BiasStack(torch.nn.Module):
             if max(layers) > num_layers:
                 raise ValueError(f"bias {spec.type}: layer {max(layers)} but the model has {num_layers} layers")
             for layer in layers:
-                self.layers[layer - 1].append(_make(spec, len(heads), rrwp_dim))
+                self.layers[layer - 1].append(bias_entry(spec.type).cls.from_spec(spec, len(heads), rrwp_dim))
                 self._heads[layer - 1].append(tuple(h - 1 for h in heads))
                 self._types[layer - 1].append(spec.type)
 

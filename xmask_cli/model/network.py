@@ -24,7 +24,8 @@ from torch_geometric.utils import scatter
 from xmask_cli.config import ModelSection, PowersConfig, RrwpConfig, section_fields
 from xmask_cli.model.attention import MASK_SCALES
 from xmask_cli.model.bias import OUTSIDE_SUPPORT, DenseStructure, SparseStructure, XLogSMaskBias
-from xmask_cli.model.bias_stack import BIAS_LABELS, BiasSpec, BiasStack
+from xmask_cli.model.bias_stack import BiasSpec, BiasStack
+from xmask_cli.model.biases import bias_entry
 from xmask_cli.model.dualmode import MODES as DUAL_MODES
 from xmask_cli.model.experts import EXPERTS, ROUTINGS, HierarchicalMasks
 from xmask_cli.model.layers import NORMS, TransformerBlock
@@ -248,7 +249,7 @@ def sparse_refusal(model: Any) -> str | None:
 
 def head_labels(cfg: ModelConfig) -> list[list[str]]:
     """Per layer, per head: the biases it adds, e.g. ``"Â^2 + SPD"`` or ``"none"`` (figures, tables)."""
-    placed = [(BIAS_LABELS[b.type], *b.placement(cfg.heads, cfg.layers)) for b in cfg.biases]
+    placed = [(bias_entry(b.type).label, *b.placement(cfg.heads, cfg.layers)) for b in cfg.biases]
     out = []
     for layer in range(1, cfg.layers + 1):
         row = []
@@ -372,7 +373,7 @@ class XMaskNet(torch.nn.Module):
                 :meth:`StructuralAttention.forward_dense`) of this very forward:
                 the blocks still attend with the masks they train with.
             extras: dense structure the learned biases read (``spd``, ``rrwp``,
-                ``eig_*``, ``mag_*``; see :mod:`~xmask_cli.model.learned_bias`).
+                ``eig_*``, ``mag_*``; see :mod:`~xmask_cli.model.biases`).
 
         Image level (``encoder='patch'``): ``x`` is ``[B, C, H, W]``, ``powers`` the
         grid's ``[1 or B, K, N, N]`` (one grid for every image: broadcast, not

@@ -209,7 +209,7 @@ def block_eigenpairs(
 
 
 #: Eigenvalues at or below this are zero: one per connected component (per balanced component
-#: for the magnetic Laplacian). :class:`~xmask_cli.model.learned_bias.EigenBias` uses the same bound.
+#: for the magnetic Laplacian). :class:`~xmask_cli.model.biases.eigen.EigenBias` uses the same bound.
 ZERO_TOL = 1e-6
 #: Eigenvalues closer than this belong to one eigenspace: a cut never splits one.
 TIE_TOL = 1e-6

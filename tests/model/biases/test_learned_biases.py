@@ -14,7 +14,7 @@ import torch
 
 from tests.model.graphs import norm_powers
 from xmask_cli.model.bias_stack import BiasSpec, BiasStack
-from xmask_cli.model.learned_bias import EigenBias, MagneticBias, RrwpBias, SpdBias
+from xmask_cli.model.biases import EigenBias, MagneticBias, RrwpBias, SpdBias
 from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.structure.spectrum import magnetic_laplacian
 
@@ -542,7 +542,7 @@ def test_missing_extras_raise():
 @pytest.mark.parametrize("kind", ["rrwp", "magnetic"])
 def test_chunked_pair_mlp_equals_whole(kind, monkeypatch):
     """Tiny chunks (checkpointed under autograd) give the same outputs and gradients as one pass."""
-    from xmask_cli.model import learned_bias
+    from xmask_cli.model.biases import base as learned_bias
 
     items = [ref_extras(*TWO_COMP), ref_extras(*DIRECTED)]
     ex, mask = pad(items)
