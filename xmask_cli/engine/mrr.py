@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from xmask_cli.config import LinkSection
 from xmask_cli.engine.metrics import mrr
 
 __all__ = ["PROTOCOLS", "link_mrr"]
@@ -38,7 +39,8 @@ def _chunked_mrr(pos: np.ndarray, neg_rows: Callable[[slice], np.ndarray], width
     return total / p
 
 
-def link_mrr(pos_scores: Any, neg_scores: Any, protocol: str = "shared", num_neg_per_pos: int = 1) -> float:
+def link_mrr(pos_scores: Any, neg_scores: Any, protocol: str = LinkSection.protocol,
+             num_neg_per_pos: int = LinkSection.num_neg_per_pos) -> float:
     """MRR of ``P`` positives under ``protocol`` (see the module docstring).
 
     Args:

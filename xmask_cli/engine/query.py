@@ -46,13 +46,14 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from xmask_cli.config import NodeSection
 from xmask_cli.model.bias import SparseStructure
 
 __all__ = ["Support", "QueryStats", "closure", "encode_queries", "chunks_by_pairs"]
 
-#: Default pair budget of one attention chunk (``node.query_chunk_pairs``): with ``hidden = 64`` one
+#: Default pair budget of one attention chunk (``node.query_chunk_pairs``, 2^19): with ``hidden = 64`` one
 #: gathered ``[E, H, d_h]`` float tensor is 128 MB.
-CHUNK_PAIRS = 1 << 19
+CHUNK_PAIRS = NodeSection.query_chunk_pairs
 #: Rows of raw features encoded at once (bounds the gathered ``[n, F]`` copy; Physics has F = 8415).
 ENCODE_ROWS = 4096
 #: Above this many gathered feature floats (256 MB) the backward re-gathers and re-encodes each row

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from xmask_cli.config import LinkSection
+
 __all__ = ["Split", "EdgeSplit", "random_split", "node_split", "graph_split", "edge_split", "split_name",
            "index_batches"]
 
@@ -205,7 +207,8 @@ def sample_negatives(count: int, n: int, forbidden: np.ndarray, rng: np.random.G
 
 
 def edge_split(edge_index: Any, num_nodes: int, seed: int = 0,
-               fractions: Sequence[float] = (0.85, 0.05, 0.10), num_neg_per_pos: int = 1) -> EdgeSplit:
+               fractions: Sequence[float] = tuple(LinkSection().fractions),
+               num_neg_per_pos: int = LinkSection.num_neg_per_pos) -> EdgeSplit:
     """Seeded link-prediction split of an undirected graph.
 
     Protocol:

@@ -28,6 +28,8 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 from torch_geometric.utils import scatter
 
+from xmask_cli.config import ModelSection
+
 MASK_SCALES = ("paper", "none")
 #: Floats of ``[heads, queries, keys]`` logits :func:`plain_attention` holds at once (~64 MB in float32).
 PLAIN_CHUNK_FLOATS = 1 << 24
@@ -144,7 +146,7 @@ class StructuralAttention(torch.nn.Module):
         num_heads: int,
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
-        mask_scale: str = "paper",
+        mask_scale: str = ModelSection.mask_scale,
         plain_heads: tuple[int, ...] = (),
     ):
         super().__init__()

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from xmask_cli.config import NodeSection
+
 __all__ = ["ATTENTIONS", "SPARSE_DENSITY", "PathRefused", "full_graph_attention"]
 
 #: Values of ``node.attention``.
@@ -26,7 +28,7 @@ class PathRefused(ValueError):
 
 
 def full_graph_attention(requested: str, num_nodes: int, num_pairs: int, device: torch.device | str,
-                         dense_max_nodes: int = 5000, dense_only: str | None = None) -> str:
+                         dense_max_nodes: int = NodeSection.dense_max_nodes, dense_only: str | None = None) -> str:
     """``'dense'`` or ``'sparse'`` for attention over one whole graph.
 
     ``auto``: sparse above ``dense_max_nodes`` nodes (an N x N grid would not

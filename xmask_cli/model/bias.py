@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from xmask_cli.config import PowersConfig
+
 #: Values of ``model.outside_support``: ``hard`` (-inf outside a head's stored support) or ``eps`` (``log(eps)``).
 OUTSIDE_SUPPORT = ("hard", "eps")
 
@@ -86,7 +88,7 @@ class XLogSMaskBias(StructuralBias):
             it gets ``log(eps)``.
     """
 
-    def __init__(self, num_heads: int, head_powers: Sequence[int] | None = None, eps: float = 1e-30,
+    def __init__(self, num_heads: int, head_powers: Sequence[int] | None = None, eps: float = PowersConfig.eps,
                  outside_support: str = "hard"):
         super().__init__()
         if num_heads < 1:

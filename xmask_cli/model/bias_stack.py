@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from xmask_cli.config import BiasSection, section_fields
+from xmask_cli.config import BiasSection, RrwpConfig, section_fields
 from xmask_cli.model.biases import bias_entry
 
 __all__ = ["BiasSpec", "BiasStack"]
@@ -78,7 +78,8 @@ class BiasStack(torch.nn.Module):
         ValueError: a spec names a head above ``H`` or a layer above ``L``.
     """
 
-    def __init__(self, specs: Sequence[BiasSpec], num_heads: int, num_layers: int, rrwp_dim: int = 17):
+    def __init__(self, specs: Sequence[BiasSpec], num_heads: int, num_layers: int,
+                 rrwp_dim: int = RrwpConfig.steps + 1):
         super().__init__()
         self.num_heads, self.num_layers = int(num_heads), int(num_layers)
         self.layers = torch.nn.ModuleList(torch.nn.ModuleList() for _ in range(num_layers))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from xmask_cli.config import ModelSection
 from xmask_cli.model.attention import StructuralAttention
 from xmask_cli.model.dualmode import MODES, Region, dual_attention, plan_regions
 
@@ -257,8 +258,8 @@ class RoutedAttention(torch.nn.Module):
         experts: tuple[str, ...] | list[str] = EXPERTS,
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
-        mask_scale: str = "paper",
-        routing: str = "bilevel",
+        mask_scale: str = ModelSection.mask_scale,
+        routing: str = ModelSection.routing,
     ):
         super().__init__()
         unknown = set(experts) - set(EXPERTS)

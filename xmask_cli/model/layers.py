@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from xmask_cli.config import ModelSection
 from xmask_cli.model.attention import StructuralAttention
 from xmask_cli.model.experts import RoutedAttention
 
@@ -37,13 +38,13 @@ class TransformerBlock(torch.nn.Module):
         self,
         dim: int,
         num_heads: int,
-        ffn_mult: int = 2,
+        ffn_mult: int = ModelSection.ffn_mult,
         dropout: float = 0.0,
         attn_dropout: float = 0.0,
-        norm: str = "post",
-        mask_scale: str = "paper",
+        norm: str = ModelSection.norm,
+        mask_scale: str = ModelSection.mask_scale,
         experts: tuple[str, ...] = (),
-        routing: str = "bilevel",
+        routing: str = ModelSection.routing,
         plain_heads: tuple[int, ...] = (),
     ):
         super().__init__()

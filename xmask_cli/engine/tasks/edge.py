@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from xmask_cli.config import NodeSection
 from xmask_cli.data.edgefile import EdgeData
 from xmask_cli.engine.features import MAX_DEGREE, one_hot_degree
 from xmask_cli.engine.loop import PARTS
@@ -76,7 +77,7 @@ class EdgeTask:
 
     def __init__(self, cache_path: str | os.PathLike, features: Tensor | None, data: EdgeData, split: Split, *,
                  dataset: str, metric: str = "mae", seed: int = 0, device: torch.device | str = "cpu",
-                 dense_max_nodes: int = 5000, batch_size: int = 0, needs: Iterable[str] = (),
+                 dense_max_nodes: int = NodeSection.dense_max_nodes, batch_size: int = 0, needs: Iterable[str] = (),
                  dense_only: str | None = None):
         if metric not in ("mae", "rmse"):
             raise ValueError(f"edge regression reports 'mae' or 'rmse', got {metric!r}")

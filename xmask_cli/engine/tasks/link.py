@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from xmask_cli.config import LinkSection, NodeSection
 from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.mrr import PROTOCOLS, link_mrr
 from xmask_cli.engine.pair_structure import PairStructure
@@ -66,9 +67,9 @@ class LinkTask:
     model_task = "link"
 
     def __init__(self, cache_path: str | os.PathLike, features: Tensor, split: EdgeSplit, *, dataset: str,
-                 metric: str = "mrr", protocol: str = "shared", seed: int = 0, device: torch.device | str = "cpu",
-                 dense_max_nodes: int = 5000, batch_size: int = 0,
-                 fractions: Sequence[float] = (0.85, 0.05, 0.10), needs: Iterable[str] = (),
+                 metric: str = "mrr", protocol: str = LinkSection.protocol, seed: int = 0, device: torch.device | str = "cpu",
+                 dense_max_nodes: int = NodeSection.dense_max_nodes, batch_size: int = 0,
+                 fractions: Sequence[float] = tuple(LinkSection().fractions), needs: Iterable[str] = (),
                  dense_only: str | None = None):
         if metric != "mrr":
             raise ValueError(f"link prediction reports 'mrr', got {metric!r}")

@@ -43,6 +43,7 @@ import torch
 from torch import Tensor
 
 from xmask_cli.cache import StructureCache
+from xmask_cli.config import NodeSection
 from xmask_cli.data.load import GraphSet
 from xmask_cli.engine.extras import GraphExtras, to_tensors
 from xmask_cli.engine.features import node_features
@@ -111,7 +112,7 @@ class NodeTask:
 
     def __init__(self, cache_path: str | os.PathLike, graphs: GraphSet, split: Split, metric: str = "accuracy", *,
                  mode: str = "auto", subgraph_size: int = 0, subgraphs_per_epoch: int = 1,
-                 dense_max_nodes: int = 5000, seed: int = 0, device: torch.device | str = "cpu",
+                 dense_max_nodes: int = NodeSection.dense_max_nodes, seed: int = 0, device: torch.device | str = "cpu",
                  parts_per_batch: int = 1, attention: str = "auto", needs: Iterable[str] = (),
                  query_batch: int = 0, query_chunk_pairs: int = CHUNK_PAIRS,
                  dense_only: str | None = None):

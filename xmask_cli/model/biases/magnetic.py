@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from xmask_cli.config import BiasSection
 from xmask_cli.model.biases.base import LearnedBias, extra, finish_dense, finish_sparse, in_chunks
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class MagneticBias(LearnedBias):
         width: ``W`` (32 by default, as GTLM).
     """
 
-    def __init__(self, num_heads: int, width: int = 32):
+    def __init__(self, num_heads: int, width: int = BiasSection.width):
         super().__init__()
         self.num_heads = int(num_heads)
         self.phi = _SetEncoder(width)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from xmask_cli.config import BiasSection
 from xmask_cli.model.biases.base import LearnedBias, extra, finish_dense
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ class SpdBias(LearnedBias):
         max_distance: largest distance with its own bucket.
     """
 
-    def __init__(self, num_heads: int, max_distance: int = 8):
+    def __init__(self, num_heads: int, max_distance: int = BiasSection.max_distance):
         super().__init__()
         if max_distance < 1:
             raise ValueError(f"max_distance must be >= 1, got {max_distance}")
