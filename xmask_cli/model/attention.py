@@ -29,8 +29,13 @@ from torch.utils.checkpoint import checkpoint
 from torch_geometric.utils import scatter
 
 from xmask_cli.config import ModelSection
+from xmask_cli.model.csr_attention import CsrPlan, csr_attention, csr_plan
 
 MASK_SCALES = ("paper", "none")
+#: Kernels of the sparse path: ``csr`` (per-head CSR supports, :mod:`~xmask_cli.model.csr_attention`)
+#: and ``gather`` (per-pair ``[E, H, d_h]`` gathers over the union, as PyG's ``TransformerConv``;
+#: what ``return_terms`` always runs, since its terms live on the union pairs).
+SPARSE_KERNELS = ("csr", "gather")
 #: Floats of ``[heads, queries, keys]`` logits :func:`plain_attention` holds at once (~64 MB in float32).
 PLAIN_CHUNK_FLOATS = 1 << 24
 
@@ -167,6 +172,10 @@ class StructuralAttention(torch.nn.Module):
         self.v = torch.nn.Linear(dim, dim)
         self.out = torch.nn.Linear(dim, dim)
         self.dropout = torch.nn.Dropout(dropout)
+        #: Kernel of the sparse path (:data:`SPARSE_KERNELS`); tests and benchmarks compare the two.
+        self.sparse_kernel = "csr"
+        # The last CSR pattern (pairs, finiteness, plan): full-graph training feeds the same pairs every step.
+        self._csr_memo: dict | None = None
 
     def structural_term(self, bias: Tensor) -> Tensor:
         """The X-LogSMask bias as it enters the logits (scaled by ``1/sqrt(d_h)`` under 'paper')."""
@@ -333,11 +342,25 @@ class StructuralAttention(torch.nn.Module):
             ``aggregate`` ``[Nq, H, d_h]``).
         """
         n_query = x_query.size(0)
-        row, col = edge_index
         shape = (self.num_heads, self.head_dim)
         q = self.q(x_query).view(-1, *shape)  # [Nq, H, d_h]
         k = self.k(x_key).view(-1, *shape)  # [Nk, H, d_h]
         v = self.v(x_key).view(-1, *shape)
+        plain = self.plain_heads and not complete
+        if plain and plain_keys is None:
+            raise ValueError("this attention has plain heads (k_h = 0 or use_bias=False), which attend over "
+                             "every node of the domain: pass plain_keys")
+        if self.sparse_kernel not in SPARSE_KERNELS:
+            raise ValueError(f"sparse_kernel must be one of {SPARSE_KERNELS}, got {self.sparse_kernel!r}")
+        if not return_terms and self.sparse_kernel == "csr":
+            agg = self._csr_aggregate(q, k, v, edge_index, bias, learned, masked_only=bool(plain))
+            if plain:
+                kp, vp = (k, v) if plain_keys is x_key else self._plain_kv(plain_keys)
+                idx = torch.tensor(self.plain_heads, dtype=torch.long, device=q.device)
+                plain_agg, _ = self._plain_agg(q, kp, vp, idx, query_groups, key_groups, False)
+                agg = agg.index_copy(1, idx, plain_agg.to(agg.dtype))
+            return self.dropout(self.out(agg.reshape(n_query, self.dim)))
+        row, col = edge_index
         energy = (q[row] * k[col]).sum(-1) / math.sqrt(self.head_dim)  # [E, H]
         term = self._logit_term(bias, learned, energy.dtype)
         structural = torch.zeros_like(energy) if term is None else term
@@ -346,14 +369,8 @@ class StructuralAttention(torch.nn.Module):
         attention = segment_softmax(logits, index=row, num_nodes=n_query)
         weights = F.dropout(attention, p=self.attn_dropout, training=self.training)
         agg = v.new_zeros(n_query, *shape).index_add_(0, row, weights.unsqueeze(-1) * v[col])  # [Nq, H, d_h]
-        if self.plain_heads and not complete:
-            if plain_keys is None:
-                raise ValueError("this attention has plain heads (k_h = 0 or use_bias=False), which attend over "
-                                 "every node of the domain: pass plain_keys")
-            if plain_keys is x_key:
-                kp, vp = k, v
-            else:
-                kp, vp = self.k(plain_keys).view(-1, *shape), self.v(plain_keys).view(-1, *shape)
+        if plain:
+            kp, vp = (k, v) if plain_keys is x_key else self._plain_kv(plain_keys)
             agg, attention = self._plain(q, kp, vp, agg, attention, energy, row, query_groups, key_groups,
                                          return_terms)
         out = self.dropout(self.out(agg.reshape(n_query, self.dim)))
@@ -369,15 +386,68 @@ class StructuralAttention(torch.nn.Module):
         }
         return out, terms
 
+    def _plain_kv(self, plain_keys: Tensor) -> tuple[Tensor, Tensor]:
+        shape = (self.num_heads, self.head_dim)
+        return self.k(plain_keys).view(-1, *shape), self.v(plain_keys).view(-1, *shape)
+
+    def _csr_aggregate(self, q: Tensor, k: Tensor, v: Tensor, edge_index: Tensor, bias: Tensor | None,
+                       learned: Tensor | None, masked_only: bool) -> Tensor:
+        """``[Nq, H, d_h]`` aggregate of the heads over their own supports (plain heads left 0 if ``masked_only``).
+
+        Float32 (or wider) whatever the autocast dtype: the CSR kernels have no
+        bfloat16, and ``log(eps)`` and small powers must not be flushed.
+        """
+        dtype = torch.promote_types(q.dtype, torch.float32)
+        nq, H, d = q.shape
+        heads = tuple(h for h in range(H) if not (masked_only and h in self.plain_heads))
+        agg = torch.zeros(nq, H, d, dtype=dtype, device=q.device)
+        if not heads or edge_index.size(1) == 0:
+            return agg
+        term = self._logit_term(bias, learned, dtype)
+        plan = self._plan(edge_index, nq, k.size(0), heads, term)
+        part = csr_attention(q, k, v, term, plan, heads, 1.0 / math.sqrt(self.head_dim),
+                             dropout_p=self.attn_dropout if self.training else 0.0)
+        if len(heads) == H:
+            return part
+        return agg.index_copy(1, torch.tensor(heads, dtype=torch.long, device=q.device), part)
+
+    def _plan(self, edge_index: Tensor, n_query: int, n_key: int, heads: tuple[int, ...],
+              term: Tensor | None) -> CsrPlan:
+        """The CSR plan of these pairs, reused while the pairs and the finite terms are the same."""
+        if term is None:
+            finite = None
+        else:
+            t = term.detach()
+            if len(heads) < t.size(1):
+                t = t.index_select(1, torch.tensor(heads, dtype=torch.long, device=t.device))
+            finite = torch.isfinite(t)
+        memo = self._csr_memo
+        key = (n_query, n_key, heads)
+        if memo is not None and memo["key"] == key and (memo["finite"] is None) == (finite is None):
+            same_pairs = (memo["ref"] is edge_index and memo["version"] == edge_index._version) or (
+                memo["pairs"].shape == edge_index.shape and memo["pairs"].device == edge_index.device
+                and torch.equal(memo["pairs"], edge_index))
+            if same_pairs and (finite is None or torch.equal(memo["finite"], finite)):
+                return memo["plan"]
+        plan = csr_plan(edge_index, n_query, n_key, heads, self.num_heads, finite)
+        self._csr_memo = {"key": key, "ref": edge_index, "version": edge_index._version,
+                          "pairs": edge_index.detach().clone(), "finite": finite, "plan": plan}
+        return plan
+
+    def _plain_agg(self, q: Tensor, k: Tensor, v: Tensor, idx: Tensor, query_groups: Tensor | None,
+                   key_groups: Tensor | None, with_lse: bool) -> tuple[Tensor, Tensor | None]:
+        """Plain heads ``idx``' aggregate ``[Nq, len(idx), d_h]`` over every domain node ``k, v`` (and the lse)."""
+        res = plain_attention(q.index_select(1, idx), k.index_select(1, idx), v.index_select(1, idx),
+                              query_groups=query_groups, key_groups=key_groups,
+                              dropout_p=self.attn_dropout if self.training else 0.0, return_lse=with_lse)
+        return res if with_lse else (res, None)
+
     def _plain(self, q: Tensor, k: Tensor, v: Tensor, agg: Tensor, attention: Tensor, energy: Tensor,
                row: Tensor, query_groups: Tensor | None, key_groups: Tensor | None,
                with_weights: bool) -> tuple[Tensor, Tensor]:
         """Plain heads' aggregate over every domain node ``k, v`` (replacing their pair-only one), and their pair weights."""
         idx = torch.tensor(self.plain_heads, dtype=torch.long, device=q.device)
-        res = plain_attention(q.index_select(1, idx), k.index_select(1, idx), v.index_select(1, idx),
-                              query_groups=query_groups, key_groups=key_groups,
-                              dropout_p=self.attn_dropout if self.training else 0.0, return_lse=with_weights)
-        plain_agg, lse = res if with_weights else (res, None)
+        plain_agg, lse = self._plain_agg(q, k, v, idx, query_groups, key_groups, with_weights)
         is_plain = torch.zeros(self.num_heads, dtype=torch.bool, device=q.device)
         is_plain[idx] = True
         full = torch.zeros_like(agg).index_copy(1, idx, plain_agg)
