@@ -192,7 +192,7 @@ class NodeSection:
     """How node-level tasks batch the graph."""
 
     mode: Literal["auto", "full", "subgraph", "query", "partition"] = "auto"  # auto: full up to dense_max_nodes, query above
-    attention: Literal["auto", "dense", "sparse"] = "auto"  # full graph: auto = dense on CUDA; on CPU sparse below 5% pair density
+    attention: Literal["auto", "dense", "sparse"] = "auto"  # full graph: auto = dense on CUDA; on CPU sparse below 15% pair density
     subgraph_size: int = 0  # nodes per random subgraph (mode subgraph)
     subgraphs_per_epoch: int = 1
     dense_max_nodes: int = 5000  # auto: full-graph dense attention up to this many nodes, query batches above

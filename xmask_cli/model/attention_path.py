@@ -20,7 +20,9 @@ __all__ = ["ATTENTIONS", "SPARSE_DENSITY", "PathRefused", "full_graph_attention"
 #: Values of ``node.attention``.
 ATTENTIONS = ("auto", "dense", "sparse")
 #: ``auto`` on CPU goes sparse when the attended pairs fill less than this share of the N x N grid.
-SPARSE_DENSITY = 0.05
+#: At 0.15 the CSR kernel breaks even with dense SDPA in its worst case (every head's support the whole
+#: union); with head h reading Â^h it is ~2x faster there (benchmarks/sparse_kernel.py, 2026-12-01).
+SPARSE_DENSITY = 0.15
 
 
 class PathRefused(ValueError):
@@ -34,10 +36,13 @@ def full_graph_attention(requested: str, num_nodes: int, num_pairs: int, device:
     ``auto``: sparse above ``dense_max_nodes`` nodes (an N x N grid would not
     fit); otherwise dense on CUDA (fused SDPA makes the grid cheap), and on CPU
     dense unless the pairs cover less than :data:`SPARSE_DENSITY` of the grid.
-    On the 2-core CPU box a Cora train step with the union support of
-    ``Â^1..Â^4`` (1.0 M pairs, 14 % of the grid) was faster dense, while with
-    ``Â^1..Â^2`` (about 1 %) sparse was ten times faster; the cut-off sits
-    between (benchmarks/train_speed.py measures both paths).
+    The sparse path's CSR kernel runs each head over its own support, so its
+    cost grows with the pairs summed over heads, the dense one with
+    ``H·N^2``. On the 2-core CPU box a Cora train step (4 heads, 1 thread)
+    with the union support of ``Â^1..Â^4`` (1.0 M pairs, 14 % of the grid)
+    was 1.9x faster sparse with head h reading ``Â^h``, and on a par with dense
+    when every head read ``Â^4``; with ``Â^1..Â^2`` sparse was 4.5x faster
+    (benchmarks/sparse_kernel.py).
 
     Args:
         dense_only: why the model cannot run sparse (from
