@@ -174,6 +174,9 @@ class TrainSection:
         patience: stop after this many epochs without a validation improvement.
         skip_nonfinite: skip a batch whose loss (or clipped gradient norm) is not
             finite instead of stopping the run with :class:`~xmask_cli.errors.DivergedError`.
+        precision: ``fp32``; ``bf16`` / ``fp16`` run forwards under ``torch.autocast``
+            (fp16 with a grad scaler); the log-mask and softmax stay float32
+            (:mod:`xmask_cli.engine.precision`).
     """
 
     epochs: int = 100
@@ -185,6 +188,7 @@ class TrainSection:
     patience: int = 20
     loader_workers: int = 0  # graph level: DataLoader worker processes (each opens the HDF5 cache lazily)
     skip_nonfinite: bool = False  # skip batches with a non-finite loss or gradient instead of stopping (exit 7)
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # autocast dtype of forwards; fp16 adds a grad scaler
 
 
 @dataclass(frozen=True)

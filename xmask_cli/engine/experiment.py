@@ -29,7 +29,7 @@ import torch
 
 from xmask_cli.config import Config, build
 from xmask_cli.engine.loop import PARTS, TrainConfig, score, seed_everything
-from xmask_cli.engine.runs import RunDir, aggregate
+from xmask_cli.engine.runs import RunDir, aggregate, input_stall
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.errors import ConfigError, RunNotFoundError, UsageError, first_line
 from xmask_cli.model.biases import bias_entry
@@ -404,8 +404,10 @@ def train_seeds(
             summary = {**summary, "level": exp.level, "run_dir": str(run.path)}
             run.write_summary(summary)
             summaries.append(summary)
+            stall = input_stall(run.read_metrics())
             log(f"seed {seed}: best epoch {summary['best_epoch']}, "
-                + ", ".join(f"{p} {exp.metric} {summary['metrics'][p]:.4f}" for p in PARTS))
+                + ", ".join(f"{p} {exp.metric} {summary['metrics'][p]:.4f}" for p in PARTS)
+                + ("" if stall is None else f"; input stall {100 * stall:.1f} % of training time (waiting for batches)"))
         agg = aggregate(run_dirs)
         result = {"name": exp.run_name(), "dataset": exp.dataset, "level": exp.level, "metric": exp.metric,
                   "features": exp.features(),
@@ -487,7 +489,9 @@ def evaluate_run(
     exp, task, model = load_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
                                 device=device, log=log)
     seed = int(saved["train"]["seed"])
-    metrics = {part: score(task, model, part) for part in parts}
+    # The run's precision: a bf16 run's recorded metrics were scored under bf16 autocast.
+    precision = saved["train"].get("precision", "fp32")
+    metrics = {part: score(task, model, part, precision, device) for part in parts}
     recorded = run.read_summary()["metrics"] if (run.path / RunDir.SUMMARY).is_file() else {}
     return {"run_dir": str(run.path), "dataset": exp.dataset, "level": exp.level, "metric": exp.metric, "seed": seed,
             "metrics": metrics, "recorded": {p: recorded.get(p) for p in parts},

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
@@ -23,6 +24,7 @@ from torch import Tensor
 
 from xmask_cli.config import TrainSection, section_fields
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
+from xmask_cli.engine.precision import autocast, check_precision, grad_scaler
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.errors import DivergedError, UsageError
 
@@ -183,10 +185,25 @@ def _cpu_state(model: torch.nn.Module) -> dict[str, Tensor]:
 
 
 @torch.no_grad()
-def score(task: Task, model: torch.nn.Module, part: str) -> float:
-    """``task.metric`` on ``part`` with ``model`` in eval mode."""
+def score(task: Task, model: torch.nn.Module, part: str, precision: str = "fp32", device: str = "cpu") -> float:
+    """``task.metric`` on ``part`` with ``model`` in eval mode (forward under ``precision``'s autocast)."""
     model.eval()
-    return float(task.score(model, part))
+    with autocast(precision, device):
+        return float(task.score(model, part))
+
+
+def timed_batches(batches: Iterable[Any], waited: list[float]) -> Iterable[Any]:
+    """Yield ``batches``, adding the seconds spent waiting for each one to ``waited[0]`` (the input stall)."""
+    it = iter(batches)
+    while True:
+        t = time.perf_counter()
+        try:
+            batch = next(it)
+        except StopIteration:
+            waited[0] += time.perf_counter() - t
+            return
+        waited[0] += time.perf_counter() - t
+        yield batch
 
 
 def fit(
@@ -231,12 +248,15 @@ def fit(
     """
     if train_cfg.epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {train_cfg.epochs}")
+    check_precision(train_cfg.precision, train_cfg.device)
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     metric = task.metric
     higher = HIGHER_IS_BETTER[metric]
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup(train_cfg.warmup_epochs))
+    precision, device = train_cfg.precision, train_cfg.device
+    scaler = grad_scaler(precision, device)
     config = {**(extra_config or {}), **task.describe(), "metric": metric, "model": model_config,
               "train": train_cfg.to_dict()}
 
@@ -251,6 +271,8 @@ def fit(
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
+        if scaler is not None and "scaler" in ckpt:
+            scaler.load_state_dict(ckpt["scaler"])
         _set_rng_state(ckpt["rng"])
         start, best, best_epoch, bad_epochs = ckpt["epoch"] + 1, ckpt["best"], ckpt["best_epoch"], ckpt["bad_epochs"]
         run.truncate_metrics(start)
@@ -273,15 +295,23 @@ def fit(
         model.train()
         total, count, skipped = 0.0, 0, 0
         lr = optimizer.param_groups[0]["lr"]
-        for i, batch in enumerate(task.train_batches(epoch)):
+        waited = [0.0]
+        t_epoch = time.perf_counter()
+        for i, batch in enumerate(timed_batches(task.train_batches(epoch), waited)):
             optimizer.zero_grad(set_to_none=True)
-            loss, n = task.loss(model, batch)
+            with autocast(precision, device):
+                loss, n = task.loss(model, batch)
             bad = "loss" if not bool(torch.isfinite(loss.detach()).all()) else None
             if bad is None:
-                loss.backward()
+                (loss if scaler is None else scaler.scale(loss)).backward()
+                if scaler is not None:
+                    scaler.unscale_(optimizer)  # clip the true gradients
                 if train_cfg.clip_norm > 0:
                     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.clip_norm)
                     bad = "gradient norm" if not bool(torch.isfinite(norm)) else None
+                if bad is not None and scaler is not None:
+                    # fp16 overflow: the scaler skips this step and lowers its scale, as it is meant to.
+                    bad = None
             if bad is not None:
                 if train_cfg.skip_nonfinite:
                     optimizer.zero_grad(set_to_none=True)
@@ -291,12 +321,17 @@ def fit(
                 kept = f"best checkpoint so far: {best_path}" if best_path.is_file() else "no checkpoint yet"
                 raise DivergedError(f"training diverged: non-finite {bad} at epoch {epoch}, batch {i} (lr {lr:g}); "
                                     f"lower train.lr, or set train.skip_nonfinite=true to skip such batches; {kept}")
-            optimizer.step()
+            if scaler is None:
+                optimizer.step()
+            else:
+                scaler.step(optimizer)
+                scaler.update()
             total += float(loss.detach()) * n
             count += n
+        epoch_s = time.perf_counter() - t_epoch
         scheduler.step()
 
-        val = score(task, model, "val")
+        val = score(task, model, "val", precision, device)
         if _better(val, best, higher):
             best, best_epoch, bad_epochs = val, epoch, 0
             run.save_checkpoint({"model": _cpu_state(model), "epoch": epoch, "val": val}, RunDir.BEST)
@@ -304,13 +339,15 @@ def fit(
             bad_epochs += 1
         stopped_early = bad_epochs >= train_cfg.patience
         row = {"epoch": epoch, "loss": total / max(count, 1), "lr": lr, f"val_{metric}": val,
-               "best_epoch": best_epoch}
+               "best_epoch": best_epoch, "train_s": round(epoch_s, 4),
+               "input_stall": round(waited[0] / epoch_s, 4) if epoch_s > 0 else 0.0}
         if skipped:
             row["skipped_batches"] = skipped
         run.append_metrics(row)
         # RNG states after the epoch: the next one (dropout) draws exactly what it would have uninterrupted.
         run.save_checkpoint({
             "model": _cpu_state(model), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
+            **({"scaler": scaler.state_dict()} if scaler is not None else {}),
             "rng": _rng_state(), "epoch": epoch, "best": best, "best_epoch": best_epoch, "bad_epochs": bad_epochs,
             "config": json.dumps(config, sort_keys=True),  # resume compares against this, not config.json
         }, RunDir.LAST)
@@ -321,7 +358,7 @@ def fit(
     # Whatever ended the run, report the best state by validation.
     best_ckpt = run.load_checkpoint(RunDir.BEST)
     model.load_state_dict(best_ckpt["model"])
-    metrics = {part: score(task, model, part) for part in PARTS}
+    metrics = {part: score(task, model, part, precision, device) for part in PARTS}
     summary = {
         "dataset": task.describe().get("dataset"), "metric": metric, "seed": train_cfg.seed,
         "best_epoch": int(best_ckpt["epoch"]), "epochs_run": epoch + 1, "stopped_early": bool(stopped_early),

@@ -31,7 +31,22 @@ import torch
 
 from xmask_cli.errors import RunNotFoundError, UsageError, first_line
 
-__all__ = ["RunDir", "aggregate", "write_json", "write_text"]
+__all__ = ["RunDir", "aggregate", "write_json", "write_text", "TIMING_KEYS", "input_stall", "without_timing"]
+
+#: Keys of a metrics row that are wall-clock measurements (never reproducible, so resume checks leave them out).
+TIMING_KEYS = ("train_s", "input_stall")
+
+
+def without_timing(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Metrics rows without their :data:`TIMING_KEYS` (what a resumed run reproduces exactly)."""
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
+
+
+def input_stall(rows: Iterable[dict[str, Any]]) -> float | None:
+    """Share of all training passes' wall time spent waiting for batches (None: no timed epoch)."""
+    timed = [(r["input_stall"] * r["train_s"], r["train_s"]) for r in rows if "input_stall" in r and "train_s" in r]
+    total = sum(t for _, t in timed)
+    return sum(w for w, _ in timed) / total if total > 0 else None
 
 
 def _atomic_write(path: Path, write: Any) -> None:
