@@ -17,7 +17,7 @@ warm-up, then rounds alternating the order), medians reported:
 - ``transformerconv``: the same layout with PyG ``TransformerConv`` over the
   union pairs (``train_speed.PeerTransformer``);
 - ``dense``: ``forward_dense`` over the ``[1, K, N, N]`` powers (for the
-  dense/sparse cut-off of ``engine/paths.py``).
+  dense/sparse cut-off of ``model/attention_path.py``).
 
 ``--peers-for`` limits the two slow sides (gather, TransformerConv) to some K.
 ``--every-head-max`` adds the largest K with every head reading ``Â^K`` (the
