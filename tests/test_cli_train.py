@@ -115,6 +115,7 @@ def test_help_has_examples():
     (["train", "--preset", "graph-level", "--seeds", "4-1"], 2, "--seeds"),
     (["train", "--preset", "graph-level", "--seed", "1", "--seeds", "0-2"], 2, "not both"),
     (["train", "--preset", "graph-level", "--device", "tpu"], 2, "--device"),
+    (["train", "--preset", "graph-level", "--set", "train.precision=fp8"], 2, "train.precision"),
     (["train", "--preset", "edge-regression"], 2, "edge.file"),
     (["eval", "does/not/exist"], 6, "not a run directory"),
 ])
