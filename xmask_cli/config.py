@@ -254,6 +254,9 @@ class Config:
     edge: EdgeSection = field(default_factory=EdgeSection)
     image: ImageSection = field(default_factory=ImageSection)
     run: RunSection = field(default_factory=RunSection)
+    # `xmask tune`'s search space: dotted key -> {int|float: [low, high], log, step} or {choice: [...]};
+    # checked by xmask_cli.tune.space (every preset, not only when tuning).
+    tune: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -358,6 +361,8 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if any(not p.strip() for p in parts):  # model..heads, .heads, heads.: a typo, never a key
         raise ConfigError(f"--set '{text}': empty part in key '{key.strip()}'; keys are dotted names such as model.heads")
     parts = [p.strip() for p in parts]
+    if parts[0] == "tune" and len(parts) > 2:  # tune's keys are dotted names: tune.model.hidden -> tune["model.hidden"]
+        parts = ["tune", ".".join(parts[1:])]
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
@@ -413,6 +418,12 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 return _coerce(value, a, key)
             except ConfigError:
                 continue
+        raise bad
+    if origin is dict:  # free-form mappings (the tune section) are checked by their owner
+        if value is None:  # `tune: null` clears an inherited mapping
+            return {}
+        if isinstance(value, dict):
+            return dict(value)
         raise bad
     if origin is list:
         (inner,) = typing.get_args(tp)
@@ -547,6 +558,10 @@ def _check_ranges(obj: Any, prefix: str) -> None:
              f"'{obj.name}' is not a run name: one folder name, no '/', '..' or absolute path (use --runs-dir for the location)")
     elif isinstance(obj, ImageSection):
         need(obj.patch >= 1, "patch", "must be >= 1")
+    elif isinstance(obj, Config) and obj.tune:
+        from xmask_cli.tune.space import check_space
+
+        check_space(obj)
     elif isinstance(obj, LargeGraphConfig):
         need(obj.tau >= 0, "tau", "must be >= 0")
         need(obj.topk >= 0, "topk", "must be >= 0")

@@ -362,8 +362,12 @@ def train_seeds(
     log: Callable[[str], None] = lambda m: None,
     on_epoch: Callable[[int, dict[str, Any]], None] = lambda seed, row: None,
     on_seed_start: Callable[[int, int], None] = lambda seed, epochs: None,
+    parts: tuple[str, ...] = PARTS,
 ) -> dict[str, Any]:
     """Train one run per seed into ``<run_root>/<name>/<seed>/``; returns summaries and the aggregate.
+
+    ``parts``: the parts each seed's best state is scored on (``xmask tune`` passes
+    ``("train", "val")``: a search never scores test).
 
     With more than one seed an ``aggregate.json`` (mean ± std over seeds of
     every final metric) is written beside the seed folders. Every seed folder
@@ -400,13 +404,13 @@ def train_seeds(
                      "data_root": None if data_root is None else str(data_root)}
             summary = train_task(task, exp.model_config(task), _train_config(cfg, seed, device), run,
                                  extra_config=extra, resume=resume, overwrite=overwrite,
-                                 log=lambda row, s=seed: on_epoch(s, row))
+                                 log=lambda row, s=seed: on_epoch(s, row), parts=parts)
             summary = {**summary, "level": exp.level, "run_dir": str(run.path)}
             run.write_summary(summary)
             summaries.append(summary)
             stall = input_stall(run.read_metrics())
             log(f"seed {seed}: best epoch {summary['best_epoch']}, "
-                + ", ".join(f"{p} {exp.metric} {summary['metrics'][p]:.4f}" for p in PARTS)
+                + ", ".join(f"{p} {exp.metric} {summary['metrics'][p]:.4f}" for p in PARTS if p in summary['metrics'])
                 + ("" if stall is None else f"; input stall {100 * stall:.1f} % of training time (waiting for batches)"))
         agg = aggregate(run_dirs)
         result = {"name": exp.run_name(), "dataset": exp.dataset, "level": exp.level, "metric": exp.metric,

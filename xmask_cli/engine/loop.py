@@ -152,8 +152,10 @@ def _check_resumable(run: RunDir, saved: dict[str, Any], now: dict[str, Any]) ->
         # The cache file's key names its content; the folder it sits in may move.
         return {**c, "cache_path": Path(c["cache_path"]).name} if isinstance(c.get("cache_path"), str) else c
 
+    # The preset's tune: section (a search space) does not change what a run trains.
     diff = [k for k in config_diff(norm(saved), norm(now))
-            if k not in RESUME_MAY_DIFFER and not _new_setting_at_default(k, saved, now)]
+            if k not in RESUME_MAY_DIFFER and not k.startswith("config.tune")
+            and not _new_setting_at_default(k, saved, now)]
     if diff:
         shown = ", ".join(diff[:8]) + (f" and {len(diff) - 8} more" if len(diff) > 8 else "")
         raise UsageError(f"cannot resume {run.path}: the resolved config differs from the run's in {shown}; "
@@ -217,6 +219,7 @@ def fit(
     resume: bool = False,
     overwrite: bool = False,
     log: Callable[[dict[str, Any]], None] = lambda m: None,
+    parts: tuple[str, ...] = PARTS,
 ) -> dict[str, Any]:
     """Train ``model`` on ``task``; returns (and writes) the run summary.
 
@@ -237,9 +240,11 @@ def fit(
     Args:
         model_config: JSON-able model hyper-parameters, saved and compared on resume.
         extra_config: anything else to save in ``config.json`` (e.g. the resolved preset).
+        parts: the parts scored on the restored best state and reported in ``summary["metrics"]``;
+            ``xmask tune`` leaves ``test`` out so a search never reads the test split.
 
     Raises:
-        ValueError: ``epochs < 1``.
+        ValueError: ``epochs < 1``, or ``parts`` without ``val`` or with an unknown part.
         DivergedError: a non-finite loss or gradient norm (unless
             ``train_cfg.skip_nonfinite``); ``best.pt`` so far is kept.
         UsageError: the folder holds a run and neither ``resume`` nor
@@ -249,6 +254,8 @@ def fit(
     if train_cfg.epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {train_cfg.epochs}")
     check_precision(train_cfg.precision, train_cfg.device)
+    if "val" not in parts or not set(parts) <= set(PARTS):
+        raise ValueError(f"parts must include 'val' and lie in {PARTS}, got {parts}")
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     metric = task.metric
     higher = HIGHER_IS_BETTER[metric]
@@ -358,7 +365,7 @@ def fit(
     # Whatever ended the run, report the best state by validation.
     best_ckpt = run.load_checkpoint(RunDir.BEST)
     model.load_state_dict(best_ckpt["model"])
-    metrics = {part: score(task, model, part, precision, device) for part in PARTS}
+    metrics = {part: score(task, model, part, precision, device) for part in PARTS if part in parts}
     summary = {
         "dataset": task.describe().get("dataset"), "metric": metric, "seed": train_cfg.seed,
         "best_epoch": int(best_ckpt["epoch"]), "epochs_run": epoch + 1, "stopped_early": bool(stopped_early),
@@ -380,8 +387,11 @@ def train_task(
     resume: bool = False,
     overwrite: bool = False,
     log: Callable[[dict[str, Any]], None] = lambda m: None,
+    parts: tuple[str, ...] = PARTS,
 ) -> dict[str, Any]:
     """Seed, build :class:`XMaskNet` from ``model_cfg`` and train it on ``task`` with :func:`fit`.
+
+    ``parts``: what the restored best state is scored on (see :func:`fit`).
 
     Raises:
         ValueError: ``model_cfg`` does not fit a task that states its
@@ -397,4 +407,5 @@ def train_task(
     seed_everything(train_cfg.seed)
     model = XMaskNet(model_cfg).to(task.device)
     return fit(task, model, train_cfg, run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir),
-               model_config=model_cfg.to_dict(), extra_config=extra_config, resume=resume, overwrite=overwrite, log=log)
+               model_config=model_cfg.to_dict(), extra_config=extra_config, resume=resume, overwrite=overwrite, log=log,
+               parts=parts)

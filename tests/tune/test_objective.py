@@ -1,0 +1,78 @@
+"""One trial: the intermediate values the pruner sees are each seed's best validation so far, per epoch."""
+from __future__ import annotations
+
+import json
+
+import optuna
+import pytest
+
+from tests.tune.conftest import TINY
+from xmask_cli import config as C
+from xmask_cli.errors import UsageError
+from xmask_cli.tune.objective import STEP_STRIDE, TrialSetup, run_trial
+from xmask_cli.tune.space import check_space
+from xmask_cli.tune.study import parse_duration
+
+
+class _PruneAtStep(optuna.pruners.BasePruner):
+    """Prunes as soon as a trial has reported step ``at`` (a pruner with a known answer)."""
+
+    def __init__(self, at: int):
+        self.at = at
+
+    def prune(self, study, trial) -> bool:
+        return trial.last_step is not None and trial.last_step >= self.at
+
+
+def _setup(tmp_path, cache, seeds) -> TrialSetup:
+    cfg = C.resolve("mutag", TINY)
+    return TrialSetup(cfg=cfg, params=check_space(cfg), seeds=seeds, metric="rocauc", study_dir=tmp_path,
+                      cache_dir=cache, offline=True)
+
+
+def _running_best(path) -> list[float]:
+    vals = [json.loads(line)["val_rocauc"] for line in path.read_text().splitlines()]
+    return [max(vals[: i + 1]) for i in range(len(vals))]
+
+
+def test_reports_are_each_seeds_best_validation_so_far_at_seed_offset_steps(tmp_path, mutag_cache):
+    setup = _setup(tmp_path, mutag_cache, [0, 1])
+    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.NopPruner())
+    trial = study.ask()
+    value = run_trial(trial, setup)
+    study.tell(trial, value)
+    reported = study.trials[0].intermediate_values
+    run = tmp_path / "trials" / "trial-0000"
+    expected = {}
+    for i, seed in enumerate((0, 1)):
+        for epoch, best in enumerate(_running_best(run / str(seed) / "metrics.jsonl")):
+            expected[i * STEP_STRIDE + epoch] = best
+    assert reported == pytest.approx(expected, abs=1e-12)
+    # The value is the mean over seeds of the val score of each restored best state (summary.json).
+    vals = [json.loads((run / str(s) / "summary.json").read_text())["metrics"]["val"] for s in (0, 1)]
+    assert value == pytest.approx(sum(vals) / 2, abs=1e-12)
+    assert "test" not in json.loads((run / "0" / "summary.json").read_text())["metrics"]
+    assert not (run / "0" / "best.pt").exists() and not (run / "0" / "last.pt").exists()  # checkpoints dropped
+
+
+def test_a_pruned_trial_stops_training_where_the_pruner_says(tmp_path, mutag_cache):
+    setup = _setup(tmp_path, mutag_cache, [0, 1])
+    study = optuna.create_study(direction="maximize", pruner=_PruneAtStep(1))
+    trial = study.ask()
+    with pytest.raises(optuna.TrialPruned, match="seed 0, epoch 1"):
+        run_trial(trial, setup)
+    metrics = tmp_path / "trials" / "trial-0000" / "0" / "metrics.jsonl"
+    assert len(metrics.read_text().splitlines()) == 2  # epochs 0 and 1, then stopped (budget: 3)
+    assert not (tmp_path / "trials" / "trial-0000" / "1").exists()  # the second seed never started
+
+
+@pytest.mark.parametrize("text, seconds", [("90", 90), ("90s", 90), ("30m", 1800), ("2h", 7200), ("1h30m", 5400),
+                                           ("0.5h", 1800)])
+def test_parse_duration(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "soon", "2d", "0", "h"])
+def test_parse_duration_refuses(text):
+    with pytest.raises(UsageError, match="--timeout"):
+        parse_duration(text)

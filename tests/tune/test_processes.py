@@ -1,0 +1,90 @@
+"""``xmask tune`` as separate processes: a study killed with SIGKILL resumes, two processes share one SQLite study."""
+from __future__ import annotations
+
+import re
+import signal
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+from tests.tune.conftest import db_trials, subprocess_env, tiny_args, xmask_cmd
+
+
+def _tune(root: Path, cache: Path, *extra: str) -> list[str]:
+    return xmask_cmd("tune", "--preset", "mutag", *tiny_args(), "--seeds", "0", "--final-seeds", "none",
+                     "--no-plots", "--study", "s", "--runs-dir", str(root), "--cache-dir", str(cache), "--device",
+                     "cpu", *extra)
+
+
+def _values(db: Path) -> dict[int, float]:
+    con = sqlite3.connect(db)
+    try:
+        return dict(con.execute("SELECT t.number, v.value FROM trials t JOIN trial_values v USING (trial_id)"))
+    finally:
+        con.close()
+
+
+def test_a_study_killed_mid_trial_resumes_and_its_trial_count_continues(tmp_path, mutag_cache):
+    db = tmp_path / "s" / "study.db"
+    proc = subprocess.Popen(_tune(tmp_path, mutag_cache, "--trials", "8"), env=subprocess_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    try:
+        # Kill it as soon as one trial has finished and the next one is running.
+        while time.monotonic() < deadline and proc.poll() is None:
+            states = [s for _, s in db_trials(db)] if db.is_file() else []
+            if "COMPLETE" in states and states[-1] == "RUNNING":
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, "the study ended before it could be killed: " + proc.stderr.read()
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.communicate()
+    assert proc.returncode == -signal.SIGKILL
+    before = db_trials(db)
+    done_before = {n: v for n, v in _values(db).items()}
+    running = [n for n, s in before if s == "RUNNING"]
+    assert done_before and len(running) == 1  # killed inside a trial
+
+    r = subprocess.run(_tune(tmp_path, mutag_cache, "--trials", "8", "--resume"), env=subprocess_env(),
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    after = db_trials(db)
+    # Up to --trials finished trials in all: the killed one counts, as failed with its reason.
+    assert [n for n, _ in after] == list(range(8))
+    assert dict(after)[running[0]] == "FAIL"
+    assert all(s == "COMPLETE" for n, s in after if n != running[0])
+    con = sqlite3.connect(db)
+    reason = con.execute("SELECT a.value_json FROM trial_user_attributes a JOIN trials t USING (trial_id) "
+                         "WHERE t.number = ? AND a.key = 'fail_reason'", (running[0],)).fetchone()[0]
+    con.close()
+    assert "interrupted" in reason
+    # The trials of the killed process are kept as they were; the new ones continue the numbering.
+    assert {n: v for n, v in _values(db).items() if n in done_before} == done_before
+    resumed = [int(n) for n in re.findall(r"^trial (\d+): val", r.stderr, flags=re.M)]
+    assert resumed == list(range(len(before), 8))
+
+
+def test_two_processes_share_one_sqlite_study(tmp_path, mutag_cache):
+    procs = [subprocess.Popen(_tune(tmp_path, mutag_cache, "--trials", "3"), env=subprocess_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [e for _, e in outs]
+    mine = [[int(n) for n in re.findall(r"^trial (\d+): val", err, flags=re.M)] for _, err in outs]
+    # Each process ran its 3 trials; together the sum, every trial number once.
+    assert [len(m) for m in mine] == [3, 3]
+    assert sorted(mine[0] + mine[1]) == list(range(6))
+    db = tmp_path / "s" / "study.db"
+    assert db_trials(db) == [(n, "COMPLETE") for n in range(6)]
+    con = sqlite3.connect(db)
+    try:
+        assert con.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        params = con.execute("SELECT t.number, p.param_name, p.param_value FROM trial_params p "
+                             "JOIN trials t USING (trial_id)").fetchall()
+    finally:
+        con.close()
+    assert len(params) == 6 * 2  # two searched keys per trial, none written twice
+    lrs = [v for _, k, v in params if k == "train.lr"]
+    assert len(set(lrs)) == 6  # the processes drew different configurations

@@ -1,0 +1,97 @@
+"""The ``tune:`` section: parsing, validation before any trial (exit 2, key named), drawing values."""
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from tests.cli_helpers import one_error_line, run
+from tests.tune.conftest import TINY, tiny_args
+from xmask_cli import config as C
+from xmask_cli.errors import ConfigError
+from xmask_cli.tune.space import check_space, decode, parse_space, suggest
+
+
+@pytest.mark.parametrize("entry, key, words", [
+    ("tune.model.hiden={int: [16, 64]}", "tune.model.hiden", "did you mean 'model.hidden'"),
+    ("tune.train.lr={float: [1.0e-2, 1.0e-4], log: true}", "tune.train.lr", "empty range"),
+    ("tune.train.lr={float: [0.001, 0.001]}", "tune.train.lr", "empty range"),
+    ("tune.train.lr={float: [0, 0.1], log: true}", "tune.train.lr", "log range needs low > 0"),
+    ("tune.model.layers={int: [1, 4], step: 2}", "tune.model.layers", "divide high - low"),
+    ("tune.model.layers={float: [1, 4]}", "tune.model.layers", "takes integers"),
+    ("tune.model.layers={int: [0, 2]}", "tune.model.layers", "value 0 is not valid"),
+    ("tune.model.dropout={float: [0.0, 1.5]}", "tune.model.dropout", "value 1.5 is not valid"),
+    ("tune.model.norm={choice: [post, middle]}", "tune.model.norm", "'middle'"),
+    ("tune.model.norm={choice: []}", "tune.model.norm", "non-empty list"),
+    ("tune.model.hidden={int: [16, 64]}", "tune.model.hidden", "value 17 is not valid"),  # 4 heads: 17 fits no model
+    ("tune.model.head_powers={choice: [[1, 2, 3, 8]]}", "tune.model.head_powers", "structure.powers.k"),
+    ("tune.model.hidden={range: [16, 64]}", "tune.model.hidden", "unknown entry 'range'"),
+    ("tune.run.name={choice: [a, b]}", "tune.run.name", "not a hyper-parameter"),
+    ("tune.model={int: [1, 2]}", "tune.model", "is a section"),
+])
+def test_a_bad_space_fails_before_any_trial_with_the_key_named(tmp_path, entry, key, words):
+    r = run("tune", "--preset", "mutag", *tiny_args(entry), "--trials", "3", "--runs-dir", str(tmp_path / "runs"),
+            "--cache-dir", str(tmp_path / "cache"))
+    assert r.exit_code == 2, r.stderr
+    line = one_error_line(r)
+    assert line.startswith(f"error: {key}:") and words in line, line
+    assert r.stdout == ""
+    # Before any trial: no study was created, no data was loaded into a cache.
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "cache").exists()
+
+
+def test_every_shipped_graph_node_and_link_preset_has_a_valid_space():
+    for name, level in (("graph-level", "graph"), ("mutag", "graph"), ("proteins", "graph"), ("node-level", "node"),
+                        ("cora", "node"), ("citeseer", "node"), ("computers", "node"), ("link-level", "link"),
+                        ("cora-link", "link")):
+        cfg = C.resolve(name)
+        params = check_space(cfg, full=True)  # every value probed on top of the preset, training's checks too
+        assert {"train.lr", "model.hidden", "model.layers", "model.dropout"} <= {p.key for p in params}, name
+
+
+def test_tune_null_clears_and_set_replaces_an_inherited_space():
+    assert C.resolve("mutag", ["tune=null"]).tune == {}
+    cfg = C.resolve("mutag", TINY)
+    assert sorted(cfg.tune) == ["model.dropout", "train.lr"]  # dotted keys stay whole
+    nested = C.build(C.Config, {"tune": {"model": {"hidden": {"choice": [16, 32]}}}})
+    assert [p.key for p in parse_space(nested.tune)] == ["model.hidden"]
+    with pytest.raises(ConfigError, match="given twice"):
+        parse_space({"model.hidden": {"choice": [16]}, "model": {"hidden": {"choice": [32]}}})
+
+
+def test_suggest_draws_within_the_space_and_decodes_list_choices():
+    cfg = C.resolve("mutag", ["tune=null", "tune.model.hidden={int: [16, 64], step: 16}",
+                              "tune.train.lr={float: [1.0e-4, 1.0e-2], log: true}",
+                              "tune.model.dropout={float: [0.0, 0.5], step: 0.1}",
+                              "tune.model.head_powers={choice: [[1, 2, 3, 4], [1, 1, 2, 2]]}"])
+    params = check_space(cfg)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=3))
+    seen_powers = set()
+    for _ in range(30):
+        trial = study.ask()
+        values = suggest(trial, params)
+        assert values["model.hidden"] in (16, 32, 48, 64)
+        assert 1e-4 <= values["train.lr"] <= 1e-2
+        assert any(abs(values["model.dropout"] - g) < 1e-9 for g in (0.0, 0.1, 0.2, 0.3, 0.4, 0.5))
+        assert values["model.head_powers"] in ([1, 2, 3, 4], [1, 1, 2, 2])
+        seen_powers.add(tuple(values["model.head_powers"]))
+        # What the storage keeps (a JSON label for a list) decodes back to the value the trial trained.
+        assert decode(params, trial.params) == values
+        study.tell(trial, 0.0)
+    assert seen_powers == {(1, 2, 3, 4), (1, 1, 2, 2)}
+
+
+def test_a_preset_without_a_space_is_refused(tmp_path):
+    r = run("tune", "--preset", "mutag", "--set", "tune=null", "--trials", "2", "--runs-dir", str(tmp_path / "r"))
+    assert r.exit_code == 2 and "no tune: section" in one_error_line(r)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--timeout", "soon"], "--timeout 'soon'"),
+    (["--pruner", "hyperband"], "--pruner must be one of"),
+    (["--study", "../x"], "--study '../x'"),
+    (["--seeds", "2-1"], "--seeds '2-1'"),
+])
+def test_bad_options_are_one_error_line(tmp_path, args, words):
+    r = run("tune", "--preset", "mutag", *tiny_args(), "--trials", "1", "--runs-dir", str(tmp_path / "runs"), *args)
+    assert r.exit_code == 2 and words in one_error_line(r)
+    assert not (tmp_path / "runs").exists()

@@ -1,0 +1,189 @@
+"""``xmask tune`` on a tiny MUTAG study, in-process: validation only, failures recorded, outputs, best.yaml."""
+from __future__ import annotations
+
+import csv
+import json
+import sqlite3
+from pathlib import Path
+
+import optuna
+import pytest
+import torch
+import yaml
+
+from tests.cli_helpers import run
+from tests.tune.conftest import TINY, db_trials
+from xmask_cli import config as C
+from xmask_cli.engine import train as train_mod
+from xmask_cli.engine.train import GraphTask, _eval_stream, graph_labels, node_features
+from xmask_cli.tune.study import TuneOptions, run_study
+
+SEEDS = [0, 1]
+
+
+def _study(root: Path, cache: Path, trials: int = 3, final: list[int] | None = None, extra: list[str] = (),
+           seeds_: list[int] = SEEDS, **kw) -> dict:
+    cfg = C.resolve("mutag", [*TINY, *extra])
+    opts = TuneOptions(trials=trials, seeds=seeds_, final_seeds=final if final is not None else [0],
+                       study="s", runs_dir=root, cache_dir=cache, offline=True, pruner="none", **kw)
+    return run_study(cfg, opts)
+
+
+def _spy_on_parts(monkeypatch) -> list[str]:
+    """Record every part a graph task scores."""
+    parts: list[str] = []
+    real = GraphTask.score
+
+    def score(self, model, part):
+        parts.append(part)
+        return real(self, model, part)
+
+    monkeypatch.setattr(GraphTask, "score", score)
+    return parts
+
+
+def _poison_test_labels(monkeypatch) -> None:
+    """Every graph task scores test against flipped labels (MUTAG is binary: 1 - y, so test ROC-AUC becomes 1 - AUC)."""
+    real = GraphTask.__init__
+
+    def init(self, cache_path, graphs, split, metric, batch_size, seed, device, loader_workers=0, needs=()):
+        real(self, cache_path, graphs, split, metric, batch_size, seed, device, loader_workers, needs)
+        y = graph_labels(graphs).clone()
+        test = torch.as_tensor(split.test, dtype=torch.long)
+        y[test] = 1 - y[test]
+        self.eval_streams["test"] = _eval_stream(cache_path, node_features(graphs), y, split.test, batch_size, needs)
+
+    monkeypatch.setattr(GraphTask, "__init__", init)
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory, mutag_cache):
+    """One tiny study (3 trials x 2 seeds, final seed 0), shared by the tests that only read it."""
+    mp = pytest.MonkeyPatch()
+    parts = _spy_on_parts(mp)
+    root = tmp_path_factory.mktemp("clean")
+    try:
+        mp.setenv("XMASK_OFFLINE", "1")
+        summary = _study(root, mutag_cache)
+    finally:
+        mp.undo()
+    return summary, root / "s", list(parts)
+
+
+def test_the_search_never_reads_test_and_poisoned_test_labels_change_nothing(clean, tmp_path, monkeypatch,
+                                                                              mutag_cache):
+    summary, folder, parts = clean
+    # The search scored train and val only; test was scored only by the final seed, after the search.
+    n_search = sum(len(SEEDS) for _ in range(summary["trials"]["complete"]))
+    search_parts, final_parts = parts[:-3], parts[-3:]
+    assert "test" not in search_parts and set(search_parts) == {"train", "val"}
+    assert final_parts == ["train", "val", "test"] and summary["trials"]["complete"] == 3
+    assert search_parts.count("train") == n_search  # one train score per trained seed (the restored best)
+
+    _poison_test_labels(monkeypatch)
+    poisoned = _study(tmp_path, mutag_cache, plots=False)
+    clean_trials = optuna.load_study(study_name="s", storage=f"sqlite:///{folder / 'study.db'}").trials
+    poison_trials = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 's' / 'study.db'}").trials
+    # Same sampler seed, same values drawn, same validation scores: test labels never entered the search.
+    assert [t.params for t in poison_trials] == [t.params for t in clean_trials]
+    assert [t.value for t in poison_trials] == [t.value for t in clean_trials]
+    assert [t.user_attrs["val_values"] for t in poison_trials] == [t.user_attrs["val_values"] for t in clean_trials]
+    assert len({t.value for t in clean_trials}) > 1  # the trials differ: equal values are no accident of a flat search
+    # The poison did reach test: ROC-AUC on flipped binary labels is 1 - the clean one.
+    clean_test = summary["final"]["test"]["values"][0]
+    assert poisoned["final"]["test"]["values"][0] == pytest.approx(1 - clean_test, abs=1e-12)
+    assert poisoned["final"]["val"] == summary["final"]["val"]
+
+
+def test_outputs_agree_with_the_study_database(clean):
+    summary, folder, _ = clean
+    states = db_trials(folder / "study.db")  # read with sqlite3, not through Optuna
+    assert [n for n, _ in states] == [0, 1, 2] and {s for _, s in states} == {"COMPLETE"}
+    con = sqlite3.connect(folder / "study.db")
+    values = dict(con.execute("SELECT t.number, v.value FROM trials t JOIN trial_values v USING (trial_id)"))
+    con.close()
+    with open(folder / "trials.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["number"]) for r in rows] == [0, 1, 2]
+    for r in rows:
+        per_seed = json.loads(r["val_values"])
+        assert len(per_seed) == len(SEEDS)
+        assert float(r["value"]) == pytest.approx(values[int(r["number"])], abs=1e-12)
+        assert float(r["value"]) == pytest.approx(sum(per_seed) / len(per_seed), abs=1e-12)  # mean over seeds
+        assert 1e-3 <= float(r["train.lr"]) <= 3e-2
+    best_number = max(values, key=values.get)
+    assert summary["best"]["number"] == best_number and summary["best"]["value"] == values[best_number]
+    on_disk = json.loads((folder / "summary.json").read_text())
+    assert on_disk["best"]["number"] == best_number and on_disk["trials"]["complete"] == 3
+    final = summary["final"]
+    import numpy as np
+
+    test = np.asarray(final["test"]["values"])
+    assert final["test"]["mean"] == pytest.approx(test.mean()) and final["test"]["std"] == pytest.approx(test.std())
+    for png in ("optimization_history.png", "param_importances.png", "parallel_coordinate.png"):
+        assert (folder / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+    assert not list(folder.glob(".*.tmp")) and not list(folder.glob(".*.png"))  # temp names all replaced
+
+
+def test_best_yaml_reproduces_the_best_trials_validation_score(clean, tmp_path, mutag_cache):
+    summary, folder, _ = clean
+    best = summary["best"]
+    data = yaml.safe_load((folder / "best.yaml").read_text())
+    assert "tune" not in data
+    assert data["train"]["lr"] == best["params"]["train.lr"] and data["model"]["dropout"] == best["params"]["model.dropout"]
+    r = run("--format", "json", "train", "--preset", str(folder / "best.yaml"), "--seeds", "0-1",
+            "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(mutag_cache))
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["name"] == "s-best"
+    assert out["aggregate"]["val"]["values"] == best["val_values"]
+    assert out["aggregate"]["val"]["mean"] == pytest.approx(best["value"], abs=1e-12)
+
+
+def test_a_failing_trial_is_recorded_with_its_reason_and_the_study_goes_on(tmp_path, monkeypatch, mutag_cache):
+    real, calls = train_mod.train_task, []
+
+    def out_of_memory_on_the_second_training(task, model_cfg, train_cfg, run_dir, **kw):
+        calls.append(str(run_dir))
+        if len(calls) == 2:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(task, model_cfg, train_cfg, run_dir, **kw)
+
+    monkeypatch.setattr(train_mod, "train_task", out_of_memory_on_the_second_training)
+    # 60 is a multiple of 3 and 4, 64 of 4 only: (64, 3) is a combination no model takes.
+    space = ["model.hidden=64", "tune.model.hidden={choice: [60, 64]}", "tune.model.heads={choice: [3, 4]}"]
+    summary = _study(tmp_path, mutag_cache, trials=5, final=[], extra=space, plots=False, seeds_=[0])
+    trials = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 's' / 'study.db'}").trials
+    assert len(trials) == 5 and summary["trials"]["total"] == 5
+    trained = [t for t in trials if int(t.params["model.hidden"]) % int(t.params["model.heads"]) == 0]
+    assert len(trained) >= 3 and len(trained) < 5  # the space does hit the bad pair, and the study went on
+    oom = trained[1]
+    assert f"trial-{oom.number:04d}" in calls[1]
+    for t in trials:
+        heads = int(t.params["model.heads"])
+        if t is oom:
+            assert t.state.name == "FAIL" and "OutOfMemoryError: CUDA out of memory" in t.user_attrs["fail_reason"]
+        elif t not in trained:
+            assert t.state.name == "FAIL"
+            assert t.user_attrs["fail_reason"].startswith("configuration rejected: ")
+            assert f"multiple of model.heads ({heads})" in t.user_attrs["fail_reason"]
+        else:
+            assert t.state.name == "COMPLETE" and t.value is not None, (t.number, t.user_attrs)
+    assert summary["trials"]["fail"] == 5 - len(trained) + 1 and summary["trials"]["complete"] == len(trained) - 1
+    with open(tmp_path / "s" / "trials.csv") as f:
+        reasons = {int(r["number"]): r["fail_reason"] for r in csv.DictReader(f)}
+    assert "OutOfMemoryError" in reasons[oom.number]
+
+
+def test_a_study_with_no_completed_trial_says_so(tmp_path, monkeypatch, mutag_cache):
+    def always_oom(*a, **kw):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(train_mod, "train_task", always_oom)
+    r = run("tune", "--preset", "mutag", *[x for s in TINY for x in ("--set", s)], "--trials", "2", "--seeds", "0",
+            "--runs-dir", str(tmp_path), "--study", "s", "--cache-dir", str(mutag_cache))
+    assert r.exit_code == 1
+    assert "no trial completed" in r.stderr and "OutOfMemoryError" in r.stderr
+    assert [s for _, s in db_trials(tmp_path / "s" / "study.db")] == ["FAIL", "FAIL"]
+    assert "skipped: needs 1 completed trial" in r.stderr  # plots that cannot be drawn are skipped with a note
+    assert (tmp_path / "s" / "trials.csv").is_file() and not (tmp_path / "s" / "best.yaml").exists()

@@ -1,0 +1,139 @@
+"""One trial of ``xmask tune``: draw a configuration, train it on the search seeds, score validation.
+
+The training is :func:`~xmask_cli.engine.experiment.train_seeds`, the code behind
+``xmask train``, with ``parts=("train", "val")``: the best epoch of each seed is
+chosen on validation as in ``train``, and test is never scored. The trial's value
+is the mean validation metric over the seeds.
+
+Pruning: after every epoch of seed number ``i`` (0-based, in ``--seeds`` order),
+the best validation score of that seed so far is reported at step
+``i * STEP_STRIDE + epoch``, so trials compare like with like (same seed, same
+epoch) and a trial can be stopped in any of its seeds.
+"""
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from xmask_cli.config import Config
+from xmask_cli.engine.experiment import train_seeds
+from xmask_cli.engine.metrics import HIGHER_IS_BETTER
+from xmask_cli.engine.runs import RunDir
+from xmask_cli.errors import CacheError, DataNotFoundError, NotWritableError, first_line
+from xmask_cli.tune.space import Param, suggest, with_values
+
+__all__ = ["SEARCH_PARTS", "STEP_STRIDE", "TrialFailed", "TrialSetup", "run_trial", "trial_config"]
+
+#: What a search scores: never test.
+SEARCH_PARTS = ("train", "val")
+#: Pruning steps of seed ``i`` start at ``i * STEP_STRIDE`` (more than any epoch budget).
+STEP_STRIDE = 1_000_000
+#: Errors that no other configuration would escape: they stop the study instead of failing each trial.
+STUDY_ERRORS = (DataNotFoundError, CacheError, NotWritableError)
+
+
+class TrialFailed(Exception):
+    """A trial that could not produce a value; ``str()`` is the reason recorded with it."""
+
+
+@dataclass(frozen=True)
+class TrialSetup:
+    """What every trial of one study shares (the study's resolved preset and training options)."""
+
+    cfg: Config
+    params: list[Param]
+    seeds: list[int]
+    metric: str
+    study_dir: Path
+    device: str = "cpu"
+    cache_dir: Path = Path("cache")
+    data_root: str | os.PathLike | None = None
+    offline: bool | None = None
+
+
+def trial_config(setup: TrialSetup, values: dict[str, Any], number: int) -> Config:
+    """The preset with the trial's values, writing its runs to ``<study>/trials/trial-<number>/<seed>/``.
+
+    Raises:
+        ConfigError: the values do not fit together (e.g. ``model.hidden`` not a multiple of ``model.heads``).
+    """
+    return with_values(setup.cfg, values, run={"root": str(setup.study_dir / "trials"), "name": f"trial-{number:04d}"})
+
+
+def run_trial(trial: Any, setup: TrialSetup, *, log: Callable[[str], None] = lambda m: None,
+              prune: bool = True) -> float:
+    """Draw the trial's values, train them on ``setup.seeds`` and return the mean validation metric.
+
+    Records on the trial (user attributes): ``values`` (the drawn configuration),
+    ``val_values`` / ``val_std`` (per seed, population std), ``train_mean``,
+    ``best_epochs`` and ``run_root``.
+
+    Raises:
+        optuna.TrialPruned: the pruner stopped it (its last report is the value Optuna keeps).
+        TrialFailed: the configuration does not fit, training diverged, ran out of
+            memory or raised; the message is the reason.
+        DataNotFoundError, CacheError, NotWritableError: problems no configuration escapes.
+    """
+    import optuna
+
+    values = suggest(trial, setup.params)
+    trial.set_user_attr("values", values)
+    try:
+        cfg = trial_config(setup, values, trial.number)
+    except Exception as exc:  # values that do not fit together: this trial fails, the study goes on
+        raise TrialFailed(f"configuration rejected: {first_line(exc)}") from None
+    higher = HIGHER_IS_BETTER[setup.metric]
+    key = f"val_{setup.metric}"
+    best: dict[int, float] = {}
+
+    def on_epoch(seed: int, row: dict[str, Any]) -> None:
+        i = setup.seeds.index(seed)
+        v = float(row[key])
+        if math.isfinite(v) and (i not in best or (v > best[i] if higher else v < best[i])):
+            best[i] = v
+        if prune and i in best:
+            trial.report(best[i], i * STEP_STRIDE + int(row["epoch"]))
+            if trial.should_prune():
+                raise optuna.TrialPruned(f"pruned at seed {seed}, epoch {row['epoch']} (best val {best[i]:.4f})")
+
+    try:
+        result = train_seeds(cfg, setup.seeds, device=setup.device, cache_dir=setup.cache_dir,
+                             data_root=setup.data_root, offline=setup.offline, overwrite=True,
+                             parts=SEARCH_PARTS, on_epoch=on_epoch, log=log)
+    except (optuna.TrialPruned, KeyboardInterrupt, *STUDY_ERRORS):
+        raise
+    except Exception as exc:  # out of memory, divergence, a bug in one corner of the space: record and go on
+        _release_memory(setup.device)
+        raise TrialFailed(f"{type(exc).__name__}: {first_line(exc)}") from None
+    finally:
+        _drop_checkpoints(setup.study_dir / "trials" / f"trial-{trial.number:04d}")
+    agg = result["aggregate"]
+    val = agg["val"]
+    if not all(math.isfinite(v) for v in val["values"]):
+        raise TrialFailed(f"validation {setup.metric} is not finite on some seed: {val['values']}")
+    trial.set_user_attr("val_values", val["values"])
+    trial.set_user_attr("val_std", val["std"])
+    trial.set_user_attr("train_mean", agg["train"]["mean"])
+    trial.set_user_attr("best_epochs", [r["best_epoch"] for r in result["runs"]])
+    trial.set_user_attr("run_root", result["run_root"])
+    return float(val["mean"])
+
+
+def _drop_checkpoints(root: Path) -> None:
+    # A trial never resumes (a new attempt is a new trial): its checkpoints only take disk space.
+    # config.json, metrics.jsonl and summary.json stay as the trial's record.
+    if root.is_dir():
+        for seed_dir in (p for p in root.iterdir() if p.is_dir()):
+            for name in (RunDir.LAST, RunDir.BEST):
+                (seed_dir / name).unlink(missing_ok=True)
+
+
+def _release_memory(device: str) -> None:
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.empty_cache()

@@ -1,0 +1,171 @@
+"""What a study leaves in its folder: ``best.yaml``, ``trials.csv``, ``summary.json`` and PNG plots.
+
+Every file is written to a temporary name beside it and moved into place
+(:func:`os.replace`), so a reader (or a killed process) never sees half a file.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from xmask_cli.config import Config
+from xmask_cli.engine.runs import write_json, write_text
+from xmask_cli.errors import first_line
+from xmask_cli.tune.space import Param, decode
+
+__all__ = ["write_all", "best_yaml", "trials_csv", "write_plots", "PLOTS"]
+
+#: Plot file -> Optuna matplotlib function name.
+PLOTS = {"optimization_history.png": "plot_optimization_history",
+         "param_importances.png": "plot_param_importances",
+         "parallel_coordinate.png": "plot_parallel_coordinate"}
+
+
+def best_yaml(best_cfg: Config, *, study: str, trial: int, value: float, metric: str, seeds: list[int]) -> str:
+    """A preset holding the best configuration, fully resolved: ``xmask train --preset best.yaml`` runs it."""
+    data = best_cfg.to_dict()
+    data.pop("tune")
+    data["description"] = (f"Best of study '{study}': trial {trial}, mean val {metric} {value:.4f} over seeds "
+                           f"{','.join(map(str, seeds))}")
+    head = (f"# Written by `xmask tune` (study '{study}', trial {trial}). Reproduce the trial's validation score:\n"
+            f"#   xmask train --preset best.yaml --seeds {','.join(map(str, seeds))}\n")
+    return head + yaml.safe_dump(data, sort_keys=False, default_flow_style=None)
+
+
+def _cell(v: Any) -> Any:
+    return json.dumps(v) if isinstance(v, (list, dict)) else ("" if v is None else v)
+
+
+def trials_csv(study: Any, params: list[Param]) -> str:
+    """One row per trial: number, state, value, duration, each searched key, per-seed validation, failure reason."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    keys = [p.key for p in params]
+    w.writerow(["number", "state", "value", "val_std", "duration_s", *keys, "val_values", "best_epochs", "fail_reason"])
+    for t in study.trials:
+        values = decode(params, t.params)
+        dur = t.duration.total_seconds() if t.duration is not None else None
+        w.writerow([t.number, t.state.name, _cell(t.value), _cell(t.user_attrs.get("val_std")),
+                    "" if dur is None else f"{dur:.2f}", *(_cell(values.get(k)) for k in keys),
+                    _cell(t.user_attrs.get("val_values")), _cell(t.user_attrs.get("best_epochs")),
+                    _cell(t.user_attrs.get("fail_reason"))])
+    return buf.getvalue()
+
+
+def _save_figure(fig: Any, path: Path) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=100, bbox_inches="tight", format="png")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_plots(study: Any, folder: Path, log: Callable[[str], None] = lambda m: None) -> dict[str, str]:
+    """The three Optuna matplotlib plots as PNGs; a plot that cannot be drawn is skipped with its reason.
+
+    Returns ``{file: "written" | "skipped: <reason>"}``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import optuna
+    from optuna.trial import TrialState
+    from optuna.visualization import matplotlib as ovm
+
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    status: dict[str, str] = {}
+    for fname, fn in PLOTS.items():
+        path = folder / fname
+        need = 1 if fname == "optimization_history.png" else 2
+        if len(done) < need:
+            status[fname] = f"skipped: needs {need} completed trial(s), the study has {len(done)}"
+        else:
+            kwargs: dict[str, Any] = {}
+            if fn == "plot_param_importances":  # fANOVA's random forest, seeded: the same study, the same plot
+                kwargs["evaluator"] = optuna.importance.FanovaImportanceEvaluator(seed=0)
+            try:
+                ax = getattr(ovm, fn)(study, **kwargs)
+                fig = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
+                _save_figure(fig, path)
+                plt.close(fig)
+                status[fname] = "written"
+            except Exception as exc:  # e.g. importances when no parameter varied among completed trials
+                plt.close("all")
+                status[fname] = f"skipped: {first_line(exc)}"
+        if status[fname] != "written":
+            path.unlink(missing_ok=True)  # a stale plot from an earlier call would mislead
+            log(f"plot {fname} {status[fname]}")
+    return status
+
+
+def write_all(study: Any, folder: Path, *, name: str, url: str, dataset: str, level: str, metric: str, params: list[Param],
+              opts: Any, ran: int, best_cfg: Config | None, final: dict[str, Any] | None,
+              log: Callable[[str], None] = lambda m: None, plots: bool = True) -> dict[str, Any]:
+    """Write every output of the study into ``folder``; returns the summary (``summary.json``)."""
+    from optuna.trial import TrialState
+
+    folder.mkdir(parents=True, exist_ok=True)
+    counts = {s.name.lower(): len(study.get_trials(deepcopy=False, states=(s,)))
+              for s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)}
+    best = None
+    if counts["complete"]:
+        b = study.best_trial
+        best = {"number": b.number, "value": b.value, "val_std": b.user_attrs.get("val_std"),
+                "val_values": b.user_attrs.get("val_values"), "best_epochs": b.user_attrs.get("best_epochs"),
+                "params": decode(params, b.params)}
+        write_text(folder / "best.yaml", best_yaml(best_cfg, study=name, trial=b.number, value=b.value,
+                                                   metric=metric, seeds=list(opts.seeds)))
+    write_text(folder / "trials.csv", trials_csv(study, params))
+    plots = write_plots(study, folder, log) if plots else {f: "skipped: not asked for" for f in PLOTS}
+    summary = {
+        "study": name, "storage": url, "folder": str(folder), "dataset": dataset,
+        "level": level, "metric": metric, "direction": study.direction.name.lower(),
+        "space": {p.key: p.to_dict() for p in params}, "seeds": list(opts.seeds),
+        "sampler": {"name": "TPESampler", "seed": opts.sampler_seed}, "pruner": opts.pruner,
+        "trials": {"total": len(study.trials), "ran_now": ran, **counts}, "best": best, "final": final,
+        "files": {"best.yaml": best is not None, "trials.csv": True, "summary.json": True, **plots},
+    }
+    write_json(folder / "summary.json", summary)
+    return summary
+
+
+def human_report(con: Any, summary: dict[str, Any]) -> None:
+    """The study's result as tables on a rich console (stdout)."""
+    from rich.table import Table
+
+    t, m = summary["trials"], summary["metric"]
+    head = Table(title=f"study {summary['study']} ({summary['dataset']}, {summary['level']}, {m}) -> "
+                       f"{summary['folder']}", title_justify="left", show_header=False)
+    head.add_column(style="bold")
+    head.add_column()
+    head.add_row("trials", f"{t['total']} ({t['complete']} complete, {t['pruned']} pruned, {t['fail']} failed; "
+                           f"{t['ran_now']} run now)")
+    best = summary["best"]
+    if best:
+        head.add_row("best trial", f"#{best['number']}: val {m} {best['value']:.4f} ± {best['val_std']:.4f} "
+                                   f"over seeds {','.join(map(str, summary['seeds']))}")
+        for k, v in best["params"].items():
+            head.add_row(f"  {k}", json.dumps(v) if isinstance(v, (list, dict)) else str(v))
+    con.print(head)
+    final = summary["final"]
+    if final:
+        ft = Table(title=f"best configuration on final seeds {','.join(map(str, final['seeds']))} "
+                         f"({len(final['seeds'])} seeds, mean ± population std)", title_justify="left")
+        for col in ("train", "val", "test"):
+            ft.add_column(col, justify="right")
+        ft.add_row(*(f"{final[p]['mean']:.4f} ± {final[p]['std']:.4f}" for p in ("train", "val", "test")))
+        con.print(ft)
+    files = ", ".join(f for f, ok in summary["files"].items() if ok is True or ok == "written")
+    con.print(f"files: {files}", markup=False)

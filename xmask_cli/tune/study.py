@@ -1,0 +1,307 @@
+"""``xmask tune``: an Optuna study over a preset's ``tune:`` space, then the best configuration on fresh seeds.
+
+Example::
+
+    cfg = resolve("mutag", ["train.epochs=20"])
+    result = run_study(cfg, TuneOptions(trials=20, seeds=[0, 1, 2], final_seeds=list(range(10))))
+    print(result["best"]["value"], result["final"]["test"])
+
+The study lives in ``<runs>/<study>/``: ``study.db`` (SQLite, unless
+``storage`` names another Optuna storage URL), one folder per trial under
+``trials/``, the final runs under ``final/``, and the outputs of
+:mod:`xmask_cli.tune.outputs`.
+
+Trials: ``trials`` is how many this process runs, so N processes on one
+study run the sum. With ``resume`` the study is continued up to ``trials``
+finished trials in all, and trials a killed process left running are recorded
+as failed (``fail_reason``). Reproducible: the TPE sampler of trial ``n`` is
+seeded with ``(sampler_seed, n)``, so one process replays the same study.
+"""
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from xmask_cli.config import Config
+from xmask_cli.engine.experiment import check_config, run_name, train_seeds
+from xmask_cli.engine.loop import PARTS
+from xmask_cli.engine.metrics import HIGHER_IS_BETTER
+from xmask_cli.errors import UsageError, XmaskError, first_line
+from xmask_cli.tune.objective import TrialFailed, TrialSetup, run_trial
+from xmask_cli.tune.space import Param, check_space, decode, with_values
+
+__all__ = ["TuneOptions", "run_study", "parse_duration", "study_dir", "PRUNERS"]
+
+PRUNERS = ("median", "none")
+#: Median pruner: no pruning before this many finished trials, nor in a seed's first epochs.
+PRUNE_STARTUP_TRIALS = 5
+PRUNE_WARMUP_EPOCHS = 10
+
+
+@dataclass(frozen=True)
+class TuneOptions:
+    """How to search (see ``xmask tune --help``)."""
+
+    trials: int
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    final_seeds: list[int] = field(default_factory=lambda: list(range(10)))
+    timeout_s: float | None = None
+    study: str | None = None
+    storage: str | None = None
+    runs_dir: Path | None = None
+    resume: bool = False
+    sampler_seed: int = 0
+    pruner: str = "median"
+    device: str = "cpu"
+    cache_dir: Path = Path("cache")
+    data_root: str | os.PathLike | None = None
+    offline: bool | None = None
+    plots: bool = True  # False: no PNGs (a worker whose plots another process draws; tests)
+
+
+def parse_duration(text: str | None) -> float | None:
+    """``"90"`` / ``"90s"`` / ``"30m"`` / ``"2h"`` / ``"1h30m"`` -> seconds; None stays None.
+
+    Raises:
+        UsageError: anything else, or zero.
+    """
+    if text is None:
+        return None
+    t = text.strip().lower()
+    m = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s?)?", t)
+    if not t or not m or not any(m.groups()):
+        raise UsageError(f"--timeout '{text}': expected a duration such as 90s, 30m, 2h or 1h30m")
+    h, mi, s = (float(g) if g else 0.0 for g in m.groups())
+    total = h * 3600 + mi * 60 + s
+    if total <= 0:
+        raise UsageError(f"--timeout '{text}': must be longer than zero")
+    return total
+
+
+def _check_name(name: str) -> str:
+    if name in ("", ".", "..") or "/" in name or "\\" in name or "\0" in name:
+        raise UsageError(f"--study '{name}': one folder name, no '/', '..' or absolute path (use --runs-dir for the location)")
+    return name
+
+
+def study_dir(cfg: Config, opts: TuneOptions) -> tuple[str, Path]:
+    """``(study name, folder)``: ``--study`` or ``<dataset>-<level>-tune``, under ``--runs-dir`` or ``run.root``."""
+    name = _check_name(opts.study or f"{run_name(cfg)}-tune")
+    return name, Path(opts.runs_dir or cfg.run.root) / name
+
+
+def _identity(cfg: Config, params: list[Param], opts: TuneOptions, metric: str) -> dict[str, Any]:
+    """What makes two processes' studies the same search: the preset (space apart), space, seeds, metric."""
+    base = cfg.to_dict()
+    base.pop("tune")
+    base.pop("run")
+    digest = hashlib.sha256(json.dumps(base, sort_keys=True).encode()).hexdigest()[:16]
+    return {"config_sha256": digest, "space": {p.key: p.to_dict() for p in params}, "seeds": list(opts.seeds),
+            "metric": metric}
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """Serialise study creation: two processes creating one SQLite file at once race on its tables."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / ".tune.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def _storage(url: str) -> Any:
+    import optuna
+
+    kwargs: dict[str, Any] = {}
+    if url.startswith("sqlite"):
+        # Parallel writers wait for SQLite's lock instead of failing after the default 5 s.
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": 120}}
+    try:
+        return optuna.storages.RDBStorage(url, **kwargs)
+    except Exception as exc:  # a malformed URL, an unreachable server, a missing driver
+        raise UsageError(f"--storage '{url}': {first_line(exc)}") from None
+
+
+def _sampler(seed: int, number: int) -> Any:
+    import optuna
+
+    # One seed per trial number: a single process replays the study, parallel workers draw different values.
+    # Hashed: MT19937 seeded with neighbouring integers gives correlated early draws (0.715, 0.720 ...).
+    mixed = int.from_bytes(hashlib.sha256(f"xmask-tune:{seed}:{number}".encode()).digest()[:4], "little")
+    return optuna.samplers.TPESampler(seed=mixed)
+
+
+def _pruner(name: str) -> Any:
+    import optuna
+
+    if name == "none":
+        return optuna.pruners.NopPruner()
+    return optuna.pruners.MedianPruner(n_startup_trials=PRUNE_STARTUP_TRIALS, n_warmup_steps=PRUNE_WARMUP_EPOCHS)
+
+
+def _open_study(name: str, url: str, direction: str, identity: dict[str, Any], opts: TuneOptions,
+                folder: Path) -> tuple[Any, Any]:
+    import optuna
+
+    with _folder_lock(folder):
+        storage = _storage(url)
+        study = optuna.create_study(study_name=name, storage=storage, direction=direction,
+                                    sampler=_sampler(opts.sampler_seed, 0), pruner=_pruner(opts.pruner),
+                                    load_if_exists=True)
+        saved = study.user_attrs.get("xmask")
+        if saved is None:
+            study.set_user_attr("xmask", identity)
+        elif saved != identity:
+            diff = [k for k in identity if saved.get(k) != identity.get(k)]
+            raise UsageError(f"study '{name}' in {url} was made with another {', '.join(diff)} (preset, tune space, "
+                             f"--seeds or metric); use the same settings, or another --study")
+        if study.direction.name.lower() != direction:
+            raise UsageError(f"study '{name}' in {url} {study.direction.name.lower()}s; this metric needs {direction}")
+    return study, storage
+
+
+def _fail_stale(study: Any, storage: Any, log: Callable[[str], None]) -> int:
+    """Record trials left RUNNING by a killed process as failed (``--resume``: that process is gone)."""
+    from optuna.trial import TrialState
+
+    study_id = storage.get_study_id_from_name(study.study_name)
+    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    for t in stale:
+        trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+        storage.set_trial_user_attr(trial_id, "fail_reason", "interrupted: its process stopped before the trial "
+                                                             "finished (found running at --resume)")
+        storage.set_trial_state_values(trial_id, TrialState.FAIL)
+        log(f"trial {t.number}: was left running by a stopped process; recorded as failed")
+    return len(stale)
+
+
+def _finished(study: Any) -> int:
+    from optuna.trial import TrialState
+
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)))
+
+
+def _search(study: Any, setup: TrialSetup, opts: TuneOptions, todo: int, log: Callable[[str], None]) -> int:
+    """Run up to ``todo`` trials (fewer when ``timeout_s`` runs out); returns how many ran."""
+    import optuna
+    from optuna.trial import TrialState
+
+    start, ran = time.monotonic(), 0
+    while ran < todo:
+        if opts.timeout_s is not None and time.monotonic() - start >= opts.timeout_s:
+            log(f"timeout ({opts.timeout_s:.0f}s) reached after {ran} trial(s): no new trial started")
+            break
+        trial = study.ask()
+        study.sampler = _sampler(opts.sampler_seed, trial.number)  # drawn lazily, in suggest_*: seeded by number
+        t0 = time.monotonic()
+        try:
+            value = run_trial(trial, setup, log=lambda m: None, prune=opts.pruner != "none")
+        except optuna.TrialPruned as exc:
+            study.tell(trial, state=TrialState.PRUNED)
+            log(f"trial {trial.number}: {exc} [{time.monotonic() - t0:.1f}s]")
+        except TrialFailed as exc:
+            trial.set_user_attr("fail_reason", str(exc))
+            study.tell(trial, state=TrialState.FAIL)
+            log(f"trial {trial.number}: failed: {exc}")
+        except BaseException as exc:  # Ctrl-C or a study-wide error: record this trial, then stop
+            trial.set_user_attr("fail_reason", f"interrupted: {first_line(exc)}" if isinstance(exc, KeyboardInterrupt)
+                                else f"study stopped: {first_line(exc)}")
+            study.tell(trial, state=TrialState.FAIL)
+            raise
+        else:
+            study.tell(trial, value)
+            shown = ", ".join(f"{k}={v}" for k, v in trial.user_attrs["values"].items())
+            log(f"trial {trial.number}: val {setup.metric} {value:.4f} ± {trial.user_attrs['val_std']:.4f} "
+                f"({shown}) [{time.monotonic() - t0:.1f}s]; best so far #{study.best_trial.number} "
+                f"{study.best_value:.4f}")
+        ran += 1
+    return ran
+
+
+def best_config(cfg: Config, params: list[Param], best: Any, **run: Any) -> Config:
+    """The preset with the best trial's values (its ``tune:`` section dropped)."""
+    return with_values(cfg, decode(params, best.params), run=run)
+
+
+def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    """Search ``cfg.tune`` on validation, write the study's outputs, train the best on ``final_seeds``.
+
+    Returns the summary that ``summary.json`` holds (see :func:`xmask_cli.tune.outputs.summarise`).
+
+    Raises:
+        UsageError: no ``tune:`` section, a bad option, or a study made with other settings.
+        XmaskError: no trial completed (the outputs are written first).
+    """
+    from optuna.trial import TrialState
+
+    from xmask_cli.tune import outputs
+
+    if opts.trials < 0:
+        raise UsageError(f"--trials must be >= 0, got {opts.trials}")
+    if opts.pruner not in PRUNERS:
+        raise UsageError(f"--pruner must be one of {', '.join(PRUNERS)}, got '{opts.pruner}'")
+    params = check_space(cfg, full=True)
+    if not params:
+        raise UsageError("the preset has no tune: section (the search space); add one, e.g. "
+                         "tune: {train.lr: {float: [1.0e-4, 1.0e-2], log: true}} (see README, `xmask tune`)")
+    level, metric = check_config(cfg)
+    name, folder = study_dir(cfg, opts)
+    url = opts.storage or f"sqlite:///{folder.resolve() / 'study.db'}"
+    direction = "maximize" if HIGHER_IS_BETTER[metric] else "minimize"
+    _quiet_optuna()
+    study, storage = _open_study(name, url, direction, _identity(cfg, params, opts, metric), opts, folder)
+    if opts.resume:
+        _fail_stale(study, storage, log)
+        todo = max(0, opts.trials - _finished(study))
+        log(f"study '{name}': {_finished(study)} finished trial(s); running {todo} more to reach {opts.trials}")
+    else:
+        todo = opts.trials
+        log(f"study '{name}' ({url}): {len(study.trials)} trial(s) so far; running {todo}")
+    setup = TrialSetup(cfg=cfg, params=params, seeds=list(opts.seeds), metric=metric, study_dir=folder,
+                       device=opts.device, cache_dir=opts.cache_dir, data_root=opts.data_root, offline=opts.offline)
+    ran = _search(study, setup, opts, todo, log)
+
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    final, best_cfg = None, None
+    if complete:
+        best = study.best_trial
+        best_cfg = best_config(cfg, params, best, root=cfg.run.root, name=f"{name}-best")
+        if opts.final_seeds:
+            log(f"best trial #{best.number} (val {metric} {best.value:.4f}): training it on seeds "
+                f"{opts.final_seeds} and reporting test once")
+            final_cfg = best_config(cfg, params, best, root=str(folder), name="final")
+            res = train_seeds(final_cfg, list(opts.final_seeds), device=opts.device, cache_dir=opts.cache_dir,
+                              data_root=opts.data_root, offline=opts.offline, overwrite=True, parts=PARTS, log=log)
+            final = {"trial": best.number, "seeds": list(opts.final_seeds), "run_root": res["run_root"],
+                     **{p: res["aggregate"][p] for p in PARTS}}
+    summary = outputs.write_all(study, folder, name=name, url=url, dataset=cfg.data.dataset, level=level, metric=metric, params=params,
+                                opts=opts, ran=ran, best_cfg=best_cfg, final=final, log=log,
+                                plots=opts.plots)
+    if not complete:
+        reasons = [t.user_attrs.get("fail_reason") for t in study.trials if t.user_attrs.get("fail_reason")]
+        raise XmaskError(f"study '{name}': no trial completed ({len(study.trials)} trial(s)"
+                         + (f"; first failure: {reasons[0]}" if reasons else "") + f"); see {folder / 'trials.csv'}")
+    return summary
+
+
+def _quiet_optuna() -> None:
+    # Optuna's own INFO lines per trial would duplicate ours on stderr.
+    import warnings
+
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
