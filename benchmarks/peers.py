@@ -156,40 +156,48 @@ def _features(data: Any) -> Any:
 
 
 # ------------------------------------------------------------------ node
-def _node_model(kind: str, in_dim: int, out_dim: int) -> Any:
+def _node_model(kind: str, in_dim: int, out_dim: int, hidden: int | None = None, dropout: float | None = None) -> Any:
+    """GCN (hidden 64, dropout 0.5) or GAT (8 heads x ``hidden`` 8, dropout 0.6); ``benchmarks/tune_study.py`` tunes both."""
     import torch
     from torch_geometric.nn import GATConv, GCNConv
 
     class GCN(torch.nn.Module):
-        def __init__(self) -> None:
+        def __init__(self, h: int = 64, p: float = 0.5) -> None:
             super().__init__()
-            self.c1, self.c2 = GCNConv(in_dim, 64), GCNConv(64, out_dim)
+            self.p = p
+            self.c1, self.c2 = GCNConv(in_dim, h), GCNConv(h, out_dim)
 
         def forward(self, x: Any, ei: Any) -> Any:
-            x = torch.nn.functional.dropout(x, 0.5, self.training)
+            x = torch.nn.functional.dropout(x, self.p, self.training)
             x = torch.relu(self.c1(x, ei))
-            x = torch.nn.functional.dropout(x, 0.5, self.training)
+            x = torch.nn.functional.dropout(x, self.p, self.training)
             return self.c2(x, ei)
 
     class GAT(torch.nn.Module):
-        def __init__(self) -> None:
+        def __init__(self, h: int = 8, p: float = 0.6) -> None:
             super().__init__()
-            self.c1 = GATConv(in_dim, 8, heads=8, dropout=0.6)
-            self.c2 = GATConv(64, out_dim, heads=1, concat=False, dropout=0.6)
+            self.p = p
+            self.c1 = GATConv(in_dim, h, heads=8, dropout=p)
+            self.c2 = GATConv(8 * h, out_dim, heads=1, concat=False, dropout=p)
 
         def forward(self, x: Any, ei: Any) -> Any:
-            x = torch.nn.functional.dropout(x, 0.6, self.training)
+            x = torch.nn.functional.dropout(x, self.p, self.training)
             x = torch.nn.functional.elu(self.c1(x, ei))
-            x = torch.nn.functional.dropout(x, 0.6, self.training)
+            x = torch.nn.functional.dropout(x, self.p, self.training)
             return self.c2(x, ei)
 
-    return GCN() if kind == "GCN" else GAT()
+    kw = {k: v for k, v in (("h", hidden), ("p", dropout)) if v is not None}
+    return GCN(**kw) if kind == "GCN" else GAT(**kw)
+
 
 
 NODE_HPARAMS = {"GCN": {"lr": 0.01, "weight_decay": 5e-4}, "GAT": {"lr": 0.005, "weight_decay": 5e-4}}
 
 
-def run_node(graphs: Any, kind: str, seed: int, epochs: int, patience: int) -> dict[str, Any]:
+def run_node(graphs: Any, kind: str, seed: int, epochs: int, patience: int, hp: dict[str, Any] | None = None,
+             parts: tuple[str, ...] = ("train", "val", "test")) -> dict[str, Any]:
+    """One seed of a node peer; ``hp`` overrides lr, weight_decay, hidden, dropout; ``parts`` are scored at the end
+    (a search leaves test out: it is never computed)."""
     import torch
 
     from xmask_cli.engine.metrics import accuracy
@@ -197,27 +205,28 @@ def run_node(graphs: Any, kind: str, seed: int, epochs: int, patience: int) -> d
 
     data = graphs.dataset[0]
     split = node_split("public", data)
-    parts = {p: torch.as_tensor(getattr(split, p)) for p in ("train", "val", "test")}
+    idx = {p: torch.as_tensor(getattr(split, p)) for p in parts}
     x, ei, y = _features(data), data.edge_index, data.y.view(-1)
+    hp = {**NODE_HPARAMS[kind], **(hp or {})}
     _seed(seed)
-    model = _node_model(kind, x.size(1), int(y.max()) + 1)
-    opt = make_optimizer(model.parameters(), **NODE_HPARAMS[kind])
+    model = _node_model(kind, x.size(1), int(y.max()) + 1, hidden=hp.get("hidden"), dropout=hp.get("dropout"))
+    opt = make_optimizer(model.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
     sel = _Selector(patience)
 
     @torch.no_grad()
-    def scores() -> dict[str, float]:
+    def scores(which: tuple[str, ...] = parts) -> dict[str, float]:
         model.eval()
         out = model(x, ei)
-        return {p: accuracy(out[i], y[i]) for p, i in parts.items()}
+        return {p: accuracy(out[idx[p]], y[idx[p]]) for p in which}
 
     epoch = -1
     for epoch in range(epochs):
         model.train()
         opt.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(x, ei)[parts["train"]], y[parts["train"]])
+        loss = torch.nn.functional.cross_entropy(model(x, ei)[idx["train"]], y[idx["train"]])
         loss.backward()
         opt.step()
-        if sel.update(model, scores()["val"], epoch):
+        if sel.update(model, scores(("val",))["val"], epoch):
             break
     model.load_state_dict(sel.state)
     return {"metrics": scores(), "best_epoch": sel.best_epoch, "epochs_run": epoch + 1,
@@ -225,7 +234,7 @@ def run_node(graphs: Any, kind: str, seed: int, epochs: int, patience: int) -> d
 
 
 # ----------------------------------------------------------------- graph
-def _gin(in_dim: int, out_dim: int, hidden: int = 64, layers: int = 3) -> Any:
+def _gin(in_dim: int, out_dim: int, hidden: int = 64, layers: int = 3, dropout: float = 0.5) -> Any:
     import torch
     from torch_geometric.nn import GINConv, global_add_pool
 
@@ -238,7 +247,7 @@ def _gin(in_dim: int, out_dim: int, hidden: int = 64, layers: int = 3) -> Any:
             super().__init__()
             self.convs = torch.nn.ModuleList(GINConv(mlp(in_dim if i == 0 else hidden, hidden)) for i in range(layers))
             self.head = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
-                                            torch.nn.Dropout(0.5), torch.nn.Linear(hidden, out_dim))
+                                            torch.nn.Dropout(dropout), torch.nn.Linear(hidden, out_dim))
 
         def forward(self, x: Any, ei: Any, batch: Any, num_graphs: int | None = None) -> Any:
             for conv in self.convs:
@@ -267,7 +276,10 @@ def graph_data_list(graphs: Any) -> list[Any]:
 
 
 def run_graph(graphs: Any, data_list: list[Any], seed: int, epochs: int, patience: int,
-              batch_size: int = 32) -> dict[str, Any]:
+              batch_size: int = 32, hp: dict[str, Any] | None = None,
+              parts: tuple[str, ...] = ("train", "val", "test")) -> dict[str, Any]:
+    """One seed of GIN; ``hp`` overrides lr, weight_decay, hidden, layers, dropout, batch_size; ``parts`` are
+    scored at the end (a search leaves test out: it is never computed)."""
     import torch
     from torch_geometric.loader import DataLoader
 
@@ -275,14 +287,17 @@ def run_graph(graphs: Any, data_list: list[Any], seed: int, epochs: int, patienc
     from xmask_cli.engine.splits import graph_split
 
     split = graph_split("random-8-1-1", graphs.dataset, seed=seed)
-    sets = {p: [data_list[int(i)] for i in getattr(split, p)] for p in ("train", "val", "test")}
+    hp = {"lr": 0.01, "weight_decay": GRAPH_WEIGHT_DECAY[_OPTIMIZER[0]], "batch_size": batch_size, **(hp or {})}
+    batch_size = int(hp["batch_size"])
+    sets = {p: [data_list[int(i)] for i in getattr(split, p)] for p in parts}
     _seed(seed)
     gen = torch.Generator().manual_seed(seed)
     train_loader = DataLoader(sets["train"], batch_size=batch_size, shuffle=True, generator=gen)
     eval_loaders = {p: DataLoader(s, batch_size=batch_size, shuffle=False) for p, s in sets.items()}
     num_classes = int(max(int(d.y) for d in data_list)) + 1
-    model = _gin(data_list[0].x.size(1), num_classes)
-    opt = make_optimizer(model.parameters(), lr=0.01, weight_decay=GRAPH_WEIGHT_DECAY[_OPTIMIZER[0]])
+    model = _gin(data_list[0].x.size(1), num_classes,
+                 **{k: hp[k] for k in ("hidden", "layers", "dropout") if k in hp})
+    opt = make_optimizer(model.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
     sel = _Selector(patience)
 
     @torch.no_grad()
@@ -305,7 +320,7 @@ def run_graph(graphs: Any, data_list: list[Any], seed: int, epochs: int, patienc
         if sel.update(model, score("val"), epoch):
             break
     model.load_state_dict(sel.state)
-    return {"metrics": {p: score(p) for p in ("train", "val", "test")}, "best_epoch": sel.best_epoch,
+    return {"metrics": {p: score(p) for p in parts}, "best_epoch": sel.best_epoch,
             "epochs_run": epoch + 1,
             "split": {"name": split.name, "seed": seed, **dict(zip(("train", "val", "test"), split.sizes()))}}
 

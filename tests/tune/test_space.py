@@ -95,3 +95,15 @@ def test_bad_options_are_one_error_line(tmp_path, args, words):
     r = run("tune", "--preset", "mutag", *tiny_args(), "--trials", "1", "--runs-dir", str(tmp_path / "runs"), *args)
     assert r.exit_code == 2 and words in one_error_line(r)
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_training_override_never_trips_on_the_space_but_tune_checks_it(tmp_path):
+    # Training with one head is fine although the inherited space lists four-power head_powers ...
+    cfg = C.resolve("cora", ["model.heads=1", "model.hidden=8"])
+    assert cfg.model.heads == 1 and "model.head_powers" in cfg.tune
+    # ... while a search of that space on top of it is refused before any trial, naming the key.
+    r = run("tune", "--preset", "cora", "--set", "model.heads=1", "--set", "model.hidden=8", "--trials", "1",
+            "--runs-dir", str(tmp_path / "runs"))
+    assert r.exit_code == 2
+    assert one_error_line(r).startswith("error: tune.model.head_powers: value [1, 2, 3, 4] is not valid: ")
+    assert not (tmp_path / "runs").exists()

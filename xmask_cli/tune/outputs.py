@@ -10,6 +10,7 @@ import io
 import json
 import os
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,9 @@ def write_plots(study: Any, folder: Path, log: Callable[[str], None] = lambda m:
             if fn == "plot_param_importances":  # fANOVA's random forest, seeded: the same study, the same plot
                 kwargs["evaluator"] = optuna.importance.FanovaImportanceEvaluator(seed=0)
             try:
-                ax = getattr(ovm, fn)(study, **kwargs)
+                with warnings.catch_warnings():  # matplotlib's notes on flat axes (one value tried) are not ours
+                    warnings.simplefilter("ignore", UserWarning)
+                    ax = getattr(ovm, fn)(study, **kwargs)
                 fig = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
                 _save_figure(fig, path)
                 plt.close(fig)

@@ -19,8 +19,8 @@ are read as dotted keys.
 Checks (all before any trial, as :class:`~xmask_cli.errors.ConfigError`, exit 2,
 naming ``tune.<key>``): the key is a setting of the schema and a
 hyper-parameter (not ``run.*``, ``task.*`` or which data set), the range is
-non-empty and of the key's type, and every end point and choice is a valid value
-of the key on top of the preset. A combination that only fails together with
+non-empty and of the key's type (with every preset load), and every end point
+and choice is a valid value of the key on top of the preset (``xmask tune``). A combination that only fails together with
 another tuned key (``model.hidden`` not a multiple of a tuned ``model.heads``)
 is left to the trial, which then fails with its reason and the study goes on.
 
@@ -239,29 +239,28 @@ def _values_to_probe(p: Param) -> list[Any]:
 
 
 def check_space(cfg: Any, *, full: bool = False) -> list[Param]:
-    """Parse ``cfg.tune`` and try every end point and choice on top of ``cfg``.
+    """Parse ``cfg.tune`` and check every choice and range end against its key.
 
-    The schema builds the probed key's section (cheap: every preset load runs
-    this); ``full=True`` (``xmask tune``, before any trial) rebuilds the whole
-    config and runs the checks training makes (``check_config``: levels,
-    metrics, ``model.head_powers`` against ``structure.powers.k``). A value that
-    fails only together with another tuned key is left to the trial (it fails
-    there, with its reason, and the study goes on).
+    Every preset load (``full=False``) checks the space itself: keys, entries,
+    ranges, and that each value has the key's type. Domain checks that read other
+    settings (``model.head_powers`` needs one power per head, ``model.hidden`` a
+    multiple of ``model.heads``) wait for ``full=True`` (``xmask tune``, before any
+    trial), since a ``--set`` for training (``model.heads=1``) must not trip over
+    the search space: then every value is set on top of the whole config, rebuilt
+    by the schema and put through training's checks (``check_config``). A value
+    that fails only together with another tuned key is left to the trial (it
+    fails there, with its reason, and the study goes on).
 
     Raises:
         ConfigError: as :func:`parse_space`, or a value the key does not accept
             (``tune.<key>: value ... is not valid: ...``).
     """
-    import copy
-
-    from xmask_cli.config import Config, build
+    from xmask_cli.config import _coerce
 
     params = parse_space(cfg.tune)
     keys = {p.key for p in params}
-    base = cfg.to_dict()
-    hints = typing.get_type_hints(Config)
     for p in params:
-        section = p.key.split(".")[0]
+        tp = _field_type(p.key)
         for value in _values_to_probe(p):
             try:
                 if full:
@@ -269,9 +268,7 @@ def check_space(cfg: Any, *, full: bool = False) -> list[Param]:
 
                     check_config(with_values(cfg, {p.key: value}))
                 else:
-                    data = copy.deepcopy(base[section])
-                    _set(data, p.key.split(".")[1:], value)
-                    build(hints[section], data, section)
+                    _coerce(value, tp, p.key)
             except ConfigError as exc:
                 msg = str(exc)
                 if any(other in msg for other in keys - {p.key}):

@@ -39,7 +39,7 @@ from xmask_cli.errors import UsageError, XmaskError, first_line
 from xmask_cli.tune.objective import TrialFailed, TrialSetup, run_trial
 from xmask_cli.tune.space import Param, check_space, decode, with_values
 
-__all__ = ["TuneOptions", "run_study", "parse_duration", "study_dir", "PRUNERS"]
+__all__ = ["TuneOptions", "run_study", "optimize", "make_pruner", "parse_duration", "study_dir", "PRUNERS"]
 
 PRUNERS = ("median", "none")
 #: Median pruner: no pruning before this many finished trials, nor in a seed's first epochs.
@@ -144,7 +144,8 @@ def _sampler(seed: int, number: int) -> Any:
     return optuna.samplers.TPESampler(seed=mixed)
 
 
-def _pruner(name: str) -> Any:
+def make_pruner(name: str) -> Any:
+    """``median`` (the default of ``xmask tune``) or ``none``."""
     import optuna
 
     if name == "none":
@@ -159,7 +160,7 @@ def _open_study(name: str, url: str, direction: str, identity: dict[str, Any], o
     with _folder_lock(folder):
         storage = _storage(url)
         study = optuna.create_study(study_name=name, storage=storage, direction=direction,
-                                    sampler=_sampler(opts.sampler_seed, 0), pruner=_pruner(opts.pruner),
+                                    sampler=_sampler(opts.sampler_seed, 0), pruner=make_pruner(opts.pruner),
                                     load_if_exists=True)
         saved = study.user_attrs.get("xmask")
         if saved is None:
@@ -194,21 +195,30 @@ def _finished(study: Any) -> int:
     return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)))
 
 
-def _search(study: Any, setup: TrialSetup, opts: TuneOptions, todo: int, log: Callable[[str], None]) -> int:
-    """Run up to ``todo`` trials (fewer when ``timeout_s`` runs out); returns how many ran."""
+def optimize(study: Any, objective: Callable[[Any], float], *, trials: int, sampler_seed: int = 0,
+             timeout_s: float | None = None, metric: str = "value",
+             log: Callable[[str], None] = lambda m: None) -> int:
+    """The search loop of ``xmask tune`` (also what ``benchmarks/tune_study.py`` runs for the PyG peers).
+
+    Asks up to ``trials`` trials (none started after ``timeout_s``), each drawn by a
+    TPE sampler seeded with ``(sampler_seed, trial number)``, and tells Optuna
+    how each ended: its value, pruned (``optuna.TrialPruned``), or failed with
+    ``fail_reason`` (:class:`TrialFailed`). Ctrl-C or any other exception records
+    the running trial as failed and stops the loop. Returns how many trials ran.
+    """
     import optuna
     from optuna.trial import TrialState
 
     start, ran = time.monotonic(), 0
-    while ran < todo:
-        if opts.timeout_s is not None and time.monotonic() - start >= opts.timeout_s:
-            log(f"timeout ({opts.timeout_s:.0f}s) reached after {ran} trial(s): no new trial started")
+    while ran < trials:
+        if timeout_s is not None and time.monotonic() - start >= timeout_s:
+            log(f"timeout ({timeout_s:.0f}s) reached after {ran} trial(s): no new trial started")
             break
         trial = study.ask()
-        study.sampler = _sampler(opts.sampler_seed, trial.number)  # drawn lazily, in suggest_*: seeded by number
+        study.sampler = _sampler(sampler_seed, trial.number)  # drawn lazily, in suggest_*: seeded by number
         t0 = time.monotonic()
         try:
-            value = run_trial(trial, setup, log=lambda m: None, prune=opts.pruner != "none")
+            value = objective(trial)
         except optuna.TrialPruned as exc:
             study.tell(trial, state=TrialState.PRUNED)
             log(f"trial {trial.number}: {exc} [{time.monotonic() - t0:.1f}s]")
@@ -223,10 +233,11 @@ def _search(study: Any, setup: TrialSetup, opts: TuneOptions, todo: int, log: Ca
             raise
         else:
             study.tell(trial, value)
-            shown = ", ".join(f"{k}={v}" for k, v in trial.user_attrs["values"].items())
-            log(f"trial {trial.number}: val {setup.metric} {value:.4f} ± {trial.user_attrs['val_std']:.4f} "
-                f"({shown}) [{time.monotonic() - t0:.1f}s]; best so far #{study.best_trial.number} "
-                f"{study.best_value:.4f}")
+            shown = ", ".join(f"{k}={v}" for k, v in trial.user_attrs.get("values", trial.params).items())
+            spread = trial.user_attrs.get("val_std")
+            log(f"trial {trial.number}: val {metric} {value:.4f}" + (f" ± {spread:.4f}" if spread is not None else "")
+                + f" ({shown}) [{time.monotonic() - t0:.1f}s]; best so far #{study.best_trial.number} "
+                  f"{study.best_value:.4f}")
         ran += 1
     return ran
 
@@ -272,7 +283,8 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
         log(f"study '{name}' ({url}): {len(study.trials)} trial(s) so far; running {todo}")
     setup = TrialSetup(cfg=cfg, params=params, seeds=list(opts.seeds), metric=metric, study_dir=folder,
                        device=opts.device, cache_dir=opts.cache_dir, data_root=opts.data_root, offline=opts.offline)
-    ran = _search(study, setup, opts, todo, log)
+    ran = optimize(study, lambda trial: run_trial(trial, setup, prune=opts.pruner != "none"), trials=todo,
+                   sampler_seed=opts.sampler_seed, timeout_s=opts.timeout_s, metric=metric, log=log)
 
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     final, best_cfg = None, None

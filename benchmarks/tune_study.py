@@ -1,0 +1,193 @@
+#!/usr/bin/env python
+"""Tuned X-LogSMask vs tuned PyG peer vs hand preset, with one search code and one budget per side.
+
+What is measured, per dataset: the test metric (mean ± population std over
+``--final-seeds``) of
+
+* ``hand``: the shipped preset as it is, trained on the final seeds;
+* ``X-LogSMask tuned``: ``xmask tune``'s library call (:func:`xmask_cli.tune.study.run_study`) over
+  the preset's ``tune:`` space, ``--trials`` trials x ``--seeds`` seeds, then the best
+  configuration on the final seeds;
+* ``<peer> tuned``: the peer of ``benchmarks/peers.py`` (GIN for graph sets, GCN and GAT
+  for Cora / CiteSeer) searched by the same loop (:func:`xmask_cli.tune.study.optimize`:
+  TPE seeded per trial number, the same trial and seed budget, the same pruner
+  setting) over the space below, scored on validation only (the peer runs
+  never compute test during the search), then its best on the final seeds.
+
+Both sides run without pruning by default (``--pruner none``): the peers' loops
+report no per-epoch values, and an equal budget means equal trials.
+
+Usage (from the repository root; small and CPU-bound: one torch thread)::
+
+    nice -n 10 python benchmarks/tune_study.py --dataset MUTAG --trials 10 --seeds 0-1 --final-seeds 0-9 --threads 1
+    python benchmarks/tune_study.py --dataset Cora --trials 40 --seeds 0-2 --final-seeds 0-9   # the full study
+
+Writes ``benchmarks/out/tune_study-<dataset>.json`` (every trial, best configurations, the final
+figures) and prints a markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))
+
+import numpy as np  # noqa: E402
+
+import peers  # noqa: E402
+from xmask_cli.tune.space import Param, suggest  # noqa: E402
+
+#: dataset -> (xmask preset, peer models)
+DATASETS = {"MUTAG": ("mutag", ("GIN",)), "PROTEINS": ("proteins", ("GIN",)),
+            "Cora": ("cora", ("GCN", "GAT")), "CiteSeer": ("citeseer", ("GCN", "GAT"))}
+
+#: The peers' search spaces: the ranges of the xmask level presets where a key means the same.
+PEER_SPACES = {
+    "GIN": [Param("hidden", "choice", choices=(32, 64, 128)), Param("layers", "int", low=1, high=4),
+            Param("dropout", "float", low=0.0, high=0.5, step=0.1),
+            Param("lr", "float", low=1e-4, high=1e-2, log=True),
+            Param("weight_decay", "float", low=1e-5, high=1e-1, log=True),
+            Param("batch_size", "choice", choices=(16, 32, 64))],
+    "GCN": [Param("hidden", "choice", choices=(32, 64, 128)), Param("dropout", "float", low=0.2, high=0.7, step=0.1),
+            Param("lr", "float", low=1e-3, high=2e-2, log=True),
+            Param("weight_decay", "float", low=5e-4, high=2e-1, log=True)],
+    "GAT": [Param("hidden", "choice", choices=(4, 8, 16)), Param("dropout", "float", low=0.2, high=0.7, step=0.1),
+            Param("lr", "float", low=1e-3, high=2e-2, log=True),
+            Param("weight_decay", "float", low=5e-4, high=2e-1, log=True)],
+}
+
+
+def _stats(values: list[float]) -> dict[str, Any]:
+    a = np.asarray(values, dtype=np.float64)
+    return {"mean": float(a.mean()), "std": float(a.std()), "values": [float(v) for v in values]}
+
+
+def peer_runner(model: str, dataset: str, data_root: Path, cache_dir: Path, epochs: int, patience: int):
+    """``run(seed, hp, parts) -> metrics`` for one peer on one dataset (data loaded once)."""
+    graphs = peers._load(dataset, data_root, cache_dir)
+    if model == "GIN":
+        data_list = peers.graph_data_list(graphs)
+        return lambda seed, hp, parts: peers.run_graph(graphs, data_list, seed, epochs, patience, hp=hp,
+                                                       parts=parts)["metrics"]
+    return lambda seed, hp, parts: peers.run_node(graphs, model, seed, epochs, patience, hp=hp, parts=parts)["metrics"]
+
+
+def tune_peer(model: str, run: Any, args: argparse.Namespace, log: Any) -> dict[str, Any]:
+    import optuna
+
+    from xmask_cli.tune.study import make_pruner, optimize
+
+    params = PEER_SPACES[model]
+    study = optuna.create_study(direction="maximize", pruner=make_pruner(args.pruner))
+
+    def objective(trial: Any) -> float:
+        hp = suggest(trial, params)
+        trial.set_user_attr("values", hp)
+        vals = [run(s, hp, ("train", "val"))["val"] for s in args.seeds]  # test is never computed here
+        trial.set_user_attr("val_values", vals)
+        trial.set_user_attr("val_std", float(np.std(vals)))
+        return float(np.mean(vals))
+
+    optimize(study, objective, trials=args.trials, sampler_seed=args.sampler_seed, metric="accuracy",
+             log=lambda m: log(f"[{model}] {m}"))
+    best = study.best_trial
+    final = [run(s, best.user_attrs["values"], ("train", "val", "test")) for s in args.final_seeds]
+    return {"best": {"number": best.number, "value": best.value, "params": best.user_attrs["values"]},
+            "trials": [{"number": t.number, "state": t.state.name, "value": t.value, "params": t.user_attrs.get("values")}
+                       for t in study.trials],
+            "final": {p: _stats([m[p] for m in final]) for p in ("val", "test")}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--dataset", choices=list(DATASETS), default="MUTAG")
+    p.add_argument("--trials", type=int, default=10)
+    p.add_argument("--seeds", type=peers.parse_seeds, default=[0, 1])
+    p.add_argument("--final-seeds", type=peers.parse_seeds, default=list(range(10)))
+    p.add_argument("--sampler-seed", type=int, default=0)
+    p.add_argument("--pruner", choices=("none", "median"), default="none")
+    p.add_argument("--peer-epochs", type=int, default=None, help="peer epoch budget (default: the preset's train.epochs)")
+    p.add_argument("--data-root", type=Path, default=peers.DEFAULT_DATA_ROOT)
+    p.add_argument("--work", type=Path, default=HERE / "out" / "tune_study", help="studies, runs and cache")
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--skip-hand", action="store_true", help="do not train the hand preset on the final seeds")
+    p.add_argument("--set", dest="overrides", action="append", default=[],
+                   help="xmask override for the hand preset and the search (e.g. train.epochs=50); repeatable")
+    p.add_argument("--out", type=Path, default=None)
+    args = p.parse_args(argv)
+
+    import torch
+
+    from xmask_cli import config as C
+    from xmask_cli.engine.experiment import train_seeds
+    from xmask_cli.tune.study import TuneOptions, run_study
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    preset, peer_models = DATASETS[args.dataset]
+    base = [f"data.root={args.data_root}", *args.overrides]
+    cfg = C.resolve(preset, base)
+    cache = args.work / "cache"
+    out = args.out or HERE / "out" / f"tune_study-{args.dataset}.json"
+    meta = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "python": platform.python_version(),
+            "torch": torch.__version__, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+            "load_average_start": list(os.getloadavg()), "command": " ".join([Path(sys.executable).name, *sys.argv]),
+            "budget": {"trials": args.trials, "seeds": args.seeds, "final_seeds": args.final_seeds,
+                       "pruner": args.pruner, "sampler_seed": args.sampler_seed}}
+    result: dict[str, Any] = {"meta": meta, "dataset": args.dataset}
+
+    def save() -> None:
+        meta["load_average_end"] = list(os.getloadavg())
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+
+    t0 = time.monotonic()
+    if not args.skip_hand:
+        hand = train_seeds(C.resolve(preset, [*base, "run.name=hand"]), args.final_seeds,
+                           cache_dir=cache, run_root=args.work / "runs", overwrite=True, offline=True, log=log)
+        result["hand"] = {p: hand["aggregate"][p] for p in ("val", "test")}
+        save()
+    opts = TuneOptions(trials=args.trials, seeds=args.seeds, final_seeds=args.final_seeds, study=f"{preset}-xmask",
+                       runs_dir=args.work / "runs", sampler_seed=args.sampler_seed, pruner=args.pruner,
+                       cache_dir=cache, offline=True)
+    study_dir = args.work / "runs" / opts.study
+    if study_dir.exists():  # a fresh study each time: the budget is the stated one
+        import shutil
+
+        shutil.rmtree(study_dir)
+    xm = run_study(cfg, opts, log=log)
+    result["xmask"] = {"best": xm["best"], "final": {p: xm["final"][p] for p in ("val", "test")},
+                       "trials": xm["trials"], "seconds": time.monotonic() - t0}
+    save()
+    epochs = args.peer_epochs or cfg.train.epochs
+    for model in peer_models:
+        t1 = time.monotonic()
+        run = peer_runner(model, args.dataset, args.data_root, cache, epochs, cfg.train.patience)
+        result[model] = {**tune_peer(model, run, args, log), "epochs": epochs, "seconds": time.monotonic() - t1}
+        save()
+
+    metric = xm["metric"]
+    rows = [("hand preset", result.get("hand")), ("X-LogSMask tuned", result["xmask"]["final"]),
+            *((f"{m} tuned", result[m]["final"]) for m in peer_models)]
+    print(f"| {args.dataset} | val {metric} | test {metric} |\n|---|---:|---:|")
+    for name, r in rows:
+        if r:
+            print(f"| {name} | {100 * r['val']['mean']:.2f} ± {100 * r['val']['std']:.2f} | "
+                  f"{100 * r['test']['mean']:.2f} ± {100 * r['test']['std']:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
