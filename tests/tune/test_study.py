@@ -14,8 +14,9 @@ import yaml
 from tests.cli_helpers import run
 from tests.tune.conftest import TINY, db_trials
 from xmask_cli import config as C
-from xmask_cli.engine import train as train_mod
-from xmask_cli.engine.train import GraphTask, _eval_stream, graph_labels, node_features
+from xmask_cli.engine import loop as loop_mod
+from xmask_cli.engine.features import node_features
+from xmask_cli.engine.tasks.graph import GraphTask, _eval_stream, graph_labels
 from xmask_cli.tune.study import TuneOptions, run_study
 
 SEEDS = [0, 1]
@@ -141,7 +142,7 @@ def test_best_yaml_reproduces_the_best_trials_validation_score(clean, tmp_path, 
 
 
 def test_a_failing_trial_is_recorded_with_its_reason_and_the_study_goes_on(tmp_path, monkeypatch, mutag_cache):
-    real, calls = train_mod.train_task, []
+    real, calls = loop_mod.train_task, []
 
     def out_of_memory_on_the_second_training(task, model_cfg, train_cfg, run_dir, **kw):
         calls.append(str(run_dir))
@@ -149,7 +150,7 @@ def test_a_failing_trial_is_recorded_with_its_reason_and_the_study_goes_on(tmp_p
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real(task, model_cfg, train_cfg, run_dir, **kw)
 
-    monkeypatch.setattr(train_mod, "train_task", out_of_memory_on_the_second_training)
+    monkeypatch.setattr(loop_mod, "train_task", out_of_memory_on_the_second_training)
     # 60 is a multiple of 3 and 4, 64 of 4 only: (64, 3) is a combination no model takes.
     space = ["model.hidden=64", "tune.model.hidden={choice: [60, 64]}", "tune.model.heads={choice: [3, 4]}"]
     summary = _study(tmp_path, mutag_cache, trials=5, final=[], extra=space, plots=False, seeds_=[0])
@@ -179,7 +180,7 @@ def test_a_study_with_no_completed_trial_says_so(tmp_path, monkeypatch, mutag_ca
     def always_oom(*a, **kw):
         raise torch.cuda.OutOfMemoryError("CUDA out of memory")
 
-    monkeypatch.setattr(train_mod, "train_task", always_oom)
+    monkeypatch.setattr(loop_mod, "train_task", always_oom)
     r = run("tune", "--preset", "mutag", *[x for s in TINY for x in ("--set", s)], "--trials", "2", "--seeds", "0",
             "--runs-dir", str(tmp_path), "--study", "s", "--cache-dir", str(mutag_cache))
     assert r.exit_code == 1
