@@ -22,8 +22,9 @@ Usage (from the repository root; small and CPU-bound: one torch thread)::
     nice -n 10 python benchmarks/tune_study.py --dataset MUTAG --trials 10 --seeds 0-1 --final-seeds 0-9 --threads 1
     python benchmarks/tune_study.py --dataset Cora --trials 40 --seeds 0-2 --final-seeds 0-9   # the full study
 
-Writes ``benchmarks/out/tune_study-<dataset>.json`` (every trial, best configurations, the final
-figures) and prints a markdown table.
+Writes ``benchmarks/out/tune_study/<dataset>.json`` (every trial, best configurations, the final
+figures) and prints a markdown table; the X-LogSMask study folder (``best.yaml``, ``trials.csv``,
+plots, ``study.db``) is ``<--work>/runs/<preset>-xmask/``.
 """
 from __future__ import annotations
 
@@ -119,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--pruner", choices=("none", "median"), default="none")
     p.add_argument("--peer-epochs", type=int, default=None, help="peer epoch budget (default: the preset's train.epochs)")
     p.add_argument("--data-root", type=Path, default=peers.DEFAULT_DATA_ROOT)
-    p.add_argument("--work", type=Path, default=HERE / "out" / "tune_study", help="studies, runs and cache")
+    p.add_argument("--work", type=Path, default=REPO / "runs" / "tune_study",
+                   help="studies, runs and cache (default: %(default)s, ignored by git)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--skip-hand", action="store_true", help="do not train the hand preset on the final seeds")
     p.add_argument("--set", dest="overrides", action="append", default=[],
@@ -140,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     base = [f"data.root={args.data_root}", *args.overrides]
     cfg = C.resolve(preset, base)
     cache = args.work / "cache"
-    out = args.out or HERE / "out" / f"tune_study-{args.dataset}.json"
+    out = args.out or HERE / "out" / "tune_study" / f"{args.dataset}.json"
     meta = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "python": platform.python_version(),
             "torch": torch.__version__, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
             "load_average_start": list(os.getloadavg()), "command": " ".join([Path(sys.executable).name, *sys.argv]),

@@ -101,6 +101,8 @@ def write_plots(study: Any, folder: Path, log: Callable[[str], None] = lambda m:
                     warnings.simplefilter("ignore", UserWarning)
                     ax = getattr(ovm, fn)(study, **kwargs)
                 fig = ax.figure if hasattr(ax, "figure") else ax.flat[0].figure
+                if fn == "plot_parallel_coordinate":  # one axis per searched key: widen so the labels stay apart
+                    fig.set_size_inches(max(6.4, 1.4 * (len(done[0].params) + 1)), 5.5)
                 _save_figure(fig, path)
                 plt.close(fig)
                 status[fname] = "written"
