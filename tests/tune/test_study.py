@@ -188,3 +188,16 @@ def test_a_study_with_no_completed_trial_says_so(tmp_path, monkeypatch, mutag_ca
     assert [s for _, s in db_trials(tmp_path / "s" / "study.db")] == ["FAIL", "FAIL"]
     assert "skipped: needs 1 completed trial" in r.stderr  # plots that cannot be drawn are skipped with a note
     assert (tmp_path / "s" / "trials.csv").is_file() and not (tmp_path / "s" / "best.yaml").exists()
+
+
+def test_joining_a_study_with_other_settings_is_refused_before_any_trial(clean, mutag_cache):
+    from xmask_cli.errors import UsageError
+
+    summary, folder, _ = clean
+    before = db_trials(folder / "study.db")
+    with pytest.raises(UsageError, match="was made with another seeds"):
+        _study(folder.parent, mutag_cache, trials=1, seeds_=[0], plots=False)
+    with pytest.raises(UsageError, match="was made with another space"):
+        _study(folder.parent, mutag_cache, trials=1, plots=False,
+               extra=["tune.model.dropout={float: [0.0, 0.4], step: 0.1}"])
+    assert db_trials(folder / "study.db") == before  # nothing was added

@@ -42,7 +42,8 @@ from xmask_cli.tune.space import Param, check_space, decode, with_values
 __all__ = ["TuneOptions", "run_study", "optimize", "make_pruner", "parse_duration", "study_dir", "PRUNERS"]
 
 PRUNERS = ("median", "none")
-#: Median pruner: no pruning before this many finished trials, nor in a seed's first epochs.
+#: Median pruner: no pruning before this many finished trials, nor in the first seed's first epochs
+#: (Optuna's warm-up counts steps, and later seeds report from step ``i * STEP_STRIDE``).
 PRUNE_STARTUP_TRIALS = 5
 PRUNE_WARMUP_EPOCHS = 10
 
