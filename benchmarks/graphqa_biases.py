@@ -92,15 +92,15 @@ VARIANTS.update(GTLM_VARIANTS)
 
 def _parse_list(text: str | None, known: tuple[str, ...] | list[str], what: str) -> list[str]:
     """``"a,b"`` -> ``["a", "b"]`` checked against ``known`` (all of ``known`` when empty)."""
+    from xmask_cli.ablate import parse_names
+    from xmask_cli.errors import UsageError
+
     if not text:
         return list(known)
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    unknown = [t for t in names if t not in known]
-    if unknown:
-        raise SystemExit(f"unknown {what}(s) {', '.join(unknown)}: choose from {', '.join(known)}")
-    if len(set(names)) != len(names):
-        raise SystemExit(f"--{what}s '{text}': a name appears twice")
-    return names
+    try:
+        return parse_names(text, known, what, f"--{what}s")
+    except UsageError as exc:
+        raise SystemExit(str(exc)) from None
 
 
 def run_name(task: str, variant: str) -> str:

@@ -43,13 +43,13 @@ def _scale_to(attn: StructuralAttention, h: torch.Tensor, target: float) -> floa
     """Scale W_q, W_k (and biases) so the logits' smallest per-head std is ``target``; returns it."""
     with torch.no_grad():
         for _ in range(3):
-            q, k, _ = attn._heads(h)
+            q, k, _ = attn.split_heads(h)
             std = float((torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(attn.head_dim)).std(dim=(1, 2)).min())
             f = math.sqrt(target / std)
             for lin in (attn.q, attn.k):
                 lin.weight.mul_(f)
                 lin.bias.mul_(f)
-        q, k, _ = attn._heads(h)
+        q, k, _ = attn.split_heads(h)
         return float((torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(attn.head_dim)).std(dim=(1, 2)).min())
 
 

@@ -30,7 +30,7 @@ from xmask_cli.errors import UsageError
 from xmask_cli.model.biases import BIASES
 
 __all__ = ["VARIANTS", "CORE_VARIANTS", "BIAS_VARIANTS", "EXPERT_VARIANTS", "IMAGE_VARIANTS", "default_variants",
-           "variant_overrides", "parse_variants", "run_ablation"]
+           "variant_overrides", "parse_variants", "parse_names", "run_ablation"]
 
 #: Variant -> what it changes (Table 7's columns, plus a depth ablation).
 CORE_VARIANTS: dict[str, str] = {
@@ -130,13 +130,23 @@ def parse_variants(text: str | None, cfg: Config | None = None) -> list[str]:
     """
     if not text:
         return default_variants(cfg) if cfg is not None else list(CORE_VARIANTS)
-    names = [v.strip() for v in text.split(",") if v.strip()]
-    unknown = [v for v in names if v not in VARIANTS]
-    if unknown:
-        raise UsageError(f"unknown ablation variant(s) {', '.join(unknown)}: choose from {', '.join(VARIANTS)}")
-    if len(set(names)) != len(names):
-        raise UsageError(f"--variants '{text}': a variant appears twice")
+    names = parse_names(text, list(VARIANTS), "ablation variant", "--variants", "variant")
     return ["full", *[v for v in names if v != "full"]]
+
+
+def parse_names(text: str, known: list[str] | tuple[str, ...], what: str, option: str, item: str = "name") -> list[str]:
+    """``"a, b"`` -> ``["a", "b"]``, each checked against ``known`` and none twice.
+
+    Raises:
+        UsageError: ``unknown <what>(s) ...: choose from ...`` or ``<option> '<text>': a <item> appears twice``.
+    """
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    unknown = [v for v in names if v not in known]
+    if unknown:
+        raise UsageError(f"unknown {what}(s) {', '.join(unknown)}: choose from {', '.join(known)}")
+    if len(set(names)) != len(names):
+        raise UsageError(f"{option} '{text}': a {item} appears twice")
+    return names
 
 
 def _stats(values: list[float]) -> tuple[float | None, float | None]:

@@ -446,13 +446,9 @@ class StructureCache:
 
     def dense_spd(self, g: int) -> np.ndarray:
         """``[n, n]`` int16 hop distances: ``-1`` beyond the cut-off, ``-2`` unreachable."""
-        from xmask_cli.structure.spd import BEYOND, UNREACHABLE
+        from xmask_cli.structure.spd import PairDistances
 
-        row, col, dist = self.spd(g)
-        comp = self.component(g)
-        out = np.where(comp[:, None] == comp[None, :], BEYOND, UNREACHABLE).astype(np.int16)
-        out[row, col] = dist
-        return out
+        return PairDistances(*self.spd(g), self.component(g)).block()
 
     def rrwp(self, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         d = self.pairs("rrwp", g)

@@ -54,7 +54,7 @@ def test_log_mask_stays_float32_under_autocast() -> None:
         layer = StructuralAttention(8, 2)
         x = torch.randn(2, 8)
         with torch.autocast("cpu", dtype=dtype):
-            agg = layer._csr_aggregate(*layer._heads(x), edge_index, got, None, masked_only=False)
+            agg = layer._csr_aggregate(*layer.split_heads(x), edge_index, got, None, masked_only=False)
         assert agg.dtype == torch.float32
 
 

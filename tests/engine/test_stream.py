@@ -14,7 +14,7 @@ from xmask_cli.cache import StructureCache
 from xmask_cli.config import resolve
 from xmask_cli.data.load import graphs_fingerprint
 from xmask_cli.engine import GraphBatch, GraphLevelStream, collate, size_buckets
-from xmask_cli.model.bias import DenseStructure, XLogSMaskBias
+from xmask_cli.model.bias import XLogSMaskBias
 from xmask_cli.prepare import prepare_graphs
 
 NUM_GRAPHS = 40
@@ -180,14 +180,12 @@ def test_collate_multi_target_labels_and_checks(toy: Toy):
             collate(cache, ids, wrong, y)
 
 
-def test_batch_to_structure_and_bias(toy: Toy):
+def test_batch_to_and_bias(toy: Toy):
     batch = next(iter(stream(toy)))
     moved = batch.to("cpu")
     assert moved is not batch
     assert_same(moved, batch)
-    s = batch.structure
-    assert isinstance(s, DenseStructure) and s.powers is batch.powers and s.mask is batch.mask
-    bias = XLogSMaskBias(num_heads=2)(s)
+    bias = XLogSMaskBias(num_heads=2)(batch)  # the bias reads powers and mask from the batch itself
     assert bias.shape == (batch.num_graphs, 2, batch.mask.size(1), batch.mask.size(1))
     # -inf exactly outside each head's support among real pairs (outside_support 'hard'); padding stays 0.
     real = (batch.mask[:, :, None] & batch.mask[:, None, :])[:, None]

@@ -26,7 +26,7 @@ def spread_logits(model: XMaskNet, x: torch.Tensor, target: float = 1.5 * LOGIT_
     attn = model.blocks[0].attn
 
     def std() -> float:
-        q, k, _ = attn._heads(model.encoder(x))
+        q, k, _ = attn.split_heads(model.encoder(x))
         return float((torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(attn.head_dim)).std(dim=(1, 2)).min())
 
     with torch.no_grad():

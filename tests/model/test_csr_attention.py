@@ -58,7 +58,7 @@ def _spread(layer: StructuralAttention, x: torch.Tensor, edge_index: torch.Tenso
     """Scale W_q, W_k so q·k/sqrt(d_h) over the pairs has std ~target (trained scale, not initialisation)."""
     with torch.no_grad():
         for _ in range(3):
-            q, k, _ = layer._heads(x)
+            q, k, _ = layer.split_heads(x)
             std = float(((q[edge_index[0]] * k[edge_index[1]]).sum(-1) / layer.head_dim ** 0.5).std(0).min())
             for lin in (layer.q, layer.k):
                 lin.weight.mul_((target / std) ** 0.5)
@@ -154,7 +154,7 @@ def test_unsorted_duplicated_pairs_and_empty_rows() -> None:
     with torch.no_grad():
         want = gather.forward_sparse(x, edge_index, learned=term)
         got = csr.forward_sparse(x, edge_index, learned=term)
-        agg = csr._csr_aggregate(*csr._heads(x), edge_index, None, term, masked_only=False)
+        agg = csr._csr_aggregate(*csr.split_heads(x), edge_index, None, term, masked_only=False)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     assert torch.all(agg[3] == 0) and torch.all(agg[5] == 0)
 

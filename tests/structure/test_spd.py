@@ -5,7 +5,8 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from xmask_cli.structure import BEYOND, UNREACHABLE, adjacency, connected_components, pair_distance, shortest_path_pairs
+from xmask_cli.structure import (BEYOND, UNREACHABLE, PairDistances, adjacency, connected_components, pair_distance,
+                                 shortest_path_pairs)
 
 
 def nx_pairs(g: nx.Graph, cutoff: int) -> set[tuple[int, int, int]]:
@@ -88,6 +89,29 @@ def test_pair_distance_all_pairs(graph, cutoff):
         expected.append(UNREACHABLE if d is None else (d if d <= cutoff else BEYOND))
     np.testing.assert_array_equal(got, expected)
     assert BEYOND != UNREACHABLE and BEYOND < 0 and UNREACHABLE < 0
+
+
+@pytest.mark.parametrize("cutoff", [1, 3])
+def test_pair_distances_block_matches_networkx(graph, cutoff):
+    """The dense block (cache.dense_spd, the learned biases' dense extras) and the pair lookup agree with networkx."""
+    a = adjacency(graph.edge_index, graph.n)
+    row, col, dist = shortest_path_pairs(a, cutoff)
+    table = PairDistances(row, col, dist, connected_components(a))
+    lengths = dict(nx.all_pairs_shortest_path_length(graph.nx_graph()))
+    rng = np.random.default_rng(cutoff)
+    rows = np.sort(rng.choice(graph.n, size=max(graph.n // 2, 1), replace=False))
+    cols = rng.permutation(graph.n)[: max(graph.n // 3, 1)]
+    for r, c in ((None, None), (rows, rows), (rows, cols)):
+        got = table.block(r, c)
+        ri = np.arange(graph.n) if r is None else r
+        ci = np.arange(graph.n) if c is None else c
+        assert got.dtype == np.int16 and got.shape == (len(ri), len(ci))
+        for x, i in enumerate(ri.tolist()):
+            for y, j in enumerate(ci.tolist()):
+                d = lengths[i].get(j)
+                assert got[x, y] == (UNREACHABLE if d is None else (d if d <= cutoff else BEYOND))
+        ii, jj = np.meshgrid(ri, ci, indexing="ij")
+        np.testing.assert_array_equal(table.pairs(ii.ravel(), jj.ravel()).reshape(got.shape), got)
 
 
 def test_pair_distance_hand_worked():

@@ -110,20 +110,14 @@ def _rows(path: Path, delimiter: str | None) -> list[tuple[int, list[str]]]:
         text = path.read_text(encoding="utf-8-sig")  # -sig: a BOM from spreadsheet exports is not part of 'src'
     except UnicodeDecodeError as exc:
         raise UsageError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8 CSV/TSV") from exc
-    lines = text.splitlines()
-    out: list[tuple[int, list[str]]] = []
-    if delimiter is None:
-        for i, line in enumerate(lines, 1):
-            if line.strip() and not line.lstrip().startswith("#"):
-                out.append((i, line.split()))
-        return out
-    for i, line in enumerate(lines, 1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
+    def fields(line: str) -> list[str]:
+        if delimiter is None:  # whitespace-separated
+            return line.split()
         # One line at a time keeps the line number exact; quoted fields with newlines are not supported.
-        fields = next(csv.reader([line], delimiter=delimiter))
-        out.append((i, [f.strip() for f in fields]))
-    return out
+        return [f.strip() for f in next(csv.reader([line], delimiter=delimiter))]
+
+    return [(i, fields(line)) for i, line in enumerate(text.splitlines(), 1)
+            if line.strip() and not line.lstrip().startswith("#")]
 
 
 def _parse_id(text: str, path: Path, line: int, column: str) -> int:

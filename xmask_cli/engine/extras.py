@@ -6,8 +6,9 @@ sparse path. :class:`GraphExtras` reads what one cached graph holds, once,
 and serves any block of its nodes (a whole graph, a random subgraph, a METIS
 part) or any list of its pairs. Nothing is recomputed here.
 
-Hop distances keep the cache's convention: ``>= 0`` a distance, ``-1``
-reachable but beyond the cached cut-off, ``-2`` unreachable (other component).
+Hop distances keep the cache's convention (:class:`~xmask_cli.structure.spd.PairDistances`):
+``>= 0`` a distance, ``-1`` reachable but beyond the cached cut-off, ``-2``
+unreachable (other component).
 """
 from __future__ import annotations
 
@@ -18,12 +19,12 @@ import torch
 from torch import Tensor
 
 from xmask_cli.cache import StructureCache
+from xmask_cli.structure.spd import UNREACHABLE, PairDistances
 
 __all__ = ["EXTRA_SECTIONS", "GraphExtras", "pad_extras", "to_tensors"]
 
 #: Cache sections the learned biases can read.
 EXTRA_SECTIONS = ("spd", "rrwp", "spectrum", "magnetic")
-_BEYOND, _UNREACHABLE = -1, -2
 
 
 def _sorted_keys(row: np.ndarray, col: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -64,9 +65,8 @@ class GraphExtras:
                 raise ValueError(f"the cache {cache.path} has no '{section}' structure: prepare it with "
                                  f"structure.{section}.enabled=true")
         if "spd" in self.needs:
-            row, col, dist = cache.spd(g)
             self.component = np.asarray(cache.component(g), dtype=np.int64)
-            self._spd = (row.astype(np.int64), col.astype(np.int64), dist.astype(np.int16))
+            self._spd = PairDistances(*cache.spd(g), self.component)
         if "rrwp" in self.needs:
             row, col, vals = cache.rrwp(g)
             self._rrwp = (row.astype(np.int64), col.astype(np.int64), np.asarray(vals, dtype=np.float32))
@@ -92,13 +92,7 @@ class GraphExtras:
         local[ids] = np.arange(len(ids))
         out: dict[str, np.ndarray] = {}
         if "spd" in self.needs:
-            comp = self.component[ids]
-            spd = np.where(comp[:, None] == comp[None, :], _BEYOND, _UNREACHABLE).astype(np.int16)
-            row, col, dist = self._spd
-            lr, lc = local[row], local[col]
-            keep = (lr >= 0) & (lc >= 0)
-            spd[lr[keep], lc[keep]] = dist[keep]
-            out["spd"] = spd
+            out["spd"] = self._spd.block(ids, ids)
         if "rrwp" in self.needs:
             row, col, vals = self._rrwp
             lr, lc = local[row], local[col]
@@ -115,7 +109,7 @@ class GraphExtras:
     # ------------------------------------------------------------ sparse
     def _sorted(self, section: str) -> tuple[np.ndarray, np.ndarray]:
         if section not in self._keys:
-            row, col, _ = self._spd if section == "spd" else self._rrwp
+            row, col, _ = self._rrwp
             self._keys[section] = _sorted_keys(row, col, self.n)
         return self._keys[section]
 
@@ -130,10 +124,7 @@ class GraphExtras:
         rows, cols = np.asarray(rows, dtype=np.int64), np.asarray(cols, dtype=np.int64)
         out: dict[str, np.ndarray] = {}
         if "spd" in self.needs:
-            keys, order = self._sorted("spd")
-            dist, found = _lookup(keys, self._spd[2][order], rows, cols, self.n)
-            default = np.where(self.component[rows] == self.component[cols], _BEYOND, _UNREACHABLE)
-            out["spd"] = np.where(found, dist, default).astype(np.int16)
+            out["spd"] = self._spd.pairs(rows, cols).astype(np.int16)
         if "rrwp" in self.needs:
             keys, order = self._sorted("rrwp")
             vals = self._rrwp[2]
@@ -162,7 +153,7 @@ def pad_extras(items: Sequence[dict[str, np.ndarray]], n_max: int) -> dict[str, 
     bsz = len(items)
     out: dict[str, np.ndarray] = {}
     if "spd" in items[0]:
-        spd = np.full((bsz, n_max, n_max), _UNREACHABLE, dtype=np.int16)
+        spd = np.full((bsz, n_max, n_max), UNREACHABLE, dtype=np.int16)
         for b, it in enumerate(items):
             n = it["spd"].shape[0]
             spd[b, :n, :n] = it["spd"]

@@ -27,7 +27,6 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from xmask_cli.cache import StructureCache
 from xmask_cli.engine.extras import GraphExtras, pad_extras, to_tensors
-from xmask_cli.model.bias import DenseStructure
 
 
 def size_buckets(
@@ -84,11 +83,6 @@ class GraphBatch:
     y: Tensor
     index: Tensor
     extras: dict[str, Tensor] | None = None
-
-    @property
-    def structure(self) -> DenseStructure:
-        """The structure half of the batch, as the dense biases consume it."""
-        return DenseStructure(powers=self.powers, mask=self.mask)
 
     @property
     def num_graphs(self) -> int:

@@ -167,6 +167,11 @@ class StructuralAttention(torch.nn.Module):
         self.plain_heads = tuple(sorted({int(h) for h in plain_heads}))
         if self.plain_heads and not (0 <= self.plain_heads[0] and self.plain_heads[-1] < num_heads):
             raise ValueError(f"plain_heads must be 0-based heads below {num_heads}, got {list(plain_heads)}")
+        # Index and mask of the plain heads, built once and moved with the module; not saved in checkpoints.
+        is_plain = torch.zeros(num_heads, dtype=torch.bool)
+        is_plain[list(self.plain_heads)] = True
+        self.register_buffer("_plain_idx", torch.tensor(self.plain_heads, dtype=torch.long), persistent=False)
+        self.register_buffer("_is_plain", is_plain, persistent=False)
         self.q = torch.nn.Linear(dim, dim)
         self.k = torch.nn.Linear(dim, dim)
         self.v = torch.nn.Linear(dim, dim)
@@ -209,8 +214,8 @@ class StructuralAttention(torch.nn.Module):
             float_mask = pad if float_mask is None else float_mask + pad
         return float_mask
 
-    def _heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Q, K, V split into heads: ``[..., N, H, d_h]``."""
+    def split_heads(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Q, K, V of ``x`` split into heads, ``[..., N, H, d_h]`` (the dual-mode path attends with them too)."""
         shape = (*x.shape[:-1], self.num_heads, self.head_dim)
         return self.q(x).view(shape), self.k(x).view(shape), self.v(x).view(shape)
 
@@ -243,7 +248,7 @@ class StructuralAttention(torch.nn.Module):
             before the output projection).
         """
         B, N, _ = x.shape
-        q, k, v = (t.transpose(1, 2) for t in self._heads(x))  # [B, H, N, d_h]
+        q, k, v = (t.transpose(1, 2) for t in self.split_heads(x))  # [B, H, N, d_h]
         float_mask = attn_mask if attn_mask is not None else self.dense_mask(bias, mask, q.dtype, learned=learned)
         agg = F.scaled_dot_product_attention(
             q, k, v, attn_mask=float_mask, dropout_p=self.attn_dropout if self.training else 0.0
@@ -356,7 +361,7 @@ class StructuralAttention(torch.nn.Module):
             agg = self._csr_aggregate(q, k, v, edge_index, bias, learned, masked_only=bool(plain))
             if plain:
                 kp, vp = (k, v) if plain_keys is x_key else self._plain_kv(plain_keys)
-                idx = torch.tensor(self.plain_heads, dtype=torch.long, device=q.device)
+                idx = self._plain_idx.to(q.device)
                 plain_agg, _ = self._plain_agg(q, kp, vp, idx, query_groups, key_groups, False)
                 agg = agg.index_copy(1, idx, plain_agg.to(agg.dtype))
             return self.dropout(self.out(agg.reshape(n_query, self.dim)))
@@ -446,10 +451,8 @@ class StructuralAttention(torch.nn.Module):
                row: Tensor, query_groups: Tensor | None, key_groups: Tensor | None,
                with_weights: bool) -> tuple[Tensor, Tensor]:
         """Plain heads' aggregate over every domain node ``k, v`` (replacing their pair-only one), and their pair weights."""
-        idx = torch.tensor(self.plain_heads, dtype=torch.long, device=q.device)
+        idx, is_plain = self._plain_idx.to(q.device), self._is_plain.to(q.device)  # no-ops once on q's device
         plain_agg, lse = self._plain_agg(q, k, v, idx, query_groups, key_groups, with_weights)
-        is_plain = torch.zeros(self.num_heads, dtype=torch.bool, device=q.device)
-        is_plain[idx] = True
         full = torch.zeros_like(agg).index_copy(1, idx, plain_agg)
         agg = torch.where(is_plain[None, :, None], full, agg)
         if lse is not None:

@@ -52,11 +52,14 @@ class SparseStructure:
     values: Tensor
 
 
-def _field(batch: Any, name: str) -> Any:
-    """Reads ``name`` from a mapping or an attribute holder; None if absent."""
-    if isinstance(batch, Mapping):
-        return batch.get(name)
-    return getattr(batch, name, None)
+def read_field(obj: Any, name: str) -> Any:
+    """``name`` from a mapping (a dict batch, a config dict) or an attribute holder (a dataclass); None if absent.
+
+    Batches, extras and configs reach the model either way; one reader serves all.
+    """
+    if isinstance(obj, Mapping):
+        return obj.get(name)
+    return getattr(obj, name, None)
 
 
 class StructuralBias(torch.nn.Module):
@@ -153,9 +156,9 @@ class XLogSMaskBias(StructuralBias):
             ``[B, H, N, N]`` (dense; 0 wherever the query or key is padding,
             the attention masks padded keys itself) or ``[E, H]`` (sparse).
         """
-        powers = _field(batch, "powers")
+        powers = read_field(batch, "powers")
         if powers is not None:
-            mask = _field(batch, "mask")
+            mask = read_field(batch, "mask")
             if mask is None:
                 raise ValueError("a dense batch needs `mask` [B, N] beside `powers`")
             n = powers.size(-1)
@@ -166,9 +169,9 @@ class XLogSMaskBias(StructuralBias):
             # Keep padding rows/columns finite and inert (the attention gives padded keys -inf itself).
             pair = (mask[:, :, None] & mask[:, None, :])[:, None]
             return bias.masked_fill(~pair, 0.0) if bias.requires_grad else bias.masked_fill_(~pair, 0.0)
-        values = _field(batch, "values")
+        values = read_field(batch, "values")
         if values is not None:
-            edge_index = _field(batch, "edge_index")
+            edge_index = read_field(batch, "edge_index")
             off_diag = None if edge_index is None else (edge_index[0] != edge_index[1]).unsqueeze(-1)
             return self._log(values, axis=1, off_diagonal=off_diag)
         raise ValueError("batch has neither `powers` (dense) nor `values` (sparse)")

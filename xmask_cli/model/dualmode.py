@@ -280,7 +280,7 @@ def dual_attention(
         regions = plan_regions(edge_index, N, groups, max_region_queries, threshold, head_dim=attn.head_dim)
     if N == 0:
         return attn.forward_sparse(x, edge_index, bias)
-    q, k, v = attn._heads(x)  # [N, H, d_h]
+    q, k, v = attn.split_heads(x)  # [N, H, d_h]
     dropout_p = attn.attn_dropout if attn.training else 0.0
     # Gather every region's rows once and split: per-region gathers from the full
     # tensors would cost O(N) each in the backward (a zero-filled full-size grad).

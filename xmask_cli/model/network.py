@@ -23,7 +23,7 @@ from torch_geometric.utils import scatter
 
 from xmask_cli.config import ModelSection, PowersConfig, RrwpConfig, section_fields
 from xmask_cli.model.attention import MASK_SCALES
-from xmask_cli.model.bias import OUTSIDE_SUPPORT, DenseStructure, SparseStructure, XLogSMaskBias
+from xmask_cli.model.bias import OUTSIDE_SUPPORT, DenseStructure, SparseStructure, XLogSMaskBias, read_field
 from xmask_cli.model.bias_stack import BiasSpec, BiasStack
 from xmask_cli.model.biases import bias_entry
 from xmask_cli.model.dualmode import MODES as DUAL_MODES
@@ -261,11 +261,7 @@ def head_labels(cfg: ModelConfig) -> list[list[str]]:
     return out
 
 
-def _get(obj: Any, name: str) -> Any:
-    """``name`` from a mapping or an attribute holder; None if absent."""
-    if isinstance(obj, Mapping):
-        return obj.get(name)
-    return getattr(obj, name, None)
+_get = read_field  # a config or batch field, from a mapping or an attribute holder
 
 
 class _AtomInput(torch.nn.Module):

@@ -18,7 +18,7 @@ from xmask_cli.structure.powers import (
     union_pairs,
     walk_pairs,
 )
-from xmask_cli.structure.spd import BEYOND, UNREACHABLE, pair_distance, shortest_path_pairs
+from xmask_cli.structure.spd import BEYOND, UNREACHABLE, PairDistances, pair_distance, shortest_path_pairs
 from xmask_cli.structure.spectrum import (
     DENSE_MAX,
     TIE_TOL,
@@ -50,6 +50,7 @@ __all__ = [
     "normalized_adjacency",
     "normalized_laplacian",
     "pair_distance",
+    "PairDistances",
     "power_pairs",
     "power_row_sums",
     "random_walk_powers",

@@ -82,22 +82,66 @@ def shortest_path_pairs(a: sp.spmatrix, max_distance: int) -> tuple[np.ndarray, 
     return rows, cols, dists
 
 
+class PairDistances:
+    """Hop distances of any pairs of one graph, from its stored sparse pairs and component labels.
+
+    The one lookup with the component fallback: a stored pair gives its hop
+    distance; another pair gives :data:`BEYOND` when both ends share a
+    connected component (reachable, beyond the cut-off) and
+    :data:`UNREACHABLE` otherwise. The stored pairs are sorted once, so many
+    lookups (batches, blocks) cost one ``searchsorted`` each.
+
+    Args:
+        row, col, dist: the stored pairs (any order) and their distances.
+        component: ``[n]`` connected-component label of every node.
+    """
+
+    def __init__(self, row: np.ndarray, col: np.ndarray, dist: np.ndarray, component: np.ndarray):
+        self.component = np.asarray(component, dtype=np.int64)
+        self.n = int(self.component.shape[0])
+        self.row, self.col = np.asarray(row, dtype=np.int64), np.asarray(col, dtype=np.int64)
+        self.dist = np.asarray(dist)
+        self._keys: np.ndarray | None = None  # sorted pair keys, built on the first sparse lookup
+
+    def _sorted(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._keys is None:
+            keys = self.row * self.n + self.col
+            order = np.argsort(keys, kind="stable")
+            self._keys, self._sorted_dist = keys[order], self.dist[order]
+        return self._keys, self._sorted_dist
+
+    def pairs(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """``[E]`` int64 distances of the pairs ``(i[e], j[e])``."""
+        i, j = np.asarray(i, dtype=np.int64), np.asarray(j, dtype=np.int64)
+        keys, dist = self._sorted()
+        query = i * self.n + j
+        pos = np.minimum(np.searchsorted(keys, query), max(keys.shape[0] - 1, 0))
+        hit = keys[pos] == query if keys.shape[0] else np.zeros(query.shape, dtype=bool)
+        out = np.where(self.component[i] == self.component[j], BEYOND, UNREACHABLE).astype(np.int64)
+        out[hit] = dist[pos[hit]]
+        return out
+
+    def block(self, rows: np.ndarray | None = None, cols: np.ndarray | None = None) -> np.ndarray:
+        """``[len(rows), len(cols)]`` int16 distances between two sets of distinct nodes (None: all nodes)."""
+        rows = np.arange(self.n) if rows is None else np.asarray(rows, dtype=np.int64)
+        cols = np.arange(self.n) if cols is None else np.asarray(cols, dtype=np.int64)
+        out = np.where(self.component[rows][:, None] == self.component[cols][None, :], BEYOND,
+                       UNREACHABLE).astype(np.int16)
+        local_r = np.full(self.n, -1, dtype=np.int64)
+        local_c = np.full(self.n, -1, dtype=np.int64)
+        local_r[rows], local_c[cols] = np.arange(len(rows)), np.arange(len(cols))
+        lr, lc = local_r[self.row], local_c[self.col]
+        keep = (lr >= 0) & (lc >= 0)
+        out[lr[keep], lc[keep]] = self.dist[keep]
+        return out
+
+
 def pair_distance(
     row: np.ndarray, col: np.ndarray, dist: np.ndarray, component: np.ndarray, i: np.ndarray, j: np.ndarray
 ) -> np.ndarray:
-    """Distance of arbitrary pairs ``(i, j)`` from stored sparse pairs.
+    """Distance of arbitrary pairs ``(i, j)`` from stored sparse pairs (one :meth:`PairDistances.pairs` call).
 
     Returns the hop distance where listed, :data:`BEYOND` for pairs in the
     same component beyond the cut-off, and :data:`UNREACHABLE` otherwise.
     """
-    n = int(component.shape[0])
-    stored = row.astype(np.int64) * n + col
-    order = np.argsort(stored, kind="stable")
-    stored, dist = stored[order], dist[order]
-    query = np.asarray(i, dtype=np.int64) * n + np.asarray(j, dtype=np.int64)
-    pos = np.searchsorted(stored, query)
-    pos_c = np.minimum(pos, max(stored.shape[0] - 1, 0))
-    hit = (stored.shape[0] > 0) & (stored[pos_c] == query) if stored.shape[0] else np.zeros(query.shape, dtype=bool)
-    out = np.where(component[np.asarray(i)] == component[np.asarray(j)], BEYOND, UNREACHABLE).astype(np.int64)
-    out[hit] = dist[pos_c[hit]]
-    return out
+    return PairDistances(row, col, dist, component).pairs(i, j)

@@ -5,14 +5,13 @@ A learned bias reads its cached structure from the batch's ``extras`` (see
 ``[B, H, N, N]`` (dense batch) or ``[E, H]`` (one row per attended pair)."""
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from xmask_cli.model.bias import StructuralBias
+from xmask_cli.model.bias import StructuralBias, read_field
 
 if TYPE_CHECKING:
     from xmask_cli.model.bias_stack import BiasSpec
@@ -43,7 +42,7 @@ class LearnedBias(StructuralBias):
 
 def extra(extras: Any, name: str) -> Tensor:
     """``extras[name]`` (a mapping or an attribute holder), with an actionable error when the batch lacks it."""
-    value = extras.get(name) if isinstance(extras, Mapping) else getattr(extras, name, None)
+    value = read_field(extras, name)
     if value is None:
         raise ValueError(f"this bias needs `{name}` in the batch; prepare the cache with its structure section enabled")
     return value
