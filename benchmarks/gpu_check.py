@@ -12,7 +12,12 @@ Ready for the day a GPU is lent; under 5 minutes on one GPU. Steps:
    float32 reductions run in another order on the GPU).
 2. **Backends.** Median seconds per Cora training step (forward, loss,
    backward, AdamW) for ``sdpa`` (dense) and ``sparse`` (CSR kernel), each in
-   fp32 and bf16 (autocast), with the peak GPU memory of each.
+   fp32 and bf16 (autocast), with the peak GPU memory of each; and
+   FlexAttention (``torch.nn.attention.flex_attention``, compiled on CUDA)
+   against SDPA on Cora's dense mask: output and q/k/v gradients to
+   ``--grad-rtol`` and the time of each (on CPU the forward only: torch 2.13
+   has no flex backward on CPU). xmask has no flex path yet; this measures
+   whether one would pay.
 3. **Training.** ``xmask``'s own engine (``train_seeds``) trains Cora and
    PROTEINS for ``--epochs`` epochs from seed 0 on CUDA and on CPU; reported:
    steps/s, the input stall (share of each epoch spent waiting for batches,
@@ -159,6 +164,74 @@ def backend_times(exp_for: Callable[[str], Any], device: str, steps: int) -> lis
     return rows
 
 
+def flex_check(exp: Any, device: str, steps: int, rtol: float) -> dict[str, Any]:
+    """FlexAttention against SDPA on Cora's dense attention mask (the model's own, all 4 heads).
+
+    ``score_mod`` adds the mask (X-LogSMask term, ``-inf`` outside each head's
+    support) to the scaled logits. On CUDA flex is compiled and checked on the
+    output and the q/k/v gradients; on CPU torch 2.13 has no flex backward, so
+    the forward only (eager). Returns the relative errors and median seconds.
+    """
+    import warnings
+
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention.flex_attention import flex_attention
+
+    from xmask_cli.cache import StructureCache
+    from xmask_cli.model.bias import DenseStructure
+    from xmask_cli.model.network import XMaskNet
+
+    task = exp.task(0, "cpu")
+    model = XMaskNet(exp.model_config(task))
+    with StructureCache(exp.cache_path) as cache:
+        powers = torch.from_numpy(cache.dense_powers(0)).unsqueeze(0)
+    heads, d_h = model.cfg.heads, model.cfg.hidden // model.cfg.heads
+    with torch.no_grad():
+        bias = model.bias(DenseStructure(powers=powers, mask=torch.ones(1, powers.size(-1), dtype=torch.bool)))
+        mask = model.blocks[0].attn.dense_mask(bias, None, torch.float32).to(device)
+    n = mask.size(-1)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, heads, n, d_h, generator=g).to(device) for _ in range(3))
+    full = mask.expand(1, heads, n, n)
+    backward = device.startswith("cuda")
+
+    def score_mod(score, b, h, qi, ki):
+        return score + full[b, h, qi, ki]
+
+    flex = torch.compile(flex_attention) if backward else flex_attention
+
+    def run(kind: str) -> tuple[Any, list[Any]]:
+        qq, kk, vv = (t.clone().requires_grad_(backward) for t in (q, k, v))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # eager flex on CPU warns that it is unfused
+            out = flex(qq, kk, vv, score_mod=score_mod) if kind == "flex" else F.scaled_dot_product_attention(
+                qq, kk, vv, attn_mask=mask)
+        grads = list(torch.autograd.grad(out, (qq, kk, vv), torch.ones_like(out))) if backward else []
+        return out.detach(), grads
+
+    def timed(kind: str) -> float:
+        times = []
+        for _ in range(steps):
+            _sync(device)
+            t = time.perf_counter()
+            run(kind)
+            _sync(device)
+            times.append(time.perf_counter() - t)
+        return statistics.median(times)
+
+    (out_f, grad_f), (out_s, grad_s) = run("flex"), run("sdpa")  # also the warm-up (compile)
+
+    def rel(a: Any, b: Any) -> float:
+        return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+    out_rel = rel(out_f, out_s)
+    grad_rel = max((rel(a, b) for a, b in zip(grad_f, grad_s)), default=None)
+    ok = out_rel <= rtol and (grad_rel is None or grad_rel <= rtol)
+    return {"dataset": "cora", "backend": "flex", "against": "sdpa", "backward": backward, "out_rel": out_rel,
+            "grad_rel": grad_rel, "rtol": rtol, "flex_s": timed("flex"), "sdpa_s": timed("sdpa"), "pass": bool(ok)}
+
+
 def train_runs(dataset: str, device: str, epochs: int, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     """Train ``dataset`` with xmask's engine for ``epochs`` epochs on ``device``; timing from metrics.jsonl."""
     import torch
@@ -192,7 +265,7 @@ def check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     report: dict[str, Any] = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                               "torch": torch.__version__, "cuda": torch.version.cuda if cuda else None,
                               "device_name": torch.cuda.get_device_name(0) if cuda else None,
-                              "cpu_only": args.cpu_only, "first_step": [], "backends": [], "training": [],
+                              "cpu_only": args.cpu_only, "first_step": [], "backends": [], "flex": [], "training": [],
                               "errors": []}
     if not cuda and not args.cpu_only:
         report["errors"].append("no CUDA device: torch.cuda.is_available() is False")
@@ -239,6 +312,13 @@ def check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
             rows = step(f"backend step times on {device}", lambda: backend_times(lambda a: exp_for("cora", a), device,
                                                                                args.steps))
             report["backends"] += [{"device": device, **r} for r in rows or []]
+            if not args.skip_flex:
+                r = step(f"flex vs sdpa on {device}", lambda: flex_check(exp_for("cora", "dense"), device,
+                                                                       args.steps, args.grad_rtol))
+                if r is not None:
+                    report["flex"].append({"device": device, **r})
+                    if not r["pass"] and code == EXIT_OK:
+                        code = EXIT_MISMATCH
     with tempfile.TemporaryDirectory(prefix="xmask-gpu-check-") as tmp:
         for dataset in args.datasets:
             for device in devices:
@@ -261,6 +341,11 @@ def human(code: int, report: dict[str, Any]) -> str:
         mem = "" if r["peak_gpu_mb"] is None else f", peak {r['peak_gpu_mb']:.0f} MB"
         lines.append(f"{r['device']} cora {r['backend']} {r['precision']}: {1000 * r['step_s']:.1f} ms/step "
                      f"({r['steps_per_s']:.1f} steps/s){mem}")
+    for r in report["flex"]:
+        grad = "" if r["grad_rel"] is None else f", grads rel {r['grad_rel']:.1e}"
+        lines.append(f"{r['device']} cora flex vs sdpa ({'forward and backward' if r['backward'] else 'forward only'}): "
+                     f"out rel {r['out_rel']:.1e}{grad} (<= {r['rtol']:g}?): {'ok' if r['pass'] else 'MISMATCH'}; "
+                     f"flex {1000 * r['flex_s']:.1f} ms, sdpa {1000 * r['sdpa_s']:.1f} ms")
     for r in report["training"]:
         mem = "" if r["peak_gpu_mb"] is None else f", peak {r['peak_gpu_mb']:.0f} MB"
         stall = "n/a" if r["input_stall"] is None else f"{100 * r['input_stall']:.1f} %"
@@ -279,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--datasets", default="cora,proteins", help="among cora,proteins (default: %(default)s)")
     p.add_argument("--epochs", type=int, default=3, help="training epochs per dataset and device")
     p.add_argument("--steps", type=int, default=5, help="timed steps per backend (median)")
-    p.add_argument("--skip-backends", action="store_true", help="skip the backend step times")
+    p.add_argument("--skip-backends", action="store_true", help="skip the backend step times (and flex)")
+    p.add_argument("--skip-flex", action="store_true", help="skip the FlexAttention check")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default: %(default)s)")
     p.add_argument("--loss-rtol", type=float, default=1e-4)
     p.add_argument("--grad-rtol", type=float, default=1e-3)

@@ -48,3 +48,14 @@ def test_unknown_dataset_is_one_error_line(gpu_check, tmp_path, capsys) -> None:
     assert gpu_check.main(["--cpu-only", "--datasets", "mnist", "--out", str(tmp_path / "r.json")]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
         "error: unknown dataset 'mnist' for --datasets; choose among cora, proteins"]
+
+
+def test_flex_forward_matches_sdpa_on_cora_on_cpu(gpu_check, tmp_path) -> None:
+    """FlexAttention with the X-LogSMask term as score_mod = SDPA with it as a float mask (forward; no CPU backward)."""
+    from xmask_cli.engine.experiment import Experiment
+
+    cfg = gpu_check._config("cora", ["node.attention=dense"])
+    exp = Experiment.load(cfg, cache_dir=tmp_path / "c", data_root=gpu_check.DEFAULT_DATA_ROOT, offline=True)
+    r = gpu_check.flex_check(exp, "cpu", 1, 1e-3)
+    assert r["backward"] is False and r["grad_rel"] is None
+    assert r["pass"] and r["out_rel"] < 1e-5, r

@@ -48,8 +48,10 @@ class CsrPlan:
         crow, col: CSR of the ``(n_heads·Nq) x (n_heads·Nk)`` pattern, rows sorted, columns sorted per row.
         row: ``[P]`` stacked row of each entry (for segment reductions).
         lengths: ``[n_heads·Nq]`` entries per stacked row.
-        perm_t: ``[P]`` entries in the order of the transposed pattern.
-        crow_t, col_t: CSR of the transposed pattern.
+
+    The transposed pattern (for ``dK`` and ``dV``) costs a sort, so it is
+    made on the first backward only (:meth:`transposed`): evaluation and
+    the query path's no-grad chunks never pay for it.
     """
 
     n_query: int
@@ -60,14 +62,20 @@ class CsrPlan:
     col: Tensor
     row: Tensor
     lengths: Tensor
-    perm_t: Tensor
-    crow_t: Tensor
-    col_t: Tensor
+    _transposed: tuple[Tensor, Tensor, Tensor] | None = None
 
     @property
     def nnz(self) -> int:
         """Stacked entries ``P`` (pairs summed over heads)."""
         return int(self.col.numel())
+
+    def transposed(self) -> tuple[Tensor, Tensor, Tensor]:
+        """``(perm_t, crow_t, col_t)``: entries in transposed order and the transposed CSR (made once)."""
+        if self._transposed is None:
+            perm_t = torch.argsort(self.col, stable=True)  # stable: rows stay sorted within each transposed row
+            crow_t, _ = _crow(self.col.index_select(0, perm_t), self.n_heads * self.n_key)
+            self._transposed = (perm_t, crow_t, self.row.index_select(0, perm_t))
+        return self._transposed
 
 
 def _crow(sorted_rows: Tensor, n_rows: int) -> tuple[Tensor, Tensor]:
@@ -111,9 +119,7 @@ def csr_plan(edge_index: Tensor, n_query: int, n_key: int, heads: tuple[int, ...
     scol = keep_h * n_key + col.index_select(0, pos)
     pick = keep_e * num_heads + head_ids.index_select(0, keep_h)
     crow, lengths = _crow(srow, S * n_query)
-    perm_t = torch.argsort(scol, stable=True)  # stable: rows stay sorted within each transposed row
-    crow_t, _ = _crow(scol.index_select(0, perm_t), S * n_key)
-    return CsrPlan(n_query, n_key, S, pick, crow, scol, srow, lengths, perm_t, crow_t, srow.index_select(0, perm_t))
+    return CsrPlan(n_query, n_key, S, pick, crow, scol, srow, lengths)
 
 
 def _csr(crow: Tensor, col: Tensor, values: Tensor, shape: tuple[int, int]) -> Tensor:
@@ -162,16 +168,17 @@ class _CsrAttention(torch.autograd.Function):
         d_w = torch.sparse.sampled_addmm(pattern, grad_out, v.t(), beta=0.0).values()  # dO·v_j on the pattern
         d_a = d_w if keep is None else d_w * keep
         dq = dk = dv = None
+        perm_t, crow_t, col_t = plan.transposed()
         if ctx.needs_input_grad[2]:
             w = a if keep is None else a * keep
-            dv = _csr(plan.crow_t, plan.col_t, w.index_select(0, plan.perm_t), (Nk, M)) @ grad_out
+            dv = _csr(crow_t, col_t, w.index_select(0, perm_t), (Nk, M)) @ grad_out
         # Softmax backward per row: a * (dA - Σ_j a_j dA_j).
         row_dot = torch.segment_reduce(a * d_a, "sum", lengths=plan.lengths, unsafe=True)
         d_s = a * (d_a - row_dot.index_select(0, plan.row))
         if ctx.needs_input_grad[0]:
             dq = (_csr(plan.crow, plan.col, d_s, (M, Nk)) @ k).mul_(scale)
         if ctx.needs_input_grad[1]:
-            dk = (_csr(plan.crow_t, plan.col_t, d_s.index_select(0, plan.perm_t), (Nk, M)) @ q).mul_(scale)
+            dk = (_csr(crow_t, col_t, d_s.index_select(0, perm_t), (Nk, M)) @ q).mul_(scale)
         return dq, dk, dv, d_s, None, None, None
 
 
