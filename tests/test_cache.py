@@ -102,6 +102,22 @@ def test_public_reads_match_the_stored_pairs(tmp_path):
             c.read_array("nope/x")
 
 
+def test_node_slice_and_spd_reads_match_the_file(tmp_path):
+    """node_slice and read_array on the SPD group (what explain reads): graph g's rows, straight from h5py."""
+    edges, nodes = random_graphs(2, 6)
+    s = _prepare(tmp_path, edges, nodes)
+    starts = np.concatenate([[0], np.cumsum(nodes)])
+    with K.StructureCache(s.path) as c, h5py.File(s.path, "r") as f:
+        mem = K.StructureCache(s.path).load_in_memory()
+        for g in range(len(nodes)):
+            assert c.node_slice(g) == slice(int(starts[g]), int(starts[g + 1])) == mem.node_slice(g)
+        np.testing.assert_array_equal(c.read_array("spd/dist"), f["spd/dist"][()])
+        np.testing.assert_array_equal(c.read_array("spd/col", slice(3, 9)), f["spd/col"][3:9])
+        np.testing.assert_array_equal(mem.read_array("graphs/num_nodes"), nodes)
+        with pytest.raises(CacheError, match="has no 'magnetic/eigvals'"):
+            c.read_array("magnetic/eigvals")
+
+
 def test_same_key_does_no_work_and_force_recomputes(tmp_path):
     edges, nodes = random_graphs(2, 4)
     first = _prepare(tmp_path, edges, nodes)

@@ -387,7 +387,7 @@ class StructureCache:
             raise self._corrupt(name, exc) from exc
         return self._checked(ds, name, sl)
 
-    #: Internal spelling kept for callers not yet moved to :meth:`read_array`.
+    #: Old private spellings, kept until explain (the last caller) moves to the public ones.
     _read = read_array
 
     # -- metadata
@@ -401,29 +401,32 @@ class StructureCache:
 
     @property
     def num_graphs(self) -> int:
-        return int(self._read("graphs/num_nodes").shape[0])
+        return int(self.read_array("graphs/num_nodes").shape[0])
 
     def num_nodes(self, g: int) -> int:
-        return int(self._read("graphs/num_nodes", slice(g, g + 1))[0])
+        return int(self.read_array("graphs/num_nodes", slice(g, g + 1))[0])
 
-    def _node_slice(self, g: int) -> slice:
-        p = self._read("graphs/node_ptr", slice(g, g + 2))
+    def node_slice(self, g: int) -> slice:
+        """Graph ``g``'s rows in the per-node arrays (``nodes/*``, the ``indptr`` of pair groups)."""
+        p = self.read_array("graphs/node_ptr", slice(g, g + 2))
         return slice(int(p[0]), int(p[1]))
+
+    _node_slice = node_slice  # see _read
 
     def num_pairs(self, group: str, g: int) -> int:
         """Stored pairs of graph ``g`` in a pair group (``powers``, ``spd``, ``rrwp``), without reading them."""
-        nodes = self._node_slice(g)
-        ip = self._read(f"{group}/indptr", slice(nodes.start, nodes.stop + 1))
+        nodes = self.node_slice(g)
+        ip = self.read_array(f"{group}/indptr", slice(nodes.start, nodes.stop + 1))
         return int(ip[-1] - ip[0])
 
     # -- per-graph accessors
     def pairs(self, group: str, g: int) -> dict[str, np.ndarray]:
         """All arrays of a pair group (``powers``, ``spd``, ``rrwp``) for graph ``g``."""
-        nodes = self._node_slice(g)
-        ip = self._read(f"{group}/indptr", slice(nodes.start, nodes.stop + 1))
+        nodes = self.node_slice(g)
+        ip = self.read_array(f"{group}/indptr", slice(nodes.start, nodes.stop + 1))
         sl = slice(int(ip[0]), int(ip[-1]))
         names = [k for k in ("col", "values", "dist") if self.has(f"{group}/{k}")]
-        out = {k: self._read(f"{group}/{k}", sl) for k in names}
+        out = {k: self.read_array(f"{group}/{k}", sl) for k in names}
         out["row"] = np.repeat(np.arange(len(ip) - 1, dtype=np.int32), np.diff(ip))
         return out
 
@@ -455,16 +458,16 @@ class StructureCache:
         return d["row"], d["col"], d["values"]
 
     def component(self, g: int) -> np.ndarray:
-        return self._read("nodes/component", self._node_slice(g))
+        return self.read_array("nodes/component", self.node_slice(g))
 
     def partition(self, g: int) -> np.ndarray:
-        return self._read("nodes/part", self._node_slice(g))
+        return self.read_array("nodes/part", self.node_slice(g))
 
     def _eig(self, group: str, g: int) -> tuple[np.ndarray, np.ndarray]:
-        vp = self._read(f"{group}/val_ptr", slice(g, g + 2))
-        xp = self._read(f"{group}/vec_ptr", slice(g, g + 2))
-        vals = self._read(f"{group}/eigvals", slice(int(vp[0]), int(vp[1])))
-        flat = self._read(f"{group}/eigvecs", slice(int(xp[0]), int(xp[1])))
+        vp = self.read_array(f"{group}/val_ptr", slice(g, g + 2))
+        xp = self.read_array(f"{group}/vec_ptr", slice(g, g + 2))
+        vals = self.read_array(f"{group}/eigvals", slice(int(vp[0]), int(vp[1])))
+        flat = self.read_array(f"{group}/eigvecs", slice(int(xp[0]), int(xp[1])))
         return vals, flat.reshape(self.num_nodes(g), vals.shape[0])
 
     def spectrum(self, g: int) -> tuple[np.ndarray, np.ndarray]:
