@@ -387,9 +387,6 @@ class StructureCache:
             raise self._corrupt(name, exc) from exc
         return self._checked(ds, name, sl)
 
-    #: Old private spellings, kept until explain (the last caller) moves to the public ones.
-    _read = read_array
-
     # -- metadata
     @property
     def params(self) -> dict[str, Any]:
@@ -410,8 +407,6 @@ class StructureCache:
         """Graph ``g``'s rows in the per-node arrays (``nodes/*``, the ``indptr`` of pair groups)."""
         p = self.read_array("graphs/node_ptr", slice(g, g + 2))
         return slice(int(p[0]), int(p[1]))
-
-    _node_slice = node_slice  # see _read
 
     def num_pairs(self, group: str, g: int) -> int:
         """Stored pairs of graph ``g`` in a pair group (``powers``, ``spd``, ``rrwp``), without reading them."""

@@ -21,17 +21,17 @@ and ``image_<I>.png``: the image beside each head's map, rows = layers.
 """
 from __future__ import annotations
 
-import json
-import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from xmask_cli.errors import UsageError
-from xmask_cli.explain import save_png
+from xmask_cli.explain.figures import plot_image, save_png
+from xmask_cli.explain.hops import layer_masses
+from xmask_cli.explain.record import record_terms
+from xmask_cli.explain.store import ImageMaps, write_image_maps
 from xmask_cli.model.network import head_labels
 
 __all__ = ["grid_distances", "explain_images"]
@@ -46,10 +46,8 @@ def grid_distances(rows: int, cols: int, connectivity: int) -> np.ndarray:
 
 def _record(model: Any, task: Any, image: int) -> list[np.ndarray]:
     """Per layer ``[H, T, T]`` attention of the model on dataset image ``image``."""
-    model.eval()
-    with torch.no_grad():
-        inputs = task.inputs(task.batch(np.array([image])))
-        _, layers = model.encode_dense(inputs["x"], inputs["powers"], return_terms=True)
+    inputs = task.inputs(task.batch(np.array([image])))
+    _, layers = record_terms(model, inputs["x"], powers=inputs["powers"])
     return [t["attention"][0].float().cpu().numpy() for t in layers]
 
 
@@ -73,49 +71,17 @@ def _hop_mass(att: np.ndarray, offset: int, dist: np.ndarray) -> np.ndarray:
     return out / n
 
 
-def _plot(image: np.ndarray, maps: list[np.ndarray], cls: list[np.ndarray], labels: list[list[str]], title: str,
-          query: int | None, cols: int, patch: int) -> Any:
-    from matplotlib.figure import Figure
-    from matplotlib.patches import Rectangle
-
-    layers, heads = len(maps), maps[0].shape[0]
-    fig = Figure(figsize=(2.2 * (heads + 1) + 0.6, 2.2 * layers + 0.8), layout="constrained")
-    axes = np.asarray(fig.subplots(layers, heads + 1, squeeze=False))
-    shown = image.transpose(1, 2, 0)
-    for l in range(layers):
-        ax = axes[l, 0]
-        ax.imshow(shown[:, :, 0] if shown.shape[2] == 1 else shown, cmap="gray", interpolation="nearest")
-        if query is not None:
-            r, c = divmod(query, cols)
-            ax.add_patch(Rectangle((c * patch - 0.5, r * patch - 0.5), patch, patch, fill=False, edgecolor="red",
-                                   linewidth=1.5))
-        ax.set_title(f"L{l} input", fontsize=7)
-        for h in range(heads):
-            ax = axes[l, h + 1]
-            im = ax.imshow(maps[l][h], cmap="viridis", interpolation="nearest")
-            fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
-            extra = f" · cls {cls[l][h]:.2f}" if cls[l].any() else ""
-            ax.set_title(f"L{l} head {h} · {labels[l][h]}{extra}", fontsize=7)
-        for ax in axes[l]:
-            ax.set_xticks([])
-            ax.set_yticks([])
-    fig.suptitle(title, fontsize=9)
-    return fig
-
-
 def explain_images(model: Any, task: Any, images: Sequence[int], *, query_patch: int | None, out_dir: Path,
                    connectivity: int, meta: dict[str, Any],
                    log: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
     """Record, save and plot every head's attention over the patch grid for test images ``images``.
 
-    Returns the same JSON-able shape as :func:`xmask_cli.explain.explain_run`
+    Returns the same JSON-able shape as :func:`xmask_cli.explain.run.explain_run`
     (``targets``, ``files``, ``hop_buckets``, ``hop_summary``), plus ``query``.
 
     Raises:
         UsageError: an image index outside the test split, or a patch index outside the grid.
     """
-    import h5py
-
     cfg = model.cfg
     enc = model.encoder
     rows, cols, offset = enc.rows, enc.cols, enc.offset
@@ -127,54 +93,34 @@ def explain_images(model: Any, task: Any, images: Sequence[int], *, query_patch:
         raise UsageError(f"--query-patch {query_patch}: out of range, the {rows}x{cols} grid has patches "
                          f"0..{rows * cols - 1} (row-major)")
     labels = head_labels(cfg)
+    # The image summary reports k = 0 for every head of a run without the log mask (as its maps.h5 does).
+    ks = list(cfg.head_powers) if cfg.use_bias else [0] * len(cfg.head_powers)
     dist = grid_distances(rows, cols, connectivity)
     buckets = ["cls", *[str(d) for d in range(int(dist.max()) + 1)]]
     query = "mean over all query tokens" if query_patch is None else f"query patch {query_patch}"
-    targets, figures, total = [], {}, None
-    tmp_h5 = out_dir / f".maps.h5.tmp{os.getpid()}"
-    try:
-        with h5py.File(tmp_h5, "w") as f:
-            for i in images:
-                image_id = int(test[i])
-                att = _record(model, task, image_id)
-                maps, cls = zip(*(_maps(a, offset, rows, cols, query_patch) for a in att))
-                hop = [_hop_mass(a, offset, dist) for a in att]
-                total = hop if total is None else [t + m for t, m in zip(total, hop)]
-                name = f"image_{i}"
-                label = int(task.y[image_id])
-                desc = f"test image {i} (dataset image {image_id}, label {label}): {query}"
-                g = f.create_group(name)
-                g.attrs.update({"target": desc, "image_id": image_id, "label": label, "query": query})
-                for l, a in enumerate(att):
-                    for h in range(a.shape[0]):
-                        hg = g.create_group(f"layer_{l}/head_{h}")
-                        hg.create_dataset("attention", data=a[h].astype(np.float32), compression="gzip")
-                        hg.create_dataset("grid", data=maps[l][h].astype(np.float32))
-                        hg.attrs.update({"k": int(cfg.head_powers[h]) if cfg.use_bias else 0, "bias": labels[l][h]})
-                fig = _plot(task.x[image_id].numpy(), list(maps), list(cls), labels, desc, query_patch, cols,
-                            cfg.patch_size)
-                figures[name] = str(save_png(fig, out_dir / f"{name}.png"))
-                targets.append({"name": name, "kind": "image", "image": i, "image_id": image_id, "label": label,
-                                "target": desc, "hop_summary": _summary(hop, cfg, buckets, labels)})
-                log(f"recorded {desc}")
-            summary = _summary(total, cfg, buckets, labels)
-            f.attrs["meta"] = json.dumps({**meta, "query": query, "hop_summary": summary}, sort_keys=True)
-        os.replace(tmp_h5, out_dir / "maps.h5")
-    finally:
-        if tmp_h5.exists():
-            tmp_h5.unlink()
+    targets, recorded, plots, total = [], [], [], None
+    for i in images:
+        image_id = int(test[i])
+        att = _record(model, task, image_id)
+        maps, cls = zip(*(_maps(a, offset, rows, cols, query_patch) for a in att))
+        hop = [_hop_mass(a, offset, dist) for a in att]
+        total = hop if total is None else [t + m for t, m in zip(total, hop)]
+        name = f"image_{i}"
+        label = int(task.y[image_id])
+        desc = f"test image {i} (dataset image {image_id}, label {label}): {query}"
+        recorded.append(ImageMaps(name=name, attrs={"target": desc, "image_id": image_id, "label": label,
+                                                    "query": query}, attention=att, grids=list(maps)))
+        plots.append((name, image_id, list(maps), list(cls), desc))
+        targets.append({"name": name, "kind": "image", "image": i, "image_id": image_id, "label": label,
+                        "target": desc, "hop_summary": layer_masses(hop, ks, labels, buckets)})
+        log(f"recorded {desc}")
+    summary = layer_masses(total, ks, labels, buckets)
+    maps_path = write_image_maps(out_dir / "maps.h5", recorded, cfg,
+                                 {**meta, "query": query, "hop_summary": summary})
+    figures = {}
+    for name, image_id, maps, cls, desc in plots:
+        fig = plot_image(task.x[image_id].numpy(), maps, cls, labels, desc, query_patch, cols, cfg.patch_size)
+        figures[name] = str(save_png(fig, out_dir / f"{name}.png"))
     return {**meta, "query": query, "targets": targets,
-            "files": {"maps": str(out_dir / "maps.h5"), "figures": figures},
+            "files": {"maps": str(maps_path), "figures": figures},
             "hop_buckets": buckets, "hop_summary": summary}
-
-
-def _summary(hop: list[np.ndarray], cfg: Any, buckets: list[str], labels: list[list[str]]) -> dict[str, Any]:
-    out = {}
-    for l, mass in enumerate(hop):
-        layer = {}
-        for h, row in enumerate(mass):
-            p = row / row.sum() if row.sum() > 0 else row
-            layer[f"head_{h}"] = {"k": int(cfg.head_powers[h]) if cfg.use_bias else 0, "bias": labels[l][h],
-                                  "mass": {b: float(v) for b, v in zip(buckets, p)}}
-        out[f"layer_{l}"] = layer
-    return out

@@ -1,0 +1,46 @@
+"""explain.hops: the hop summary sums to one per head and follows each head's power of Â."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from tests.model.graphs import adjacency, norm_powers
+from xmask_cli.explain.hops import hop_mass
+from xmask_cli.explain.record import Recorded, record_terms, to_numpy
+from xmask_cli.model.network import ModelConfig, XMaskNet
+
+
+def test_hop_summary_sums_to_one(mutag):
+    result = mutag["result"]
+    assert [t["name"] for t in result["targets"]] == ["graph_0", "graph_5"]
+    buckets = result["hop_buckets"]
+    assert buckets[-1] == "unreachable" and buckets[0] == "0"
+    for layer in ("layer_0", "layer_1"):
+        for hd, k in (("head_0", 1), ("head_1", 2)):
+            entry = result["hop_summary"][layer][hd]
+            assert entry["k"] == k and list(entry["mass"]) == buckets
+            assert sum(entry["mass"].values()) == pytest.approx(1.0, abs=1e-9)
+
+
+def test_hop_summary_respects_head_power_on_a_path():
+    n = 8
+    a = adjacency(n, [(i, i + 1) for i in range(n - 1)])
+    powers = torch.from_numpy(norm_powers(a, 2)).float().unsqueeze(0)
+    torch.manual_seed(0)
+    cfg = ModelConfig(in_dim=3, out_dim=2, hidden=8, heads=2, layers=2, mask_scale="none", eps=1e-30, dropout=0.0)
+    model = XMaskNet(cfg).eval()
+    x = torch.randn(1, n, 3)
+    _, layers = record_terms(model, x, powers=powers, mask=torch.ones(1, n, dtype=torch.bool))
+    rec = Recorded(n=n, layers=[to_numpy(t, 0) for t in layers])
+    dist = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])  # path graph hop distances
+    masses = hop_mass(rec, np.arange(n), dist, 8)
+    for mass in masses:
+        p = mass / mass.sum(1, keepdims=True)
+        assert p[0, 2:].sum() < 1e-6  # head 0 reads Â^1: nothing beyond 1 hop
+        assert p[1, 3:].sum() < 1e-6  # head 1 reads Â^2: nothing beyond 2 hops
+        # Independently: per head, the attention mass at distance d, averaged over rows.
+        for h in range(2):
+            att = layers[0]["attention"][0, h].numpy() if mass is masses[0] else layers[1]["attention"][0, h].numpy()
+            for d in range(3):
+                assert p[h, d] == pytest.approx(att[dist == d].sum() / n, abs=1e-6)

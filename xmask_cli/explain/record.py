@@ -1,0 +1,160 @@
+"""Recording: the model's own forward with every layer's attention terms, as numpy.
+
+:func:`record_terms` runs the very forward a run evaluates with
+(:meth:`XMaskNet.encode_dense` / :meth:`~XMaskNet.encode_sparse` with
+``return_terms=True``); :class:`Recorded` holds one forward's terms and crops
+them; :class:`SingleGraph` is the forward over one graph's nodes for node-,
+link- and edge-level runs (the full graph, or the METIS part holding a node).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from xmask_cli.errors import UsageError
+
+__all__ = ["KINDS", "Recorded", "SingleGraph", "record_terms", "to_numpy"]
+
+#: Map kinds recorded per layer and head, in plotting order (rows of the grid).
+KINDS = ("energy", "structural", "logits", "attention")
+
+
+@dataclass
+class Recorded:
+    """Every layer's terms of one forward over ``n`` nodes, as numpy.
+
+    Dense: ``layers[l][kind]`` is ``[H, n, n]``. Sparse: ``[E, H]`` on ``pairs`` (``[2, E]`` local ids).
+    """
+
+    n: int
+    layers: list[dict[str, np.ndarray]]
+    pairs: np.ndarray | None = None
+
+    @property
+    def dense(self) -> bool:
+        return self.pairs is None
+
+    @property
+    def heads(self) -> int:
+        a = self.layers[0]["attention"]
+        return int(a.shape[0] if self.dense else a.shape[1])
+
+    def crop(self, sel: np.ndarray) -> list[dict[str, np.ndarray]]:
+        """``[H, m, m]`` maps per layer and kind on the local nodes ``sel`` (in that order)."""
+        out = []
+        if self.dense:
+            for terms in self.layers:
+                out.append({k: np.ascontiguousarray(terms[k][:, sel][:, :, sel]) for k in KINDS})
+            return out
+        m = len(sel)
+        pos = np.full(self.n, -1, dtype=np.int64)
+        pos[sel] = np.arange(m)
+        r, c = pos[self.pairs[0]], pos[self.pairs[1]]
+        keep = (r >= 0) & (c >= 0)
+        r, c = r[keep], c[keep]
+        fill = {"energy": np.nan, "structural": np.nan, "logits": -np.inf, "attention": 0.0}
+        for terms in self.layers:
+            maps = {}
+            for k in KINDS:
+                a = np.full((self.heads, m, m), fill[k], dtype=np.float32)
+                a[:, r, c] = terms[k][keep].T
+                maps[k] = a
+            out.append(maps)
+        return out
+
+    def rows(self, layer: int, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(query position in queries, key, attention [.., H])`` of every attended pair of rows ``queries``."""
+        att = self.layers[layer]["attention"]
+        if self.dense:
+            qi, key = np.meshgrid(np.arange(len(queries)), np.arange(self.n), indexing="ij")
+            w = att[:, queries, :].transpose(1, 2, 0).reshape(-1, att.shape[0])  # [nq * n, H]
+            return qi.reshape(-1), key.reshape(-1), w
+        where = np.full(self.n, -1, dtype=np.int64)
+        where[queries] = np.arange(len(queries))
+        q = where[self.pairs[0]]
+        keep = q >= 0
+        return q[keep], self.pairs[1][keep], att[keep]
+
+
+def to_numpy(terms: dict[str, torch.Tensor], index: Any = None) -> dict[str, np.ndarray]:
+    """The :data:`KINDS` of one layer's terms (optionally indexed, e.g. batch 0) as float32 numpy."""
+    return {k: (terms[k] if index is None else terms[k][index]).detach().float().cpu().numpy() for k in KINDS}
+
+
+@torch.no_grad()
+def record_terms(model: torch.nn.Module, x: torch.Tensor, *, powers: torch.Tensor | None = None,
+                 mask: torch.Tensor | None = None, edge_index: torch.Tensor | None = None,
+                 values: torch.Tensor | None = None,
+                 extras: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
+    """Eval-mode forward of ``model`` with every layer's attention terms.
+
+    Dense when ``edge_index`` is None (``x [1, N, F]``, ``powers``, ``mask``), sparse
+    otherwise (``x [N, F]``, ``edge_index``, ``values``); ``extras`` feed the learned
+    biases. Returns ``(h, terms per layer)``.
+    """
+    model.eval()
+    if extras is not None:
+        device = x.device
+        extras = {k: v.to(device) for k, v in extras.items()}
+    if edge_index is None:
+        return model.encode_dense(x, powers, mask, return_terms=True, extras=extras)
+    return model.encode_sparse(x, edge_index, values, return_terms=True, extras=extras)
+
+
+class SingleGraph:
+    """The forward over one graph's nodes for node-, link- and edge-level tasks (full graph or a part)."""
+
+    def __init__(self, task: Any, level: str):
+        self.task, self.level = task, level
+        self.num_nodes = int(task.num_nodes) if hasattr(task, "num_nodes") else int(task.x.size(0))
+        self.cache_path = task.cache_path
+        self._memo: dict[Any, tuple[np.ndarray, Recorded]] = {}
+
+    def _batch_for(self, nodes: Sequence[int]) -> tuple[Any, np.ndarray]:
+        """(batch key, global ids of the batch's nodes) holding all ``nodes``."""
+        t = self.task
+        if self.level == "node" and t.eval_mode == "partition":
+            for i, b in enumerate(t.eval_batches):
+                ids = b.nodes.numpy()
+                if np.isin(nodes, ids).all():
+                    return i, ids
+            raise UsageError(f"nodes {list(map(int, nodes))} lie in different METIS parts of this run's evaluation "
+                             f"batches; explain them one at a time (--node I)")
+        return "full", np.arange(self.num_nodes)
+
+    def forward(self, model: Any, nodes: Sequence[int]) -> tuple[np.ndarray, Recorded]:
+        """``(global ids of the forward's nodes, its recorded terms)`` for a forward holding all ``nodes``."""
+        key, ids = self._batch_for(nodes)
+        if key in self._memo:
+            return self._memo[key]
+        t = self.task
+        device = next(model.parameters()).device
+        if self.level == "node":
+            b = t.whole_graph_batch() if key == "full" else t.eval_batches[key]
+            x = (t.x if b.nodes is None else t.x[b.nodes]).to(device)
+            if b.powers is not None:
+                _, layers = record_terms(model, x.unsqueeze(0), powers=b.powers.to(device), extras=b.extras)
+                pairs = None
+            else:
+                _, layers = record_terms(model, x, edge_index=b.edge_index.to(device), values=b.values.to(device),
+                                         extras=b.extras)
+                pairs = b.edge_index.cpu().numpy()
+        else:
+            s = t.structure
+            x = t.x.to(device)
+            if s.dense:
+                _, layers = record_terms(model, x.unsqueeze(0), powers=s.powers, extras=s.extras)
+                pairs = None
+            else:
+                _, layers = record_terms(model, x, edge_index=s.pairs, values=s.values, extras=s.extras)
+                pairs = s.pairs.cpu().numpy()
+        if pairs is None:
+            rec = Recorded(n=len(ids), layers=[to_numpy(terms, 0) for terms in layers])
+        else:
+            rec = Recorded(n=len(ids), layers=[to_numpy(terms) for terms in layers], pairs=pairs)
+        self._memo = {key: (ids, rec)}  # keep one forward: a full-graph one can be large
+        return ids, rec

@@ -1,0 +1,138 @@
+"""Targets of ``xmask explain``: a graph, a node or an edge, recorded and cropped.
+
+- ``graph I`` (graph-level runs): graph ``I`` alone, padded as one batch;
+  graphs above ``max_nodes`` nodes are cropped to the ``max_nodes`` nodes
+  closest to node 0 (the forward still runs on the whole graph).
+- ``node I`` (node-, link- and edge-level runs): the full-graph forward (or
+  the METIS part holding ``I`` when the run evaluates on partitions), cropped
+  to ``I``'s neighbourhood: the nodes within the cache's SPD cut-off, closest
+  first (ties by id), at most ``max_nodes``.
+- ``edge U,V`` (same levels): the union of both endpoints' neighbourhoods
+  (distance = the smaller of the two), same cropping.
+
+The hop summary of a target is taken over the *full* attention rows of its
+query nodes (graph: all its nodes; node: the node; edge: both endpoints), not
+over the crop.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from xmask_cli.errors import UsageError
+from xmask_cli.explain.hops import distance_rows, hop_mass, layer_masses, neighbourhood
+from xmask_cli.explain.record import Recorded, SingleGraph, record_terms, to_numpy
+
+__all__ = ["TargetMaps", "explain_graph", "explain_nodes", "parse_edge", "target_dict"]
+
+
+@dataclass
+class TargetMaps:
+    """The recorded maps of one target.
+
+    Attributes:
+        name: ``graph_17``, ``node_5`` or ``edge_3_9`` (the HDF5 group and PNG name).
+        kind: ``graph``, ``node`` or ``edge``.
+        spec: the target as given (``{"graph": 17}``, ``{"node": 5}``, ``{"edge": [3, 9]}``).
+        node_ids: ``[m]`` global node ids of the maps' rows and columns (graph targets: ids inside the graph).
+        cropped_from: nodes of the forward the maps were cropped from (``m`` when not cropped).
+        maps: per layer, kind -> ``[H, m, m]`` float32.
+        hop: per layer, ``[H, buckets]`` attention mass summed over the query rows.
+        queries: global ids of the query rows the hop summary reads.
+    """
+
+    name: str
+    kind: str
+    spec: dict[str, Any]
+    node_ids: np.ndarray
+    cropped_from: int
+    maps: list[dict[str, np.ndarray]]
+    hop: list[np.ndarray] = field(default_factory=list)
+    queries: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    source: str = ""
+
+    @property
+    def cropped(self) -> bool:
+        return len(self.node_ids) < self.cropped_from
+
+    def describe(self) -> str:
+        head = {"graph": f"graph {self.spec.get('graph')}", "node": f"node {self.spec.get('node')}",
+                "edge": "edge {}-{}".format(*self.spec.get("edge", ("?", "?")))}[self.kind]
+        if self.cropped:
+            of = f" ({self.source})" if self.source else ""
+            return f"{head}: cropped to {len(self.node_ids)} of {self.cropped_from} nodes{of}"
+        return f"{head}: {len(self.node_ids)} nodes"
+
+
+def parse_edge(edge: Any) -> tuple[int, int]:
+    """``(u, v)`` of an ``"U,V"`` string or a pair; :class:`UsageError` for anything else."""
+    if isinstance(edge, str):
+        parts = edge.replace(" ", "").split(",")
+        if len(parts) != 2 or not all(p.lstrip("-").isdigit() for p in parts):
+            raise UsageError(f"--edge '{edge}': expected two node ids U,V such as 3,9")
+        return int(parts[0]), int(parts[1])
+    try:
+        u, v = edge
+        return int(u), int(v)
+    except (TypeError, ValueError):
+        raise UsageError(f"--edge {edge!r}: expected two node ids U,V such as 3,9") from None
+
+
+def explain_graph(model: Any, task: Any, g: int, max_nodes: int) -> tuple[TargetMaps, int]:
+    """Graph ``g`` of a graph-level run's test stream: ``(its maps, the SPD cut-off D)``."""
+    from xmask_cli.cache import StructureCache
+
+    stream = task.eval_streams["test"]
+    device = next(model.parameters()).device
+    batch = stream.collate(np.array([g])).to(device)
+    _, layers = record_terms(model, batch.x, powers=batch.powers, mask=batch.mask, extras=batch.extras)
+    n = int(batch.mask[0].sum())
+    rec = Recorded(n=n, layers=[to_numpy(t, (0, slice(None), slice(None, n), slice(None, n))) for t in layers])
+    with StructureCache(task.cache_path) as cache:
+        everyone = np.arange(n)
+        dist, d_max = distance_rows(cache, g, everyone)
+    sel = everyone if n <= max_nodes else neighbourhood(dist[:1], None, max_nodes)
+    t = TargetMaps(name=f"graph_{g}", kind="graph", spec={"graph": g}, node_ids=sel.astype(np.int64),
+                   cropped_from=n, maps=rec.crop(sel), queries=everyone, source="closest to node 0")
+    t.hop = hop_mass(rec, everyone, dist, d_max)
+    return t, d_max
+
+
+def explain_nodes(model: Any, source: SingleGraph, kind: str, centre: Sequence[int],
+                  max_nodes: int) -> tuple[TargetMaps, int]:
+    """A node (``centre = [i]``) or edge (``[u, v]``) target of a one-graph run: ``(its maps, D)``."""
+    from xmask_cli.cache import StructureCache
+
+    centre = np.asarray(centre, dtype=np.int64)
+    ids, rec = source.forward(model, centre)
+    with StructureCache(source.cache_path) as cache:
+        dist, d_max = distance_rows(cache, 0, centre)
+    allowed = None
+    if len(ids) < source.num_nodes:
+        allowed = np.zeros(source.num_nodes, dtype=bool)
+        allowed[ids] = True
+    sel_global = neighbourhood(dist, allowed, max(max_nodes, len(centre)))
+    local = np.full(source.num_nodes, -1, dtype=np.int64)
+    local[ids] = np.arange(len(ids))
+    sel = local[sel_global]
+    if kind == "node":
+        name, spec = f"node_{centre[0]}", {"node": int(centre[0])}
+    else:
+        name, spec = f"edge_{centre[0]}_{centre[1]}", {"edge": [int(centre[0]), int(centre[1])]}
+    t = TargetMaps(name=name, kind=kind, spec=spec, node_ids=sel_global, cropped_from=len(ids),
+                   maps=rec.crop(sel), queries=centre,
+                   source="full graph" if len(ids) == source.num_nodes else "its METIS part")
+    t.hop = hop_mass(rec, local[centre], dist[:, ids], d_max)
+    return t, d_max
+
+
+def target_dict(t: TargetMaps, ks: Sequence[int], labels: Sequence[Sequence[str]],
+                buckets: list[str]) -> dict[str, Any]:
+    """The JSON-able row of one target in :func:`~xmask_cli.explain.run.explain_run`'s result."""
+    return {"name": t.name, "kind": t.kind, **t.spec, "target": t.describe(), "num_nodes": int(len(t.node_ids)),
+            "cropped": bool(t.cropped), "cropped_from": int(t.cropped_from),
+            "node_ids": [int(i) for i in t.node_ids], "query_nodes": [int(i) for i in t.queries],
+            "hop_summary": layer_masses(t.hop, ks, labels, buckets)}
