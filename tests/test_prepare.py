@@ -112,6 +112,25 @@ def test_star_hub_keeps_every_edge_and_dropped_mass_is_recorded(tmp_path):
     assert s.truncation["powers"]["mean"] == rec["mean"] and s.truncation["large_graphs"] == 1
 
 
+def test_truncation_report_of_a_fresh_build_equals_the_one_read_back(tmp_path):
+    """prepare builds the report from the values it writes; a cached run reads it from the file: same report."""
+    from xmask_cli.prepare import truncation_report
+
+    g = nx.barabasi_albert_graph(200, 3, seed=2)
+    g.add_edges_from((0, j) for j in range(100, 200))  # one hub above topk: something is dropped
+    edges = np.array(list(g.edges())).T
+    sets = ("structure.large.topk=16", "structure.rrwp.enabled=true", "structure.rrwp.steps=3")
+    fresh = _prepare_large(tmp_path, edges, 200, *sets)
+    cached = _prepare_large(tmp_path, edges, 200, *sets)
+    assert not fresh.cached and cached.cached
+    with StructureCache(fresh.path) as c:
+        on_disk = truncation_report(c)
+        assert on_disk["large_graphs"] == int(np.count_nonzero(c.file["graphs/large"][()])) == 1
+        assert on_disk["rrwp"]["mean"] == json.loads(c.file["rrwp"].attrs["dropped_mass"])["mean"]
+    assert max(on_disk["powers"]["max"]) > 0 and on_disk["rrwp"]["step"] == [0, 1, 2, 3]
+    assert fresh.truncation == on_disk == cached.truncation
+
+
 @pytest.mark.parametrize("normalization", ["sym", "no-symnorm"])
 def test_recorded_dropped_mass_equals_brute_force_on_a_random_graph(tmp_path, normalization):
     g = nx.barabasi_albert_graph(300, 3, seed=1)

@@ -502,22 +502,23 @@ def listing(cache_dir: Path, dataset: str | None = None) -> list[dict[str, Any]]
     """Rows of ``xmask cache ls``: every cache file (``status`` ``ok`` or ``corrupt``, with ``error``)
     and every writer temp file (``status`` ``writing`` while its process runs, ``stale`` once it is gone;
     the next writer in that folder removes stale ones)."""
+    def unread(p: Path, key: str, **status: Any) -> dict[str, Any]:
+        """The row of a file whose contents are not read (a temp file, or a file that cannot be)."""
+        return {"path": str(p), "dataset": p.parent.name, "key": key, "size_bytes": _size(p), "created": "",
+                "num_graphs": 0, "params": {}, **status}
+
     rows: list[dict[str, Any]] = []
     for d in _dataset_dirs(cache_dir, dataset):
         for p in sorted(d.iterdir()):
             m = _TMP_NAME.match(p.name)
             if m:
                 pid = int(m.group(1))
-                rows.append({"path": str(p), "dataset": d.name, "key": p.name[1:21], "size_bytes": _size(p),
-                             "created": "", "num_graphs": 0, "params": {},
-                             "status": "writing" if _pid_alive(pid) else "stale", "writer_pid": pid})
+                rows.append(unread(p, p.name[1:21], status="writing" if _pid_alive(pid) else "stale", writer_pid=pid))
             elif p.suffix == ".h5" and not p.name.startswith("."):
                 try:
                     rows.append({**info(p).to_dict(), "status": "ok"})
                 except CacheError as exc:
-                    rows.append({"path": str(p), "dataset": d.name, "key": p.stem, "size_bytes": _size(p),
-                                 "created": "", "num_graphs": 0, "params": {}, "status": "corrupt",
-                                 "error": str(exc)})
+                    rows.append(unread(p, p.stem, status="corrupt", error=str(exc)))
     return rows
 
 
@@ -691,13 +692,10 @@ def clear(cache_dir: Path, dataset: str | None = None, kept: list[Path] | None =
     """
     cache_dir = Path(cache_dir)
     removed: list[Path] = []
-    dirs = [dataset_folder(cache_dir, dataset)] if dataset else None
+    if dataset:
+        dataset_folder(cache_dir, dataset)  # a path outside the cache dir is refused even when nothing is cached
     try:
-        if dirs is not None:
-            dirs = [d for d in dirs if d.is_dir() and not d.is_symlink()]
-        else:
-            dirs = [d for d in _dataset_dirs(cache_dir, None) if not d.is_symlink()]
-        for d in dirs:
+        for d in (d for d in _dataset_dirs(cache_dir, dataset) if not d.is_symlink()):
             mine = 0
             for p in sorted(d.iterdir()):
                 if is_own_cache_file(p) or is_stale_temp(p):

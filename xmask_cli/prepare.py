@@ -232,12 +232,19 @@ def truncation_report(cache: StructureCache) -> dict[str, Any]:
     of the row's exact mass that the stored entries miss (0 where nothing was truncated).
     """
     f = cache.file
-    trunc = json.loads(f["powers"].attrs["truncation"])
-    out: dict[str, Any] = {"large_graphs": int(np.count_nonzero(cache.read_array("graphs/large"))),
-                           "tau": trunc["tau"], "topk": trunc["topk"], "rule": trunc["rule"]}
+    dropped = {g: f[g].attrs["dropped_mass"] for g in ("powers", "rrwp") if g in f and "dropped_mass" in f[g].attrs}
+    return _truncation_report(int(np.count_nonzero(cache.read_array("graphs/large"))), f["powers"].attrs["truncation"],
+                              dropped)
+
+
+def _truncation_report(large_graphs: int, truncation: str, dropped_mass: dict[str, str]) -> dict[str, Any]:
+    """:func:`truncation_report` from the values written: the ``truncation`` and ``dropped_mass`` JSON attributes."""
+    trunc = json.loads(truncation)
+    out: dict[str, Any] = {"large_graphs": large_graphs, "tau": trunc["tau"], "topk": trunc["topk"],
+                           "rule": trunc["rule"]}
     for group, label, first in (("powers", "k", 1), ("rrwp", "step", 0)):
-        if group in f and "dropped_mass" in f[group].attrs:
-            d = json.loads(f[group].attrs["dropped_mass"])
+        if group in dropped_mass:
+            d = json.loads(dropped_mass[group])
             out[group] = {label: list(range(first, first + len(d["mean"]))), **d}
     return out
 
@@ -460,6 +467,7 @@ def prepare_graphs(
     vptr: dict[str, list[int]] = {}
     comp_offset = 0
     total_edges = 0
+    large_graphs = 0
     dropped = _DroppedMass()
     with CacheWriter(path, attrs) as w:
         w.append("graphs/node_ptr", np.zeros(1, dtype=np.int64))
@@ -468,6 +476,7 @@ def prepare_graphs(
             w.append("graphs/num_nodes", r.num_nodes)
             w.append("graphs/num_edges", r.num_edges)
             w.append("graphs/large", r.large)
+            large_graphs += int(np.count_nonzero(r.large))
             w.append("graphs/node_ptr", node_total + np.cumsum(r.num_nodes))
             node_total += int(r.num_nodes.sum())
             total_edges += int(r.num_edges.sum())
@@ -500,16 +509,18 @@ def prepare_graphs(
                 w.append(f"{group}/method", np.asarray(e["methods"], dtype="S16"))
             if progress is not None:
                 progress(done, len(nn))
-        w.set_attrs("powers", k=cfg.powers.k, normalization=cfg.powers.normalization,
-                    truncation=json.dumps({"tau": cfg.large.tau, "topk": cfg.large.topk, "applies_to": "graphs/large",
-                                           "rule": TRUNCATION_RULE}),
-                    dropped_mass=dropped.attrs("powers", cfg.powers.k))
+        truncation = json.dumps({"tau": cfg.large.tau, "topk": cfg.large.topk, "applies_to": "graphs/large",
+                                 "rule": TRUNCATION_RULE})
+        masses = {"powers": dropped.attrs("powers", cfg.powers.k)}
+        w.set_attrs("powers", k=cfg.powers.k, normalization=cfg.powers.normalization, truncation=truncation,
+                    dropped_mass=masses["powers"])
         if cfg.rrwp.enabled:
-            w.set_attrs("rrwp", dropped_mass=dropped.attrs("rrwp", cfg.rrwp.steps + 1))
+            masses["rrwp"] = dropped.attrs("rrwp", cfg.rrwp.steps + 1)
+            w.set_attrs("rrwp", dropped_mass=masses["rrwp"])
         if cfg.spd.enabled:
             w.set_attrs("spd", max_distance=cfg.spd.max_distance, large_radius=min(cfg.spd.max_distance, cfg.large.spd_radius))
-    with StructureCache(path) as c:
-        report = truncation_report(c)
+    # From the values just written: no second open of the file.
+    report = _truncation_report(large_graphs, truncation, masses)
     return PrepareSummary(dataset_key, str(path), key, False, len(nn), int(nn.sum()), total_edges, path.stat().st_size,
                           round(time.perf_counter() - t0, 3), params, report)
 

@@ -121,3 +121,15 @@ def test_online_download_is_checked_extracted_and_reported_on_stderr(tmp_path, m
     monkeypatch.setattr(I, "CIFAR_MD5", "0" * 32)
     with pytest.raises(DataNotFoundError, match="MD5"):
         I.load_images(get_dataset("cifar10"), data_root=tmp_path / "other", offline=False, progress=lines.append)
+
+
+def test_an_unwritable_data_root_is_refused_before_any_download(tmp_path, monkeypatch):
+    """The data root is checked first (a file in the way): NotWritableError, and the URL is never opened."""
+    from xmask_cli.errors import NotWritableError
+
+    opened: list[str] = []
+    monkeypatch.setattr(I.urllib.request, "urlopen", lambda url, **kw: opened.append(url))
+    (tmp_path / "a-file").write_text("not a folder")
+    with pytest.raises(NotWritableError, match="a-file is a file, not a folder; pass a writable --data-root"):
+        I.load_images(get_dataset("cifar10"), data_root=tmp_path / "a-file" / "root", offline=False)
+    assert opened == []

@@ -26,7 +26,6 @@ import os
 import pickle
 import sys
 import tarfile
-import tempfile
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,16 +35,13 @@ from typing import Any
 import numpy as np
 
 from xmask_cli.data.registry import DatasetSpec
-from xmask_cli.errors import DataNotFoundError, NotWritableError, UsageError, first_line
+from xmask_cli.errors import DataNotFoundError, UsageError, first_line
 
 __all__ = ["ImageInfo", "IMAGE_INFO", "ImageSet", "image_info", "load_images", "channel_stats",
            "read_cifar_batch", "CIFAR_URL", "CIFAR_MD5"]
 
 CIFAR_URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 CIFAR_MD5 = "c58f30108f718f92721af3b95e74349a"  # published on the CIFAR page
-CIFAR_FOLDER = "cifar-10-batches-py"
-CIFAR_TRAIN = tuple(f"data_batch_{i}" for i in range(1, 6))
-CIFAR_TEST = "test_batch"
 CIFAR_CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 
 
@@ -182,10 +178,6 @@ def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return data.reshape(-1, 3, 32, 32), labels
 
 
-def _cifar_files(root: Path) -> list[Path]:
-    return [root / CIFAR_FOLDER / f for f in (*CIFAR_TRAIN, CIFAR_TEST)]
-
-
 def _download(url: str, dest: Path, progress: Callable[[str], None]) -> None:
     """Fetch ``url`` to ``dest`` (temp name, then rename) with a progress line every 10 %."""
     tmp = dest.with_name(f".{dest.name}.part{os.getpid()}")
@@ -206,20 +198,16 @@ def _download(url: str, dest: Path, progress: Callable[[str], None]) -> None:
             tmp.unlink()
 
 
-def _fetch_cifar(root: Path, progress: Callable[[str], None]) -> None:
-    """Download, check and extract the CIFAR-10 archive into ``root``."""
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=root, prefix=".xmask-write-test")
-        probe.close()
-    except OSError as exc:
-        raise NotWritableError(f"cannot write the CIFAR-10 download into {root}: {exc.strerror}; "
-                               f"pass a writable --data-root") from exc
+def _fetch_cifar(spec: DatasetSpec, root: Path, progress: Callable[[str], None]) -> None:
+    """Download, check and extract the CIFAR-10 archive into ``root`` (its batches land in ``root/<spec.folder>``)."""
+    from xmask_cli.cache import ensure_writable_dir
+
+    ensure_writable_dir(root, "data root for the CIFAR-10 download", "pass a writable --data-root")
     archive = root / "cifar-10-python.tar.gz"
     try:
         _download(CIFAR_URL, archive, progress)
     except OSError as exc:  # URLError is an OSError: no network, DNS, refused, timeout
-        raise DataNotFoundError(f"CIFAR-10: files not under {root / CIFAR_FOLDER} and the download from {CIFAR_URL} "
+        raise DataNotFoundError(f"CIFAR-10: files not under {root / spec.folder} and the download from {CIFAR_URL} "
                                 f"failed ({exc}); put cifar-10-batches-py/ under --data-root, or retry online") from exc
     md5 = hashlib.md5(archive.read_bytes()).hexdigest()
     if md5 != CIFAR_MD5:
@@ -227,37 +215,38 @@ def _fetch_cifar(root: Path, progress: Callable[[str], None]) -> None:
         raise DataNotFoundError(f"CIFAR-10: the downloaded archive has MD5 {md5}, expected {CIFAR_MD5}; retry")
     with tarfile.open(archive, "r:gz") as tar:
         # Only the batch folder's regular files; the 'data' filter refuses links and paths leaving root.
-        members = [m for m in tar.getmembers() if m.isfile() and m.name.startswith(f"{CIFAR_FOLDER}/")
+        members = [m for m in tar.getmembers() if m.isfile() and m.name.startswith(f"{spec.folder}/")
                    and ".." not in Path(m.name).parts]
         safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python < 3.10.12 lacks filters
         tar.extractall(root, members=members, **safe)
     archive.unlink()
-    progress(f"CIFAR-10 extracted to {root / CIFAR_FOLDER}")
+    progress(f"CIFAR-10 extracted to {root / spec.folder}")
 
 
 def _load_cifar10(spec: DatasetSpec, data_root: Path | None, offline: bool,
                   progress: Callable[[str], None]) -> ImageSet:
-    from xmask_cli.data.load import DEFAULT_DATA_ROOT
+    from xmask_cli.data.load import DEFAULT_DATA_ROOT, has_raw_files
 
     looked = [r for r in (data_root, DEFAULT_DATA_ROOT) if r is not None]
-    source = next((r for r in looked if all(p.is_file() for p in _cifar_files(r))), None)
+    source = next((r for r in looked if has_raw_files(spec, r)), None)
     if source is None:
-        where = ", ".join(str(r / CIFAR_FOLDER) for r in looked)
+        where = ", ".join(str(r / spec.folder) for r in looked)
         if offline:
             raise DataNotFoundError(
                 f"CIFAR-10: batches not found in {where} (offline, so no download was tried); put "
-                f"{CIFAR_FOLDER}/data_batch_1..5 and test_batch (the python version from "
+                f"{spec.folder}/data_batch_1..5 and test_batch (the python version from "
                 f"https://www.cs.toronto.edu/~kriz/cifar.html) under a root and pass --data-root <root> "
                 f"(or set XMASK_DATA_ROOT), or go online without --offline/XMASK_OFFLINE to download")
         source = data_root or DEFAULT_DATA_ROOT
-        _fetch_cifar(source, progress)
-    parts = [read_cifar_batch(p) for p in _cifar_files(source)]
+        _fetch_cifar(spec, source, progress)
+    # The registry lists the five training batches, then test_batch (the fixed test set, read last).
+    parts = [read_cifar_batch(source / spec.folder / f) for f in spec.raw_files]
     images = np.concatenate([p[0] for p in parts])
     labels = np.concatenate([p[1] for p in parts])
     n_test = len(parts[-1][1])
     n = len(labels)
     return ImageSet(spec, images, labels, test=np.arange(n - n_test, n), pool=np.arange(n - n_test),
-                    source=str(source / CIFAR_FOLDER))
+                    source=str(source / spec.folder))
 
 
 def _stderr(message: str) -> None:
