@@ -76,3 +76,8 @@ def human_bytes(n: int) -> str:
             return f"{size:.1f} {unit}" if unit != "B" else f"{int(size)} B"
         size /= 1024
     return f"{size:.1f} GiB"
+
+
+def fmt_metric(v: Any) -> str:
+    """A metric with four decimals, ``-`` when there is none."""
+    return "-" if v is None else f"{v:.4f}"

@@ -1,0 +1,57 @@
+"""Human renderers on hand-made results: every number shown as the result holds it, rows where they belong."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from rich.console import Console
+
+from xmask_cli.render import ablate, evaluate, explain, train
+
+
+def _text(render, *args) -> str:
+    buf = io.StringIO()
+    render(Console(file=buf, width=200, soft_wrap=True, highlight=False), *args)
+    return buf.getvalue()
+
+
+def test_explain_prints_each_heads_hop_masses_and_the_files():
+    result = {"targets": [{"name": "graph_0", "target": "graph 0: 3 nodes"}], "hop_buckets": ["0", "1", ">=2", "unreachable"],
+              "hop_summary": {"layer_1": {"head_0": {"k": 2, "mass": {"0": 0.25, "1": 0.5, ">=2": 0.25, "unreachable": 0.0}}}},
+              "files": {"maps": "out/maps.h5", "figures": {"graph_0": "out/graph_0.png"}}}
+    lines = _text(explain.human, result, Path("out")).splitlines()
+    assert lines[0] == "graph_0: graph 0: 3 nodes"
+    assert "1 target(s) -> out" in lines[1]
+    assert lines[2].split() == ["layer", "head", "k", "0", "1", ">=2", "unr"]
+    assert lines[3].split() == ["L1", "h1", "2", "0.25", "0.50", "0.25", "0.00"]  # heads shown 1-based
+    assert lines[-2:] == ["maps: out/maps.h5", "figure: out/graph_0.png"]
+
+
+def _run(seed: int, test: float) -> dict:
+    return {"seed": seed, "best_epoch": 3, "epochs_run": 5, "metrics": {"train": 1.0, "val": 0.5, "test": test}}
+
+
+def test_train_adds_the_mean_row_only_over_several_seeds():
+    one = {"dataset": "MUTAG", "level": "graph", "metric": "accuracy", "run_root": "runs/x", "runs": [_run(0, 0.75)]}
+    text = _text(train.human, one)
+    assert "0.7500" in text and "mean ± std" not in text
+    agg = {p: {"mean": 0.5, "std": 0.25} for p in ("train", "val", "test")}
+    two = {**one, "runs": [_run(0, 0.75), _run(1, 0.25)], "aggregate": agg}
+    assert "0.5000 ± 0.2500" in _text(train.human, two)
+
+
+def test_eval_shows_the_recorded_value_or_a_dash():
+    result = {"dataset": "MUTAG", "level": "graph", "seed": 0, "run_dir": "runs/x/0", "metric": "accuracy",
+              "metrics": {"val": 0.5, "test": 0.625}, "recorded": {"val": 0.5, "test": None}}
+    text = _text(evaluate.human, result, ("val", "test"))
+    assert "0.5000 (recorded 0.5000)" in text and "0.6250 (recorded -)" in text
+
+
+def test_ablate_reports_failed_variants_in_their_row():
+    rows = [{"variant": "full", "val_mean": 0.5, "val_std": 0.0, "test_mean": 0.75, "test_std": 0.125,
+             "delta_test": 0.0, "status": "ok"},
+            {"variant": "no-logmask", "val_mean": None, "test_mean": None, "delta_test": None, "status": "failed",
+             "error": "boom"}]
+    text = _text(ablate.human, {"dataset": "MUTAG", "level": "graph", "metric": "accuracy", "rows": rows}, "0-1",
+                 Path("abl"))
+    assert "0.7500 ± 0.1250" in text and "+0.0000" in text and "failed: boom" in text

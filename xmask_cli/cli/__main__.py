@@ -1,0 +1,3 @@
+from xmask_cli.cli import main
+
+main()

@@ -1,0 +1,203 @@
+"""The typer app of ``xmask``: global options, shared option types, error handling, output choice.
+
+The commands live one per module beside this one (see :mod:`xmask_cli.cli`);
+each renders its human output through :mod:`xmask_cli.render`. Results go to
+stdout (``--format human|json``); logs and progress to stderr. Errors are one
+line on stderr and a documented exit code; set ``XMASK_DEBUG=1`` for the
+traceback.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import traceback
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+
+from xmask_cli import __version__
+from xmask_cli.console import Output
+from xmask_cli.errors import EXIT_CODES, UsageError, XmaskError
+
+EXIT_HELP = "Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()) + "."
+
+_MAIN_HELP = """Structure-aware graph transformers (X-LogSMask) from the command line.
+
+Examples:
+
+    xmask prepare cora
+
+    xmask train --preset graph-level
+
+    xmask train --preset node-level --dataset cora --seeds 0-4 --format json > cora.json
+
+    xmask eval runs/mutag-graph/0
+
+    xmask ablate --preset node-level --dataset cora --seeds 0-4
+
+    xmask tune --preset mutag --trials 40 --seeds 0-2 --final-seeds 0-9
+
+    xmask explain runs/mutag-graph/0 --graph 17
+
+    xmask --format json prepare MUTAG --set structure.powers.k=3
+
+    xmask presets show graph-level
+
+    xmask cache ls
+
+""" + EXIT_HELP
+
+# typer vendors click in recent versions: take click's exception classes from wherever typer's come from.
+_click_exceptions = sys.modules[typer.BadParameter.__module__]
+
+
+class OneLineErrors(typer.core.TyperGroup):
+    """Option-parser errors (``--bogus``, ``--workers 0``) as one ``error:`` line and exit 2, like every
+    other xmask error, instead of click's boxed usage text."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except _click_exceptions.ClickException as exc:
+            if isinstance(exc, getattr(_click_exceptions, "NoArgsIsHelpError", ())):
+                return super().main(*args, standalone_mode=True, **kwargs)  # bare `xmask cache`: the help
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+            message = " ".join(line.strip() for line in exc.format_message().splitlines() if line.strip())
+            sys.stderr.write(f"error: {message}{hint}\n")
+            sys.exit(exc.exit_code)
+        except _click_exceptions.Abort:
+            sys.stderr.write("error: aborted\n")
+            sys.exit(1)
+        # Without standalone mode click returns the code of a typer.Exit (our error codes) instead of exiting.
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+app = typer.Typer(
+    cls=OneLineErrors,
+    name="xmask",
+    help=_MAIN_HELP,
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",
+)
+
+FormatOpt = Annotated[
+    Optional[str],
+    typer.Option("--format", "-f", help="Result format on stdout: human or json (default: the global --format).",
+                 show_default=False),
+]
+PresetOpt = Annotated[Optional[str], typer.Option("--preset", "-p", help="Preset name (see `xmask presets ls`) or YAML path.")]
+DatasetOpt = Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset name; overrides the preset's data.dataset.", show_default=False)]
+SetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--set", "-s", help="Dotted override KEY=VALUE, repeatable, e.g. `--set structure.powers.k=3`."),
+]
+CacheDirOpt = Annotated[
+    Optional[Path], typer.Option("--cache-dir", help="Cache directory [env XMASK_CACHE; default ./cache].", show_default=False)
+]
+
+DeviceOpt = Annotated[str, typer.Option("--device", help="auto (CUDA when present), cpu, cuda or cuda:N.")]
+DataRootOpt = Annotated[
+    Optional[Path], typer.Option("--data-root", help="Data root holding NAME/raw/... folders [env XMASK_DATA_ROOT].", show_default=False)
+]
+OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never download [env XMASK_OFFLINE=1].")]
+
+
+def debug() -> bool:
+    """Whether ``XMASK_DEBUG`` asks for tracebacks."""
+    return os.environ.get("XMASK_DEBUG", "").strip() not in ("", "0", "false")
+
+
+def output_for(ctx: typer.Context, fmt: str | None) -> Output:
+    """The command's :class:`Output`: its ``--format``, else the global one, else ``XMASK_FORMAT``, else human."""
+    obj = ctx.find_root().obj or {}
+    chosen = (fmt or obj.get("format") or os.environ.get("XMASK_FORMAT") or "human").lower()
+    if chosen not in ("human", "json"):
+        raise UsageError(f"--format must be 'human' or 'json', got '{chosen}'")
+    return Output(fmt=chosen, quiet=bool(obj.get("quiet")))
+
+
+#: What an interrupted command leaves, and how to go on (appended to "error: interrupted").
+_RESUME_HINTS = {
+    "train": "; `xmask train` with the same options and --resume continues from the last finished epoch",
+    "prepare": "; no partial cache file is kept: run `xmask prepare` again",
+    "ablate": "; run the same `xmask ablate` again: finished runs are read back, killed ones resume",
+    "tune": "; the same `xmask tune` with --resume continues the study (the trial that was running is recorded as failed)",
+}
+
+
+def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn xmask errors into one stderr line and an exit code (traceback with XMASK_DEBUG=1)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except typer.Exit:
+            raise
+        except XmaskError as exc:
+            if debug():
+                traceback.print_exc()
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            typer.echo(f"error: interrupted{_RESUME_HINTS.get(fn.__name__, '')}", err=True)
+            raise typer.Exit(130) from None
+        except Exception as exc:  # a bug or an unexpected library failure
+            if debug():
+                traceback.print_exc()
+            first = str(exc).splitlines()[0] if str(exc) else ""
+            typer.echo(f"error: {type(exc).__name__}: {first} (set XMASK_DEBUG=1 for the traceback)", err=True)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"xmask {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_callback(
+    ctx: typer.Context,
+    fmt: Annotated[Optional[str], typer.Option("--format", "-f", help="Result format: human or json [env XMASK_FORMAT; default human].", show_default=False)] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No log lines on stderr.")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+) -> None:
+    """Global options; the help text is _MAIN_HELP."""
+    # No default here: an unset --format must not shadow XMASK_FORMAT (see output_for).
+    ctx.obj = {"format": fmt.lower() if fmt else None, "quiet": quiet}
+
+
+def run_preset(preset: str | None, dataset: str | None, set_: list[str] | None) -> tuple[str, list[str]]:
+    """Preset and overrides of `train` / `ablate`: `--dataset` overrides data.dataset and, without
+    `--preset`, picks the dataset's own preset (else its level's); the default is graph-level."""
+    from xmask_cli import config as C
+    from xmask_cli.data.registry import get_dataset
+
+    overrides = list(set_ or [])
+    if dataset is not None:
+        spec = get_dataset(dataset)
+        overrides.insert(0, f"data.dataset={spec.name}")
+        if preset is None:
+            preset = spec.key if spec.key in C.list_presets() else f"{spec.level}-level"
+    return preset or "graph-level", overrides
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted\n")
+        sys.exit(130)

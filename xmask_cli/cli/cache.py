@@ -1,0 +1,144 @@
+"""``xmask cache ls|verify|clear``: the HDF5 structure cache."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from xmask_cli.cli.app import EXIT_HELP, CacheDirOpt, FormatOpt, handle_errors, output_for
+from xmask_cli.errors import UsageError
+from xmask_cli.render import cache as render
+
+
+def cache_ls(
+    ctx: typer.Context,
+    dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset.", show_default=False)] = None,
+    cache_dir: CacheDirOpt = None,
+    fmt: FormatOpt = None,
+) -> None:
+    """List cache files with size, dataset, parameters, date and status.
+
+    Status: ok; corrupt (unreadable: `xmask prepare` rebuilds it); writing
+    (a temp file of a running prepare); stale (a temp file of a killed one,
+    removed by the next prepare in that folder or by `cache clear`).
+
+    Examples:
+
+        xmask cache ls
+
+        xmask cache ls cora --format json
+    """
+    from xmask_cli import cache as K
+    from xmask_cli.prepare import resolve_cache_dir
+
+    out = output_for(ctx, fmt)
+    rows = K.listing(resolve_cache_dir(cache_dir), dataset)
+
+    out.result(rows, lambda con: render.ls(con, rows, resolve_cache_dir(cache_dir)))
+
+
+def cache_verify(
+    ctx: typer.Context,
+    target: Annotated[Optional[str], typer.Argument(help="A cache file, or a dataset name (default: all).", show_default=False)] = None,
+    cache_dir: CacheDirOpt = None,
+    check_inputs: Annotated[
+        bool, typer.Option("--check-inputs", help="Also reload each dataset (offline) and recompute its fingerprint.")
+    ] = False,
+    data_root: Annotated[
+        Optional[Path], typer.Option("--data-root", help="Data root for --check-inputs [env XMASK_DATA_ROOT].", show_default=False)
+    ] = None,
+    fmt: FormatOpt = None,
+) -> None:
+    """Check every cache file: readable, checksums, key matches fingerprint, format current.
+
+    Exits 4 if any file has a problem.
+
+    Examples:
+
+        xmask cache verify
+
+        xmask cache verify cache/mutag/3f1c0e9a2b.h5 --format json
+
+        xmask cache verify cora --check-inputs --data-root ../shared/datasets
+    """
+    from xmask_cli import cache as K
+    from xmask_cli.errors import CacheError
+    from xmask_cli.prepare import resolve_cache_dir
+
+    out = output_for(ctx, fmt)
+    if target and Path(target).suffix == ".h5":
+        if not Path(target).is_file():
+            raise UsageError(f"no such cache file: {target}")
+        files = [Path(target)]
+    else:
+        files = K.cache_files(resolve_cache_dir(cache_dir), target)
+    fingerprints: dict[str, str | None] = {}
+
+    def expected(p: Path) -> str | None:
+        """Fingerprint of the dataset now on disk, for --check-inputs."""
+        if not check_inputs:
+            return None
+        from xmask_cli.data.load import load_graphs, resolve_data_root
+        from xmask_cli.data.registry import get_dataset
+
+        name = p.parent.name
+        if name not in fingerprints:
+            spec = get_dataset(name)
+            if spec.family == "images":  # the input of an image cache is the patch grid, which its key hashes
+                return None
+            graphs = load_graphs(spec, data_root=resolve_data_root(data_root), cache_dir=resolve_cache_dir(cache_dir), offline=True)
+            fingerprints[name] = graphs.fingerprint()
+        return fingerprints[name]
+
+    report = [{"path": str(p), "ok": not probs, "problems": probs} for p in files for probs in [K.verify(p, expected(p))]]
+
+    out.result(report, lambda con: render.verify(con, report))
+    bad = [r for r in report if not r["ok"]]
+    if bad:
+        typer.echo(f"error: {len(bad)} of {len(report)} cache file(s) failed verification; rebuild with `xmask prepare ... --force`", err=True)
+        raise typer.Exit(CacheError.exit_code)
+
+
+def cache_clear(
+    ctx: typer.Context,
+    dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset (default: everything).", show_default=False)] = None,
+    cache_dir: CacheDirOpt = None,
+    fmt: FormatOpt = None,
+) -> None:
+    """Remove cache files (and leftovers of interrupted writes).
+
+    Deletes only files it can prove are its own: `<key>.h5` files in the cache
+    dir's dataset folders that record that key and a format version, temp files
+    of writers that are gone, and the `_pyg` staging folder it marked. Anything
+    else is kept and listed. A path argument must be a dataset folder of the
+    cache dir (exit 2 otherwise).
+
+    Examples:
+
+        xmask cache clear mutag
+
+        xmask cache clear
+
+        xmask cache clear --cache-dir /scratch/xmask-cache --format json
+    """
+    from xmask_cli import cache as K
+    from xmask_cli.prepare import resolve_cache_dir
+
+    out = output_for(ctx, fmt)
+    kept: list[Path] = []
+    removed = [str(p) for p in K.clear(resolve_cache_dir(cache_dir), dataset, kept=kept)]
+
+    out.result({"removed": removed, "kept": [str(p) for p in kept]}, lambda con: render.clear(con, removed, kept))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``xmask cache`` group (``ls``, ``verify``, ``clear``) to ``app``."""
+    cache_app = typer.Typer(
+        help="List, verify and clear the HDF5 structure cache.\n\nExamples:\n\n    xmask cache ls\n\n    xmask cache verify\n\n    xmask cache clear mutag",
+        no_args_is_help=True,
+    )
+    cache_app.command("ls", epilog=EXIT_HELP)(handle_errors(cache_ls))
+    cache_app.command("verify", epilog=EXIT_HELP)(handle_errors(cache_verify))
+    cache_app.command("clear", epilog=EXIT_HELP)(handle_errors(cache_clear))
+    app.add_typer(cache_app, name="cache")

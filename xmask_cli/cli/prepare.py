@@ -1,0 +1,63 @@
+"""``xmask prepare``: dataset -> structure -> HDF5 cache."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from xmask_cli.cli.app import EXIT_HELP, CacheDirOpt, FormatOpt, PresetOpt, SetOpt, handle_errors, output_for
+from xmask_cli.render import prepare as render
+
+def prepare(
+    ctx: typer.Context,
+    dataset: Annotated[Optional[str], typer.Argument(help="Dataset name (see README), e.g. cora, MUTAG, ogbg-molhiv.", show_default=False)] = None,
+    preset: PresetOpt = None,
+    set_: SetOpt = None,
+    workers: Annotated[int, typer.Option("--workers", "-j", min=1, help="Processes: N > 1 computes spectra and partitions in N-1 workers alongside.")] = 1,
+    force: Annotated[bool, typer.Option("--force", help="Recompute even if the cache has this key.")] = False,
+    data_root: Annotated[
+        Optional[Path], typer.Option("--data-root", help="Data root holding NAME/raw/... folders [env XMASK_DATA_ROOT].", show_default=False)
+    ] = None,
+    cache_dir: CacheDirOpt = None,
+    offline: Annotated[bool, typer.Option("--offline", help="Never download [env XMASK_OFFLINE=1].")] = False,
+    fmt: FormatOpt = None,
+) -> None:
+    """Compute normalized adjacency powers, SPD, spectra and partitions into the HDF5 cache.
+
+    The same dataset, graphs and parameters map to the same file: a second run
+    does no work and prints its path.
+
+    Examples:
+
+        xmask prepare cora
+
+        xmask prepare PROTEINS --data-root ../shared/datasets --workers 2
+
+        xmask prepare MUTAG --set structure.powers.k=6 --set structure.spd.max_distance=4
+
+        xmask --format json prepare cora --preset node-level
+    """
+    from xmask_cli import config as C
+    from xmask_cli.data.registry import get_dataset
+    from xmask_cli.prepare import prepare_dataset, resolve_cache_dir
+
+    out = output_for(ctx, fmt)
+    overrides = list(set_ or [])
+    if dataset is not None:
+        spec = get_dataset(dataset)
+        overrides.insert(0, f"data.dataset={spec.name}")
+        preset = preset or f"{spec.level}-level"
+    cfg = C.resolve(preset or "node-level", overrides)
+    spec = get_dataset(cfg.data.dataset)
+    cdir = resolve_cache_dir(cache_dir)
+    with out.progress(f"prepare {spec.name}", total=1) as bar:
+        summary = prepare_dataset(cfg, data_root=data_root, cache_dir=cdir, workers=workers, force=force,
+                                  offline=True if offline else None, log=out.log, progress=bar)
+
+    out.result(summary.to_dict(), lambda con: render.human(con, summary, spec.name))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``xmask prepare`` to ``app``."""
+    app.command(epilog=EXIT_HELP)(handle_errors(prepare))

@@ -1,0 +1,64 @@
+"""``xmask presets ls|show``: the YAML presets."""
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from xmask_cli.cli.app import EXIT_HELP, FormatOpt, SetOpt, handle_errors, output_for
+from xmask_cli.render import presets as render
+
+
+def presets_ls(ctx: typer.Context, fmt: FormatOpt = None) -> None:
+    """List the available presets.
+
+    Examples:
+
+        xmask presets ls
+
+        xmask presets ls --format json
+    """
+    from xmask_cli import config as C
+
+    out = output_for(ctx, fmt)
+    found = C.list_presets()
+    rows = []
+    for name, path in found.items():
+        raw = C.read_yaml(path)
+        parents = raw.get("extends") or []
+        rows.append({"name": name, "path": str(path), "extends": [parents] if isinstance(parents, str) else parents,
+                     "description": str(raw.get("description", "")) if "description" in raw else ""})
+
+    out.result(rows, lambda con: render.ls(con, rows))
+
+
+def presets_show(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Preset name or YAML path.")],
+    set_: SetOpt = None,
+    fmt: FormatOpt = None,
+) -> None:
+    """Print a preset fully resolved (inheritance and overrides applied, validated).
+
+    Examples:
+
+        xmask presets show graph-level
+
+        xmask presets show cora --set structure.powers.k=2 --format json
+    """
+    from xmask_cli import config as C
+
+    out = output_for(ctx, fmt)
+    cfg = C.resolve(name, list(set_ or []))
+    out.result(cfg.to_dict(), lambda con: render.show(con, cfg.to_dict()))
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``xmask presets`` group (``ls``, ``show``) to ``app``."""
+    presets_app = typer.Typer(
+        help="List and show the YAML presets.\n\nExamples:\n\n    xmask presets ls\n\n    xmask presets show node-level --set structure.powers.k=3",
+        no_args_is_help=True,
+    )
+    presets_app.command("ls", epilog=EXIT_HELP)(handle_errors(presets_ls))
+    presets_app.command("show", epilog=EXIT_HELP)(handle_errors(presets_show))
+    app.add_typer(presets_app, name="presets")

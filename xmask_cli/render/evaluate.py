@@ -1,0 +1,17 @@
+"""Human output of ``xmask eval``: each split's metric beside the recorded one."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rich.console import Console
+
+from xmask_cli.console import fmt_metric, kv_table
+
+
+def human(con: Console, result: dict[str, Any], parts: Sequence[str]) -> None:
+    """The recomputed metric of each of ``parts`` (:func:`~xmask_cli.engine.experiment.evaluate_run`'s result)."""
+    rows = []
+    for p in parts:
+        rows.append((f"{p} {result['metric']}", f"{result['metrics'][p]:.4f} (recorded {fmt_metric(result['recorded'][p])})"))
+    con.print(kv_table(f"{result['dataset']} {result['level']} seed {result['seed']}: {result['run_dir']}", rows))
