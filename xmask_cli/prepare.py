@@ -24,7 +24,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from xmask_cli import structure as S
-from xmask_cli.cache import CacheWriter, StructureCache, cache_key, cache_path, ensure_writable_dir, verify
+from xmask_cli.cache import CacheWriter, StructureCache, cache_key, cache_path, verify
+from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.config import Config, StructureConfig
 from xmask_cli.errors import CacheError
 

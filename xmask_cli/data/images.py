@@ -200,7 +200,7 @@ def _download(url: str, dest: Path, progress: Callable[[str], None]) -> None:
 
 def _fetch_cifar(spec: DatasetSpec, root: Path, progress: Callable[[str], None]) -> None:
     """Download, check and extract the CIFAR-10 archive into ``root`` (its batches land in ``root/<spec.folder>``)."""
-    from xmask_cli.cache import ensure_writable_dir
+    from xmask_cli.fs import ensure_writable_dir
 
     ensure_writable_dir(root, "data root for the CIFAR-10 download", "pass a writable --data-root")
     archive = root / "cifar-10-python.tar.gz"

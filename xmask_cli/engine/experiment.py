@@ -245,7 +245,7 @@ class Experiment:
         log: Callable[[str], None] = lambda m: None,
     ) -> "Experiment":
         """Resolve level and metric, load the data and make sure the structure cache exists."""
-        from xmask_cli.cache import ensure_writable_dir
+        from xmask_cli.fs import ensure_writable_dir
         from xmask_cli.data.load import load_graphs, resolve_data_root
         from xmask_cli.prepare import prepare_graphs
 
