@@ -14,17 +14,11 @@ run's best checkpoint it records, from the very forward the model runs
 - ``logits``: their sum (``-inf`` at keys the query does not attend);
 - ``attention``: the softmax of ``logits`` (before attention dropout).
 
-Targets:
-
-- ``graph I`` (graph-level runs): graph ``I`` alone, padded as one batch;
-  graphs above ``max_nodes`` nodes are cropped to the ``max_nodes`` nodes
-  closest to node 0 (the forward still runs on the whole graph).
-- ``node I`` (node-, link- and edge-level runs): the full-graph forward (or
-  the METIS part holding ``I`` when the run evaluates on partitions), cropped
-  to ``I``'s neighbourhood: the nodes within the cache's SPD cut-off, closest
-  first (ties by id), at most ``max_nodes``.
-- ``edge U,V`` (same levels): the union of both endpoints' neighbourhoods
-  (distance = the smaller of the two), same cropping.
+Targets: ``graph I`` (graph-level runs), ``node I`` and ``edge U,V`` (node-,
+link- and edge-level runs), each cropped to at most ``max_nodes`` nodes closest
+to it (see :mod:`~xmask_cli.explain.targets`); ``image I`` (image-level runs,
+see :mod:`~xmask_cli.explain.image`). What a level takes is its
+``explain_target`` in :data:`xmask_cli.engine.tasks.LEVELS`.
 
 Cropping keeps the forward's numbers; it only selects rows and columns, so a
 cropped attention row sums to at most 1 (its mass outside the crop is left out).
