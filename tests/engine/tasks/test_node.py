@@ -231,9 +231,9 @@ def test_full_graph_sparse_attention_equals_dense(small: Toy) -> None:
     torch.manual_seed(0)
     model = _model(dense).eval()
     # Sparse pairs = the support of the dense powers (any power non-zero).
-    P = dense._full.powers[0]
+    P = dense.whole_graph_batch().powers[0]
     support = (P != 0).any(0).nonzero().T
-    ei = sparse._full.edge_index
+    ei = sparse.whole_graph_batch().edge_index
     assert torch.equal(torch.sort(ei[0] * P.size(-1) + ei[1]).values, torch.sort(support[0] * P.size(-1) + support[1]).values)
     # Pairs outside the support weigh exactly 0 on both paths (outside_support 'hard'): float rounding only.
     torch.testing.assert_close(sparse.predict(model), dense.predict(model), atol=1e-5, rtol=1e-5)
