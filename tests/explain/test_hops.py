@@ -44,3 +44,35 @@ def test_hop_summary_respects_head_power_on_a_path():
             att = layers[0]["attention"][0, h].numpy() if mass is masses[0] else layers[1]["attention"][0, h].numpy()
             for d in range(3):
                 assert p[h, d] == pytest.approx(att[dist == d].sum() / n, abs=1e-6)
+
+
+def test_distance_rows_are_networkx_distances_with_the_cut_off():
+    """Rows of the cache's SPD (a repeated row included) against networkx: the distance up to the cut-off,
+    -1 beyond it in the same component, -2 in another component."""
+    import tempfile
+    from pathlib import Path
+
+    import networkx as nx
+
+    from tests.cache.graphs import prepare_toy, random_graphs
+    from xmask_cli.cache import StructureCache
+    from xmask_cli.config import resolve
+    from xmask_cli.explain.hops import distance_rows
+
+    edges, nodes = random_graphs(7, 6)
+    cfg = resolve("graph-level", ["structure.spd.enabled=true", "structure.spd.max_distance=2"]).structure
+    seen = set()
+    with tempfile.TemporaryDirectory() as tmp, StructureCache(prepare_toy(Path(tmp), edges, nodes, cfg=cfg).path) as c:
+        for g, (e, n) in enumerate(zip(edges, nodes)):
+            G = nx.Graph()
+            G.add_nodes_from(range(n))
+            G.add_edges_from((int(u), int(v)) for u, v in e.T if u != v)
+            rows = np.array([0, n - 1, 0])
+            got, d_max = distance_rows(c, g, rows)
+            assert d_max == 2 and got.shape == (3, n)
+            for i, r in enumerate(rows):
+                lengths = nx.single_source_shortest_path_length(G, int(r))
+                want = [lengths[j] if lengths.get(j, 99) <= 2 else (-1 if j in lengths else -2) for j in range(n)]
+                assert got[i].tolist() == want
+                seen |= set(want)
+    assert {-2, -1, 0, 1, 2} <= seen  # every kind of entry was checked

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from xmask_cli.explain.record import Recorded
-from xmask_cli.structure.spd import BEYOND, UNREACHABLE
+from xmask_cli.structure.spd import BEYOND, UNREACHABLE, PairDistances
 
 __all__ = ["DEFAULT_MAX_DISTANCE", "distance_rows", "head_masses", "hop_buckets", "hop_mass", "hop_summary",
            "layer_masses", "neighbourhood"]
@@ -51,14 +51,19 @@ def distance_rows(cache: Any, g: int, rows: np.ndarray) -> tuple[np.ndarray, int
     d_max = _spd_cutoff(cache, n)
     rows = np.asarray(rows, dtype=np.int64)
     if _has_spd(cache):
-        comp = np.asarray(cache.component(g))
-        out = np.where(comp[rows][:, None] == comp[None, :], BEYOND, UNREACHABLE).astype(np.int16)
+        # Only these rows' stored pairs are read (a large graph's SPD need not fit in memory), then the one
+        # lookup with the component fallback (structure.spd.PairDistances) fills the rows.
+        uniq, inverse = np.unique(rows, return_inverse=True)
         start = cache.node_slice(g).start
-        for i, r in enumerate(rows):
+        src, col, dist = [], [], []
+        for r in uniq:
             ip = cache.read_array("spd/indptr", slice(start + int(r), start + int(r) + 2))
             sl = slice(int(ip[0]), int(ip[1]))
-            out[i, cache.read_array("spd/col", sl).astype(np.int64)] = cache.read_array("spd/dist", sl)
-        return out, d_max
+            col.append(cache.read_array("spd/col", sl).astype(np.int64))
+            dist.append(cache.read_array("spd/dist", sl))
+            src.append(np.full(len(col[-1]), r, dtype=np.int64))
+        lookup = PairDistances(np.concatenate(src), np.concatenate(col), np.concatenate(dist), cache.component(g))
+        return lookup.block(uniq)[inverse], d_max
     # No SPD in the cache: breadth-first search on the support of Â^1.
     import scipy.sparse as sp
     from scipy.sparse.csgraph import shortest_path
