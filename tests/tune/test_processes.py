@@ -33,7 +33,10 @@ def test_a_study_killed_mid_trial_resumes_and_its_trial_count_continues(tmp_path
     try:
         # Kill it as soon as one trial has finished and the next one is running.
         while time.monotonic() < deadline and proc.poll() is None:
-            states = [s for _, s in db_trials(db)] if db.is_file() else []
+            try:
+                states = [s for _, s in db_trials(db)] if db.is_file() else []
+            except sqlite3.OperationalError:  # the file exists before Optuna has created its tables
+                states = []
             if "COMPLETE" in states and states[-1] == "RUNNING":
                 break
             time.sleep(0.02)
