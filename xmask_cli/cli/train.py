@@ -1,6 +1,7 @@
 """``xmask train``: one run folder per seed."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -56,7 +57,12 @@ def train(
     from xmask_cli.engine.experiment import parse_seeds, resolve_device, train_seeds
     from xmask_cli.prepare import resolve_cache_dir
 
+    from xmask_cli.engine.distributed import env_rank
+
     out = output_for(ctx, fmt)
+    rank = env_rank()
+    if rank != 0:  # under torchrun only rank 0 logs and prints results (errors still show, from any rank)
+        out = dataclasses.replace(out, quiet=True)
     if seed is not None and seeds is not None:
         raise UsageError("give --seed or --seeds, not both")
     seed_list = parse_seeds(seeds if seeds is not None else seed)
@@ -86,7 +92,8 @@ def train(
                              resume=resume, overwrite=overwrite, log=out.log, on_epoch=on_epoch,
                              on_seed_start=on_seed_start)
 
-    out.result(result, lambda con: render.human(con, result))
+    if rank == 0:
+        out.result(result, lambda con: render.human(con, result))
 
 
 def register(app: typer.Typer) -> None:

@@ -378,6 +378,7 @@ def train_seeds(
         UsageError: a seed folder is locked by another process, or holds a run
             and neither ``resume`` nor ``overwrite`` is given.
     """
+    from xmask_cli.engine import distributed
     from xmask_cli.engine.loop import train_task
 
     if resume and overwrite:
@@ -385,17 +386,23 @@ def train_seeds(
     level, _ = check_config(cfg)
     root = Path(run_root or cfg.run.root) / run_name(cfg, level)
     summaries, run_dirs = [], [RunDir(root / str(seed)) for seed in seeds]
-    with contextlib.ExitStack() as held:
-        # Every seed's folder is locked and checked before any work: a clash fails at once.
-        for run in run_dirs:
-            held.enter_context(run.lock())
-        if not (resume or overwrite):
-            taken = [run for run in run_dirs if run.has_run_files()]
-            if taken:
-                raise UsageError(f"run folder {taken[0].path} exists"
-                                 + (f" (and {len(taken) - 1} more)" if len(taken) > 1 else "")
-                                 + "; use --resume to continue it or --overwrite to replace it")
+    # Under torchrun: one process group for every seed; only rank 0 locks, reads and writes run folders.
+    with distributed.session(device) as (w, device), contextlib.ExitStack() as held:
+        if w.main:
+            # Every seed's folder is locked and checked before any work: a clash fails at once.
+            for run in run_dirs:
+                held.enter_context(run.lock())
+            if not (resume or overwrite):
+                taken = [run for run in run_dirs if run.has_run_files()]
+                if taken:
+                    raise UsageError(f"run folder {taken[0].path} exists"
+                                     + (f" (and {len(taken) - 1} more)" if len(taken) > 1 else "")
+                                     + "; use --resume to continue it or --overwrite to replace it")
+        if w.distributed and not w.main:
+            distributed.barrier(w)  # rank 0 prepares a missing cache first; the others then read it
         exp = Experiment.load(cfg, cache_dir=cache_dir, data_root=data_root, offline=offline, log=log)
+        if w.distributed and w.main:
+            distributed.barrier(w)
         for seed, run in zip(seeds, run_dirs):
             seed_everything(seed)
             task = exp.task(seed, device)
@@ -406,17 +413,18 @@ def train_seeds(
                                  extra_config=extra, resume=resume, overwrite=overwrite,
                                  log=lambda row, s=seed: on_epoch(s, row), parts=parts)
             summary = {**summary, "level": exp.level, "run_dir": str(run.path)}
-            run.write_summary(summary)
+            if w.main:
+                run.write_summary(summary)
             summaries.append(summary)
-            stall = input_stall(run.read_metrics())
+            stall = input_stall(run.read_metrics()) if w.main else None  # other ranks never read the run folder
             log(f"seed {seed}: best epoch {summary['best_epoch']}, "
                 + ", ".join(f"{p} {exp.metric} {summary['metrics'][p]:.4f}" for p in PARTS if p in summary['metrics'])
                 + ("" if stall is None else f"; input stall {100 * stall:.1f} % of training time (waiting for batches)"))
-        agg = aggregate(run_dirs)
+        agg = aggregate(run_dirs) if w.main else None
         result = {"name": exp.run_name(), "dataset": exp.dataset, "level": exp.level, "metric": exp.metric,
                   "features": exp.features(),
                   "seeds": seeds, "run_root": str(root), "runs": summaries, "aggregate": agg}
-        if len(seeds) > 1:
+        if len(seeds) > 1 and w.main:
             from xmask_cli.engine.runs import write_json
 
             root.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from xmask_cli.config import TrainSection, section_fields
+from xmask_cli.engine import distributed
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
 from xmask_cli.engine.precision import autocast, check_precision, grad_scaler
 from xmask_cli.engine.runs import RunDir
@@ -267,14 +268,33 @@ def fit(
     config = {**(extra_config or {}), **task.describe(), "metric": metric, "model": model_config,
               "train": train_cfg.to_dict()}
 
+    w = distributed.world()
+    comm_device = next(iter(model.parameters()), torch.empty(0)).device  # where collectives put their tensors
     start, best, best_epoch, bad_epochs = 0, None, -1, 0
     # JSON round trip so tuples compare equal to the lists read back.
     now = json.loads(json.dumps(config))
-    if resume and run.has_checkpoint(RunDir.LAST):
-        ckpt = run.load_checkpoint(RunDir.LAST)
-        # The config the checkpoint was trained with (older checkpoints: config.json).
-        saved = json.loads(ckpt["config"]) if isinstance(ckpt.get("config"), str) else run.load_config()
-        _check_resumable(run, saved, now)
+    ckpt = None
+    if w.main:  # only rank 0 reads and writes the run folder
+        if resume and run.has_checkpoint(RunDir.LAST):
+            ckpt = run.load_checkpoint(RunDir.LAST)
+            # The config the checkpoint was trained with (older checkpoints: config.json).
+            saved = json.loads(ckpt["config"]) if isinstance(ckpt.get("config"), str) else run.load_config()
+            _check_resumable(run, saved, now)
+            run.truncate_metrics(ckpt["epoch"] + 1)
+            run.save_config(config)  # the same run; only the epoch budget may have changed
+        else:
+            if run.has_run_files():
+                if resume and (run.path / RunDir.CONFIG).is_file():
+                    # Killed before its first checkpoint: start over, but only as the same run.
+                    _check_resumable(run, run.load_config(), now)
+                elif not (resume or overwrite):
+                    raise UsageError(f"run folder {run.path} exists; use --resume to continue it or --overwrite to replace it")
+                run.remove_run_files()
+            run.save_config(config)
+    if w.distributed:
+        # Every rank resumes from rank 0's checkpoint, whatever the number of ranks that wrote it.
+        ckpt = _collective(w, lambda: distributed.broadcast(ckpt, comm_device))
+    if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         optimizer.load_state_dict(ckpt["optimizer"])
         scheduler.load_state_dict(ckpt["scheduler"])
@@ -282,17 +302,7 @@ def fit(
             scaler.load_state_dict(ckpt["scaler"])
         _set_rng_state(ckpt["rng"])
         start, best, best_epoch, bad_epochs = ckpt["epoch"] + 1, ckpt["best"], ckpt["best_epoch"], ckpt["bad_epochs"]
-        run.truncate_metrics(start)
-        run.save_config(config)  # the same run; only the epoch budget may have changed
-    else:
-        if run.has_run_files():
-            if resume and (run.path / RunDir.CONFIG).is_file():
-                # Killed before its first checkpoint: start over, but only as the same run.
-                _check_resumable(run, run.load_config(), now)
-            elif not (resume or overwrite):
-                raise UsageError(f"run folder {run.path} exists; use --resume to continue it or --overwrite to replace it")
-            run.remove_run_files()
-        run.save_config(config)
+    ddp = _collective(w, lambda: distributed.wrap(model, comm_device)) if w.distributed else None
 
     epoch = start - 1
     stopped_early = start > 0 and bad_epochs >= train_cfg.patience
@@ -304,16 +314,27 @@ def fit(
         lr = optimizer.param_groups[0]["lr"]
         waited = [0.0]
         t_epoch = time.perf_counter()
-        for i, batch in enumerate(timed_batches(task.train_batches(epoch), waited)):
+        if ddp is None:
+            batches: Iterable[tuple[Any, bool]] = ((b, True) for b in task.train_batches(epoch))
+        else:
+            torch.manual_seed(distributed.epoch_seed(train_cfg.seed, epoch, w.rank))
+            batches = distributed.shard_batches(task, epoch, w)
+        for i, (batch, real) in enumerate(timed_batches(batches, waited)):
             optimizer.zero_grad(set_to_none=True)
-            with autocast(precision, device):
-                loss, n = task.loss(model, batch)
-            bad = "loss" if not bool(torch.isfinite(loss.detach()).all()) else None
+            if ddp is None:
+                with autocast(precision, device):
+                    loss, n = task.loss(model, batch)
+                bad = "loss" if not bool(torch.isfinite(loss.detach()).all()) else None
+                if bad is None:
+                    (loss if scaler is None else scaler.scale(loss)).backward()
+            else:
+                loss, n, bad = _ddp_backward(ddp, task, batch, real, w, comm_device, precision, device, scaler)
+                n = n if real else 0
             if bad is None:
-                (loss if scaler is None else scaler.scale(loss)).backward()
                 if scaler is not None:
                     scaler.unscale_(optimizer)  # clip the true gradients
                 if train_cfg.clip_norm > 0:
+                    # Under DDP the gradients are already averaged: every rank clips the same norm.
                     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.clip_norm)
                     bad = "gradient norm" if not bool(torch.isfinite(norm)) else None
                 if bad is not None and scaler is not None:
@@ -337,14 +358,26 @@ def fit(
             count += n
         epoch_s = time.perf_counter() - t_epoch
         scheduler.step()
+        if ddp is not None:  # the epoch's loss over every rank's items
+            total, count = _collective(w, lambda: distributed.all_sum([total, count], comm_device))
+            count = int(count)
 
-        val = score(task, model, "val", precision, device)
+        # Validation on rank 0 only (the full split, fixed batches); every rank takes its value, so
+        # best epoch and early stopping are decided alike everywhere.
+        val = score(task, model, "val", precision, device) if w.main else None
+        if w.distributed:
+            val = _collective(w, lambda: distributed.broadcast(val, comm_device))
         if _better(val, best, higher):
             best, best_epoch, bad_epochs = val, epoch, 0
-            run.save_checkpoint({"model": _cpu_state(model), "epoch": epoch, "val": val}, RunDir.BEST)
+            if w.main:
+                run.save_checkpoint({"model": _cpu_state(model), "epoch": epoch, "val": val}, RunDir.BEST)
         else:
             bad_epochs += 1
         stopped_early = bad_epochs >= train_cfg.patience
+        if not w.main:  # no files here; the same broadcast values stop every rank at the same epoch
+            if stopped_early:
+                break
+            continue
         row = {"epoch": epoch, "loss": total / max(count, 1), "lr": lr, f"val_{metric}": val,
                "best_epoch": best_epoch, "train_s": round(epoch_s, 4),
                "input_stall": round(waited[0] / epoch_s, 4) if epoch_s > 0 else 0.0}
@@ -362,6 +395,8 @@ def fit(
         if stopped_early:
             break
 
+    if not w.main:  # rank 0 scores and writes; the others return its summary
+        return _collective(w, lambda: distributed.broadcast(None, comm_device))
     # Whatever ended the run, report the best state by validation.
     best_ckpt = run.load_checkpoint(RunDir.BEST)
     model.load_state_dict(best_ckpt["model"])
@@ -373,8 +408,41 @@ def fit(
                   **task.split_sizes()},
         "metrics": metrics,
     }
+    if w.distributed:
+        summary["processes"] = w.size
     run.write_summary(summary)
+    if w.distributed:
+        distributed.broadcast(summary, comm_device)
     return summary
+
+
+def _collective(w: distributed.World, fn: Callable[[], Any]) -> Any:
+    """Run a collective; a dead or stuck peer becomes one clear :class:`~xmask_cli.engine.distributed.PeerFailedError`."""
+    try:
+        return fn()
+    except (RuntimeError, ValueError) as exc:  # gloo/NCCL report a lost peer or a timeout as RuntimeError
+        raise distributed.peer_failed(exc, w) from exc
+
+
+def _ddp_backward(ddp: torch.nn.Module, task: Task, batch: Any, real: bool, w: distributed.World,
+                  comm_device: torch.device, precision: str = "fp32", device: str = "cpu",
+                  scaler: Any = None) -> tuple[Tensor, int, str | None]:
+    """One rank's share of a global step: loss, backward through DDP, weighted to the step's item mean.
+
+    Returns the rank's mean loss, its item count and ``"loss"`` when any rank's
+    loss is non-finite (every rank then sees the same flag and acts alike).
+    """
+    with autocast(precision, device):
+        loss, n = ddp(lambda net: task.loss(net, batch))
+    weight = float(n) if real else 0.0
+    finite = bool(torch.isfinite(loss.detach()).all())
+    items, bad_ranks = _collective(w, lambda: distributed.all_sum([weight, 0.0 if finite else 1.0], comm_device))
+    # DDP averages over ranks: scaled by size * n / N, the average is the mean over the step's N items.
+    scale = w.size * weight / items if items > 0 and bad_ranks == 0 else 0.0
+    weighted = torch.nan_to_num(loss) * scale
+    # Always a backward (DDP expects one per forward); a zero scale trains nothing.
+    _collective(w, lambda: (weighted if scaler is None else scaler.scale(weighted)).backward())
+    return loss, int(n), ("loss" if bad_ranks else None)
 
 
 def train_task(

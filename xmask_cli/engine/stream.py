@@ -265,18 +265,20 @@ class GraphLevelStream:
         """Epoch ``e`` as a map-style dataset of batches."""
         return EpochBatches(self, self.batches(e))
 
-    def loader(self, e: int, num_workers: int = 0, pin_memory: bool | None = None, **kw: Any) -> DataLoader:
+    def loader(self, e: int, num_workers: int = 0, pin_memory: bool | None = None, *,
+               batches: list[np.ndarray] | None = None, **kw: Any) -> DataLoader:
         """A DataLoader over the batches of epoch ``e``, in the same order as :meth:`epoch`.
 
-        ``pin_memory`` defaults to whether CUDA is available; extra keywords go
-        to :class:`~torch.utils.data.DataLoader`.
+        ``pin_memory`` defaults to whether CUDA is available; ``batches`` (graph ids
+        per batch) replaces the epoch's list, e.g. one rank's share of it; extra
+        keywords go to :class:`~torch.utils.data.DataLoader`.
         """
         if pin_memory is None:
             pin_memory = torch.cuda.is_available()
         if num_workers > 0:
             self.cache.close()  # a handle opened since must not be inherited by forked workers
         return DataLoader(
-            self.dataset(e),
+            self.dataset(e) if batches is None else EpochBatches(self, batches),
             batch_size=None,  # items are whole batches already
             shuffle=False,  # the order is the epoch's bucketed order
             num_workers=num_workers,

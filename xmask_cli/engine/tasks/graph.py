@@ -116,6 +116,24 @@ class GraphTask:
         self.train_stream.set_epoch(epoch)
         return iter(self.train_stream)
 
+    def train_shard(self, epoch: int, rank: int, size: int) -> Iterator[tuple[GraphBatch, bool]]:
+        """Rank ``rank``'s share of the epoch's size buckets, ``(batch, real)`` (see ``engine.distributed.deal``).
+
+        Every rank computes the same bucket order (seed, epoch) and collates only its own buckets.
+        """
+        from xmask_cli.engine.distributed import deal
+
+        ids = self.train_stream.batches(epoch)
+        plan = deal(len(ids), rank, size)
+        mine = [ids[i] for i, _ in plan]
+        cuda = self.device.type == "cuda"
+        if self.loader_workers > 0 or cuda:
+            batches: Iterable[GraphBatch] = self.train_stream.loader(
+                epoch, num_workers=self.loader_workers, pin_memory=cuda, batches=mine)
+        else:
+            batches = (self.train_stream.collate(b) for b in mine)
+        return zip(batches, (real for _, real in plan))
+
     def loss(self, model: torch.nn.Module, batch: GraphBatch) -> tuple[Tensor, int]:
         # Pinned batches copy asynchronously; the forward waits on the same stream.
         batch = batch.to(self.device, non_blocking=True)

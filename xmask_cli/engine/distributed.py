@@ -1,0 +1,228 @@
+"""Data-parallel training on PyTorch's own stack: ``torchrun`` + ``torch.distributed`` + DDP.
+
+``torchrun --nproc_per_node=N -m xmask_cli train ...`` sets ``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK`` and the rendezvous (``MASTER_ADDR``/``MASTER_PORT``); :func:`session`
+reads them and opens the process group (gloo on CPU, NCCL on CUDA). Without them
+nothing here runs and training is the one-process loop it always was.
+
+The rules :func:`~xmask_cli.engine.loop.fit` follows with ``world > 1``:
+
+* Batches are dealt, not split: every rank builds the same global batch order of an
+  epoch (a function of seed and epoch) and takes ``batches[rank::world]``. The last
+  step is padded so every rank takes ``ceil(T / world)`` steps: a rank without a batch
+  there repeats one with weight 0 (it adds nothing to the gradient). Every training
+  item is seen exactly once per epoch, as in one process.
+* One optimiser step is one global step over ``world`` batches. Each rank's mean
+  loss is scaled by ``world * n_rank / n_all`` (``n`` = items, all-reduced), so
+  after DDP's average over ranks the gradient is the mean over all items of the
+  step: ``world`` ranks x batch ``B`` equal one process with batch ``world * B``.
+* Evaluation (validation, final metrics) runs on rank 0 only over the full split;
+  its value is broadcast, so early stopping decides the same on every rank.
+* Only rank 0 touches the run folder; a resumed checkpoint is read by rank 0 and
+  broadcast, so ``--resume`` works with any number of ranks.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import math
+import os
+import warnings
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from xmask_cli.errors import UsageError, XmaskError
+
+__all__ = ["World", "world", "env_rank", "session", "deal", "shard_batches", "timeout_seconds", "PeerFailedError",
+           "DEFAULT_TIMEOUT_S"]
+
+#: Seconds a collective waits for the other ranks before failing (``XMASK_DIST_TIMEOUT`` overrides). Covers rank 0
+#: preparing a cache or evaluating while the others wait; a dead peer is usually detected at once by gloo / torchrun.
+DEFAULT_TIMEOUT_S = 1800
+
+
+class PeerFailedError(XmaskError):
+    """A collective failed: another rank died, was killed or stopped answering (exit code 1)."""
+
+    exit_code = 1
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place in the job: ``rank`` of ``size`` (``size == 1``: no process group)."""
+
+    rank: int = 0
+    size: int = 1
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+    @property
+    def main(self) -> bool:
+        """Rank 0: the one that writes files and logs."""
+        return self.rank == 0
+
+
+def world() -> World:
+    """Rank and size of the open process group, or ``World()`` when there is none."""
+    if dist.is_available() and dist.is_initialized():
+        return World(dist.get_rank(), dist.get_world_size())
+    return World()
+
+
+def env_rank() -> int:
+    """``RANK`` as torchrun sets it (0 without torchrun); readable before the group is open."""
+    try:
+        return int(os.environ.get("RANK", "0"))
+    except ValueError:
+        return 0
+
+
+def timeout_seconds() -> float:
+    """``XMASK_DIST_TIMEOUT`` (seconds, > 0) or :data:`DEFAULT_TIMEOUT_S`."""
+    text = os.environ.get("XMASK_DIST_TIMEOUT")
+    if not text:
+        return float(DEFAULT_TIMEOUT_S)
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0 or not math.isfinite(value):
+        raise UsageError(f"XMASK_DIST_TIMEOUT must be a positive number of seconds, got {text!r}")
+    return value
+
+
+@contextlib.contextmanager
+def session(device: str) -> Iterator[tuple[World, str]]:
+    """Open the process group torchrun describes (if any) for the ``with`` block.
+
+    Yields the :class:`World` and the device this rank trains on: ``cuda`` becomes
+    ``cuda:<LOCAL_RANK>`` (one GPU per process, NCCL); anything else uses gloo.
+    A group opened by the caller (tests) is used as is and left open.
+    """
+    size = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if size <= 1 or not dist.is_available() or dist.is_initialized():
+        yield world(), device
+        return
+    cuda = device.startswith("cuda")
+    if cuda:
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        device = f"cuda:{local}"
+        torch.cuda.set_device(local)
+    timeout = datetime.timedelta(seconds=timeout_seconds())
+    try:
+        dist.init_process_group("nccl" if cuda else "gloo", timeout=timeout)
+    except (RuntimeError, ValueError) as exc:
+        raise PeerFailedError(f"cannot join the torchrun process group: {str(exc).splitlines()[0] if str(exc) else exc}") from exc
+    try:
+        yield world(), device
+    finally:
+        dist.destroy_process_group()
+
+
+def deal(total: int, rank: int, size: int) -> list[tuple[int, bool]]:
+    """Positions of the ``total`` batches of an epoch that ``rank`` takes, with ``real=False`` for padding.
+
+    Round robin (``rank, rank + size, ...``); every rank gets ``ceil(total / size)``
+    entries, a missing last one padded with the rank's first position (or 0) and
+    ``real=False`` (trained with weight 0, so the step still has every rank in it).
+    """
+    if size < 1 or not 0 <= rank < size:
+        raise ValueError(f"rank {rank} of {size}")
+    mine = [(i, True) for i in range(rank, total, size)]
+    steps = -(-total // size)
+    pad = mine[0][0] if mine else 0
+    return mine + [(pad, False)] * (steps - len(mine))
+
+
+def shard_batches(task: Any, epoch: int, w: World) -> Iterator[tuple[Any, bool]]:
+    """This rank's ``(batch, real)`` of ``epoch``: the task's own ``train_shard`` when it has one.
+
+    The generic route builds every batch of the epoch on every rank and keeps its
+    share: right for any task (the order is a function of seed and epoch), and
+    cheap where batches are prebuilt or tiny (node partitions, queries, link and
+    edge pairs). Tasks whose batches are costly to build (graph level) deal the
+    batch *ids* first, in ``train_shard``.
+    """
+    if hasattr(task, "train_shard"):
+        yield from task.train_shard(epoch, w.rank, w.size)
+        return
+    batches = list(task.train_batches(epoch))
+    for i, real in deal(len(batches), w.rank, w.size):
+        yield batches[i], real
+
+
+def epoch_seed(seed: int, epoch: int, rank: int) -> int:
+    """Torch seed of ``rank`` in ``epoch`` (dropout differs between ranks; any world size resumes exactly)."""
+    return int(np.random.SeedSequence([int(seed), int(epoch), int(rank)]).generate_state(1)[0])
+
+
+class _LossCall(torch.nn.Module):
+    """The model under DDP, whose forward runs a whole ``task.loss``.
+
+    Tasks call the network in their own ways (``model(batch)``, ``forward_sparse``,
+    query encoders calling sub-modules); running the loss inside one DDP forward
+    lets DDP prepare its gradient all-reduce for any of them.
+    """
+
+    def __init__(self, net: torch.nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, fn: Callable[[torch.nn.Module], Any]) -> Any:
+        return fn(self.net)
+
+
+def wrap(model: torch.nn.Module, device: torch.device | str) -> torch.nn.parallel.DistributedDataParallel:
+    """``model`` under :class:`~torch.nn.parallel.DistributedDataParallel`; call it with ``fn(net) -> (loss, n)``.
+
+    DDP broadcasts rank 0's parameters here. ``static_graph``: the set of parameters
+    a step uses is found in the first step and fixed after (some task levels leave a
+    parameter out, e.g. a bias their mode does not read), without the per-step graph
+    walk of ``find_unused_parameters``. Buffers are constants of the model (index
+    tables), so they are not re-broadcast at every forward.
+    """
+    device = torch.device(device)
+    ids = [device] if device.type == "cuda" else None
+    with warnings.catch_warnings():
+        # torch >= 2.x deprecates the name broadcast_buffers; its replacement would still sync at init (harmless
+        # here, but not yet available on every supported version).
+        warnings.simplefilter("ignore", FutureWarning)
+        return torch.nn.parallel.DistributedDataParallel(_LossCall(model), device_ids=ids, broadcast_buffers=False,
+                                                         static_graph=True)
+
+
+def all_sum(values: Iterable[float], device: torch.device | str) -> list[float]:
+    """Sum of ``values`` over all ranks (float64)."""
+    t = torch.tensor(list(values), dtype=torch.float64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def broadcast(obj: Any, device: torch.device | str) -> Any:
+    """Rank 0's ``obj`` on every rank (pickled; small things: a metric, a checkpoint)."""
+    box = [obj]
+    dist.broadcast_object_list(box, src=0, device=torch.device(device) if torch.device(device).type == "cuda" else None)
+    return box[0]
+
+
+def barrier(w: World) -> None:
+    """Wait for every rank (a lost peer or the timeout raises :class:`PeerFailedError`)."""
+    try:
+        dist.barrier()
+    except (RuntimeError, ValueError) as exc:
+        raise peer_failed(exc, w) from exc
+
+
+def peer_failed(exc: BaseException, w: World) -> PeerFailedError:
+    """The one-line error of a failed collective (a dead or stuck peer)."""
+    first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return PeerFailedError(f"rank {w.rank} of {w.size}: a collective failed, another training process died or stopped "
+                           f"answering ({first}); the run folder keeps its last finished epoch: rerun the same "
+                           f"`xmask train` with --resume (with any number of processes)")
