@@ -163,7 +163,7 @@ def _rank_main(rank: int, size: int, init_file: str, mutag: dict, out: str) -> N
 def test_two_ranks_one_step_equals_one_process_with_both_batches(mutag, tmp_path):
     mp.spawn(_rank_main, args=(2, str(tmp_path / "rendezvous"), mutag, str(tmp_path / "ddp")), nprocs=2, join=True)
     torch.manual_seed(0)
-    init = dict(_model().named_parameters())
+    init = {k: v.detach() for k, v in _model().named_parameters()}
     for name, (_, merged) in CASES.items():
         ddp = torch.load(tmp_path / "ddp" / name / "after.pt", weights_only=True)
         one = _fit_case(mutag, merged, tmp_path / "one" / name)
