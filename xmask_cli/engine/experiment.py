@@ -313,21 +313,9 @@ class Experiment:
         return LEVELS[self.level].build(self, seed, device, sparse_refusal(self.cfg.model))
 
     def model_config(self, task: Any) -> Any:
-        """The :class:`ModelConfig` this experiment's model takes on ``task``."""
-        scale = 1.0
-        if self.level == "graph":
-            in_dim = self.graphs.feature_info().dim
-            out_dim = int(self.graphs.dataset.num_classes)
-            if self.cfg.model.readout == "sum" and self.cfg.model.readout_norm == "size":
-                from xmask_cli.engine.tasks.graph import size_readout_scale
-
-                scale = size_readout_scale(self.graphs.num_nodes, task.split.train)
-        elif self.level == "image":
-            return _model_config(self.cfg, self.level, task.in_dim, task.out_dim, self.dataset,
-                                 image_size=task.image_size, patch_size=self.cfg.image.patch)
-        else:
-            in_dim, out_dim = int(task.in_dim), int(task.out_dim)
-        return _model_config(self.cfg, self.level, in_dim, out_dim, self.dataset, readout_scale=scale)
+        """The :class:`ModelConfig` this experiment's model takes on ``task`` (dimensions from the level's task)."""
+        fields = LEVELS[self.level].model_fields(self, task)
+        return _model_config(self.cfg, self.level, dataset=self.dataset, **fields)
 
     def features(self) -> dict[str, Any] | None:
         """The node features the model reads (``GraphSet.feature_info``); None for image sets and edge files."""

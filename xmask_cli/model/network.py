@@ -432,6 +432,8 @@ class XMaskNet(torch.nn.Module):
         if self.bias is not None and powers is None:
             raise ValueError("use_bias=True needs `powers` [B, K, N, N]")
         memo = self._mask_memo
+        # Tensor._version counts in-place writes: the only way to see `powers` changed under the same identity
+        # (PyTorch has no public equivalent); a stale mask after powers.mul_() would be silently wrong.
         version = None if powers is None else powers._version
         # Powers by identity (an N x N compare would cost what it saves), the small mask by value.
         if (memo is not None and memo[0] is powers and memo[2] == version and memo[3] == dtype

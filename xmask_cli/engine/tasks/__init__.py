@@ -3,7 +3,8 @@
 Each level is one module of this package holding its
 :class:`~xmask_cli.engine.loop.Task` class and a ``from_experiment(exp,
 seed, device, dense_only)`` function that builds it for one seed of an
-:class:`~xmask_cli.engine.experiment.Experiment`. :data:`LEVELS` is read in
+:class:`~xmask_cli.engine.experiment.Experiment` (and, when its model needs
+more than the task's ``in_dim`` / ``out_dim``, a ``model_fields(exp, task)``). :data:`LEVELS` is read in
 one place per concern (:mod:`~xmask_cli.engine.experiment` for data, metric
 and dispatch; ``xmask explain`` for its targets). A new level is one module
 plus one line here.
@@ -63,6 +64,16 @@ class TaskLevel:
     def build(self, exp: Any, seed: int, device: str, dense_only: str | None) -> Any:
         """The level's task for one seed of ``exp`` (which also draws a random split)."""
         return self._module().from_experiment(exp, seed, device, dense_only)
+
+    def model_fields(self, exp: Any, task: Any) -> dict[str, Any]:
+        """What the level's model config takes from the data: ``in_dim``, ``out_dim`` and any level extras.
+
+        The module's ``model_fields(exp, task)`` when it has one, else the task's ``in_dim`` / ``out_dim``.
+        """
+        own = getattr(self._module(), "model_fields", None)
+        if own is not None:
+            return own(exp, task)
+        return {"in_dim": int(task.in_dim), "out_dim": int(task.out_dim)}
 
 
 #: Every task level, by name.

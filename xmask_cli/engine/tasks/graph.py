@@ -175,3 +175,12 @@ def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = N
     split = graph_split(exp.graphs.spec.split, exp.graphs.dataset, seed=seed)
     return GraphTask(exp.cache_path, exp.graphs, split, exp.metric, cfg.train.batch_size, seed, device,
                      loader_workers=cfg.train.loader_workers, needs=model_needs(cfg))
+
+
+def model_fields(exp: Any, task: GraphTask) -> dict[str, Any]:
+    """Model dimensions of a graph-level run: feature width, classes, and the sum readout's size scale."""
+    m = exp.cfg.model
+    scale = size_readout_scale(exp.graphs.num_nodes, task.split.train) if (
+        m.readout == "sum" and m.readout_norm == "size") else 1.0
+    return {"in_dim": exp.graphs.feature_info().dim, "out_dim": int(exp.graphs.dataset.num_classes),
+            "readout_scale": scale}

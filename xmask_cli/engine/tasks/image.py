@@ -179,3 +179,9 @@ def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = N
     cfg = exp.cfg
     return ImageTask(exp.cache_path, exp.graphs, image_split(exp.graphs, seed), exp.metric, cfg.train.batch_size, seed,
                      device, augment=cfg.image.augment)
+
+
+def model_fields(exp: Any, task: ImageTask) -> dict[str, Any]:
+    """Model dimensions of an image run: patch features, classes, and the image and patch sizes."""
+    return {"in_dim": task.in_dim, "out_dim": task.out_dim, "image_size": task.image_size,
+            "patch_size": exp.cfg.image.patch}
