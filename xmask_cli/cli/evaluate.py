@@ -32,7 +32,8 @@ def eval_(
 
         xmask eval runs/cora-node/3 --split val --format json
     """
-    from xmask_cli.engine.experiment import evaluate_run, resolve_device
+    from xmask_cli.engine.evaluate import evaluate_run
+    from xmask_cli.engine.experiment import resolve_device
     from xmask_cli.prepare import resolve_cache_dir
 
     out = output_for(ctx, fmt)

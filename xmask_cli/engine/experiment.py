@@ -16,8 +16,6 @@ Example::
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import os
 import re
 from collections.abc import Callable
@@ -27,15 +25,15 @@ from typing import Any
 
 import torch
 
-from xmask_cli.config import Config, build
-from xmask_cli.engine.loop import PARTS, TrainConfig, score, seed_everything
+from xmask_cli.config import Config
+from xmask_cli.engine.loop import PARTS, TrainConfig, seed_everything
 from xmask_cli.engine.runs import RunDir, aggregate, input_stall
 from xmask_cli.engine.tasks import LEVELS
-from xmask_cli.errors import ConfigError, RunNotFoundError, UsageError, first_line
+from xmask_cli.errors import ConfigError, UsageError
 from xmask_cli.model.biases import bias_entry
 
 __all__ = ["parse_seeds", "resolve_device", "resolve_level", "resolve_metric", "Experiment",
-           "train_seeds", "read_run", "load_run", "evaluate_run", "DEFAULT_METRICS"]
+           "train_seeds", "DEFAULT_METRICS"]
 
 #: Metric a level selects on when neither the preset nor the dataset says (from the level registry).
 DEFAULT_METRICS = {name: level.default_metric for name, level in LEVELS.items()}
@@ -418,81 +416,3 @@ def train_seeds(
             root.mkdir(parents=True, exist_ok=True)
             write_json(root / "aggregate.json", {k: v for k, v in result.items() if k != "runs"})
         return result
-
-
-def read_run(run_dir: str | os.PathLike) -> tuple[RunDir, dict[str, Any]]:
-    """A run folder and its saved ``config.json``, checked to hold what ``eval``/``explain`` read.
-
-    Raises:
-        RunNotFoundError: no folder, no ``config.json`` / ``best.pt``, or a config without the resolved preset.
-    """
-    run = RunDir(run_dir) if Path(run_dir).is_dir() else None
-    if run is None or not (run.path / RunDir.CONFIG).is_file() or not run.has_checkpoint(RunDir.BEST):
-        raise RunNotFoundError(f"{run_dir}: not a run directory (needs config.json and best.pt; "
-                               f"runs live in runs/<name>/<seed>/)")
-    saved = run.load_config()
-    if "config" not in saved:
-        raise RunNotFoundError(f"{run_dir}: config.json has no resolved preset; was it written by `xmask train`?")
-    train, model = saved.get("train"), saved.get("model")
-    if not (isinstance(saved["config"], dict) and isinstance(model, dict) and isinstance(train, dict)
-            and isinstance(train.get("seed"), int)):
-        raise RunNotFoundError(f"{run.path / RunDir.CONFIG} is damaged (no config/model/train.seed as `xmask train` "
-                               f"writes them); restore it, or train again with --overwrite")
-    return run, saved
-
-
-def load_run(
-    run: RunDir,
-    saved: dict[str, Any],
-    *,
-    cache_dir: Path,
-    data_root: str | os.PathLike | None = None,
-    offline: bool | None = None,
-    device: str = "cpu",
-    log: Callable[[str], None] = lambda m: None,
-) -> tuple[Experiment, Any, torch.nn.Module]:
-    """Rebuild a run's experiment, task (same seed, same split) and best model, in eval mode."""
-    from xmask_cli.model.network import ModelConfig, XMaskNet
-
-    cfg = build(Config, saved["config"])
-    exp = Experiment.load(cfg, cache_dir=cache_dir, offline=offline, log=log,
-                          data_root=data_root if data_root is not None else saved.get("data_root"))
-    task = exp.task(int(saved["train"]["seed"]), device)
-    try:
-        model = XMaskNet(ModelConfig(**saved["model"])).to(device)
-        model.load_state_dict(run.load_checkpoint(RunDir.BEST)["model"])
-    except (TypeError, KeyError, RuntimeError) as exc:  # a config.json and best.pt that do not belong together
-        first = first_line(exc)
-        raise RunNotFoundError(f"{run.path / RunDir.BEST} does not fit the model in {run.path / RunDir.CONFIG} "
-                               f"({first[:200]}); train again with --overwrite") from None
-    return exp, task, model.eval()
-
-
-def evaluate_run(
-    run_dir: str | os.PathLike,
-    *,
-    parts: tuple[str, ...] = ("val", "test"),
-    device: str = "cpu",
-    cache_dir: Path,
-    data_root: str | os.PathLike | None = None,
-    offline: bool | None = None,
-    log: Callable[[str], None] = lambda m: None,
-) -> dict[str, Any]:
-    """Reload a run's config and best checkpoint and recompute its metrics on ``parts``.
-
-    Returns the recomputed metrics next to the ones ``summary.json`` recorded.
-
-    Raises:
-        RunNotFoundError: the folder has no ``config.json`` or ``best.pt``.
-    """
-    run, saved = read_run(run_dir)
-    exp, task, model = load_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
-                                device=device, log=log)
-    seed = int(saved["train"]["seed"])
-    # The run's precision: a bf16 run's recorded metrics were scored under bf16 autocast.
-    precision = saved["train"].get("precision", "fp32")
-    metrics = {part: score(task, model, part, precision, device) for part in parts}
-    recorded = run.read_summary()["metrics"] if (run.path / RunDir.SUMMARY).is_file() else {}
-    return {"run_dir": str(run.path), "dataset": exp.dataset, "level": exp.level, "metric": exp.metric, "seed": seed,
-            "metrics": metrics, "recorded": {p: recorded.get(p) for p in parts},
-            "config_sha256": hashlib.sha256(json.dumps(saved, sort_keys=True).encode()).hexdigest()[:16]}

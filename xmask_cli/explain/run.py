@@ -46,7 +46,7 @@ def explain_run(
         nodes: node ids (node-, link- and edge-level runs).
         edges: ``(u, v)`` pairs or ``"U,V"`` strings (node-, link- and edge-level runs).
         out_dir: where ``maps.h5`` and ``<target>.png`` go (created).
-        cache_dir, data_root, offline: as for :func:`~xmask_cli.engine.experiment.evaluate_run`.
+        cache_dir, data_root, offline: as for :func:`~xmask_cli.engine.evaluate.evaluate_run`.
         device: torch device of the forward.
         max_nodes: most nodes a map keeps (neighbourhood crop; graphs above it are cropped too).
         log: progress lines.
@@ -67,7 +67,7 @@ def explain_run(
 
     matplotlib.use("Agg", force=False)  # the figures are built on Figure objects; no GUI backend needed
     from xmask_cli.fs import ensure_writable_dir
-    from xmask_cli.engine.experiment import load_run, read_run
+    from xmask_cli.engine.evaluate import load_run, read_run
 
     graphs, nodes, images = [int(g) for g in graphs], [int(i) for i in nodes], [int(i) for i in images]
     pairs = [parse_edge(e) for e in edges]

@@ -10,7 +10,7 @@ from xmask_cli.console import fmt_metric, kv_table
 
 
 def human(con: Console, result: dict[str, Any], parts: Sequence[str]) -> None:
-    """The recomputed metric of each of ``parts`` (:func:`~xmask_cli.engine.experiment.evaluate_run`'s result)."""
+    """The recomputed metric of each of ``parts`` (:func:`~xmask_cli.engine.evaluate.evaluate_run`'s result)."""
     rows = []
     for p in parts:
         rows.append((f"{p} {result['metric']}", f"{result['metrics'][p]:.4f} (recorded {fmt_metric(result['recorded'][p])})"))

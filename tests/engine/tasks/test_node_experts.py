@@ -16,7 +16,8 @@ from xmask_cli.cli import app
 from xmask_cli.config import resolve
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine.experiment import evaluate_run, train_seeds
+from xmask_cli.engine.evaluate import evaluate_run
+from xmask_cli.engine.experiment import train_seeds
 from xmask_cli.engine.tasks.node import NodeTask
 from xmask_cli.engine.tasks.node_experts import ExpertNodeTask
 from xmask_cli.engine.splits import node_split
