@@ -14,7 +14,7 @@ import numpy as np
 
 from xmask_cli.cache.files import (FORMAT_VERSION, H5_ERRORS, HDF5_SIGNATURE, KEY_NAME, TMP_NAME, cache_key,
                                    is_stale_temp, pid_alive)
-from xmask_cli.data.load import STAGING_MARKER
+from xmask_cli.data.staging import STAGING_MARKER
 from xmask_cli.errors import CacheError, NotWritableError, UsageError, first_line
 
 __all__ = ["CacheInfo", "cache_files", "clear", "dataset_folder", "info", "is_own_cache_file", "listing", "verify"]

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from xmask_cli.data.load import MAX_DEGREE, GraphSet, one_hot_degrees
+from xmask_cli.data.graphset import MAX_DEGREE, GraphSet, one_hot_degrees
 from xmask_cli.engine.pair_structure import canonical_edges
 
 __all__ = ["node_features", "one_hot_degree", "MAX_DEGREE"]

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from xmask_cli.cache import StructureCache, cache_key, cache_path
 from xmask_cli.config import StructureConfig
-from xmask_cli.data.load import graphs_fingerprint
+from xmask_cli.data.graphset import graphs_fingerprint
 from xmask_cli.engine.extras import GraphExtras, to_tensors
 from xmask_cli.engine.splits import pair_keys
 from xmask_cli.model.attention_path import full_graph_attention

@@ -143,7 +143,7 @@ def graph_split(spec_split_name: str, dataset: Any, seed: int = 0) -> Split:
     if spec_split_name == "fixed-8-1-1":  # generated sets: one split whatever the training seed
         return random_split(len(dataset), (0.8, 0.1, 0.1), seed=0, name="fixed-8-1-1")
     if spec_split_name == "scaffold":
-        from xmask_cli.data.load import safe_torch_load
+        from xmask_cli.data.pyg import safe_torch_load
 
         with safe_torch_load():  # OGB reads split_dict.pt with torch.load when the file exists
             idx = dataset.get_idx_split()

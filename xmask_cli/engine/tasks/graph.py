@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from xmask_cli.data.load import GraphSet
+from xmask_cli.data.graphset import GraphSet
 from xmask_cli.engine.features import node_features
 from xmask_cli.engine.loop import PARTS, TrainConfig, train_task
 from xmask_cli.engine.metrics import METRICS

@@ -44,7 +44,7 @@ from torch import Tensor
 
 from xmask_cli.cache import StructureCache
 from xmask_cli.config import NodeSection
-from xmask_cli.data.load import GraphSet
+from xmask_cli.data.graphset import GraphSet
 from xmask_cli.engine.extras import GraphExtras, to_tensors
 from xmask_cli.engine.features import node_features
 from xmask_cli.engine.loop import PARTS

@@ -1,0 +1,109 @@
+"""Staging a read-only data root: its files linked into ``<cache_dir>/_pyg/<folder>/``, with a manifest
+so that a change of the raw files invalidates the loader's ``processed/`` there."""
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from xmask_cli.data.registry import DatasetSpec
+from xmask_cli.errors import NotWritableError
+
+STAGING_MARKER = ".xmask-staging"  # in <cache_dir>/_pyg: `cache clear` removes only a folder carrying it
+
+
+#: Sub-folders a loader writes itself: never staged from a source (stale outputs of another version).
+_LOADER_OUTPUTS = ("processed",)
+#: Written beside the staged files: what was staged, so a change invalidates the loader's ``processed/``.
+STAGE_MANIFEST = ".xmask-staged.json"
+
+
+def source_files(spec: DatasetSpec, source_root: Path) -> list[str]:
+    """Every file of ``source_root/<folder>`` a loader may read, relative, sorted.
+
+    That is the whole folder (``raw/``, and OGB's ``split/``, ``mapping/``,
+    ``RELEASE_v1.txt``) minus what loaders write (``processed/``): PyG's
+    ``TUDataset`` globs ``raw/<name>_*.txt`` and takes node labels and
+    attributes from whichever files are there, so staging only the registry's
+    minimum would silently drop the node features.
+    """
+    src = source_root / spec.folder
+    out = []
+    # os.walk with followlinks: a data root may hold raw/ as a link to another disk.
+    for folder, dirs, names in os.walk(src, followlinks=True):
+        rel_dir = Path(folder).relative_to(src)
+        if rel_dir == Path("."):
+            dirs[:] = [d for d in dirs if d not in _LOADER_OUTPUTS]
+        out += [(rel_dir / n).as_posix() for n in names if n != STAGE_MANIFEST]
+    return sorted(out)
+
+
+def _manifest(src: Path, files: list[str]) -> dict[str, Any]:
+    # Content hashes, not paths: the bundled and a shared copy of the same files share one processed/.
+    digest = {}
+    for rel in files:
+        h = hashlib.sha256()
+        with open(src / rel, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        digest[rel] = h.hexdigest()
+    return {"version": 1, "files": digest}
+
+
+def _stage(spec: DatasetSpec, source_root: Path, staging_root: Path) -> Path:
+    """Link every source file of ``spec`` (see :func:`source_files`) into ``staging_root/<folder>``.
+
+    Files staged earlier that the source no longer has are removed, and when the
+    staged set or its contents changed (e.g. a cache staged by an older xmask
+    without the node-label files) the loader's ``processed/`` there is deleted,
+    so the features are re-read from the raw files, never taken from a stale cache.
+    """
+    src = source_root / spec.folder
+    dst = staging_root / spec.folder
+    files = source_files(spec, source_root)
+    manifest = _manifest(src, files)
+    try:
+        if not staging_root.is_dir():
+            staging_root.mkdir(parents=True, exist_ok=True)
+        # `cache clear` removes a staging folder only when it carries this marker. Nothing is
+        # written when everything is in place: a complete cache on a read-only mount still loads.
+        if not (staging_root / STAGING_MARKER).exists():
+            (staging_root / STAGING_MARKER).touch()
+        if not dst.is_dir():
+            dst.mkdir(parents=True, exist_ok=True)
+        stamp = dst / STAGE_MANIFEST
+        try:
+            previous = json.loads(stamp.read_text())
+        except (OSError, ValueError):
+            previous = None
+        for old in (previous or {}).get("files", {}):
+            if old not in manifest["files"] and (dst / old).is_symlink():
+                (dst / old).unlink()
+        for rel in files:
+            target = dst / rel
+            if not target.parent.is_dir():
+                target.parent.mkdir(parents=True, exist_ok=True)
+            if target.is_symlink() or target.exists():
+                if target.resolve() == (src / rel).resolve():
+                    continue
+                target.unlink()
+            try:
+                target.symlink_to((src / rel).resolve())
+            except OSError:
+                shutil.copy2(src / rel, target)
+        if previous != manifest:
+            for out in _LOADER_OUTPUTS:
+                if (dst / out).is_dir():
+                    shutil.rmtree(dst / out)
+            tmp = stamp.with_name(stamp.name + ".tmp")
+            tmp.write_text(json.dumps(manifest, sort_keys=True))
+            os.replace(tmp, stamp)
+    except OSError as exc:
+        if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
+            raise
+        raise NotWritableError(f"cannot stage {spec.name} under {staging_root}: {exc.strerror}; pass a writable --cache-dir") from exc
+    return staging_root

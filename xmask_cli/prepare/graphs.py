@@ -1,0 +1,229 @@
+"""Graphs -> structure cache file: the cache key's parameters, the writing loop and the truncation report."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from xmask_cli.cache import CacheWriter, StructureCache, cache_key, cache_path, verify
+from xmask_cli.config import StructureConfig
+from xmask_cli.errors import CacheError
+from xmask_cli.fs import ensure_writable_dir
+from xmask_cli.prepare.blocks import iter_blocks
+
+
+def structure_params(cfg: StructureConfig, level: str) -> dict[str, Any]:
+    """The parameters that decide the cache's content (part of its key).
+
+    Disabled sections and settings that prepare does not read (``eps``) are
+    left out, so that toggling them does not invalidate a cache.
+    """
+    d = asdict(cfg)
+    d["powers"].pop("eps", None)
+    for sec in ("spd", "spectrum", "magnetic", "rrwp"):
+        if not d[sec]["enabled"]:
+            d[sec] = {"enabled": False}
+    if cfg.partition.parts <= 0 or level != "node":
+        d["partition"] = {"parts": 0}
+    return d
+
+
+class _DroppedMass:
+    """Running mean and max over rows of the truncated share of each power's row mass."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, int] = {}
+        self.total: dict[str, np.ndarray] = {}
+        self.max: dict[str, np.ndarray] = {}
+
+    def add(self, group: str, share: np.ndarray) -> None:
+        if group not in self.rows:
+            self.rows[group], self.total[group], self.max[group] = 0, np.zeros(share.shape[1]), np.zeros(share.shape[1])
+        self.rows[group] += share.shape[0]
+        self.total[group] += share.sum(axis=0)
+        self.max[group] = np.maximum(self.max[group], share.max(axis=0, initial=0.0))
+
+    def attrs(self, group: str, width: int) -> str:
+        """JSON for the group's ``dropped_mass`` attribute (zeros when no graph was truncated)."""
+        rows = self.rows.get(group, 0)
+        mean = self.total[group] / rows if rows else np.zeros(width)
+        mx = self.max[group] if rows else np.zeros(width)
+        return json.dumps({"rows": rows, "mean": [float(x) for x in mean], "max": [float(x) for x in mx]})
+
+
+#: The truncation rule as recorded in the cache (see :class:`~xmask_cli.structure.powers.Truncation`).
+TRUNCATION_RULE = ("large graphs only; power 1 (A-hat) kept whole; for k >= 2, P_k = trunc(P_(k-1) A-hat): "
+                   "the diagonal and every real edge (support of A + I) are always kept, other entries with "
+                   "|x| < tau are dropped, then a row keeps its protected entries and the largest others up to "
+                   "topk entries in total")
+
+
+def truncation_report(cache: StructureCache) -> dict[str, Any]:
+    """What truncation did to a cache's large graphs, read from its attributes.
+
+    ``{"large_graphs", "tau", "topk", "rule", "powers": {"k", "rows", "mean", "max"}[, "rrwp": {"step", ...}]}``:
+    per power, the mean and max over the truncated graphs' rows of the share
+    of the row's exact mass that the stored entries miss (0 where nothing was truncated).
+    """
+    f = cache.file
+    dropped = {g: f[g].attrs["dropped_mass"] for g in ("powers", "rrwp") if g in f and "dropped_mass" in f[g].attrs}
+    return _truncation_report(int(np.count_nonzero(cache.read_array("graphs/large"))), f["powers"].attrs["truncation"],
+                              dropped)
+
+
+def _truncation_report(large_graphs: int, truncation: str, dropped_mass: dict[str, str]) -> dict[str, Any]:
+    """:func:`truncation_report` from the values written: the ``truncation`` and ``dropped_mass`` JSON attributes."""
+    trunc = json.loads(truncation)
+    out: dict[str, Any] = {"large_graphs": large_graphs, "tau": trunc["tau"], "topk": trunc["topk"],
+                           "rule": trunc["rule"]}
+    for group, label, first in (("powers", "k", 1), ("rrwp", "step", 0)):
+        if group in dropped_mass:
+            d = json.loads(dropped_mass[group])
+            out[group] = {label: list(range(first, first + len(d["mean"]))), **d}
+    return out
+
+
+@dataclass
+class PrepareSummary:
+    """What ``xmask prepare`` reports."""
+
+    dataset: str
+    path: str
+    key: str
+    cached: bool
+    graphs: int
+    nodes: int
+    edges: int
+    size_bytes: int
+    seconds: float
+    params: dict[str, Any]
+    truncation: dict[str, Any] = field(default_factory=dict)  # see :func:`truncation_report`
+    #: Node features training will feed the model (``GraphSet.feature_info``); None where not loaded here.
+    features: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def prepare_graphs(
+    *,
+    dataset_key: str,
+    level: str,
+    edges: list[np.ndarray],
+    num_nodes: np.ndarray,
+    fingerprint: str,
+    cfg: StructureConfig,
+    cache_dir: Path,
+    workers: int = 1,
+    force: bool = False,
+    full_check: bool = False,
+    progress: Callable[[int, int], None] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> PrepareSummary:
+    """Compute and cache the structure of ``edges`` unless the same key is cached and sound.
+
+    Args:
+        dataset_key: folder name under the cache dir (lower-case dataset name).
+        level: task level (``node`` enables partitions).
+        edges, num_nodes: the graphs, graph-local ids.
+        fingerprint: hash of the input graphs (see :func:`graphs_fingerprint`).
+        cfg: structure section of the config.
+        force: rebuild even a sound file.
+        full_check: read every chunk of an existing file (checksums) before trusting it, not only
+            its attributes and offsets.
+        progress: called with ``(graphs_done, graphs_total)``.
+
+    Raises:
+        CacheError: something other than a regular file sits at the cache path.
+    """
+    t0 = time.perf_counter()
+    params = structure_params(cfg, level)
+    key = cache_key(fingerprint, params)
+    path = cache_path(cache_dir, dataset_key, key)
+    nn = np.asarray(num_nodes, dtype=np.int64)
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        # Not something xmask wrote (a folder, a link): never delete it, never write a temp file for nothing.
+        raise CacheError(f"cache path {path} is not a regular file (a {'link' if path.is_symlink() else 'folder'} "
+                         f"is in the way); move it away, or use another --cache-dir")
+    if path.exists() and not force:
+        # Trust an existing file only once it checks out: its key, fingerprint, dataset and format
+        # (cheap), and with full_check every chunk's checksum too.
+        problems = verify(path, fingerprint, full=full_check, expected_dataset=dataset_key)
+        if not problems:
+            try:
+                with StructureCache(path) as c:
+                    edges_total = int(c.read_array("graphs/num_edges").sum())
+                    report = truncation_report(c)
+                return PrepareSummary(dataset_key, str(path), key, True, len(nn), int(nn.sum()), edges_total,
+                                      path.stat().st_size, round(time.perf_counter() - t0, 3), params, report)
+            except (CacheError, OSError, KeyError, ValueError, RuntimeError) as exc:
+                problems = [str(exc).splitlines()[0] if str(exc) else type(exc).__name__]
+        if log is not None:
+            log(f"existing cache {path} is unusable ({problems[0]}); rebuilding it")
+    ensure_writable_dir(path.parent)
+    attrs = {"key": key, "dataset": dataset_key, "level": level, "fingerprint": fingerprint,
+             "params": json.dumps(params, sort_keys=True)}
+    ptrs: dict[str, int] = {}
+    vptr: dict[str, list[int]] = {}
+    comp_offset = 0
+    total_edges = 0
+    large_graphs = 0
+    dropped = _DroppedMass()
+    with CacheWriter(path, attrs) as w:
+        w.append("graphs/node_ptr", np.zeros(1, dtype=np.int64))
+        node_total = 0
+        for done, r in iter_blocks(edges, nn, cfg, level, workers):
+            w.append("graphs/num_nodes", r.num_nodes)
+            w.append("graphs/num_edges", r.num_edges)
+            w.append("graphs/large", r.large)
+            large_graphs += int(np.count_nonzero(r.large))
+            w.append("graphs/node_ptr", node_total + np.cumsum(r.num_nodes))
+            node_total += int(r.num_nodes.sum())
+            total_edges += int(r.num_edges.sum())
+            w.append("nodes/component", r.component + comp_offset)
+            comp_offset += int(r.component.max()) + 1 if r.component.size else 0
+            if r.part is not None:
+                w.append("nodes/part", r.part)
+            for group, share in r.dropped.items():
+                dropped.add(group, share)
+            for group, arrs in r.pairs.items():
+                if group not in ptrs:
+                    ptrs[group] = 0
+                    w.append(f"{group}/indptr", np.zeros(1, dtype=np.int64))
+                w.append(f"{group}/indptr", ptrs[group] + np.cumsum(arrs["node_counts"]))
+                ptrs[group] += int(arrs["node_counts"].sum())
+                for k, v in arrs.items():
+                    if k != "node_counts":
+                        w.append(f"{group}/{k}", v)
+            for group, e in r.eig.items():
+                if group not in vptr:
+                    vptr[group] = [0, 0]
+                    w.append(f"{group}/val_ptr", np.zeros(1, dtype=np.int64))
+                    w.append(f"{group}/vec_ptr", np.zeros(1, dtype=np.int64))
+                w.append(f"{group}/val_ptr", vptr[group][0] + np.cumsum([v.shape[0] for v in e["vals"]]))
+                w.append(f"{group}/vec_ptr", vptr[group][1] + np.cumsum([v.shape[0] for v in e["vecs"]]))
+                vptr[group][0] += sum(v.shape[0] for v in e["vals"])
+                vptr[group][1] += sum(v.shape[0] for v in e["vecs"])
+                w.append(f"{group}/eigvals", np.concatenate(e["vals"]) if e["vals"] else np.zeros(0))
+                w.append(f"{group}/eigvecs", np.concatenate(e["vecs"]))
+                w.append(f"{group}/method", np.asarray(e["methods"], dtype="S16"))
+            if progress is not None:
+                progress(done, len(nn))
+        truncation = json.dumps({"tau": cfg.large.tau, "topk": cfg.large.topk, "applies_to": "graphs/large",
+                                 "rule": TRUNCATION_RULE})
+        masses = {"powers": dropped.attrs("powers", cfg.powers.k)}
+        w.set_attrs("powers", k=cfg.powers.k, normalization=cfg.powers.normalization, truncation=truncation,
+                    dropped_mass=masses["powers"])
+        if cfg.rrwp.enabled:
+            masses["rrwp"] = dropped.attrs("rrwp", cfg.rrwp.steps + 1)
+            w.set_attrs("rrwp", dropped_mass=masses["rrwp"])
+        if cfg.spd.enabled:
+            w.set_attrs("spd", max_distance=cfg.spd.max_distance, large_radius=min(cfg.spd.max_distance, cfg.large.spd_radius))
+    # From the values just written: no second open of the file.
+    report = _truncation_report(large_graphs, truncation, masses)
+    return PrepareSummary(dataset_key, str(path), key, False, len(nn), int(nn.sum()), total_edges, path.stat().st_size,
+                          round(time.perf_counter() - t0, 3), params, report)
