@@ -155,7 +155,7 @@ class Cora:
 
 
 def _model_cfg(args: argparse.Namespace, in_dim: int, out_dim: int, task: str) -> Any:
-    from xmask_cli.model.network import ModelConfig
+    from xmask_cli.model.model_config import ModelConfig
 
     return ModelConfig(in_dim=in_dim, out_dim=out_dim, hidden=args.hidden, heads=args.heads, layers=args.layers,
                        task=task)

@@ -131,7 +131,7 @@ class BiasSection:
 class ModelSection:
     """Model hyper-parameters, with their one set of defaults.
 
-    The model takes them as :class:`xmask_cli.model.network.ModelConfig`, this
+    The model takes them as :class:`xmask_cli.model.model_config.ModelConfig`, this
     section plus what a run learns from its data (``in_dim``, ``out_dim``, the task).
     """
 

@@ -35,7 +35,7 @@ def test_dense_only_models_get_dense_or_a_refusal() -> None:
 
 def test_sparse_refusal_names_the_setting() -> None:
     from xmask_cli.config import resolve
-    from xmask_cli.model.network import plain_heads, sparse_refusal
+    from xmask_cli.model.model_config import plain_heads, sparse_refusal
 
     base = resolve("node-level", [])
     assert sparse_refusal(base.model) is None and plain_heads(base.model) == ()
@@ -56,7 +56,7 @@ def test_experts_refuse_eps() -> None:
     from xmask_cli.config import resolve
     from xmask_cli.engine.experiment import _check_structure
     from xmask_cli.errors import ConfigError
-    from xmask_cli.model.network import ModelConfig
+    from xmask_cli.model.model_config import ModelConfig
 
     with pytest.raises(ConfigError, match="model.outside_support=eps"):
         _check_structure(resolve("m3d-cora", ["model.outside_support=eps"]))

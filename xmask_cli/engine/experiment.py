@@ -202,7 +202,7 @@ def _train_config(cfg: Config, seed: int, device: str) -> TrainConfig:
 
 def _model_config(cfg: Config, level: str, in_dim: int, out_dim: int, dataset: str, readout_scale: float = 1.0,
                   **image: Any) -> Any:
-    from xmask_cli.model.network import ModelConfig
+    from xmask_cli.model.model_config import ModelConfig
 
     encoder = cfg.model.encoder
     if level == "image":  # image_size and patch_size come with `image`
@@ -306,7 +306,7 @@ class Experiment:
             raise ConfigError(str(exc)) from None
 
     def _task(self, seed: int, device: str) -> Any:
-        from xmask_cli.model.network import sparse_refusal
+        from xmask_cli.model.model_config import sparse_refusal
 
         return LEVELS[self.level].build(self, seed, device, sparse_refusal(self.cfg.model))
 

@@ -183,7 +183,7 @@ def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: S
     Returns:
         The embeddings in the order of ``queries``.
     """
-    from xmask_cli.model.network import sparse_refusal
+    from xmask_cli.model.model_config import sparse_refusal
 
     refusal = sparse_refusal(model.cfg)
     if refusal is not None:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from xmask_cli.explain.record import KINDS
-from xmask_cli.model.network import head_labels
+from xmask_cli.model.model_config import head_labels
 
 __all__ = ["KIND_TITLES", "plot_image", "plot_target", "save_png"]
 

@@ -32,7 +32,7 @@ from xmask_cli.explain.figures import plot_image, save_png
 from xmask_cli.explain.hops import layer_masses
 from xmask_cli.explain.record import record_terms
 from xmask_cli.explain.store import ImageMaps, write_image_maps
-from xmask_cli.model.network import head_labels
+from xmask_cli.model.model_config import head_labels
 
 __all__ = ["grid_distances", "explain_images"]
 

@@ -17,7 +17,7 @@ from xmask_cli.explain.hops import DEFAULT_MAX_DISTANCE, hop_buckets, hop_summar
 from xmask_cli.explain.record import SingleGraph
 from xmask_cli.explain.store import write_maps
 from xmask_cli.explain.targets import TargetMaps, explain_graph, explain_nodes, parse_edge, target_dict
-from xmask_cli.model.network import head_labels
+from xmask_cli.model.model_config import head_labels
 
 __all__ = ["explain_run"]
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from xmask_cli.explain.record import KINDS
-from xmask_cli.model.network import head_labels
+from xmask_cli.model.model_config import head_labels
 
 __all__ = ["ImageMaps", "write_image_maps", "write_maps"]
 

@@ -7,7 +7,7 @@ rounding: a pair outside a head's stored support gets ``-inf`` on both
 Two settings need the whole domain as one dense grid and make ``auto``
 choose dense (and refuse where the grid does not fit): ``outside_support:
 eps`` and a learned bias on a plain head (see
-:func:`~xmask_cli.model.network.sparse_refusal`).
+:func:`~xmask_cli.model.model_config.sparse_refusal`).
 """
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def full_graph_attention(requested: str, num_nodes: int, num_pairs: int, device:
 
     Args:
         dense_only: why the model cannot run sparse (from
-            :func:`~xmask_cli.model.network.sparse_refusal`), or None. With a
+            :func:`~xmask_cli.model.model_config.sparse_refusal`), or None. With a
             reason, ``auto`` is dense up to ``dense_max_nodes`` nodes.
 
     Raises:

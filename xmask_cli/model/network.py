@@ -12,207 +12,22 @@ learned bias on a plain head (see :func:`sparse_refusal`).
 """
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
 
-from xmask_cli.config import ModelSection, PowersConfig, RrwpConfig, section_fields
-from xmask_cli.model.attention import MASK_SCALES
-from xmask_cli.model.bias import OUTSIDE_SUPPORT, DenseStructure, SparseStructure, XLogSMaskBias, read_field
-from xmask_cli.model.bias_stack import BiasSpec, BiasStack
-from xmask_cli.model.biases import bias_entry
-from xmask_cli.model.dualmode import MODES as DUAL_MODES
-from xmask_cli.model.experts import EXPERTS, ROUTINGS, HierarchicalMasks
-from xmask_cli.model.layers import NORMS, TransformerBlock
+from xmask_cli.model.bias import DenseStructure, SparseStructure, XLogSMaskBias, read_field
+from xmask_cli.model.bias_stack import BiasStack
+from xmask_cli.model.experts import HierarchicalMasks
+from xmask_cli.model.layers import TransformerBlock
+# The hyper-parameters live in model_config.py; re-exported so ``from xmask_cli.model.network import ModelConfig`` works.
+from xmask_cli.model.model_config import (ENCODERS, READOUTS, TASKS, ModelConfig, head_labels, plain_heads,
+                                          sparse_refusal)
 
-#: cls: the class token's output (image level, ``encoder='patch'``); the others pool real nodes / patches.
-READOUTS = ("sum", "mean", "max", "cls")
-#: graph: one output per graph; node: one per node; link / edge: one per node pair (see :meth:`XMaskNet.score_pairs`);
-#: image: one per image (patch tokens over the shared grid graph).
-TASKS = ("graph", "node", "link", "edge", "image")
-#: linear: ``Linear(in_dim, hidden)`` on float features; atom: OGB's ``AtomEncoder`` on integer atom features;
-#: patch: a strided convolution over ``[B, in_dim, H, W]`` images (:class:`~xmask_cli.model.patch.PatchEncoder`).
-ENCODERS = ("linear", "atom", "patch")
-
-
-@dataclass(frozen=True)
-class ModelConfig(ModelSection):
-    """Hyper-parameters of :class:`XMaskNet`: the preset's ``model`` section plus what a run adds.
-
-    Every hyper-parameter of :class:`~xmask_cli.config.ModelSection` (one
-    schema, one set of defaults) is a field here too; build this view from a
-    config with :meth:`from_section`. What the section's keys mean for the model:
-
-    Attributes:
-        hidden: model width ``D`` (a multiple of ``heads``).
-        heads: attention heads ``H``.
-        layers: number of transformer blocks.
-        ffn_mult: FFN hidden width as a multiple of ``hidden``.
-        dropout: dropout in the blocks and the task head.
-        attn_dropout: dropout on the attention weights.
-        norm: ``'post'`` or ``'pre'`` LayerNorm placement.
-        mask_scale: ``'paper'`` or ``'none'``, see :class:`StructuralAttention`.
-        head_powers: power of ``Â`` read by each head (0: no log mask on that
-            head); None means ``[1, ..., H]``. Stored as a tuple so the config stays hashable.
-        outside_support: ``'hard'`` (default): a pair with ``Â^{k_h}_ij = 0``
-            gets ``-inf`` for head ``h`` on every path (the ``eps -> 0`` limit
-            of Eq. 9); ``'eps'``: it gets ``log(eps)``, the literal dense
-            formula, which only dense paths compute (sparse ones refuse it).
-        readout: ``'sum'``, ``'mean'`` or ``'max'`` over real nodes (graph task).
-        readout_norm: resolved by the engine into ``readout_scale``; the model reads only that.
-        use_bias: False drops the structural bias (plain attention, the ablation).
-        encoder: ``'linear'``, ``'atom'`` (OGB ``AtomEncoder``; ``in_dim`` is then
-            ignored) or ``'patch'``; ``'auto'`` is ``'patch'`` for the image task,
-            else ``'linear'`` (the engine picks ``'atom'`` for OGB molecules itself).
-        input_dropout: dropout on the raw input features before a linear encoder
-            (as GCN/GAT apply to sparse bag-of-words features); 0 disables it.
-        biases: learned structural biases (SPD, RRWP, magnetic, eigen) and the
-            heads and layers each serves, added to the X-LogSMask term.
-        experts: M3Dphormer attention experts, a subset of ``('local', 'cluster',
-            'global')``; empty (default) = one attention per block. With experts
-            the model runs on tokens (real nodes + cluster and class virtual
-            nodes; :meth:`XMaskNet.forward_tokens`, node task only); the
-            X-LogSMask term goes to the local expert.
-        routing: ``'bilevel'`` (the paper's sigmoid gates, starting local),
-            ``'flat'`` (one softmax gate) or ``'none'`` (equal weights).
-        expert_attention: ``'dual'`` (dense or sparse per region, by density),
-            ``'sparse'`` or ``'dense'``; all three compute the same numbers.
-        positional: ``'none'`` or ``'learned'`` position embeddings of the patch tokens (``encoder='patch'``).
-
-    What a run adds:
-
-    Attributes:
-        in_dim: node feature width ``F`` (keyword only, required).
-        out_dim: output width, classes or regression targets (keyword only, required).
-        eps: floor inside ``log(Â^k + eps)`` (``structure.powers.eps``).
-        readout_scale: factor on the pooled features before the head (graph
-            task). The graph-level engine sets ``1 / mean node count`` of the
-            training graphs for a ``sum`` readout (``model.readout_norm: size``):
-            a sum of post-LayerNorm node states grows with the node count, and a
-            head fed inputs of tens to hundreds is trained at that many times the
-            learning rate (Adam steps each weight by ~lr, the pre-activation moves
-            by ~lr x the input's L1 norm), which kills its ReLUs and collapses
-            the output to a constant (issue 10 §6). The scale is a fixed number,
-            not a statistic of the batch: a graph's output never depends on its
-            batch, and the sum keeps its count information.
-        task: ``'graph'`` (one output per graph), ``'node'`` (one per node), ``'link'``
-            or ``'edge'`` (one per node pair, scored by :meth:`XMaskNet.score_pairs`).
-        rrwp_dim: walk channels of the cache's RRWP (``structure.rrwp.steps + 1``).
-        image_size: ``(H, W)`` of the images (``encoder='patch'``; ``in_dim`` is then the channel count).
-        patch_size: patch side in pixels (``encoder='patch'``).
-    """
-
-    in_dim: int = field(kw_only=True)
-    out_dim: int = field(kw_only=True)
-    eps: float = PowersConfig.eps
-    readout_scale: float = 1.0
-    task: str = "graph"
-    rrwp_dim: int = RrwpConfig.steps + 1
-    image_size: Sequence[int] = ()
-    patch_size: int = 0
-
-    #: Section keys the engine resolves before building the model (``readout_norm`` -> ``readout_scale``):
-    #: not saved in a run's ``config.json`` ``model``.
-    NOT_SAVED: ClassVar[frozenset[str]] = frozenset({"readout_norm"})
-
-    @classmethod
-    def from_section(cls, section: ModelSection, **run: Any) -> "ModelConfig":
-        """The preset's ``model`` section plus what the run adds (``in_dim``, ``out_dim``, ``task``, ...).
-
-        ``run`` may also override a section key the engine resolves (e.g. ``encoder='atom'`` for ``auto``).
-        """
-        return cls(**{**section_fields(section), **run})
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able hyper-parameters as saved with a run; ``ModelConfig(**d)`` rebuilds the config."""
-        return {k: v for k, v in asdict(self).items() if k not in self.NOT_SAVED}
-
-    def __post_init__(self) -> None:
-        for name in ("in_dim", "out_dim", "hidden", "heads", "layers", "ffn_mult"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden {self.hidden} must be a multiple of heads {self.heads}")
-        if self.encoder == "auto":  # frozen: normalise through object.__setattr__
-            object.__setattr__(self, "encoder", "patch" if self.task == "image" else "linear")
-        for name, allowed in (("norm", NORMS), ("mask_scale", MASK_SCALES), ("readout", READOUTS), ("task", TASKS),
-                              ("encoder", ENCODERS), ("outside_support", OUTSIDE_SUPPORT)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
-        powers = range(1, self.heads + 1) if self.head_powers is None else self.head_powers
-        # frozen: normalise through object.__setattr__; a tuple keeps the config hashable.
-        object.__setattr__(self, "head_powers", tuple(int(k) for k in powers))
-        if len(self.head_powers) != self.heads or min(self.head_powers) < 0 or max(self.head_powers) < 1:
-            raise ValueError(f"head_powers must be {self.heads} powers >= 0 (0: no log mask), at least one >= 1, "
-                             f"got {list(self.head_powers)}")
-        specs = tuple(BiasSpec.of(b) for b in self.biases)
-        object.__setattr__(self, "biases", specs)
-        object.__setattr__(self, "experts", tuple(self.experts))
-        if self.experts:
-            if set(self.experts) - set(EXPERTS) or len(set(self.experts)) != len(self.experts):
-                raise ValueError(f"experts must be distinct names from {EXPERTS}, got {list(self.experts)}")
-            if self.task != "node":
-                raise ValueError(f"attention experts (M3Dphormer) are for node tasks, not {self.task!r}")
-            if self.biases:
-                raise ValueError("attention experts take the X-LogSMask term only, not learned biases")
-            if self.outside_support == "eps" and self.use_bias:
-                raise ValueError("model.outside_support=eps (log(eps) outside the support) needs a dense path over "
-                                 "the whole domain; attention experts attend over sparse token masks: use "
-                                 "model.outside_support=hard")
-        if self.routing not in ROUTINGS:
-            raise ValueError(f"routing must be one of {ROUTINGS}, got {self.routing!r}")
-        if self.expert_attention not in DUAL_MODES:
-            raise ValueError(f"expert_attention must be one of {DUAL_MODES}, got {self.expert_attention!r}")
-        if not 0 <= self.input_dropout < 1:
-            raise ValueError(f"input_dropout must lie in [0, 1), got {self.input_dropout}")
-        if not self.eps > 0:
-            raise ValueError(f"eps must be > 0, got {self.eps}")
-        object.__setattr__(self, "image_size", tuple(int(s) for s in self.image_size))
-        image = self.encoder == "patch"
-        if image != (self.task == "image"):
-            raise ValueError(f"encoder 'patch' and task 'image' go together, got encoder {self.encoder!r}, "
-                             f"task {self.task!r}")
-        if image and (len(self.image_size) != 2 or self.patch_size < 1):
-            raise ValueError(f"encoder 'patch' needs image_size (H, W) and patch_size >= 1, got "
-                             f"{list(self.image_size)} and {self.patch_size}")
-        if not image and (self.readout == "cls" or self.positional != "none"):
-            raise ValueError("readout 'cls' and positional embeddings are for the image level (encoder 'patch')")
-        if image and (self.biases or self.experts):
-            raise ValueError("the image level takes the X-LogSMask term only, not learned biases or experts")
-        if not (self.readout_scale > 0 and math.isfinite(self.readout_scale)):
-            raise ValueError(f"readout_scale must be a finite number > 0, got {self.readout_scale}")
-
-    @property
-    def max_power(self) -> int:
-        """Largest ``k`` any head reads: the ``K`` a batch must at least carry."""
-        return max(self.head_powers)
-
-    @property
-    def needs(self) -> frozenset[str]:
-        """Cache sections beyond the powers that batches must carry (``spd``, ``rrwp``, ``magnetic``, ``spectrum``)."""
-        return frozenset(b.needs for b in self.biases)
-
-    @property
-    def plain_heads(self) -> tuple[int, ...]:
-        """0-based heads without a structural mask (see :func:`plain_heads`)."""
-        return plain_heads(self)
-
-
-def plain_heads(model: Any) -> tuple[int, ...]:
-    """0-based heads that attend over every pair of their domain: all under ``use_bias=False``, else ``k_h = 0``.
-
-    ``model``: a :class:`ModelConfig` or the config's ``model`` section (same field names).
-    """
-    heads = int(_get(model, "heads"))
-    if not _get(model, "use_bias"):
-        return tuple(range(heads))
-    powers = _get(model, "head_powers") or range(1, heads + 1)
-    return tuple(h for h, k in enumerate(powers) if int(k) == 0)
+__all__ = ["ENCODERS", "READOUTS", "TASKS", "ModelConfig", "XMaskNet", "head_labels", "plain_heads", "sparse_refusal"]
 
 
 def _complete(edge_index: Tensor, num_nodes: int, batch: Tensor | None) -> bool:
@@ -222,43 +37,6 @@ def _complete(edge_index: Tensor, num_nodes: int, batch: Tensor | None) -> bool:
     else:
         total = int((torch.bincount(batch) ** 2).sum()) if batch.numel() else 0
     return edge_index.size(1) == total
-
-
-def sparse_refusal(model: Any) -> str | None:
-    """Why this model cannot run on a sparse path (pairs, partitions, query batches); None if it can.
-
-    Two things need every pair of the domain densely: ``outside_support='eps'``
-    (``log(eps)`` at every pair outside the support) and a learned bias on a
-    plain head (its value at every pair, which sparse batches do not carry).
-    ``model``: a :class:`ModelConfig` or the config's ``model`` section.
-    """
-    if _get(model, "use_bias") and _get(model, "outside_support") == "eps":
-        return ("model.outside_support=eps (the literal dense formula, log(eps) at every pair outside the "
-                "support) needs the whole domain as one dense grid; use model.outside_support=hard or a dense path")
-    plain = {h + 1 for h in plain_heads(model)}
-    heads = int(_get(model, "heads"))
-    for b in _get(model, "biases") or ():
-        served = set(_get(b, "heads") or range(1, heads + 1))
-        if served & plain:
-            return (f"the learned {_get(b, 'type')} bias (model.biases) serves plain head(s) "
-                    f"{sorted(served & plain)} (k_h = 0 or model.use_bias=false), which attend over every pair "
-                    f"of the domain; sparse batches carry it only at the stored pairs: use a dense path, or give "
-                    f"those heads a power (model.head_powers)")
-    return None
-
-
-def head_labels(cfg: ModelConfig) -> list[list[str]]:
-    """Per layer, per head: the biases it adds, e.g. ``"Â^2 + SPD"`` or ``"none"`` (figures, tables)."""
-    placed = [(bias_entry(b.type).label, *b.placement(cfg.heads, cfg.layers)) for b in cfg.biases]
-    out = []
-    for layer in range(1, cfg.layers + 1):
-        row = []
-        for h in range(1, cfg.heads + 1):
-            parts = [f"Â^{cfg.head_powers[h - 1]}"] if cfg.use_bias and cfg.head_powers[h - 1] > 0 else []
-            parts += [label for label, heads, layers in placed if h in heads and layer in layers]
-            row.append(" + ".join(parts) if parts else "none")
-        out.append(row)
-    return out
 
 
 _get = read_field  # a config or batch field, from a mapping or an attribute holder

@@ -15,7 +15,7 @@ from xmask_cli.engine.loop import TrainConfig, train_task
 from xmask_cli.engine.metrics import mae
 from xmask_cli.engine.pair_structure import prepare_pair_structure
 from xmask_cli.engine.tasks.edge import EdgeTask, edge_regression_split, train_edge_index
-from xmask_cli.model.network import ModelConfig
+from xmask_cli.model.model_config import ModelConfig
 
 
 def _edge_data(n: int, seed: int) -> EdgeData:

@@ -90,13 +90,13 @@ class NodeTask:
         query_chunk_pairs: pair budget of one attention chunk in ``query`` mode
             (bounds the pair tensors; the numbers do not depend on it).
         dense_only: why the model cannot run on a sparse path
-            (:func:`~xmask_cli.model.network.sparse_refusal`), or None: then
+            (:func:`~xmask_cli.model.model_config.sparse_refusal`), or None: then
             full-graph attention is dense, and query and partition batches are refused.
 
     Attributes:
         in_dim: node feature width.
         out_dim: number of classes.
-        model_task: ``"node"``, for :class:`~xmask_cli.model.network.ModelConfig`.
+        model_task: ``"node"``, for :class:`~xmask_cli.model.model_config.ModelConfig`.
         mode: the mode actually used (``auto`` resolved).
 
     Raises:
