@@ -1,26 +1,17 @@
-"""Presets: YAML with ``extends:``, dotted ``--set`` overrides, a typed schema.
+"""The config schema: one frozen dataclass tree with every key and its default.
 
 A preset resolves to a frozen :class:`Config`; nothing here is global or
-mutable. Unknown keys fail with the nearest valid key named, wrong types fail
-with the key and the expected type.
+mutable. Reading presets (YAML with ``extends:``), dotted ``--set``
+overrides, type coercion and range checks live in
+:mod:`xmask_cli.config_resolve`; their public names are importable from here
+too (``from xmask_cli.config import resolve``).
 """
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import json
-import math
-import os
-import types
-import typing
 from dataclasses import dataclass, field
-from importlib import resources
-from pathlib import Path
 from typing import Any, Literal
-
-import yaml
-
-from xmask_cli.errors import ConfigError, UsageError
 
 
 # --------------------------------------------------------------------- schema
@@ -270,311 +261,24 @@ def section_fields(section: Any) -> dict[str, Any]:
     return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)}
 
 
-# ------------------------------------------------------------------- presets
-def packaged_presets_dir() -> Path:
-    """Folder of the presets shipped with xmask.
-
-    A wheel carries the repo's ``presets/`` as ``xmask_cli/presets``; a source
-    checkout (or an editable install) reads ``presets/`` beside the package.
-    """
-    installed = Path(str(resources.files("xmask_cli"))) / "presets"
-    return installed if installed.is_dir() else Path(__file__).resolve().parents[1] / "presets"
-
-
-def preset_dirs() -> list[Path]:
-    """Where preset names are looked up: ``XMASK_PRESETS`` (``:``-separated) first."""
-    extra = [Path(p) for p in os.environ.get("XMASK_PRESETS", "").split(os.pathsep) if p]
-    return [*extra, packaged_presets_dir()]
-
-
-def list_presets() -> dict[str, Path]:
-    """Preset name -> file, earlier directories shadowing later ones."""
-    found: dict[str, Path] = {}
-    for d in reversed(preset_dirs()):
-        if d.is_dir():
-            for p in sorted(d.glob("*.yaml")):
-                found[p.stem] = p
-    return dict(sorted(found.items()))
-
-
-def find_preset(name_or_path: str, *, relative_to: Path | None = None) -> Path:
-    """Resolve a preset name or a YAML path to a file."""
-    candidates = []
-    if relative_to is not None:
-        candidates.append(relative_to / name_or_path)
-        candidates.append(relative_to / f"{name_or_path}.yaml")
-    candidates.append(Path(name_or_path))
-    for c in candidates:
-        if c.suffix in (".yaml", ".yml") and c.is_file():
-            return c
-    presets = list_presets()
-    if name_or_path in presets:
-        return presets[name_or_path]
-    close = difflib.get_close_matches(name_or_path, list(presets), n=1)
-    hint = f"did you mean '{close[0]}'? " if close else ""
-    raise UsageError(f"unknown preset '{name_or_path}': {hint}see `xmask presets ls` for the {len(presets)} available")
-
-
-def read_yaml(path: Path) -> dict[str, Any]:
-    """One preset file as a mapping (no inheritance applied)."""
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a preset must be a mapping of sections, got {type(data).__name__}")
-    return data
-
-
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in over.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
-
-
-def load_preset_dict(name_or_path: str, *, _seen: tuple[str, ...] = (), _relative: Path | None = None) -> dict[str, Any]:
-    """Raw merged mapping of a preset and everything it ``extends``."""
-    path = find_preset(name_or_path, relative_to=_relative)
-    key = str(path.resolve())
-    if key in _seen:
-        raise ConfigError(f"preset '{path.stem}' extends itself through {' -> '.join(Path(s).stem for s in _seen)}")
-    data = read_yaml(path)
-    parents = data.pop("extends", None) or []
-    if isinstance(parents, str):
-        parents = [parents]
-    merged: dict[str, Any] = {}
-    for parent in parents:
-        merged = _merge(merged, load_preset_dict(str(parent), _seen=(*_seen, key), _relative=path.parent))
-    return _merge(merged, data)
-
-
-# ----------------------------------------------------------------- overrides
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """``"a.b=v"`` -> (``["a", "b"]``, typed ``v``), values parsed as YAML scalars/lists."""
-    if "=" not in text:
-        raise ConfigError(f"--set '{text}': expected KEY=VALUE, e.g. --set structure.powers.k=3")
-    key, raw = text.split("=", 1)
-    parts = key.strip().split(".")
-    if not key.strip():
-        raise ConfigError(f"--set '{text}': empty key")
-    if any(not p.strip() for p in parts):  # model..heads, .heads, heads.: a typo, never a key
-        raise ConfigError(f"--set '{text}': empty part in key '{key.strip()}'; keys are dotted names such as model.heads")
-    parts = [p.strip() for p in parts]
-    if parts[0] == "tune" and len(parts) > 2:  # tune's keys are dotted names: tune.model.hidden -> tune["model.hidden"]
-        parts = ["tune", ".".join(parts[1:])]
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return parts, value
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Return ``data`` with every ``--set`` applied (schema checks come later)."""
-    out = _merge({}, data)
-    for text in overrides:
-        parts, value = parse_override(text)
-        node = out
-        for p in parts[:-1]:
-            nxt = node.get(p)
-            if not isinstance(nxt, dict):
-                nxt = {}
-                node[p] = nxt
-            node = nxt
-        node[parts[-1]] = value
-    return out
-
-
-# ---------------------------------------------------------------- validation
-def _type_name(tp: Any) -> str:
-    origin = typing.get_origin(tp)
-    if origin is Literal:
-        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
-    if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(a) for a in typing.get_args(tp))
-    if origin is list:
-        return f"list of {_type_name(typing.get_args(tp)[0])}"
-    if tp is type(None):
-        return "null"
-    return getattr(tp, "__name__", str(tp))
-
-
-def _coerce(value: Any, tp: Any, key: str) -> Any:
-    origin = typing.get_origin(tp)
-    bad = ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
-    if origin is Literal:
-        if value in typing.get_args(tp):
-            return value
-        raise bad
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        for a in args:
-            if a is type(None):
-                continue
-            try:
-                return _coerce(value, a, key)
-            except ConfigError:
-                continue
-        raise bad
-    if origin is dict:  # free-form mappings (the tune section) are checked by their owner
-        if value is None:  # `tune: null` clears an inherited mapping
-            return {}
-        if isinstance(value, dict):
-            return dict(value)
-        raise bad
-    if origin is list:
-        (inner,) = typing.get_args(tp)
-        if dataclasses.is_dataclass(inner):
-            if isinstance(value, dict):  # one mapping stands for a list of one
-                value = [value]
-            if not isinstance(value, list):
-                raise bad
-            return [build(inner, v, f"{key}[{i}]") for i, v in enumerate(value)]
-        if isinstance(value, (int, float, str)) and not isinstance(value, bool) and inner is not str:
-            value = [value]
-        if not isinstance(value, list):
-            raise bad
-        return [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise bad
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise bad
-    if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out = float(value)
-        elif isinstance(value, str):  # YAML 1.1 reads "1e-30" as a string
-            try:
-                out = float(value)
-            except ValueError:
-                raise bad from None
-        else:
-            raise bad
-        if not math.isfinite(out):  # no setting means anything at inf or nan (train.lr=inf trains to NaN)
-            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
-        return out
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return str(value)
-        raise bad
-    raise bad
-
-
-def build(cls: type, data: Any, prefix: str = "") -> Any:
-    """Instantiate dataclass ``cls`` from ``data``, checking keys and types."""
-    where = prefix or "config"
-    if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {data!r}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in data.items():
-        full = f"{prefix}.{key}" if prefix else str(key)
-        if key not in fields:
-            close = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=0.5)
-            hint = f"did you mean '{prefix + '.' if prefix else ''}{close[0]}'?" if close else f"valid keys: {', '.join(fields)}"
-            raise ConfigError(f"unknown key '{full}': {hint}")
-        tp = hints[key]
-        if dataclasses.is_dataclass(tp):
-            kwargs[key] = build(tp, value, full)
-        else:
-            kwargs[key] = _coerce(value, tp, full)
-    obj = cls(**kwargs)
-    _check_ranges(obj, prefix)
-    return obj
-
-
-def _check_ranges(obj: Any, prefix: str) -> None:
-    """Domain checks a type cannot express."""
-    def need(cond: bool, key: str, what: str) -> None:
-        if not cond:
-            raise ConfigError(f"{prefix}.{key}: {what}")
-
-    if isinstance(obj, PowersConfig):
-        need(1 <= obj.k <= 16, "k", "must lie in [1, 16]")
-        need(0 < obj.eps < 1, "eps", "must lie in (0, 1)")
-    elif isinstance(obj, SpdConfig):
-        need(1 <= obj.max_distance <= 254, "max_distance", "must lie in [1, 254]")
-    elif isinstance(obj, (SpectrumConfig, MagneticConfig)):
-        need(obj.num_eigs >= 1, "num_eigs", "must be >= 1")
-    elif isinstance(obj, RrwpConfig):
-        need(1 <= obj.steps <= 64, "steps", "must lie in [1, 64]")
-    elif isinstance(obj, PartitionConfig):
-        need(obj.parts >= 0, "parts", "must be >= 0")
-    elif isinstance(obj, ModelSection):
-        for key in ("hidden", "heads", "layers", "ffn_mult"):
-            need(getattr(obj, key) >= 1, key, "must be >= 1")
-        need(obj.hidden % obj.heads == 0, "hidden", f"must be a multiple of model.heads ({obj.heads})")
-        need(0 <= obj.dropout < 1 and 0 <= obj.attn_dropout < 1 and 0 <= obj.input_dropout < 1, "dropout",
-             "dropouts must lie in [0, 1)")
-        if obj.head_powers is not None:
-            need(len(obj.head_powers) == obj.heads, "head_powers", f"needs one power per head ({obj.heads})")
-            need(min(obj.head_powers) >= 0 and max(obj.head_powers) >= 1, "head_powers",
-                 "powers must be >= 0 (0: no log mask on that head), at least one >= 1")
-        for i, b in enumerate(obj.biases):
-            for name, top in (("heads", obj.heads), ("layers", obj.layers)):
-                idx = getattr(b, name)
-                if idx is not None:
-                    need(len(idx) > 0 and min(idx) >= 1 and max(idx) <= top and len(set(idx)) == len(idx),
-                         f"biases[{i}].{name}", f"must be distinct 1-based indices up to model.{name} ({top})")
-        need(len(set(obj.experts)) == len(obj.experts), "experts", "names an expert twice")
-        need(not (obj.experts and obj.biases), "experts", "experts take the X-LogSMask term only; drop model.biases")
-    elif isinstance(obj, BiasSection):
-        from xmask_cli.model.biases import BIASES  # the bias registry names the valid types
-
-        need(obj.type in BIASES, "type", f"expected one of {', '.join(repr(k) for k in BIASES)}, got {obj.type!r} (str)")
-        need(obj.max_distance >= 1, "max_distance", "must be >= 1")
-        need(obj.width >= 1, "width", "must be >= 1")
-    elif isinstance(obj, TrainSection):
-        need(obj.epochs >= 1, "epochs", "must be >= 1")
-        need(obj.lr >= 0, "lr", "must be >= 0")
-        need(obj.weight_decay >= 0, "weight_decay", "must be >= 0")
-        need(obj.warmup_epochs >= 0, "warmup_epochs", "must be >= 0")
-        need(obj.batch_size >= 1, "batch_size", "must be >= 1")
-        need(obj.patience >= 1, "patience", "must be >= 1")
-        need(obj.loader_workers >= 0, "loader_workers", "must be >= 0")
-    elif isinstance(obj, NodeSection):
-        need(obj.subgraph_size >= 0, "subgraph_size", "must be >= 0")
-        need(obj.subgraphs_per_epoch >= 1, "subgraphs_per_epoch", "must be >= 1")
-        need(obj.query_batch >= 0, "query_batch", "must be >= 0 (0: all training nodes per step)")
-        need(obj.query_chunk_pairs >= 1, "query_chunk_pairs", "must be >= 1")
-    elif isinstance(obj, (LinkSection, EdgeSection)):
-        need(len(obj.fractions) == 3 and abs(sum(obj.fractions) - 1) < 1e-6 and min(obj.fractions) >= 0,
-             "fractions", "must be three non-negative fractions summing to 1")
-        if isinstance(obj, LinkSection):
-            need(obj.num_neg_per_pos >= 1, "num_neg_per_pos", "must be >= 1")
-    elif isinstance(obj, RunSection) and obj.name is not None:
-        # One path segment: a name never reaches outside the runs dir.
-        need(obj.name not in ("", ".", "..") and "/" not in obj.name and "\\" not in obj.name
-             and "\0" not in obj.name, "name",
-             f"'{obj.name}' is not a run name: one folder name, no '/', '..' or absolute path (use --runs-dir for the location)")
-    elif isinstance(obj, ImageSection):
-        need(obj.patch >= 1, "patch", "must be >= 1")
-    elif isinstance(obj, Config) and obj.tune:
-        from xmask_cli.tune.space import check_space
-
-        check_space(obj)
-    elif isinstance(obj, LargeGraphConfig):
-        need(obj.tau >= 0, "tau", "must be >= 0")
-        need(obj.topk >= 0, "topk", "must be >= 0")
-        need(obj.spd_radius >= 1, "spd_radius", "must be >= 1")
-
-
-def resolve(preset: str | None = None, overrides: list[str] | None = None, base: dict[str, Any] | None = None) -> Config:
-    """Preset name/path (or none: the schema defaults) + ``--set`` overrides -> :class:`Config`."""
-    data = load_preset_dict(preset) if preset else dict(base or {})
-    data = apply_overrides(data, overrides or [])
-    return build(Config, data)
-
-
 def to_json(cfg: Config) -> str:
     """Canonical JSON of a config (sorted keys), for hashing and saving."""
     return json.dumps(cfg.to_dict(), sort_keys=True, separators=(",", ":"))
+
+
+#: Names that live in config_resolve.py (which imports this schema), served lazily from here:
+#: a module-level import either way round would be a cycle.
+_RESOLVE_NAMES = frozenset({
+    "packaged_presets_dir", "preset_dirs", "list_presets", "find_preset", "read_yaml", "load_preset_dict",
+    "parse_override", "apply_overrides", "build", "resolve", "_coerce",
+})
+
+
+def __getattr__(name: str) -> Any:
+    """``xmask_cli.config.resolve`` and friends, from :mod:`xmask_cli.config_resolve` (PEP 562)."""
+    if name in _RESOLVE_NAMES:
+        from xmask_cli import config_resolve
+
+        return getattr(config_resolve, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+

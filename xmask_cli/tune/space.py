@@ -255,7 +255,7 @@ def check_space(cfg: Any, *, full: bool = False) -> list[Param]:
         ConfigError: as :func:`parse_space`, or a value the key does not accept
             (``tune.<key>: value ... is not valid: ...``).
     """
-    from xmask_cli.config import _coerce
+    from xmask_cli.config_resolve import _coerce
 
     params = parse_space(cfg.tune)
     keys = {p.key for p in params}
