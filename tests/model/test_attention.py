@@ -256,7 +256,7 @@ def test_bad_configuration_is_refused():
 
 def test_rows_without_a_finite_pair_give_zero_not_nan():
     """A sparse row whose pairs are all -inf (or absent), and a padded graph with no real node: no NaN anywhere."""
-    from xmask_cli.model.attention import segment_softmax
+    from xmask_cli.model.attention_ops import segment_softmax
 
     torch.set_grad_enabled(True)
     try:

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from xmask_cli.model.attention import StructuralAttention, segment_softmax
+from xmask_cli.model.attention import StructuralAttention
+from xmask_cli.model.attention_ops import segment_softmax
 
 MODES = ("sparse", "dense", "dual")
 DENSE_CELL_FLOATS = 3  # c: logits + float mask + softmax per (query, key, head)

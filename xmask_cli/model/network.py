@@ -288,7 +288,7 @@ class XMaskNet(torch.nn.Module):
         Pairs must be unique and not cross graphs. When they are every pair of
         the domain (``Σ n_g^2``), this is the dense formula exactly, whatever
         the settings; otherwise plain heads attend over every node through
-        :func:`~xmask_cli.model.attention.plain_attention`.
+        :func:`~xmask_cli.model.attention_ops.plain_attention`.
 
         Returns:
             ``h``, or ``(h, [terms of layer 0, layer 1, ...])`` with ``return_terms``.
