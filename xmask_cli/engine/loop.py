@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from pathlib import Path
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
@@ -26,6 +25,7 @@ from xmask_cli.config import TrainSection, section_fields
 from xmask_cli.engine import distributed
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
 from xmask_cli.engine.precision import autocast, check_precision, grad_scaler
+from xmask_cli.engine.resume import check_resumable, rng_state, set_rng_state
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.errors import DivergedError, UsageError
 
@@ -98,24 +98,6 @@ def seed_everything(seed: int) -> None:
     np.random.seed(seed)
 
 
-def _rng_state() -> dict[str, Any]:
-    """Torch and numpy global RNG states as tensors and plain values (``weights_only``-safe)."""
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {"torch": torch.get_rng_state(), "numpy_keys": torch.from_numpy(keys.astype(np.int64)),
-             "numpy_pos": int(pos), "numpy_has_gauss": int(has_gauss), "numpy_cached": float(cached)}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: dict[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
-    keys = state["numpy_keys"].numpy().astype(np.uint32)
-    np.random.set_state(("MT19937", keys, state["numpy_pos"], state["numpy_has_gauss"], state["numpy_cached"]))
-
-
 def _warmup(warmup_epochs: int) -> Callable[[int], float]:
     """LambdaLR factor: linear from ``1/warmup`` to 1 over ``warmup`` epochs, then 1."""
     def factor(epoch: int) -> float:
@@ -130,57 +112,6 @@ def _better(a: float, b: float | None, higher: bool) -> bool:
     if a != a:  # NaN never improves
         return False
     return a > b if higher else a < b
-
-
-_MISSING = object()
-#: Keys of a run's config that may change on ``--resume``: the epoch budget, and where it runs.
-RESUME_MAY_DIFFER = frozenset({"train.epochs", "config.train.epochs", "train.device", "data_root"})
-
-
-def config_diff(a: Any, b: Any, prefix: str = "") -> list[str]:
-    """Dotted keys at which two JSON-like configs differ (a key missing on one side differs)."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out: list[str] = []
-        for k in sorted(set(a) | set(b), key=str):
-            key = f"{prefix}.{k}" if prefix else str(k)
-            out += config_diff(a.get(k, _MISSING), b.get(k, _MISSING), key)
-        return out
-    return [] if a == b else [prefix]
-
-
-def _check_resumable(run: RunDir, saved: dict[str, Any], now: dict[str, Any]) -> None:
-    def norm(c: dict[str, Any]) -> dict[str, Any]:
-        # The cache file's key names its content; the folder it sits in may move.
-        return {**c, "cache_path": Path(c["cache_path"]).name} if isinstance(c.get("cache_path"), str) else c
-
-    # The preset's tune: section (a search space) does not change what a run trains.
-    diff = [k for k in config_diff(norm(saved), norm(now))
-            if k not in RESUME_MAY_DIFFER and not k.startswith("config.tune")
-            and not _new_setting_at_default(k, saved, now)]
-    if diff:
-        shown = ", ".join(diff[:8]) + (f" and {len(diff) - 8} more" if len(diff) > 8 else "")
-        raise UsageError(f"cannot resume {run.path}: the resolved config differs from the run's in {shown}; "
-                         f"resume with the same settings (only train.epochs may change), or start over with --overwrite")
-
-
-def _lookup(tree: Any, key: str) -> Any:
-    for part in key.split("."):
-        if not isinstance(tree, dict) or part not in tree:
-            return _MISSING
-        tree = tree[part]
-    return tree
-
-
-def _new_setting_at_default(key: str, saved: dict[str, Any], now: dict[str, Any]) -> bool:
-    """A setting added to xmask after the run was written (absent from its config) that this run
-    leaves at its default: no difference, so older runs still resume."""
-    if _lookup(saved, key) is not _MISSING:
-        return False
-    from xmask_cli.config import Config
-
-    defaults = {"train": TrainConfig().to_dict(), "config": Config().to_dict()}
-    default = _lookup(json.loads(json.dumps(defaults)), key)
-    return default is not _MISSING and default == _lookup(now, key)
 
 
 def _cpu_state(model: torch.nn.Module) -> dict[str, Tensor]:
@@ -279,14 +210,14 @@ def fit(
             ckpt = run.load_checkpoint(RunDir.LAST)
             # The config the checkpoint was trained with (older checkpoints: config.json).
             saved = json.loads(ckpt["config"]) if isinstance(ckpt.get("config"), str) else run.load_config()
-            _check_resumable(run, saved, now)
+            check_resumable(run, saved, now)
             run.truncate_metrics(ckpt["epoch"] + 1)
             run.save_config(config)  # the same run; only the epoch budget may have changed
         else:
             if run.has_run_files():
                 if resume and (run.path / RunDir.CONFIG).is_file():
                     # Killed before its first checkpoint: start over, but only as the same run.
-                    _check_resumable(run, run.load_config(), now)
+                    check_resumable(run, run.load_config(), now)
                 elif not (resume or overwrite):
                     raise UsageError(f"run folder {run.path} exists; use --resume to continue it or --overwrite to replace it")
                 run.remove_run_files()
@@ -300,7 +231,7 @@ def fit(
         scheduler.load_state_dict(ckpt["scheduler"])
         if scaler is not None and "scaler" in ckpt:
             scaler.load_state_dict(ckpt["scaler"])
-        _set_rng_state(ckpt["rng"])
+        set_rng_state(ckpt["rng"])
         start, best, best_epoch, bad_epochs = ckpt["epoch"] + 1, ckpt["best"], ckpt["best_epoch"], ckpt["bad_epochs"]
     ddp = _collective(w, lambda: distributed.wrap(model, comm_device)) if w.distributed else None
 
@@ -388,7 +319,7 @@ def fit(
         run.save_checkpoint({
             "model": _cpu_state(model), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
             **({"scaler": scaler.state_dict()} if scaler is not None else {}),
-            "rng": _rng_state(), "epoch": epoch, "best": best, "best_epoch": best_epoch, "bad_epochs": bad_epochs,
+            "rng": rng_state(), "epoch": epoch, "best": best, "best_epoch": best_epoch, "bad_epochs": bad_epochs,
             "config": json.dumps(config, sort_keys=True),  # resume compares against this, not config.json
         }, RunDir.LAST)
         log(row)

@@ -1,0 +1,91 @@
+"""What resuming a run needs beyond its weights: the global RNG states, and the config check.
+
+:func:`~xmask_cli.engine.loop.fit` saves :func:`rng_state` in every
+checkpoint and restores it with :func:`set_rng_state`, so a resumed run draws
+the same numbers as an uninterrupted one; :func:`check_resumable` refuses a
+resume whose resolved config differs from the run's saved one in anything but
+:data:`RESUME_MAY_DIFFER` (or a setting added since, left at its default).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from xmask_cli.engine.runs import RunDir
+from xmask_cli.errors import UsageError
+
+
+def rng_state() -> dict[str, Any]:
+    """Torch and numpy global RNG states as tensors and plain values (``weights_only``-safe)."""
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "numpy_keys": torch.from_numpy(keys.astype(np.int64)),
+             "numpy_pos": int(pos), "numpy_has_gauss": int(has_gauss), "numpy_cached": float(cached)}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore what :func:`rng_state` saved (a resumed run draws what an uninterrupted one would)."""
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    keys = state["numpy_keys"].numpy().astype(np.uint32)
+    np.random.set_state(("MT19937", keys, state["numpy_pos"], state["numpy_has_gauss"], state["numpy_cached"]))
+
+
+_MISSING = object()
+#: Keys of a run's config that may change on ``--resume``: the epoch budget, and where it runs.
+RESUME_MAY_DIFFER = frozenset({"train.epochs", "config.train.epochs", "train.device", "data_root"})
+
+
+def config_diff(a: Any, b: Any, prefix: str = "") -> list[str]:
+    """Dotted keys at which two JSON-like configs differ (a key missing on one side differs)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for k in sorted(set(a) | set(b), key=str):
+            key = f"{prefix}.{k}" if prefix else str(k)
+            out += config_diff(a.get(k, _MISSING), b.get(k, _MISSING), key)
+        return out
+    return [] if a == b else [prefix]
+
+
+def check_resumable(run: RunDir, saved: dict[str, Any], now: dict[str, Any]) -> None:
+    """Refuse (UsageError) to resume ``run`` when its saved config differs from ``now`` beyond what may change."""
+    def norm(c: dict[str, Any]) -> dict[str, Any]:
+        # The cache file's key names its content; the folder it sits in may move.
+        return {**c, "cache_path": Path(c["cache_path"]).name} if isinstance(c.get("cache_path"), str) else c
+
+    # The preset's tune: section (a search space) does not change what a run trains.
+    diff = [k for k in config_diff(norm(saved), norm(now))
+            if k not in RESUME_MAY_DIFFER and not k.startswith("config.tune")
+            and not _new_setting_at_default(k, saved, now)]
+    if diff:
+        shown = ", ".join(diff[:8]) + (f" and {len(diff) - 8} more" if len(diff) > 8 else "")
+        raise UsageError(f"cannot resume {run.path}: the resolved config differs from the run's in {shown}; "
+                         f"resume with the same settings (only train.epochs may change), or start over with --overwrite")
+
+
+def _lookup(tree: Any, key: str) -> Any:
+    for part in key.split("."):
+        if not isinstance(tree, dict) or part not in tree:
+            return _MISSING
+        tree = tree[part]
+    return tree
+
+
+def _new_setting_at_default(key: str, saved: dict[str, Any], now: dict[str, Any]) -> bool:
+    """A setting added to xmask after the run was written (absent from its config) that this run
+    leaves at its default: no difference, so older runs still resume."""
+    if _lookup(saved, key) is not _MISSING:
+        return False
+    from xmask_cli.config import Config
+    from xmask_cli.engine.loop import TrainConfig  # loop.py imports this module: a top-level import is a cycle
+
+    defaults = {"train": TrainConfig().to_dict(), "config": Config().to_dict()}
+    default = _lookup(json.loads(json.dumps(defaults)), key)
+    return default is not _MISSING and default == _lookup(now, key)
