@@ -10,7 +10,8 @@ hidden ReLUs are active for some training graph and the share of
 few per-layer gradient norms.
 
 ``--input degree`` replaces the node features by the one-hot degree (the input
-every TU set got before issue 10); ``--input features+degree`` appends it.
+every TU set got before issue 10); ``--input features+degree`` appends it (now
+the same as ``--set model.node_struct=degree``, which it sets).
 Anything else goes through ``--set`` (e.g. ``model.readout_norm=none`` for the
 raw sum readout).
 
@@ -43,22 +44,18 @@ def main() -> None:
 
     import xmask_cli.engine.tasks.graph as graph_mod
     from xmask_cli import config as C
-    from xmask_cli.data.load import FeatureInfo, GraphSet, one_hot_degrees
+    from xmask_cli.data.load import one_hot_degrees
     from xmask_cli.engine.experiment import Experiment, _train_config
     from xmask_cli.engine.loop import _warmup, seed_everything
     from xmask_cli.model.network import XMaskNet
 
-    if args.input != "features":  # patch the one function every graph-level reader calls
-        own = graph_mod.node_features
+    if args.input == "features+degree":
+        args.sets.append("model.node_struct=degree")
+    elif args.input == "degree":  # patch the one function the graph-level task reads its features from
+        def features(graphs, node_struct="none", cache_path=None):
+            return one_hot_degrees(graphs.edge_index, graphs.num_nodes), 0
 
-        def features(graphs: GraphSet) -> list[torch.Tensor]:
-            deg = one_hot_degrees(graphs.edge_index, graphs.num_nodes)
-            if args.input == "degree":
-                return deg
-            return [torch.cat([a, b], 1) for a, b in zip(own(graphs), deg)]
-
-        graph_mod.node_features = features
-        GraphSet.feature_info = lambda self: FeatureInfo(args.input, int(features(self)[0].size(1)), args.input)
+        graph_mod.input_features = features
 
     cfg = C.resolve(args.dataset.lower(), args.sets)
     exp = Experiment.load(cfg, cache_dir=Path(args.cache_dir), data_root=args.data_root, offline=True)

@@ -116,6 +116,9 @@ def test_help_has_examples():
     (["train", "--preset", "graph-level", "--seed", "1", "--seeds", "0-2"], 2, "not both"),
     (["train", "--preset", "graph-level", "--device", "tpu"], 2, "--device"),
     (["train", "--preset", "graph-level", "--set", "train.precision=fp8"], 2, "train.precision"),
+    (["train", "--preset", "graph-level", "--set", "model.node_struct=spd"], 2, "model.node_struct"),
+    (["train", "--preset", "graph-level", "--set", "model.node_struct=rwse"], 2, "structure.rrwp.enabled=true"),
+    (["train", "--preset", "cora-link", "--set", "model.node_struct=degree"], 2, "model.node_struct"),
     (["train", "--preset", "edge-regression"], 2, "edge.file"),
     (["eval", "does/not/exist"], 6, "not a run directory"),
 ])
@@ -162,6 +165,44 @@ def test_node_level_train_then_eval_reproduces(tmp_path):
     assert e.exit_code == 0, e.stderr
     ev = json.loads(e.stdout)
     assert ev["metrics"]["test"] == ev["recorded"]["test"] == out["runs"][0]["metrics"]["test"]
+
+
+def test_node_level_with_structural_channels_trains_and_eval_reproduces(tmp_path):
+    """model.node_struct at node level: Cora's 1433 columns + one-hot degree (65, capped) + RWSE (2 steps)."""
+    r = run("--format", "json", "train", "--dataset", "cora", *FAST_STRUCTURE, "--set", "structure.partition.parts=0",
+            "--set", "model.node_struct=degree+rwse", "--set", "structure.rrwp.enabled=true",
+            "--set", "structure.rrwp.steps=2", "--set", "train.epochs=1", "--device", "cpu",
+            "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"))
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["features"]["node_struct"]["dim"] == 65 + 2  # Cora's largest degree, 168, passes the cap of 64
+    folder = tmp_path / "runs" / "cora-node" / "0"
+    saved = json.loads((folder / "config.json").read_text())
+    assert (saved["model"]["in_dim"], saved["model"]["struct_dim"]) == (1433 + 67, 67)
+    e = run("--format", "json", "eval", str(folder), "--split", "test", "--device", "cpu",
+            "--cache-dir", str(tmp_path / "cache"))
+    assert e.exit_code == 0, e.stderr
+    ev = json.loads(e.stdout)
+    assert ev["metrics"]["test"] == ev["recorded"]["test"] == out["runs"][0]["metrics"]["test"]
+
+
+def test_graph_level_with_structural_channels_trains_and_eval_reproduces(tmp_path):
+    r = run("--format", "json", "train", "--preset", "graph-level", *TINY, "--set", "model.node_struct=degree+rwse",
+            "--set", "structure.rrwp.enabled=true", "--set", "structure.rrwp.steps=4", "--device", "cpu",
+            "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"))
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["features"]["node_struct"] == {
+        "kind": "degree+rwse", "dim": 5 + 4,
+        "detail": "one-hot degree (5, capped at 64), RWSE diag(P^1..P^4) from the cached RRWP (4)"}
+    folder = tmp_path / "runs" / "mutag-graph" / "0"
+    saved = json.loads((folder / "config.json").read_text())
+    assert (saved["model"]["in_dim"], saved["model"]["struct_dim"]) == (7 + 9, 9)
+    e = run("--format", "json", "eval", str(folder), "--split", "all", "--device", "cpu",
+            "--cache-dir", str(tmp_path / "cache"))
+    assert e.exit_code == 0, e.stderr
+    ev = json.loads(e.stdout)
+    assert ev["metrics"] == ev["recorded"] == out["runs"][0]["metrics"]
 
 
 def test_link_level_train_records_the_protocol(tmp_path):

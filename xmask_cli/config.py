@@ -144,6 +144,9 @@ class ModelSection:
     encoder: Literal["auto", "linear", "atom", "patch"] = "auto"  # auto: atom for OGB molecules, patch for images, else linear
     positional: Literal["none", "learned"] = "none"  # image level: learned position embeddings (the ViT arm)
     input_dropout: float = 0.0  # dropout on raw input features (bag-of-words node features overfit without it)
+    # structural input channels appended to the node features (graph and node level; engine/features.py):
+    # degree = one-hot degree capped at MAX_DEGREE; rwse = diag(P^1..P^S) from the cached RRWP (structure.rrwp).
+    node_struct: Literal["none", "degree", "rwse", "degree+rwse"] = "none"
     biases: list[BiasSection] = field(default_factory=list)  # learned biases added to X-LogSMask: [{type: spd}, ...]
     experts: list[Literal["local", "cluster", "global"]] = field(default_factory=list)  # M3Dphormer experts; []: one attention
     routing: Literal["bilevel", "flat", "none"] = "bilevel"  # how the experts are mixed per token

@@ -337,6 +337,23 @@ def test_atom_encoder_embeds_integer_features_per_node():
     torch.testing.assert_close(emb.view(-1, 8), model.encoder.atom(x.view(-1, 9)))
 
 
+def test_atom_encoder_adds_a_linear_map_of_the_structural_columns():
+    """model.node_struct with OGB atoms: the last struct_dim columns are floats mapped linearly, added to the atom sum."""
+    torch.manual_seed(0)
+    model = XMaskNet(ModelConfig(in_dim=9 + 3, struct_dim=3, out_dim=2, hidden=8, heads=2, encoder="atom"))
+    atoms = torch.randint(0, 2, (2, 4, 9))
+    struct = torch.rand(2, 4, 3)
+    emb = model.encoder(torch.cat([atoms.float(), struct], -1))
+    lin = model.encoder.struct
+    expect = model.encoder.atom(atoms.view(-1, 9)).view(2, 4, 8) + struct @ lin.weight.T + lin.bias
+    torch.testing.assert_close(emb, expect)
+    # The structural columns are read as floats, not truncated to atom ids.
+    emb2 = model.encoder(torch.cat([atoms.float(), struct * 0.5], -1))
+    assert not torch.allclose(emb, emb2)
+    with pytest.raises(ValueError, match="struct_dim"):
+        ModelConfig(in_dim=3, struct_dim=3, out_dim=2)
+
+
 def test_dense_mask_is_built_once_and_memoised_safely():
     """Repeated forwards on the same powers reuse the mask; a changed input never reads a stale one."""
     torch.manual_seed(0)

@@ -91,21 +91,29 @@ def _degrees(edge_index: list[np.ndarray], num_nodes: np.ndarray) -> list[np.nda
             for e, n in zip(edge_index, num_nodes)]
 
 
-def _width(degrees: list[np.ndarray]) -> int:
+def one_hot_width(degrees: list[np.ndarray]) -> int:
+    """``min(max degree, MAX_DEGREE) + 1``: the one-hot degree width of a dataset."""
     return min(max((int(d.max()) for d in degrees if d.size), default=0), MAX_DEGREE) + 1
 
 
 def degree_width(edge_index: list[np.ndarray], num_nodes: np.ndarray) -> int:
     """Width of the one-hot degree features: ``min(max degree, MAX_DEGREE) + 1``."""
-    return _width(_degrees(edge_index, num_nodes))
+    return one_hot_width(_degrees(edge_index, num_nodes))
 
 
 def one_hot_degrees(edge_index: list[np.ndarray], num_nodes: np.ndarray) -> list[Any]:
     """Float ``[n_g, W]`` one-hot out-degree per graph, capped at :data:`MAX_DEGREE` (PyG's ``OneHotDegree``)."""
+    return one_hot(_degrees(edge_index, num_nodes))
+
+
+def one_hot(degrees: list[np.ndarray]) -> list[Any]:
+    """Float ``[n_g, W]`` one-hot of given per-graph degrees, ``W = min(max degree, MAX_DEGREE) + 1``.
+
+    Degrees above :data:`MAX_DEGREE` share the last slot; ``W`` is the dataset's, so every graph has the same width.
+    """
     import torch
 
-    degrees = _degrees(edge_index, num_nodes)
-    width = _width(degrees)
+    width = one_hot_width(degrees)
     eye = torch.eye(width)
     return [eye[torch.from_numpy(np.minimum(d, width - 1).astype(np.int64))] for d in degrees]
 

@@ -182,7 +182,25 @@ def check_config(cfg: Config) -> tuple[str, str]:
     _check_image(cfg, level)
     if cfg.model.experts and level != "node":
         raise ConfigError(f"model.experts (M3Dphormer attention experts) need a node-level task, not {level}")
+    _check_node_struct(cfg, level)
     return level, metric
+
+
+#: Levels whose node features may carry ``model.node_struct`` channels: pair tasks would read the degree of
+#: held-out edges (their structure is the training edges'), image patches have no node features of their own.
+NODE_STRUCT_LEVELS = ("graph", "node")
+
+
+def _check_node_struct(cfg: Config, level: str) -> None:
+    ns = cfg.model.node_struct
+    if ns == "none":
+        return
+    if level not in NODE_STRUCT_LEVELS:
+        raise ConfigError(f"model.node_struct={ns} is supported at the {' and '.join(NODE_STRUCT_LEVELS)} levels, "
+                          f"not {level}: set model.node_struct=none")
+    if "rwse" in ns.split("+") and not cfg.structure.rrwp.enabled:
+        raise ConfigError(f"model.node_struct={ns} reads the RWSE from the cached random walks: "
+                          f"set structure.rrwp.enabled=true (structure.rrwp.steps sets the walk lengths)")
 
 
 def _check_splittable(path: str, rows: int, fractions: list[float]) -> None:
@@ -318,7 +336,14 @@ class Experiment:
     def features(self) -> dict[str, Any] | None:
         """The node features the model reads (``GraphSet.feature_info``); None for image sets and edge files."""
         info = getattr(self.graphs, "feature_info", None)
-        return info().to_dict() if info is not None else None
+        if info is None:
+            return None
+        out = info().to_dict()
+        if self.cfg.model.node_struct != "none":
+            from xmask_cli.engine.features import struct_info
+
+            out["node_struct"] = struct_info(self.graphs, self.cfg.model.node_struct, self.cfg.structure.rrwp.steps)
+        return out
 
     def run_name(self) -> str:
         """``run.name``, or ``<dataset>-<level>``."""

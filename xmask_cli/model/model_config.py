@@ -74,6 +74,9 @@ class ModelConfig(ModelSection):
         expert_attention: ``'dual'`` (dense or sparse per region, by density),
             ``'sparse'`` or ``'dense'``; all three compute the same numbers.
         positional: ``'none'`` or ``'learned'`` position embeddings of the patch tokens (``encoder='patch'``).
+        node_struct: structural input channels the engine appends to the node
+            features (``'degree'``, ``'rwse'``, ``'degree+rwse'``; see
+            :mod:`xmask_cli.engine.features`); the model reads only ``struct_dim``.
 
     What a run adds:
 
@@ -94,6 +97,9 @@ class ModelConfig(ModelSection):
         task: ``'graph'`` (one output per graph), ``'node'`` (one per node), ``'link'``
             or ``'edge'`` (one per node pair, scored by :meth:`XMaskNet.score_pairs`).
         rrwp_dim: walk channels of the cache's RRWP (``structure.rrwp.steps + 1``).
+        struct_dim: how many of the last ``in_dim`` feature columns are structural
+            channels (``node_struct``). A linear encoder reads them with the rest;
+            the atom encoder embeds the leading atom columns and adds a linear map of these.
         image_size: ``(H, W)`` of the images (``encoder='patch'``; ``in_dim`` is then the channel count).
         patch_size: patch side in pixels (``encoder='patch'``).
     """
@@ -104,6 +110,7 @@ class ModelConfig(ModelSection):
     readout_scale: float = 1.0
     task: str = "graph"
     rrwp_dim: int = RrwpConfig.steps + 1
+    struct_dim: int = 0
     image_size: Sequence[int] = ()
     patch_size: int = 0
 
@@ -127,6 +134,8 @@ class ModelConfig(ModelSection):
         for name in ("in_dim", "out_dim", "hidden", "heads", "layers", "ffn_mult"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= int(self.struct_dim) < int(self.in_dim):  # the dataset's own columns come first
+            raise ValueError(f"struct_dim must be in [0, in_dim), got {self.struct_dim} (in_dim {self.in_dim})")
         if self.hidden % self.heads:
             raise ValueError(f"hidden {self.hidden} must be a multiple of heads {self.heads}")
         if self.encoder == "auto":  # frozen: normalise through object.__setattr__

@@ -43,16 +43,26 @@ _get = read_field  # a config or batch field, from a mapping or an attribute hol
 
 
 class _AtomInput(torch.nn.Module):
-    """OGB ``AtomEncoder`` on padded ``[B, N, 9]`` or flat ``[N, 9]`` integer features."""
+    """OGB ``AtomEncoder`` on padded ``[B, N, 9]`` or flat ``[N, 9]`` integer features.
 
-    def __init__(self, atom_encoder: torch.nn.Module):
+    With ``struct_dim > 0`` the last ``struct_dim`` columns are float structural
+    channels (``model.node_struct``): a linear map of them is added to the atom embedding.
+    """
+
+    def __init__(self, atom_encoder: torch.nn.Module, struct_dim: int = 0, hidden: int = 0):
         super().__init__()
         self.atom = atom_encoder
+        self.struct_dim = int(struct_dim)
+        self.struct = torch.nn.Linear(self.struct_dim, hidden) if self.struct_dim else None
 
     def forward(self, x: Tensor) -> Tensor:
         shape = x.shape[:-1]
+        atoms = x[..., :x.size(-1) - self.struct_dim]
         # Features may arrive as float (padding zeros are valid atom ids, masked later).
-        return self.atom(x.reshape(-1, x.size(-1)).long()).view(*shape, -1)
+        h = self.atom(atoms.reshape(-1, atoms.size(-1)).long()).view(*shape, -1)
+        if self.struct is not None:
+            h = h + self.struct(x[..., x.size(-1) - self.struct_dim:].float())
+        return h
 
 
 def _mlp_in(in_dim: int, dim: int, out_dim: int, dropout: float) -> torch.nn.Sequential:
@@ -82,7 +92,7 @@ class XMaskNet(torch.nn.Module):
         if cfg.encoder == "atom":
             from ogb.graphproppred.mol_encoder import AtomEncoder  # imported lazily: only molecules need it
 
-            self.encoder = _AtomInput(AtomEncoder(cfg.hidden))
+            self.encoder = _AtomInput(AtomEncoder(cfg.hidden), cfg.struct_dim, cfg.hidden)
         elif cfg.encoder == "patch":
             from xmask_cli.model.patch import PatchEncoder
 

@@ -25,3 +25,6 @@ def human(con: Console, result: dict[str, Any]) -> None:
     con.print(t)
     if result.get("features"):
         con.print(f"node features: {result['features']['detail']}, width {result['features']['dim']}")
+        ns = result["features"].get("node_struct")
+        if ns:
+            con.print(f"structural input (model.node_struct={ns['kind']}): {ns['detail']}, width {ns['dim']}")

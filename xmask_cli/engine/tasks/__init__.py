@@ -73,7 +73,8 @@ class TaskLevel:
         own = getattr(self._module(), "model_fields", None)
         if own is not None:
             return own(exp, task)
-        return {"in_dim": int(task.in_dim), "out_dim": int(task.out_dim)}
+        return {"in_dim": int(task.in_dim), "out_dim": int(task.out_dim),
+                "struct_dim": int(getattr(task, "struct_dim", 0))}
 
 
 #: Every task level, by name.

@@ -4,7 +4,7 @@ Example::
 
     graphs = load_graphs(get_dataset("mutag"), data_root=None, cache_dir=cache_dir)
     split = graph_split(graphs.spec.split, graphs.dataset, seed=0)
-    model_cfg = ModelConfig(in_dim=node_features(graphs)[0].size(1), out_dim=graphs.dataset.num_classes)
+    model_cfg = ModelConfig(in_dim=graphs.feature_info().dim, out_dim=graphs.dataset.num_classes)
     summary = train_graph_level(cache_path, graphs, split, model_cfg, TrainConfig(seed=0), "runs/mutag/0")
 
 Selection reads the validation metric only: the best epoch, early stopping
@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from xmask_cli.data.graphset import GraphSet
-from xmask_cli.engine.features import node_features
+from xmask_cli.engine.features import input_features
 from xmask_cli.engine.loop import PARTS, TrainConfig, train_task
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.engine.runs import RunDir
@@ -83,18 +83,22 @@ class GraphTask:
     Training batches are size-bucketed and shuffled by ``(seed, epoch)``;
     evaluation batches are unshuffled, so the numbers are the same at every call.
     ``needs``: extra structure the model's learned biases read (``ModelConfig.needs``).
+    ``node_struct``: structural channels appended to the node features (``model.node_struct``,
+    :func:`~xmask_cli.engine.features.input_features`); ``in_dim`` / ``struct_dim`` say the widths.
     """
 
     def __init__(self, cache_path: str | os.PathLike, graphs: GraphSet, split: Split, metric: str,
                  batch_size: int, seed: int, device: torch.device | str, loader_workers: int = 0,
-                 needs: Iterable[str] = ()):
+                 needs: Iterable[str] = (), node_struct: str = "none"):
         if metric not in CLASSIFICATION_METRICS:
             raise ValueError(f"graph-level training supports {CLASSIFICATION_METRICS}, got {metric!r}")
         self.metric, self.graphs, self.split = metric, graphs, split
         self.cache_path = str(cache_path)
         self.device = torch.device(device)
         self.loader_workers = int(loader_workers)
-        features, labels = node_features(graphs), graph_labels(graphs)
+        features, self.struct_dim = input_features(graphs, node_struct, cache_path)
+        labels = graph_labels(graphs)
+        self.in_dim = int(features[0].size(1))
         # With loader workers each worker opens the HDF5 file lazily and reads its batches' slices.
         self.train_stream = GraphLevelStream(cache_path, features, labels, split.train, batch_size,
                                              shuffle=True, seed=seed, load_in_memory=self.loader_workers == 0,
@@ -162,7 +166,8 @@ def train_graph_level(
         ValueError: ``metric`` is not a classification metric, ``epochs < 1``, or
             ``resume`` finds a run with another dataset, split, model or seed.
     """
-    task = GraphTask(cache_path, graphs, split, metric, train_cfg.batch_size, train_cfg.seed, train_cfg.device)
+    task = GraphTask(cache_path, graphs, split, metric, train_cfg.batch_size, train_cfg.seed, train_cfg.device,
+                     node_struct=model_cfg.node_struct)
     return train_task(task, model_cfg, train_cfg, run_dir, resume=resume, log=log)
 
 
@@ -174,13 +179,15 @@ def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = N
     cfg = exp.cfg
     split = graph_split(exp.graphs.spec.split, exp.graphs.dataset, seed=seed)
     return GraphTask(exp.cache_path, exp.graphs, split, exp.metric, cfg.train.batch_size, seed, device,
-                     loader_workers=cfg.train.loader_workers, needs=model_needs(cfg))
+                     loader_workers=cfg.train.loader_workers, needs=model_needs(cfg),
+                     node_struct=cfg.model.node_struct)
 
 
 def model_fields(exp: Any, task: GraphTask) -> dict[str, Any]:
-    """Model dimensions of a graph-level run: feature width, classes, and the sum readout's size scale."""
+    """Model dimensions of a graph-level run: feature width (structural channels included), classes, the sum
+    readout's size scale."""
     m = exp.cfg.model
     scale = size_readout_scale(exp.graphs.num_nodes, task.split.train) if (
         m.readout == "sum" and m.readout_norm == "size") else 1.0
-    return {"in_dim": exp.graphs.feature_info().dim, "out_dim": int(exp.graphs.dataset.num_classes),
+    return {"in_dim": task.in_dim, "struct_dim": task.struct_dim, "out_dim": int(exp.graphs.dataset.num_classes),
             "readout_scale": scale}

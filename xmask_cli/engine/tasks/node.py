@@ -46,7 +46,7 @@ from xmask_cli.cache import StructureCache
 from xmask_cli.config import NodeSection
 from xmask_cli.data.graphset import GraphSet
 from xmask_cli.engine.extras import GraphExtras, to_tensors
-from xmask_cli.engine.features import node_features
+from xmask_cli.engine.features import input_features
 from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.engine.node_batches import NodeBatch, dense_block
@@ -72,7 +72,7 @@ class NodeTask:
     Args:
         cache_path: structure cache of the dataset (``xmask prepare``).
         graphs: the loaded dataset (one graph); features from
-            :func:`~xmask_cli.engine.features.node_features`, labels from ``dataset[0].y``.
+            :func:`~xmask_cli.engine.features.input_features`, labels from ``dataset[0].y``.
         split: node indices per part.
         metric: selection metric (``accuracy``).
         mode: ``auto``, ``full``, ``subgraph`` or ``partition`` (see the module docstring).
@@ -92,9 +92,12 @@ class NodeTask:
         dense_only: why the model cannot run on a sparse path
             (:func:`~xmask_cli.model.model_config.sparse_refusal`), or None: then
             full-graph attention is dense, and query and partition batches are refused.
+        node_struct: structural channels appended to the node features
+            (``model.node_struct``): the degree of the whole graph, the RWSE of the cache.
 
     Attributes:
-        in_dim: node feature width.
+        in_dim: node feature width (structural channels included).
+        struct_dim: how many of the last feature columns are structural channels.
         out_dim: number of classes.
         model_task: ``"node"``, for :class:`~xmask_cli.model.model_config.ModelConfig`.
         mode: the mode actually used (``auto`` resolved).
@@ -115,7 +118,7 @@ class NodeTask:
                  dense_max_nodes: int = NodeSection.dense_max_nodes, seed: int = 0, device: torch.device | str = "cpu",
                  parts_per_batch: int = 1, attention: str = "auto", needs: Iterable[str] = (),
                  query_batch: int = 0, query_chunk_pairs: int = CHUNK_PAIRS,
-                 dense_only: str | None = None):
+                 dense_only: str | None = None, node_struct: str = "none"):
         if attention not in ATTENTIONS:
             raise ValueError(f"node attention must be one of {ATTENTIONS}, got {attention!r}")
         if mode not in MODES:
@@ -143,7 +146,9 @@ class NodeTask:
         self.attention_requested = attention
 
         # One copy of the features (Physics: 1.2 GB); batches index rows of it.
-        self.x = node_features(graphs)[0]
+        features, self.struct_dim = input_features(graphs, node_struct, cache_path)
+        self.x = features[0]
+        del features
         y = graphs.dataset[0].y
         self.y = (y.view(-1) if y.dim() == 2 and y.size(1) == 1 else y).long()
         self.num_nodes = int(self.x.size(0))
@@ -407,4 +412,4 @@ def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = N
     return cls(exp.cache_path, exp.graphs, split, exp.metric, mode=n.mode, subgraph_size=n.subgraph_size,
                subgraphs_per_epoch=n.subgraphs_per_epoch, dense_max_nodes=n.dense_max_nodes, seed=seed, device=device,
                attention=n.attention, needs=model_needs(cfg), query_batch=n.query_batch,
-               query_chunk_pairs=n.query_chunk_pairs, dense_only=dense_only)
+               query_chunk_pairs=n.query_chunk_pairs, dense_only=dense_only, node_struct=cfg.model.node_struct)
