@@ -15,7 +15,7 @@ from tests.cli_helpers import run
 from tests.tune.conftest import TINY, db_trials
 from xmask_cli import config as C
 from xmask_cli.engine import loop as loop_mod
-from xmask_cli.engine.features import node_features
+from xmask_cli.engine.features import input_features
 from xmask_cli.engine.tasks.graph import GraphTask, _eval_stream, graph_labels
 from xmask_cli.tune.study import TuneOptions, run_study
 
@@ -47,12 +47,14 @@ def _poison_test_labels(monkeypatch) -> None:
     """Every graph task scores test against flipped labels (MUTAG is binary: 1 - y, so test ROC-AUC becomes 1 - AUC)."""
     real = GraphTask.__init__
 
-    def init(self, cache_path, graphs, split, metric, batch_size, seed, device, loader_workers=0, needs=()):
-        real(self, cache_path, graphs, split, metric, batch_size, seed, device, loader_workers, needs)
+    def init(self, cache_path, graphs, split, metric, batch_size, seed, device, loader_workers=0, needs=(),
+             node_struct="none"):
+        real(self, cache_path, graphs, split, metric, batch_size, seed, device, loader_workers, needs, node_struct)
         y = graph_labels(graphs).clone()
         test = torch.as_tensor(split.test, dtype=torch.long)
         y[test] = 1 - y[test]
-        self.eval_streams["test"] = _eval_stream(cache_path, node_features(graphs), y, split.test, batch_size, needs)
+        features, _ = input_features(graphs, node_struct, cache_path)
+        self.eval_streams["test"] = _eval_stream(cache_path, features, y, split.test, batch_size, needs)
 
     monkeypatch.setattr(GraphTask, "__init__", init)
 
