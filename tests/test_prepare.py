@@ -317,8 +317,11 @@ def _start_prepare(tmp_path: Path, shared_data: Path, staged: Path):
 
     shutil.copytree(staged, tmp_path / "c" / "_pyg", symlinks=True)
 
-    env = {**os.environ, "PYTHONPATH": str(REPO), "XMASK_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    code = "from xmask_cli.cli import main; main()"
+    # PYTHONFAULTHANDLER: should the process die of a signal, its Python stacks are in the failure message.
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XMASK_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
+    # Ctrl-C's default disposition, as at a terminal: a shell's background job (CI runners, nohup)
+    # starts with SIGINT ignored, which a child inherits and Python then never turns into KeyboardInterrupt.
+    code = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); from xmask_cli.cli import main; main()"
     proc = subprocess.Popen([sys.executable, "-c", code, "-q", "prepare", "DD", "--workers", "2", "--data-root",
                              str(shared_data), "--cache-dir", str(tmp_path / "c")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
@@ -416,3 +419,95 @@ def test_stopping_the_pool_leaves_no_worker_and_no_pool_thread_behind():
     _stop_workers(pool)
     assert all(not p.is_alive() for p in procs)
     assert set(threading.enumerate()) - before == set()  # the manager thread is gone too
+
+
+@pytest.fixture
+def sigint_default():
+    """Python's own Ctrl-C handler for the test, whatever the runner started with (a shell's background
+    job starts with SIGINT ignored)."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_is_deferred_to_a_safe_point_and_a_second_one_raises_at_once(sigint_default):
+    """Inside ``deferred_interrupt`` a Ctrl-C only sets a flag (so it never lands inside numba, LLVM or
+    HDF5 code); ``check()`` raises it; a second Ctrl-C raises at once; the default handler comes back."""
+    import os
+    import signal
+
+    from xmask_cli.prepare.blocks import deferred_interrupt
+
+    ran_on = False
+    with pytest.raises(KeyboardInterrupt):
+        with deferred_interrupt() as check:
+            check()  # nothing pending: no-op
+            os.kill(os.getpid(), signal.SIGINT)
+            ran_on = sum(range(1000)) > 0  # Python ran its handler by now, and went on
+            check()
+    assert ran_on
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    with pytest.raises(KeyboardInterrupt):
+        with deferred_interrupt():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10_000):  # the second one raises here, not at a check
+                pass
+            pytest.fail("the second Ctrl-C did not raise")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_job_started_with_ctrl_c_ignored_keeps_ignoring_it(sigint_default):
+    import os
+    import signal
+
+    from xmask_cli.prepare.blocks import deferred_interrupt
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with deferred_interrupt() as check:
+            os.kill(os.getpid(), signal.SIGINT)
+            check()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ctrl_c_during_a_block_lets_it_finish_then_stops_before_the_next(tmp_path, monkeypatch, workers, sigint_default):
+    """The interrupt arrives inside the main process's block computation (where numba runs): that
+    block completes, no further block starts, KeyboardInterrupt reaches the caller, nothing is cached."""
+    import os
+    import signal
+
+    from xmask_cli.prepare import blocks
+
+    calls: list[tuple[int, bool]] = []
+    real = blocks.compute_block
+
+    def compute_block(edges, *args):
+        first = not calls
+        calls.append((len(edges), False))
+        if first:
+            os.kill(os.getpid(), signal.SIGINT)
+        out = real(edges, *args)
+        calls[-1] = (calls[-1][0], True)  # reached only if the interrupt did not land inside
+        return out
+
+    # This process's computation only: a side worker imports the module afresh.
+    monkeypatch.setattr(blocks, "compute_block", compute_block)
+    real_plan = blocks.plan_blocks
+    monkeypatch.setattr(blocks, "plan_blocks", lambda nn, large_min: real_plan(nn, large_min, block_nodes=60))  # 3 blocks
+    rng = np.random.default_rng(0)
+    edges = [np.stack([rng.integers(0, 30, 60), rng.integers(0, 30, 60)]) for _ in range(6)]
+    nn = np.full(6, 30)
+    cfg = resolve("graph-level", []).structure
+    with pytest.raises(KeyboardInterrupt):
+        prepare_graphs(dataset_key="toy", level="graph", edges=edges, num_nodes=nn, cfg=cfg, workers=workers,
+                       fingerprint=graphs_fingerprint(edges, nn), cache_dir=tmp_path / "c")
+    assert calls == [(calls[0][0], True)]  # one block (in this process), run to its end; none after it
+    assert not list((tmp_path / "c").rglob("*.h5")) and not list((tmp_path / "c").rglob("*.tmp-*"))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

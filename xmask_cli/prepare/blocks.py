@@ -9,7 +9,8 @@ import sys
 import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
-from typing import Iterator
+from concurrent.futures import Future
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -88,6 +89,48 @@ def _sigint_ignored() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+@contextlib.contextmanager
+def deferred_interrupt() -> Iterator[Callable[[], None]]:
+    """Ctrl-C becomes a flag that the yielded ``check()`` raises as KeyboardInterrupt at safe points.
+
+    Why: Python raises KeyboardInterrupt at whatever bytecode the main thread runs, and here that is
+    often numba's loader, LLVM or HDF5 glue between native calls; native state left half-built there
+    crashed the process later (SIGSEGV, before the error line). Safe points are between blocks and
+    while waiting for a worker; a second Ctrl-C raises at once. Only in the main thread, and only
+    where SIGINT is handled (a job started with it ignored keeps ignoring it).
+    """
+    hits: list[int] = []
+
+    def check() -> None:
+        if hits:
+            raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield check
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        hits.append(signum)
+        if len(hits) > 1:
+            raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    try:
+        yield check
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _wait(fut: Future, check: Callable[[], None]) -> Any:
+    """``fut.result()`` that still answers a deferred Ctrl-C while the worker computes."""
+    while True:
+        check()
+        try:
+            return fut.result(timeout=0.2)
+        except TimeoutError:
+            continue
+
+
 def _stop_workers(pool: ProcessPoolExecutor) -> None:
     """Kill the pool's workers now (an interrupt or an error), then wait for the pool to wind down.
 
@@ -108,8 +151,10 @@ def _run_block(args: tuple) -> BlockResult:
     return compute_block(*args)
 
 
-def iter_blocks(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, level: str, workers: int) -> Iterator[tuple[int, BlockResult]]:
-    """Yield ``(graphs_done, result)`` in graph order.
+def iter_blocks(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, level: str, workers: int,
+                check: Callable[[], None] = lambda: None) -> Iterator[tuple[int, BlockResult]]:
+    """Yield ``(graphs_done, result)`` in graph order; ``check()`` (see :func:`deferred_interrupt`)
+    runs between blocks and while waiting for a worker.
 
     With ``workers > 1``, ``workers - 1`` processes compute the per-graph
     results (spectra, partitions) of every block ahead, while this process
@@ -121,6 +166,7 @@ def iter_blocks(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, l
     tasks = [(edges[s:e], nn[s:e], cfg, large, level, cdtype) for s, e, large in blocks]
     if workers <= 1:
         for (_, e, _), t in zip(blocks, tasks):
+            check()
             yield e, _run_block(t)
         return
     import multiprocessing as mp
@@ -140,8 +186,9 @@ def iter_blocks(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, l
                                        initializer=_worker_init, initargs=(os.getpid(),))
             side = [pool.submit(_run_block, (*t, ("per-graph",))) for t in tasks]
         for (_, e, _), t, fut in zip(blocks, tasks, side):
+            check()
             r = _run_block((*t, ("pairs",)))
-            other = fut.result()
+            other = _wait(fut, check)
             r.eig, r.part = other.eig, other.part
             yield e, r
     except BaseException:  # Ctrl-C, an error, or the consumer closing the generator early

@@ -13,7 +13,7 @@ from xmask_cli.cache import CacheWriter, StructureCache, cache_key, cache_path, 
 from xmask_cli.config import StructureConfig
 from xmask_cli.errors import CacheError
 from xmask_cli.fs import ensure_writable_dir
-from xmask_cli.prepare.blocks import iter_blocks
+from xmask_cli.prepare.blocks import deferred_interrupt, iter_blocks
 
 
 def structure_params(cfg: StructureConfig, level: str) -> dict[str, Any]:
@@ -173,10 +173,11 @@ def prepare_graphs(
     total_edges = 0
     large_graphs = 0
     dropped = _DroppedMass()
-    with CacheWriter(path, attrs) as w:
+    # Ctrl-C is raised only between blocks (see deferred_interrupt): never inside numba, LLVM or HDF5.
+    with deferred_interrupt() as check, CacheWriter(path, attrs) as w:
         w.append("graphs/node_ptr", np.zeros(1, dtype=np.int64))
         node_total = 0
-        for done, r in iter_blocks(edges, nn, cfg, level, workers):
+        for done, r in iter_blocks(edges, nn, cfg, level, workers, check):
             w.append("graphs/num_nodes", r.num_nodes)
             w.append("graphs/num_edges", r.num_edges)
             w.append("graphs/large", r.large)
@@ -213,6 +214,7 @@ def prepare_graphs(
                 w.append(f"{group}/method", np.asarray(e["methods"], dtype="S16"))
             if progress is not None:
                 progress(done, len(nn))
+        check()  # a Ctrl-C during the last block still stops before the file is marked complete
         truncation = json.dumps({"tau": cfg.large.tau, "topk": cfg.large.topk, "applies_to": "graphs/large",
                                  "rule": TRUNCATION_RULE})
         masses = {"powers": dropped.attrs("powers", cfg.powers.k)}
