@@ -51,3 +51,29 @@ def test_cli_explain_json_and_errors(mutag, tmp_path):
     r = runner.invoke(app, ["explain", str(tmp_path / "nope"), "--graph", "0", *common])
     assert r.exit_code == 6
     assert "Examples" in runner.invoke(app, ["explain", "--help"]).stdout
+
+
+def test_a_run_without_the_log_mask_reports_k_0_in_its_summary_and_its_maps(mutag, tmp_path):
+    """`use_bias: false` adds no Â^k: the JSON summary and maps.h5 both say k = 0 for every head
+    (before, the graph/node summary said the configured power while maps.h5 said 0)."""
+    import json
+    import shutil
+
+    import h5py
+
+    run = tmp_path / "plain" / "0"
+    shutil.copytree(mutag["run"], run)
+    saved = json.loads((run / "config.json").read_text())
+    assert saved["model"]["head_powers"] and any(k > 0 for k in saved["model"]["head_powers"])
+    saved["model"]["use_bias"] = False  # no parameter depends on it: the weights load as they are
+    (run / "config.json").write_text(json.dumps(saved))
+    out = explain_run(run, graphs=[5], out_dir=tmp_path / "maps", cache_dir=mutag["root"] / "cache")
+    summary = out["targets"][0]["hop_summary"]
+    assert {head["k"] for layer in summary.values() for head in layer.values()} == {0}
+    with h5py.File(tmp_path / "maps" / "maps.h5", "r") as f:
+        ks = []
+        f.visititems(lambda name, obj: ks.append(int(obj.attrs["k"])) if "k" in obj.attrs else None)
+    assert ks and set(ks) == {0}
+    # The trained run itself (use_bias: true) reports its configured powers in both places.
+    ref = next(t for t in mutag["result"]["targets"] if t["name"] == "graph_5")["hop_summary"]
+    assert [h["k"] for h in ref["layer_0"].values()] == saved["model"]["head_powers"][:len(ref["layer_0"])]

@@ -59,7 +59,7 @@ class GraphExtras:
         unknown = self.needs - set(EXTRA_SECTIONS)
         if unknown:
             raise ValueError(f"unknown structure section(s) {sorted(unknown)}; expected some of {EXTRA_SECTIONS}")
-        self.n = n = cache.num_nodes(g)
+        self.n = cache.num_nodes(g)
         for section in self.needs:
             if not cache.has(section):
                 raise ValueError(f"the cache {cache.path} has no '{section}' structure: prepare it with "

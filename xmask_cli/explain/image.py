@@ -32,7 +32,7 @@ from xmask_cli.explain.figures import plot_image, save_png
 from xmask_cli.explain.hops import layer_masses
 from xmask_cli.explain.record import record_terms
 from xmask_cli.explain.store import ImageMaps, write_image_maps
-from xmask_cli.model.model_config import head_labels
+from xmask_cli.model.model_config import effective_powers, head_labels
 
 __all__ = ["grid_distances", "explain_images"]
 
@@ -93,8 +93,7 @@ def explain_images(model: Any, task: Any, images: Sequence[int], *, query_patch:
         raise UsageError(f"--query-patch {query_patch}: out of range, the {rows}x{cols} grid has patches "
                          f"0..{rows * cols - 1} (row-major)")
     labels = head_labels(cfg)
-    # The image summary reports k = 0 for every head of a run without the log mask (as its maps.h5 does).
-    ks = list(cfg.head_powers) if cfg.use_bias else [0] * len(cfg.head_powers)
+    ks = effective_powers(cfg)
     dist = grid_distances(rows, cols, connectivity)
     buckets = ["cls", *[str(d) for d in range(int(dist.max()) + 1)]]
     query = "mean over all query tokens" if query_patch is None else f"query patch {query_patch}"

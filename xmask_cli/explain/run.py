@@ -17,7 +17,7 @@ from xmask_cli.explain.hops import DEFAULT_MAX_DISTANCE, hop_buckets, hop_summar
 from xmask_cli.explain.record import SingleGraph
 from xmask_cli.explain.store import write_maps
 from xmask_cli.explain.targets import TargetMaps, explain_graph, explain_nodes, parse_edge, target_dict
-from xmask_cli.model.model_config import head_labels
+from xmask_cli.model.model_config import effective_powers, head_labels
 
 __all__ = ["explain_run"]
 
@@ -143,8 +143,7 @@ def explain_run(
             "head_biases": head_labels(model_cfg),
             "mask_scale": model_cfg.mask_scale, "max_nodes": int(max_nodes)}
     buckets = hop_buckets(d_max)
-    # The graph/node summary reports each head's power k even without the log mask (maps.h5 records 0 then).
-    ks, labels = list(model_cfg.head_powers), head_labels(model_cfg)
+    ks, labels = effective_powers(model_cfg), head_labels(model_cfg)
     summary = hop_summary(results, ks, labels, buckets)
     maps_path = write_maps(out / "maps.h5", results, model_cfg, {**meta, "hop_summary": summary})
     figures = {}

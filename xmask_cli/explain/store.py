@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from xmask_cli.explain.record import KINDS
-from xmask_cli.model.model_config import head_labels
+from xmask_cli.model.model_config import effective_powers, head_labels
 
 __all__ = ["ImageMaps", "write_image_maps", "write_maps"]
 
@@ -60,7 +60,7 @@ def write_maps(path: Path, targets: Sequence[Any], model_cfg: Any, meta: dict[st
                     hg = g.create_group(f"layer_{l}/head_{h}")
                     for kind in KINDS:
                         ds = hg.create_dataset(kind, data=maps[kind][h].astype(np.float32), compression="gzip")
-                        ds.attrs.update({"k": int(model_cfg.head_powers[h]) if model_cfg.use_bias else 0,
+                        ds.attrs.update({"k": effective_powers(model_cfg)[h],
                                          "bias": labels[l][h],
                                          "mask_scale": model_cfg.mask_scale, "target": t.name,
                                          "cropped_from": t.cropped_from, "layer": l, "head": h, "kind": kind})
@@ -103,7 +103,7 @@ def write_image_maps(path: Path, images: Sequence[ImageMaps], model_cfg: Any, me
                     hg = g.create_group(f"layer_{l}/head_{h}")
                     hg.create_dataset("attention", data=a[h].astype(np.float32), compression="gzip")
                     hg.create_dataset("grid", data=im.grids[l][h].astype(np.float32))
-                    hg.attrs.update({"k": int(model_cfg.head_powers[h]) if model_cfg.use_bias else 0,
+                    hg.attrs.update({"k": effective_powers(model_cfg)[h],
                                      "bias": labels[l][h]})
         f.attrs["meta"] = json.dumps(meta, sort_keys=True)
     return path

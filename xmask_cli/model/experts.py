@@ -119,7 +119,7 @@ class HierarchicalMasks:
         real keys (cluster token in ``cluster``, class token in ``global``)
         is a group of its own, so its row is a dense ``[1, |keys|]`` block.
         """
-        N, P, C = self.num_nodes, self.num_parts, self.num_classes
+        P, C = self.num_parts, self.num_classes
         device = self.part.device
         own = P + torch.arange(P + C, device=device)  # one group per virtual token
         shared = torch.full((P + C,), P, device=device)

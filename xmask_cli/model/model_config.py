@@ -240,6 +240,12 @@ def sparse_refusal(model: Any) -> str | None:
     return None
 
 
+def effective_powers(cfg: ModelConfig) -> list[int]:
+    """Per head, the power ``k_h`` of the log-mask it adds; 0 where it adds none (``k_h = 0`` or
+    ``use_bias: false``), so every report of a run (explain summaries, ``maps.h5``) says the same."""
+    return [int(k) if cfg.use_bias else 0 for k in cfg.head_powers]
+
+
 def head_labels(cfg: ModelConfig) -> list[list[str]]:
     """Per layer, per head: the biases it adds, e.g. ``"Â^2 + SPD"`` or ``"none"`` (figures, tables)."""
     placed = [(bias_entry(b.type).label, *b.placement(cfg.heads, cfg.layers)) for b in cfg.biases]
