@@ -146,9 +146,9 @@ def shard_batches(task: Any, epoch: int, w: World) -> Iterator[tuple[Any, bool]]
 
     The generic route builds every batch of the epoch on every rank and keeps its
     share: right for any task (the order is a function of seed and epoch), and
-    cheap where batches are prebuilt or tiny (node partitions, queries, link and
-    edge pairs). Tasks whose batches are costly to build (graph level) deal the
-    batch *ids* first, in ``train_shard``.
+    cheap where batches are prebuilt or tiny (link and edge pairs, images). Tasks
+    whose batches are costly to build (graph level, node subgraphs) deal the batch
+    *ids* first, in ``train_shard``.
     """
     if hasattr(task, "train_shard"):
         yield from task.train_shard(epoch, w.rank, w.size)

@@ -237,3 +237,24 @@ def test_full_graph_sparse_attention_equals_dense(small: Toy) -> None:
     assert torch.equal(torch.sort(ei[0] * P.size(-1) + ei[1]).values, torch.sort(support[0] * P.size(-1) + support[1]).values)
     # Pairs outside the support weigh exactly 0 on both paths (outside_support 'hard'): float rounding only.
     torch.testing.assert_close(sparse.predict(model), dense.predict(model), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_subgraph_shards_are_the_epochs_batches_dealt_by_rank(small: Toy, parted: Toy, size: int) -> None:
+    """Under torchrun each rank slices only its own subgraphs; read step by step, rank by rank, the
+    real ones are exactly the batches one process trains on (empty ones skipped the same way), every
+    rank takes the same number of steps, and a padding step repeats the rank's first batch."""
+    tasks = [NodeTask(small.path, small.graphs, small.split, mode="subgraph", subgraph_size=2,
+                      subgraphs_per_epoch=25, seed=1),  # 2-node draws: about 1 in 6 has no training node
+             NodeTask(parted.path, parted.graphs, parted.split, mode="partition", seed=1)]
+    for task in tasks:
+        for epoch in (0, 1):
+            one = [b.nodes.tolist() for b in task.train_batches(epoch)]
+            if task.mode == "subgraph":
+                assert 0 < len(one) < task.subgraphs_per_epoch  # some draws were skipped
+            shards = [[(b.nodes.tolist(), real) for b, real in task.train_shard(epoch, r, size)] for r in range(size)]
+            steps = -(-len(one) // size)
+            assert all(len(s) == steps for s in shards)
+            assert [ids for s in range(steps) for r in range(size) for ids, real in [shards[r][s]] if real] == one
+            for r in range(size):
+                assert all(ids == shards[r][0][0] for ids, real in shards[r] if not real)

@@ -348,6 +348,25 @@ class NodeTask:
             if batch.targets.numel():
                 yield batch
 
+    def train_shard(self, epoch: int, rank: int, size: int) -> Iterator[tuple[NodeBatch, bool]]:
+        """Rank ``rank``'s ``(batch, real)`` of ``epoch`` (see ``engine.distributed.deal``).
+
+        Subgraph batches are the costly ones to build (a dense slice of the cached
+        powers each): every rank draws the same subgraph ids (seed, epoch), keeps
+        those with a training node, and slices only its own. The other modes' batches
+        are prebuilt or index arrays: each rank deals the epoch's list.
+        """
+        from xmask_cli.engine.distributed import deal
+
+        if self.mode != "subgraph":
+            batches = list(self.train_batches(epoch))
+            for i, real in deal(len(batches), rank, size):
+                yield batches[i], real
+            return
+        ids = [i for i in range(self.subgraphs_per_epoch) if self.train_mask[self.subgraph_nodes(epoch, i)].any()]
+        for j, real in deal(len(ids), rank, size):
+            yield self.subgraph_batch(self.subgraph_nodes(epoch, ids[j])), real
+
     def _forward(self, model: torch.nn.Module, batch: NodeBatch) -> Tensor:
         """``[n, C]`` logits of the batch's nodes."""
         if batch.powers is None and batch.edge_index is None and self._support is not None:  # a query batch
