@@ -33,7 +33,10 @@ on the training nodes, backward, grad-norm clipping at 1.0, AdamW step):
    it (``GraphTask`` batches of 32, size-bucketed, dense; ``XMaskNet`` hidden 64,
    4 heads, 2 layers) against one epoch of PyG GIN (3 layers, hidden 64, batch 32,
    the model of ``benchmarks/peers.py``) over the same training split
-   (``graph_split("random-8-1-1", seed=0)``). Target: within 3x.
+   (``graph_split("random-8-1-1", seed=0)``). Target: within 3x. xmask runs the
+   packed graph layout (the default ``model.graph_layout``) on the stream's cached
+   log-powers, as ``xmask train`` does; ``--padded`` also times the padded layout
+   (``proteins_epoch_padded``, for information).
 5. ``--physics``: peak memory and seconds per epoch of a Physics training run
    (34,493 nodes, METIS partition batches, sparse attention; prepare included when
    the cache is cold), measured by ``benchmarks/node_large.py`` in a child
@@ -59,6 +62,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -79,6 +83,7 @@ TARGETS: dict[str, tuple[str, float]] = {
     "dense_vs_recompute": ("min", 5.0),
     "engine_overhead": ("max", 1.2),
     "proteins_epoch": ("max", 3.0),
+    "proteins_epoch_padded": ("max", 3.0),
 }
 CLIP = 1.0
 
@@ -358,27 +363,35 @@ def figure_4(args: argparse.Namespace, cache_dir: Path) -> list[dict[str, Any]]:
     summary = prepare_dataset_cached("graph-level", "PROTEINS", args.data_root, cache_dir)
     graphs = load_graphs(get_dataset("PROTEINS"), data_root=args.data_root, cache_dir=cache_dir, offline=True)
     split = graph_split("random-8-1-1", graphs.dataset, seed=0)
-    torch.manual_seed(0)
-    task = GraphTask(summary.path, graphs, split, "accuracy", 32, 0, "cpu")
     data_list = graph_data_list(graphs)
     cfg = _model_cfg(args, data_list[0].x.size(1), 2, "graph")
-    ours = XMaskNet(cfg)
+    # As `xmask train` runs it (from_experiment): the packed layout reads the stream's cached log-powers.
+    task = GraphTask(summary.path, graphs, split, "accuracy", 32, 0, "cpu", log_mask=(cfg.eps, cfg.outside_support))
+    padded_task = GraphTask(summary.path, graphs, split, "accuracy", 32, 0, "cpu")
+    torch.manual_seed(0)
+    ours = XMaskNet(replace(cfg, graph_layout="packed"))
+    padded = XMaskNet(replace(cfg, graph_layout="padded"))
+    padded.load_state_dict(ours.state_dict())
     opt = torch.optim.AdamW(ours.parameters(), lr=1e-3, weight_decay=1e-2)
+    padded_opt = torch.optim.AdamW(padded.parameters(), lr=1e-3, weight_decay=1e-2)
     gin = _gin(data_list[0].x.size(1), 2)
     gin_opt = torch.optim.AdamW(gin.parameters(), lr=0.01, weight_decay=1e-2)
     train_set = [data_list[int(i)] for i in split.train]
     loader = DataLoader(train_set, batch_size=32, shuffle=True, generator=torch.Generator().manual_seed(0))
-    epoch = [0]
+    def epoch_fn(model: Any, optim: Any, t: Any) -> Callable[[], None]:
+        epoch = [0]
 
-    def ours_epoch() -> None:
-        ours.train()
-        for batch in task.train_batches(epoch[0]):
-            opt.zero_grad(set_to_none=True)
-            loss, _ = task.loss(ours, batch)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(ours.parameters(), CLIP)
-            opt.step()
-        epoch[0] += 1
+        def run() -> None:
+            model.train()
+            for batch in t.train_batches(epoch[0]):
+                optim.zero_grad(set_to_none=True)
+                loss, _ = t.loss(model, batch)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+                optim.step()
+            epoch[0] += 1
+
+        return run
 
     def gin_epoch() -> None:
         gin.train()
@@ -387,9 +400,17 @@ def figure_4(args: argparse.Namespace, cache_dir: Path) -> list[dict[str, Any]]:
             torch.nn.functional.cross_entropy(gin(b.x, b.edge_index, b.batch, b.num_graphs), b.y).backward()
             gin_opt.step()
 
-    t = interleaved({"xmask": ours_epoch, "gin": gin_epoch}, args.epoch_repeat, 1)
-    return [ratio_entry("proteins_epoch", "xmask", "gin", t,
-                        f"{len(split.train)} training graphs, {len(task.train_stream)} batches of <= 32")]
+    sides = {"xmask": epoch_fn(ours, opt, task), "gin": gin_epoch}
+    if args.padded:
+        sides["xmask_padded"] = epoch_fn(padded, padded_opt, padded_task)
+    t = interleaved(sides, args.epoch_repeat, 1)
+    note = f"{len(split.train)} training graphs, {len(task.train_stream)} batches of <= 32"
+    rows = [ratio_entry("proteins_epoch", "xmask", "gin", {k: t[k] for k in ("xmask", "gin")},
+                        note + "; packed layout (model.graph_layout default), cached log-powers")]
+    if args.padded:
+        rows.append(ratio_entry("proteins_epoch_padded", "xmask_padded", "gin", {k: t[k] for k in ("xmask_padded", "gin")},
+                                note + "; model.graph_layout=padded (before issue 12 §3)", headline=False))
+    return rows
 
 
 def prepare_dataset_cached(preset: str, name: str, data_root: Path, cache_dir: Path) -> Any:
@@ -447,6 +468,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--hidden", type=int, default=64)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--padded", action="store_true",
+                   help="figure 4 also times the padded graph layout (model.graph_layout=padded) beside the packed one")
     p.add_argument("--physics", action="store_true",
                    help="also measure a Physics training run (peak memory, s/epoch) with benchmarks/node_large.py")
     p.add_argument("--out", type=Path, default=HERE / "out" / "train_speed.json", help="JSON results (default: %(default)s)")

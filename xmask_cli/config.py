@@ -151,6 +151,9 @@ class ModelSection:
     experts: list[Literal["local", "cluster", "global"]] = field(default_factory=list)  # M3Dphormer experts; []: one attention
     routing: Literal["bilevel", "flat", "none"] = "bilevel"  # how the experts are mixed per token
     expert_attention: Literal["dual", "sparse", "dense"] = "dual"  # experts: per-region dense/sparse by density
+    # graph level: "packed" runs token-wise layers on real nodes only and attention per group of similar-sized
+    # graphs (same numbers as "padded", faster); "padded": every layer over the batch padded to its largest graph
+    graph_layout: Literal["packed", "padded"] = "packed"
 
 
 @dataclass(frozen=True)

@@ -265,3 +265,32 @@ def test_pinned_loader_to_cuda(toy: Toy):
         on_gpu = a.to("cuda", non_blocking=True)
         assert on_gpu.powers.is_cuda
         assert_same(on_gpu.to("cpu"), b)
+
+
+def test_log_mask_stream_caches_each_graphs_log_powers(toy: Toy) -> None:
+    """With ``log_mask``, batches carry per-graph ``log(Â^k + eps)`` (numpy), -inf off the support, taken once."""
+    s = stream(toy, log_mask=(1e-30, "hard"), load_in_memory=True)
+    first = list(s.epoch(0))
+    for batch in first:
+        assert batch.powers is None and batch.log_spec == (1e-30, "hard")
+        assert len(batch.log_powers) == batch.num_graphs
+        for g, logp in zip(batch.index.tolist(), batch.log_powers):
+            a = toy.powers(g)
+            n = a.shape[-1]
+            want = np.log(a + 1e-30)
+            want[(np.abs(a) < 1e-12) & ~np.eye(n, dtype=bool)[None]] = -np.inf  # outside the support, self pair kept
+            assert logp.shape == (toy.k, n, n) and logp.dtype == torch.float32
+            assert np.array_equal(np.isinf(logp.numpy()), np.isinf(want))
+            fin = np.isfinite(want)
+            np.testing.assert_allclose(logp.numpy()[fin], want[fin], rtol=1e-4, atol=1e-4)
+    # A later epoch reads the cached tensors, not new ones.
+    cached = {int(g): t for b in first for g, t in zip(b.index.tolist(), b.log_powers)}
+    for batch in s.epoch(1):
+        assert all(t is cached[int(g)] for g, t in zip(batch.index.tolist(), batch.log_powers))
+    # Features, mask and labels are those of the dense-powers stream.
+    dense = stream(toy, load_in_memory=True)
+    for a, b in zip(first, dense.epoch(0)):
+        for name in ("x", "mask", "y", "index"):
+            assert torch.equal(getattr(a, name), getattr(b, name)), name
+    moved = first[0].to("cpu")
+    assert moved.powers is None and len(moved.log_powers) == first[0].num_graphs

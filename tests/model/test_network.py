@@ -254,12 +254,15 @@ def test_use_bias_false_ignores_structure(task):
 
 @torch.no_grad()
 def test_forward_accepts_graph_batch_and_mappings():
-    net = _net()
+    net = _net(graph_layout="padded")  # forward(batch) is then forward_dense itself
     x, powers, mask = _pair_batch()
     gb = GraphBatch(x=x, mask=mask, powers=powers, y=torch.zeros(2), index=torch.arange(2))
     want = net.forward_dense(x, powers, mask)
     torch.testing.assert_close(net(gb), want, rtol=0, atol=0)
     torch.testing.assert_close(net({"x": x, "powers": powers, "mask": mask}), want, rtol=0, atol=0)
+    # The packed layout (the default) runs other kernels on the same batch: the same numbers to rounding.
+    packed = _net(graph_layout="packed")
+    torch.testing.assert_close(packed(gb), want, **TIGHT)
     edge_index, values = disjoint_union([PATH_TRIANGLE, TWO_PARTS], HEADS)
     batch = torch.cat([torch.zeros(6), torch.ones(8)]).long()
     sparse = net({"x": torch.cat([x[0, :6], x[1]]), "edge_index": edge_index, "values": values, "batch": batch})

@@ -27,6 +27,10 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from xmask_cli.cache import StructureCache
 from xmask_cli.engine.extras import GraphExtras, pad_extras, to_tensors
+from xmask_cli.model.bias import log_powers
+
+#: Bytes of per-graph log-powers a stream keeps (PROTEINS: 64 MB for all 1,113 graphs, K=4).
+LOG_CACHE_BYTES = 1 << 29
 
 
 def size_buckets(
@@ -75,14 +79,19 @@ class GraphBatch:
         index: ``[B]`` long graph ids (rows of the cache).
         extras: structure the learned biases read (``spd``, ``rrwp``, padded
             eigenpairs; see :func:`~xmask_cli.engine.extras.pad_extras`), or None.
+        log_powers: per graph, its ``[K, n_b, n_b]`` :func:`~xmask_cli.model.bias.log_powers`
+            (a stream with ``log_mask`` caches them per graph); ``powers`` is then None.
+        log_spec: ``(eps, outside_support)`` the log-powers were taken with.
     """
 
     x: Tensor
     mask: Tensor
-    powers: Tensor
+    powers: Tensor | None
     y: Tensor
     index: Tensor
     extras: dict[str, Tensor] | None = None
+    log_powers: tuple[Tensor, ...] | None = None
+    log_spec: tuple[float, str] | None = None
 
     @property
     def num_graphs(self) -> int:
@@ -90,8 +99,9 @@ class GraphBatch:
 
     def _apply(self, fn: Any) -> "GraphBatch":
         extras = None if self.extras is None else {k: fn(v) for k, v in self.extras.items()}
-        return GraphBatch(x=fn(self.x), mask=fn(self.mask), powers=fn(self.powers), y=fn(self.y), index=fn(self.index),
-                          extras=extras)
+        logp = None if self.log_powers is None else tuple(fn(t) for t in self.log_powers)
+        return GraphBatch(x=fn(self.x), mask=fn(self.mask), powers=None if self.powers is None else fn(self.powers),
+                          y=fn(self.y), index=fn(self.index), extras=extras, log_powers=logp, log_spec=self.log_spec)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> "GraphBatch":
         """A copy on ``device``; ``non_blocking`` overlaps the copy when the batch is pinned."""
@@ -108,6 +118,8 @@ def collate(
     x_list: Sequence[Tensor],
     y_list: Sequence[Tensor],
     needs: Iterable[str] = (),
+    log_powers: Sequence[Tensor] | None = None,
+    log_spec: tuple[float, str] | None = None,
 ) -> GraphBatch:
     """Pad the graphs ``graph_ids`` into one :class:`GraphBatch`.
 
@@ -116,6 +128,8 @@ def collate(
     one indexed assignment for the whole batch; N is the largest graph here.
     ``needs`` names the extra sections (``spd``, ``rrwp``, ``spectrum``,
     ``magnetic``) the model's learned biases read; they go to ``extras``.
+    ``log_powers`` (per graph, with their ``log_spec``) replace the dense
+    powers tensor: the batch then carries them and no ``powers``.
     """
     ids = np.asarray(graph_ids, dtype=np.int64).reshape(-1)
     if not (len(ids) == len(x_list) == len(y_list)) or len(ids) == 0:
@@ -126,17 +140,20 @@ def collate(
         if x.size(0) != n:
             raise ValueError(f"graph {g} has {n} nodes in the cache but {x.size(0)} feature rows")
     bsz, n_max = len(ids), max(int(sizes.max()), 1)
-    pairs = [cache.powers(int(g)) for g in ids]
-    k = pairs[0][2].shape[1]
-
-    # Build the scatter indices once for the batch: (graph, row, col) per stored pair.
-    counts = np.array([len(r) for r, _, _ in pairs], dtype=np.int64)
-    b_idx = np.repeat(np.arange(bsz, dtype=np.int64), counts)
-    rows = np.concatenate([r for r, _, _ in pairs]).astype(np.int64, copy=False)
-    cols = np.concatenate([c for _, c, _ in pairs]).astype(np.int64, copy=False)
-    vals = np.concatenate([v for _, _, v in pairs]).astype(np.float32, copy=False)
-    powers = np.zeros((bsz, k, n_max, n_max), dtype=np.float32)
-    powers[b_idx, :, rows, cols] = vals  # advanced indices around a slice: the value is [P, K]
+    powers = None
+    if log_powers is None:
+        pairs = [cache.powers(int(g)) for g in ids]
+        k = pairs[0][2].shape[1]
+        # Build the scatter indices once for the batch: (graph, row, col) per stored pair.
+        counts = np.array([len(r) for r, _, _ in pairs], dtype=np.int64)
+        b_idx = np.repeat(np.arange(bsz, dtype=np.int64), counts)
+        rows = np.concatenate([r for r, _, _ in pairs]).astype(np.int64, copy=False)
+        cols = np.concatenate([c for _, c, _ in pairs]).astype(np.int64, copy=False)
+        vals = np.concatenate([v for _, _, v in pairs]).astype(np.float32, copy=False)
+        powers = np.zeros((bsz, k, n_max, n_max), dtype=np.float32)
+        powers[b_idx, :, rows, cols] = vals  # advanced indices around a slice: the value is [P, K]
+    elif len(log_powers) != bsz or log_spec is None:
+        raise ValueError("log_powers need one tensor per graph and their log_spec")
 
     feat = x_list[0]
     x = feat.new_zeros((bsz, n_max, *feat.shape[1:]))
@@ -151,10 +168,12 @@ def collate(
     return GraphBatch(
         x=x,
         mask=mask,
-        powers=torch.from_numpy(powers),
+        powers=None if powers is None else torch.from_numpy(powers),
         y=torch.stack([torch.as_tensor(y) for y in y_list]),
         index=torch.from_numpy(ids.copy()),
         extras=extras,
+        log_powers=None if log_powers is None else tuple(log_powers),
+        log_spec=None if log_powers is None else log_spec,
     )
 
 
@@ -197,6 +216,10 @@ class GraphLevelStream:
         load_in_memory: read the whole cache once (when it fits) instead of
             reading each batch from the file.
         needs: extra structure sections the batches carry (see :func:`collate`).
+        log_mask: ``(eps, outside_support)``: batches carry each graph's
+            log-powers (:func:`~xmask_cli.model.bias.log_powers`), taken once per
+            graph and kept (up to :data:`LOG_CACHE_BYTES`), instead of the dense
+            powers tensor; what the packed graph layout reads. None: dense powers.
     """
 
     def __init__(
@@ -211,8 +234,12 @@ class GraphLevelStream:
         *,
         load_in_memory: bool = False,
         needs: Iterable[str] = (),
+        log_mask: tuple[float, str] | None = None,
     ):
         self.cache = StructureCache(cache_path)
+        self.log_spec = None if log_mask is None else (float(log_mask[0]), str(log_mask[1]))
+        self._log_cache: dict[int, Tensor] = {}
+        self._log_bytes = 0
         self.needs = frozenset(needs)
         self.features = list(features)
         self.labels = labels
@@ -251,7 +278,32 @@ class GraphLevelStream:
     def collate(self, graph_ids: np.ndarray) -> GraphBatch:
         """The padded batch of ``graph_ids``."""
         ids = np.asarray(graph_ids, dtype=np.int64)
-        return collate(self.cache, ids, [self.features[g] for g in ids], [self.labels[g] for g in ids], self.needs)
+        logp = None if self.log_spec is None else [self.graph_log_powers(int(g)) for g in ids]
+        return collate(self.cache, ids, [self.features[g] for g in ids], [self.labels[g] for g in ids], self.needs,
+                       log_powers=logp, log_spec=self.log_spec)
+
+    def graph_log_powers(self, g: int) -> Tensor:
+        """Graph ``g``'s ``[K, n, n]`` log-powers under :attr:`log_spec`, taken once and kept.
+
+        The log-mask of a graph never changes, so each graph's is computed on
+        its first batch and reused by every later one (up to
+        :data:`LOG_CACHE_BYTES` per stream; graphs beyond it are computed per batch).
+        """
+        if self.log_spec is None:
+            raise ValueError("this stream was built without log_mask")
+        hit = self._log_cache.get(g)
+        if hit is not None:
+            return hit
+        row, col, vals = self.cache.powers(g)
+        n = self.cache.num_nodes(g)
+        dense = np.zeros((vals.shape[1], n, n), dtype=np.float32)
+        dense[:, row.astype(np.int64), col.astype(np.int64)] = vals.T
+        eps, outside = self.log_spec
+        out = log_powers(torch.from_numpy(dense), eps, outside, off_diagonal=~torch.eye(n, dtype=torch.bool))
+        if self._log_bytes + out.numel() * out.element_size() <= LOG_CACHE_BYTES:
+            self._log_cache[g] = out
+            self._log_bytes += out.numel() * out.element_size()
+        return out
 
     def epoch(self, e: int) -> Iterator[GraphBatch]:
         """Batches of epoch ``e`` in this process (no workers)."""

@@ -30,6 +30,7 @@ from xmask_cli.config import ModelSection
 # The parameter-free kernels (segment softmax, unmasked chunked attention) live in attention_ops.py.
 from xmask_cli.model.attention_ops import plain_attention, segment_softmax
 from xmask_cli.model.csr_attention import CsrPlan, csr_attention, csr_plan
+from xmask_cli.model.packing import PackedGraphs
 
 MASK_SCALES = ("paper", "none")
 #: Kernels of the sparse path: ``csr`` (per-head CSR supports, :mod:`~xmask_cli.model.csr_attention`)
@@ -180,6 +181,29 @@ class StructuralAttention(torch.nn.Module):
             "aggregate": agg,
         }
         return out, terms
+
+    def forward_packed(self, x: Tensor, packed: PackedGraphs, attn_masks: list[Tensor | None]) -> Tensor:
+        """Attention of packed graph rows, block-diagonal over the graphs (:mod:`~xmask_cli.model.packing`).
+
+        Args:
+            x: ``[n, D]`` real rows of a padded batch (``packed.rows``).
+            packed: the batch's packing and attention groups.
+            attn_masks: per group, its :meth:`dense_mask` (``[G, H, W, W]``
+                logit term, ``-inf`` at padded keys), or None.
+
+        Returns:
+            ``[n, D]``: the rows :meth:`forward_dense` gives the real nodes, dropout
+            drawn as over the padded ``[B, N, D]`` output.
+        """
+        q, k, v = self.split_heads(x)  # [n, H, d_h]
+        p = self.attn_dropout if self.training else 0.0
+        outs = []
+        for group, attn_mask in zip(packed.groups, attn_masks):
+            qg, kg, vg = (group.lay_out(t).transpose(1, 2) for t in (q, k, v))  # [G, H, W, d_h]
+            agg = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=attn_mask, dropout_p=p)
+            outs.append(group.gather(agg.transpose(1, 2).reshape(agg.size(0), agg.size(2), self.dim)))
+        agg = torch.cat(outs).index_select(0, packed.inverse) if outs else x.new_zeros(0, self.dim)
+        return packed.dropout(self.out(agg), self.dropout.p, self.training)
 
     def forward_sparse(
         self,

@@ -62,6 +62,31 @@ def read_field(obj: Any, name: str) -> Any:
     return getattr(obj, name, None)
 
 
+def log_powers(values: Tensor, eps: float, outside_support: str = "hard",
+               off_diagonal: Tensor | None = None) -> Tensor:
+    """``log(values + eps)`` elementwise, in float32 or wider; under ``'hard'``, ``-inf`` at zeros off the diagonal.
+
+    ``off_diagonal``: broadcastable bool, True for pairs ``i != j`` (the self
+    pair is always in the support, so no row is all ``-inf``); None: every
+    zero is outside. The one formula of the X-LogSMask term:
+    :class:`XLogSMaskBias` and the graph-level stream's per-graph cache call it.
+    """
+    if outside_support not in OUTSIDE_SUPPORT:
+        raise ValueError(f"outside_support must be one of {OUTSIDE_SUPPORT}, got {outside_support!r}")
+    # 1e-30 underflows float16 (and log of a float16 rounds badly): widen first.
+    wide = torch.promote_types(values.dtype, torch.float32)
+    if values.requires_grad:  # structure is data, but keep autograd correct if someone learns it
+        out = torch.log(values.to(wide) + eps)
+    else:  # torch.add allocates the output once; the log then runs in place on it.
+        out = torch.add(values.to(wide), eps).log_()
+    if outside_support == "hard":
+        outside = values == 0
+        if off_diagonal is not None:
+            outside &= off_diagonal
+        out = out.masked_fill(outside, float("-inf")) if out.requires_grad else out.masked_fill_(outside, float("-inf"))
+    return out
+
+
 class StructuralBias(torch.nn.Module):
     """Interface: ``forward(batch)`` returns a per-head additive logit bias.
 
@@ -121,28 +146,34 @@ class XLogSMaskBias(StructuralBias):
         Under ``'hard'``, ``-inf`` where the value is 0 and ``off_diagonal``
         (broadcastable bool, True for pairs ``i != j``) holds.
         """
+        picked = self._pick(values, axis)
+        return self._zero_off(log_powers(picked, self.eps, self.outside_support, off_diagonal), axis)
+
+    def _pick(self, values: Tensor, axis: int) -> Tensor:
+        """Channel ``k_h`` of each head along ``axis`` (heads without a mask read channel 0, zeroed later)."""
         if values.size(axis) < max(self.head_powers):
             raise ValueError(f"head_powers need Â^{max(self.head_powers)}, batch has K={values.size(axis)}")
         if self.head_powers == list(range(1, self.num_heads + 1)):
-            picked = values.narrow(axis, 0, self.num_heads)  # the default 1..H: a view, no copy
-        else:
-            picked = values.index_select(axis, self._index)
-        # 1e-30 underflows float16 (and log of a float16 rounds badly): widen first.
-        wide = torch.promote_types(picked.dtype, torch.float32)
-        if picked.requires_grad:  # structure is data, but keep autograd correct if someone learns it
-            out = torch.log(picked.to(wide) + self.eps)
-        else:  # torch.add allocates the output once; the log then runs in place on it.
-            out = torch.add(picked.to(wide), self.eps).log_()
-        if self.outside_support == "hard":
-            outside = picked == 0
-            if off_diagonal is not None:
-                outside &= off_diagonal
-            out = out.masked_fill(outside, float("-inf")) if out.requires_grad else out.masked_fill_(outside, float("-inf"))
+            return values.narrow(axis, 0, self.num_heads)  # the default 1..H: a view, no copy
+        return values.index_select(axis, self._index)
+
+    def _zero_off(self, out: Tensor, axis: int) -> Tensor:
+        """Heads with ``k_h = 0`` get no log mask (0)."""
         if self._any_off:
             shape = [1] * out.dim()
             shape[axis] = self.num_heads
             out = out.masked_fill(self._off.view(shape), 0.0)
         return out
+
+    def from_log_powers(self, logp: Tensor, axis: int = 0) -> Tensor:
+        """The bias from :func:`log_powers` of every channel ``Â^1..Â^K`` (``K`` along ``axis``).
+
+        The same numbers as :meth:`forward` on the powers (the log is elementwise:
+        taking it before or after picking the heads' channels is the same). The
+        graph-level stream caches each graph's log-powers once, and the packed
+        path reads them here instead of taking the log of every batch.
+        """
+        return self._zero_off(self._pick(logp, axis), axis)
 
     def forward(self, batch: Any) -> Tensor:
         """Bias for a dense or a sparse batch.

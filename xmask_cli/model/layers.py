@@ -7,6 +7,7 @@ from torch import Tensor
 from xmask_cli.config import ModelSection
 from xmask_cli.model.attention import StructuralAttention
 from xmask_cli.model.experts import RoutedAttention
+from xmask_cli.model.packing import PackedGraphs
 
 NORMS = ("post", "pre")
 
@@ -127,6 +128,28 @@ class TransformerBlock(torch.nn.Module):
             x = x + attend(self.norm1(x))
             x = x + self.ffn(self.norm2(x))
         return (x, terms) if return_terms else x
+
+    def forward_packed(self, x: Tensor, packed: PackedGraphs, attn_masks: list[Tensor | None]) -> Tensor:
+        """One block on the packed real rows ``[n, D]`` of a padded batch (:mod:`~xmask_cli.model.packing`).
+
+        The rows :meth:`forward` gives the real nodes of the padded batch: norms,
+        FFN and residuals act per row, the attention per group of graphs, and
+        every dropout draws the padded layout's mask (:meth:`PackedGraphs.dropout`).
+        ``attn_masks``: per attention group, its SDPA mask.
+        """
+        if isinstance(self.attn, RoutedAttention):
+            raise ValueError("an expert block attends over token masks, not packed graphs")
+        lin1, act, drop1, lin2, drop2 = self.ffn
+
+        def ffn(h: Tensor) -> Tensor:
+            h = packed.dropout(act(lin1(h)), drop1.p, self.training)
+            return packed.dropout(lin2(h), drop2.p, self.training)
+
+        if self.norm == "post":
+            x = self.norm1(x + self.attn.forward_packed(x, packed, attn_masks))
+            return self.norm2(x + ffn(x))
+        x = x + self.attn.forward_packed(self.norm1(x), packed, attn_masks)
+        return x + ffn(self.norm2(x))
 
     def forward_pairs(self, x_query: Tensor, x_key: Tensor, edge_index: Tensor, bias: Tensor | None = None,
                       plain_keys: Tensor | None = None, learned: Tensor | None = None) -> Tensor:

@@ -29,6 +29,8 @@ TASKS = ("graph", "node", "link", "edge", "image")
 #: linear: ``Linear(in_dim, hidden)`` on float features; atom: OGB's ``AtomEncoder`` on integer atom features;
 #: patch: a strided convolution over ``[B, in_dim, H, W]`` images (:class:`~xmask_cli.model.patch.PatchEncoder`).
 ENCODERS = ("linear", "atom", "patch")
+#: Values of ``model.graph_layout`` (graph task): ``packed`` (:mod:`~xmask_cli.model.packing`) or ``padded``.
+GRAPH_LAYOUTS = ("packed", "padded")
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,12 @@ class ModelConfig(ModelSection):
         node_struct: structural input channels the engine appends to the node
             features (``'degree'``, ``'rwse'``, ``'degree+rwse'``; see
             :mod:`xmask_cli.engine.features`); the model reads only ``struct_dim``.
+        graph_layout: graph task, how :meth:`XMaskNet.forward` runs a padded batch:
+            ``'packed'`` (default) runs the token-wise layers on the real nodes only
+            and attention per group of similar-sized graphs
+            (:mod:`~xmask_cli.model.packing`); ``'padded'`` runs every layer over
+            the batch padded to its largest graph. Same numbers to float rounding,
+            dropout masks included.
 
     What a run adds:
 
@@ -168,6 +176,8 @@ class ModelConfig(ModelSection):
             raise ValueError(f"routing must be one of {ROUTINGS}, got {self.routing!r}")
         if self.expert_attention not in DUAL_MODES:
             raise ValueError(f"expert_attention must be one of {DUAL_MODES}, got {self.expert_attention!r}")
+        if self.graph_layout not in GRAPH_LAYOUTS:
+            raise ValueError(f"graph_layout must be one of {GRAPH_LAYOUTS}, got {self.graph_layout!r}")
         if not 0 <= self.input_dropout < 1:
             raise ValueError(f"input_dropout must lie in [0, 1), got {self.input_dropout}")
         if not self.eps > 0:

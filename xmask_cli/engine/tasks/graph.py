@@ -31,7 +31,7 @@ from xmask_cli.engine.stream import GraphBatch, GraphLevelStream
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
-__all__ = ["GraphTask", "size_readout_scale", "graph_labels", "train_graph_level", "CLASSIFICATION_METRICS"]
+__all__ = ["GraphTask", "size_readout_scale", "graph_labels", "train_graph_level", "log_mask_of", "CLASSIFICATION_METRICS"]
 
 #: Metrics of graph classification (trained with cross-entropy): the level registry's.
 CLASSIFICATION_METRICS = LEVELS["graph"].metrics
@@ -71,10 +71,11 @@ def _score(model: XMaskNet, stream: GraphLevelStream, device: torch.device, metr
 
 
 def _eval_stream(cache_path: str | os.PathLike, features: Sequence[Tensor], labels: Tensor,
-                 indices: Any, batch_size: int, needs: Iterable[str] = ()) -> GraphLevelStream:
+                 indices: Any, batch_size: int, needs: Iterable[str] = (),
+                 log_mask: tuple[float, str] | None = None) -> GraphLevelStream:
     # Unshuffled: evaluation batches, hence the numbers, are the same at every call.
     return GraphLevelStream(cache_path, features, labels, indices, batch_size, shuffle=False, seed=0,
-                            load_in_memory=True, needs=needs)
+                            load_in_memory=True, needs=needs, log_mask=log_mask)
 
 
 class GraphTask:
@@ -85,11 +86,15 @@ class GraphTask:
     ``needs``: extra structure the model's learned biases read (``ModelConfig.needs``).
     ``node_struct``: structural channels appended to the node features (``model.node_struct``,
     :func:`~xmask_cli.engine.features.input_features`); ``in_dim`` / ``struct_dim`` say the widths.
+    ``log_mask``: ``(eps, outside_support)`` of the model: batches carry each graph's
+    cached log-powers instead of dense powers (what ``model.graph_layout: packed``
+    reads; :func:`log_mask_of`); None: dense powers, which either layout reads.
     """
 
     def __init__(self, cache_path: str | os.PathLike, graphs: GraphSet, split: Split, metric: str,
                  batch_size: int, seed: int, device: torch.device | str, loader_workers: int = 0,
-                 needs: Iterable[str] = (), node_struct: str = "none"):
+                 needs: Iterable[str] = (), node_struct: str = "none",
+                 log_mask: tuple[float, str] | None = None):
         if metric not in CLASSIFICATION_METRICS:
             raise ValueError(f"graph-level training supports {CLASSIFICATION_METRICS}, got {metric!r}")
         self.metric, self.graphs, self.split = metric, graphs, split
@@ -102,9 +107,9 @@ class GraphTask:
         # With loader workers each worker opens the HDF5 file lazily and reads its batches' slices.
         self.train_stream = GraphLevelStream(cache_path, features, labels, split.train, batch_size,
                                              shuffle=True, seed=seed, load_in_memory=self.loader_workers == 0,
-                                             needs=needs)
-        self.eval_streams = {part: _eval_stream(cache_path, features, labels, getattr(split, part), batch_size, needs)
-                             for part in PARTS}
+                                             needs=needs, log_mask=log_mask)
+        self.eval_streams = {part: _eval_stream(cache_path, features, labels, getattr(split, part), batch_size, needs,
+                                                log_mask) for part in PARTS}
 
     def describe(self) -> dict[str, Any]:
         return {"dataset": self.graphs.spec.name, "cache_path": self.cache_path, "split": self.split.to_dict()}
@@ -180,7 +185,19 @@ def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = N
     split = graph_split(exp.graphs.spec.split, exp.graphs.dataset, seed=seed)
     return GraphTask(exp.cache_path, exp.graphs, split, exp.metric, cfg.train.batch_size, seed, device,
                      loader_workers=cfg.train.loader_workers, needs=model_needs(cfg),
-                     node_struct=cfg.model.node_struct)
+                     node_struct=cfg.model.node_struct, log_mask=log_mask_of(cfg))
+
+
+def log_mask_of(cfg: Any) -> tuple[float, str] | None:
+    """``(eps, outside_support)`` whose per-graph log-powers the stream caches for a packed model, else None.
+
+    ``cfg``: the resolved config. Only the packed layout reads them (the padded
+    one needs the dense powers), and only a model with the X-LogSMask term.
+    """
+    m = cfg.model
+    if m.graph_layout != "packed" or not m.use_bias:
+        return None
+    return float(cfg.structure.powers.eps), str(m.outside_support)
 
 
 def model_fields(exp: Any, task: GraphTask) -> dict[str, Any]:
