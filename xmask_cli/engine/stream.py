@@ -275,10 +275,13 @@ class GraphLevelStream:
         chunks = size_buckets(self.num_nodes, self.batch_size, shuffle=self.shuffle, seed=self.seed, epoch=epoch)
         return [self.indices[c] for c in chunks]
 
-    def collate(self, graph_ids: np.ndarray) -> GraphBatch:
-        """The padded batch of ``graph_ids``."""
+    def collate(self, graph_ids: np.ndarray, dense_powers: bool = False) -> GraphBatch:
+        """The padded batch of ``graph_ids``; ``dense_powers``: with ``powers`` even under ``log_mask``.
+
+        (``explain`` records the terms of the dense path, which reads the powers tensor.)
+        """
         ids = np.asarray(graph_ids, dtype=np.int64)
-        logp = None if self.log_spec is None else [self.graph_log_powers(int(g)) for g in ids]
+        logp = None if self.log_spec is None or dense_powers else [self.graph_log_powers(int(g)) for g in ids]
         return collate(self.cache, ids, [self.features[g] for g in ids], [self.labels[g] for g in ids], self.needs,
                        log_powers=logp, log_spec=self.log_spec)
 

@@ -87,7 +87,7 @@ def explain_graph(model: Any, task: Any, g: int, max_nodes: int) -> tuple[Target
 
     stream = task.eval_streams["test"]
     device = next(model.parameters()).device
-    batch = stream.collate(np.array([g])).to(device)
+    batch = stream.collate(np.array([g]), dense_powers=True).to(device)
     _, layers = record_terms(model, batch.x, powers=batch.powers, mask=batch.mask, extras=batch.extras)
     n = int(batch.mask[0].sum())
     rec = Recorded(n=n, layers=[to_numpy(t, (0, slice(None), slice(None, n), slice(None, n))) for t in layers])

@@ -195,11 +195,14 @@ class StructuralAttention(torch.nn.Module):
             ``[n, D]``: the rows :meth:`forward_dense` gives the real nodes, dropout
             drawn as over the padded ``[B, N, D]`` output.
         """
-        q, k, v = self.split_heads(x)  # [n, H, d_h]
+        # Q, K and V in one product and one layout copy per group (the same numbers as three products).
+        weight = torch.cat([self.q.weight, self.k.weight, self.v.weight])
+        bias = torch.cat([self.q.bias, self.k.bias, self.v.bias])
+        qkv = F.linear(x, weight, bias).view(x.size(0), 3, self.num_heads, self.head_dim)
         p = self.attn_dropout if self.training else 0.0
         outs = []
         for group, attn_mask in zip(packed.groups, attn_masks):
-            qg, kg, vg = (group.lay_out(t).transpose(1, 2) for t in (q, k, v))  # [G, H, W, d_h]
+            qg, kg, vg = group.lay_out(qkv).permute(2, 0, 3, 1, 4).unbind(0)  # each [G, H, W, d_h]
             agg = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=attn_mask, dropout_p=p)
             outs.append(group.gather(agg.transpose(1, 2).reshape(agg.size(0), agg.size(2), self.dim)))
         agg = torch.cat(outs).index_select(0, packed.inverse) if outs else x.new_zeros(0, self.dim)

@@ -97,13 +97,18 @@ class PackedGraphs:
         CPU dropout fills a Bernoulli mask over the whole (contiguous) input from
         the default generator, then scales it by ``1/(1-p)``; the same fill over
         the padded shape, cut to the real rows, is the padded path's mask on them.
+        Other devices run a fused dropout kernel whose draws depend on the
+        element count: there the mask is that kernel's, applied to ones.
         """
         if not training or p == 0.0:
             return h
         if p == 1.0:
             return h * 0.0
-        noise = torch.empty(self.num_graphs * self.width, h.size(-1), dtype=h.dtype, device=h.device)
-        noise.bernoulli_(1.0 - p)
+        shape = (self.num_graphs * self.width, h.size(-1))
+        if h.device.type != "cpu":
+            noise = torch.nn.functional.dropout(torch.ones(shape, dtype=h.dtype, device=h.device), p, True)
+            return h * noise.index_select(0, self.rows)
+        noise = torch.empty(shape, dtype=h.dtype, device=h.device).bernoulli_(1.0 - p)
         return h * noise.index_select(0, self.rows).div_(1.0 - p)
 
     def unpack(self, h: Tensor) -> Tensor:
