@@ -48,13 +48,14 @@ def _poison_test_labels(monkeypatch) -> None:
     real = GraphTask.__init__
 
     def init(self, cache_path, graphs, split, metric, batch_size, seed, device, loader_workers=0, needs=(),
-             node_struct="none"):
-        real(self, cache_path, graphs, split, metric, batch_size, seed, device, loader_workers, needs, node_struct)
+             node_struct="none", log_mask=None):
+        real(self, cache_path, graphs, split, metric, batch_size, seed, device, loader_workers, needs, node_struct,
+             log_mask)
         y = graph_labels(graphs).clone()
         test = torch.as_tensor(split.test, dtype=torch.long)
         y[test] = 1 - y[test]
         features, _ = input_features(graphs, node_struct, cache_path)
-        self.eval_streams["test"] = _eval_stream(cache_path, features, y, split.test, batch_size, needs)
+        self.eval_streams["test"] = _eval_stream(cache_path, features, y, split.test, batch_size, needs, log_mask)
 
     monkeypatch.setattr(GraphTask, "__init__", init)
 
