@@ -59,16 +59,18 @@ def test_plan_groups_is_the_cheapest_partition_by_brute_force() -> None:
         assert _cost(groups, sizes, call) == best, (sizes, call)
 
 
-def test_packed_dropout_draws_the_padded_mask() -> None:
+@pytest.mark.parametrize("p, dtype", [(0.3, torch.float32), (0.1, torch.float32), (0.5, torch.bfloat16)])
+def test_packed_dropout_draws_the_padded_mask(p, dtype) -> None:
     sizes = [3, 0, 7, 5]
     mask = torch.arange(7)[None, :] < torch.tensor(sizes)[:, None]
-    h = torch.randn(4, 7, 16)
+    h = torch.randn(4, 7, 16).to(dtype)
     packed = pack_graphs(mask)
+    packed.dropout(h[mask], p, True)  # a second call reuses the scratch buffer: must not matter
     torch.manual_seed(11)
-    want = torch.nn.functional.dropout(h, 0.3, True)[mask]
+    want = torch.nn.functional.dropout(h, p, True)[mask]
     after_padded = torch.rand(3)
     torch.manual_seed(11)
-    got = packed.dropout(h[mask], 0.3, True)
+    got = packed.dropout(h[mask], p, True)
     assert torch.equal(got, want)  # bit for bit: the same draws, kept on the real rows
     assert torch.equal(torch.rand(3), after_padded)  # and the generator ends in the same state
     assert torch.equal(packed.unpack(got)[mask], got) and packed.unpack(got)[~mask].abs().sum() == 0

@@ -20,8 +20,9 @@ batch's own order and width, so SDPA's dropout draws match too.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -86,6 +87,7 @@ class PackedGraphs:
     graph: Tensor
     groups: list[AttentionGroup]
     inverse: Tensor
+    _uniform: Tensor | None = field(default=None, repr=False)  # scratch of the CPU dropout draws
 
     @property
     def num_rows(self) -> int:
@@ -108,8 +110,14 @@ class PackedGraphs:
         if h.device.type != "cpu":
             noise = torch.nn.functional.dropout(torch.ones(shape, dtype=h.dtype, device=h.device), p, True)
             return h * noise.index_select(0, self.rows)
-        noise = torch.empty(shape, dtype=h.dtype, device=h.device).bernoulli_(1.0 - p)
-        return h * noise.index_select(0, self.rows).div_(1.0 - p)
+        # CPU bernoulli_(q) draws one float64 uniform per element, in memory order, and keeps u < q: the same
+        # uniforms drawn into a reused buffer give the same mask a third faster (bit-identity: tests/model/test_packing.py).
+        need = shape[0] * shape[1]
+        if self._uniform is None or self._uniform.numel() < need:
+            self._uniform = torch.empty(need, dtype=torch.float64)
+        keep = (self._uniform[:need].view(shape).uniform_() < 1.0 - p).index_select(0, self.rows)
+        scale = torch.ones((), dtype=h.dtype).div_(1.0 - p)  # dropout's 1/(1-p), rounded to h's dtype as it does
+        return h * keep.to(h.dtype).mul_(scale)
 
     def unpack(self, h: Tensor) -> Tensor:
         """Packed ``[n, ...]`` -> padded ``[B, N, ...]``, zero on padding (for inspection and tests)."""
@@ -157,27 +165,28 @@ def pack_graphs(mask: Tensor, single_group: bool = False, call_pairs: int = GROU
     counts = mask.sum(1)
     if not torch.equal(mask, torch.arange(N, device=device)[None, :] < counts[:, None]):
         raise ValueError("the packed layout needs each graph's real nodes first in its row of the padded batch")
-    sizes = [int(n) for n in counts.tolist()]
+    sizes_np = counts.cpu().numpy().astype(np.int64)
+    sizes = sizes_np.tolist()
     rows = mask.reshape(-1).nonzero().squeeze(1)
     graph = torch.div(rows, N, rounding_mode="floor") if N else rows
-    starts = [0]
-    for n in sizes:
-        starts.append(starts[-1] + n)
-    if single_group:
-        plans = [list(range(B))]
+    starts = np.concatenate([[0], np.cumsum(sizes_np)])
+    if rows.numel() == 0:
+        plans = []  # nothing to attend
     else:
-        plans = plan_groups(sizes, call_pairs)
+        plans = [list(range(B))] if single_group else plan_groups(sizes, call_pairs)
     groups = []
     for members in plans:
-        g_sizes = [sizes[b] for b in members]
-        width = N if single_group else max(g_sizes)
-        packed = torch.cat([torch.arange(starts[b], starts[b] + sizes[b], device=device) for b in members])
-        full = all(n == width for n in g_sizes)
-        slots = None if full else torch.cat(
-            [torch.arange(j * width, j * width + n, device=device) for j, n in enumerate(g_sizes)])
-        g_mask = torch.arange(width, device=device)[None, :] < torch.tensor(g_sizes, device=device)[:, None]
-        groups.append(AttentionGroup(torch.tensor(members, dtype=torch.long, device=device), g_sizes, width,
-                                     packed, slots, g_mask))
+        m = np.asarray(members, dtype=np.int64)
+        g_sizes = sizes_np[m]
+        width = N if single_group else int(g_sizes.max())
+        # Row r of the j-th member graph: packed row starts[b] + r, group slot j * width + r.
+        before = np.concatenate([[0], np.cumsum(g_sizes)[:-1]])
+        local = np.arange(int(g_sizes.sum())) - np.repeat(before, g_sizes)
+        packed = torch.from_numpy(np.repeat(starts[m], g_sizes) + local).to(device)
+        full = bool((g_sizes == width).all())
+        slots = None if full else torch.from_numpy(np.repeat(np.arange(len(m)) * width, g_sizes) + local).to(device)
+        g_mask = torch.arange(width, device=device)[None, :] < torch.from_numpy(g_sizes).to(device)[:, None]
+        groups.append(AttentionGroup(torch.from_numpy(m).to(device), g_sizes.tolist(), width, packed, slots, g_mask))
     order = torch.cat([g.packed for g in groups]) if groups else rows.new_zeros(0)
     inverse = torch.empty_like(order)
     inverse[order] = torch.arange(order.numel(), device=device)
