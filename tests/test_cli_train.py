@@ -32,7 +32,9 @@ def sweep(tmp_path_factory) -> tuple[Path, dict]:
 def test_sweep_writes_runs_and_aggregate(sweep):
     root, result = sweep
     assert result["dataset"] == "MUTAG" and result["level"] == "graph" and result["metric"] == "accuracy"
-    assert result["features"] == {"kind": "dataset", "dim": 7, "detail": "PyG TUDataset x: one-hot node labels (7)"}
+    assert result["features"] == {"kind": "dataset", "dim": 7, "detail": "PyG TUDataset x: one-hot node labels (7)",
+                                  "node_struct": {"kind": "degree", "dim": 5,
+                                                  "detail": "one-hot degree (5, capped at 64)"}}
     assert [r["seed"] for r in result["runs"]] == [0, 1]
     run_root = root / "runs" / "mutag-graph"
     for seed in (0, 1):

@@ -24,9 +24,9 @@ def graph_batch(mutag: dict, g: int):
     cache = StructureCache(path)
     n = cache.num_nodes(g)
     from xmask_cli.engine.experiment import Experiment
-    from xmask_cli.engine.features import node_features
+    from xmask_cli.engine.features import input_features
 
     exp = Experiment.load(resolve("graph-level", ["model.hidden=16", "model.layers=2", "model.heads=2"]),
                           cache_dir=mutag["root"] / "cache")
-    x = node_features(exp.graphs)[g]
+    x = input_features(exp.graphs, exp.cfg.model.node_struct, path)[0][g]  # the preset's structural channels too
     return collate(cache, [g], [x], [torch.tensor(0)]), cache, n
