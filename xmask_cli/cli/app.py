@@ -70,7 +70,7 @@ class OneLineErrors(typer.core.TyperGroup):
             message = " ".join(line.strip() for line in exc.format_message().splitlines() if line.strip())
             sys.stderr.write(f"error: {message}{hint}\n")
             sys.exit(exc.exit_code)
-        except _click_exceptions.Abort:
+        except typer.Abort:  # typer 0.29 vendors click without its Abort; typer has its own
             sys.stderr.write("error: aborted\n")
             sys.exit(1)
         # Without standalone mode click returns the code of a typer.Exit (our error codes) instead of exiting.
