@@ -197,14 +197,15 @@ NODE_HPARAMS = {"GCN": {"lr": 0.01, "weight_decay": 5e-4}, "GAT": {"lr": 0.005, 
 def run_node(graphs: Any, kind: str, seed: int, epochs: int, patience: int, hp: dict[str, Any] | None = None,
              parts: tuple[str, ...] = ("train", "val", "test")) -> dict[str, Any]:
     """One seed of a node peer; ``hp`` overrides lr, weight_decay, hidden, dropout; ``parts`` are scored at the end
-    (a search leaves test out: it is never computed)."""
+    (a search leaves test out: it is never computed). The split is the dataset's registry split, as xmask's
+    (``public`` for Planetoid; ``random-60-20-20`` for Amazon, drawn with ``seed`` as xmask's run ``seed``)."""
     import torch
 
     from xmask_cli.engine.metrics import accuracy
     from xmask_cli.engine.splits import node_split
 
     data = graphs.dataset[0]
-    split = node_split("public", data)
+    split = node_split(graphs.spec.split, data, seed=seed)
     idx = {p: torch.as_tensor(getattr(split, p)) for p in parts}
     x, ei, y = _features(data), data.edge_index, data.y.view(-1)
     hp = {**NODE_HPARAMS[kind], **(hp or {})}
@@ -326,21 +327,24 @@ def run_graph(graphs: Any, data_list: list[Any], seed: int, epochs: int, patienc
 
 
 # ------------------------------------------------------------------ link
-def _link_model(in_dim: int, decoder: str) -> Any:
+def _link_model(in_dim: int, decoder: str, hidden: int = 128, dropout: float = 0.5) -> Any:
+    """GCN encoder ``in -> hidden -> hidden / 2`` (128 -> 64 by default) with a dot or Hadamard-MLP decoder."""
     import torch
     from torch_geometric.nn import GCNConv
+
+    out = hidden // 2
 
     class LinkGCN(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.c1, self.c2 = GCNConv(in_dim, 128), GCNConv(128, 64)
-            self.mlp = (torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Dropout(0.2),
-                                            torch.nn.Linear(64, 1)) if decoder == "mlp" else None)
+            self.c1, self.c2 = GCNConv(in_dim, hidden), GCNConv(hidden, out)
+            self.mlp = (torch.nn.Sequential(torch.nn.Linear(out, out), torch.nn.ReLU(), torch.nn.Dropout(0.2),
+                                            torch.nn.Linear(out, 1)) if decoder == "mlp" else None)
 
         def encode(self, x: Any, ei: Any) -> Any:
-            x = torch.nn.functional.dropout(x, 0.5, self.training)
+            x = torch.nn.functional.dropout(x, dropout, self.training)
             x = torch.relu(self.c1(x, ei))
-            x = torch.nn.functional.dropout(x, 0.5, self.training)
+            x = torch.nn.functional.dropout(x, dropout, self.training)
             return self.c2(x, ei)
 
         def decode(self, h: Any, pairs: Any) -> Any:
@@ -357,7 +361,10 @@ def shared_mrr(pos: Any, neg: Any) -> float:
     return mrr(pos.view(-1), neg.view(1, -1).expand(pos.numel(), -1))
 
 
-def run_link(graphs: Any, decoder: str, seed: int, epochs: int, patience: int) -> dict[str, Any]:
+def run_link(graphs: Any, decoder: str, seed: int, epochs: int, patience: int, hp: dict[str, Any] | None = None,
+             parts: tuple[str, ...] = ("val", "test")) -> dict[str, Any]:
+    """One seed of the GCN link peer; ``hp`` overrides lr, weight_decay, hidden, dropout and decoder; ``parts``
+    are scored at the end (a search leaves test out: it is never computed)."""
     import torch
 
     from xmask_cli.engine.splits import edge_split
@@ -370,10 +377,11 @@ def run_link(graphs: Any, decoder: str, seed: int, epochs: int, patience: int) -
     pos = {"val": t(split.val_pos), "test": t(split.test_pos)}
     neg = {"val": t(split.val_neg), "test": t(split.test_neg)}
     x = _features(data)
+    hp = {"lr": 0.01, "weight_decay": 5e-4, "decoder": decoder, **(hp or {})}
     _seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    model = _link_model(x.size(1), decoder)
-    opt = make_optimizer(model.parameters(), lr=0.01, weight_decay=5e-4)
+    model = _link_model(x.size(1), hp["decoder"], **{k: hp[k] for k in ("hidden", "dropout") if k in hp})
+    opt = make_optimizer(model.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
     sel = _Selector(patience)
 
     @torch.no_grad()
@@ -396,7 +404,7 @@ def run_link(graphs: Any, decoder: str, seed: int, epochs: int, patience: int) -
         if sel.update(model, score("val"), epoch):
             break
     model.load_state_dict(sel.state)
-    return {"metrics": {part: score(part) for part in ("val", "test")}, "best_epoch": sel.best_epoch,
+    return {"metrics": {part: score(part) for part in parts}, "best_epoch": sel.best_epoch,
             "epochs_run": epoch + 1,
             "split": {"seed": seed, "train_pairs": p, "val": int(pos["val"].size(1)), "test": int(pos["test"].size(1)),
                       "val_neg": int(neg["val"].size(1)), "test_neg": int(neg["test"].size(1))}}

@@ -9,7 +9,8 @@ What is measured, per dataset: the test metric (mean ± population std over
   the preset's ``tune:`` space, ``--trials`` trials x ``--seeds`` seeds, then the best
   configuration on the final seeds;
 * ``<peer> tuned``: the peer of ``benchmarks/peers.py`` (GIN for graph sets, GCN and GAT
-  for Cora / CiteSeer) searched by the same loop (:func:`xmask_cli.tune.study.optimize`:
+  for Cora / CiteSeer / Computers, the GCN link encoder for Cora link prediction, its
+  decoder searched too) searched by the same loop (:func:`xmask_cli.tune.study.optimize`:
   TPE seeded per trial number, the same trial and seed budget, the same pruner
   setting) over the space below, scored on validation only (the peer runs
   never compute test during the search), then its best on the final seeds.
@@ -21,6 +22,11 @@ Usage (from the repository root; small and CPU-bound: one torch thread)::
 
     nice -n 10 python benchmarks/tune_study.py --dataset MUTAG --trials 10 --seeds 0-1 --final-seeds 0-9 --threads 1
     python benchmarks/tune_study.py --dataset Cora --trials 40 --seeds 0-2 --final-seeds 0-9   # the full study
+
+Every study, the peers' included, is a SQLite file (``<--work>/runs/<preset>-<side>/study.db``): after a
+kill, the same command with ``--resume`` continues each search to ``--trials`` finished trials and keeps
+what ``--out`` already holds (the hand preset's runs, a side already finished). ``--set train.epochs=N``
+caps both sides' epochs (the peers take the preset's epochs and patience unless ``--peer-epochs``).
 
 Writes ``benchmarks/out/tune_study/<dataset>.json`` (every trial, best configurations, the final
 figures) and prints a markdown table; the X-LogSMask study folder (``best.yaml``, ``trials.csv``,
@@ -49,9 +55,11 @@ import numpy as np  # noqa: E402
 import peers  # noqa: E402
 from xmask_cli.tune.space import Param, suggest  # noqa: E402
 
-#: dataset -> (xmask preset, peer models)
-DATASETS = {"MUTAG": ("mutag", ("GIN",)), "PROTEINS": ("proteins", ("GIN",)),
-            "Cora": ("cora", ("GCN", "GAT")), "CiteSeer": ("citeseer", ("GCN", "GAT"))}
+#: study name -> (xmask preset, dataset the peers load, peer models)
+DATASETS = {"MUTAG": ("mutag", "MUTAG", ("GIN",)), "PROTEINS": ("proteins", "PROTEINS", ("GIN",)),
+            "Cora": ("cora", "Cora", ("GCN", "GAT")), "CiteSeer": ("citeseer", "CiteSeer", ("GCN", "GAT")),
+            "Computers": ("computers", "Computers", ("GCN", "GAT")),
+            "Cora-link": ("cora-link", "Cora", ("GCN-link",))}
 
 #: The peers' search spaces: the ranges of the xmask level presets where a key means the same.
 PEER_SPACES = {
@@ -66,6 +74,12 @@ PEER_SPACES = {
     "GAT": [Param("hidden", "choice", choices=(4, 8, 16)), Param("dropout", "float", low=0.2, high=0.7, step=0.1),
             Param("lr", "float", low=1e-3, high=2e-2, log=True),
             Param("weight_decay", "float", low=5e-4, high=2e-1, log=True)],
+    # The link preset's ranges (link-level.yaml) where a key means the same; hidden is the first GCN layer
+    # (the second has hidden / 2), the decoder is the peer's own choice (peers.py's two link rows).
+    "GCN-link": [Param("hidden", "choice", choices=(64, 128, 256)), Param("dropout", "float", low=0.0, high=0.5, step=0.1),
+                 Param("lr", "float", low=1e-3, high=1e-2, log=True),
+                 Param("weight_decay", "float", low=1e-5, high=1e-2, log=True),
+                 Param("decoder", "choice", choices=("dot", "mlp"))],
 }
 
 
@@ -81,16 +95,39 @@ def peer_runner(model: str, dataset: str, data_root: Path, cache_dir: Path, epoc
         data_list = peers.graph_data_list(graphs)
         return lambda seed, hp, parts: peers.run_graph(graphs, data_list, seed, epochs, patience, hp=hp,
                                                        parts=parts)["metrics"]
+    if model == "GCN-link":  # run_link scores only val and test: the search asks val alone
+        return lambda seed, hp, parts: peers.run_link(graphs, "dot", seed, epochs, patience, hp=hp,
+                                                      parts=tuple(p for p in parts if p != "train"))["metrics"]
     return lambda seed, hp, parts: peers.run_node(graphs, model, seed, epochs, patience, hp=hp, parts=parts)["metrics"]
 
 
-def tune_peer(model: str, run: Any, args: argparse.Namespace, log: Any) -> dict[str, Any]:
+def _open_peer_study(folder: Path, name: str, pruner: str, resume: bool, log: Any) -> Any:
+    """The peer's Optuna study in ``<folder>/study.db`` (SQLite, as ``xmask tune``'s): a killed run resumes."""
     import optuna
 
-    from xmask_cli.tune.study import make_pruner, optimize
+    from xmask_cli.tune.study import _fail_stale, _storage, make_pruner
+
+    if folder.exists() and not resume:
+        import shutil
+
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    storage = _storage(f"sqlite:///{(folder / 'study.db').resolve()}")
+    study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
+                                pruner=make_pruner(pruner), load_if_exists=True)
+    if resume:
+        _fail_stale(study, storage, log)
+    return study
+
+
+def tune_peer(model: str, run: Any, args: argparse.Namespace, folder: Path, metric: str, log: Any) -> dict[str, Any]:
+    """Search ``model``'s space with xmask tune's loop (same trials, seeds, sampler seeding), then its best on the
+    final seeds; the study is ``<folder>/study.db``, continued under ``--resume``."""
+    from xmask_cli.tune.study import _finished, optimize
 
     params = PEER_SPACES[model]
-    study = optuna.create_study(direction="maximize", pruner=make_pruner(args.pruner))
+    study = _open_peer_study(folder, f"{folder.name}", args.pruner, args.resume, log)
+    todo = max(0, args.trials - _finished(study)) if args.resume else args.trials
 
     def objective(trial: Any) -> float:
         hp = suggest(trial, params)
@@ -100,7 +137,7 @@ def tune_peer(model: str, run: Any, args: argparse.Namespace, log: Any) -> dict[
         trial.set_user_attr("val_std", float(np.std(vals)))
         return float(np.mean(vals))
 
-    optimize(study, objective, trials=args.trials, sampler_seed=args.sampler_seed, metric="accuracy",
+    optimize(study, objective, trials=todo, sampler_seed=args.sampler_seed, metric=metric,
              log=lambda m: log(f"[{model}] {m}"))
     best = study.best_trial
     final = [run(s, best.user_attrs["values"], ("train", "val", "test")) for s in args.final_seeds]
@@ -119,11 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sampler-seed", type=int, default=0)
     p.add_argument("--pruner", choices=("none", "median"), default="none")
     p.add_argument("--peer-epochs", type=int, default=None, help="peer epoch budget (default: the preset's train.epochs)")
+    p.add_argument("--peers", default=None, help="comma-separated subset of the dataset's peers (default: all)")
     p.add_argument("--data-root", type=Path, default=peers.DEFAULT_DATA_ROOT)
     p.add_argument("--work", type=Path, default=REPO / "runs" / "tune_study",
                    help="studies, runs and cache (default: %(default)s, ignored by git)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--skip-hand", action="store_true", help="do not train the hand preset on the final seeds")
+    p.add_argument("--resume", action="store_true",
+                   help="continue a killed run: the SQLite studies (xmask's and the peers') go on to --trials "
+                        "finished trials, and the parts already in --out (hand, a side's final) are kept")
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    help="xmask override for the hand preset and the search (e.g. train.epochs=50); repeatable")
     p.add_argument("--out", type=Path, default=None)
@@ -132,55 +173,86 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from xmask_cli import config as C
-    from xmask_cli.engine.experiment import train_seeds
+    from xmask_cli.engine.experiment import check_config, train_seeds
     from xmask_cli.tune.study import TuneOptions, run_study
 
     if args.threads:
         torch.set_num_threads(args.threads)
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    preset, peer_models = DATASETS[args.dataset]
+    preset, data_name, peer_models = DATASETS[args.dataset]
+    if args.peers:
+        peer_models = tuple(m.strip() for m in args.peers.split(",") if m.strip())
+        bad = [m for m in peer_models if m not in DATASETS[args.dataset][2]]
+        if bad:
+            p.error(f"--peers: {bad} not peers of {args.dataset} ({', '.join(DATASETS[args.dataset][2])})")
     base = [f"data.root={args.data_root}", *args.overrides]
     cfg = C.resolve(preset, base)
+    _, metric = check_config(cfg)
     cache = args.work / "cache"
     out = args.out or HERE / "out" / "tune_study" / f"{args.dataset}.json"
-    meta = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "python": platform.python_version(),
-            "torch": torch.__version__, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-            "load_average_start": list(os.getloadavg()), "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "budget": {"trials": args.trials, "seeds": args.seeds, "final_seeds": args.final_seeds,
-                       "pruner": args.pruner, "sampler_seed": args.sampler_seed}}
-    result: dict[str, Any] = {"meta": meta, "dataset": args.dataset}
+    budget = {"trials": args.trials, "seeds": args.seeds, "final_seeds": args.final_seeds, "pruner": args.pruner,
+              "sampler_seed": args.sampler_seed, "overrides": args.overrides,
+              "epochs": cfg.train.epochs, "patience": cfg.train.patience, "peer_epochs": args.peer_epochs or cfg.train.epochs}
+    result: dict[str, Any] = {}
+    if args.resume and out.exists():
+        result = json.loads(out.read_text())
+        saved = dict(result.get("meta", {}).get("budget") or {})
+        # --trials may change on resume: trial n draws the same values whatever the total (the sampler is seeded
+        # by trial number), so a study cut short at n trials is the n-trial study; the budget records the last.
+        if {k: v for k, v in saved.items() if k != "trials"} != {k: v for k, v in budget.items() if k != "trials"}:
+            p.error(f"--resume: {out} was made with another budget ({saved}); use the same options, or no --resume")
+        result["meta"]["budget"] = budget
+        result["meta"].setdefault("resumed", []).append(_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
+    else:
+        result = {"meta": {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                           "python": platform.python_version(), "torch": torch.__version__,
+                           "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+                           "load_average_start": list(os.getloadavg()),
+                           "command": " ".join([Path(sys.executable).name, *sys.argv]), "budget": budget},
+                  "dataset": args.dataset, "metric": metric}
+    meta = result["meta"]
+    loads: list[list[float]] = meta.setdefault("load_samples", [])
 
     def save() -> None:
         meta["load_average_end"] = list(os.getloadavg())
+        loads.append(list(os.getloadavg()))
         out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        tmp = out.with_name(out.name + ".tmp")
+        tmp.write_text(json.dumps(result, indent=2, default=str) + "\n")
+        os.replace(tmp, out)
 
-    t0 = time.monotonic()
-    if not args.skip_hand:
+    if not args.skip_hand and "hand" not in result:
+        t0 = time.monotonic()
         hand = train_seeds(C.resolve(preset, [*base, "run.name=hand"]), args.final_seeds,
-                           cache_dir=cache, run_root=args.work / "runs", overwrite=True, offline=True, log=log)
-        result["hand"] = {p: hand["aggregate"][p] for p in ("val", "test")}
+                           cache_dir=cache, run_root=args.work / "runs" / args.dataset, overwrite=True, offline=True,
+                           log=log)
+        result["hand"] = {**{p: hand["aggregate"][p] for p in ("val", "test")}, "seconds": time.monotonic() - t0}
         save()
-    opts = TuneOptions(trials=args.trials, seeds=args.seeds, final_seeds=args.final_seeds, study=f"{preset}-xmask",
-                       runs_dir=args.work / "runs", sampler_seed=args.sampler_seed, pruner=args.pruner,
-                       cache_dir=cache, offline=True)
-    study_dir = args.work / "runs" / opts.study
-    if study_dir.exists():  # a fresh study each time: the budget is the stated one
-        import shutil
+    if "xmask" not in result:
+        t0 = time.monotonic()
+        opts = TuneOptions(trials=args.trials, seeds=args.seeds, final_seeds=args.final_seeds, study=f"{preset}-xmask",
+                           runs_dir=args.work / "runs", sampler_seed=args.sampler_seed, pruner=args.pruner,
+                           cache_dir=cache, offline=True, resume=args.resume)
+        study_dir = args.work / "runs" / opts.study
+        if study_dir.exists() and not args.resume:  # a fresh study each time: the budget is the stated one
+            import shutil
 
-        shutil.rmtree(study_dir)
-    xm = run_study(cfg, opts, log=log)
-    result["xmask"] = {"best": xm["best"], "final": {p: xm["final"][p] for p in ("val", "test")},
-                       "trials": xm["trials"], "seconds": time.monotonic() - t0}
-    save()
+            shutil.rmtree(study_dir)
+        xm = run_study(cfg, opts, log=log)
+        result["xmask"] = {"best": xm["best"], "final": {p: xm["final"][p] for p in ("val", "test")},
+                           "trials": xm["trials"], "seconds": time.monotonic() - t0, "study_dir": str(study_dir)}
+        save()
     epochs = args.peer_epochs or cfg.train.epochs
     for model in peer_models:
+        if model in result:
+            continue
         t1 = time.monotonic()
-        run = peer_runner(model, args.dataset, args.data_root, cache, epochs, cfg.train.patience)
-        result[model] = {**tune_peer(model, run, args, log), "epochs": epochs, "seconds": time.monotonic() - t1}
+        run = peer_runner(model, data_name, args.data_root, cache, epochs, cfg.train.patience)
+        folder = args.work / "runs" / f"{preset}-{model}"
+        result[model] = {**tune_peer(model, run, args, folder, metric, log), "epochs": epochs,
+                         "patience": cfg.train.patience, "seconds": time.monotonic() - t1}
         save()
 
-    metric = xm["metric"]
     rows = [("hand preset", result.get("hand")), ("X-LogSMask tuned", result["xmask"]["final"]),
             *((f"{m} tuned", result[m]["final"]) for m in peer_models)]
     print(f"| {args.dataset} | val {metric} | test {metric} |\n|---|---:|---:|")
