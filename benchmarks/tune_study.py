@@ -162,6 +162,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="studies, runs and cache (default: %(default)s, ignored by git)")
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--skip-hand", action="store_true", help="do not train the hand preset on the final seeds")
+    p.add_argument("--hand-from", type=Path, default=None,
+                   help="take the hand preset's figures from a results.py JSON (its entry for the preset, which must "
+                        "cover exactly --final-seeds with no overrides) instead of training them again")
     p.add_argument("--resume", action="store_true",
                    help="continue a killed run: the SQLite studies (xmask's and the peers') go on to --trials "
                         "finished trials, and the parts already in --out (hand, a side's final) are kept")
@@ -221,6 +224,14 @@ def main(argv: list[str] | None = None) -> int:
         tmp.write_text(json.dumps(result, indent=2, default=str) + "\n")
         os.replace(tmp, out)
 
+    if args.hand_from is not None and "hand" not in result:
+        entry = json.loads(args.hand_from.read_text()).get(preset)
+        if not entry or entry.get("seeds") != args.final_seeds or entry.get("overrides") or args.overrides:
+            p.error(f"--hand-from {args.hand_from}: no '{preset}' entry run on seeds {args.final_seeds} without "
+                    f"overrides (and this study must have none)")
+        result["hand"] = {**{k: entry["aggregate"][k] for k in ("val", "test")}, "seconds": entry.get("seconds"),
+                          "source": f"{args.hand_from} ['{preset}'] (not re-run)"}
+        save()
     if not args.skip_hand and "hand" not in result:
         t0 = time.monotonic()
         hand = train_seeds(C.resolve(preset, [*base, "run.name=hand"]), args.final_seeds,

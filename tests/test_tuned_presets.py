@@ -1,0 +1,69 @@
+"""Tuned dataset presets (issue 11): each is its study's best configuration, and the hand preset it replaced
+stays reachable as ``<name>-hand`` with its old values."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cli_helpers import run
+from xmask_cli import config as C
+from xmask_cli.tune.space import check_space
+
+REPO = Path(__file__).resolve().parents[1]
+STUDY_OUT = REPO / "benchmarks" / "out" / "tune_study"
+
+#: tuned preset -> (hand preset, the study's best.yaml copy, the hand preset's old values of the searched keys,
+#: as the replaced preset files and benchmarks/README.md state them).
+SWAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "mutag": ("mutag-hand", "MUTAG-xmask-best.yaml",
+              {"model.hidden": 64, "model.layers": 2, "model.dropout": 0.1, "model.head_powers": None,
+               "model.mask_scale": "paper", "train.lr": 1.0e-3, "train.weight_decay": 1.0e-2, "train.batch_size": 32}),
+}
+
+
+def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and k != "tune":
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+#: Keys that name the run or describe the preset, not a hyper-parameter of the model or its training.
+_NOT_COMPARED = ("description", "tune", "run.root", "run.name", "data.root")
+
+
+@pytest.mark.parametrize("name", sorted(SWAPPED))
+def test_tuned_preset_is_the_hand_preset_with_the_study_best_values(name: str):
+    hand, best_file, _ = SWAPPED[name]
+    tuned, old = _flat(C.resolve(name).to_dict()), _flat(C.resolve(hand).to_dict())
+    best = _flat(yaml.safe_load((STUDY_OUT / best_file).read_text()))
+    searched = {p.key for p in check_space(C.resolve(name))}
+    assert searched, f"{name} lost its tune: section"
+    for key in tuned:
+        if key in _NOT_COMPARED:
+            continue
+        if key in searched:
+            assert tuned[key] == best[key], key  # the study's best trial, value for value
+        else:
+            assert tuned[key] == old[key], key  # nothing else moved
+    assert any(tuned[k] != old[k] for k in searched)  # a swap that changes nothing is no swap
+
+
+@pytest.mark.parametrize("name", sorted(SWAPPED))
+def test_hand_preset_resolves_to_the_replaced_values_through_the_cli(name: str):
+    hand, _, old_values = SWAPPED[name]
+    r = run("--format", "json", "presets", "show", hand)
+    assert r.exit_code == 0, r.stderr
+    shown = _flat(json.loads(r.stdout))
+    for key, value in old_values.items():
+        assert shown[key] == value, key
+    tuned = _flat(json.loads(run("--format", "json", "presets", "show", name).stdout))
+    assert any(tuned[k] != v for k, v in old_values.items())
+    assert shown["data.dataset"] == tuned["data.dataset"]
