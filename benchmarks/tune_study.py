@@ -147,7 +147,87 @@ def tune_peer(model: str, run: Any, args: argparse.Namespace, folder: Path, metr
             "final": {p: _stats([m[p] for m in final]) for p in ("val", "test")}}
 
 
+#: Paper 000's figures (test-selected: its search scored trials on the test set), X-LogSMask 2-layer / 1-layer and
+#: the peer row, with the table they come from.
+PAPER = {"MUTAG": ("88.89 / 88.89", "GIN 84.50", "Table 6"), "PROTEINS": ("80.63 / 75.68", "GIN 73.76", "Table 6"),
+         "Cora": ("82.70 / 80.80", "GCN 81.60, GAT 83.00", "Table 3"),
+         "CiteSeer": ("71.70 / 71.00", "GCN 71.60, GAT 72.50", "Table 3"),
+         "Computers": ("92.01 / 91.21", "GCN 89.65, GAT 90.78", "Table 3"),
+         "Cora-link": ("59.9 / 59.9", "GCN 32.50", "Table 5")}
+
+
+def _cell(r: dict[str, Any] | None) -> str:
+    return "—" if not r else f"{100 * r['mean']:.2f} ± {100 * r['std']:.2f}"
+
+
+def report(paths: list[Path]) -> str:
+    """Markdown: one table per study JSON (val and test over the final seeds, search score, best config, time)."""
+    out = []
+    for path in paths:
+        r = json.loads(path.read_text())
+        ds, meta, b = r["dataset"], r["meta"], r["meta"]["budget"]
+        scale = "%" if r.get("metric", "accuracy") == "accuracy" else "× 100"
+        out.append(f"**{ds}** ({r.get('metric', 'accuracy')} {scale}; {b['trials']} trials × seeds "
+                   f"{','.join(map(str, b['seeds']))} per side, final seeds {b['final_seeds'][0]}-{b['final_seeds'][-1]}, "
+                   + (f"epochs {b['epochs']} / patience {b['patience']}" if "epochs" in b else "the preset's epochs")
+                   + (f", overrides {' '.join(b['overrides'])}" if b.get("overrides") else "") + ")\n")
+        out.append("| model | search val (best trial) | val | test | wall | best configuration |")
+        out.append("|---|---:|---:|---:|---:|---|")
+        hand = r.get("hand")
+        if hand:
+            src = " (results.py runs, not re-run)" if hand.get("source") else ""
+            secs = f"{hand['seconds'] / 60:.0f} min" if hand.get("seconds") else ""
+            out.append(f"| X-LogSMask, hand preset{src} | | {_cell(hand['val'])} | {_cell(hand['test'])} | {secs} | |")
+        sides = [("X-LogSMask, tuned", r.get("xmask"))] + [(f"{m} (peers.py), tuned", r[m]) for m in PEER_SPACES if m in r]
+        for name, side in sides:
+            if not side:
+                continue
+            best = side["best"]
+            params = best.get("params") or best.get("values") or {}
+            shown = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in params.items())
+            out.append(f"| {name} | {100 * best['value']:.2f} (#{best['number']}) | {_cell(side['final']['val'])} | "
+                       f"{_cell(side['final']['test'])} | {side['seconds'] / 60:.0f} min | {shown} |")
+        if ds in PAPER:
+            x, peer, table = PAPER[ds]
+            out.append(f"| paper 000 {table} (test-selected) | | | X-LogSMask {x}; {peer} | | |")
+        loads = [s[0] for s in meta.get("load_samples", [])] + [meta["load_average_start"][0], meta.get("load_average_end", [0.0])[0]]
+        out.append(f"\nLoad average (1 min) over the run: {min(loads):.1f}-{max(loads):.1f} on {meta['cpu_count']} cores; "
+                   f"started {meta['date']}" + (f", resumed {', '.join(meta['resumed'])}" if meta.get("resumed") else "")
+                   + ".\n")
+    return "\n".join(out)
+
+
+def parallel_final(best_yaml: Path, seeds: list[int], workers: int, root: Path, cache: Path, data_root: Path,
+                   log: Any) -> dict[str, Any]:
+    """Train ``best.yaml`` on ``seeds`` as ``workers`` parallel ``xmask train`` processes (one seed each, the
+    same function ``run_study``'s final calls, seed by seed); val and test mean ± population std."""
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+    def one(seed: int) -> dict[str, Any]:
+        cmd = [sys.executable, "-m", "xmask_cli", "--format", "json", "train", "--preset", str(best_yaml),
+               "--seed", str(seed), "--cache-dir", str(cache), "--data-root", str(data_root), "--offline",
+               "--overwrite", "--device", "cpu", "--set", f"run.root={root}", "--set", "run.name=final"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
+        if proc.returncode != 0:
+            raise RuntimeError(f"final seed {seed}: exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
+        run = json.loads(proc.stdout)["runs"][0]
+        log(f"final seed {seed}: val {run['metrics']['val']:.4f} test {run['metrics']['test']:.4f} "
+            f"(best epoch {run['best_epoch']})")
+        return run
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        runs = list(pool.map(one, seeds))
+    return {"seeds": seeds, "workers": workers, "best_epochs": [r["best_epoch"] for r in runs],
+            **{p: _stats([r["metrics"][p] for r in runs]) for p in ("val", "test")}}
+
+
 def main(argv: list[str] | None = None) -> int:
+    if argv is None and sys.argv[1:2] == ["--report"] or argv and argv[:1] == ["--report"]:
+        print(report([Path(a) for a in (argv or sys.argv[1:])[1:]]))
+        return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", choices=list(DATASETS), default="MUTAG")
     p.add_argument("--trials", type=int, default=10)
@@ -168,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true",
                    help="continue a killed run: the SQLite studies (xmask's and the peers') go on to --trials "
                         "finished trials, and the parts already in --out (hand, a side's final) are kept")
+    p.add_argument("--final-workers", type=int, default=1,
+                   help="train the tuned X-LogSMask's final seeds as this many parallel processes (default: 1, "
+                        "in-process after the search)")
     p.add_argument("--set", dest="overrides", action="append", default=[],
                    help="xmask override for the hand preset and the search (e.g. train.epochs=50); repeatable")
     p.add_argument("--out", type=Path, default=None)
@@ -241,7 +324,9 @@ def main(argv: list[str] | None = None) -> int:
         save()
     if "xmask" not in result:
         t0 = time.monotonic()
-        opts = TuneOptions(trials=args.trials, seeds=args.seeds, final_seeds=args.final_seeds, study=f"{preset}-xmask",
+        in_process = args.final_workers <= 1
+        opts = TuneOptions(trials=args.trials, seeds=args.seeds, final_seeds=args.final_seeds if in_process else [],
+                           study=f"{preset}-xmask",
                            runs_dir=args.work / "runs", sampler_seed=args.sampler_seed, pruner=args.pruner,
                            cache_dir=cache, offline=True, resume=args.resume)
         study_dir = args.work / "runs" / opts.study
@@ -250,9 +335,19 @@ def main(argv: list[str] | None = None) -> int:
 
             shutil.rmtree(study_dir)
         xm = run_study(cfg, opts, log=log)
-        result["xmask"] = {"best": xm["best"], "final": {p: xm["final"][p] for p in ("val", "test")},
-                           "trials": xm["trials"], "seconds": time.monotonic() - t0, "study_dir": str(study_dir)}
+        if in_process:
+            final = {p: xm["final"][p] for p in ("val", "test")}
+        else:
+            final = parallel_final(study_dir / "best.yaml", args.final_seeds, args.final_workers, study_dir / "final-par",
+                                   cache, args.data_root, log)
+        result["xmask"] = {"best": xm["best"], "final": final, "trials": xm["trials"],
+                           "seconds": time.monotonic() - t0, "study_dir": str(study_dir)}
         save()
+    # Equal budget: the peer runs as many trials as X-LogSMask completed (a trial a killed process left
+    # running is recorded failed at --resume and not counted).
+    peer_trials = int(result["xmask"]["trials"].get("complete", args.trials))
+    result["meta"]["peer_trials"] = peer_trials
+    args.trials = peer_trials
     epochs = args.peer_epochs or cfg.train.epochs
     for model in peer_models:
         if model in result:
