@@ -197,10 +197,11 @@ def report(paths: list[Path]) -> str:
     return "\n".join(out)
 
 
-def parallel_final(best_yaml: Path, seeds: list[int], workers: int, root: Path, cache: Path, data_root: Path,
-                   log: Any) -> dict[str, Any]:
-    """Train ``best.yaml`` on ``seeds`` as ``workers`` parallel ``xmask train`` processes (one seed each, the
-    same function ``run_study``'s final calls, seed by seed); val and test mean ± population std."""
+def parallel_final(best_yaml: Path | str, seeds: list[int], workers: int, root: Path, cache: Path, data_root: Path,
+                   log: Any, overrides: list[str] = (), name: str = "final") -> dict[str, Any]:
+    """Train a preset (``best.yaml``, or the hand preset with ``overrides``) on ``seeds`` as ``workers`` parallel
+    ``xmask train`` processes (one seed each, the function ``run_study``'s final calls seed by seed); val and
+    test mean ± population std."""
     import subprocess
     from concurrent.futures import ThreadPoolExecutor
 
@@ -209,12 +210,13 @@ def parallel_final(best_yaml: Path, seeds: list[int], workers: int, root: Path, 
     def one(seed: int) -> dict[str, Any]:
         cmd = [sys.executable, "-m", "xmask_cli", "--format", "json", "train", "--preset", str(best_yaml),
                "--seed", str(seed), "--cache-dir", str(cache), "--data-root", str(data_root), "--offline",
-               "--overwrite", "--device", "cpu", "--set", f"run.root={root}", "--set", "run.name=final"]
+               "--overwrite", "--device", "cpu", "--set", f"run.root={root}", "--set", f"run.name={name}",
+               *(a for o in overrides for a in ("--set", o))]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO)
         if proc.returncode != 0:
             raise RuntimeError(f"final seed {seed}: exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
         run = json.loads(proc.stdout)["runs"][0]
-        log(f"final seed {seed}: val {run['metrics']['val']:.4f} test {run['metrics']['test']:.4f} "
+        log(f"{name} seed {seed}: val {run['metrics']['val']:.4f} test {run['metrics']['test']:.4f} "
             f"(best epoch {run['best_epoch']})")
         return run
 
@@ -248,6 +250,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true",
                    help="continue a killed run: the SQLite studies (xmask's and the peers') go on to --trials "
                         "finished trials, and the parts already in --out (hand, a side's final) are kept")
+    p.add_argument("--hand-workers", type=int, default=1,
+                   help="train the hand preset's final seeds as this many parallel processes (default: 1, in-process)")
     p.add_argument("--final-workers", type=int, default=1,
                    help="train the tuned X-LogSMask's final seeds as this many parallel processes (default: 1, "
                         "in-process after the search)")
@@ -314,6 +318,13 @@ def main(argv: list[str] | None = None) -> int:
                     f"overrides (and this study must have none)")
         result["hand"] = {**{k: entry["aggregate"][k] for k in ("val", "test")}, "seconds": entry.get("seconds"),
                           "source": f"{args.hand_from} ['{preset}'] (not re-run)"}
+        save()
+    if not args.skip_hand and "hand" not in result and args.hand_workers > 1:
+        t0 = time.monotonic()
+        hand = parallel_final(preset, args.final_seeds, args.hand_workers, args.work / "runs" / args.dataset, cache,
+                              args.data_root, log, overrides=args.overrides, name="hand")
+        result["hand"] = {"val": hand["val"], "test": hand["test"], "seconds": time.monotonic() - t0,
+                          "workers": args.hand_workers}
         save()
     if not args.skip_hand and "hand" not in result:
         t0 = time.monotonic()
