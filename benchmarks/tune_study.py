@@ -101,50 +101,107 @@ def peer_runner(model: str, dataset: str, data_root: Path, cache_dir: Path, epoc
     return lambda seed, hp, parts: peers.run_node(graphs, model, seed, epochs, patience, hp=hp, parts=parts)["metrics"]
 
 
-def _open_peer_study(folder: Path, name: str, pruner: str, resume: bool, log: Any) -> Any:
+def _open_peer_study(folder: Path, name: str, pruner: str, resume: bool, log: Any, fail_stale: bool = True) -> Any:
     """The peer's Optuna study in ``<folder>/study.db`` (SQLite, as ``xmask tune``'s): a killed run resumes."""
     import optuna
 
-    from xmask_cli.tune.study import _fail_stale, _storage, make_pruner
+    from xmask_cli.tune.study import _fail_stale, _folder_lock, _storage, make_pruner
 
     if folder.exists() and not resume:
         import shutil
 
         shutil.rmtree(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    storage = _storage(f"sqlite:///{(folder / 'study.db').resolve()}")
-    study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
-                                pruner=make_pruner(pruner), load_if_exists=True)
-    if resume:
+    with _folder_lock(folder):  # parallel workers create the SQLite file once
+        storage = _storage(f"sqlite:///{(folder / 'study.db').resolve()}")
+        study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
+                                    pruner=make_pruner(pruner), load_if_exists=True)
+    if resume and fail_stale:
         _fail_stale(study, storage, log)
     return study
 
 
-def tune_peer(model: str, run: Any, args: argparse.Namespace, folder: Path, metric: str, log: Any) -> dict[str, Any]:
-    """Search ``model``'s space with xmask tune's loop (same trials, seeds, sampler seeding), then its best on the
-    final seeds; the study is ``<folder>/study.db``, continued under ``--resume``."""
-    from xmask_cli.tune.study import _finished, optimize
+def _complete(study: Any) -> int:
+    from optuna.trial import TrialState
 
-    params = PEER_SPACES[model]
-    study = _open_peer_study(folder, f"{folder.name}", args.pruner, args.resume, log)
-    todo = max(0, args.trials - _finished(study)) if args.resume else args.trials
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
+
+def _peer_objective(params: list[Param], run: Any, seeds: list[int]) -> Any:
     def objective(trial: Any) -> float:
         hp = suggest(trial, params)
         trial.set_user_attr("values", hp)
-        vals = [run(s, hp, ("train", "val"))["val"] for s in args.seeds]  # test is never computed here
+        vals = [run(s, hp, ("train", "val"))["val"] for s in seeds]  # test is never computed here
         trial.set_user_attr("val_values", vals)
         trial.set_user_attr("val_std", float(np.std(vals)))
         return float(np.mean(vals))
 
-    optimize(study, objective, trials=todo, sampler_seed=args.sampler_seed, metric=metric,
-             log=lambda m: log(f"[{model}] {m}"))
+    return objective
+
+
+def _subprocesses(cmds: list[list[str]], log: Any) -> list[str]:
+    """Run ``cmds`` at once (each one torch thread); their stdout, in order. Any failure stops the study."""
+    import subprocess
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=None, text=True, env=env, cwd=REPO) for c in cmds]
+    outs = [p.communicate()[0] for p in procs]
+    bad = [(c, p.returncode) for c, p in zip(cmds, procs) if p.returncode != 0]
+    if bad:
+        raise RuntimeError(f"{len(bad)} peer process(es) failed, e.g. exit {bad[0][1]}: {' '.join(bad[0][0][-6:])}")
+    return outs
+
+
+def tune_peer(model: str, run: Any, args: argparse.Namespace, folder: Path, metric: str, log: Any) -> dict[str, Any]:
+    """Search ``model``'s space with xmask tune's loop (same trials, seeds, sampler seeding), then its best on the
+    final seeds; the study is ``<folder>/study.db``, continued under ``--resume`` (to ``--trials`` complete
+    trials). ``--peer-workers N``: the trials and the final seeds run in N processes of this script at once
+    (trial n draws the same values in any process: the sampler is seeded by trial number)."""
+    from xmask_cli.tune.study import optimize
+
+    params = PEER_SPACES[model]
+    study = _open_peer_study(folder, f"{folder.name}", args.pruner, args.resume, log)
+    todo = max(0, args.trials - _complete(study)) if args.resume else args.trials
+    me = [sys.executable, str(Path(__file__).resolve()), *sys.argv[1:]]
+    if args.peer_workers > 1 and todo > 0:
+        n = min(args.peer_workers, todo)
+        shares = [todo // n + (i < todo % n) for i in range(n)]
+        log(f"[{model}] {todo} trial(s) in {n} processes")
+        _subprocesses([[*me, "--peer-worker", model, "--trials", str(k)] for k in shares], log)
+    elif todo > 0:
+        optimize(study, _peer_objective(params, run, args.seeds), trials=todo, sampler_seed=args.sampler_seed,
+                 metric=metric, log=lambda m: log(f"[{model}] {m}"))
     best = study.best_trial
-    final = [run(s, best.user_attrs["values"], ("train", "val", "test")) for s in args.final_seeds]
+    if args.peer_workers > 1:
+        outs = _subprocesses([[*me, "--peer-final", model, "--peer-seed", str(s)] for s in args.final_seeds], log)
+        final = [json.loads(o.strip().splitlines()[-1]) for o in outs]
+    else:
+        final = [run(s, best.user_attrs["values"], ("train", "val", "test")) for s in args.final_seeds]
+    for s, m in zip(args.final_seeds, final):
+        log(f"[{model}] final seed {s}: val {m['val']:.4f} test {m['test']:.4f}")
     return {"best": {"number": best.number, "value": best.value, "params": best.user_attrs["values"]},
             "trials": [{"number": t.number, "state": t.state.name, "value": t.value, "params": t.user_attrs.get("values")}
                        for t in study.trials],
             "final": {p: _stats([m[p] for m in final]) for p in ("val", "test")}}
+
+
+def peer_process(args: argparse.Namespace, cfg: Any, data_name: str, metric: str, log: Any) -> int:
+    """``--peer-worker MODEL`` (run ``--trials`` trials on the peer's study) or ``--peer-final MODEL --peer-seed s``
+    (train the study's best on seed ``s``, print its val / test as one JSON line)."""
+    from xmask_cli.tune.study import optimize
+
+    model = args.peer_worker or args.peer_final
+    preset = DATASETS[args.dataset][0]
+    folder = args.work / "runs" / f"{preset}-{model}"
+    run = peer_runner(model, data_name, args.data_root, args.work / "cache", args.peer_epochs or cfg.train.epochs,
+                      cfg.train.patience)
+    study = _open_peer_study(folder, folder.name, args.pruner, True, log, fail_stale=False)
+    if args.peer_worker:
+        optimize(study, _peer_objective(PEER_SPACES[model], run, args.seeds), trials=args.trials,
+                 sampler_seed=args.sampler_seed, metric=metric, log=lambda m: log(f"[{model}] {m}"))
+        return 0
+    m = run(args.peer_seed, study.best_trial.user_attrs["values"], ("train", "val", "test"))
+    print(json.dumps({k: float(v) for k, v in m.items()}), flush=True)
+    return 0
 
 
 #: Paper 000's figures (test-selected: its search scored trials on the test set), X-LogSMask 2-layer / 1-layer and
@@ -250,6 +307,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", action="store_true",
                    help="continue a killed run: the SQLite studies (xmask's and the peers') go on to --trials "
                         "finished trials, and the parts already in --out (hand, a side's final) are kept")
+    p.add_argument("--peer-workers", type=int, default=1,
+                   help="run each peer's trials and final seeds in this many processes at once (default: 1)")
+    p.add_argument("--peer-worker", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--peer-final", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--peer-seed", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--hand-workers", type=int, default=1,
                    help="train the hand preset's final seeds as this many parallel processes (default: 1, in-process)")
     p.add_argument("--final-workers", type=int, default=1,
@@ -278,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
     base = [f"data.root={args.data_root}", *args.overrides]
     cfg = C.resolve(preset, base)
     _, metric = check_config(cfg)
+    if args.peer_worker or args.peer_final:
+        return peer_process(args, cfg, data_name, metric, log)
     cache = args.work / "cache"
     out = args.out or HERE / "out" / "tune_study" / f"{args.dataset}.json"
     budget = {"trials": args.trials, "seeds": args.seeds, "final_seeds": args.final_seeds, "pruner": args.pruner,
