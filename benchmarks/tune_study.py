@@ -228,13 +228,12 @@ def report(paths: list[Path]) -> str:
                    f"{','.join(map(str, b['seeds']))} per side, final seeds {b['final_seeds'][0]}-{b['final_seeds'][-1]}, "
                    + (f"epochs {b['epochs']} / patience {b['patience']}" if "epochs" in b else "the preset's epochs")
                    + (f", overrides {' '.join(b['overrides'])}" if b.get("overrides") else "") + ")\n")
-        out.append("| model | search val (best trial) | val | test | wall | best configuration |")
-        out.append("|---|---:|---:|---:|---:|---|")
+        out.append("| model | search val (best trial) | val | test | best configuration |")
+        out.append("|---|---:|---:|---:|---|")
         hand = r.get("hand")
         if hand:
             src = " (results.py runs, not re-run)" if hand.get("source") else ""
-            secs = f"{hand['seconds'] / 60:.0f} min" if hand.get("seconds") else ""
-            out.append(f"| X-LogSMask, hand preset{src} | | {_cell(hand['val'])} | {_cell(hand['test'])} | {secs} | |")
+            out.append(f"| X-LogSMask, hand preset{src} | | {_cell(hand['val'])} | {_cell(hand['test'])} | |")
         sides = [("X-LogSMask, tuned", r.get("xmask"))] + [(f"{m} (peers.py), tuned", r[m]) for m in PEER_SPACES if m in r]
         for name, side in sides:
             if not side:
@@ -243,14 +242,18 @@ def report(paths: list[Path]) -> str:
             params = best.get("params") or best.get("values") or {}
             shown = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in params.items())
             out.append(f"| {name} | {100 * best['value']:.2f} (#{best['number']}) | {_cell(side['final']['val'])} | "
-                       f"{_cell(side['final']['test'])} | {side['seconds'] / 60:.0f} min | {shown} |")
+                       f"{_cell(side['final']['test'])} | {shown} |")
         if ds in PAPER:
             x, peer, table = PAPER[ds]
-            out.append(f"| paper 000 {table} (test-selected) | | | X-LogSMask {x}; {peer} | | |")
+            out.append(f"| paper 000 {table} (test-selected) | | | X-LogSMask {x}; {peer} | |")
         loads = [s[0] for s in meta.get("load_samples", [])] + [meta["load_average_start"][0], meta.get("load_average_end", [0.0])[0]]
-        out.append(f"\nLoad average (1 min) over the run: {min(loads):.1f}-{max(loads):.1f} on {meta['cpu_count']} cores; "
-                   f"started {meta['date']}" + (f", resumed {', '.join(meta['resumed'])}" if meta.get("resumed") else "")
-                   + ".\n")
+        end = (_dt.datetime.fromisoformat(meta["last_written"]) if meta.get("last_written")
+               else _dt.datetime.fromtimestamp(path.stat().st_mtime, _dt.timezone.utc))
+        wall = (end - _dt.datetime.fromisoformat(meta["date"])).total_seconds() / 60
+        out.append(f"\nLoad average (1 min) sampled over the run: {min(loads):.1f}-{max(loads):.1f} on {meta['cpu_count']} "
+                   f"cores; started {meta['date'][11:16]}, last written {end.isoformat()[11:16]} UTC ({wall:.0f} min wall, "
+                   f"all sides)" + (f"; resumed at {', '.join(t[11:16] for t in meta['resumed'])}" if meta.get("resumed")
+                                   else "") + ".\n")
     return "\n".join(out)
 
 
@@ -369,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def save() -> None:
         meta["load_average_end"] = list(os.getloadavg())
+        meta["last_written"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         loads.append(list(os.getloadavg()))
         out.parent.mkdir(parents=True, exist_ok=True)
         tmp = out.with_name(out.name + ".tmp")
