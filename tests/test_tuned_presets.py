@@ -21,9 +21,6 @@ STUDY_OUT = REPO / "benchmarks" / "out" / "tune_study"
 _NODE_HAND = {"model.hidden": 64, "model.layers": 1, "model.dropout": 0.5, "model.input_dropout": 0.6,
               "model.head_powers": None, "model.mask_scale": "none", "train.lr": 5.0e-3, "train.weight_decay": 0.1}
 SWAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "mutag": ("mutag-hand", "MUTAG-xmask-best.yaml",
-              {"model.hidden": 64, "model.layers": 2, "model.dropout": 0.1, "model.head_powers": None,
-               "model.mask_scale": "paper", "train.lr": 1.0e-3, "train.weight_decay": 1.0e-2, "train.batch_size": 32}),
     "cora": ("cora-hand", "Cora-xmask-best.yaml", _NODE_HAND),
     "citeseer": ("citeseer-hand", "CiteSeer-xmask-best.yaml", _NODE_HAND),
     "cora-link": ("cora-link-hand", "Cora-link-xmask-best.yaml",
