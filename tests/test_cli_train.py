@@ -29,6 +29,14 @@ def sweep(tmp_path_factory) -> tuple[Path, dict]:
     return root, json.loads(r.stdout)
 
 
+def _eval_reproduces_test(folder: Path, cache_dir: Path, out: dict) -> None:
+    """`xmask eval` of the run recomputes the test metric `train` recorded and printed."""
+    e = run("--format", "json", "eval", str(folder), "--split", "test", "--device", "cpu", "--cache-dir", str(cache_dir))
+    assert e.exit_code == 0, e.stderr
+    ev = json.loads(e.stdout)
+    assert ev["metrics"]["test"] == ev["recorded"]["test"] == out["runs"][0]["metrics"]["test"]
+
+
 def test_sweep_writes_runs_and_aggregate(sweep):
     root, result = sweep
     assert result["dataset"] == "MUTAG" and result["level"] == "graph" and result["metric"] == "accuracy"
@@ -162,11 +170,7 @@ def test_node_level_train_then_eval_reproduces(tmp_path):
     assert out["runs"][0]["split"]["train"] == 140 and out["runs"][0]["split"]["test"] == 1000  # Planetoid public
     assert "prepared" in r.stderr  # the missing cache was prepared first, and it said so
     folder = tmp_path / "runs" / "cora-node" / "0"
-    e = run("--format", "json", "eval", str(folder), "--split", "test", "--device", "cpu",
-            "--cache-dir", str(tmp_path / "cache"))
-    assert e.exit_code == 0, e.stderr
-    ev = json.loads(e.stdout)
-    assert ev["metrics"]["test"] == ev["recorded"]["test"] == out["runs"][0]["metrics"]["test"]
+    _eval_reproduces_test(folder, tmp_path / "cache", out)
 
 
 def test_node_level_with_structural_channels_trains_and_eval_reproduces(tmp_path):
@@ -181,11 +185,7 @@ def test_node_level_with_structural_channels_trains_and_eval_reproduces(tmp_path
     folder = tmp_path / "runs" / "cora-node" / "0"
     saved = json.loads((folder / "config.json").read_text())
     assert (saved["model"]["in_dim"], saved["model"]["struct_dim"]) == (1433 + 67, 67)
-    e = run("--format", "json", "eval", str(folder), "--split", "test", "--device", "cpu",
-            "--cache-dir", str(tmp_path / "cache"))
-    assert e.exit_code == 0, e.stderr
-    ev = json.loads(e.stdout)
-    assert ev["metrics"]["test"] == ev["recorded"]["test"] == out["runs"][0]["metrics"]["test"]
+    _eval_reproduces_test(folder, tmp_path / "cache", out)
 
 
 def test_graph_level_with_structural_channels_trains_and_eval_reproduces(tmp_path):
