@@ -8,11 +8,13 @@ numbers to float rounding under ``outside_support='hard'`` (pairs outside a
 head's stored support weigh 0 on both; plain heads attend over the whole
 graph on both). ``outside_support='eps'`` is the literal dense formula and
 only the dense path computes it: the sparse path refuses it, as it refuses a
-learned bias on a plain head (see :func:`sparse_refusal`).
+learned bias on a plain head (see :func:`sparse_refusal`). The packed graph
+path (``model/packed_path.py``) and the M3Dphormer token path
+(``model/token_path.py``) are mixins of the same class.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -21,9 +23,9 @@ from torch_geometric.utils import scatter
 
 from xmask_cli.model.bias import DenseStructure, SparseStructure, XLogSMaskBias, read_field
 from xmask_cli.model.bias_stack import BiasStack
-from xmask_cli.model.experts import HierarchicalMasks
 from xmask_cli.model.layers import TransformerBlock
-from xmask_cli.model.packing import PackedGraphs, pack_graphs
+from xmask_cli.model.packed_path import PackedPath
+from xmask_cli.model.token_path import TokenPath
 # The hyper-parameters live in model_config.py; re-exported so ``from xmask_cli.model.network import ModelConfig`` works.
 from xmask_cli.model.model_config import (ENCODERS, READOUTS, TASKS, ModelConfig, head_labels, plain_heads,
                                           sparse_refusal)
@@ -75,7 +77,7 @@ def _mlp_in(in_dim: int, dim: int, out_dim: int, dropout: float) -> torch.nn.Seq
     )
 
 
-class XMaskNet(torch.nn.Module):
+class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
     """Graph transformer with the X-LogSMask structural bias.
 
     ``Linear(in_dim, hidden)`` -> ``layers`` x :class:`TransformerBlock` (all
@@ -275,86 +277,6 @@ class XMaskNet(torch.nn.Module):
             return self.graph_head(self.readout_dense(h, mask))
         return self.head(h).masked_fill(~mask.unsqueeze(-1), 0.0)
 
-    # ----------------------------------------------------------------- packed
-    def packs(self) -> bool:
-        """Whether :meth:`forward` runs graph batches packed (``graph_layout='packed'``, graph task, one attention)."""
-        return (self.cfg.task == "graph" and self.cfg.graph_layout == "packed" and not self.cfg.experts
-                and self.cfg.encoder != "patch")
-
-    def encode_packed(self, x: Tensor, mask: Tensor, powers: Tensor | None = None,
-                      log_powers: Sequence[Tensor] | None = None, log_spec: tuple | None = None,
-                      extras: Mapping[str, Tensor] | None = None) -> tuple[Tensor, PackedGraphs]:
-        """Embeddings ``[n, hidden]`` of the real nodes of a padded batch, and its packing.
-
-        The same numbers as the real rows of :meth:`encode_dense` (dropout masks
-        included, see :mod:`~xmask_cli.model.packing`), computed on the real
-        rows only, with attention per group of similar-sized graphs.
-
-        Args:
-            x: ``[B, N, F]`` node features; mask: ``[B, N]``, real nodes first in each row.
-            powers: ``[B, K, N, N]`` ``Â^1..Â^K``, or None when ``log_powers`` are given.
-            log_powers: per graph, its ``[K, n_b, n_b]`` :func:`~xmask_cli.model.bias.log_powers`
-                (the graph-level stream caches them); used instead of ``powers``.
-            log_spec: ``(eps, outside_support)`` they were taken with; must be the model's.
-            extras: dense structure the learned biases read (as :meth:`encode_dense`).
-        """
-        packed = pack_graphs(mask, single_group=self.training and self.cfg.attn_dropout > 0)
-        B, N = mask.shape
-        rows = x.reshape(B * N, *x.shape[2:]).index_select(0, packed.rows)
-        if self.cfg.input_dropout > 0 and self.cfg.encoder == "linear":
-            rows = packed.dropout(rows, self.cfg.input_dropout, self.training)
-        h = self.encoder(rows)
-        bias = self._packed_bias(packed, mask, powers, log_powers, log_spec)
-        attn = self.blocks[0].attn if len(self.blocks) else None
-        shared = [None if attn is None else attn.dense_mask(b, g.mask, h.dtype) for g, b in zip(packed.groups, bias)]
-        for i, block in enumerate(self.blocks):
-            learned = self._learned(i, extras, mask=mask)
-            masks = shared
-            if learned is not None:
-                masks = []
-                for g, m in zip(packed.groups, shared):
-                    # The padded batch's learned bias, cut to the group (padded keys are -inf in `m` already).
-                    term = learned.index_select(0, g.graphs)[:, :, :g.width, :g.width].to(h.dtype)
-                    masks.append(term if m is None else m + term)
-            h = block.forward_packed(h, packed, masks)
-        return h, packed
-
-    def _packed_bias(self, packed: PackedGraphs, mask: Tensor, powers: Tensor | None,
-                     log_powers: Sequence[Tensor] | None, log_spec: tuple | None) -> list[Tensor | None]:
-        """Per attention group, the X-LogSMask bias ``[G, H, W, W]`` (0 on padding), or Nones without a bias."""
-        if self.bias is None:
-            return [None] * len(packed.groups)
-        if log_powers is not None:
-            spec = (self.bias.eps, self.bias.outside_support)
-            if log_spec is None or (float(log_spec[0]), str(log_spec[1])) != spec:
-                raise ValueError(f"the batch's log-powers were taken with (eps, outside_support) = {log_spec}, "
-                                 f"the model needs {spec}")
-            out = []
-            for g in packed.groups:
-                b = torch.zeros(len(g.sizes), self.cfg.heads, g.width, g.width, device=mask.device)
-                for j, (gid, n) in enumerate(zip(g.graphs.tolist(), g.sizes)):
-                    b[j, :, :n, :n] = self.bias.from_log_powers(log_powers[gid])
-                out.append(b)
-            return out
-        if powers is None:
-            raise ValueError("use_bias=True needs `powers` [B, K, N, N] or per-graph `log_powers`")
-        full = self.bias(DenseStructure(powers=powers, mask=mask))  # [B, H, N, N], 0 on padding
-        return [full.index_select(0, g.graphs)[:, :, :g.width, :g.width] for g in packed.groups]
-
-    def readout_packed(self, h: Tensor, packed: PackedGraphs) -> Tensor:
-        """``[B, hidden]`` sum/mean/max of packed rows ``h [n, hidden]`` per graph (an empty graph gives 0)."""
-        return scatter(h, packed.graph, dim=0, dim_size=packed.num_graphs, reduce=self.cfg.readout)
-
-    def forward_packed(self, x: Tensor, mask: Tensor, powers: Tensor | None = None,
-                       log_powers: Sequence[Tensor] | None = None, log_spec: tuple | None = None,
-                       extras: Mapping[str, Tensor] | None = None) -> Tensor:
-        """Graph task, packed: ``[B, out_dim]``, the numbers of :meth:`forward_dense` (see :meth:`encode_packed`)."""
-        self._no_pair_task()
-        if self.cfg.task != "graph":
-            raise ValueError(f"the packed layout is for the graph task, not {self.cfg.task!r}")
-        h, packed = self.encode_packed(x, mask, powers, log_powers, log_spec, extras)
-        return self.graph_head(self.readout_packed(h, packed))
-
     # ----------------------------------------------------------------- sparse
     def encode_sparse(self, x: Tensor, edge_index: Tensor, values: Tensor | None = None,
                       return_terms: bool = False, extras: Mapping[str, Tensor] | None = None,
@@ -441,61 +363,6 @@ class XMaskNet(torch.nn.Module):
         if self.cfg.task == "graph":
             return self.graph_head(self.readout_sparse(h, batch, num_graphs))
         return self.head(h)
-
-    # ----------------------------------------------------------------- tokens
-    def encode_tokens(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
-                      regions: dict | None = None) -> Tensor:
-        """M3Dphormer: ``[N + P + C, hidden]`` embeddings of real and virtual tokens.
-
-        Args:
-            x: ``[N + P + C, F]`` token features (:meth:`HierarchicalMasks.pool`).
-            masks: the local / cluster / global token masks.
-            local_values: ``[E, K]`` ``Â^1..Â^K`` at the given local pairs (the
-                first ``masks.num_given_local``); the X-LogSMask term of the local
-                expert. None when ``use_bias=False``.
-            regions: dual-mode regions per mask (``masks.plan(head_dim)``); planned
-                per call when None.
-        """
-        if not self.cfg.experts:
-            raise ValueError("encode_tokens needs a model with attention experts (model.experts)")
-        h = self.encoder(self._drop_input(x))
-        routed = {"pairs": masks.pairs, "bias": self._token_bias(masks, local_values),
-                  "mode": self.cfg.expert_attention, "regions": regions}
-        for block in self.blocks:
-            h = block(h, routed=routed)
-        return h
-
-    def _token_bias(self, masks: HierarchicalMasks, local_values: Tensor | None) -> dict[str, Tensor | None]:
-        """The experts' biases: the X-LogSMask term on the local expert's pairs (none without ``use_bias``)."""
-        bias: dict[str, Tensor | None] = {}
-        if self.bias is not None:
-            if local_values is None:
-                raise ValueError("use_bias=True needs `local_values` [E, K] at the local pairs")
-            given = masks.local[:, :masks.num_given_local]
-            # Virtual tokens' and added self pairs get 0: no structure to bias them with.
-            bias["local"] = masks.pad_local(self.bias(SparseStructure(edge_index=given, values=local_values)))
-        return bias
-
-    def forward_tokens(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
-                       regions: dict | None = None) -> Tensor:
-        """``[N + P + C, out_dim]`` logits of every token (see :meth:`encode_tokens`)."""
-        return self.head(self.encode_tokens(x, masks, local_values, regions))
-
-    def routing_weights(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
-                        regions: dict | None = None) -> list[Tensor]:
-        """Per block, the ``[T, n_experts]`` expert weights each token's router gives (inspection)."""
-        if not self.cfg.experts:
-            raise ValueError("routing_weights needs a model with attention experts (model.experts)")
-        out = []
-        h = self.encoder(x)
-        # The same biases as the forward: without them every block after the first would see other inputs.
-        routed = {"pairs": masks.pairs, "bias": self._token_bias(masks, local_values),
-                  "mode": self.cfg.expert_attention, "regions": regions}
-        for block in self.blocks:
-            src = block.norm1(h) if block.norm == "pre" else h
-            out.append(block.attn.routing_weights(src))
-            h = block(h, routed=routed)
-        return out
 
     # ------------------------------------------------------------------ pairs
     def _no_pair_task(self) -> None:

@@ -1,0 +1,100 @@
+"""The packed graph-level path of :class:`~xmask_cli.model.network.XMaskNet` (issue 12 §3).
+
+A mixin, so the one model keeps one class: token-wise layers on the real rows of
+a padded batch only, attention per group of similar-sized graphs. It reads the
+model's ``cfg``, ``encoder``, ``blocks``, ``bias``, ``_learned``, ``graph_head``
+and ``_no_pair_task``.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+from torch import Tensor
+from torch_geometric.utils import scatter
+
+from xmask_cli.model.bias import DenseStructure
+from xmask_cli.model.packing import PackedGraphs, pack_graphs
+
+
+class PackedPath:
+    """``packs``, ``encode_packed``, ``readout_packed``, ``forward_packed`` of :class:`XMaskNet`."""
+
+    def packs(self) -> bool:
+        """Whether :meth:`forward` runs graph batches packed (``graph_layout='packed'``, graph task, one attention)."""
+        return (self.cfg.task == "graph" and self.cfg.graph_layout == "packed" and not self.cfg.experts
+                and self.cfg.encoder != "patch")
+
+    def encode_packed(self, x: Tensor, mask: Tensor, powers: Tensor | None = None,
+                      log_powers: Sequence[Tensor] | None = None, log_spec: tuple | None = None,
+                      extras: Mapping[str, Tensor] | None = None) -> tuple[Tensor, PackedGraphs]:
+        """Embeddings ``[n, hidden]`` of the real nodes of a padded batch, and its packing.
+
+        The same numbers as the real rows of :meth:`encode_dense` (dropout masks
+        included, see :mod:`~xmask_cli.model.packing`), computed on the real
+        rows only, with attention per group of similar-sized graphs.
+
+        Args:
+            x: ``[B, N, F]`` node features; mask: ``[B, N]``, real nodes first in each row.
+            powers: ``[B, K, N, N]`` ``Â^1..Â^K``, or None when ``log_powers`` are given.
+            log_powers: per graph, its ``[K, n_b, n_b]`` :func:`~xmask_cli.model.bias.log_powers`
+                (the graph-level stream caches them); used instead of ``powers``.
+            log_spec: ``(eps, outside_support)`` they were taken with; must be the model's.
+            extras: dense structure the learned biases read (as :meth:`encode_dense`).
+        """
+        packed = pack_graphs(mask, single_group=self.training and self.cfg.attn_dropout > 0)
+        B, N = mask.shape
+        rows = x.reshape(B * N, *x.shape[2:]).index_select(0, packed.rows)
+        if self.cfg.input_dropout > 0 and self.cfg.encoder == "linear":
+            rows = packed.dropout(rows, self.cfg.input_dropout, self.training)
+        h = self.encoder(rows)
+        bias = self._packed_bias(packed, mask, powers, log_powers, log_spec)
+        attn = self.blocks[0].attn if len(self.blocks) else None
+        shared = [None if attn is None else attn.dense_mask(b, g.mask, h.dtype) for g, b in zip(packed.groups, bias)]
+        for i, block in enumerate(self.blocks):
+            learned = self._learned(i, extras, mask=mask)
+            masks = shared
+            if learned is not None:
+                masks = []
+                for g, m in zip(packed.groups, shared):
+                    # The padded batch's learned bias, cut to the group (padded keys are -inf in `m` already).
+                    term = learned.index_select(0, g.graphs)[:, :, :g.width, :g.width].to(h.dtype)
+                    masks.append(term if m is None else m + term)
+            h = block.forward_packed(h, packed, masks)
+        return h, packed
+
+    def _packed_bias(self, packed: PackedGraphs, mask: Tensor, powers: Tensor | None,
+                     log_powers: Sequence[Tensor] | None, log_spec: tuple | None) -> list[Tensor | None]:
+        """Per attention group, the X-LogSMask bias ``[G, H, W, W]`` (0 on padding), or Nones without a bias."""
+        if self.bias is None:
+            return [None] * len(packed.groups)
+        if log_powers is not None:
+            spec = (self.bias.eps, self.bias.outside_support)
+            if log_spec is None or (float(log_spec[0]), str(log_spec[1])) != spec:
+                raise ValueError(f"the batch's log-powers were taken with (eps, outside_support) = {log_spec}, "
+                                 f"the model needs {spec}")
+            out = []
+            for g in packed.groups:
+                b = torch.zeros(len(g.sizes), self.cfg.heads, g.width, g.width, device=mask.device)
+                for j, (gid, n) in enumerate(zip(g.graphs.tolist(), g.sizes)):
+                    b[j, :, :n, :n] = self.bias.from_log_powers(log_powers[gid])
+                out.append(b)
+            return out
+        if powers is None:
+            raise ValueError("use_bias=True needs `powers` [B, K, N, N] or per-graph `log_powers`")
+        full = self.bias(DenseStructure(powers=powers, mask=mask))  # [B, H, N, N], 0 on padding
+        return [full.index_select(0, g.graphs)[:, :, :g.width, :g.width] for g in packed.groups]
+
+    def readout_packed(self, h: Tensor, packed: PackedGraphs) -> Tensor:
+        """``[B, hidden]`` sum/mean/max of packed rows ``h [n, hidden]`` per graph (an empty graph gives 0)."""
+        return scatter(h, packed.graph, dim=0, dim_size=packed.num_graphs, reduce=self.cfg.readout)
+
+    def forward_packed(self, x: Tensor, mask: Tensor, powers: Tensor | None = None,
+                       log_powers: Sequence[Tensor] | None = None, log_spec: tuple | None = None,
+                       extras: Mapping[str, Tensor] | None = None) -> Tensor:
+        """Graph task, packed: ``[B, out_dim]``, the numbers of :meth:`forward_dense` (see :meth:`encode_packed`)."""
+        self._no_pair_task()
+        if self.cfg.task != "graph":
+            raise ValueError(f"the packed layout is for the graph task, not {self.cfg.task!r}")
+        h, packed = self.encode_packed(x, mask, powers, log_powers, log_spec, extras)
+        return self.graph_head(self.readout_packed(h, packed))
