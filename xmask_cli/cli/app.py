@@ -179,6 +179,15 @@ def main_callback(
     ctx.obj = {"format": fmt.lower() if fmt else None, "quiet": quiet}
 
 
+def add_group(app: typer.Typer, name: str, help: str, commands: dict[str, Callable[..., Any]]) -> None:
+    """Add the command group ``xmask <name>`` with ``commands`` (name -> function), each wrapped in
+    :func:`handle_errors` and given the exit-code epilog like every top-level command."""
+    group = typer.Typer(help=help, no_args_is_help=True)
+    for command, fn in commands.items():
+        group.command(command, epilog=EXIT_HELP)(handle_errors(fn))
+    app.add_typer(group, name=name)
+
+
 def run_preset(preset: str | None, dataset: str | None, set_: list[str] | None) -> tuple[str, list[str]]:
     """Preset and overrides of `train` / `ablate`: `--dataset` overrides data.dataset and, without
     `--preset`, picks the dataset's own preset (else its level's); the default is graph-level."""

@@ -6,7 +6,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from xmask_cli.cli.app import EXIT_HELP, CacheDirOpt, FormatOpt, handle_errors, output_for
+from xmask_cli.cli.app import CacheDirOpt, FormatOpt, add_group, output_for
 from xmask_cli.errors import UsageError
 from xmask_cli.render import cache as render
 
@@ -134,11 +134,6 @@ def cache_clear(
 
 def register(app: typer.Typer) -> None:
     """Add the ``xmask cache`` group (``ls``, ``verify``, ``clear``) to ``app``."""
-    cache_app = typer.Typer(
-        help="List, verify and clear the HDF5 structure cache.\n\nExamples:\n\n    xmask cache ls\n\n    xmask cache verify\n\n    xmask cache clear mutag",
-        no_args_is_help=True,
-    )
-    cache_app.command("ls", epilog=EXIT_HELP)(handle_errors(cache_ls))
-    cache_app.command("verify", epilog=EXIT_HELP)(handle_errors(cache_verify))
-    cache_app.command("clear", epilog=EXIT_HELP)(handle_errors(cache_clear))
-    app.add_typer(cache_app, name="cache")
+    add_group(app, "cache", "List, verify and clear the HDF5 structure cache.\n\nExamples:\n\n    xmask cache ls\n\n"
+              "    xmask cache verify\n\n    xmask cache clear mutag",
+              {"ls": cache_ls, "verify": cache_verify, "clear": cache_clear})

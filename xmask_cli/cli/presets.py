@@ -5,7 +5,7 @@ from typing import Annotated
 
 import typer
 
-from xmask_cli.cli.app import EXIT_HELP, FormatOpt, SetOpt, handle_errors, output_for
+from xmask_cli.cli.app import FormatOpt, SetOpt, add_group, output_for
 from xmask_cli.render import presets as render
 
 
@@ -55,10 +55,5 @@ def presets_show(
 
 def register(app: typer.Typer) -> None:
     """Add the ``xmask presets`` group (``ls``, ``show``) to ``app``."""
-    presets_app = typer.Typer(
-        help="List and show the YAML presets.\n\nExamples:\n\n    xmask presets ls\n\n    xmask presets show node-level --set structure.powers.k=3",
-        no_args_is_help=True,
-    )
-    presets_app.command("ls", epilog=EXIT_HELP)(handle_errors(presets_ls))
-    presets_app.command("show", epilog=EXIT_HELP)(handle_errors(presets_show))
-    app.add_typer(presets_app, name="presets")
+    add_group(app, "presets", "List and show the YAML presets.\n\nExamples:\n\n    xmask presets ls\n\n"
+              "    xmask presets show node-level --set structure.powers.k=3", {"ls": presets_ls, "show": presets_show})

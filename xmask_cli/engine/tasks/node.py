@@ -363,9 +363,10 @@ class NodeTask:
             for i, real in deal(len(batches), rank, size):
                 yield batches[i], real
             return
-        ids = [i for i in range(self.subgraphs_per_epoch) if self.train_mask[self.subgraph_nodes(epoch, i)].any()]
-        for j, real in deal(len(ids), rank, size):
-            yield self.subgraph_batch(self.subgraph_nodes(epoch, ids[j])), real
+        drawn = (self.subgraph_nodes(epoch, i) for i in range(self.subgraphs_per_epoch))
+        kept = [nodes for nodes in drawn if self.train_mask[nodes].any()]
+        for j, real in deal(len(kept), rank, size):
+            yield self.subgraph_batch(kept[j]), real
 
     def _forward(self, model: torch.nn.Module, batch: NodeBatch) -> Tensor:
         """``[n, C]`` logits of the batch's nodes."""
