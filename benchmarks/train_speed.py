@@ -36,7 +36,8 @@ on the training nodes, backward, grad-norm clipping at 1.0, AdamW step):
    (``graph_split("random-8-1-1", seed=0)``). Target: within 3x. xmask runs the
    packed graph layout (the default ``model.graph_layout``) on the stream's cached
    log-powers, as ``xmask train`` does; ``--padded`` also times the padded layout
-   (``proteins_epoch_padded``, for information).
+   (``proteins_epoch_padded``, for information); ``--breakdown`` profiles one epoch of each side
+   by operator family (matrix products and their FLOPs, attention, dropout draws, the rest).
 5. ``--physics``: peak memory and seconds per epoch of a Physics training run
    (34,493 nodes, METIS partition batches, sparse attention; prepare included when
    the cache is cold), measured by ``benchmarks/node_large.py`` in a child
@@ -407,10 +408,50 @@ def figure_4(args: argparse.Namespace, cache_dir: Path) -> list[dict[str, Any]]:
     note = f"{len(split.train)} training graphs, {len(task.train_stream)} batches of <= 32"
     rows = [ratio_entry("proteins_epoch", "xmask", "gin", {k: t[k] for k in ("xmask", "gin")},
                         note + "; packed layout (model.graph_layout default), cached log-powers")]
+    if args.breakdown:
+        rows[0]["breakdown"] = {name: op_breakdown(sides[name]) for name in ("xmask", "gin")}
     if args.padded:
         rows.append(ratio_entry("proteins_epoch_padded", "xmask_padded", "gin", {k: t[k] for k in ("xmask_padded", "gin")},
                                 note + "; model.graph_layout=padded (before issue 12 §3)", headline=False))
     return rows
+
+
+#: Operator families of :func:`op_breakdown` (matched on the aten op name).
+OP_FAMILIES = {
+    "matmul (linear layers)": ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"),
+    "attention (SDPA)": ("scaled_dot_product",),
+    "dropout draws (RNG)": ("aten::uniform_", "aten::bernoulli_", "aten::rand", "aten::normal_"),
+}
+
+
+def op_breakdown(fn: Callable[[], None]) -> dict[str, Any]:
+    """Self CPU time and matmul FLOPs of one call of ``fn`` by operator family (torch profiler).
+
+    Why: a ratio of epoch times says how far apart two models are, not why.
+    This splits an epoch into the work neither side can skip (matrix products,
+    attention, dropout draws) and the rest, so the floor a model's arithmetic
+    sets is visible beside the measured ratio. The profiler inflates small
+    ops, so "other" is an upper bound; the named families are big kernels.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+        fn()
+    families = {name: 0.0 for name in OP_FAMILIES}
+    flops = 0
+    total = 0.0
+    for ev in prof.key_averages():
+        total += ev.self_cpu_time_total
+        fam = next((name for name, keys in OP_FAMILIES.items() if any(k in ev.key for k in keys)), None)
+        if fam is not None:
+            families[fam] += ev.self_cpu_time_total
+        if fam == "matmul (linear layers)":
+            flops += int(ev.flops or 0)
+    out = {name: round(us / 1e6, 6) for name, us in families.items()}
+    out["other"] = round((total - sum(families.values())) / 1e6, 6)
+    out["total_profiled_s"] = round(total / 1e6, 6)
+    out["matmul_gflop"] = round(flops / 1e9, 3)
+    return out
 
 
 def prepare_dataset_cached(preset: str, name: str, data_root: Path, cache_dir: Path) -> Any:
@@ -442,6 +483,19 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def breakdown_table(parts: dict[str, dict[str, Any]]) -> str:
+    """Markdown: seconds per operator family and side, and each as a multiple of the last side's profiled total."""
+    sides = list(parts)
+    ref = parts[sides[-1]]["total_profiled_s"]
+    keys = [*OP_FAMILIES, "other", "total_profiled_s"]
+    lines = ["| family | " + " | ".join(f"{s} s (x {sides[-1]} total)" for s in sides) + " |",
+             "|---|" + "---:|" * len(sides)]
+    for k in keys:
+        lines.append(f"| {k} | " + " | ".join(f"{parts[s][k]:.3f} ({parts[s][k] / ref:.2f}x)" for s in sides) + " |")
+    lines.append("| matmul GFLOP | " + " | ".join(f"{parts[s]['matmul_gflop']:.2f}" for s in sides) + " |")
+    return "\n".join(lines)
+
+
 def environment(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     import torch_geometric
@@ -470,6 +524,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--padded", action="store_true",
                    help="figure 4 also times the padded graph layout (model.graph_layout=padded) beside the packed one")
+    p.add_argument("--breakdown", action="store_true",
+                   help="figure 4: also profile one epoch of each side by operator family (matmul, attention, dropout draws)")
     p.add_argument("--physics", action="store_true",
                    help="also measure a Physics training run (peak memory, s/epoch) with benchmarks/node_large.py")
     p.add_argument("--out", type=Path, default=HERE / "out" / "train_speed.json", help="JSON results (default: %(default)s)")
@@ -526,6 +582,9 @@ def main(argv: list[str] | None = None) -> int:
         if tmp is not None:
             tmp.cleanup()
     print(table(rows))
+    for r in rows:
+        if "breakdown" in r:
+            print(breakdown_table(r["breakdown"]))
     return 0
 
 
