@@ -5,22 +5,18 @@ and that the CPU half trains Cora through the engine and reports its figures.
 """
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_check.py"
+from tests.benchmarks import load_script
+
 
 
 @pytest.fixture(scope="module")
 def gpu_check():
-    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("gpu_check")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the no-CUDA exit is not reachable")

@@ -3,25 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from tests.benchmarks import load_script
 from xmask_cli.engine import splits
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "peers.py"
 
 
 @pytest.fixture(scope="module")
 def peers():
-    spec = importlib.util.spec_from_file_location("peers_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["peers_under_test"] = module  # torch_geometric's model classes are looked up by module name
-    spec.loader.exec_module(module)
-    yield module
+    yield load_script("peers", "peers_under_test")
     sys.modules.pop("peers_under_test", None)
 
 

@@ -1,21 +1,17 @@
 """benchmarks/train_speed.py: the operator breakdown behind the PROTEINS ratio (issue 12 §3)."""
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "train_speed.py"
+from tests.benchmarks import load_script
+
 
 
 @pytest.fixture(scope="module")
 def train_speed():
-    spec = importlib.util.spec_from_file_location("train_speed", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("train_speed")
 
 
 def test_breakdown_counts_matmul_flops_and_dropout_draws(train_speed) -> None:
