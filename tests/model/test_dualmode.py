@@ -177,3 +177,80 @@ def test_auto_threshold_and_duplicates():
                                    layer.forward_sparse(x, dup), atol=1e-6, rtol=0)
         with pytest.raises(ValueError):
             dual_attention(layer, x, dup, None, mode="dense")
+
+
+# ------------------------------------------------------------------ realistic size
+# Full Cora (2,708 nodes) over the union support of Â^1, Â^2 with the X-LogSMask term of heads 1 and 2
+# (-inf outside each head's own support), weights scaled so the logits q·k/sqrt(d_h) over the pairs spread
+# by several units, as after training. The small graphs above run at initialisation, where a wrong mask
+# value barely moves a softmax; here it would show.
+REAL_DIM, REAL_HEADS = 32, 2  # d_h = 16
+
+
+@pytest.fixture(scope="module")
+def cora_pairs(tmp_path_factory):
+    from xmask_cli.data.load import load_graphs
+    from xmask_cli.data.registry import get_dataset
+    from xmask_cli.model.bias import SparseStructure, XLogSMaskBias
+    from xmask_cli.structure.graph import adjacency
+    from xmask_cli.structure.powers import power_pairs
+
+    graphs = load_graphs(get_dataset("cora"), data_root=None, cache_dir=tmp_path_factory.mktemp("cora"), offline=True)
+    data = graphs.dataset[0]
+    n = int(data.num_nodes)
+    row, col, values = power_pairs(adjacency(graphs.edge_index[0], n), 2)
+    ei = torch.from_numpy(np.stack([row, col]).astype(np.int64))
+    bias = XLogSMaskBias(REAL_HEADS, (1, 2))(SparseStructure(ei, torch.as_tensor(np.asarray(values), dtype=torch.float32)))
+    # A fixed random projection of the bag-of-words features to the layer's width.
+    proj = torch.randn(data.x.size(1), REAL_DIM, generator=torch.Generator().manual_seed(0)) / math.sqrt(REAL_DIM)
+    return data.x @ proj, ei, bias
+
+
+def _spread_layer(mask_scale, x, ei, target=7.5):
+    """A layer whose logits over the pairs have a per-head std of at least 5."""
+    torch.manual_seed(0)
+    layer = StructuralAttention(REAL_DIM, REAL_HEADS, mask_scale=mask_scale).eval()
+
+    def std():
+        q, k, _ = layer.split_heads(x)
+        return float(((q[ei[0]] * k[ei[1]]).sum(-1) / math.sqrt(layer.head_dim)).std(0).min())
+
+    with torch.no_grad():
+        for _ in range(3):
+            factor = math.sqrt(target / std())
+            for lin in (layer.q, layer.k):
+                lin.weight.mul_(factor)
+                lin.bias.mul_(factor)
+    assert std() >= 5.0
+    return layer
+
+
+@pytest.mark.parametrize("mask_scale", ["paper", "none"])
+def test_dual_dense_and_sparse_equal_at_cora_size_with_trained_scale_logits(cora_pairs, mask_scale):
+    x0, ei, bias = cora_pairs
+    n = x0.size(0)
+    assert n == 2708 and bool(torch.isinf(bias).any()) and bool(torch.isfinite(bias).any(1).all())
+    layer = _spread_layer(mask_scale, x0, ei)
+    # Regions of 256 consecutive ids; the threshold at the median density makes about half of them dense.
+    density = sorted(r.density for r in plan_regions(ei, n, None, 256, threshold=2.0))
+    regions = plan_regions(ei, n, None, 256, threshold=density[len(density) // 2])
+    s = region_summary(regions)
+    assert 0 < s["dense_regions"] < s["regions"]
+    target = torch.randn(n, REAL_DIM, generator=torch.Generator().manual_seed(3))
+
+    def run(mode, regions=None):
+        layer.zero_grad()
+        x = x0.clone().requires_grad_()
+        out = dual_attention(layer, x, ei, bias, regions=regions, mode=mode)
+        ((out - target) ** 2).sum().backward()
+        return out.detach(), {"x": x.grad, **{k: p.grad.clone() for k, p in layer.named_parameters()}}
+
+    ref_out, ref_grads = run("sparse")  # forward_sparse: the CSR kernel
+    for mode, regs in (("dual", regions), ("dense", None)):
+        out, grads = run(mode, regs)
+        scale = float(ref_out.abs().max())
+        assert float((out - ref_out).abs().max()) <= 1e-4 * scale, mode
+        for name, g in ref_grads.items():
+            if name == "k.bias":  # q_i·b_k shifts a whole softmax row: its gradient is 0 up to round-off
+                continue
+            assert float((grads[name] - g).abs().max()) <= 1e-4 * float(g.abs().max()), (mode, name)
