@@ -194,3 +194,75 @@ def test_permuting_real_nodes_permutes_outputs():
         torch.testing.assert_close(pout[g.n:], out[g.n:], atol=1e-5, rtol=1e-5)  # virtual tokens keep their ids
     # The real nodes' outputs do depend on the node: not trivially equivariant.
     assert not torch.allclose(out[perm], out[: g.n], atol=1e-4)
+
+
+# ---------------------------------------------------------------- the same at realistic size
+@pytest.fixture(scope="module")
+def cora_tokens(tmp_path_factory):
+    """Full Cora: features, Â^1..Â^2 local pairs, 32 contiguous parts, the public training labels."""
+    from xmask_cli.data.load import load_graphs
+    from xmask_cli.data.registry import get_dataset
+    from xmask_cli.structure.graph import adjacency as sparse_adjacency
+    from xmask_cli.structure.powers import power_pairs
+
+    graphs = load_graphs(get_dataset("cora"), data_root=None, cache_dir=tmp_path_factory.mktemp("cora"), offline=True)
+    data = graphs.dataset[0]
+    n = int(data.num_nodes)
+    row, col, values = power_pairs(sparse_adjacency(graphs.edge_index[0], n), HEADS)
+    edge_index = torch.from_numpy(np.stack([row, col]).astype(np.int64))
+    part = torch.arange(n) * 32 // n
+    train = data.train_mask.nonzero().squeeze(1)
+    masks = hierarchical_tokens(n, edge_index, part, train, data.y[train], 7)
+    return data.x, masks, torch.as_tensor(np.asarray(values), dtype=torch.float32)
+
+
+def test_expert_attention_modes_agree_on_cora_at_trained_scale(cora_tokens):
+    """Whole M3Dphormer model (3 experts, 2 blocks, uneven gates) on full Cora, each block's experts' q/k scaled
+    so its local logits spread by several units: dual and dense equal sparse in outputs and gradients."""
+    x_real, masks, values = cora_tokens
+    x0 = masks.pool(x_real)
+    cfg = dict(in_dim=x_real.size(1), out_dim=7, hidden=32, heads=HEADS, layers=2, dropout=0.0, task="node",
+               experts=("local", "cluster", "global"))
+    torch.manual_seed(0)
+    ref = XMaskNet(ModelConfig(**cfg, expert_attention="sparse")).eval()
+    ei = masks.pairs["local"]
+    routed = {"pairs": masks.pairs, "bias": ref._token_bias(masks, values), "mode": "sparse", "regions": None}
+
+    def local_std(block, h) -> float:
+        local = block.attn.attn["local"]
+        q, k, _ = local.split_heads(h)
+        return float(((q[ei[0]] * k[ei[1]]).sum(-1) / local.head_dim ** 0.5).std(0).min())
+
+    with torch.no_grad():
+        h = ref.encoder(x0)
+        for block in ref.blocks:  # block by block: each one's input depends on the blocks before
+            for gate in (block.attn.gate1, block.attn.gate2):
+                gate.weight.normal_(0, 0.5)
+                gate.bias.normal_(0, 0.5)
+            for _ in range(3):  # every expert of the block scaled alike, until its local logits spread
+                factor = (7.5 / local_std(block, h)) ** 0.5
+                for expert in block.attn.attn.values():
+                    for lin in (expert.q, expert.k):
+                        lin.weight.mul_(factor)
+                        lin.bias.mul_(factor)
+            assert 5.0 <= local_std(block, h) <= 10.0
+            h = block(h, routed=routed)
+    target = torch.randn(x0.size(0), 7, generator=torch.Generator().manual_seed(1))
+
+    def run(mode, regions=None):
+        model = XMaskNet(ModelConfig(**cfg, expert_attention=mode)).eval()
+        model.load_state_dict(ref.state_dict())
+        x = x0.clone().requires_grad_()
+        out = model.forward_tokens(x, masks, values, regions=regions)
+        ((out - target) ** 2).sum().backward()
+        skip = {n for n, _ in model.named_parameters() if n.endswith(".k.bias")}  # 0 up to round-off (softmax shift)
+        return out.detach(), {"x": x.grad, **{n: p.grad for n, p in model.named_parameters() if n not in skip}}
+
+    want, want_grads = run("sparse")
+    mixed = masks.plan(32 // HEADS, 256, 0.05)
+    assert {r.dense for regions in mixed.values() for r in regions} == {True, False}
+    for mode, regions in (("dual", None), ("dual", mixed), ("dense", None)):
+        got, grads = run(mode, regions)
+        assert float((got - want).abs().max()) <= 1e-4 * float(want.abs().max()), mode
+        for name, g in want_grads.items():
+            assert float((grads[name] - g).abs().max()) <= 1e-4 * float(g.abs().max()), (mode, name)
