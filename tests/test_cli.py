@@ -366,7 +366,7 @@ def test_xmask_format_env_applies_without_a_format_option(tmp_path):
 def test_cache_clear_on_a_read_only_mount_is_exit_5(tmp_path, monkeypatch):
     import errno
 
-    c, path = str(tmp_path / "c"), None
+    c = str(tmp_path / "c")
     assert run("prepare", "mutag", "--cache-dir", c).exit_code == 0
 
     def read_only(self, missing_ok=False):

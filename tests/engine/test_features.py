@@ -7,7 +7,6 @@ diagonal of the cached RRWP) against dense numpy powers of ``P = D^-1 A``.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 
 import networkx as nx
 import numpy as np

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.graphs import PATH_TRIANGLE, TWO_PARTS, adjacency, norm_powers, union_pairs
+from tests.model.graphs import PATH_TRIANGLE, TWO_PARTS, norm_powers, union_pairs
 from xmask_cli.model.experts import hierarchical_tokens
 from xmask_cli.model.network import ModelConfig, XMaskNet
 

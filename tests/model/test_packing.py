@@ -10,7 +10,6 @@ with dropout (the same seed must draw the same masks on both layouts).
 from __future__ import annotations
 
 import dataclasses
-import itertools
 
 import numpy as np
 import pytest
