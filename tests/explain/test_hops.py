@@ -76,3 +76,29 @@ def test_distance_rows_are_networkx_distances_with_the_cut_off():
                 assert got[i].tolist() == want
                 seen |= set(want)
     assert {-2, -1, 0, 1, 2} <= seen  # every kind of entry was checked
+
+
+@pytest.mark.parametrize("queries", ["all", "some"])
+def test_dense_hop_mass_equals_the_pair_list_formula(queries):
+    """The dense branch (one bincount per head over the row block) against the same maps given as a full pair
+    list (the sparse branch), on a random graph with two components and -1/-2 distances."""
+    rng = np.random.default_rng(0)
+    n, H, d_max = 30, 3, 3
+    att = rng.random((H, n, n)).astype(np.float32)
+    att /= att.sum(-1, keepdims=True)
+    dist = rng.integers(0, 6, (n, n)).astype(np.int16)
+    dist[rng.random((n, n)) < 0.1] = -1
+    dist[:, 25:] = -2
+    q = np.arange(n) if queries == "all" else np.array([3, 17, 29, 0])
+    dense = Recorded(n=n, layers=[{"attention": att}, {"attention": att[::-1].copy()}])
+    r, c = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    pairs = np.stack([r.ravel(), c.ravel()])
+    sparse = Recorded(n=n, layers=[{"attention": a[:, pairs[0], pairs[1]].T} for a in (att, att[::-1].copy())],
+                      pairs=pairs)
+    got, want = hop_mass(dense, q, dist[q], d_max), hop_mass(sparse, q, dist[q], d_max)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+        # By hand: head 0's mass at distance 1 and in the unreachable bucket.
+        a0 = att if g is got[0] else att[::-1]
+        assert g[0, 1] == pytest.approx(sum(float(a0[0, i][dist[i] == 1].sum()) for i in q))
+        assert g[0, d_max + 1] == pytest.approx(sum(float(a0[0, i, 25:].sum()) for i in q))

@@ -65,6 +65,28 @@ def test_maps_are_the_forward_terms(mutag):
             np.testing.assert_allclose(f[f"graph_0/layer_0/head_{hd}/energy"][()], energy[hd], rtol=1e-4, atol=1e-5)
 
 
+def test_a_reducing_recorder_sees_each_layers_terms_once_and_keeps_its_result(mutag):
+    """``record_terms(reduce=f)`` (explain on large graphs): ``f`` gets each layer's very terms, in order, and
+    its results replace them; the embeddings are the plain forward's."""
+    from xmask_cli.explain.record import record_terms
+
+    model = reload_model(mutag)
+    batch, _, _ = graph_batch(mutag, 0)
+    h_all, full = record_terms(model, batch.x, powers=batch.powers, mask=batch.mask)
+    seen = []
+
+    def reduce(terms):
+        seen.append({k: terms[k].clone() for k in KINDS})
+        return len(seen)
+
+    h, kept = record_terms(model, batch.x, powers=batch.powers, mask=batch.mask, reduce=reduce)
+    assert kept == list(range(1, model.cfg.layers + 1))
+    torch.testing.assert_close(h, h_all, rtol=0, atol=0)
+    for got, want in zip(seen, full):
+        for k in KINDS:
+            torch.testing.assert_close(got[k], want[k], rtol=0, atol=0)
+
+
 def test_learned_biases_are_labelled_and_recorded(tmp_path):
     """A run with SPD on head 2 and eigen on layer 2: labels name them, the structural map holds them."""
     from xmask_cli.cache import StructureCache

@@ -24,6 +24,11 @@ def test_large_graph_target_is_cropped(mutag):
             full = g["graph_0/layer_1/head_1/attention"][()]
         ids = np.array(t["node_ids"])
         np.testing.assert_array_equal(f["graph_0/layer_1/head_1/attention"][()], full[np.ix_(ids, ids)])
+    # The hop summary reads every row of the graph, cropped or not.
+    whole = next(x for x in mutag["result"]["targets"] if x["name"] == "graph_0")
+    for layer, heads in whole["hop_summary"].items():
+        for head, entry in heads.items():
+            assert t["hop_summary"][layer][head]["mass"] == pytest.approx(entry["mass"], abs=1e-12)
 
 
 def test_node_target_on_cora_is_cropped(tmp_path):

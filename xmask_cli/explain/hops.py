@@ -105,8 +105,24 @@ def neighbourhood(dist: np.ndarray, allowed: np.ndarray | None, max_nodes: int) 
 def hop_mass(rec: Recorded, queries_local: np.ndarray, dist_rows: np.ndarray, d_max: int) -> list[np.ndarray]:
     """Per layer ``[H, buckets]`` attention mass of rows ``queries_local``; ``dist_rows[i]`` is row i's distances
     to the forward's nodes (local order)."""
-    out = []
     nb = d_max + 2
+    queries_local = np.asarray(queries_local, dtype=np.int64)
+    if rec.dense:
+        # One bincount per head over the [queries, n] block itself: no per-pair index or weight arrays, which
+        # on a graph of a few thousand nodes cost several GB (every query row spans all n keys).
+        b = _bucket_index(np.asarray(dist_rows), d_max).ravel()
+        every = len(queries_local) == rec.n and bool((queries_local == np.arange(rec.n)).all())
+        out = []
+        for terms in rec.layers:
+            att = terms["attention"]
+            mass = np.zeros((att.shape[0], nb))
+            for h in range(att.shape[0]):
+                rows = att[h] if every else att[h][queries_local]
+                w = np.nan_to_num(rows.astype(np.float64).ravel(), nan=0.0)
+                mass[h] = np.bincount(b, weights=w, minlength=nb)
+            out.append(mass)
+        return out
+    out = []
     for layer in range(len(rec.layers)):
         qi, key, w = rec.rows(layer, queries_local)
         w = np.nan_to_num(w.astype(np.float64), nan=0.0)

@@ -8,7 +8,7 @@ link- and edge-level runs (the full graph, or the METIS part holding a node).
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -88,20 +88,24 @@ def to_numpy(terms: dict[str, torch.Tensor], index: Any = None) -> dict[str, np.
 @torch.no_grad()
 def record_terms(model: torch.nn.Module, x: torch.Tensor, *, powers: torch.Tensor | None = None,
                  mask: torch.Tensor | None = None, edge_index: torch.Tensor | None = None,
-                 values: torch.Tensor | None = None,
-                 extras: dict[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
+                 values: torch.Tensor | None = None, extras: dict[str, torch.Tensor] | None = None,
+                 reduce: Callable[[dict[str, torch.Tensor]], Any] | None = None) -> tuple[torch.Tensor, list[Any]]:
     """Eval-mode forward of ``model`` with every layer's attention terms.
 
     Dense when ``edge_index`` is None (``x [1, N, F]``, ``powers``, ``mask``), sparse
     otherwise (``x [N, F]``, ``edge_index``, ``values``); ``extras`` feed the learned
-    biases. Returns ``(h, terms per layer)``.
+    biases. Returns ``(h, terms per layer)``. ``reduce`` (dense only): called on each
+    layer's terms as soon as the layer has run, its result kept instead, so the
+    ``[1, H, N, N]`` maps of one layer are gone before the next layer's exist.
     """
     model.eval()
     if extras is not None:
         device = x.device
         extras = {k: v.to(device) for k, v in extras.items()}
     if edge_index is None:
-        return model.encode_dense(x, powers, mask, return_terms=True, extras=extras)
+        return model.encode_dense(x, powers, mask, return_terms=reduce or True, extras=extras)
+    if reduce is not None:
+        raise ValueError("reduce is for the dense forward")
     return model.encode_sparse(x, edge_index, values, return_terms=True, extras=extras)
 
 

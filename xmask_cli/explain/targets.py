@@ -88,16 +88,23 @@ def explain_graph(model: Any, task: Any, g: int, max_nodes: int) -> tuple[Target
     stream = task.eval_streams["test"]
     device = next(model.parameters()).device
     batch = stream.collate(np.array([g]), dense_powers=True).to(device)
-    _, layers = record_terms(model, batch.x, powers=batch.powers, mask=batch.mask, extras=batch.extras)
     n = int(batch.mask[0].sum())
-    rec = Recorded(n=n, layers=[to_numpy(t, (0, slice(None), slice(None, n), slice(None, n))) for t in layers])
     with StructureCache(task.cache_path) as cache:
         everyone = np.arange(n)
         dist, d_max = distance_rows(cache, g, everyone)
     sel = everyone if n <= max_nodes else neighbourhood(dist[:1], None, max_nodes)
+
+    def reduce(terms: dict[str, Any]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+        # One layer's crop and hop mass as soon as it has run: a graph of thousands of nodes has [H, n, n]
+        # maps of hundreds of MB per kind, and no two layers' need to be held at once.
+        rec = Recorded(n=n, layers=[to_numpy(terms, (0, slice(None), slice(None, n), slice(None, n)))])
+        return rec.crop(sel)[0], hop_mass(rec, everyone, dist, d_max)[0]
+
+    _, layers = record_terms(model, batch.x, powers=batch.powers, mask=batch.mask, extras=batch.extras,
+                             reduce=reduce)
     t = TargetMaps(name=f"graph_{g}", kind="graph", spec={"graph": g}, node_ids=sel.astype(np.int64),
-                   cropped_from=n, maps=rec.crop(sel), queries=everyone, source="closest to node 0")
-    t.hop = hop_mass(rec, everyone, dist, d_max)
+                   cropped_from=n, maps=[m for m, _ in layers], queries=everyone, source="closest to node 0")
+    t.hop = [mass for _, mass in layers]
     return t, d_max
 
 

@@ -14,7 +14,7 @@ path (``model/packed_path.py``) and the M3Dphormer token path
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -147,8 +147,9 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
 
     # ------------------------------------------------------------------ dense
     def encode_dense(self, x: Tensor, powers: Tensor | None, mask: Tensor | None = None,
-                     return_terms: bool = False, extras: Mapping[str, Tensor] | None = None,
-                     ) -> Tensor | tuple[Tensor, list[dict[str, Tensor]]]:
+                     return_terms: bool | Callable[[dict[str, Tensor]], Any] = False,
+                     extras: Mapping[str, Tensor] | None = None,
+                     ) -> Tensor | tuple[Tensor, list[Any]]:
         """Node embeddings ``[B, N, hidden]`` of a padded batch (padded rows zeroed).
 
         Args:
@@ -158,7 +159,11 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
             return_terms: also return every layer's attention terms (``[B, H, N, N]``
                 ``energy``, ``structural``, ``logits``, ``attention``; see
                 :meth:`StructuralAttention.forward_dense`) of this very forward:
-                the blocks still attend with the masks they train with.
+                the blocks still attend with the masks they train with. A callable
+                instead of True receives each layer's terms as soon as the layer
+                has run, and its result is kept in their place: a caller that
+                needs a crop or a summary of ``[B, H, N, N]`` maps then never
+                holds every layer's maps at once (explain on large graphs).
             extras: dense structure the learned biases read (``spd``, ``rrwp``,
                 ``eig_*``, ``mag_*``; see :mod:`~xmask_cli.model.biases`).
 
@@ -194,7 +199,8 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
             if return_terms:
                 # The blocks attend with `attn_mask` as is; the biases only feed the recorded structural term.
                 h, terms = block(h, xlog, mask, attn_mask=attn_mask, return_terms=True, learned=learned)
-                layers.append(terms)
+                layers.append(return_terms(terms) if callable(return_terms) else terms)
+                del terms  # with a reducing callable, this layer's maps are free before the next layer runs
             else:
                 h = block(h, None, mask, attn_mask=attn_mask)
         h = h.masked_fill(~keep, 0.0)
