@@ -93,3 +93,21 @@ def test_power_zero_turns_a_heads_mask_off():
     want = XLogSMaskBias(2, head_powers=[2, 1])(DenseStructure(powers, mask))
     assert torch.equal(got[:, 1], torch.zeros_like(got[:, 1]))
     torch.testing.assert_close(got[:, [0, 2]], want)
+
+
+@pytest.mark.parametrize("outside", ["hard", "eps"])
+def test_log_powers_inplace_is_the_same_numbers_in_the_same_storage(outside):
+    """The stream's in-place variant (no second [K, n, n] tensor for a large graph) gives the out-of-place bits."""
+    from xmask_cli.model.bias import log_powers
+
+    gen = torch.Generator().manual_seed(0)
+    values = torch.rand(3, 40, 40, generator=gen)
+    values[values < 0.6] = 0.0
+    off = ~torch.eye(40, dtype=torch.bool)
+    want = log_powers(values, 1e-30, outside, off_diagonal=off)
+    scratch = values.clone()
+    got = log_powers(scratch, 1e-30, outside, off_diagonal=off, inplace=True)
+    assert got.data_ptr() == scratch.data_ptr() and torch.equal(got, want)
+    assert bool(torch.isinf(want).any()) == (outside == "hard")
+    with pytest.raises(ValueError, match="inplace"):
+        log_powers(values.half(), 1e-30, outside, inplace=True)

@@ -186,6 +186,35 @@ def test_packed_equals_padded_outputs_and_gradients(proteins_batch, kw, source, 
         assert _rel(packed(batch_packed), out_b) > 1e-3
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_a_graph_alone_in_its_group_reads_its_cached_log_powers_as_they_are(proteins_batch, dtype) -> None:
+    """The largest graph beside two tiny ones gets a group of its own, whose bias is its cached log-powers
+    without a copy: the same numbers as the padded layout, and the cache is left untouched."""
+    sizes = proteins_batch["mask"].sum(1)
+    big, small = int(sizes.argmax()), sizes.argsort()[:2].tolist()
+    ids = [small[0], big, small[1]]
+    sub = {"x": proteins_batch["x"][ids].to(dtype), "mask": proteins_batch["mask"][ids],
+           "powers": proteins_batch["powers"][ids], "extras": {"spd": proteins_batch["extras"]["spd"][ids]}}
+    logp = [proteins_batch["log_powers"][i] for i in ids]
+    before = [t.clone() for t in logp]
+    groups = pack_graphs(sub["mask"]).groups
+    assert [len(g.sizes) for g in groups] == [1, 2] and int(groups[0].graphs[0]) == 1
+    for kw in ({}, {"mask_scale": "none"}):  # 'none' hands SDPA the cached tensor itself as the mask
+        padded, packed = _pair(**kw)
+        padded.to(dtype)
+        packed.to(dtype).load_state_dict(padded.state_dict())
+        batch_packed = {"x": sub["x"], "mask": sub["mask"], "extras": sub["extras"], "log_powers": logp,
+                        "log_spec": proteins_batch["log_spec"]}
+        out_a, grad_a = _run(padded, {k: sub[k] for k in ("x", "powers", "mask", "extras")}, seed=3)
+        out_b, grad_b = _run(packed, batch_packed, seed=3)
+        assert _rel(out_b, out_a) < RTOL[dtype]
+        scale = max(float(g.abs().max()) for g in grad_a.values())
+        for name in grad_a:
+            floor = 1e-3 * scale if name.endswith("attn.k.bias") else 0.0
+            assert _rel(grad_b[name], grad_a[name], floor) < GRAD_RTOL[dtype], name
+    assert all(torch.equal(a, b) for a, b in zip(logp, before))
+
+
 def test_log_powers_of_another_eps_are_refused(proteins_batch) -> None:
     _, packed = _pair()
     batch = {k: proteins_batch[k] for k in ("x", "mask", "log_powers")}

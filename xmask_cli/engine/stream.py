@@ -302,7 +302,8 @@ class GraphLevelStream:
         dense = np.zeros((vals.shape[1], n, n), dtype=np.float32)
         dense[:, row.astype(np.int64), col.astype(np.int64)] = vals.T
         eps, outside = self.log_spec
-        out = log_powers(torch.from_numpy(dense), eps, outside, off_diagonal=~torch.eye(n, dtype=torch.bool))
+        out = log_powers(torch.from_numpy(dense), eps, outside, off_diagonal=~torch.eye(n, dtype=torch.bool),
+                         inplace=True)  # `dense` is this call's scratch: no second [K, n, n] copy
         if self._log_bytes + out.numel() * out.element_size() <= LOG_CACHE_BYTES:
             self._log_cache[g] = out
             self._log_bytes += out.numel() * out.element_size()

@@ -63,26 +63,35 @@ def read_field(obj: Any, name: str) -> Any:
 
 
 def log_powers(values: Tensor, eps: float, outside_support: str = "hard",
-               off_diagonal: Tensor | None = None) -> Tensor:
+               off_diagonal: Tensor | None = None, inplace: bool = False) -> Tensor:
     """``log(values + eps)`` elementwise, in float32 or wider; under ``'hard'``, ``-inf`` at zeros off the diagonal.
 
     ``off_diagonal``: broadcastable bool, True for pairs ``i != j`` (the self
     pair is always in the support, so no row is all ``-inf``); None: every
     zero is outside. The one formula of the X-LogSMask term:
     :class:`XLogSMaskBias` and the graph-level stream's per-graph cache call it.
+    ``inplace``: overwrite ``values`` (float32 or wider, no grad) with the result,
+    the same numbers without a second ``[K, n, n]`` tensor (the stream's own
+    scratch of a large graph).
     """
     if outside_support not in OUTSIDE_SUPPORT:
         raise ValueError(f"outside_support must be one of {OUTSIDE_SUPPORT}, got {outside_support!r}")
     # 1e-30 underflows float16 (and log of a float16 rounds badly): widen first.
     wide = torch.promote_types(values.dtype, torch.float32)
-    if values.requires_grad:  # structure is data, but keep autograd correct if someone learns it
-        out = torch.log(values.to(wide) + eps)
-    else:  # torch.add allocates the output once; the log then runs in place on it.
-        out = torch.add(values.to(wide), eps).log_()
+    outside = None
     if outside_support == "hard":
         outside = values == 0
         if off_diagonal is not None:
             outside &= off_diagonal
+    if inplace:
+        if values.dtype != wide or values.requires_grad:
+            raise ValueError("inplace log_powers needs float32-or-wider values without grad")
+        out = values.add_(eps).log_()
+    elif values.requires_grad:  # structure is data, but keep autograd correct if someone learns it
+        out = torch.log(values.to(wide) + eps)
+    else:  # torch.add allocates the output once; the log then runs in place on it.
+        out = torch.add(values.to(wide), eps).log_()
+    if outside is not None:
         out = out.masked_fill(outside, float("-inf")) if out.requires_grad else out.masked_fill_(outside, float("-inf"))
     return out
 

@@ -75,6 +75,9 @@ class PackedPath:
                                  f"the model needs {spec}")
             out = []
             for g in packed.groups:
+                if len(g.sizes) == 1:  # a graph alone in its group (the largest ones): its own terms, no copy
+                    out.append(self.bias.from_log_powers(log_powers[int(g.graphs[0])]).unsqueeze(0))
+                    continue
                 b = torch.zeros(len(g.sizes), self.cfg.heads, g.width, g.width, device=mask.device)
                 for j, (gid, n) in enumerate(zip(g.graphs.tolist(), g.sizes)):
                     b[j, :, :n, :n] = self.bias.from_log_powers(log_powers[gid])
