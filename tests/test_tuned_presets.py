@@ -22,7 +22,7 @@ _NODE_HAND = {"model.hidden": 64, "model.layers": 1, "model.dropout": 0.5, "mode
               "model.head_powers": None, "model.mask_scale": "none", "train.lr": 5.0e-3, "train.weight_decay": 0.1}
 SWAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
     "cora": ("cora-hand", "Cora-xmask-best.yaml", _NODE_HAND),
-    "citeseer": ("citeseer-hand", "CiteSeer-xmask-best.yaml", _NODE_HAND),
+    "citeseer": ("citeseer-hand", "30x1/CiteSeer-xmask-best.yaml", _NODE_HAND),  # the 30-trial study (2026-12-02)
     "cora-link": ("cora-link-hand", "Cora-link-xmask-best.yaml",
                   {"model.hidden": 64, "model.layers": 1, "model.dropout": 0.3, "model.head_powers": None,
                    "train.lr": 3.0e-3, "train.weight_decay": 5.0e-4}),
