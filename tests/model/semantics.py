@@ -18,6 +18,21 @@ RTOL = 1e-4
 ZERO_GRAD = "blocks.0.attn.k.bias"
 
 
+def scale_qk(attns, std, target: float = 1.5 * LOGIT_STD, rounds: int = 3) -> float:
+    """Scale W_q, W_k (and their biases) of every attention in ``attns`` alike until ``std()`` is about ``target``.
+
+    ``std``: the logit spread to reach, measured on the caller's inputs. Returns its last value.
+    """
+    with torch.no_grad():
+        for _ in range(rounds):
+            factor = math.sqrt(target / std())
+            for attn in attns:
+                for lin in (attn.q, attn.k):
+                    lin.weight.mul_(factor)
+                    lin.bias.mul_(factor)
+        return std()
+
+
 def spread_logits(model: XMaskNet, x: torch.Tensor, target: float = 1.5 * LOGIT_STD) -> float:
     """Scale W_q, W_k of the first block so its logits q·k/sqrt(d_h) over all pairs of ``x`` have std ~``target``.
 
@@ -29,13 +44,7 @@ def spread_logits(model: XMaskNet, x: torch.Tensor, target: float = 1.5 * LOGIT_
         q, k, _ = attn.split_heads(model.encoder(x))
         return float((torch.einsum("ihd,jhd->hij", q, k) / math.sqrt(attn.head_dim)).std(dim=(1, 2)).min())
 
-    with torch.no_grad():
-        for _ in range(3):
-            factor = math.sqrt(target / std())
-            for lin in (attn.q, attn.k):
-                lin.weight.mul_(factor)
-                lin.bias.mul_(factor)
-        return std()
+    return scale_qk([attn], std, target)
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from tests.model.semantics import LOGIT_STD, scale_qk
 from xmask_cli.model.attention import StructuralAttention
 from xmask_cli.model.dualmode import auto_threshold, dual_attention, plan_regions, region_summary
 
@@ -206,7 +207,7 @@ def cora_pairs(tmp_path_factory):
     return data.x @ proj, ei, bias
 
 
-def _spread_layer(mask_scale, x, ei, target=7.5):
+def _spread_layer(mask_scale, x, ei):
     """A layer whose logits over the pairs have a per-head std of at least 5."""
     torch.manual_seed(0)
     layer = StructuralAttention(REAL_DIM, REAL_HEADS, mask_scale=mask_scale).eval()
@@ -215,13 +216,7 @@ def _spread_layer(mask_scale, x, ei, target=7.5):
         q, k, _ = layer.split_heads(x)
         return float(((q[ei[0]] * k[ei[1]]).sum(-1) / math.sqrt(layer.head_dim)).std(0).min())
 
-    with torch.no_grad():
-        for _ in range(3):
-            factor = math.sqrt(target / std())
-            for lin in (layer.q, layer.k):
-                lin.weight.mul_(factor)
-                lin.bias.mul_(factor)
-    assert std() >= 5.0
+    assert scale_qk([layer], std) >= LOGIT_STD
     return layer
 
 

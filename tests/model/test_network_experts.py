@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from tests.model.graphs import PATH_TRIANGLE, TWO_PARTS, norm_powers, union_pairs
+from tests.model.semantics import scale_qk
 from xmask_cli.model.experts import hierarchical_tokens
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
@@ -239,13 +240,8 @@ def test_expert_attention_modes_agree_on_cora_at_trained_scale(cora_tokens):
             for gate in (block.attn.gate1, block.attn.gate2):
                 gate.weight.normal_(0, 0.5)
                 gate.bias.normal_(0, 0.5)
-            for _ in range(3):  # every expert of the block scaled alike, until its local logits spread
-                factor = (7.5 / local_std(block, h)) ** 0.5
-                for expert in block.attn.attn.values():
-                    for lin in (expert.q, expert.k):
-                        lin.weight.mul_(factor)
-                        lin.bias.mul_(factor)
-            assert 5.0 <= local_std(block, h) <= 10.0
+            # Every expert of the block scaled alike, until its local logits spread.
+            assert 5.0 <= scale_qk(list(block.attn.attn.values()), lambda: local_std(block, h)) <= 10.0
             h = block(h, routed=routed)
     target = torch.randn(x0.size(0), 7, generator=torch.Generator().manual_seed(1))
 
