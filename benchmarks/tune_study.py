@@ -138,7 +138,7 @@ def _peer_objective(params: list[Param], run: Any, seeds: list[int]) -> Any:
     return objective
 
 
-def _subprocesses(cmds: list[list[str]], log: Any) -> list[str]:
+def _subprocesses(cmds: list[list[str]]) -> list[str]:
     """Run ``cmds`` at once (each one torch thread); their stdout, in order. Any failure stops the study."""
     import subprocess
 
@@ -166,13 +166,13 @@ def tune_peer(model: str, run: Any, args: argparse.Namespace, folder: Path, metr
         n = min(args.peer_workers, todo)
         shares = [todo // n + (i < todo % n) for i in range(n)]
         log(f"[{model}] {todo} trial(s) in {n} processes")
-        _subprocesses([[*me, "--peer-worker", model, "--trials", str(k)] for k in shares], log)
+        _subprocesses([[*me, "--peer-worker", model, "--trials", str(k)] for k in shares])
     elif todo > 0:
         optimize(study, _peer_objective(params, run, args.seeds), trials=todo, sampler_seed=args.sampler_seed,
                  metric=metric, log=lambda m: log(f"[{model}] {m}"))
     best = study.best_trial
     if args.peer_workers > 1:
-        outs = _subprocesses([[*me, "--peer-final", model, "--peer-seed", str(s)] for s in args.final_seeds], log)
+        outs = _subprocesses([[*me, "--peer-final", model, "--peer-seed", str(s)] for s in args.final_seeds])
         final = [json.loads(o.strip().splitlines()[-1]) for o in outs]
     else:
         final = [run(s, best.user_attrs["values"], ("train", "val", "test")) for s in args.final_seeds]

@@ -3,6 +3,9 @@ from __future__ import annotations
 
 import math
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 import torch
 
@@ -123,3 +126,19 @@ def aggregate(model: XMaskNet, x: torch.Tensor, path: str, powers: torch.Tensor 
 
 def max_rel(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.abs(got - want).max() / np.abs(want).max())
+
+
+def cora_union_pairs(cache_dir: Path, k: int) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """Bundled Cora through the real loader: its PyG ``Data``, and the union support of ``Â^1..Â^k`` as
+    ``[2, E]`` pairs with their ``[E, k]`` float32 values (``structure.powers.power_pairs``)."""
+    from xmask_cli.data.load import load_graphs
+    from xmask_cli.data.registry import get_dataset
+    from xmask_cli.structure.graph import adjacency
+    from xmask_cli.structure.powers import power_pairs
+
+    graphs = load_graphs(get_dataset("cora"), data_root=None, cache_dir=cache_dir, offline=True)
+    data = graphs.dataset[0]
+    n = int(data.num_nodes)
+    row, col, values = power_pairs(adjacency(graphs.edge_index[0], n), k)
+    return (data, torch.from_numpy(np.stack([row, col]).astype(np.int64)),
+            torch.from_numpy(np.asarray(values, dtype=np.float32)))

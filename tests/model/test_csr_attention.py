@@ -17,30 +17,21 @@ CSR @ dense and a hand-written backward. Checked:
 """
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
-from tests.model.semantics import LOGIT_STD, rel
-from xmask_cli.data.load import load_graphs
-from xmask_cli.data.registry import get_dataset
+from tests.model.semantics import LOGIT_STD, cora_union_pairs, rel
 from xmask_cli.model.attention import StructuralAttention
 from xmask_cli.model.bias import SparseStructure, XLogSMaskBias
 from xmask_cli.model.csr_attention import csr_attention, csr_plan
-from xmask_cli.structure.graph import adjacency
-from xmask_cli.structure.powers import power_pairs
 
 K = 3
 
 
 @pytest.fixture(scope="module")
 def cora(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    graphs = load_graphs(get_dataset("cora"), data_root=None, cache_dir=tmp_path_factory.mktemp("cora"),
-                         offline=True)
-    n = int(graphs.dataset[0].num_nodes)
-    row, col, values = power_pairs(adjacency(graphs.edge_index[0], n), K)
-    return {"n": n, "edge_index": torch.from_numpy(np.stack([row, col]).astype(np.int64)),
-            "values": torch.from_numpy(np.asarray(values, dtype=np.float32))}
+    data, edge_index, values = cora_union_pairs(tmp_path_factory.mktemp("cora"), K)
+    return {"n": int(data.num_nodes), "edge_index": edge_index, "values": values}
 
 
 def _pair(dim: int, heads: int, plain: tuple[int, ...], dtype: torch.dtype, seed: int = 0,

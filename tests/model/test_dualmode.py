@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.semantics import LOGIT_STD, scale_qk
+from tests.model.semantics import LOGIT_STD, cora_union_pairs, scale_qk
 from xmask_cli.model.attention import StructuralAttention
 from xmask_cli.model.dualmode import auto_threshold, dual_attention, plan_regions, region_summary
 
@@ -190,18 +190,10 @@ REAL_DIM, REAL_HEADS = 32, 2  # d_h = 16
 
 @pytest.fixture(scope="module")
 def cora_pairs(tmp_path_factory):
-    from xmask_cli.data.load import load_graphs
-    from xmask_cli.data.registry import get_dataset
     from xmask_cli.model.bias import SparseStructure, XLogSMaskBias
-    from xmask_cli.structure.graph import adjacency
-    from xmask_cli.structure.powers import power_pairs
 
-    graphs = load_graphs(get_dataset("cora"), data_root=None, cache_dir=tmp_path_factory.mktemp("cora"), offline=True)
-    data = graphs.dataset[0]
-    n = int(data.num_nodes)
-    row, col, values = power_pairs(adjacency(graphs.edge_index[0], n), 2)
-    ei = torch.from_numpy(np.stack([row, col]).astype(np.int64))
-    bias = XLogSMaskBias(REAL_HEADS, (1, 2))(SparseStructure(ei, torch.as_tensor(np.asarray(values), dtype=torch.float32)))
+    data, ei, values = cora_union_pairs(tmp_path_factory.mktemp("cora"), 2)
+    bias = XLogSMaskBias(REAL_HEADS, (1, 2))(SparseStructure(ei, values))
     # A fixed random projection of the bag-of-words features to the layer's width.
     proj = torch.randn(data.x.size(1), REAL_DIM, generator=torch.Generator().manual_seed(0)) / math.sqrt(REAL_DIM)
     return data.x @ proj, ei, bias

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tests.model.graphs import PATH_TRIANGLE, TWO_PARTS, norm_powers, union_pairs
-from tests.model.semantics import scale_qk
+from tests.model.semantics import cora_union_pairs, scale_qk
 from xmask_cli.model.experts import hierarchical_tokens
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
@@ -201,20 +201,12 @@ def test_permuting_real_nodes_permutes_outputs():
 @pytest.fixture(scope="module")
 def cora_tokens(tmp_path_factory):
     """Full Cora: features, Â^1..Â^2 local pairs, 32 contiguous parts, the public training labels."""
-    from xmask_cli.data.load import load_graphs
-    from xmask_cli.data.registry import get_dataset
-    from xmask_cli.structure.graph import adjacency as sparse_adjacency
-    from xmask_cli.structure.powers import power_pairs
-
-    graphs = load_graphs(get_dataset("cora"), data_root=None, cache_dir=tmp_path_factory.mktemp("cora"), offline=True)
-    data = graphs.dataset[0]
+    data, edge_index, values = cora_union_pairs(tmp_path_factory.mktemp("cora"), HEADS)
     n = int(data.num_nodes)
-    row, col, values = power_pairs(sparse_adjacency(graphs.edge_index[0], n), HEADS)
-    edge_index = torch.from_numpy(np.stack([row, col]).astype(np.int64))
     part = torch.arange(n) * 32 // n
     train = data.train_mask.nonzero().squeeze(1)
     masks = hierarchical_tokens(n, edge_index, part, train, data.y[train], 7)
-    return data.x, masks, torch.as_tensor(np.asarray(values), dtype=torch.float32)
+    return data.x, masks, values
 
 
 def test_expert_attention_modes_agree_on_cora_at_trained_scale(cora_tokens):

@@ -24,8 +24,8 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.semantics import (LOGIT_STD, RTOL, aggregate, assert_same_grads, log_mask, max_rel, numpy_heads,
-                                   rel, run_with_grads, spread_logits)
+from tests.model.semantics import (LOGIT_STD, RTOL, aggregate, assert_same_grads, cora_union_pairs, log_mask, max_rel,
+                                   numpy_heads, rel, run_with_grads, spread_logits)
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.model.network import ModelConfig, XMaskNet
@@ -54,13 +54,10 @@ class Cora:
 
 @pytest.fixture(scope="module")
 def cora(tmp_path_factory: pytest.TempPathFactory) -> Cora:
-    graphs = load_graphs(get_dataset("cora"), data_root=None, cache_dir=tmp_path_factory.mktemp("cora"),
-                         offline=True)
-    data = graphs.dataset[0]
-    n = int(data.num_nodes)
-    assert n == 2708
-    row, col, values = power_pairs(adjacency(graphs.edge_index[0], n), K)
-    return Cora(data.x.numpy().astype(np.float32), row, col, np.asarray(values, dtype=np.float32))
+    data, edge_index, values = cora_union_pairs(tmp_path_factory.mktemp("cora"), K)
+    assert int(data.num_nodes) == 2708
+    row, col = edge_index.numpy()
+    return Cora(data.x.numpy().astype(np.float32), row, col, values.numpy())
 
 
 def _model(d_h: int, mask_scale: str, in_dim: int = 1433, heads: int = 2, **kw) -> XMaskNet:

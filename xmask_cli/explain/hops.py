@@ -108,29 +108,21 @@ def hop_mass(rec: Recorded, queries_local: np.ndarray, dist_rows: np.ndarray, d_
     nb = d_max + 2
     queries_local = np.asarray(queries_local, dtype=np.int64)
     if rec.dense:
-        # One bincount per head over the [queries, n] block itself: no per-pair index or weight arrays, which
-        # on a graph of a few thousand nodes cost several GB (every query row spans all n keys).
+        # Dense maps are read as the [queries, n] row block itself: per-pair index and weight arrays would cost
+        # several GB on a graph of a few thousand nodes (every query row spans all n keys).
         b = _bucket_index(np.asarray(dist_rows), d_max).ravel()
         every = len(queries_local) == rec.n and bool((queries_local == np.arange(rec.n)).all())
-        out = []
-        for terms in rec.layers:
-            att = terms["attention"]
-            mass = np.zeros((att.shape[0], nb))
-            for h in range(att.shape[0]):
-                rows = att[h] if every else att[h][queries_local]
-                w = np.nan_to_num(rows.astype(np.float64).ravel(), nan=0.0)
-                mass[h] = np.bincount(b, weights=w, minlength=nb)
-            out.append(mass)
-        return out
     out = []
-    for layer in range(len(rec.layers)):
-        qi, key, w = rec.rows(layer, queries_local)
-        w = np.nan_to_num(w.astype(np.float64), nan=0.0)
-        b = _bucket_index(dist_rows[qi, key], d_max)
-        mass = np.zeros((w.shape[1], nb))
-        for h in range(w.shape[1]):
-            mass[h] = np.bincount(b, weights=w[:, h], minlength=nb)
-        out.append(mass)
+    for layer, terms in enumerate(rec.layers):
+        if rec.dense:
+            att = terms["attention"]
+            heads = ((att[h] if every else att[h][queries_local]).ravel() for h in range(att.shape[0]))
+        else:
+            qi, key, w = rec.rows(layer, queries_local)
+            b = _bucket_index(dist_rows[qi, key], d_max)
+            heads = (w[:, h] for h in range(w.shape[1]))
+        out.append(np.stack([np.bincount(b, weights=np.nan_to_num(w.astype(np.float64), nan=0.0), minlength=nb)
+                             for w in heads]))
     return out
 
 

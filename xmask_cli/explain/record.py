@@ -67,12 +67,13 @@ class Recorded:
         return out
 
     def rows(self, layer: int, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(query position in queries, key, attention [.., H])`` of every attended pair of rows ``queries``."""
-        att = self.layers[layer]["attention"]
+        """``(query position in queries, key, attention [.., H])`` of every recorded pair of rows ``queries``.
+
+        Sparse recordings only: dense maps are read as row blocks (:func:`~xmask_cli.explain.hops.hop_mass`).
+        """
         if self.dense:
-            qi, key = np.meshgrid(np.arange(len(queries)), np.arange(self.n), indexing="ij")
-            w = att[:, queries, :].transpose(1, 2, 0).reshape(-1, att.shape[0])  # [nq * n, H]
-            return qi.reshape(-1), key.reshape(-1), w
+            raise ValueError("rows() lists the pairs of a sparse recording; index a dense one's maps directly")
+        att = self.layers[layer]["attention"]
         where = np.full(self.n, -1, dtype=np.int64)
         where[queries] = np.arange(len(queries))
         q = where[self.pairs[0]]

@@ -31,11 +31,15 @@ class TokenPath:
         if not self.cfg.experts:
             raise ValueError("encode_tokens needs a model with attention experts (model.experts)")
         h = self.encoder(self._drop_input(x))
-        routed = {"pairs": masks.pairs, "bias": self._token_bias(masks, local_values),
-                  "mode": self.cfg.expert_attention, "regions": regions}
+        routed = self._routed(masks, local_values, regions)
         for block in self.blocks:
             h = block(h, routed=routed)
         return h
+
+    def _routed(self, masks: HierarchicalMasks, local_values: Tensor | None, regions: dict | None) -> dict:
+        """What every expert block reads: the masks' pairs, the experts' biases, the attention mode, the regions."""
+        return {"pairs": masks.pairs, "bias": self._token_bias(masks, local_values),
+                "mode": self.cfg.expert_attention, "regions": regions}
 
     def _token_bias(self, masks: HierarchicalMasks, local_values: Tensor | None) -> dict[str, Tensor | None]:
         """The experts' biases: the X-LogSMask term on the local expert's pairs (none without ``use_bias``)."""
@@ -61,8 +65,7 @@ class TokenPath:
         out = []
         h = self.encoder(x)
         # The same biases as the forward: without them every block after the first would see other inputs.
-        routed = {"pairs": masks.pairs, "bias": self._token_bias(masks, local_values),
-                  "mode": self.cfg.expert_attention, "regions": regions}
+        routed = self._routed(masks, local_values, regions)
         for block in self.blocks:
             src = block.norm1(h) if block.norm == "pre" else h
             out.append(block.attn.routing_weights(src))
