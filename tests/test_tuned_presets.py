@@ -23,8 +23,7 @@ _NODE_HAND = {"model.hidden": 64, "model.layers": 1, "model.dropout": 0.5, "mode
 SWAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
     "cora": ("cora-hand", "Cora-xmask-best.yaml", _NODE_HAND),
     "citeseer": ("citeseer-hand", "30x1/CiteSeer-xmask-best.yaml", _NODE_HAND),  # the 30-trial study (2026-12-02)
-    # MUTAG's tuned configuration ships beside `mutag` (which stays the default) instead of replacing it.
-    "mutag-tuned": ("mutag", "30x1/MUTAG-xmask-best.yaml",
+    "mutag": ("mutag-hand", "30x1/MUTAG-xmask-best.yaml",
                     {"model.hidden": 64, "model.layers": 2, "model.dropout": 0.1, "model.head_powers": None,
                      "model.mask_scale": "paper", "train.lr": 1.0e-3, "train.weight_decay": 1.0e-2,
                      "train.batch_size": 32}),
@@ -84,3 +83,10 @@ def test_hand_preset_resolves_to_the_replaced_values_through_the_cli(name: str):
     tuned = _flat(json.loads(run("--format", "json", "presets", "show", name).stdout))
     assert any(tuned[k] != v for k, v in old_values.items())
     assert shown["data.dataset"] == tuned["data.dataset"]
+
+
+def test_mutag_tuned_alias_resolves_to_mutag():
+    """``mutag-tuned`` (the name the tuned configuration shipped under first) stays a working alias."""
+    alias, tuned = C.resolve("mutag-tuned").to_dict(), C.resolve("mutag").to_dict()
+    assert {k: v for k, v in alias.items() if k != "description"} == \
+        {k: v for k, v in tuned.items() if k != "description"}
