@@ -184,6 +184,7 @@ class TrainSection:
     batch_size: int = 32
     patience: int = 20
     loader_workers: int = 0  # graph level: DataLoader worker processes (each opens the HDF5 cache lazily)
+    log_cache_mb: int = 512  # graph level, packed layout: MB of per-graph log-masks each stream keeps (0: none)
     skip_nonfinite: bool = False  # skip batches with a non-finite loss or gradient instead of stopping (exit 7)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # autocast dtype of forwards; fp16 adds a grad scaler
 

@@ -296,6 +296,7 @@ def _check_ranges(obj: Any, prefix: str) -> None:
         need(obj.batch_size >= 1, "batch_size", "must be >= 1")
         need(obj.patience >= 1, "patience", "must be >= 1")
         need(obj.loader_workers >= 0, "loader_workers", "must be >= 0")
+        need(obj.log_cache_mb >= 0, "log_cache_mb", "must be >= 0 (MB; 0 keeps no log-mask)")
     elif isinstance(obj, NodeSection):
         need(obj.subgraph_size >= 0, "subgraph_size", "must be >= 0")
         need(obj.subgraphs_per_epoch >= 1, "subgraphs_per_epoch", "must be >= 1")

@@ -294,3 +294,75 @@ def test_log_mask_stream_caches_each_graphs_log_powers(toy: Toy) -> None:
             assert torch.equal(getattr(a, name), getattr(b, name)), name
     moved = first[0].to("cpu")
     assert moved.powers is None and len(moved.log_powers) == first[0].num_graphs
+
+
+def _log_bytes(toy: Toy, g: int) -> int:
+    return toy.k * int(toy.num_nodes[g]) ** 2 * 4
+
+
+def test_log_cache_budget_keeps_what_fits_and_batches_are_the_same(toy: Toy) -> None:
+    """``log_cache_bytes`` bounds what a stream keeps; graphs beyond it are taken per batch, same numbers."""
+    full = stream(toy, log_mask=(1e-30, "hard"), load_in_memory=True)
+    want = {int(g): t for b in full.epoch(0) for g, t in zip(b.index.tolist(), b.log_powers)}
+    order = [int(g) for b in full.batches(0) for g in b]
+    budget = sum(_log_bytes(toy, g) for g in order[:10])  # exactly the first ten graphs an epoch meets
+    for limit, cached in ((0, 0), (budget, 10), (1 << 40, NUM_GRAPHS)):
+        s = stream(toy, log_mask=(1e-30, "hard"), load_in_memory=True, log_cache_bytes=limit)
+        for e in (0, 1):
+            for batch in s.epoch(e):
+                for g, t in zip(batch.index.tolist(), batch.log_powers):
+                    assert torch.equal(t, want[int(g)])
+        assert len(s._log_cache) == cached and s._log_bytes <= limit
+        if cached == 10:
+            assert set(s._log_cache) == set(order[:10])
+    with pytest.raises(ValueError, match="log_cache_bytes"):
+        stream(toy, log_mask=(1e-30, "hard"), log_cache_bytes=-1)
+
+
+def test_loader_workers_inherit_the_log_cache_instead_of_recomputing(toy: Toy, monkeypatch) -> None:
+    """Workers start anew every epoch: the stream fills its log cache before forking them, so no worker
+    takes a log again (here a worker that tried would fail), and its batches equal the in-process ones."""
+    import multiprocessing
+
+    import xmask_cli.engine.stream as stream_mod
+
+    if multiprocessing.get_start_method(allow_none=True) not in (None, "fork"):
+        pytest.skip("workers inherit the cache by fork; this interpreter spawns them")
+    s = stream(toy, log_mask=(1e-30, "hard"))
+    expected = list(stream(toy, log_mask=(1e-30, "hard"), load_in_memory=True).epoch(3))
+    real = stream_mod.log_powers
+    calls: list[int] = []
+
+    def counted(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(stream_mod, "log_powers", counted)
+    loader = s.loader(3, num_workers=2)
+    assert len(calls) == NUM_GRAPHS and len(s._log_cache) == NUM_GRAPHS  # taken once, in this process
+
+    def refuse(*a, **kw):
+        raise AssertionError("a worker took a graph's log again")
+
+    monkeypatch.setattr(stream_mod, "log_powers", refuse)
+    got = list(loader)
+    assert len(got) == len(expected)
+    for a, b in zip(got, expected):
+        assert a.index.tolist() == b.index.tolist()
+        for x, y in zip(a.log_powers, b.log_powers):
+            assert torch.equal(x, y)
+    # A second epoch's workers find the cache too.
+    assert sum(b.num_graphs for b in s.loader(4, num_workers=2)) == NUM_GRAPHS
+
+
+def test_log_cache_mb_is_a_validated_train_key_not_saved_with_the_run() -> None:
+    from xmask_cli.errors import ConfigError
+    from xmask_cli.engine.loop import TrainConfig
+
+    assert resolve("graph-level").train.log_cache_mb == 512
+    assert resolve("graph-level", ["train.log_cache_mb=0"]).train.log_cache_mb == 0
+    with pytest.raises(ConfigError, match="log_cache_mb"):
+        resolve("graph-level", ["train.log_cache_mb=-1"])
+    # It changes memory, not numbers: a run resumes under another budget.
+    cfg = TrainConfig.from_section(resolve("graph-level", ["train.log_cache_mb=64"]).train, seed=0, device="cpu")
+    assert "log_cache_mb" not in cfg.to_dict()

@@ -48,9 +48,9 @@ def _poison_test_labels(monkeypatch) -> None:
     real = GraphTask.__init__
 
     def init(self, cache_path, graphs, split, metric, batch_size, seed, device, loader_workers=0, needs=(),
-             node_struct="none", log_mask=None):
+             node_struct="none", log_mask=None, **kw):
         real(self, cache_path, graphs, split, metric, batch_size, seed, device, loader_workers, needs, node_struct,
-             log_mask)
+             log_mask, **kw)
         y = graph_labels(graphs).clone()
         test = torch.as_tensor(split.test, dtype=torch.long)
         y[test] = 1 - y[test]

@@ -55,7 +55,7 @@ class TrainConfig(TrainSection):
     device: str = "cpu"
 
     #: Section keys only the tasks read (they do not change a run's numbers): not saved in ``config.json``'s ``train``.
-    NOT_SAVED: ClassVar[frozenset[str]] = frozenset({"loader_workers"})
+    NOT_SAVED: ClassVar[frozenset[str]] = frozenset({"loader_workers", "log_cache_mb"})
 
     @classmethod
     def from_section(cls, section: TrainSection, *, seed: int, device: str) -> "TrainConfig":

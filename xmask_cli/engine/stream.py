@@ -29,7 +29,8 @@ from xmask_cli.cache import StructureCache
 from xmask_cli.engine.extras import GraphExtras, pad_extras, to_tensors
 from xmask_cli.model.bias import log_powers
 
-#: Bytes of per-graph log-powers a stream keeps (PROTEINS: 64 MB for all 1,113 graphs, K=4).
+#: Default bytes of per-graph log-powers a stream keeps (``train.log_cache_mb``; PROTEINS: 64 MB for all
+#: 1,113 graphs, K=4).
 LOG_CACHE_BYTES = 1 << 29
 
 
@@ -218,8 +219,10 @@ class GraphLevelStream:
         needs: extra structure sections the batches carry (see :func:`collate`).
         log_mask: ``(eps, outside_support)``: batches carry each graph's
             log-powers (:func:`~xmask_cli.model.bias.log_powers`), taken once per
-            graph and kept (up to :data:`LOG_CACHE_BYTES`), instead of the dense
+            graph and kept (up to ``log_cache_bytes``), instead of the dense
             powers tensor; what the packed graph layout reads. None: dense powers.
+        log_cache_bytes: how many bytes of log-powers the stream keeps; a graph
+            beyond it is computed again for each batch that holds it.
     """
 
     def __init__(
@@ -235,7 +238,11 @@ class GraphLevelStream:
         load_in_memory: bool = False,
         needs: Iterable[str] = (),
         log_mask: tuple[float, str] | None = None,
+        log_cache_bytes: int = LOG_CACHE_BYTES,
     ):
+        if log_cache_bytes < 0:
+            raise ValueError(f"log_cache_bytes must be >= 0, got {log_cache_bytes}")
+        self.log_cache_bytes = int(log_cache_bytes)
         self.cache = StructureCache(cache_path)
         self.log_spec = None if log_mask is None else (float(log_mask[0]), str(log_mask[1]))
         self._log_cache: dict[int, Tensor] = {}
@@ -290,7 +297,7 @@ class GraphLevelStream:
 
         The log-mask of a graph never changes, so each graph's is computed on
         its first batch and reused by every later one (up to
-        :data:`LOG_CACHE_BYTES` per stream; graphs beyond it are computed per batch).
+        ``log_cache_bytes`` per stream; graphs beyond it are computed per batch).
         """
         if self.log_spec is None:
             raise ValueError("this stream was built without log_mask")
@@ -304,10 +311,31 @@ class GraphLevelStream:
         eps, outside = self.log_spec
         out = log_powers(torch.from_numpy(dense), eps, outside, off_diagonal=~torch.eye(n, dtype=torch.bool),
                          inplace=True)  # `dense` is this call's scratch: no second [K, n, n] copy
-        if self._log_bytes + out.numel() * out.element_size() <= LOG_CACHE_BYTES:
+        if self._log_bytes + out.numel() * out.element_size() <= self.log_cache_bytes:
             self._log_cache[g] = out
             self._log_bytes += out.numel() * out.element_size()
         return out
+
+    def warm_log_cache(self, graph_ids: np.ndarray | None = None) -> int:
+        """Take the log-powers of ``graph_ids`` (default: the split's) into the cache, up to its budget.
+
+        Returns how many of them are cached afterwards. A no-op without ``log_mask``
+        or with a zero budget; stops at the first graph that does not fit (graphs
+        are taken in order, so the budget goes to the first ones).
+        """
+        if self.log_spec is None or self.log_cache_bytes == 0:
+            return 0
+        ids = self.indices if graph_ids is None else np.asarray(graph_ids, dtype=np.int64).reshape(-1)
+        for g in ids:
+            g = int(g)
+            if g in self._log_cache:
+                continue
+            k = self.cache.powers(g)[2].shape[1]
+            n = self.cache.num_nodes(g)
+            if self._log_bytes + k * n * n * 4 > self.log_cache_bytes:
+                break
+            self.graph_log_powers(g)
+        return sum(int(g) in self._log_cache for g in ids)
 
     def epoch(self, e: int) -> Iterator[GraphBatch]:
         """Batches of epoch ``e`` in this process (no workers)."""
@@ -332,6 +360,9 @@ class GraphLevelStream:
         if pin_memory is None:
             pin_memory = torch.cuda.is_available()
         if num_workers > 0:
+            # Workers start anew every epoch and would otherwise take every graph's log again each
+            # epoch: fill the cache here once, and forked workers inherit it (copy-on-write).
+            self.warm_log_cache(np.concatenate(batches) if batches else self.indices)
             self.cache.close()  # a handle opened since must not be inherited by forked workers
         return DataLoader(
             self.dataset(e) if batches is None else EpochBatches(self, batches),

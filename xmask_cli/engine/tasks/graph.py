@@ -27,7 +27,7 @@ from xmask_cli.engine.loop import PARTS, TrainConfig, train_task
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.splits import Split
-from xmask_cli.engine.stream import GraphBatch, GraphLevelStream
+from xmask_cli.engine.stream import LOG_CACHE_BYTES, GraphBatch, GraphLevelStream
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
@@ -72,10 +72,11 @@ def _score(model: XMaskNet, stream: GraphLevelStream, device: torch.device, metr
 
 def _eval_stream(cache_path: str | os.PathLike, features: Sequence[Tensor], labels: Tensor,
                  indices: Any, batch_size: int, needs: Iterable[str] = (),
-                 log_mask: tuple[float, str] | None = None) -> GraphLevelStream:
+                 log_mask: tuple[float, str] | None = None,
+                 log_cache_bytes: int = LOG_CACHE_BYTES) -> GraphLevelStream:
     # Unshuffled: evaluation batches, hence the numbers, are the same at every call.
     return GraphLevelStream(cache_path, features, labels, indices, batch_size, shuffle=False, seed=0,
-                            load_in_memory=True, needs=needs, log_mask=log_mask)
+                            load_in_memory=True, needs=needs, log_mask=log_mask, log_cache_bytes=log_cache_bytes)
 
 
 class GraphTask:
@@ -89,12 +90,13 @@ class GraphTask:
     ``log_mask``: ``(eps, outside_support)`` of the model: batches carry each graph's
     cached log-powers instead of dense powers (what ``model.graph_layout: packed``
     reads; :func:`log_mask_of`); None: dense powers, which either layout reads.
+    ``log_cache_mb``: how much of those each stream keeps (``train.log_cache_mb``).
     """
 
     def __init__(self, cache_path: str | os.PathLike, graphs: GraphSet, split: Split, metric: str,
                  batch_size: int, seed: int, device: torch.device | str, loader_workers: int = 0,
                  needs: Iterable[str] = (), node_struct: str = "none",
-                 log_mask: tuple[float, str] | None = None):
+                 log_mask: tuple[float, str] | None = None, log_cache_mb: int = LOG_CACHE_BYTES >> 20):
         if metric not in CLASSIFICATION_METRICS:
             raise ValueError(f"graph-level training supports {CLASSIFICATION_METRICS}, got {metric!r}")
         self.metric, self.graphs, self.split = metric, graphs, split
@@ -107,9 +109,9 @@ class GraphTask:
         # With loader workers each worker opens the HDF5 file lazily and reads its batches' slices.
         self.train_stream = GraphLevelStream(cache_path, features, labels, split.train, batch_size,
                                              shuffle=True, seed=seed, load_in_memory=self.loader_workers == 0,
-                                             needs=needs, log_mask=log_mask)
+                                             needs=needs, log_mask=log_mask, log_cache_bytes=log_cache_mb << 20)
         self.eval_streams = {part: _eval_stream(cache_path, features, labels, getattr(split, part), batch_size, needs,
-                                                log_mask) for part in PARTS}
+                                                log_mask, log_cache_mb << 20) for part in PARTS}
 
     def describe(self) -> dict[str, Any]:
         return {"dataset": self.graphs.spec.name, "cache_path": self.cache_path, "split": self.split.to_dict()}
@@ -185,7 +187,7 @@ def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = N
     split = graph_split(exp.graphs.spec.split, exp.graphs.dataset, seed=seed)
     return GraphTask(exp.cache_path, exp.graphs, split, exp.metric, cfg.train.batch_size, seed, device,
                      loader_workers=cfg.train.loader_workers, needs=model_needs(cfg),
-                     node_struct=cfg.model.node_struct, log_mask=log_mask_of(cfg))
+                     node_struct=cfg.model.node_struct, log_mask=log_mask_of(cfg), log_cache_mb=cfg.train.log_cache_mb)
 
 
 def log_mask_of(cfg: Any) -> tuple[float, str] | None:
