@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from tests.cli_helpers import run
+from tests.engine.ranks import spawn_ranks
 from xmask_cli.engine.distributed import deal, epoch_seed
 
 REPO = Path(__file__).resolve().parents[2]
@@ -160,42 +160,16 @@ def _rank_main(rank: int, size: int, init_file: str, mutag: dict, out: str) -> N
         dist.destroy_process_group()
 
 
-def _spawn_two_ranks(mutag: dict, tmp_path: Path) -> None:
-    """Both ranks of :func:`_rank_main`, spawned again (at most twice) if a rank dies of SIGABRT.
-
-    On the loaded 2-core box a rank sometimes aborted inside gloo ("terminate called without an active
-    exception", no Python frame of ours) before any result was written: 1 run in 8-20 last session, 0
-    in 40 standalone runs at load 8-15 this one; CI once lost a whole run to it. It is logged here (with
-    the ranks' Python stacks: PYTHONFAULTHANDLER is set for them) and left to the open note of issue 12.
-    Any other failure, and any assertion on the results, is never retried.
-    """
-    import shutil
-
-    attempts = 3
-    for attempt in range(1, attempts + 1):
-        out = tmp_path / f"attempt{attempt}"
-        out.mkdir()  # the file:// rendezvous needs its folder
-        try:
-            mp.spawn(_rank_main, args=(2, str(out / "rendezvous"), mutag, str(out / "ddp")), nprocs=2, join=True)
-        except mp.ProcessExitedException as exc:
-            if attempt == attempts or exc.signal_name != signal.Signals.SIGABRT.name:
-                raise
-            print(f"rank {exc.error_index} died of {exc.signal_name} inside gloo; spawning again", file=sys.stderr)
-            continue
-        shutil.move(out / "ddp", tmp_path / "ddp")
-        return
-
-
 def test_two_ranks_one_step_equals_one_process_with_both_batches(mutag, tmp_path, monkeypatch):
     monkeypatch.setenv("PYTHONFAULTHANDLER", "1")  # read by the spawned ranks' interpreters
-    _spawn_two_ranks(mutag, tmp_path)
+    ddp_dir = spawn_ranks(_rank_main, mutag, tmp_path)
     torch.manual_seed(0)
     init = {k: v.detach() for k, v in _model().named_parameters()}
     for name, (_, merged) in CASES.items():
-        ddp = torch.load(tmp_path / "ddp" / name / "after.pt", weights_only=True)
+        ddp = torch.load(ddp_dir / name / "after.pt", weights_only=True)
         one = _fit_case(mutag, merged, tmp_path / "one" / name)
         # What the model saved is the state after the step (rank 0 wrote it, no other rank did).
-        saved = torch.load(tmp_path / "ddp" / name / "last.pt", weights_only=True)["model"]
+        saved = torch.load(ddp_dir / name / "last.pt", weights_only=True)["model"]
         exempt = total = 0
         for k, p in one["params"].items():
             g = one["grads"][k]

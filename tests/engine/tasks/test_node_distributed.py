@@ -9,8 +9,6 @@ losses. Trained-scale logits (q·k std ≥ 5), two optimiser steps of unequal ra
 from __future__ import annotations
 
 import datetime
-import signal
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +16,8 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+
+from tests.engine.ranks import spawn_ranks
 
 #: Pairs per attention chunk: a 30-70 query batch runs its two layers in 3-30 chunks.
 CHUNK = 40_000
@@ -147,23 +146,6 @@ def _rank_main(rank: int, size: int, init_file: str, cora: dict[str, str], out: 
         dist.destroy_process_group()
 
 
-def _spawn(cora: dict[str, str], tmp_path: Path) -> Path:
-    """Both ranks, spawned again (at most twice) only if one dies of SIGABRT inside gloo (see
-    ``tests/engine/test_distributed._spawn_two_ranks``: a known flake of the loaded 2-core box)."""
-    for attempt in range(1, 4):
-        out = tmp_path / f"attempt{attempt}"
-        out.mkdir()
-        try:
-            mp.spawn(_rank_main, args=(2, str(out / "rendezvous"), cora, str(out / "ddp")), nprocs=2, join=True)
-        except mp.ProcessExitedException as exc:
-            if attempt == 3 or exc.signal_name != signal.Signals.SIGABRT.name:
-                raise
-            print(f"rank {exc.error_index} died of {exc.signal_name} inside gloo; spawning again", file=sys.stderr)
-            continue
-        return out / "ddp"
-    raise AssertionError("unreachable")
-
-
 def test_qk_logits_are_at_trained_scale(cora: dict[str, str]) -> None:
     task = _task(cora, "full")
     model = _model(task)
@@ -187,7 +169,7 @@ def _worst(a: dict, b: dict, skip: str = "attn.k.bias") -> tuple[float, float]:
 
 def test_two_ranks_equal_one_process_on_cora_query_and_partition_batches(cora, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PYTHONFAULTHANDLER", "1")  # read by the spawned ranks' interpreters
-    ddp_dir = _spawn(cora, tmp_path)
+    ddp_dir = spawn_ranks(_rank_main, cora, tmp_path)
     # Measured (1 thread): partition batches 0 apart; query batches 5e-5 / 1e-6 after two steps, from the
     # float32 summation order of the chunked layer's gradient (after one step: 3e-7 there, 0 elsewhere),
     # which AdamW's second step amplifies. An unweighted rank average misses by > 1e-2.

@@ -1,0 +1,35 @@
+"""Spawning gloo ranks for the data-parallel tests (``torch.multiprocessing.spawn``, a ``file://`` rendezvous)."""
+from __future__ import annotations
+
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch.multiprocessing as mp
+
+
+def spawn_ranks(main: Callable[..., None], payload: Any, tmp_path: Path, size: int = 2) -> Path:
+    """Run ``main(rank, size, init_file, payload, out)`` on ``size`` ranks; returns ``out``, their output folder.
+
+    Spawned again (at most twice) only if a rank dies of SIGABRT: on the loaded 2-core box a rank
+    sometimes aborted inside gloo ("terminate called without an active exception", no Python frame of
+    ours) before any result was written: 1 run in 8-20 one session, 0 in 40 standalone runs at load 8-15
+    the next; CI once lost a whole run to it. It is logged (with the ranks' Python stacks when the caller
+    sets PYTHONFAULTHANDLER) and left to the open note of issue 12. Any other failure, and any assertion
+    on the results, is never retried.
+    """
+    attempts = 3
+    for attempt in range(1, attempts + 1):
+        out = tmp_path / f"attempt{attempt}"
+        out.mkdir()  # the file:// rendezvous needs its folder
+        try:
+            mp.spawn(main, args=(size, str(out / "rendezvous"), payload, str(out / "ddp")), nprocs=size, join=True)
+        except mp.ProcessExitedException as exc:
+            if attempt == attempts or exc.signal_name != signal.Signals.SIGABRT.name:
+                raise
+            print(f"rank {exc.error_index} died of {exc.signal_name} inside gloo; spawning again", file=sys.stderr)
+            continue
+        return out / "ddp"
+    raise AssertionError("unreachable")
