@@ -1,10 +1,11 @@
-"""The node task under DDP on full Cora (issue 12 §1): 2 ranks × batch B equal 1 process × batch 2B.
+"""Node and link tasks under DDP on full Cora (issue 12 §1): 2 ranks × batch B equal 1 process × batch 2B.
 
 Query batches (every query over all of its stored keys, several checkpointed chunks a layer, a
-different chunk count each step) must give, on two gloo ranks, the parameters one process gets
-from the union batch; METIS part batches, whose union is not one batch (attention stays inside a
-part), must give what one process gets from stepping on the item-weighted mean of both ranks'
-losses. Trained-scale logits (q·k std ≥ 5), two optimiser steps of unequal rank batches.
+different chunk count each step) and link pair batches (the whole graph encoded per step) must
+give, on two gloo ranks, the parameters one process gets from stepping on the item-weighted mean of
+both ranks' losses, which for them is the union batch; METIS part batches, whose union is not one
+batch (attention stays inside a part), must give that weighted step too. Trained-scale logits
+(q·k std ≥ 5), two optimiser steps of unequal rank batches.
 """
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ CHUNK = 40_000
 #: Query node groups (positions in Cora's 140 training nodes): step 1 = (50 on rank 0, 30 on rank 1),
 #: step 2 = (20, 40): unequal rank batches, so the loss weighting is exercised both ways.
 QUERY_GROUPS = [(0, 50), (50, 80), (80, 100), (100, 140)]
+#: Positive pairs (each with its negative) of the four link batches.
+LINK_PIECES = [150, 100, 60, 120]
+MODES = ("query", "partition", "link")
 
 
 @pytest.fixture(scope="module")
@@ -33,16 +37,29 @@ def cora(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
 
     cache = tmp_path_factory.mktemp("cache")
     summary = prepare_dataset(resolve("cora", ["structure.partition.parts=16"]), cache_dir=cache, offline=True)
-    return {"cache_dir": str(cache), "cache_path": str(summary.path)}
+    out = {"cache_dir": str(cache), "cache_path": str(summary.path)}
+    _task(out, "link")  # prepares the link split's structure here, not in two ranks at once
+    return out
 
 
 def _task(cora: dict[str, str], mode: str) -> Any:
+    """Cora's node task in ``mode``, or (``"link"``) its link task on the sparse path."""
     from xmask_cli.data.load import load_graphs
     from xmask_cli.data.registry import get_dataset
-    from xmask_cli.engine.splits import node_split
+    from xmask_cli.engine.splits import edge_split, node_split
     from xmask_cli.engine.tasks.node import NodeTask
 
     graphs = load_graphs(get_dataset("cora"), data_root=None, cache_dir=Path(cora["cache_dir"]), offline=True)
+    if mode == "link":
+        from xmask_cli.config import resolve
+        from xmask_cli.engine.pair_structure import prepare_pair_structure
+        from xmask_cli.engine.tasks.link import LinkTask
+
+        n = int(graphs.num_nodes[0])
+        split = edge_split(graphs.edge_index[0], n, seed=0)
+        path = prepare_pair_structure("cora", split.train_edge_index, n, resolve("cora-link").structure,
+                                      Path(cora["cache_dir"]))
+        return LinkTask(path, graphs.dataset[0].x, split, dataset="Cora", seed=0, dense_max_nodes=0)
     split = node_split(graphs.spec.split, graphs.dataset[0], seed=0)
     return NodeTask(cora["cache_path"], graphs, split, mode=mode, query_chunk_pairs=CHUNK, seed=0)
 
@@ -50,6 +67,12 @@ def _task(cora: dict[str, str], mode: str) -> Any:
 def _pieces(task: Any, mode: str) -> list[Any]:
     """The four rank batches, in dealing order (step s = pieces 2s on rank 0 and 2s + 1 on rank 1)."""
     from xmask_cli.engine.node_batches import NodeBatch
+
+    if mode == "link":  # the epoch's positive and negative pairs, cut into unequal batches
+        batches = list(task.train_batches(0))
+        pos, neg = (torch.cat([b[i] for b in batches], dim=1) for i in (0, 1))
+        cuts = np.cumsum([0] + LINK_PIECES)
+        return [(pos[:, a:b], neg[:, a:b]) for a, b in zip(cuts[:-1], cuts[1:])]
 
     if mode == "query":
         train = np.sort(task.split.train)
@@ -69,8 +92,11 @@ def _pieces(task: Any, mode: str) -> list[Any]:
 
 
 def _union(a: Any, b: Any) -> Any:
-    """One query batch holding both batches' queries (every query a training node)."""
+    """One batch holding both batches' queries (every query a training node), or both pair batches."""
     from xmask_cli.engine.node_batches import NodeBatch
+
+    if isinstance(a, tuple):
+        return tuple(torch.cat([x, y], dim=1) for x, y in zip(a, b))
 
     nodes = torch.cat([a.nodes, b.nodes]).sort().values
     return NodeBatch(nodes=nodes, targets=torch.arange(len(nodes)))
@@ -110,9 +136,12 @@ class Steps:
 def _model(task: Any) -> torch.nn.Module:
     from xmask_cli.model.network import ModelConfig, XMaskNet
 
+    from xmask_cli.engine.tasks.link import LinkTask
+
     torch.manual_seed(0)
-    model = XMaskNet(ModelConfig(in_dim=task.in_dim, out_dim=task.out_dim, task="node", hidden=32, heads=4,
-                                 layers=2, dropout=0.0, input_dropout=0.0, mask_scale="none"))
+    link = isinstance(task, LinkTask)
+    model = XMaskNet(ModelConfig(in_dim=task.in_dim, out_dim=1 if link else task.out_dim, task="link" if link else "node",
+                                 hidden=32, heads=4, layers=2, dropout=0.0, input_dropout=0.0, mask_scale="none"))
     with torch.no_grad():  # trained-scale logits, not initialisation
         for block in model.blocks:
             block.attn.q.weight.mul_(36.0)
@@ -137,7 +166,7 @@ def _rank_main(rank: int, size: int, init_file: str, cora: dict[str, str], out: 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=180))
     try:
-        for mode in ("query", "partition"):
+        for mode in MODES:
             task = _task(cora, mode)
             got = _fit(task, _pieces(task, mode), Path(out) / mode)
             if rank == 0:
@@ -167,14 +196,14 @@ def _worst(a: dict, b: dict, skip: str = "attn.k.bias") -> tuple[float, float]:
     return grads, params
 
 
-def test_two_ranks_equal_one_process_on_cora_query_and_partition_batches(cora, tmp_path, monkeypatch) -> None:
+def test_two_ranks_equal_one_process_on_cora_query_partition_and_link_batches(cora, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("PYTHONFAULTHANDLER", "1")  # read by the spawned ranks' interpreters
     ddp_dir = spawn_ranks(_rank_main, cora, tmp_path)
-    # Measured (1 thread): partition batches 0 apart; query batches 5e-5 / 1e-6 after two steps, from the
+    # Measured (1 thread): partition and link batches 0 apart; query batches 5e-5 / 1e-6 after two steps, from the
     # float32 summation order of the chunked layer's gradient (after one step: 3e-7 there, 0 elsewhere),
     # which AdamW's second step amplifies. An unweighted rank average misses by > 1e-2.
-    tolerance = {"partition": (1e-6, 1e-7), "query": (5e-4, 1e-5)}
-    for mode in ("query", "partition"):
+    tolerance = {"partition": (1e-6, 1e-7), "link": (1e-6, 1e-7), "query": (5e-4, 1e-5)}
+    for mode in MODES:
         task = _task(cora, mode)
         pieces = _pieces(task, mode)
         steps = [pieces[0:2], pieces[2:4]]
@@ -191,16 +220,19 @@ def test_two_ranks_equal_one_process_on_cora_query_and_partition_batches(cora, t
         assert max(float((one["params"][k] - init[k]).abs().max()) for k in init) > 1e-3, mode  # it trained
 
 
-def test_union_query_batch_equals_the_weighted_mean_of_its_parts(cora, tmp_path) -> None:
-    """What makes 2 ranks x B the same as one process x 2B in query mode: a query's output reads all of
-    its stored keys whatever else is in the batch, so one step on the union batch is the item-weighted
-    step on the two halves (one step: measured 8e-6 / 2e-6, float32 rounding of other chunkings)."""
-    task = _task(cora, "query")
-    pieces = _pieces(task, "query")[:2]
+@pytest.mark.parametrize("mode", ["query", "link"])
+def test_union_batch_equals_the_weighted_mean_of_its_parts(cora, tmp_path, mode: str) -> None:
+    """What makes 2 ranks x B the same as one process x 2B: a query's output reads all of its stored keys
+    whatever else is in the batch, and a link batch encodes the whole graph, so one step on the union batch
+    is the item-weighted step on the two halves (one step; measured 8e-6 / 2e-6 for queries, 7e-6 / 2e-6
+    for pairs: float32 rounding of other chunkings and means, which a second AdamW step grows to ~1e-4 /
+    2e-5; an unweighted mean misses by 0.54 / 0.20)."""
+    task = _task(cora, mode)
+    pieces = _pieces(task, mode)[:2]
     weighted = _fit(task, [pieces], tmp_path / "weighted")
     union = _fit(task, [_union(*pieces)], tmp_path / "union")
     grads, params = _worst(union, weighted)
     assert grads <= 1e-4 and params <= 2e-5, (grads, params)
-    # The halves differ in size (50 and 30 queries): an unweighted mean is a different step.
+    # The halves differ in size: an unweighted mean is a different step.
     unweighted = _fit(task, [[pieces[0], pieces[1]]], tmp_path / "unweighted", equal_weights=True)
     assert _worst(unweighted, weighted)[0] > 1e-2
