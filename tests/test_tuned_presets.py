@@ -21,7 +21,7 @@ STUDY_OUT = REPO / "benchmarks" / "out" / "tune_study"
 _NODE_HAND = {"model.hidden": 64, "model.layers": 1, "model.dropout": 0.5, "model.input_dropout": 0.6,
               "model.head_powers": None, "model.mask_scale": "none", "train.lr": 5.0e-3, "train.weight_decay": 0.1}
 SWAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "cora": ("cora-hand", "Cora-xmask-best.yaml", _NODE_HAND),
+    "cora": ("cora-hand", "cora-subgraph/Cora-xmask-best.yaml", _NODE_HAND),  # the second Cora study (2026-12-02)
     "citeseer": ("citeseer-hand", "30x1/CiteSeer-xmask-best.yaml", _NODE_HAND),  # the 30-trial study (2026-12-02)
     "mutag": ("mutag-hand", "30x1/MUTAG-xmask-best.yaml",
                     {"model.hidden": 64, "model.layers": 2, "model.dropout": 0.1, "model.head_powers": None,
