@@ -460,6 +460,26 @@ def test_ctrl_c_is_deferred_to_a_safe_point_and_a_second_one_raises_at_once(sigi
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+def test_a_ctrl_c_after_the_last_safe_point_is_raised_on_the_way_out(sigint_default):
+    """A Ctrl-C that lands after the block's last ``check()`` must not be dropped when the block ends."""
+    import os
+    import signal
+
+    from xmask_cli.prepare.blocks import deferred_interrupt
+
+    after = False
+    with pytest.raises(KeyboardInterrupt):
+        with deferred_interrupt() as check:
+            check()
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(1000))  # Python runs the handler: a flag, no exception here
+        after = True
+    assert not after
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with deferred_interrupt() as check:  # and a block without one ends quietly
+        check()
+
+
 def test_a_job_started_with_ctrl_c_ignored_keeps_ignoring_it(sigint_default):
     import os
     import signal

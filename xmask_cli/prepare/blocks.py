@@ -119,6 +119,7 @@ def deferred_interrupt() -> Iterator[Callable[[], None]]:
         yield check
     finally:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    check()  # a Ctrl-C after the block's last safe point is raised on the way out, not dropped
 
 
 def _wait(fut: Future, check: Callable[[], None]) -> Any:
