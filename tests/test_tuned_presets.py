@@ -22,7 +22,8 @@ _NODE_HAND = {"model.hidden": 64, "model.layers": 1, "model.dropout": 0.5, "mode
               "model.head_powers": None, "model.mask_scale": "none", "train.lr": 5.0e-3, "train.weight_decay": 0.1}
 SWAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
     "cora": ("cora-hand", "cora-subgraph/Cora-xmask-best.yaml", _NODE_HAND),  # the second Cora study (2026-12-02)
-    "citeseer": ("citeseer-hand", "30x1/CiteSeer-xmask-best.yaml", _NODE_HAND),  # the 30-trial study (2026-12-02)
+    # the second CiteSeer study (2026-12-02), whose space added the subgraph augmentation
+    "citeseer": ("citeseer-hand", "citeseer-subgraph/CiteSeer-xmask-best.yaml", _NODE_HAND),
     "mutag": ("mutag-hand", "30x1/MUTAG-xmask-best.yaml",
                     {"model.hidden": 64, "model.layers": 2, "model.dropout": 0.1, "model.head_powers": None,
                      "model.mask_scale": "paper", "train.lr": 1.0e-3, "train.weight_decay": 1.0e-2,
