@@ -316,26 +316,23 @@ class GraphLevelStream:
             self._log_bytes += out.numel() * out.element_size()
         return out
 
-    def warm_log_cache(self, graph_ids: np.ndarray | None = None) -> int:
+    def warm_log_cache(self, graph_ids: np.ndarray | None = None) -> None:
         """Take the log-powers of ``graph_ids`` (default: the split's) into the cache, up to its budget.
 
-        Returns how many of them are cached afterwards. A no-op without ``log_mask``
-        or with a zero budget; stops at the first graph that does not fit (graphs
-        are taken in order, so the budget goes to the first ones).
+        A no-op without ``log_mask`` or with a zero budget; stops at the first graph
+        that does not fit (graphs are taken in order, so the budget goes to the first
+        ones), judged from its node count before any of its powers are read.
         """
         if self.log_spec is None or self.log_cache_bytes == 0:
-            return 0
+            return
+        k = int(self.cache.params["powers"]["k"])
         ids = self.indices if graph_ids is None else np.asarray(graph_ids, dtype=np.int64).reshape(-1)
-        for g in ids:
-            g = int(g)
+        for g in map(int, ids):
             if g in self._log_cache:
                 continue
-            k = self.cache.powers(g)[2].shape[1]
-            n = self.cache.num_nodes(g)
-            if self._log_bytes + k * n * n * 4 > self.log_cache_bytes:
+            if self._log_bytes + k * self.cache.num_nodes(g) ** 2 * 4 > self.log_cache_bytes:  # float32 [K, n, n]
                 break
             self.graph_log_powers(g)
-        return sum(int(g) in self._log_cache for g in ids)
 
     def epoch(self, e: int) -> Iterator[GraphBatch]:
         """Batches of epoch ``e`` in this process (no workers)."""

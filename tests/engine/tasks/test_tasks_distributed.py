@@ -97,13 +97,12 @@ def _union(a: Any, b: Any) -> Any:
 
     if isinstance(a, tuple):
         return tuple(torch.cat([x, y], dim=1) for x, y in zip(a, b))
-
     nodes = torch.cat([a.nodes, b.nodes]).sort().values
     return NodeBatch(nodes=nodes, targets=torch.arange(len(nodes)))
 
 
 class Steps:
-    """Fixed training batches around a real :class:`NodeTask`; a list batch is one step over several
+    """Fixed training batches around a real node or link task; a list batch is one step over several
     pieces, its loss their item-weighted mean (what DDP's weighted average gives)."""
 
     metric = "accuracy"
