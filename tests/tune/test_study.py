@@ -204,3 +204,62 @@ def test_joining_a_study_with_other_settings_is_refused_before_any_trial(clean, 
         _study(folder.parent, mutag_cache, trials=1, plots=False,
                extra=["tune.model.dropout={float: [0.0, 0.4], step: 0.1}"])
     assert db_trials(folder / "study.db") == before  # nothing was added
+
+
+def _open(folder: Path, overrides: list[str]):
+    """Open (or create) study ``s`` in ``folder`` for the tiny MUTAG preset under ``overrides``: what ``run_study``
+    does before its first trial."""
+    from xmask_cli.tune.space import check_space
+    from xmask_cli.tune.study import _earlier_digests, _identity, _open_study
+
+    cfg = C.resolve("mutag", [*TINY, *overrides])
+    opts = TuneOptions(trials=1, seeds=SEEDS, study="s", runs_dir=folder.parent)
+    identity = _identity(cfg, check_space(cfg, full=True), opts, "accuracy")
+    study, _ = _open_study("s", f"sqlite:///{folder / 'study.db'}", "maximize", identity, opts, folder,
+                           _earlier_digests(cfg))
+    return study
+
+
+def _digest_before_2026_12_02(cfg, drop_cache_key: bool) -> str:
+    """config_sha256 as xmask wrote it until 2026-12-02: the whole config less tune and run, every train key
+    (``drop_cache_key``: a config from before ``train.log_cache_mb`` existed)."""
+    import hashlib
+
+    base = {k: v for k, v in cfg.to_dict().items() if k not in ("tune", "run")}
+    if drop_cache_key:
+        base["train"].pop("log_cache_mb")
+    return hashlib.sha256(json.dumps(base, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def test_a_study_goes_on_under_other_loader_and_cache_settings_but_not_other_numbers(tmp_path):
+    from xmask_cli.errors import UsageError
+
+    folder = tmp_path / "s"
+    folder.mkdir()
+    first = _open(folder, []).user_attrs["xmask"]
+    # loader workers and the log-mask cache do not change a trial's numbers (as a run resumes under them)
+    assert _open(folder, ["train.loader_workers=2", "train.log_cache_mb=0"]).user_attrs["xmask"] == first
+    with pytest.raises(UsageError, match="was made with another config_sha256"):
+        _open(folder, ["train.lr=0.0123"])
+    with pytest.raises(UsageError, match="was made with another config_sha256"):
+        _open(folder, ["train.precision=bf16"])
+
+
+@pytest.mark.parametrize("drop_cache_key", [False, True])
+def test_a_study_made_by_an_earlier_version_resumes_and_is_restamped(tmp_path, drop_cache_key):
+    """Studies written before 2026-12-02 hashed every train key (and, earlier still, had no log_cache_mb): the same
+    settings resume, and the identity is written anew; other settings are still refused."""
+    from xmask_cli.errors import UsageError
+
+    folder = tmp_path / "s"
+    folder.mkdir()
+    new = dict(_open(folder, []).user_attrs["xmask"])
+    old = _digest_before_2026_12_02(C.resolve("mutag", TINY), drop_cache_key)
+    assert old != new["config_sha256"]
+    url = f"sqlite:///{folder / 'study.db'}"
+    optuna.load_study(study_name="s", storage=url).set_user_attr("xmask", {**new, "config_sha256": old})
+    with pytest.raises(UsageError, match="was made with another config_sha256"):  # not these settings
+        _open(folder, ["train.lr=0.0123"])
+    assert optuna.load_study(study_name="s", storage=url).user_attrs["xmask"]["config_sha256"] == old
+    assert _open(folder, []).user_attrs["xmask"] == new
+    assert optuna.load_study(study_name="s", storage=url).user_attrs["xmask"] == new

@@ -33,7 +33,7 @@ from typing import Any
 
 from xmask_cli.config import Config
 from xmask_cli.engine.experiment import check_config, run_name, train_seeds
-from xmask_cli.engine.loop import PARTS
+from xmask_cli.engine.loop import PARTS, TrainConfig
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
 from xmask_cli.errors import UsageError, XmaskError, first_line
 from xmask_cli.tune.objective import TrialFailed, TrialSetup, run_trial
@@ -100,14 +100,27 @@ def study_dir(cfg: Config, opts: TuneOptions) -> tuple[str, Path]:
     return name, Path(opts.runs_dir or cfg.run.root) / name
 
 
-def _identity(cfg: Config, params: list[Param], opts: TuneOptions, metric: str) -> dict[str, Any]:
-    """What makes two processes' studies the same search: the preset (space apart), space, seeds, metric."""
+def _config_digest(cfg: Config, drop: frozenset[str]) -> str:
+    """sha256 (16 hex digits) of the resolved config less ``tune``, ``run`` and the ``train`` keys in ``drop``."""
     base = cfg.to_dict()
     base.pop("tune")
     base.pop("run")
-    digest = hashlib.sha256(json.dumps(base, sort_keys=True).encode()).hexdigest()[:16]
-    return {"config_sha256": digest, "space": {p.key: p.to_dict() for p in params}, "seeds": list(opts.seeds),
-            "metric": metric}
+    base["train"] = {k: v for k, v in base["train"].items() if k not in drop}
+    return hashlib.sha256(json.dumps(base, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _identity(cfg: Config, params: list[Param], opts: TuneOptions, metric: str) -> dict[str, Any]:
+    """What makes two processes' studies the same search: the preset (space apart), space, seeds, metric. Keys
+    that do not change a run's numbers (``train.loader_workers``, ``train.log_cache_mb``) are left out, so a
+    study goes on under other loader or cache settings, as a run resumes under them."""
+    return {"config_sha256": _config_digest(cfg, TrainConfig.NOT_SAVED), "space": {p.key: p.to_dict() for p in params},
+            "seeds": list(opts.seeds), "metric": metric}
+
+
+def _earlier_digests(cfg: Config) -> set[str]:
+    """``config_sha256`` as versions before 2026-12-02 wrote it for this config: every ``train`` key, with and
+    without ``log_cache_mb`` (added on 2026-12-02), so their studies still resume."""
+    return {_config_digest(cfg, frozenset()), _config_digest(cfg, frozenset({"log_cache_mb"}))}
 
 
 @contextlib.contextmanager
@@ -155,7 +168,7 @@ def make_pruner(name: str) -> Any:
 
 
 def _open_study(name: str, url: str, direction: str, identity: dict[str, Any], opts: TuneOptions,
-                folder: Path) -> tuple[Any, Any]:
+                folder: Path, earlier: set[str] | frozenset[str] = frozenset()) -> tuple[Any, Any]:
     import optuna
 
     with _folder_lock(folder):
@@ -164,6 +177,9 @@ def _open_study(name: str, url: str, direction: str, identity: dict[str, Any], o
                                     sampler=_sampler(opts.sampler_seed, 0), pruner=make_pruner(opts.pruner),
                                     load_if_exists=True)
         saved = study.user_attrs.get("xmask")
+        if saved is not None and saved != identity and saved.get("config_sha256") in earlier \
+                and {**saved, "config_sha256": identity["config_sha256"]} == identity:
+            saved = None  # an earlier version's digest of the same settings: written anew in today's form
         if saved is None:
             study.set_user_attr("xmask", identity)
         elif saved != identity:
@@ -274,7 +290,8 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
     url = opts.storage or f"sqlite:///{folder.resolve() / 'study.db'}"
     direction = "maximize" if HIGHER_IS_BETTER[metric] else "minimize"
     _quiet_optuna()
-    study, storage = _open_study(name, url, direction, _identity(cfg, params, opts, metric), opts, folder)
+    study, storage = _open_study(name, url, direction, _identity(cfg, params, opts, metric), opts, folder,
+                                 _earlier_digests(cfg))
     if opts.resume:
         _fail_stale(study, storage, log)
         todo = max(0, opts.trials - _finished(study))
