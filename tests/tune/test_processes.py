@@ -55,8 +55,9 @@ def test_a_study_killed_mid_trial_resumes_and_its_trial_count_continues(tmp_path
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     after = db_trials(db)
-    # Up to --trials finished trials in all: the killed one counts, as failed with its reason.
-    assert [n for n, _ in after] == list(range(8))
+    # Up to --trials searched trials in all: the killed one is recorded failed with its reason, and does not
+    # count (it says nothing of its configuration), so 8 complete trials follow.
+    assert [n for n, _ in after] == list(range(9))
     assert dict(after)[running[0]] == "FAIL"
     assert all(s == "COMPLETE" for n, s in after if n != running[0])
     con = sqlite3.connect(db)
@@ -67,7 +68,9 @@ def test_a_study_killed_mid_trial_resumes_and_its_trial_count_continues(tmp_path
     # The trials of the killed process are kept as they were; the new ones continue the numbering.
     assert {n: v for n, v in _values(db).items() if n in done_before} == done_before
     resumed = [int(n) for n in re.findall(r"^trial (\d+): val", r.stderr, flags=re.M)]
-    assert resumed == list(range(len(before), 8))
+    assert resumed == list(range(len(before), 9))
+    assert f"{len(before) - 1} finished trial(s) and 1 interrupted (not counted); running {9 - len(before)} more" \
+        in r.stderr
 
 
 def test_two_processes_share_one_sqlite_study(tmp_path, mutag_cache):

@@ -207,9 +207,12 @@ def _fail_stale(study: Any, storage: Any, log: Callable[[str], None]) -> int:
 
 
 def _finished(study: Any) -> int:
+    """Trials that count towards ``--trials`` under ``--resume``: complete, pruned and failed ones, except those
+    a stopped process interrupted (they say nothing of their configuration; the budget is trials searched)."""
     from optuna.trial import TrialState
 
-    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)))
+    done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
+    return sum(not str(t.user_attrs.get("fail_reason", "")).startswith("interrupted") for t in done)
 
 
 def optimize(study: Any, objective: Callable[[Any], float], *, trials: int, sampler_seed: int = 0,
@@ -294,8 +297,11 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
                                  _earlier_digests(cfg))
     if opts.resume:
         _fail_stale(study, storage, log)
-        todo = max(0, opts.trials - _finished(study))
-        log(f"study '{name}': {_finished(study)} finished trial(s); running {todo} more to reach {opts.trials}")
+        done = _finished(study)
+        todo = max(0, opts.trials - done)
+        cut = sum(str(t.user_attrs.get("fail_reason", "")).startswith("interrupted") for t in study.trials)
+        log(f"study '{name}': {done} finished trial(s){f' and {cut} interrupted (not counted)' if cut else ''}; "
+            f"running {todo} more to reach {opts.trials}")
     else:
         todo = opts.trials
         log(f"study '{name}' ({url}): {len(study.trials)} trial(s) so far; running {todo}")
