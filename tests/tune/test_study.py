@@ -220,46 +220,65 @@ def _open(folder: Path, overrides: list[str]):
     return study
 
 
-def _digest_before_2026_12_02(cfg, drop_cache_key: bool) -> str:
-    """config_sha256 as xmask wrote it until 2026-12-02: the whole config less tune and run, every train key
-    (``drop_cache_key``: a config from before ``train.log_cache_mb`` existed)."""
+def _digest_before_2026_12_02(cfg, drop: tuple[str, ...]) -> str:
+    """config_sha256 as xmask wrote it before 2026-12-02: a digest of the config less tune and run, and of the
+    train keys less ``drop``."""
     import hashlib
 
     base = {k: v for k, v in cfg.to_dict().items() if k not in ("tune", "run")}
-    if drop_cache_key:
-        base["train"].pop("log_cache_mb")
+    base["train"] = {k: v for k, v in base["train"].items() if k not in drop}
     return hashlib.sha256(json.dumps(base, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def test_a_study_goes_on_under_other_loader_and_cache_settings_but_not_other_numbers(tmp_path):
+def test_a_study_goes_on_under_settings_that_do_not_change_numbers_and_names_those_that_do(tmp_path):
     from xmask_cli.errors import UsageError
 
     folder = tmp_path / "s"
     folder.mkdir()
     first = _open(folder, []).user_attrs["xmask"]
-    # loader workers and the log-mask cache do not change a trial's numbers (as a run resumes under them)
-    assert _open(folder, ["train.loader_workers=2", "train.log_cache_mb=0"]).user_attrs["xmask"] == first
-    with pytest.raises(UsageError, match="was made with another config_sha256"):
+    # loader workers, the log-mask cache, where the data sits and the preset's own words change no trial's numbers
+    same = ["train.loader_workers=2", "train.log_cache_mb=0", f"data.root={tmp_path}", "description=elsewhere"]
+    assert _open(folder, same).user_attrs["xmask"] == first
+    with pytest.raises(UsageError, match=r"was made with another train\.lr \("):
         _open(folder, ["train.lr=0.0123"])
-    with pytest.raises(UsageError, match="was made with another config_sha256"):
-        _open(folder, ["train.precision=bf16"])
+    with pytest.raises(UsageError, match=r"was made with another model\.layers, train\.precision \("):
+        _open(folder, ["train.precision=bf16", "model.layers=3"])
 
 
-@pytest.mark.parametrize("drop_cache_key", [False, True])
-def test_a_study_made_by_an_earlier_version_resumes_and_is_restamped(tmp_path, drop_cache_key):
-    """Studies written before 2026-12-02 hashed every train key (and, earlier still, had no log_cache_mb): the same
-    settings resume, and the identity is written anew; other settings are still refused."""
+def test_a_setting_added_to_xmask_since_a_study_was_made_is_no_difference_at_its_default(tmp_path):
+    """As a run resumes: a study written before ``train.skip_nonfinite`` existed goes on when this process leaves
+    it at its default, and is refused when it does not."""
     from xmask_cli.errors import UsageError
 
     folder = tmp_path / "s"
     folder.mkdir()
-    new = dict(_open(folder, []).user_attrs["xmask"])
-    old = _digest_before_2026_12_02(C.resolve("mutag", TINY), drop_cache_key)
-    assert old != new["config_sha256"]
     url = f"sqlite:///{folder / 'study.db'}"
-    optuna.load_study(study_name="s", storage=url).set_user_attr("xmask", {**new, "config_sha256": old})
+    now = _open(folder, []).user_attrs["xmask"]
+    assert now["config"]["train"]["skip_nonfinite"] is False  # the schema's default
+    older = json.loads(json.dumps(now))
+    del older["config"]["train"]["skip_nonfinite"]
+    optuna.load_study(study_name="s", storage=url).set_user_attr("xmask", older)
+    with pytest.raises(UsageError, match=r"was made with another train\.skip_nonfinite \("):
+        _open(folder, ["train.skip_nonfinite=true"])
+    assert _open(folder, []).user_attrs["xmask"] == now  # written anew in today's form
+
+
+@pytest.mark.parametrize("drop", [(), ("log_cache_mb",), ("loader_workers", "log_cache_mb")],
+                         ids=["every-train-key", "before-log_cache_mb", "not-saved-keys-dropped"])
+def test_a_study_made_by_an_earlier_version_resumes_and_is_restamped(tmp_path, drop):
+    """Identities written before 2026-12-02 hold a digest of the config, in one of three forms: the same settings
+    resume, and the identity is written anew; other settings are still refused."""
+    from xmask_cli.errors import UsageError
+
+    folder = tmp_path / "s"
+    folder.mkdir()
+    url = f"sqlite:///{folder / 'study.db'}"
+    new = _open(folder, []).user_attrs["xmask"]
+    old = {k: v for k, v in new.items() if k != "config"}
+    old["config_sha256"] = _digest_before_2026_12_02(C.resolve("mutag", TINY), drop)
+    optuna.load_study(study_name="s", storage=url).set_user_attr("xmask", old)
     with pytest.raises(UsageError, match="was made with another config_sha256"):  # not these settings
         _open(folder, ["train.lr=0.0123"])
-    assert optuna.load_study(study_name="s", storage=url).user_attrs["xmask"]["config_sha256"] == old
+    assert optuna.load_study(study_name="s", storage=url).user_attrs["xmask"] == old  # a refusal writes nothing
     assert _open(folder, []).user_attrs["xmask"] == new
     assert optuna.load_study(study_name="s", storage=url).user_attrs["xmask"] == new

@@ -63,7 +63,7 @@ def check_resumable(run: RunDir, saved: dict[str, Any], now: dict[str, Any]) -> 
     # The preset's tune: section (a search space) does not change what a run trains.
     diff = [k for k in config_diff(norm(saved), norm(now))
             if k not in RESUME_MAY_DIFFER and not k.startswith("config.tune")
-            and not _new_setting_at_default(k, saved, now)]
+            and not new_setting_at_default(k, saved, now)]
     if diff:
         shown = ", ".join(diff[:8]) + (f" and {len(diff) - 8} more" if len(diff) > 8 else "")
         raise UsageError(f"cannot resume {run.path}: the resolved config differs from the run's in {shown}; "
@@ -78,7 +78,7 @@ def _lookup(tree: Any, key: str) -> Any:
     return tree
 
 
-def _new_setting_at_default(key: str, saved: dict[str, Any], now: dict[str, Any]) -> bool:
+def new_setting_at_default(key: str, saved: dict[str, Any], now: dict[str, Any]) -> bool:
     """A setting added to xmask after the run was written (absent from its config) that this run
     leaves at its default: no difference, so older runs still resume."""
     if _lookup(saved, key) is not _MISSING:

@@ -100,8 +100,31 @@ def study_dir(cfg: Config, opts: TuneOptions) -> tuple[str, Path]:
     return name, Path(opts.runs_dir or cfg.run.root) / name
 
 
+#: Config keys that do not change a trial's numbers: what the preset says of itself, where the data sits (as a
+#: run resumes elsewhere), and the ``train`` keys only the tasks read (``TrainConfig.NOT_SAVED``).
+_NOT_IDENTITY = ("description", "data.root", *(f"train.{k}" for k in sorted(TrainConfig.NOT_SAVED)))
+
+
+def _search_config(cfg: Config) -> dict[str, Any]:
+    """The resolved config as a study remembers it: less ``tune`` (the space is kept apart), ``run`` and
+    :data:`_NOT_IDENTITY`."""
+    base = {k: v for k, v in cfg.to_dict().items() if k not in ("tune", "run")}
+    for key in _NOT_IDENTITY:
+        section, _, leaf = key.partition(".")
+        (base[section] if leaf else base).pop(leaf or section, None)
+    return base
+
+
+def _identity(cfg: Config, params: list[Param], opts: TuneOptions, metric: str) -> dict[str, Any]:
+    """What makes two processes' studies the same search: the preset (space apart), space, seeds, metric."""
+    identity = {"config": _search_config(cfg), "space": {p.key: p.to_dict() for p in params},
+                "seeds": list(opts.seeds), "metric": metric}
+    return json.loads(json.dumps(identity))  # as the storage gives it back (tuples become lists)
+
+
 def _config_digest(cfg: Config, drop: frozenset[str]) -> str:
-    """sha256 (16 hex digits) of the resolved config less ``tune``, ``run`` and the ``train`` keys in ``drop``."""
+    """``config_sha256`` as xmask wrote it before 2026-12-02 (a digest, not the config): the resolved config
+    less ``tune``, ``run`` and the ``train`` keys in ``drop``."""
     base = cfg.to_dict()
     base.pop("tune")
     base.pop("run")
@@ -109,18 +132,23 @@ def _config_digest(cfg: Config, drop: frozenset[str]) -> str:
     return hashlib.sha256(json.dumps(base, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _identity(cfg: Config, params: list[Param], opts: TuneOptions, metric: str) -> dict[str, Any]:
-    """What makes two processes' studies the same search: the preset (space apart), space, seeds, metric. Keys
-    that do not change a run's numbers (``train.loader_workers``, ``train.log_cache_mb``) are left out, so a
-    study goes on under other loader or cache settings, as a run resumes under them."""
-    return {"config_sha256": _config_digest(cfg, TrainConfig.NOT_SAVED), "space": {p.key: p.to_dict() for p in params},
-            "seeds": list(opts.seeds), "metric": metric}
-
-
 def _earlier_digests(cfg: Config) -> set[str]:
-    """``config_sha256`` as versions before 2026-12-02 wrote it for this config: every ``train`` key, with and
-    without ``log_cache_mb`` (added on 2026-12-02), so their studies still resume."""
-    return {_config_digest(cfg, frozenset()), _config_digest(cfg, frozenset({"log_cache_mb"}))}
+    """This config's ``config_sha256`` in each form earlier versions wrote: every ``train`` key, without
+    ``log_cache_mb`` (added 2026-12-02), and without the ``NOT_SAVED`` keys (2026-12-02, for a few hours)."""
+    return {_config_digest(cfg, drop) for drop in (frozenset(), frozenset({"log_cache_mb"}), TrainConfig.NOT_SAVED)}
+
+
+def _identity_diff(saved: dict[str, Any], identity: dict[str, Any], earlier: set[str] | frozenset[str]) -> list[str]:
+    """Where a study's saved identity differs from this process's (``[]``: the same search). Config keys are
+    compared as a run's resume compares them: a setting added to xmask since, left at its default, is no
+    difference. An identity from before 2026-12-02 holds a digest, which must be one of ``earlier``."""
+    from xmask_cli.engine.resume import config_diff, new_setting_at_default
+
+    diff = [k for k in ("space", "seeds", "metric") if saved.get(k) != identity[k]]
+    if "config" not in saved:
+        return (["config_sha256"] if saved.get("config_sha256") not in earlier else []) + diff
+    was, now = {"config": saved["config"]}, {"config": identity["config"]}
+    return [k.removeprefix("config.") for k in config_diff(was, now) if not new_setting_at_default(k, was, now)] + diff
 
 
 @contextlib.contextmanager
@@ -177,15 +205,13 @@ def _open_study(name: str, url: str, direction: str, identity: dict[str, Any], o
                                     sampler=_sampler(opts.sampler_seed, 0), pruner=make_pruner(opts.pruner),
                                     load_if_exists=True)
         saved = study.user_attrs.get("xmask")
-        if saved is not None and saved != identity and saved.get("config_sha256") in earlier \
-                and {**saved, "config_sha256": identity["config_sha256"]} == identity:
-            saved = None  # an earlier version's digest of the same settings: written anew in today's form
-        if saved is None:
-            study.set_user_attr("xmask", identity)
-        elif saved != identity:
-            diff = [k for k in identity if saved.get(k) != identity.get(k)]
-            raise UsageError(f"study '{name}' in {url} was made with another {', '.join(diff)} (preset, tune space, "
+        diff = [] if saved is None else _identity_diff(saved, identity, earlier)
+        if diff:
+            shown = ", ".join(diff[:8]) + (f" and {len(diff) - 8} more" if len(diff) > 8 else "")
+            raise UsageError(f"study '{name}' in {url} was made with another {shown} (preset, tune space, "
                              f"--seeds or metric); use the same settings, or another --study")
+        if saved != identity:  # new, or the same search in an earlier version's form: written in today's
+            study.set_user_attr("xmask", identity)
         if study.direction.name.lower() != direction:
             raise UsageError(f"study '{name}' in {url} {study.direction.name.lower()}s; this metric needs {direction}")
     return study, storage
