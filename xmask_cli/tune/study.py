@@ -232,13 +232,18 @@ def _fail_stale(study: Any, storage: Any, log: Callable[[str], None]) -> int:
     return len(stale)
 
 
+def _interrupted(trial: Any) -> bool:
+    """A trial its process stopped (Ctrl-C, or found running at ``--resume``): failed, but not by its configuration."""
+    return str(trial.user_attrs.get("fail_reason", "")).startswith("interrupted")
+
+
 def _finished(study: Any) -> int:
     """Trials that count towards ``--trials`` under ``--resume``: complete, pruned and failed ones, except those
     a stopped process interrupted (they say nothing of their configuration; the budget is trials searched)."""
     from optuna.trial import TrialState
 
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
-    return sum(not str(t.user_attrs.get("fail_reason", "")).startswith("interrupted") for t in done)
+    return sum(not _interrupted(t) for t in done)
 
 
 def optimize(study: Any, objective: Callable[[Any], float], *, trials: int, sampler_seed: int = 0,
@@ -325,7 +330,7 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
         _fail_stale(study, storage, log)
         done = _finished(study)
         todo = max(0, opts.trials - done)
-        cut = sum(str(t.user_attrs.get("fail_reason", "")).startswith("interrupted") for t in study.trials)
+        cut = sum(_interrupted(t) for t in study.trials)
         log(f"study '{name}': {done} finished trial(s){f' and {cut} interrupted (not counted)' if cut else ''}; "
             f"running {todo} more to reach {opts.trials}")
     else:
