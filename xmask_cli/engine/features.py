@@ -6,7 +6,7 @@ Example::
     x = one_hot_degree(train_edge_index, n)        # a featureless edge file, training edges only
     xs, s = input_features(graphs, "degree+rwse", cache_path)   # [n_g, F + s] per graph (model.node_struct)
 
-``model.node_struct`` (issue 10 §6) appends structural columns to the node
+``model.node_struct`` appends structural columns to the node
 features: softmax attention averages over neighbours, so with categorical
 features alone (MUTAG's atom types) the model cannot count them. ``degree`` is
 the one-hot degree of the symmetrised simple graph (the graph the structure is

@@ -5,8 +5,7 @@ either dense ``[B, H, N, N]`` (padded graph batches) or sparse ``[E, H]``
 (one value per attended pair). How the term is scaled is the attention's
 business (``mask_scale``), not the bias's.
 
-Outside the support (``outside_support``, README "Attention paths and what
-'outside the support' means"): under ``'hard'`` (default) a pair whose stored
+Outside the support (``outside_support``, docs/attention-paths.md): under ``'hard'`` (default) a pair whose stored
 ``Â^{k_h}_ij`` is 0 gets ``-inf`` for head ``h``, the ``eps -> 0`` limit of
 Eq. 9, so every attention path (dense grid, sparse pairs, partitions) gives
 the same numbers; under ``'eps'`` it gets ``log(0 + eps)``, the literal dense

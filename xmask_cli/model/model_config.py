@@ -99,7 +99,7 @@ class ModelConfig(ModelSection):
             head fed inputs of tens to hundreds is trained at that many times the
             learning rate (Adam steps each weight by ~lr, the pre-activation moves
             by ~lr x the input's L1 norm), which kills its ReLUs and collapses
-            the output to a constant (issue 10 §6). The scale is a fixed number,
+            the output to a constant. The scale is a fixed number,
             not a statistic of the batch: a graph's output never depends on its
             batch, and the sum keeps its count information.
         task: ``'graph'`` (one output per graph), ``'node'`` (one per node), ``'link'``

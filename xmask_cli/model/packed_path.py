@@ -1,4 +1,4 @@
-"""The packed graph-level path of :class:`~xmask_cli.model.network.XMaskNet` (issue 12 §3).
+"""The packed graph-level path of :class:`~xmask_cli.model.network.XMaskNet`.
 
 A mixin, so the one model keeps one class: token-wise layers on the real rows of
 a padded batch only, attention per group of similar-sized graphs. It reads the

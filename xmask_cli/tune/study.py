@@ -318,7 +318,7 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
     params = check_space(cfg, full=True)
     if not params:
         raise UsageError("the preset has no tune: section (the search space); add one, e.g. "
-                         "tune: {train.lr: {float: [1.0e-4, 1.0e-2], log: true}} (see README, `xmask tune`)")
+                         "tune: {train.lr: {float: [1.0e-4, 1.0e-2], log: true}} (see docs/tune.md)")
     level, metric = check_config(cfg)
     name, folder = study_dir(cfg, opts)
     url = opts.storage or f"sqlite:///{folder.resolve() / 'study.db'}"

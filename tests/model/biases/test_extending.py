@@ -1,6 +1,6 @@
-"""The README's "Extending xmask" example, run as written: one bias file plus one registry line.
+"""The "Extending xmask" example of docs/extending.md, run as written: one bias file plus one registry line.
 
-The two code blocks are read from README.md (so the documentation cannot drift from what
+The two code blocks are read from docs/extending.md (so the documentation cannot drift from what
 works), the bias is registered in :data:`xmask_cli.model.biases.BIASES` for the test, and the
 logits of a forward pass are checked against numpy on hand-made graphs.
 """
@@ -19,12 +19,12 @@ from xmask_cli.model.bias_stack import BiasSpec
 from xmask_cli.model.biases import BIASES, BiasEntry
 from xmask_cli.model.network import ModelConfig, XMaskNet, head_labels
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+EXTENDING = Path(__file__).resolve().parents[3] / "docs" / "extending.md"
 
 
 def readme_example() -> tuple[str, str]:
-    """The bias file and the registry line of the README's "Extending xmask" section."""
-    section = README.read_text().split("## Extending xmask", 1)[1].split("\n## ", 1)[0]
+    """The bias file and the registry line of docs/extending.md (its text before the first ``##`` heading)."""
+    section = EXTENDING.read_text().split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     assert len(blocks) == 2, "the section should hold the bias file and its registry line"
     return blocks[0], blocks[1].strip()
@@ -32,7 +32,7 @@ def readme_example() -> tuple[str, str]:
 
 @pytest.fixture
 def neighbour(monkeypatch: pytest.MonkeyPatch) -> type:
-    """Registers the README's bias under ``neighbour``; returns its class."""
+    """Registers the documented bias under ``neighbour``; returns its class."""
     source, line = readme_example()
     ns: dict = {"__name__": "neighbour_example"}
     exec(compile(source, "neighbour.py", "exec"), ns)

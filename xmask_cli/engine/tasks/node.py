@@ -15,7 +15,7 @@ Four ways to batch one graph, all reading the structure from the cache
   evaluation runs every node as a query;
 * ``partition``: METIS parts from the cache, attention over the cached pairs
   inside a part only (sparse path), so memory is bounded by the part size;
-  cross-part pairs are lost (an option, no longer a default); plain heads
+  cross-part pairs are lost (an option, not the default); plain heads
   attend over every node of the part.
 
 ``auto`` picks ``full`` up to ``dense_max_nodes`` nodes and ``query`` above

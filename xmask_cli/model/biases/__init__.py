@@ -4,8 +4,8 @@
 names an entry, and the model (which module to build), the engine (which cache
 section batches carry), ``ablate`` (the ``no-<bias>`` variant) and figures (the
 head labels) read it from there. Adding a bias is one file in this folder (a
-:class:`~xmask_cli.model.biases.base.LearnedBias`) plus one line below; see the
-README, "Extending xmask".
+:class:`~xmask_cli.model.biases.base.LearnedBias`) plus one line below; see
+docs/extending.md.
 
 Each module serves ``num_heads`` heads (a subset of the attention's heads;
 :class:`~xmask_cli.model.bias_stack.BiasStack` places them) and reads one kind

@@ -1,0 +1,102 @@
+"""The documentation holds together: local links resolve, the README stays short, no history in it,
+and the README's two commands are the ones CI runs.
+
+Why: README.md, docs/*.md and benchmarks/README.md are what a newcomer reads; a link that points
+nowhere, an issue number nobody outside the project has, or a first command that CI no longer runs
+are each a broken promise that no other test would notice.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+PAGES = [README, ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+#: History wording that belongs in CHANGELOG.md / benchmarks/HISTORY.md, never in the docs.
+HISTORY = re.compile(r"issue [0-9]+|issues? #?[0-9]|before this change|§", re.IGNORECASE)
+#: Inline Markdown links ``[text](target)``; images too. Code spans are removed first.
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
+CODE_SPAN = re.compile(r"`[^`\n]*`")
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)
+
+
+def _prose(text: str) -> str:
+    """The text without fenced blocks and code spans (a link there is an example, not a link)."""
+    return CODE_SPAN.sub("", FENCE.sub("", text))
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = CODE_SPAN.sub(lambda m: m.group(0)[1:-1], heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    """Every heading anchor of a Markdown file (outside fenced blocks)."""
+    text = FENCE.sub("", path.read_text())
+    return {_anchor(m.group(1)) for m in re.finditer(r"^#{1,6}\s+(.*)$", text, flags=re.M)}
+
+
+def test_anchor_rule_on_hand_made_headings() -> None:
+    """The anchor rule as GitHub renders it, on headings worked by hand."""
+    assert _anchor("Hyper-parameter search (`xmask tune`)") == "hyper-parameter-search-xmask-tune"
+    assert _anchor('Attention paths and what "outside the support" means') == \
+        "attention-paths-and-what-outside-the-support-means"
+    assert _anchor("Graph-level batches, packed or padded") == "graph-level-batches-packed-or-padded"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_local_links_resolve(page: Path) -> None:
+    """Every link to a local file (and its #anchor, for Markdown targets) points at something that exists."""
+    broken = []
+    for target in LINK.findall(_prose(page.read_text())):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
+            continue
+        path, _, anchor = unquote(target).partition("#")
+        dest = (page.parent / path).resolve() if path else page
+        if not dest.exists():
+            broken.append(f"{target} (no {dest.relative_to(ROOT) if dest.is_relative_to(ROOT) else dest})")
+        elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
+            broken.append(f"{target} (no heading #{anchor})")
+    assert not broken, f"{page.relative_to(ROOT)}: broken links: {broken}"
+
+
+def test_readme_is_short() -> None:
+    """The README is the entry page: at most 350 lines, the deep topics live in docs/."""
+    lines = README.read_text().count("\n")
+    assert lines <= 350, f"README.md has {lines} lines; move the deep topic to docs/"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_history_in_docs(page: Path) -> None:
+    """No issue numbers and no change history: that goes to CHANGELOG.md or benchmarks/HISTORY.md."""
+    hits = [f"{i}: {line.strip()[:90]}" for i, line in enumerate(page.read_text().splitlines(), 1)
+            if HISTORY.search(line)]
+    assert not hits, f"{page.relative_to(ROOT)}: history wording: {hits}"
+
+
+def test_history_pattern_catches_history() -> None:
+    """The pattern above flags what it should and leaves plain prose alone."""
+    assert HISTORY.search("as measured in issue 10") and HISTORY.search("see §6")
+    assert HISTORY.search("Issues #12 and 13") and HISTORY.search("before this change the cache")
+    assert not HISTORY.search("paper 000, Sec. 5.1.1; 12 issues of a journal")
+
+
+def test_readme_commands_are_the_ci_commands() -> None:
+    """The README's two commands, at its top, install and run what .ci/run installs and runs."""
+    text = README.read_text()
+    block = re.search(r"^```bash\n(.*?)^```", text, flags=re.S | re.M)
+    assert block and text.index(block.group(0)) < 40, "the two commands open the README"
+    commands = [line for line in block.group(1).splitlines() if line and not line.startswith("#")]
+    assert len(commands) == 2
+    first, second = (c.split(" && ") for c in commands)
+    assert first[-3:] == ["pip install torch==2.13.0", "pip install .", "xmask train --preset graph-level"]
+    assert second[-3:] == ["pip install torch==2.13.0", 'pip install ".[test]"', "python -m pytest tests"]
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    ci_steps = [re.sub(r"\s--quiet\b", "", line).strip() for line in ci if line.startswith(("pip ", "python -m"))]
+    assert ci_steps == ["pip install torch==2.13.0", "pip install .", 'pip install ".[test]"', "python -m pytest tests"]
