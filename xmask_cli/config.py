@@ -187,6 +187,9 @@ class TrainSection:
     log_cache_mb: int = 512  # graph level, packed layout: MB of per-graph log-masks each stream keeps (0: none)
     skip_nonfinite: bool = False  # skip batches with a non-finite loss or gradient instead of stopping (exit 7)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # autocast dtype of forwards; fp16 adds a grad scaler
+    # extra loggers beside metrics.jsonl and curves.png; tensorboard: event files in the run folder
+    # (pip install "xmask[tensorboard]")
+    loggers: list[Literal["tensorboard"]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -226,7 +226,8 @@ def _digest_before_2026_12_02(cfg, drop: tuple[str, ...]) -> str:
     import hashlib
 
     base = {k: v for k, v in cfg.to_dict().items() if k not in ("tune", "run")}
-    base["train"] = {k: v for k, v in base["train"].items() if k not in drop}
+    # train.loggers came after every digest form: no earlier version's digest held it.
+    base["train"] = {k: v for k, v in base["train"].items() if k not in (*drop, "loggers")}
     return hashlib.sha256(json.dumps(base, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -25,6 +25,7 @@ def train(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run folders' previous runs (without it an existing run is refused).")] = False,
     runs_dir: Annotated[Optional[Path], typer.Option("--runs-dir", help="Root of run folders [default: the preset's run.root, ./runs].", show_default=False)] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Run name: `runs/<name>/<seed>/` [default `<dataset>-<level>`].", show_default=False)] = None,
+    logger: Annotated[Optional[list[str]], typer.Option("--logger", help="Extra logger, repeatable: tensorboard (event files in each run folder; pip install \"xmask[tensorboard]\"). Same as --set train.loggers=[tensorboard].", show_default=False)] = None,
     data_root: DataRootOpt = None,
     cache_dir: CacheDirOpt = None,
     offline: OfflineOpt = False,
@@ -36,7 +37,9 @@ def train(
     cache is read (and prepared first when missing). Early stopping and the
     restored checkpoint are chosen on validation only; test is reported.
     Each run writes `runs/<name>/<seed>/`: config.json (resolved), metrics.jsonl,
-    best.pt, last.pt, summary.json. A folder holding a run is refused unless
+    best.pt, last.pt, summary.json, curves.png (loss and metrics per epoch, the
+    selected epoch marked; also written when a run stops early on Ctrl-C or a
+    diverged loss). A folder holding a run is refused unless
     --resume or --overwrite is given; a folder is locked while a run writes it.
 
     Examples:
@@ -52,6 +55,8 @@ def train(
         xmask train --preset edge-regression --set edge.file=flights.csv
 
         xmask train --preset graph-level --seeds 0-4 --resume
+
+        xmask train --preset node-level --dataset cora --logger tensorboard
     """
     from xmask_cli import config as C
     from xmask_cli.engine.experiment import parse_seeds, resolve_device, train_seeds
@@ -69,6 +74,8 @@ def train(
     preset, overrides = run_preset(preset, dataset, set_)
     if name is not None:
         overrides.append(f"run.name={name}")
+    if logger:
+        overrides.append(f"train.loggers=[{','.join(logger)}]")
     cfg = C.resolve(preset, overrides)
     dev = resolve_device(device)
     tty_bar = not (out.json or out.quiet) and sys.stderr.isatty()

@@ -391,9 +391,11 @@ def train_seeds(
     """
     from xmask_cli.engine import distributed
     from xmask_cli.engine.loop import train_task
+    from xmask_cli.engine.watch import check_loggers
 
     if resume and overwrite:
         raise UsageError("give --resume or --overwrite, not both")
+    check_loggers(cfg.train.loggers)  # a missing logger fails before any data is loaded
     level, _ = check_config(cfg)
     root = Path(run_root or cfg.run.root) / run_name(cfg, level)
     summaries, run_dirs = [], [RunDir(root / str(seed)) for seed in seeds]

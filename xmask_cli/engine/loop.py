@@ -10,6 +10,7 @@ restored state, and only reported.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -27,6 +28,7 @@ from xmask_cli.engine.metrics import HIGHER_IS_BETTER
 from xmask_cli.engine.precision import autocast, check_precision, grad_scaler
 from xmask_cli.engine.resume import check_resumable, rng_state, set_rng_state
 from xmask_cli.engine.runs import RunDir
+from xmask_cli.engine.watch import RunWatch
 from xmask_cli.errors import DivergedError, UsageError
 
 if TYPE_CHECKING:
@@ -55,7 +57,7 @@ class TrainConfig(TrainSection):
     device: str = "cpu"
 
     #: Section keys only the tasks read (they do not change a run's numbers): not saved in ``config.json``'s ``train``.
-    NOT_SAVED: ClassVar[frozenset[str]] = frozenset({"loader_workers", "log_cache_mb"})
+    NOT_SAVED: ClassVar[frozenset[str]] = frozenset({"loader_workers", "log_cache_mb", "loggers"})
 
     @classmethod
     def from_section(cls, section: TrainSection, *, seed: int, device: str) -> "TrainConfig":
@@ -175,6 +177,9 @@ def fit(
         parts: the parts scored on the restored best state and reported in ``summary["metrics"]``;
             ``xmask tune`` leaves ``test`` out so a search never reads the test split.
 
+    The run folder also gets ``curves.png`` when training ends, however it ends (a finished run, Ctrl-C, a
+    diverged loss), and TensorBoard events with ``train_cfg.loggers`` (:class:`~xmask_cli.engine.watch.RunWatch`).
+
     Raises:
         ValueError: ``epochs < 1``, or ``parts`` without ``val`` or with an unknown part.
         DivergedError: a non-finite loss or gradient norm (unless
@@ -183,12 +188,36 @@ def fit(
             ``overwrite`` is given, or ``resume`` finds a run whose config differs
             in anything but the epoch budget (the message names the keys).
     """
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    if not distributed.world().main:  # only rank 0 writes the run folder
+        return _fit(task, model, train_cfg, run, model_config=model_config, extra_config=extra_config,
+                    resume=resume, overwrite=overwrite, log=log, parts=parts)
+    watch = RunWatch(run, train_cfg.loggers)
+
+    def logged(row: dict[str, Any]) -> None:
+        watch.epoch(row)
+        log(row)
+
+    try:
+        summary = _fit(task, model, train_cfg, run, model_config=model_config, extra_config=extra_config,
+                       resume=resume, overwrite=overwrite, log=logged, parts=parts)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the figure is a courtesy: never mask the real error
+            watch.close()
+        raise
+    watch.close(summary)
+    return summary
+
+
+def _fit(task: Task, model: torch.nn.Module, train_cfg: TrainConfig, run: RunDir, *, model_config: dict[str, Any],
+         extra_config: dict[str, Any] | None, resume: bool, overwrite: bool,
+         log: Callable[[dict[str, Any]], None], parts: tuple[str, ...]) -> dict[str, Any]:
+    """:func:`fit`'s training, without the run folder's figures and loggers."""
     if train_cfg.epochs < 1:
         raise ValueError(f"epochs must be >= 1, got {train_cfg.epochs}")
     check_precision(train_cfg.precision, train_cfg.device)
     if "val" not in parts or not set(parts) <= set(PARTS):
         raise ValueError(f"parts must include 'val' and lie in {PARTS}, got {parts}")
-    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
     metric = task.metric
     higher = HIGHER_IS_BETTER[metric]
 
@@ -311,6 +340,7 @@ def fit(
             continue
         row = {"epoch": epoch, "loss": total / max(count, 1), "lr": lr, f"val_{metric}": val,
                "best_epoch": best_epoch, "train_s": round(epoch_s, 4),
+               "epoch_s": round(time.perf_counter() - t_epoch, 4),  # training pass + validation
                "input_stall": round(waited[0] / epoch_s, 4) if epoch_s > 0 else 0.0}
         if skipped:
             row["skipped_batches"] = skipped

@@ -7,6 +7,8 @@ A run lives in ``runs/<name>/<seed>/``::
     last.pt         everything needed to continue a killed run
     best.pt         the best state by the validation metric
     summary.json    final metrics of the best state
+    curves.png      loss and metrics per epoch (written at the end, and when a run stops on an error or Ctrl-C)
+    events.out.tfevents.*  TensorBoard events (only with ``train.loggers: [tensorboard]``)
     .lock           held (``fcntl.flock``) by the process writing the run; holds its pid
 
 Checkpoints hold tensors and plain Python values only, so they load with
@@ -31,10 +33,11 @@ import torch
 
 from xmask_cli.errors import RunNotFoundError, UsageError, first_line
 
-__all__ = ["RunDir", "aggregate", "write_json", "write_text", "TIMING_KEYS", "input_stall", "without_timing"]
+__all__ = ["RunDir", "aggregate", "write_bytes", "write_json", "write_text", "TIMING_KEYS", "input_stall",
+           "without_timing"]
 
 #: Keys of a metrics row that are wall-clock measurements (never reproducible, so resume checks leave them out).
-TIMING_KEYS = ("train_s", "input_stall")
+TIMING_KEYS = ("train_s", "epoch_s", "input_stall")
 
 
 def without_timing(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -82,6 +85,11 @@ def write_text(path: Path, text: str) -> None:
     _atomic_write(Path(path), lambda f: f.write(text.encode()))
 
 
+def write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` atomically (temp file, then rename): a figure, for instance."""
+    _atomic_write(Path(path), lambda f: f.write(data))
+
+
 class RunDir:
     """One run folder; created on first use.
 
@@ -94,9 +102,13 @@ class RunDir:
     LAST = "last.pt"
     BEST = "best.pt"
     SUMMARY = "summary.json"
+    CURVES = "curves.png"
     LOCK = ".lock"
-    #: Every file a run writes (the lock aside), checkpoints first: removal order of :meth:`remove_run_files`.
-    FILES = (LAST, BEST, SUMMARY, METRICS, CONFIG)
+    #: TensorBoard event files (``SummaryWriter`` names them ``events.out.tfevents.<time>.<host>...``).
+    EVENTS = "events.out.tfevents.*"
+    #: Every file a run writes (the lock and events aside), checkpoints first: removal order of
+    #: :meth:`remove_run_files`.
+    FILES = (LAST, BEST, SUMMARY, CURVES, METRICS, CONFIG)
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
@@ -162,6 +174,8 @@ class RunDir:
         """
         for name in self.FILES:
             (self.path / name).unlink(missing_ok=True)
+        for p in self.path.glob(self.EVENTS):  # a replaced run's TensorBoard history goes with it
+            p.unlink(missing_ok=True)
         temp = re.compile(r"^\.(" + "|".join(re.escape(n) for n in self.FILES) + r")\..+\.tmp$")
         for p in self.path.iterdir():
             if temp.match(p.name):

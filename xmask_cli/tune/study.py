@@ -135,7 +135,10 @@ def _config_digest(cfg: Config, drop: frozenset[str]) -> str:
 def _earlier_digests(cfg: Config) -> set[str]:
     """This config's ``config_sha256`` in each form earlier versions wrote: every ``train`` key, without
     ``log_cache_mb`` (added 2026-12-02), and without the ``NOT_SAVED`` keys (2026-12-02, for a few hours)."""
-    return {_config_digest(cfg, drop) for drop in (frozenset(), frozenset({"log_cache_mb"}), TrainConfig.NOT_SAVED)}
+    # train.loggers is younger than every digest form: none of them held it.
+    forms = (frozenset({"loggers"}), frozenset({"log_cache_mb", "loggers"}),
+             frozenset({"loader_workers", "log_cache_mb", "loggers"}))
+    return {_config_digest(cfg, drop) for drop in forms}
 
 
 def _identity_diff(saved: dict[str, Any], identity: dict[str, Any], earlier: set[str] | frozenset[str]) -> list[str]:
