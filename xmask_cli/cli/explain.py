@@ -18,6 +18,9 @@ def explain(
     edge: Annotated[Optional[list[str]], typer.Option("--edge", help="U,V node pair (link, edge runs); repeatable.", show_default=False)] = None,
     image: Annotated[Optional[list[int]], typer.Option("--image", help="Test image index (image runs): the image beside each head's attention over the patch grid; repeatable.", show_default=False)] = None,
     query_patch: Annotated[Optional[int], typer.Option("--query-patch", min=0, help="Image runs: show this patch's attention row (row-major index) instead of the attention each patch receives, averaged over all queries.", show_default=False)] = None,
+    view: Annotated[str, typer.Option("--view", help="Figures: matrix (layer × kind × head grid), graph (the neighbourhood drawn node-link, one panel per head: the query's attention as node colour and arc width, hop colouring) or all.")] = "all",
+    query: Annotated[Optional[int], typer.Option("--query", min=0, help="Graph view: the node whose attention is drawn [default: node 0 of a graph, the --node itself, U of --edge U,V].", show_default=False)] = None,
+    layer: Annotated[Optional[int], typer.Option("--layer", min=0, help="Graph view: the layer drawn [default: the last].", show_default=False)] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Output folder [default `maps/<name>-<seed>`].", show_default=False)] = None,
     max_nodes: Annotated[int, typer.Option("--max-nodes", min=2, help="Largest map kept; bigger targets are cropped to the closest nodes (and say so).")] = 64,
     device: DeviceOpt = "auto",
@@ -31,15 +34,21 @@ def explain(
     For every layer and head: the energy q·k/√d_h, the structural term as it
     enters the logits, their sum, and the attention after softmax, with the
     node ids they refer to. Writes OUT/maps.h5 (one dataset per target / layer /
-    head / kind, attributes naming the head's power k and bias type) and one PNG
-    grid per target (rows layers × kinds, columns heads). Prints each head's
-    attention mass by shortest-path distance.
+    head / kind, attributes naming the head's power k and bias type), one PNG
+    grid per target (rows layers × kinds, columns heads, node ids on the axes)
+    and one graph view per target (TARGET_graph.png: the neighbourhood drawn
+    node-link, nodes coloured by hop distance from the query node, then one
+    panel per head of --layer with the query's attention to every node as node
+    colour and arc colour / width). Prints each head's attention mass by
+    shortest-path distance.
 
     Examples:
 
         xmask explain runs/proteins-graph/0 --graph 17 --out maps/
 
         xmask explain runs/cora-node/0 --node 5 --node 100 --max-nodes 48
+
+        xmask explain runs/mutag-graph/0 --graph 3 --query 7 --layer 0 --view graph
 
         xmask --format json explain runs/cora-link/0 --edge 12,345
 
@@ -54,7 +63,7 @@ def explain(
     result = explain_run(run_dir, graphs=graph or (), nodes=node or (), edges=edge or (), out_dir=folder,
                          cache_dir=resolve_cache_dir(cache_dir), data_root=data_root, device=resolve_device(device),
                          max_nodes=max_nodes, offline=True if offline else None, log=output.log,
-                         images=image or (), query_patch=query_patch)
+                         images=image or (), query_patch=query_patch, query=query, view=view.lower(), layer=layer)
 
     output.result(result, lambda con: render.human(con, result, folder))
 

@@ -39,22 +39,26 @@ head's masses are normalised to sum to 1. Distances come from the cache's SPD
 pairs, or a breadth-first search on the support of the cached ``Â^1`` when
 the cache has no SPD.
 
-Files written to ``out_dir``: ``maps.h5`` (see :func:`write_maps`) and one
-``<target>.png`` grid per target (see :func:`plot_target`).
+Files written to ``out_dir``: ``maps.h5`` (see :func:`write_maps`), one
+``<target>.png`` grid per target (see :func:`plot_target`) and one
+``<target>_graph.png`` per target: its neighbourhood drawn node-link, one panel
+per head of one layer, the attention of a query node on nodes and arcs (see
+:mod:`~xmask_cli.explain.graph_view`).
 
 Modules, one job each: :mod:`~xmask_cli.explain.record` (the forward and its
 terms), :mod:`~xmask_cli.explain.hops` (distances, crops, hop summary),
 :mod:`~xmask_cli.explain.targets` (graph / node / edge targets),
 :mod:`~xmask_cli.explain.store` (``maps.h5``), :mod:`~xmask_cli.explain.figures`
-(PNGs), :mod:`~xmask_cli.explain.image` (image-level runs) and
+(the grids), :mod:`~xmask_cli.explain.graph_view` (the node-link view), :mod:`~xmask_cli.explain.image` (image-level runs) and
 :mod:`~xmask_cli.explain.run` (:func:`explain_run`, the entry ``xmask explain`` calls).
 """
 from xmask_cli.explain.figures import plot_target, save_png
+from xmask_cli.explain.graph_view import GraphView, graph_view, plot_graph_view
 from xmask_cli.explain.hops import hop_buckets, hop_summary
 from xmask_cli.explain.record import KINDS, record_terms
 from xmask_cli.explain.run import explain_run
 from xmask_cli.explain.store import write_maps
 from xmask_cli.explain.targets import TargetMaps
 
-__all__ = ["KINDS", "TargetMaps", "explain_run", "hop_buckets", "hop_summary", "plot_target", "record_terms",
+__all__ = ["GraphView", "KINDS", "TargetMaps", "explain_run", "graph_view", "plot_graph_view", "hop_buckets", "hop_summary", "plot_target", "record_terms",
            "save_png", "write_maps"]

@@ -10,7 +10,7 @@ import numpy as np
 from xmask_cli.explain.record import KINDS
 from xmask_cli.model.model_config import head_labels
 
-__all__ = ["KIND_TITLES", "plot_image", "plot_target", "save_png"]
+__all__ = ["KIND_TITLES", "id_ticks", "plot_image", "plot_target", "save_png"]
 
 KIND_TITLES = {"energy": "energy q·k/√d", "structural": "structural term", "logits": "sum (logits)",
                "attention": "attention"}
@@ -41,11 +41,21 @@ def plot_target(t: Any, model_cfg: Any) -> tuple[Any, np.ndarray]:
                 im = ax.imshow(a, cmap="viridis", vmin=lo, vmax=hi, interpolation="nearest")
                 fig.colorbar(im, ax=ax, fraction=0.046, pad=0.02)
                 ax.set_title(f"L{l} {KIND_TITLES[kind]} · head {h} · {labels[l][h]}", fontsize=7)
-                ax.set_xticks([])
-                ax.set_yticks([])
-    fig.suptitle(f"{t.describe()} (rows/cols: node ids {'closest first' if t.kind != 'graph' else 'in order'})",
-                 fontsize=9)
+                id_ticks(ax, t.node_ids)
+    fig.suptitle(f"{t.describe()} (rows: query, cols: key; node ids "
+                 f"{'closest first' if t.kind != 'graph' else 'in order'})", fontsize=9)
     return fig, axes
+
+
+def id_ticks(ax: Any, node_ids: np.ndarray, most: int = 24) -> None:
+    """Node ids on both axes of a map panel: every one up to ``most`` nodes, else every k-th (k = ceil(m/most))."""
+    m = len(node_ids)
+    step = max(1, -(-m // most))
+    at = np.arange(0, m, step)
+    names = [str(int(node_ids[i])) for i in at]
+    ax.set_xticks(at, names, fontsize=5, rotation=90)
+    ax.set_yticks(at, names, fontsize=5)
+    ax.tick_params(length=1.5, pad=1)
 
 
 def plot_image(image: np.ndarray, maps: list[np.ndarray], cls: list[np.ndarray], labels: list[list[str]],
@@ -82,11 +92,11 @@ def plot_image(image: np.ndarray, maps: list[np.ndarray], cls: list[np.ndarray],
     return fig
 
 
-def save_png(fig: Any, path: Path) -> Path:
+def save_png(fig: Any, path: Path, dpi: int = 80) -> Path:
     """Write a figure as PNG under a temporary name, then rename: no half-written figure."""
     tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}.png")
     try:
-        fig.savefig(tmp, dpi=80)
+        fig.savefig(tmp, dpi=dpi)
         os.replace(tmp, path)
     finally:
         if tmp.exists():

@@ -1,7 +1,8 @@
 """``explain_run``: the library entry of ``xmask explain`` (checks, loads the run, records, writes, plots).
 
-Files written to ``out_dir``: ``maps.h5`` (see :func:`~xmask_cli.explain.store.write_maps`) and one
-``<target>.png`` grid per target (see :func:`~xmask_cli.explain.figures.plot_target`).
+Files written to ``out_dir``: ``maps.h5`` (see :func:`~xmask_cli.explain.store.write_maps`), one
+``<target>.png`` grid per target (see :func:`~xmask_cli.explain.figures.plot_target`) and one
+``<target>_graph.png`` graph view per target (see :mod:`~xmask_cli.explain.graph_view`).
 """
 from __future__ import annotations
 
@@ -13,13 +14,17 @@ from typing import Any
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.errors import UsageError
 from xmask_cli.explain.figures import plot_target, save_png
+from xmask_cli.explain.graph_view import graph_view, plot_graph_view
 from xmask_cli.explain.hops import DEFAULT_MAX_DISTANCE, hop_buckets, hop_summary
 from xmask_cli.explain.record import SingleGraph
 from xmask_cli.explain.store import write_maps
 from xmask_cli.explain.targets import TargetMaps, explain_graph, explain_nodes, parse_edge, target_dict
 from xmask_cli.model.model_config import effective_powers, head_labels
 
-__all__ = ["explain_run"]
+__all__ = ["VIEWS", "explain_run"]
+
+#: Figure sets of ``--view``.
+VIEWS = ("all", "matrix", "graph")
 
 
 def explain_run(
@@ -37,6 +42,9 @@ def explain_run(
     log: Callable[[str], None] = lambda m: None,
     images: Sequence[int] = (),
     query_patch: int | None = None,
+    query: int | None = None,
+    view: str = "all",
+    layer: int | None = None,
 ) -> dict[str, Any]:
     """Record, save and plot the attention terms of a run's best checkpoint on the given targets.
 
@@ -52,11 +60,17 @@ def explain_run(
         log: progress lines.
         images: test-image indices (image-level runs; see :mod:`xmask_cli.explain.image`).
         query_patch: image runs: one query patch's attention row instead of the mean over queries.
+        query: the graph view's query node (default: node 0 of a graph, the node of a node target, ``u`` of an
+            edge ``u,v``); on a graph larger than ``max_nodes`` the crop is centred on it.
+        view: which figures: ``matrix`` (the layer × kind × head grid), ``graph`` (the neighbourhood drawn
+            node-link, see :mod:`~xmask_cli.explain.graph_view`) or ``all``; ``maps.h5`` is written for each.
+        layer: the layer the graph view draws (default: the last one).
 
     Returns:
         JSON-able ``{"run_dir", "dataset", "level", "seed", "targets": [{"name", "kind", "target",
         "num_nodes", "cropped", "cropped_from", "node_ids", "query_nodes", "hop_summary"}],
-        "files": {"maps": path, "figures": {name: path}}, "hop_buckets": [...],
+        "graph_view": {"query", "layer", "figure"}}],
+        "files": {"maps": path, "figures": {name: path}, "graph_figures": {name: path}}, "hop_buckets": [...],
         "hop_summary": {"layer_0": {"head_0": {"k": 1, "mass": {"0": .., ..., "unreachable": ..}}}}}``.
 
     Raises:
@@ -84,6 +98,11 @@ def explain_run(
                          f"run takes --image I only")
     if query_patch is not None and target != "image":
         raise UsageError("--query-patch is for image-level runs (with --image I)")
+    if view not in VIEWS:
+        raise UsageError(f"--view {view}: expected one of {', '.join(VIEWS)}")
+    if target == "image" and (view == "graph" or query is not None or layer is not None):
+        raise UsageError("--view graph, --query and --layer are for graph, node and edge targets; image runs take "
+                         "--query-patch")
     if target == "image":
         from xmask_cli.explain.image import explain_images
 
@@ -106,6 +125,9 @@ def explain_run(
     if saved.get("model", {}).get("experts"):
         raise UsageError(f"{run_dir} uses M3Dphormer attention experts: explain records single-attention heads; "
                          f"read the per-token routing with XMaskNet.routing_weights instead")
+    layers = int(saved.get("model", {}).get("layers", 1))
+    if layer is not None and not 0 <= layer < layers:
+        raise UsageError(f"--layer {layer}: the run's model has layers 0..{layers - 1}")
     exp, task, model = load_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
                                 device=device, log=log)
     level, seed, model_cfg = exp.level, int(saved["train"]["seed"]), model.cfg
@@ -119,7 +141,7 @@ def explain_run(
             if not 0 <= g < count:
                 raise UsageError(f"--graph {g}: out of range, {exp.dataset} has graphs 0..{count - 1}")
         for g in graphs:
-            t, d_max = explain_graph(model, task, g, max_nodes)
+            t, d_max = explain_graph(model, task, g, max_nodes, query)
             results.append(t)
             log(f"recorded {t.describe()}")
     else:
@@ -133,7 +155,7 @@ def explain_run(
                 raise UsageError(f"--edge {u},{v}: out of range, the graph has nodes 0..{n - 1}")
         targets = [("node", [i]) for i in nodes] + [("edge", list(e)) for e in pairs]
         for kind, centre in targets:
-            t, d_max = explain_nodes(model, source, kind, centre, max_nodes)
+            t, d_max = explain_nodes(model, source, kind, centre, max_nodes, query)
             results.append(t)
             log(f"recorded {t.describe()}")
 
@@ -146,10 +168,19 @@ def explain_run(
     ks, labels = effective_powers(model_cfg), head_labels(model_cfg)
     summary = hop_summary(results, ks, labels, buckets)
     maps_path = write_maps(out / "maps.h5", results, model_cfg, {**meta, "hop_summary": summary})
-    figures = {}
+    figures, graph_figures, rows = {}, {}, []
+    shown = len(results[0].maps) - 1 if layer is None else layer
     for t in results:
-        fig, _ = plot_target(t, model_cfg)
-        figures[t.name] = str(save_png(fig, out / f"{t.name}.png"))
-    return {**meta, "targets": [target_dict(t, ks, labels, buckets) for t in results],
-            "files": {"maps": str(maps_path), "figures": figures}, "hop_buckets": buckets,
-            "hop_summary": summary}
+        row = target_dict(t, ks, labels, buckets)
+        if view in ("matrix", "all"):
+            fig, _ = plot_target(t, model_cfg)
+            figures[t.name] = str(save_png(fig, out / f"{t.name}.png"))
+        if view in ("graph", "all"):
+            fig = plot_graph_view(graph_view(t, shown), labels[shown],
+                                  f"{t.describe()} · attention of node {t.query}, layer {shown}", d_max)
+            graph_figures[t.name] = str(save_png(fig, out / f"{t.name}_graph.png", dpi=100))
+            row["graph_view"] = {"query": int(t.query), "layer": shown, "figure": graph_figures[t.name]}
+        rows.append(row)
+    return {**meta, "targets": rows,
+            "files": {"maps": str(maps_path), "figures": figures, "graph_figures": graph_figures},
+            "hop_buckets": buckets, "hop_summary": summary}

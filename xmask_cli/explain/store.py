@@ -37,7 +37,10 @@ def write_maps(path: Path, targets: Sequence[Any], model_cfg: Any, meta: dict[st
 
     Layout: ``/<target>/node_ids`` (int64 global ids of rows and columns) and
     ``/<target>/layer_<l>/head_<h>/<kind>`` (float32 ``[m, m]``, kind in
-    :data:`KINDS`). Target groups carry ``target``, ``kind``, ``cropped``,
+    :data:`KINDS`); ``/<target>/graph/edges`` (``[2, E]`` positions in ``node_ids``
+    of the structure's edges among them, the ``Â^1`` support) and
+    ``/<target>/graph/hops`` (``[m]`` hop distance from the graph view's query
+    node, attribute ``query``; ``-1`` beyond the cut-off, ``-2`` unreachable). Target groups carry ``target``, ``kind``, ``cropped``,
     ``cropped_from``, ``num_nodes`` and ``query_nodes``; every map carries
     ``k`` (the head's power of Â, 0 without the log mask), ``bias`` (the head's
     bias types, e.g. ``Â^2 + SPD``, or ``none``),
@@ -52,6 +55,9 @@ def write_maps(path: Path, targets: Sequence[Any], model_cfg: Any, meta: dict[st
         for t in targets:
             g = f.create_group(t.name)
             g.create_dataset("node_ids", data=np.asarray(t.node_ids, dtype=np.int64))
+            g.create_dataset("graph/edges", data=np.asarray(t.edges, dtype=np.int64).reshape(2, -1))
+            g.create_dataset("graph/hops", data=np.asarray(t.hops, dtype=np.int16))
+            g["graph"].attrs["query"] = int(t.query)
             g.attrs.update({"target": t.describe(), "kind": t.kind, "cropped": t.cropped,
                             "cropped_from": t.cropped_from, "num_nodes": len(t.node_ids),
                             "query_nodes": np.asarray(t.queries, dtype=np.int64)})

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from xmask_cli.errors import UsageError
+from xmask_cli.explain.graph_view import crop_edges
 from xmask_cli.explain.hops import distance_rows, hop_mass, layer_masses, neighbourhood
 from xmask_cli.explain.record import Recorded, SingleGraph, record_terms, to_numpy
 
@@ -42,6 +43,10 @@ class TargetMaps:
         maps: per layer, kind -> ``[H, m, m]`` float32.
         hop: per layer, ``[H, buckets]`` attention mass summed over the query rows.
         queries: global ids of the query rows the hop summary reads.
+        source: where the maps were cropped from (said in :meth:`describe`).
+        query: the id (as ``node_ids``) of the node whose attention the graph view draws; in ``node_ids``.
+        edges: ``[2, E]`` positions in ``node_ids`` of the structure's edges among them (``Â^1`` support, u < v).
+        hops: ``[m]`` hop distance of each node from ``query`` (``-1`` beyond the cut-off, ``-2`` unreachable).
     """
 
     name: str
@@ -53,6 +58,9 @@ class TargetMaps:
     hop: list[np.ndarray] = field(default_factory=list)
     queries: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     source: str = ""
+    query: int = 0
+    edges: np.ndarray = field(default_factory=lambda: np.zeros((2, 0), dtype=np.int64))
+    hops: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
 
     @property
     def cropped(self) -> bool:
@@ -81,18 +89,26 @@ def parse_edge(edge: Any) -> tuple[int, int]:
         raise UsageError(f"--edge {edge!r}: expected two node ids U,V such as 3,9") from None
 
 
-def explain_graph(model: Any, task: Any, g: int, max_nodes: int) -> tuple[TargetMaps, int]:
-    """Graph ``g`` of a graph-level run's test stream: ``(its maps, the SPD cut-off D)``."""
+def explain_graph(model: Any, task: Any, g: int, max_nodes: int, query: int | None = None) -> tuple[TargetMaps, int]:
+    """Graph ``g`` of a graph-level run's test stream: ``(its maps, the SPD cut-off D)``.
+
+    ``query`` (default node 0): the graph view's query node, and the centre of the crop of a graph above
+    ``max_nodes``.
+    """
     from xmask_cli.cache import StructureCache
 
     stream = task.eval_streams["test"]
     device = next(model.parameters()).device
     batch = stream.collate(np.array([g]), dense_powers=True).to(device)
     n = int(batch.mask[0].sum())
+    q = 0 if query is None else int(query)
+    if not 0 <= q < n:
+        raise UsageError(f"--query {q}: graph {g} has nodes 0..{n - 1}")
     with StructureCache(task.cache_path) as cache:
         everyone = np.arange(n)
         dist, d_max = distance_rows(cache, g, everyone)
-    sel = everyone if n <= max_nodes else neighbourhood(dist[:1], None, max_nodes)
+        sel = everyone if n <= max_nodes else neighbourhood(dist[q:q + 1], None, max_nodes)
+        edges = crop_edges(cache, g, sel)
 
     def reduce(terms: dict[str, Any]) -> tuple[dict[str, np.ndarray], np.ndarray]:
         # One layer's crop and hop mass as soon as it has run: a graph of thousands of nodes has [H, n, n]
@@ -103,14 +119,18 @@ def explain_graph(model: Any, task: Any, g: int, max_nodes: int) -> tuple[Target
     _, layers = record_terms(model, batch.x, powers=batch.powers, mask=batch.mask, extras=batch.extras,
                              reduce=reduce)
     t = TargetMaps(name=f"graph_{g}", kind="graph", spec={"graph": g}, node_ids=sel.astype(np.int64),
-                   cropped_from=n, maps=[m for m, _ in layers], queries=everyone, source="closest to node 0")
+                   cropped_from=n, maps=[m for m, _ in layers], queries=everyone, source=f"closest to node {q}",
+                   query=q, edges=edges, hops=dist[q][sel].astype(np.int16))
     t.hop = [mass for _, mass in layers]
     return t, d_max
 
 
 def explain_nodes(model: Any, source: SingleGraph, kind: str, centre: Sequence[int],
-                  max_nodes: int) -> tuple[TargetMaps, int]:
-    """A node (``centre = [i]``) or edge (``[u, v]``) target of a one-graph run: ``(its maps, D)``."""
+                  max_nodes: int, query: int | None = None) -> tuple[TargetMaps, int]:
+    """A node (``centre = [i]``) or edge (``[u, v]``) target of a one-graph run: ``(its maps, D)``.
+
+    ``query`` (default ``centre[0]``): the graph view's query node; it must lie in the target's crop.
+    """
     from xmask_cli.cache import StructureCache
 
     centre = np.asarray(centre, dtype=np.int64)
@@ -122,6 +142,13 @@ def explain_nodes(model: Any, source: SingleGraph, kind: str, centre: Sequence[i
         allowed = np.zeros(source.num_nodes, dtype=bool)
         allowed[ids] = True
     sel_global = neighbourhood(dist, allowed, max(max_nodes, len(centre)))
+    q = int(centre[0]) if query is None else int(query)
+    if q not in sel_global:
+        raise UsageError(f"--query {q}: not among the {len(sel_global)} nodes drawn for {kind} "
+                         f"{','.join(map(str, centre))} (the closest to it); pick one of them or raise --max-nodes")
+    with StructureCache(source.cache_path) as cache:
+        q_dist = dist[0] if q == int(centre[0]) else distance_rows(cache, 0, np.array([q]))[0][0]
+        edges = crop_edges(cache, 0, sel_global)
     local = np.full(source.num_nodes, -1, dtype=np.int64)
     local[ids] = np.arange(len(ids))
     sel = local[sel_global]
@@ -131,7 +158,8 @@ def explain_nodes(model: Any, source: SingleGraph, kind: str, centre: Sequence[i
         name, spec = f"edge_{centre[0]}_{centre[1]}", {"edge": [int(centre[0]), int(centre[1])]}
     t = TargetMaps(name=name, kind=kind, spec=spec, node_ids=sel_global, cropped_from=len(ids),
                    maps=rec.crop(sel), queries=centre,
-                   source="full graph" if len(ids) == source.num_nodes else "its METIS part")
+                   source="full graph" if len(ids) == source.num_nodes else "its METIS part",
+                   query=q, edges=edges, hops=q_dist[sel_global].astype(np.int16))
     t.hop = hop_mass(rec, local[centre], dist[:, ids], d_max)
     return t, d_max
 

@@ -27,3 +27,5 @@ def human(con: Console, result: dict[str, Any], folder: Path) -> None:
     con.print(f"maps: {result['files']['maps']}")
     for path in result["files"]["figures"].values():
         con.print(f"figure: {path}")
+    for path in result["files"].get("graph_figures", {}).values():
+        con.print(f"graph view: {path}")
