@@ -62,3 +62,15 @@ def test_node_target_on_cora_is_cropped(tmp_path):
         for head in layer.values():
             assert sum(head["mass"].values()) == pytest.approx(1.0, abs=1e-9)
     assert Path(result["files"]["figures"]["node_0"]).is_file()
+    # The graph view of a node: the node is the query; its drawn edges are Cora's among the crop, hop colours
+    # the BFS distances above.
+    assert Path(result["files"]["graph_figures"]["node_0"]).is_file()
+    assert node["graph_view"]["query"] == 0 and edge["graph_view"]["query"] == 3
+    with h5py.File(result["files"]["maps"]) as f:
+        ids = f["node_0/node_ids"][()]
+        np.testing.assert_array_equal(f["node_0/graph/hops"][()], d[ids])
+        e = f["node_0/graph/edges"][()]
+    sub = adj[ids][:, ids]
+    sub = ((sub + sub.T) > 0).toarray()
+    np.fill_diagonal(sub, False)
+    assert {(int(u), int(v)) for u, v in e.T} == {(int(u), int(v)) for u, v in zip(*np.nonzero(np.triu(sub)))}

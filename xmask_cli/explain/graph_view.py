@@ -131,9 +131,11 @@ def plot_graph_view(view: GraphView, labels: Sequence[str], title: str, d_max: i
     for ax in grid[panels:]:
         ax.set_axis_off()
     axes = grid[:panels]
-    node_size = 260 if m <= 30 else 170
-    font = 7 if m <= 30 else 6
     ids = {i: str(int(view.node_ids[i])) for i in range(m)}
+    chars = max((len(v) for v in ids.values()), default=1)
+    font = 7 if m <= 30 else 5.5
+    # Circles wide enough for the longest id (Cora's run to four digits) at the label's font size.
+    node_size = max(260 if m <= 30 else 170, (font * 0.62 * chars + 4) ** 2)
 
     def base(ax: Any) -> None:
         nx.draw_networkx_edges(g, pos, ax=ax, edge_color="0.65", width=1.0)
