@@ -480,3 +480,16 @@ def test_explain_out_that_is_a_file_names_out_not_the_cache(tmp_path, warm_cache
             "--cache-dir", str(warm_cache))
     line = one_error_line(r)
     assert r.exit_code == 5 and "output folder" in line and "--out" in line and "cache" not in line
+
+
+def test_a_symlinked_lock_in_the_run_folder_is_exit_2_and_truncates_nothing(tmp_path, warm_cache):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    folder = tmp_path / "runs" / "r" / "0"
+    folder.mkdir(parents=True)
+    (folder / ".lock").symlink_to(notes)
+    r = _train(tmp_path, warm_cache)
+    assert r.exit_code == 2
+    assert f"{folder / '.lock'} is a symbolic link" in one_error_line(r)
+    assert notes.read_text() == "my notes\n"
+    assert sorted(p.name for p in folder.iterdir()) == [".lock"]

@@ -57,3 +57,32 @@ def test_remove_run_files_takes_checkpoints_and_temp_files_only(tmp_path):
     run.remove_run_files()
     assert not run.has_run_files()
     assert sorted(p.name for p in run.path.iterdir()) == ["notes.md"]
+
+
+@pytest.mark.parametrize("name", [RunDir.LOCK, *RunDir.FILES])
+def test_a_run_folder_whose_own_file_is_a_link_is_refused_and_the_target_untouched(tmp_path, name):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    folder = tmp_path / "runs" / "r" / "0"
+    folder.mkdir(parents=True)
+    (folder / name).symlink_to(notes)
+    with pytest.raises(UsageError, match=f"{folder / name} is a symbolic link"):
+        with RunDir(folder).lock():
+            pass
+    assert notes.read_text() == "my notes\n"
+    assert (folder / name).is_symlink()  # the user's link is theirs to remove
+
+
+def test_a_link_planted_after_the_check_is_still_never_followed(tmp_path):
+    """The lock and the metrics are opened with O_NOFOLLOW: a link appearing between check and open is refused."""
+    from xmask_cli.engine.runs import open_nofollow
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    run = RunDir(tmp_path / "r")
+    (run.path / RunDir.METRICS).symlink_to(notes)
+    with pytest.raises(UsageError, match="is a symbolic link"):
+        run.append_metrics({"epoch": 0})
+    with pytest.raises(UsageError, match="is a symbolic link"):
+        open_nofollow(run.path / RunDir.METRICS, os.O_RDWR | os.O_CREAT)
+    assert notes.read_text() == "mine"

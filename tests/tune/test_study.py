@@ -283,3 +283,47 @@ def test_a_study_made_by_an_earlier_version_resumes_and_is_restamped(tmp_path, d
     assert optuna.load_study(study_name="s", storage=url).user_attrs["xmask"] == old  # a refusal writes nothing
     assert _open(folder, []).user_attrs["xmask"] == new
     assert optuna.load_study(study_name="s", storage=url).user_attrs["xmask"] == new
+
+
+def _tune_cli(tmp_path: Path, cache: Path, *extra: str):
+    return run("tune", "--preset", "mutag", *[x for s in TINY for x in ("--set", s)], "--trials", "1", "--seeds", "0",
+               "--final-seeds", "none", "--runs-dir", str(tmp_path), "--study", "s", "--cache-dir", str(cache), *extra)
+
+
+@pytest.mark.parametrize("name", [".tune.lock", "study.db", "summary.json"])
+def test_a_study_folder_whose_own_file_is_a_link_is_refused_and_the_target_untouched(tmp_path, mutag_cache, name):
+    from tests.cli_helpers import one_error_line
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / name).symlink_to(notes)
+    r = _tune_cli(tmp_path, mutag_cache)
+    assert r.exit_code == 2
+    assert f"{tmp_path / 's' / name} is a symbolic link" in one_error_line(r)
+    assert notes.read_text() == "my notes\n"
+    assert sorted(p.name for p in (tmp_path / "s").iterdir()) == [name]
+
+
+def test_a_study_db_that_is_no_database_names_the_file_not_storage(tmp_path, mutag_cache):
+    from tests.cli_helpers import one_error_line
+
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "study.db").write_text("not a database, just notes\n")
+    r = _tune_cli(tmp_path, mutag_cache)
+    assert r.exit_code == 2
+    line = one_error_line(r)
+    assert f"{(tmp_path / 's' / 'study.db').resolve()} is not an SQLite study" in line or \
+        f"{tmp_path / 's' / 'study.db'} is not an SQLite study" in line
+    assert "--storage" not in line
+    assert (tmp_path / "s" / "study.db").read_text() == "not a database, just notes\n"
+    # A --storage the user did pass is still named as such.
+    r = _tune_cli(tmp_path, mutag_cache, "--storage", f"sqlite:///{tmp_path / 's' / 'study.db'}")
+    assert r.exit_code == 2 and "--storage" in one_error_line(r)
+
+
+def test_tune_help_shows_the_default_storage_with_its_placeholders():
+    r = run("tune", "--help", env={"COLUMNS": "300"})
+    assert r.exit_code == 0
+    assert "sqlite:///<runs-dir>/<study>/study.db" in r.stdout
+    assert "runs//study.db" not in r.stdout

@@ -20,7 +20,7 @@ def tune(
     final_seeds: Annotated[str, typer.Option("--final-seeds", help="Seeds the best configuration is trained on after the search, test reported once; `none` skips.")] = "0-9",
     timeout: Annotated[Optional[str], typer.Option("--timeout", help="Start no trial after this long: 90s, 30m, 2h, 1h30m.", show_default=False)] = None,
     study: Annotated[Optional[str], typer.Option("--study", help="Study name and folder `runs/<study>/` [default `<dataset>-<level>-tune`].", show_default=False)] = None,
-    storage: Annotated[Optional[str], typer.Option("--storage", help="Optuna storage URL shared by parallel processes [default sqlite:///runs/<study>/study.db].", show_default=False)] = None,
+    storage: Annotated[Optional[str], typer.Option("--storage", help="Optuna storage URL shared by parallel processes [default `sqlite:///<runs-dir>/<study>/study.db`].", show_default=False)] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue a stopped study up to --trials finished trials; trials its killed process left running are recorded as failed.")] = False,
     sampler_seed: Annotated[int, typer.Option("--sampler-seed", min=0, help="Seed of the TPE sampler (a study is reproducible).")] = 0,
     pruner: Annotated[str, typer.Option("--pruner", help="median (stop trials below the median at the same seed and epoch) or none.")] = "median",

@@ -15,10 +15,14 @@ Checkpoints hold tensors and plain Python values only, so they load with
 ``torch.load(..., weights_only=True)``; every file a reader may see half-written
 (checkpoints, summary) is written to a temporary file in the same folder and
 moved into place with :func:`os.replace`, which is atomic on POSIX and Windows.
+No file of a run folder is ever opened through a symbolic link: a folder whose own
+files are links is refused (:meth:`RunDir.refuse_links`), and the lock and the
+metrics are opened with ``O_NOFOLLOW``.
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
@@ -33,7 +37,7 @@ import torch
 
 from xmask_cli.errors import RunNotFoundError, UsageError, first_line
 
-__all__ = ["RunDir", "aggregate", "write_bytes", "write_json", "write_text", "TIMING_KEYS", "input_stall",
+__all__ = ["RunDir", "aggregate", "write_bytes", "write_json", "write_text", "refuse_links", "TIMING_KEYS", "input_stall",
            "without_timing"]
 
 #: Keys of a metrics row that are wall-clock measurements (never reproducible, so resume checks leave them out).
@@ -50,6 +54,30 @@ def input_stall(rows: Iterable[dict[str, Any]]) -> float | None:
     timed = [(r["input_stall"] * r["train_s"], r["train_s"]) for r in rows if "input_stall" in r and "train_s" in r]
     total = sum(t for _, t in timed)
     return sum(w for w, _ in timed) / total if total > 0 else None
+
+
+def refuse_links(folder: Path, names: Iterable[str], what: str = "run folder") -> None:
+    """Refuse (UsageError, exit 2) a folder in which any of ``names`` is a symbolic link.
+
+    xmask writes these files itself; a link there was planted by someone else, and
+    writing through it would truncate whatever it points at.
+    """
+    for name in names:
+        path = Path(folder) / name
+        if path.is_symlink():
+            raise UsageError(f"{path} is a symbolic link, which xmask never writes through; remove it "
+                             f"(the {what} {folder} must hold plain files only)")
+
+
+def open_nofollow(path: Path, flags: int, what: str = "run folder") -> int:
+    """``os.open(path, flags | O_NOFOLLOW)``: a link planted at ``path`` is refused (UsageError), never followed."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(f"{path} is a symbolic link, which xmask never writes through; remove it "
+                             f"(the {what} {Path(path).parent} must hold plain files only)") from None
+        raise
 
 
 def _atomic_write(path: Path, write: Any) -> None:
@@ -134,7 +162,8 @@ class RunDir:
         path = self.path / self.LOCK
         while True:
             self.path.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            self.refuse_links()
+            fd = open_nofollow(path, os.O_RDWR | os.O_CREAT)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
@@ -162,9 +191,13 @@ class RunDir:
                         break
             os.close(fd)  # closing the descriptor releases the lock
 
+    def refuse_links(self) -> None:
+        """Refuse (UsageError, exit 2, naming the path) this folder if any of its own files is a symbolic link."""
+        refuse_links(self.path, (self.LOCK, *self.FILES))
+
     def has_run_files(self) -> bool:
         """Whether a run already wrote anything here (config, metrics, checkpoints, summary)."""
-        return any((self.path / name).exists() for name in self.FILES)
+        return any(os.path.lexists(self.path / name) for name in self.FILES)
 
     def remove_run_files(self) -> None:
         """Delete this folder's run files and their temp files, checkpoints first (``--overwrite``).
@@ -207,7 +240,8 @@ class RunDir:
     # -------------------------------------------------------------- metrics
     def append_metrics(self, row: dict[str, Any]) -> None:
         """Append one epoch's metrics as a JSON line."""
-        with open(self.path / self.METRICS, "a", encoding="utf-8") as f:
+        fd = open_nofollow(self.path / self.METRICS, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
             f.write(json.dumps(row, sort_keys=True) + "\n")
 
     def read_metrics(self) -> list[dict[str, Any]]:

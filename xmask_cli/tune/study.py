@@ -154,11 +154,20 @@ def _identity_diff(saved: dict[str, Any], identity: dict[str, Any], earlier: set
     return [k.removeprefix("config.") for k in config_diff(was, now) if not new_setting_at_default(k, was, now)] + diff
 
 
+#: The files a study folder holds (SQLite's side files included): never written through a planted link.
+STUDY_FILES = (".tune.lock", "study.db", "study.db-journal", "study.db-wal", "study.db-shm", "best.yaml",
+               "trials.csv", "summary.json", "optimization_history.png", "param_importances.png",
+               "parallel_coordinate.png")
+
+
 @contextlib.contextmanager
 def _folder_lock(folder: Path) -> Iterator[None]:
     """Serialise study creation: two processes creating one SQLite file at once race on its tables."""
+    from xmask_cli.engine.runs import open_nofollow, refuse_links
+
     folder.mkdir(parents=True, exist_ok=True)
-    fd = os.open(folder / ".tune.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    refuse_links(folder, STUDY_FILES, "study folder")
+    fd = open_nofollow(folder / ".tune.lock", os.O_RDWR | os.O_CREAT, "study folder")
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -167,7 +176,8 @@ def _folder_lock(folder: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _storage(url: str) -> Any:
+def _storage(url: str, db: Path | None = None) -> Any:
+    """Optuna's storage at ``url``; ``db``: the study folder's own ``study.db`` when no ``--storage`` was given."""
     import optuna
 
     kwargs: dict[str, Any] = {}
@@ -176,7 +186,10 @@ def _storage(url: str) -> Any:
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 120}}
     try:
         return optuna.storages.RDBStorage(url, **kwargs)
-    except Exception as exc:  # a malformed URL, an unreachable server, a missing driver
+    except Exception as exc:  # a malformed URL, an unreachable server, a missing driver, a file that is no database
+        if db is not None:  # the user named no storage: name the file, not an option they did not pass
+            raise UsageError(f"{db} is not an SQLite study ({first_line(exc)}); move it away, or pick another "
+                             f"--study or --runs-dir") from None
         raise UsageError(f"--storage '{url}': {first_line(exc)}") from None
 
 
@@ -203,7 +216,7 @@ def _open_study(name: str, url: str, direction: str, identity: dict[str, Any], o
     import optuna
 
     with _folder_lock(folder):
-        storage = _storage(url)
+        storage = _storage(url, None if opts.storage else folder / "study.db")
         study = optuna.create_study(study_name=name, storage=storage, direction=direction,
                                     sampler=_sampler(opts.sampler_seed, 0), pruner=make_pruner(opts.pruner),
                                     load_if_exists=True)
