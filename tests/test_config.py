@@ -167,3 +167,73 @@ def test_negative_optimiser_settings_are_refused(override, key):
     """Issue 14, item 16: AdamW raised (exit 1) on a negative weight decay that `presets show` accepted."""
     with pytest.raises(ConfigError, match=key):
         C.resolve("graph-level", [override])
+
+
+def _alias_bomb(levels: int) -> str:
+    """The issue's preset: ``levels`` anchors of 10 aliases each, the last one the value of model.head_powers
+    (10**levels values once expanded, a few hundred bytes on disk)."""
+    lines = ["defs:", "  - &l0 [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"]
+    lines += [f"  - &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, levels - 1)]
+    lines += ["model:", f"  head_powers: [{', '.join([f'*l{levels - 2}'] * 10)}]"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("levels", [5, 7, 8])
+def test_a_yaml_alias_bomb_is_exit_2_at_once_with_a_short_message(tmp_path: Path, levels: int):
+    import time
+
+    from tests.cli_helpers import one_error_line, run
+
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(_alias_bomb(levels))
+    assert len(bomb.read_bytes()) < 500
+    t0 = time.perf_counter()
+    r = run("presets", "show", str(bomb))
+    elapsed = time.perf_counter() - t0
+    assert r.exit_code == 2
+    line = one_error_line(r)
+    assert "too large for a preset" in line and str(bomb) in line
+    assert len(line) < 400
+    assert elapsed < 1.0, elapsed
+
+
+def test_a_value_quoted_in_an_error_is_cut_to_about_200_characters(tmp_path: Path):
+    """Within the bound (1000 ints through aliases, a type error): the message quotes the start of the value only."""
+    from tests.cli_helpers import one_error_line, run
+
+    p = tmp_path / "big.yaml"
+    p.write_text("model:\n  heads: [&a [" + ", ".join(["1234"] * 100) + "]" + ", *a" * 9 + "]\n")
+    r = run("presets", "show", str(p))
+    assert r.exit_code == 2
+    line = one_error_line(r)
+    assert "model.heads: expected int" in line and "characters)" in line
+    assert len(line) < 400
+
+
+@pytest.mark.parametrize("text", [
+    "model:\n  head_powers: " + "[" * 100_000 + "]" * 100_000 + "\n",
+    "model:\n" + "".join(" " * (i + 1) + f"k{i}:\n" for i in range(3000)) + " " * 3001 + "v: 1\n",
+    "a: &a [*a]\n",  # an alias to itself: infinite once expanded
+])
+def test_deep_nesting_is_exit_2_with_one_line(tmp_path: Path, text: str):
+    from tests.cli_helpers import one_error_line, run
+
+    p = tmp_path / "deep.yaml"
+    p.write_text(text)
+    r = run("presets", "show", str(p))
+    assert r.exit_code == 2, r.stderr[-300:]
+    assert "too large for a preset" in one_error_line(r)
+    r = run("train", "--set", "model.head_powers=" + "[" * 5000 + "]" * 5000)
+    assert r.exit_code == 2 and "too large" in one_error_line(r)
+
+
+def test_the_bound_counts_expanded_nodes_exactly_at_the_limit():
+    """Independent count: a flat list of n scalars is n + 1 nodes (+ the mapping, its key): just under and over."""
+    n = C.MAX_YAML_NODES - 3  # root mapping, key, list node, n scalars
+    assert len(C.load_yaml_bounded("x: [" + ", ".join(["1"] * n) + "]")["x"]) == n
+    with pytest.raises(C.YamlTooLarge):
+        C.load_yaml_bounded("x: [" + ", ".join(["1"] * (n + 1)) + "]")
+    nested = "x: " + "[" * (C.MAX_YAML_DEPTH - 1) + "]" * (C.MAX_YAML_DEPTH - 1)  # depth: mapping 1, lists 2..32
+    assert C.load_yaml_bounded(nested) is not None
+    with pytest.raises(C.YamlTooLarge):
+        C.load_yaml_bounded("x: " + "[" * C.MAX_YAML_DEPTH + "]" * C.MAX_YAML_DEPTH)

@@ -280,7 +280,8 @@ def to_json(cfg: Config) -> str:
 #: a module-level import either way round would be a cycle.
 _RESOLVE_NAMES = frozenset({
     "packaged_presets_dir", "preset_dirs", "list_presets", "find_preset", "read_yaml", "load_preset_dict",
-    "parse_override", "apply_overrides", "build", "resolve", "_coerce",
+    "parse_override", "apply_overrides", "build", "resolve", "_coerce", "load_yaml_bounded", "YamlTooLarge",
+    "MAX_YAML_NODES", "MAX_YAML_DEPTH", "shorten",
 })
 
 

@@ -70,12 +70,86 @@ def find_preset(name_or_path: str, *, relative_to: Path | None = None) -> Path:
     raise UsageError(f"unknown preset '{name_or_path}': {hint}see `xmask presets ls` for the {len(presets)} available")
 
 
-def read_yaml(path: Path) -> dict[str, Any]:
-    """One preset file as a mapping (no inheritance applied)."""
+#: What one preset file (or one ``--set`` value) may expand to, aliases expanded: the shipped presets hold
+#: about 200 values nested 6 deep. Checked while loading, so an alias bomb never gets expanded.
+MAX_YAML_NODES = 10_000
+MAX_YAML_DEPTH = 32
+#: Longest value quoted in an error message.
+MAX_SHOWN = 200
+
+
+def shorten(value: Any, limit: int = MAX_SHOWN) -> str:
+    """``repr(value)`` cut to about ``limit`` characters: an error message never carries a huge value."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} characters)"
+
+
+class YamlTooLarge(yaml.YAMLError):
+    """A YAML document beyond :data:`MAX_YAML_NODES` values or :data:`MAX_YAML_DEPTH` levels."""
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """PyYAML's safe loader with the nesting depth bounded while composing (its composer recurses)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        self._depth += 1
+        try:
+            if self._depth > MAX_YAML_DEPTH:
+                raise YamlTooLarge(f"nested deeper than {MAX_YAML_DEPTH} levels")
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def _check_expansion(root: Any) -> None:
+    """Count the nodes ``root`` expands to (an alias counts as often as it is used), stopping at the bound."""
+    stack = [(root, 1)]
+    count = 0
+    while stack:
+        node, depth = stack.pop()
+        count += 1
+        if count > MAX_YAML_NODES:
+            raise YamlTooLarge(f"expands to more than {MAX_YAML_NODES} values (aliases counted each time they are used)")
+        if depth > MAX_YAML_DEPTH:
+            raise YamlTooLarge(f"nested deeper than {MAX_YAML_DEPTH} levels (aliases expanded)")
+        if isinstance(node, yaml.SequenceNode):
+            stack += [(child, depth + 1) for child in node.value]
+        elif isinstance(node, yaml.MappingNode):
+            stack += [(child, depth + 1) for pair in node.value for child in pair]
+
+
+def load_yaml_bounded(text: str) -> Any:
+    """``yaml.safe_load(text)`` within :data:`MAX_YAML_NODES` and :data:`MAX_YAML_DEPTH`.
+
+    Raises:
+        YamlTooLarge: beyond the bounds (checked before any value is built).
+        yaml.YAMLError: not YAML.
+    """
+    loader = _BoundedLoader(text)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        try:
+            node = loader.get_single_node()
+            if node is None:
+                return None
+            _check_expansion(node)
+        except RecursionError:
+            raise YamlTooLarge(f"nested deeper than {MAX_YAML_DEPTH} levels") from None
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def read_yaml(path: Path) -> dict[str, Any]:
+    """One preset file as a mapping (no inheritance applied), within :data:`MAX_YAML_NODES` values."""
+    try:
+        data = load_yaml_bounded(path.read_text()) or {}
+    except YamlTooLarge as exc:
+        raise ConfigError(f"{path}: too large for a preset: {exc}; a preset holds at most {MAX_YAML_NODES} "
+                          f"values nested at most {MAX_YAML_DEPTH} levels deep") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from exc
+        raise ConfigError(f"{path}: not valid YAML ({str(exc).splitlines()[0][:MAX_SHOWN]})") from exc
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a preset must be a mapping of sections, got {type(data).__name__}")
     return data
@@ -119,7 +193,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if parts[0] == "tune" and len(parts) > 2:  # tune's keys are dotted names: tune.model.hidden -> tune["model.hidden"]
         parts = ["tune", ".".join(parts[1:])]
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml_bounded(raw) if raw.strip() else ""
+    except YamlTooLarge as exc:
+        raise ConfigError(f"--set '{key.strip()}=...': the value is too large: {exc}") from None
     except yaml.YAMLError:
         value = raw
     return parts, value
@@ -157,7 +233,7 @@ def _type_name(tp: Any) -> str:
 
 def _coerce(value: Any, tp: Any, key: str) -> Any:
     origin = typing.get_origin(tp)
-    bad = ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+    bad = ConfigError(f"{key}: expected {_type_name(tp)}, got {shorten(value)} ({type(value).__name__})")
     if origin is Literal:
         if value in typing.get_args(tp):
             return value
@@ -212,7 +288,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         else:
             raise bad
         if not math.isfinite(out):  # no setting means anything at inf or nan (train.lr=inf trains to NaN)
-            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+            raise ConfigError(f"{key}: expected a finite number, got {shorten(value)}")
         return out
     if tp is str:
         if isinstance(value, str):
@@ -227,7 +303,7 @@ def build(cls: type, data: Any, prefix: str = "") -> Any:
     """Instantiate dataclass ``cls`` from ``data``, checking keys and types."""
     where = prefix or "config"
     if not isinstance(data, dict):
-        raise ConfigError(f"{where}: expected a mapping, got {data!r}")
+        raise ConfigError(f"{where}: expected a mapping, got {shorten(data)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
@@ -285,7 +361,7 @@ def _check_ranges(obj: Any, prefix: str) -> None:
     elif isinstance(obj, BiasSection):
         from xmask_cli.model.biases import BIASES  # the bias registry names the valid types
 
-        need(obj.type in BIASES, "type", f"expected one of {', '.join(repr(k) for k in BIASES)}, got {obj.type!r} (str)")
+        need(obj.type in BIASES, "type", f"expected one of {', '.join(repr(k) for k in BIASES)}, got {shorten(obj.type)} (str)")
         need(obj.max_distance >= 1, "max_distance", "must be >= 1")
         need(obj.width >= 1, "width", "must be >= 1")
     elif isinstance(obj, TrainSection):

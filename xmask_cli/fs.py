@@ -1,12 +1,16 @@
 """Filesystem checks every layer uses (a leaf: imports nothing of xmask but its errors)."""
 from __future__ import annotations
 
+import errno
 import os
+import tempfile
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any, BinaryIO
 
-from xmask_cli.errors import NotWritableError
+from xmask_cli.errors import NotWritableError, UsageError
 
-__all__ = ["ensure_writable_dir"]
+__all__ = ["ensure_writable_dir", "atomic_write", "refuse_links", "open_nofollow"]
 
 
 def ensure_writable_dir(path: Path, what: str = "cache dir", hint: str = "pass --cache-dir or set XMASK_CACHE") -> Path:
@@ -32,3 +36,46 @@ def ensure_writable_dir(path: Path, what: str = "cache dir", hint: str = "pass -
     if not os.access(path, os.W_OK | os.X_OK):
         raise NotWritableError(f"{what} {path} is not writable; {hint}")
     return path
+
+
+def refuse_links(folder: Path, names: Iterable[str], what: str = "run folder") -> None:
+    """Refuse (UsageError, exit 2) a folder in which any of ``names`` is a symbolic link.
+
+    xmask writes these files itself; a link there was planted by someone else, and
+    writing through it would truncate whatever it points at.
+    """
+    for name in names:
+        path = Path(folder) / name
+        if path.is_symlink():
+            raise UsageError(f"{path} is a symbolic link, which xmask never writes through; remove it "
+                             f"(the {what} {folder} must hold plain files only)")
+
+
+def open_nofollow(path: Path, flags: int, what: str = "run folder") -> int:
+    """``os.open(path, flags | O_NOFOLLOW)``: a link planted at ``path`` is refused (UsageError), never followed."""
+    try:
+        return os.open(path, flags | os.O_NOFOLLOW, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(f"{path} is a symbolic link, which xmask never writes through; remove it "
+                             f"(the {what} {Path(path).parent} must hold plain files only)") from None
+        raise
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], Any]) -> None:
+    """Call ``write(file_object)`` on a temp file beside ``path``, then rename it over ``path``."""
+    # Same folder: os.replace is only atomic within one file system.
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        # A failed write must not leave a stray temp file behind.
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise

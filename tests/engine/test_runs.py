@@ -75,7 +75,7 @@ def test_a_run_folder_whose_own_file_is_a_link_is_refused_and_the_target_untouch
 
 def test_a_link_planted_after_the_check_is_still_never_followed(tmp_path):
     """The lock and the metrics are opened with O_NOFOLLOW: a link appearing between check and open is refused."""
-    from xmask_cli.engine.runs import open_nofollow
+    from xmask_cli.fs import open_nofollow
 
     notes = tmp_path / "notes.txt"
     notes.write_text("mine")

@@ -7,11 +7,12 @@ import hashlib
 import json
 import os
 import shutil
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from xmask_cli.data.registry import DatasetSpec
-from xmask_cli.errors import NotWritableError
+from xmask_cli.errors import NotWritableError, UsageError
+from xmask_cli.fs import atomic_write, open_nofollow
 
 STAGING_MARKER = ".xmask-staging"  # in <cache_dir>/_pyg: `cache clear` removes only a folder carrying it
 
@@ -54,6 +55,44 @@ def _manifest(src: Path, files: list[str]) -> dict[str, Any]:
     return {"version": 1, "files": digest}
 
 
+def is_plain_relative(name: Any) -> bool:
+    """Whether ``name`` is a relative path of plain names (no ``..``, ``.``, empty part, absolute path or NUL):
+    one that, joined to a folder, stays inside it."""
+    if not isinstance(name, str) or not name or "\0" in name or name.startswith("/"):
+        return False
+    parts = name.split("/")
+    return all(p not in ("", ".", "..") for p in parts) and PurePosixPath(name).parts == tuple(parts)
+
+
+def _read_manifest(stamp: Path) -> dict[str, Any] | None:
+    """The manifest staging wrote earlier, or None (missing, a link, unreadable, or holding anything but plain
+    relative names and hex digests: such a manifest is ignored and staging starts afresh)."""
+    if stamp.is_symlink():
+        return None
+    try:
+        data = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("version") != 1 or not isinstance(data.get("files"), dict):
+        return None
+    if not all(is_plain_relative(k) and isinstance(v, str) for k, v in data["files"].items()):
+        return None
+    return data
+
+
+def _replace_linked_folders(dst: Path) -> None:
+    """Remove every link to a folder inside the staging folder ``dst`` (staging links files only, never folders):
+    a loader must never write its ``processed/`` through one into somebody else's folder."""
+    if dst.is_symlink():
+        dst.unlink()
+        return
+    for folder, dirs, _ in os.walk(dst):  # os.walk does not descend into links
+        for d in list(dirs):
+            if (Path(folder) / d).is_symlink():
+                (Path(folder) / d).unlink()  # the link only; its target is untouched
+                dirs.remove(d)
+
+
 def _stage(spec: DatasetSpec, source_root: Path, staging_root: Path) -> Path:
     """Link every source file of ``spec`` (see :func:`source_files`) into ``staging_root/<folder>``.
 
@@ -66,20 +105,24 @@ def _stage(spec: DatasetSpec, source_root: Path, staging_root: Path) -> Path:
     dst = staging_root / spec.folder
     files = source_files(spec, source_root)
     manifest = _manifest(src, files)
+    if staging_root.is_symlink():
+        raise UsageError(f"{staging_root} is a symbolic link; xmask stages datasets only in a folder it made: "
+                         f"remove the link (or pass another --cache-dir)")
     try:
         if not staging_root.is_dir():
             staging_root.mkdir(parents=True, exist_ok=True)
         # `cache clear` removes a staging folder only when it carries this marker. Nothing is
         # written when everything is in place: a complete cache on a read-only mount still loads.
-        if not (staging_root / STAGING_MARKER).exists():
-            (staging_root / STAGING_MARKER).touch()
+        marker = staging_root / STAGING_MARKER
+        if marker.is_symlink():
+            marker.unlink()
+        if not marker.exists():
+            os.close(open_nofollow(marker, os.O_WRONLY | os.O_CREAT, "staging folder"))
+        _replace_linked_folders(dst)
         if not dst.is_dir():
             dst.mkdir(parents=True, exist_ok=True)
         stamp = dst / STAGE_MANIFEST
-        try:
-            previous = json.loads(stamp.read_text())
-        except (OSError, ValueError):
-            previous = None
+        previous = _read_manifest(stamp)
         for old in (previous or {}).get("files", {}):
             if old not in manifest["files"] and (dst / old).is_symlink():
                 (dst / old).unlink()
@@ -99,9 +142,8 @@ def _stage(spec: DatasetSpec, source_root: Path, staging_root: Path) -> Path:
             for out in _LOADER_OUTPUTS:
                 if (dst / out).is_dir():
                     shutil.rmtree(dst / out)
-            tmp = stamp.with_name(stamp.name + ".tmp")
-            tmp.write_text(json.dumps(manifest, sort_keys=True))
-            os.replace(tmp, stamp)
+            data = json.dumps(manifest, sort_keys=True).encode()
+            atomic_write(stamp, lambda f: f.write(data))
     except OSError as exc:
         if not isinstance(exc, PermissionError) and exc.errno != errno.EROFS:
             raise

@@ -64,6 +64,9 @@ def check_resumable(run: RunDir, saved: dict[str, Any], now: dict[str, Any]) -> 
     diff = [k for k in config_diff(norm(saved), norm(now))
             if k not in RESUME_MAY_DIFFER and not k.startswith("config.tune")
             and not new_setting_at_default(k, saved, now)]
+    # A preset key is saved twice (under config. and, for train keys, as the resolved train.): name each once,
+    # as the user writes it in --set.
+    diff = list(dict.fromkeys(k.removeprefix("config.") for k in diff))
     if diff:
         shown = ", ".join(diff[:8]) + (f" and {len(diff) - 8} more" if len(diff) > 8 else "")
         raise UsageError(f"cannot resume {run.path}: the resolved config differs from the run's in {shown}; "

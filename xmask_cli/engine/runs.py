@@ -22,12 +22,10 @@ metrics are opened with ``O_NOFOLLOW``.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
@@ -36,8 +34,10 @@ import numpy as np
 import torch
 
 from xmask_cli.errors import RunNotFoundError, UsageError, first_line
+from xmask_cli.fs import atomic_write as _atomic_write
+from xmask_cli.fs import open_nofollow, refuse_links
 
-__all__ = ["RunDir", "aggregate", "write_bytes", "write_json", "write_text", "refuse_links", "TIMING_KEYS", "input_stall",
+__all__ = ["RunDir", "aggregate", "write_bytes", "write_json", "write_text", "TIMING_KEYS", "input_stall",
            "without_timing"]
 
 #: Keys of a metrics row that are wall-clock measurements (never reproducible, so resume checks leave them out).
@@ -54,49 +54,6 @@ def input_stall(rows: Iterable[dict[str, Any]]) -> float | None:
     timed = [(r["input_stall"] * r["train_s"], r["train_s"]) for r in rows if "input_stall" in r and "train_s" in r]
     total = sum(t for _, t in timed)
     return sum(w for w, _ in timed) / total if total > 0 else None
-
-
-def refuse_links(folder: Path, names: Iterable[str], what: str = "run folder") -> None:
-    """Refuse (UsageError, exit 2) a folder in which any of ``names`` is a symbolic link.
-
-    xmask writes these files itself; a link there was planted by someone else, and
-    writing through it would truncate whatever it points at.
-    """
-    for name in names:
-        path = Path(folder) / name
-        if path.is_symlink():
-            raise UsageError(f"{path} is a symbolic link, which xmask never writes through; remove it "
-                             f"(the {what} {folder} must hold plain files only)")
-
-
-def open_nofollow(path: Path, flags: int, what: str = "run folder") -> int:
-    """``os.open(path, flags | O_NOFOLLOW)``: a link planted at ``path`` is refused (UsageError), never followed."""
-    try:
-        return os.open(path, flags | os.O_NOFOLLOW, 0o644)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise UsageError(f"{path} is a symbolic link, which xmask never writes through; remove it "
-                             f"(the {what} {Path(path).parent} must hold plain files only)") from None
-        raise
-
-
-def _atomic_write(path: Path, write: Any) -> None:
-    """Call ``write(file_object)`` on a temp file beside ``path``, then rename it over ``path``."""
-    # Same folder: os.replace is only atomic within one file system.
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        # A failed write must not leave a stray temp file behind.
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
 
 
 def _json_bytes(obj: Any) -> bytes:

@@ -37,6 +37,7 @@ import typing
 from dataclasses import dataclass
 from typing import Any
 
+from xmask_cli.config_resolve import shorten
 from xmask_cli.errors import ConfigError
 
 __all__ = ["Param", "parse_space", "check_space", "suggest", "decode", "with_values", "FORBIDDEN"]
@@ -93,7 +94,7 @@ def _label(value: Any) -> Any:
 def _flatten(section: Any, prefix: str = "") -> dict[str, Any]:
     if not isinstance(section, dict):
         raise ConfigError(f"tune{'.' + prefix if prefix else ''}: expected a mapping of dotted keys to "
-                          f"{{int: [low, high]}}, {{float: [low, high]}} or {{choice: [...]}}, got {section!r}")
+                          f"{{int: [low, high]}}, {{float: [low, high]}} or {{choice: [...]}}, got {shorten(section)}")
     out: dict[str, Any] = {}
     for k, v in section.items():
         key = f"{prefix}.{k}" if prefix else str(k)
@@ -158,7 +159,7 @@ def _number(v: Any, key: str, what: str, integer: bool) -> float | int:
             pass
     ok = isinstance(v, int) if integer else isinstance(v, (int, float))
     if not ok or isinstance(v, bool) or (not integer and not math.isfinite(float(v))):
-        raise ConfigError(f"tune.{key}: {what} must be {'an integer' if integer else 'a finite number'}, got {v!r}")
+        raise ConfigError(f"tune.{key}: {what} must be {'an integer' if integer else 'a finite number'}, got {shorten(v)}")
     return int(v) if integer else float(v)
 
 
@@ -169,7 +170,7 @@ def _param(key: str, spec: Any) -> Param:
     tp = _field_type(key)
     if not isinstance(spec, dict):
         raise ConfigError(f"tune.{key}: expected {{int: [low, high]}}, {{float: [low, high]}} or {{choice: [...]}}, "
-                          f"got {spec!r}")
+                          f"got {shorten(spec)}")
     kinds = [k for k in _KINDS if k in spec]
     unknown = [k for k in spec if k not in _KINDS and k not in _OPTIONS]
     if unknown:
@@ -183,14 +184,14 @@ def _param(key: str, spec: Any) -> Param:
             raise ConfigError(f"tune.{key}: log and step apply to int and float ranges, not to choice")
         choices = spec["choice"]
         if not isinstance(choices, list) or not choices:
-            raise ConfigError(f"tune.{key}: choice must be a non-empty list of values, got {choices!r}")
+            raise ConfigError(f"tune.{key}: choice must be a non-empty list of values, got {shorten(choices)}")
         labels = [json.dumps(c, sort_keys=True) for c in choices]
         if len(set(labels)) != len(labels):
             raise ConfigError(f"tune.{key}: choice lists a value twice")
         return Param(key, "choice", choices=tuple(choices))
     rng = spec[kind]
     if not isinstance(rng, list) or len(rng) != 2:
-        raise ConfigError(f"tune.{key}: {kind} must be a range [low, high], got {rng!r}")
+        raise ConfigError(f"tune.{key}: {kind} must be a range [low, high], got {shorten(rng)}")
     integer = kind == "int"
     if integer is False and _is_int_type(tp):
         raise ConfigError(f"tune.{key}: '{key}' takes integers: use {{int: [low, high]}}")
@@ -199,7 +200,7 @@ def _param(key: str, spec: Any) -> Param:
         raise ConfigError(f"tune.{key}: empty range [{low}, {high}]: low must be below high")
     log = spec.get("log", False)
     if not isinstance(log, bool):
-        raise ConfigError(f"tune.{key}: log must be true or false, got {log!r}")
+        raise ConfigError(f"tune.{key}: log must be true or false, got {shorten(log)}")
     if log and low <= 0:
         raise ConfigError(f"tune.{key}: a log range needs low > 0, got {low}")
     step = spec.get("step")
@@ -273,7 +274,7 @@ def check_space(cfg: Any, *, full: bool = False) -> list[Param]:
                 msg = str(exc)
                 if any(other in msg for other in keys - {p.key}):
                     continue  # depends on another searched key: only some combinations fail
-                raise ConfigError(f"tune.{p.key}: value {value!r} is not valid: {msg}") from None
+                raise ConfigError(f"tune.{p.key}: value {shorten(value)} is not valid: {msg}") from None
     return params
 
 

@@ -163,7 +163,7 @@ STUDY_FILES = (".tune.lock", "study.db", "study.db-journal", "study.db-wal", "st
 @contextlib.contextmanager
 def _folder_lock(folder: Path) -> Iterator[None]:
     """Serialise study creation: two processes creating one SQLite file at once race on its tables."""
-    from xmask_cli.engine.runs import open_nofollow, refuse_links
+    from xmask_cli.fs import open_nofollow, refuse_links
 
     folder.mkdir(parents=True, exist_ok=True)
     refuse_links(folder, STUDY_FILES, "study folder")
