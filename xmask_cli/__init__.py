@@ -1,7 +1,47 @@
-"""xmask: structure-aware graph transformers from the command line."""
+"""xmask: structure-aware graph transformers (X-LogSMask), from the command line and from Python.
+
+The Python API (docs/python-api.md):
+
+- :func:`train` -- train one run per seed, as ``xmask train`` (returns what it prints as json);
+- :func:`load_run` -- a run folder read back: model, resolved config, predictions, ``xmask eval``'s metrics;
+- :mod:`xmask_cli.transforms` -- :class:`~xmask_cli.transforms.AddLogSMask`, the structure on a PyG ``Data``;
+- :mod:`xmask_cli.nn` -- :class:`~xmask_cli.nn.XLogSMaskAttention` and :class:`~xmask_cli.nn.XLogSMaskBlock`.
+
+Names load on first use, so ``import xmask_cli`` (and the CLI's start-up) stays cheap.
+"""
+from __future__ import annotations
+
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
+from typing import Any
 
 try:
     __version__ = version("xmask")
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.1.0+src"
+
+#: Public name -> the module that defines it (read by ``__getattr__`` on first use).
+_LAZY = {
+    "train": "xmask_cli.api",
+    "load_run": "xmask_cli.api",
+    "LoadedRun": "xmask_cli.api",
+    "AddLogSMask": "xmask_cli.transforms",
+    "XLogSMaskAttention": "xmask_cli.nn",
+    "XLogSMaskBlock": "xmask_cli.nn",
+}
+_SUBMODULES = ("transforms", "nn")
+
+__all__ = ["__version__", *_LAZY, *_SUBMODULES]
+
+
+def __getattr__(name: str) -> Any:
+    """The API's names and submodules, imported when first read (PEP 562)."""
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    if name in _SUBMODULES:
+        return import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -48,7 +48,7 @@ class Output:
             human(self.stdout())
 
     @contextlib.contextmanager
-    def progress(self, description: str, total: int) -> Iterator[Callable[[int, int], None]]:
+    def progress(self, description: str, total: int | None) -> Iterator[Callable[[int, int], None]]:
         """A rich progress bar on stderr, only when stderr is a terminal and output is human."""
         if self.json or self.quiet or not sys.stderr.isatty():
             yield lambda done, total_: None

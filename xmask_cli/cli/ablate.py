@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from xmask_cli.cli.app import (EXIT_HELP, CacheDirOpt, DataRootOpt, DatasetOpt, DeviceOpt, FormatOpt, OfflineOpt,
-                               PresetOpt, SetOpt, debug, handle_errors, output_for, run_preset)
+                               PresetOpt, SetOpt, debug, handle_errors, output_for)
 from xmask_cli.render import ablate as render
 
 def ablate(
@@ -43,12 +43,13 @@ def ablate(
         xmask ablate --preset vit-digits --variants full,no-logmask,positional
     """
     from xmask_cli import config as C
+    from xmask_cli.api import choose_preset
     from xmask_cli.ablate import parse_variants, run_ablation
     from xmask_cli.engine.experiment import parse_seeds, resolve_device, resolve_level
     from xmask_cli.prepare import resolve_cache_dir
 
     output = output_for(ctx, fmt)
-    preset, overrides = run_preset(preset, dataset, set_)
+    preset, overrides = choose_preset(preset, dataset, set_)
     base = C.resolve(preset, overrides)
     level = resolve_level(base)
     names = parse_variants(variants, base)

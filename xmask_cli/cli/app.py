@@ -188,21 +188,6 @@ def add_group(app: typer.Typer, name: str, help: str, commands: dict[str, Callab
     app.add_typer(group, name=name)
 
 
-def run_preset(preset: str | None, dataset: str | None, set_: list[str] | None) -> tuple[str, list[str]]:
-    """Preset and overrides of `train` / `ablate`: `--dataset` overrides data.dataset and, without
-    `--preset`, picks the dataset's own preset (else its level's); the default is graph-level."""
-    from xmask_cli import config as C
-    from xmask_cli.data.registry import get_dataset
-
-    overrides = list(set_ or [])
-    if dataset is not None:
-        spec = get_dataset(dataset)
-        overrides.insert(0, f"data.dataset={spec.name}")
-        if preset is None:
-            preset = spec.key if spec.key in C.list_presets() else f"{spec.level}-level"
-    return preset or "graph-level", overrides
-
-
 def main() -> None:
     """Console-script entry point."""
     try:

@@ -9,7 +9,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from xmask_cli.cli.app import (EXIT_HELP, CacheDirOpt, DataRootOpt, DatasetOpt, DeviceOpt, FormatOpt, OfflineOpt,
-                               PresetOpt, SetOpt, handle_errors, output_for, run_preset)
+                               PresetOpt, SetOpt, handle_errors, output_for)
 from xmask_cli.errors import UsageError
 from xmask_cli.render import train as render
 
@@ -58,10 +58,7 @@ def train(
 
         xmask train --preset node-level --dataset cora --logger tensorboard
     """
-    from xmask_cli import config as C
-    from xmask_cli.engine.experiment import parse_seeds, resolve_device, train_seeds
-    from xmask_cli.prepare import resolve_cache_dir
-
+    from xmask_cli.api import train as train_runs
     from xmask_cli.engine.distributed import env_rank
 
     out = output_for(ctx, fmt)
@@ -70,34 +67,26 @@ def train(
         out = dataclasses.replace(out, quiet=True)
     if seed is not None and seeds is not None:
         raise UsageError("give --seed or --seeds, not both")
-    seed_list = parse_seeds(seeds if seeds is not None else seed)
-    preset, overrides = run_preset(preset, dataset, set_)
-    if name is not None:
-        overrides.append(f"run.name={name}")
     if logger:
-        overrides.append(f"train.loggers=[{','.join(logger)}]")
-    cfg = C.resolve(preset, overrides)
-    dev = resolve_device(device)
+        set_ = [*(set_ or []), f"train.loggers=[{','.join(logger)}]"]
     tty_bar = not (out.json or out.quiet) and sys.stderr.isatty()
-    every = max(1, cfg.train.epochs // 10)
+    state: dict[str, Any] = {}
 
-    with out.progress("train", total=cfg.train.epochs) as bar:
-        state = {"seed": seed_list[0]}
-
+    with out.progress("train", total=None) as bar:
         def on_seed_start(s: int, epochs: int) -> None:
-            state["seed"] = s
+            state["epochs"], state["every"] = epochs, max(1, epochs // 10)
             bar(0, epochs)
 
         def on_epoch(s: int, row: dict[str, Any]) -> None:
-            bar(row["epoch"] + 1, cfg.train.epochs)
-            if not tty_bar and (row["epoch"] % every == 0):
+            bar(row["epoch"] + 1, state["epochs"])
+            if not tty_bar and (row["epoch"] % state["every"] == 0):
                 vals = " ".join(f"{k} {v:.4f}" for k, v in row.items() if k.startswith("val_"))
                 out.log(f"seed {s} epoch {row['epoch']}: loss {row['loss']:.4f} {vals}")
 
-        result = train_seeds(cfg, seed_list, device=dev, cache_dir=resolve_cache_dir(cache_dir),
-                             data_root=data_root, offline=True if offline else None, run_root=runs_dir,
-                             resume=resume, overwrite=overwrite, log=out.log, on_epoch=on_epoch,
-                             on_seed_start=on_seed_start)
+        result = train_runs(preset, set_, dataset=dataset, seeds=seeds if seeds is not None else seed, device=device,
+                            name=name, runs_dir=runs_dir, cache_dir=cache_dir, data_root=data_root,
+                            offline=True if offline else None, resume=resume, overwrite=overwrite, log=out.log,
+                            on_epoch=on_epoch, on_seed_start=on_seed_start)
 
     if rank == 0:
         out.result(result, lambda con: render.human(con, result))

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 import typer
 
 from xmask_cli.cli.app import (EXIT_HELP, CacheDirOpt, DataRootOpt, DatasetOpt, DeviceOpt, FormatOpt, OfflineOpt,
-                               PresetOpt, SetOpt, handle_errors, output_for, run_preset)
+                               PresetOpt, SetOpt, handle_errors, output_for)
 
 
 def tune(
@@ -51,13 +51,14 @@ def tune(
         xmask tune --preset cora --study s --storage postgresql://host/db --trials 20 --final-seeds none
     """
     from xmask_cli import config as C
+    from xmask_cli.api import choose_preset
     from xmask_cli.engine.experiment import parse_seeds, resolve_device
     from xmask_cli.prepare import resolve_cache_dir
     from xmask_cli.tune.outputs import human_report
     from xmask_cli.tune.study import TuneOptions, parse_duration, run_study
 
     out = output_for(ctx, fmt)
-    preset, overrides = run_preset(preset, dataset, set_)
+    preset, overrides = choose_preset(preset, dataset, set_)
     opts = TuneOptions(trials=trials, seeds=parse_seeds(seeds),
                        final_seeds=[] if final_seeds.strip().lower() == "none" else parse_seeds(final_seeds),
                        timeout_s=parse_duration(timeout), study=study, storage=storage, runs_dir=runs_dir,

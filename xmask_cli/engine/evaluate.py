@@ -21,7 +21,7 @@ from xmask_cli.engine.loop import score
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.errors import RunNotFoundError, first_line
 
-__all__ = ["read_run", "load_run", "evaluate_run"]
+__all__ = ["read_run", "load_run", "evaluate_run", "evaluate_loaded", "run_precision"]
 
 
 def read_run(run_dir: str | os.PathLike) -> tuple[RunDir, dict[str, Any]]:
@@ -72,6 +72,11 @@ def load_run(
     return exp, task, model.eval()
 
 
+def run_precision(saved: dict[str, Any]) -> str:
+    """The precision a run was scored under: a bf16 run's recorded metrics were scored under bf16 autocast."""
+    return saved["train"].get("precision", "fp32")
+
+
 def evaluate_run(
     run_dir: str | os.PathLike,
     *,
@@ -92,10 +97,14 @@ def evaluate_run(
     run, saved = read_run(run_dir)
     exp, task, model = load_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
                                 device=device, log=log)
+    return evaluate_loaded(run, saved, exp, task, model, parts=parts, device=device)
+
+
+def evaluate_loaded(run: RunDir, saved: dict[str, Any], exp: Experiment, task: Any, model: torch.nn.Module, *,
+                    parts: tuple[str, ...], device: str) -> dict[str, Any]:
+    """:func:`evaluate_run` of a run already rebuilt by :func:`load_run` (``xmask_cli.load_run`` reuses it)."""
     seed = int(saved["train"]["seed"])
-    # The run's precision: a bf16 run's recorded metrics were scored under bf16 autocast.
-    precision = saved["train"].get("precision", "fp32")
-    metrics = {part: score(task, model, part, precision, device) for part in parts}
+    metrics = {part: score(task, model, part, run_precision(saved), device) for part in parts}
     recorded = run.read_summary()["metrics"] if (run.path / RunDir.SUMMARY).is_file() else {}
     return {"run_dir": str(run.path), "dataset": exp.dataset, "level": exp.level, "metric": exp.metric, "seed": seed,
             "metrics": metrics, "recorded": {p: recorded.get(p) for p in parts},

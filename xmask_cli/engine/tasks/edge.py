@@ -147,12 +147,16 @@ class EdgeTask:
         pred = self._predict(model, batch)
         return torch.nn.functional.mse_loss(pred, self.y_std[batch]), int(batch.numel())
 
-    def score(self, model: torch.nn.Module, part: str) -> float:
+    def outputs(self, model: torch.nn.Module, part: str) -> tuple[Tensor, Tensor]:
+        """``(predictions [R, T], targets [R, T])`` of the rows of ``part``, in the file's units."""
         rows = self._parts[part]
-        if rows.numel() == 0:
-            return float("nan")
         pred = self._predict(model, rows) * self.std + self.mean  # back to the file's units
-        return METRICS[self.metric](pred.float().cpu(), self.y[rows].cpu())
+        return pred.float().cpu(), self.y[rows].cpu()
+
+    def score(self, model: torch.nn.Module, part: str) -> float:
+        if self._parts[part].numel() == 0:
+            return float("nan")
+        return METRICS[self.metric](*self.outputs(model, part))
 
 
 def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> EdgeTask:

@@ -65,11 +65,6 @@ def _predict(model: XMaskNet, stream: GraphLevelStream, device: torch.device) ->
     return torch.cat(outs), torch.cat(ys)
 
 
-def _score(model: XMaskNet, stream: GraphLevelStream, device: torch.device, metric: str) -> float:
-    out, y = _predict(model, stream, device)
-    return METRICS[metric](out, y)
-
-
 def _eval_stream(cache_path: str | os.PathLike, features: Sequence[Tensor], labels: Tensor,
                  indices: Any, batch_size: int, needs: Iterable[str] = (),
                  log_mask: tuple[float, str] | None = None,
@@ -150,8 +145,12 @@ class GraphTask:
         batch = batch.to(self.device, non_blocking=True)
         return torch.nn.functional.cross_entropy(model(batch), batch.y.long()), batch.num_graphs
 
+    def outputs(self, model: torch.nn.Module, part: str) -> tuple[Tensor, Tensor]:
+        """``(outputs [G, C], labels)`` of the graphs of ``part``, in its evaluation order."""
+        return _predict(model, self.eval_streams[part], self.device)
+
     def score(self, model: torch.nn.Module, part: str) -> float:
-        return _score(model, self.eval_streams[part], self.device, self.metric)
+        return METRICS[self.metric](*self.outputs(model, part))
 
 
 def train_graph_level(

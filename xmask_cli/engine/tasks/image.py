@@ -169,9 +169,13 @@ class ImageTask:
             outs.append(model(self.inputs(self.batch(ids[start:start + self.batch_size]))).float().cpu())
         return torch.cat(outs) if outs else torch.zeros(0, self.out_dim)
 
-    def score(self, model: torch.nn.Module, part: str) -> float:
+    def outputs(self, model: torch.nn.Module, part: str) -> tuple[Tensor, Tensor]:
+        """``(outputs [n, classes], labels [n])`` of the images of ``part``, in the split's order."""
         ids = getattr(self.split, part)
-        return METRICS[self.metric](self.predict(model, ids), self.y[torch.as_tensor(ids)])
+        return self.predict(model, ids), self.y[torch.as_tensor(ids)]
+
+    def score(self, model: torch.nn.Module, part: str) -> float:
+        return METRICS[self.metric](*self.outputs(model, part))
 
 
 def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> ImageTask:

@@ -403,8 +403,8 @@ class NodeTask:
                 out[batch.nodes] = self._forward(model, batch).float().cpu()
         return out
 
-    def score(self, model: torch.nn.Module, part: str) -> float:
-        """``metric`` on the nodes of ``part``."""
+    def outputs(self, model: torch.nn.Module, part: str) -> tuple[Tensor, Tensor]:
+        """``(logits [n, C], labels [n])`` of the nodes of ``part``, in the split's order."""
         idx = torch.from_numpy(getattr(self.split, part))
         if self.eval_mode == "query":
             # Only the part's nodes as queries: the same numbers as predicting all (a node's output reads
@@ -414,8 +414,12 @@ class NodeTask:
             with torch.no_grad():
                 out = self._forward(model, NodeBatch(nodes=torch.from_numpy(nodes), targets=torch.zeros(0)))
             pos = np.searchsorted(nodes, idx.numpy())
-            return METRICS[self.metric](out.float().cpu()[torch.from_numpy(pos)], self.y[idx])
-        return METRICS[self.metric](self.predict(model)[idx], self.y[idx])
+            return out.float().cpu()[torch.from_numpy(pos)], self.y[idx]
+        return self.predict(model)[idx], self.y[idx]
+
+    def score(self, model: torch.nn.Module, part: str) -> float:
+        """``metric`` on the nodes of ``part``."""
+        return METRICS[self.metric](*self.outputs(model, part))
 
 
 def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> NodeTask:

@@ -1,0 +1,216 @@
+"""Training and trained runs from Python: what ``xmask train`` and ``xmask eval`` do, as functions.
+
+:func:`train` is the function ``xmask train`` calls, so its result is the
+json that command prints (``xmask --format json train ...``) for the same
+config and seeds. :func:`load_run` reads a run folder back: its model, its
+resolved config, predictions and the metrics ``xmask eval`` prints.
+
+Example::
+
+    import xmask_cli
+    result = xmask_cli.train("graph-level", dataset="MUTAG", seeds="0-2", train__epochs=20)
+    print(result["aggregate"]["test"])              # {"mean": ..., "std": ...}
+    run = xmask_cli.load_run(result["runs"][0]["run_dir"])
+    logits, labels = run.predict("test")
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the heavy modules load on first call: the CLI imports this module at start-up
+    import torch
+
+    from xmask_cli.config import Config
+
+__all__ = ["LoadedRun", "choose_preset", "load_run", "train"]
+
+
+def choose_preset(preset: str | None, dataset: str | None, overrides: Sequence[str] | None) -> tuple[str, list[str]]:
+    """Preset and overrides of a run: ``dataset`` overrides data.dataset and, without a preset, picks the
+    dataset's own preset (else its level's); the default is graph-level."""
+    from xmask_cli.config_resolve import list_presets
+    from xmask_cli.data.registry import get_dataset
+
+    out = list(overrides or [])
+    if dataset is not None:
+        spec = get_dataset(dataset)
+        out.insert(0, f"data.dataset={spec.name}")
+        if preset is None:
+            preset = spec.key if spec.key in list_presets() else f"{spec.level}-level"
+    return preset or "graph-level", out
+
+
+def _override_texts(overrides: Mapping[str, Any] | Sequence[str] | None, dotted: Mapping[str, Any]) -> list[str]:
+    """``KEY=VALUE`` texts (as ``--set`` takes them) from texts, a mapping of dotted keys, and ``a__b=v`` keywords.
+
+    Python values are written as JSON (a YAML subset), so a string stays a string and a list a list.
+    """
+    if isinstance(overrides, str):
+        overrides = [overrides]
+    texts = [] if overrides is None else (
+        [f"{k}={json.dumps(v)}" for k, v in overrides.items()] if isinstance(overrides, Mapping) else list(overrides))
+    return texts + [f"{k.replace('__', '.')}={json.dumps(v)}" for k, v in dotted.items()]
+
+
+def train(
+    config: str | os.PathLike | Config | None = None,
+    overrides: Mapping[str, Any] | Sequence[str] | None = None,
+    *,
+    dataset: str | None = None,
+    seeds: int | str | Sequence[int] = 0,
+    device: str = "auto",
+    name: str | None = None,
+    runs_dir: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    data_root: str | os.PathLike | None = None,
+    offline: bool | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    log: Callable[[str], None] = lambda m: None,
+    on_epoch: Callable[[int, dict[str, Any]], None] = lambda seed, row: None,
+    on_seed_start: Callable[[int, int], None] = lambda seed, epochs: None,
+    **dotted: Any,
+) -> dict[str, Any]:
+    """Train one run per seed, as ``xmask train`` does; returns what ``xmask --format json train`` prints.
+
+    Args:
+        config: a preset name (``xmask presets ls``), a preset YAML path, or a
+            resolved :class:`~xmask_cli.config.Config`; None: ``dataset``'s preset, else graph-level.
+        overrides: ``--set`` overrides, as ``["model.hidden=16"]`` or ``{"model.hidden": 16}``.
+        dataset: ``--dataset``: overrides ``data.dataset`` (and picks the preset when ``config`` is None).
+        seeds: one seed, a list, or a sweep text such as ``"0-4"`` (``--seeds``).
+        device: ``auto`` (CUDA when present), ``cpu``, ``cuda`` or ``cuda:N``.
+        name: run name, ``<runs_dir>/<name>/<seed>/`` (default ``<dataset>-<level>``).
+        runs_dir, cache_dir, data_root, offline, resume, overwrite: as the CLI options of the same names.
+        log: receives the log lines ``xmask train`` writes to stderr.
+        on_epoch: called with ``(seed, metrics row)`` after every epoch.
+        on_seed_start: called with ``(seed, epochs)`` before each seed trains.
+        **dotted: more overrides with ``__`` for the dots: ``model__hidden=16``, ``train__epochs=50``.
+
+    Returns:
+        ``{"name", "dataset", "level", "metric", "features", "seeds", "run_root", "runs": [per-seed
+        summary], "aggregate": {part: {"mean", "std"}} }``.
+
+    Raises:
+        XmaskError: the CLI's errors (:mod:`xmask_cli.errors`), each with its exit code.
+    """
+    from xmask_cli.config import Config
+    from xmask_cli.config_resolve import resolve
+    from xmask_cli.engine.experiment import parse_seeds, resolve_device, train_seeds
+    from xmask_cli.prepare import resolve_cache_dir
+
+    seed_list = parse_seeds(",".join(str(int(s)) for s in seeds) if isinstance(seeds, (list, tuple)) else seeds)
+    texts = _override_texts(overrides, dotted)
+    if name is not None:
+        texts.append(f"run.name={json.dumps(name)}")
+    if isinstance(config, Config):
+        if dataset is not None:
+            texts.insert(0, f"data.dataset={json.dumps(dataset)}")
+        cfg = resolve(None, texts, base=config.to_dict())
+    else:
+        preset, texts = choose_preset(None if config is None else str(config), dataset, texts)
+        cfg = resolve(preset, texts)
+    return train_seeds(cfg, seed_list, device=resolve_device(device),
+                       cache_dir=resolve_cache_dir(None if cache_dir is None else Path(cache_dir)),
+                       data_root=data_root, offline=offline, run_root=None if runs_dir is None else Path(runs_dir),
+                       resume=resume, overwrite=overwrite, log=log, on_epoch=on_epoch, on_seed_start=on_seed_start)
+
+
+@dataclass
+class LoadedRun:
+    """A finished run read back: its best model in eval mode, resolved config, data and split.
+
+    Attributes:
+        path: the run folder, ``runs/<name>/<seed>/``.
+        config: the resolved :class:`~xmask_cli.config.Config` the run trained with.
+        model: the trained :class:`~xmask_cli.model.network.XMaskNet` (best checkpoint, eval mode).
+        level, metric, seed, device: the run's task level, selection metric, seed and the device loaded on.
+    """
+
+    path: Path
+    config: Config
+    model: torch.nn.Module
+    level: str
+    metric: str
+    seed: int
+    device: str
+    _run: Any = field(repr=False)
+    _saved: dict[str, Any] = field(repr=False)
+    _exp: Any = field(repr=False)
+    _task: Any = field(repr=False)
+
+    def predict(self, part: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
+        """``(outputs, targets)`` of ``part`` (``train``, ``val`` or ``test``) of the run's own split.
+
+        Outputs are logits ``[n, classes]`` (graph, node, image levels) or
+        predictions in the file's units (edge regression), in the order the
+        split lists the items; the run's metric of them is what ``xmask eval`` prints.
+
+        Raises:
+            UsageError: a link-prediction run (it scores positive against
+                sampled negative pairs: use :meth:`evaluate`), or an unknown part.
+        """
+        import torch
+
+        from xmask_cli.engine.evaluate import run_precision
+        from xmask_cli.engine.loop import PARTS
+        from xmask_cli.engine.precision import autocast
+        from xmask_cli.errors import UsageError
+
+        if part not in PARTS:
+            raise UsageError(f"part must be one of {', '.join(PARTS)}, got '{part}'")
+        outputs = getattr(self._task, "outputs", None)
+        if outputs is None:
+            raise UsageError(f"a {self.level}-level run has no per-item outputs to predict: use evaluate()")
+        self.model.eval()
+        with torch.no_grad(), autocast(run_precision(self._saved), self.device):
+            return outputs(self.model, part)
+
+    def score(self, part: str = "test") -> float:
+        """The run's metric on ``part``: the number ``xmask eval --split PART`` prints."""
+        return float(self.evaluate((part,))["metrics"][part])
+
+    def evaluate(self, parts: Sequence[str] = ("val", "test")) -> dict[str, Any]:
+        """What ``xmask --format json eval`` prints: metrics recomputed on ``parts`` beside the recorded ones."""
+        from xmask_cli.engine.evaluate import evaluate_loaded
+
+        return evaluate_loaded(self._run, self._saved, self._exp, self._task, self.model, parts=tuple(parts),
+                               device=self.device)
+
+
+def load_run(
+    path: str | os.PathLike,
+    *,
+    device: str = "cpu",
+    cache_dir: str | os.PathLike | None = None,
+    data_root: str | os.PathLike | None = None,
+    offline: bool | None = None,
+    log: Callable[[str], None] = lambda m: None,
+) -> LoadedRun:
+    """Read a run folder back (as ``xmask eval`` does): its best model, resolved config, data and split.
+
+    Args:
+        path: a run folder, ``runs/<name>/<seed>/``.
+        device: ``cpu`` (default), ``auto``, ``cuda`` or ``cuda:N``.
+        cache_dir, data_root, offline: as the CLI options of the same names.
+
+    Raises:
+        RunNotFoundError: not a run folder, or a checkpoint that does not fit its config.
+    """
+    from xmask_cli.engine.evaluate import load_run as rebuild
+    from xmask_cli.engine.evaluate import read_run
+    from xmask_cli.engine.experiment import resolve_device
+    from xmask_cli.prepare import resolve_cache_dir
+
+    dev = resolve_device(device)
+    run, saved = read_run(path)
+    exp, task, model = rebuild(run, saved, cache_dir=resolve_cache_dir(None if cache_dir is None else Path(cache_dir)),
+                               data_root=data_root, offline=offline, device=dev, log=log)
+    return LoadedRun(path=run.path, config=exp.cfg, model=model, level=exp.level,
+                     metric=exp.metric, seed=int(saved["train"]["seed"]), device=dev, _run=run, _saved=saved,
+                     _exp=exp, _task=task)
