@@ -54,15 +54,17 @@ def graph_labels(graphs: GraphSet) -> Tensor:
 
 
 @torch.no_grad()
-def _predict(model: XMaskNet, stream: GraphLevelStream, device: torch.device) -> tuple[Tensor, Tensor]:
-    """Outputs and labels of every graph of ``stream``, in its (fixed) order."""
+def _predict(model: XMaskNet, stream: GraphLevelStream, device: torch.device,
+             with_index: bool = False) -> tuple[Tensor, ...]:
+    """Outputs and labels of every graph of ``stream``, in its (fixed) order; ``with_index``: and the graph ids."""
     model.eval()
-    outs, ys = [], []
+    outs, ys, ids = [], [], []
     for batch in stream.epoch(0):
         batch = batch.to(device)
         outs.append(model(batch).float().cpu())
         ys.append(batch.y.cpu())
-    return torch.cat(outs), torch.cat(ys)
+        ids.append(batch.index.cpu())
+    return (torch.cat(outs), torch.cat(ys)) + ((torch.cat(ids),) if with_index else ())
 
 
 def _eval_stream(cache_path: str | os.PathLike, features: Sequence[Tensor], labels: Tensor,
@@ -146,11 +148,17 @@ class GraphTask:
         return torch.nn.functional.cross_entropy(model(batch), batch.y.long()), batch.num_graphs
 
     def outputs(self, model: torch.nn.Module, part: str) -> tuple[Tensor, Tensor]:
-        """``(outputs [G, C], labels)`` of the graphs of ``part``, in its evaluation order."""
-        return _predict(model, self.eval_streams[part], self.device)
+        """``(outputs [G, C], labels)`` of the graphs of ``part``, in the split's order."""
+        out, y, index = _predict(model, self.eval_streams[part], self.device, with_index=True)
+        # The stream batches by size; the split lists the graphs in its own order.
+        wanted = torch.as_tensor(np.asarray(getattr(self.split, part), dtype=np.int64))
+        sorter = torch.argsort(index)
+        perm = sorter[torch.searchsorted(index[sorter], wanted)]
+        return out[perm], y[perm]
 
     def score(self, model: torch.nn.Module, part: str) -> float:
-        return METRICS[self.metric](*self.outputs(model, part))
+        # In the stream's order: the numbers every run recorded (a metric's float sums follow the order).
+        return METRICS[self.metric](*_predict(model, self.eval_streams[part], self.device))
 
 
 def train_graph_level(

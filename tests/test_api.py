@@ -1,0 +1,124 @@
+"""The Python API: the documented examples run, equal the CLI's numbers, and stay cheap to import.
+
+The examples are read from docs/python-api.md (and the README's "Use from Python" block must be the
+first of them), so what a reader copies is what runs here.
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from tests.cli_helpers import run
+
+import xmask_cli
+from xmask_cli.engine.metrics import METRICS
+from xmask_cli.errors import ConfigError, UsageError
+
+ROOT = Path(__file__).resolve().parents[1]
+BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
+#: The CLI call the first example stands for (docs/python-api.md says so in words).
+CLI_ARGS = ["--preset", "graph-level", "--seeds", "0-1", "--set", "model.hidden=16", "--set", "model.layers=1",
+            "--set", "train.epochs=5"]
+
+
+def _examples() -> list[str]:
+    return BLOCK.findall((ROOT / "docs" / "python-api.md").read_text())
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory) -> dict:
+    """The first example run in a fresh folder (its runs in ./runs, its cache in ./cache), and its namespace."""
+    import os
+
+    folder = tmp_path_factory.mktemp("example")
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        namespace: dict = {"__name__": "example"}
+        exec(compile(_examples()[0], "docs/python-api.md", "exec"), namespace)
+    finally:
+        os.chdir(here)
+    namespace["folder"] = folder
+    return namespace
+
+
+def test_the_readme_example_is_the_documented_one():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Use from Python"):]
+    assert BLOCK.findall(section)[0] == _examples()[0]
+
+
+def test_the_example_equals_the_clis_numbers(example, tmp_path):
+    folder = example["folder"]
+    r = run("--format", "json", "train", *CLI_ARGS, "--device", "cpu", "--runs-dir", str(tmp_path / "runs"),
+            "--cache-dir", str(folder / "cache"))
+    assert r.exit_code == 0, r.stderr
+    cli, api = json.loads(r.stdout), example["result"]
+    assert [x["metrics"] for x in api["runs"]] == [x["metrics"] for x in cli["runs"]]  # exactly, every part
+    assert [x["best_epoch"] for x in api["runs"]] == [x["best_epoch"] for x in cli["runs"]]
+    assert api["aggregate"] == cli["aggregate"]
+    assert {k: v for k, v in api.items() if k not in ("runs", "run_root")} == \
+        {k: v for k, v in cli.items() if k not in ("runs", "run_root")}
+
+
+def test_load_run_predicts_what_xmask_eval_prints(example):
+    folder, loaded = example["folder"], example["run"]
+    run_dir = example["result"]["runs"][0]["run_dir"]
+    r = run("--format", "json", "eval", str(folder / run_dir), "--split", "all", "--device", "cpu",
+            "--cache-dir", str(folder / "cache"))
+    assert r.exit_code == 0, r.stderr
+    ev = json.loads(r.stdout)
+    assert loaded.level == "graph" and loaded.metric == "accuracy" and loaded.seed == 0
+    assert loaded.config.model.hidden == 16 and loaded.config.train.epochs == 5
+    for part in ("train", "val", "test"):
+        outputs, targets = loaded.predict(part)
+        assert outputs.shape == (targets.numel(), 2)
+        assert METRICS["accuracy"](outputs, targets) == ev["metrics"][part] == loaded.score(part)
+    assert loaded.evaluate(("train", "val", "test"))["metrics"] == ev["metrics"]
+    with pytest.raises(UsageError, match="part must be one of train, val, test"):
+        loaded.predict("all")
+    # The test graphs are the split's test graphs, in its order: their labels are the dataset's.
+    split = json.loads((folder / run_dir / "config.json").read_text())["split"]
+    assert example["labels"].tolist() == [int(loaded._exp.graphs.dataset[i].y) for i in split["test"]]
+
+
+def test_the_model_example_runs():
+    namespace: dict = {"__name__": "example"}
+    exec(compile(_examples()[1], "docs/python-api.md", "exec"), namespace)
+    out = namespace["GraphClassifier"](in_dim=7, classes=2)(namespace["batch"])
+    assert out.shape == (3, 2) and torch.isfinite(out).all()
+
+
+def test_override_forms_resolve_alike_and_errors_are_the_clis(tmp_path):
+    from xmask_cli.api import _override_texts
+    from xmask_cli.config_resolve import resolve
+
+    forms = [_override_texts(["model.heads=2", "run.name=007"], {}),
+             _override_texts({"model.heads": 2, "run.name": "007"}, {}),
+             _override_texts(None, {"model__heads": 2, "run__name": "007"})]
+    configs = [resolve("graph-level", texts) for texts in forms]
+    assert configs[1] == configs[2] and configs[1].model.heads == 2
+    # A Python string stays a string (the --set text 007 is YAML's 7); nothing else differs.
+    assert configs[1].run.name == "007" and configs[0].run.name == "7"
+    with pytest.raises(ConfigError, match="unknown key 'model.hiden'") as bad:
+        xmask_cli.train("graph-level", model__hiden=16, cache_dir=tmp_path, runs_dir=tmp_path)
+    assert bad.value.exit_code == 2  # what `xmask train --set model.hiden=16` exits with
+    with pytest.raises(UsageError, match="range 4-2 is empty"):
+        xmask_cli.train("graph-level", seeds="4-2", cache_dir=tmp_path, runs_dir=tmp_path)
+
+
+def test_import_is_cheap_and_all_names_resolve():
+    code = ("import sys, xmask_cli; heavy = [m for m in ('torch', 'torch_geometric', 'h5py') if m in sys.modules];"
+            "print(heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
+    for name in xmask_cli.__all__:
+        assert getattr(xmask_cli, name) is not None, name
+    assert xmask_cli.AddLogSMask is xmask_cli.transforms.AddLogSMask
+    with pytest.raises(AttributeError):
+        xmask_cli.no_such_name  # noqa: B018
