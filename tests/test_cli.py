@@ -20,7 +20,7 @@ from xmask_cli.errors import EXIT_CODES
 
 
 @pytest.mark.parametrize("cmd", [[], ["prepare"], ["presets", "ls"], ["presets", "show"], ["cache", "ls"],
-                                 ["cache", "verify"], ["cache", "clear"]])
+                                 ["cache", "verify"], ["cache", "clear"], ["runs"], ["runs", "compare"]])
 def test_every_help_has_examples(cmd):
     r = run(*cmd, "--help")
     assert r.exit_code == 0

@@ -1,0 +1,65 @@
+"""engine.compare (`xmask runs compare`): the table equals the runs' summaries and metrics.jsonl, the plot
+draws each run's validation curve, the CLI's JSON equals the library call."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.cli_helpers import one_error_line, run
+from tests.engine.test_loop import ToyTask
+from xmask_cli.engine.compare import compare_runs, find_runs, plot_compare, run_row
+from xmask_cli.engine.loop import TrainConfig, fit
+from xmask_cli.engine.runs import RunDir
+from xmask_cli.errors import RunNotFoundError
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cmp")
+    for name, seeds, lr in (("toy-a", (1, 0), 0.05), ("toy-b", (0,), 0.01)):
+        for seed in seeds:
+            torch.manual_seed(seed)
+            fit(ToyTask(), torch.nn.Linear(2, 1), TrainConfig(epochs=3 + seed, lr=lr, warmup_epochs=0, seed=seed),
+                root / name / str(seed), model_config={"toy": 1})
+    (root / "toy-a" / "junk").mkdir()  # no summary: not a run, skipped inside a folder of runs
+    return root
+
+
+def test_rows_equal_the_summaries(runs):
+    found = find_runs([runs / "toy-a", runs / "toy-b" / "0"])
+    assert found == [runs / "toy-a" / "0", runs / "toy-a" / "1", runs / "toy-b" / "0"]  # seed order
+    result = compare_runs([runs / "toy-a", runs / "toy-b" / "0"], runs / "plots" / "cmp.png")
+    assert (runs / "plots" / "cmp.png").read_bytes()[:4] == b"\x89PNG"
+    for row, path in zip(result["runs"], found):
+        summary = json.loads((path / "summary.json").read_text())
+        metrics = [json.loads(x) for x in (path / "metrics.jsonl").read_text().splitlines()]
+        assert row["name"] == path.parent.name and row["seed"] == summary["seed"] == int(path.name)
+        assert row["best_epoch"] == summary["best_epoch"] and row["epochs_run"] == summary["epochs_run"]
+        assert (row["train"], row["val"], row["test"]) == tuple(summary["metrics"][p] for p in ("train", "val", "test"))
+        assert row["wall_s"] == pytest.approx(sum(m["epoch_s"] for m in metrics), abs=1e-3)
+        assert row["metric"] == "mae" and "curve" not in row
+
+
+def test_plot_draws_each_validation_curve(runs):
+    rows = [run_row(p) for p in find_runs([runs / "toy-a", runs / "toy-b"])]
+    fig = plot_compare(rows)
+    curves = [ln for ln in fig.axes[0].lines if len(ln.get_xdata()) > 1]
+    for line, path in zip(curves, find_runs([runs / "toy-a", runs / "toy-b"])):
+        metrics = RunDir(path).read_metrics()
+        assert list(line.get_xdata()) == [m["epoch"] for m in metrics]
+        assert list(line.get_ydata()) == [m["val_mae"] for m in metrics]
+    assert len(curves) == 3
+
+
+def test_cli_json_equals_the_library_and_refusals(runs, tmp_path):
+    r = run("runs", "compare", str(runs / "toy-a"), str(runs / "toy-b"), "--format", "json", "--out",
+            str(tmp_path / "c.png"))
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout) == compare_runs([runs / "toy-a", runs / "toy-b"], tmp_path / "c.png")
+    human = run("runs", "compare", str(runs / "toy-a"), "--no-plot")
+    assert human.exit_code == 0 and "toy-a/0" in human.stdout and "toy-a/1" in human.stdout
+    r = run("runs", "compare", str(tmp_path / "nothing"))
+    assert r.exit_code == RunNotFoundError.exit_code == 6 and "no finished run" in one_error_line(r)
+    assert "Examples" in run("runs", "compare", "--help").stdout

@@ -1,0 +1,107 @@
+"""``xmask runs compare``: finished runs side by side, and one plot of their validation curves.
+
+A path is a run folder (``runs/<name>/<seed>/`` holding ``summary.json``) or a
+folder of them (``runs/<name>/``: every seed folder with a summary, in seed
+order). Each run gives one row: its name (the parent folder), seed, dataset,
+metric, selected epoch, epochs run, the summary's train / val / test metrics
+and its wall time: the epochs' ``epoch_s`` (training pass and validation)
+summed over ``metrics.jsonl`` (a row without ``epoch_s`` counts its training
+pass, ``train_s``).
+"""
+from __future__ import annotations
+
+import io
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from xmask_cli.engine.runs import RunDir, write_bytes
+from xmask_cli.errors import RunNotFoundError
+
+__all__ = ["compare_runs", "find_runs", "plot_compare", "run_row"]
+
+
+def find_runs(paths: Sequence[str | os.PathLike]) -> list[Path]:
+    """The finished run folders under ``paths`` (each a run, or a folder of seed runs), in the order given.
+
+    Raises:
+        RunNotFoundError: a path that is neither a finished run nor holds one.
+    """
+    found: list[Path] = []
+    for p in map(Path, paths):
+        if (p / RunDir.SUMMARY).is_file():
+            found.append(p)
+            continue
+        kids = sorted((c for c in p.iterdir() if c.is_dir() and not c.is_symlink() and (c / RunDir.SUMMARY).is_file()),
+                      key=lambda c: (not c.name.isdigit(), int(c.name) if c.name.isdigit() else 0, c.name)) \
+            if p.is_dir() else []
+        if not kids:
+            raise RunNotFoundError(f"{p}: no finished run here (a run folder holds summary.json; "
+                                   f"a folder of runs holds seed folders that do)")
+        found.extend(kids)
+    return found
+
+
+def run_row(path: Path) -> dict[str, Any]:
+    """One run's row: ``run_dir, name, seed, dataset, metric, best_epoch, epochs_run, train, val, test, wall_s``
+    and ``curve`` (``[[epoch, val metric], ...]`` from ``metrics.jsonl``)."""
+    run = RunDir(path)  # an existing folder (find_runs): nothing is created
+    try:
+        summary = run.read_summary()
+        rows = run.read_metrics()
+    except (OSError, ValueError) as exc:
+        raise RunNotFoundError(f"{path}: summary.json or metrics.jsonl is unreadable ({exc})") from None
+    metric = summary.get("metric", "")
+    key = f"val_{metric}"
+    wall = sum(float(r.get("epoch_s", r.get("train_s", 0.0))) for r in rows)
+    metrics = summary.get("metrics", {})
+    return {"run_dir": str(path), "name": path.parent.name, "seed": summary.get("seed"),
+            "dataset": summary.get("dataset"), "metric": metric, "best_epoch": summary.get("best_epoch"),
+            "epochs_run": summary.get("epochs_run"), "train": metrics.get("train"), "val": metrics.get("val"),
+            "test": metrics.get("test"), "wall_s": round(wall, 3),
+            "curve": [[int(r["epoch"]), r[key]] for r in rows if key in r]}
+
+
+def plot_compare(rows: Sequence[dict[str, Any]]) -> Any:
+    """A matplotlib ``Figure``: every run's validation curve, one panel per metric, selected epochs dotted."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    metrics = list(dict.fromkeys(r["metric"] for r in rows))
+    fig = Figure(figsize=(6.0 * len(metrics), 4.2), layout="constrained")
+    axes = fig.subplots(1, len(metrics), squeeze=False)[0]
+    for ax, metric in zip(axes, metrics):
+        for r in (r for r in rows if r["metric"] == metric):
+            xs = [e for e, _ in r["curve"]]
+            ys = [v for _, v in r["curve"]]
+            (line,) = ax.plot(xs, ys, label=f"{r['name']}/{r['seed']}")
+            if r["best_epoch"] in xs:
+                ax.plot([r["best_epoch"]], [ys[xs.index(r["best_epoch"])]], marker="o", color=line.get_color())
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(f"val {metric}")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        ax.set_title(f"validation {metric} (dot: selected epoch)", fontsize=9)
+    return fig
+
+
+def compare_runs(paths: Sequence[str | os.PathLike], out: str | os.PathLike | None) -> dict[str, Any]:
+    """Rows of every finished run under ``paths`` and, when ``out`` is given, the plot written there (PNG).
+
+    Returns:
+        ``{"runs": [run_row(...) without "curve", ...], "plot": path or None}``.
+    """
+    rows = [run_row(p) for p in find_runs(paths)]
+    plot = None
+    if out is not None:
+        from xmask_cli.fs import ensure_writable_dir
+
+        target = Path(out)
+        ensure_writable_dir(target.parent if str(target.parent) else Path("."), "output folder", "pass another --out")
+        buf = io.BytesIO()
+        plot_compare(rows).savefig(buf, format="png", dpi=90)
+        write_bytes(target, buf.getvalue())
+        plot = str(target)
+    return {"runs": [{k: v for k, v in r.items() if k != "curve"} for r in rows], "plot": plot}
