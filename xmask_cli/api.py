@@ -39,7 +39,7 @@ def choose_preset(preset: str | None, dataset: str | None, overrides: Sequence[s
     out = list(overrides or [])
     if dataset is not None:
         spec = get_dataset(dataset)
-        out.insert(0, f"data.dataset={spec.name}")
+        out.insert(0, f"data.dataset={json.dumps(spec.ref)}")  # quoted: a folder path
         if preset is None:
             preset = spec.key if spec.key in list_presets() else f"{spec.level}-level"
     return preset or "graph-level", out

@@ -1,6 +1,7 @@
 """``xmask prepare``: dataset -> structure -> HDF5 cache."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -46,7 +47,7 @@ def prepare(
     overrides = list(set_ or [])
     if dataset is not None:
         spec = get_dataset(dataset)
-        overrides.insert(0, f"data.dataset={spec.name}")
+        overrides.insert(0, f"data.dataset={json.dumps(spec.ref)}")  # quoted: a folder path
         preset = preset or f"{spec.level}-level"
     cfg = C.resolve(preset or "node-level", overrides)
     spec = get_dataset(cfg.data.dataset)

@@ -22,6 +22,9 @@ class GraphSet:
         num_nodes: node count per graph.
         source: folder the raw files were read from.
         dataset: the PyG / OGB dataset object (features and labels for training).
+        content: digest of every file read, for datasets whose files hold more than the
+            structure (a user's folder): part of :meth:`fingerprint`, so changing any file
+            changes the cache key. None for registry datasets.
     """
 
     spec: DatasetSpec
@@ -29,14 +32,16 @@ class GraphSet:
     num_nodes: np.ndarray
     source: Path
     dataset: Any
+    content: str | None = None
 
     @property
     def num_graphs(self) -> int:
         return len(self.edge_index)
 
     def fingerprint(self) -> str:
-        """sha256 of the graphs' structure (node counts and edge lists, in order)."""
-        return graphs_fingerprint(self.edge_index, self.num_nodes)
+        """sha256 of the graphs' structure (node counts and edge lists, in order), and of :attr:`content`."""
+        fp = graphs_fingerprint(self.edge_index, self.num_nodes)
+        return fp if self.content is None else hashlib.sha256(f"{fp}:{self.content}".encode()).hexdigest()
 
     def has_features(self) -> bool:
         """True when the loader gave the nodes features (``x``); False for e.g. IMDB-BINARY, COLLAB."""
@@ -59,6 +64,8 @@ class GraphSet:
             elif ds.num_node_attributes:  # TUDataset's default use_node_attr=False drops them from x
                 parts.append(f"node attributes ({ds.num_node_attributes}) not used")
             return FeatureInfo("dataset", dim, "PyG TUDataset x: " + ", ".join(parts))
+        if self.spec.family == "folder":
+            return FeatureInfo("dataset", dim, f"{self.dataset.files.paths['features'].name} ({dim} columns)")
         return FeatureInfo("dataset", dim, f"the dataset's x ({dim} columns)")
 
 

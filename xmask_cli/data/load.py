@@ -105,6 +105,10 @@ def load_graphs(
         DataNotFoundError: raw files are missing and cannot (or may not) be downloaded.
         NotWritableError: neither the data root nor the cache dir can take ``processed/``.
     """
+    if spec.family == "folder":  # a user's files, read in place
+        from xmask_cli.data.folder import load_folder
+
+        return load_folder(spec)
     if spec.family == "graphqa":  # generated from a seed: no files, no download
         from xmask_cli.data.graphqa import GraphQADataset
 

@@ -16,10 +16,11 @@ class DatasetSpec:
 
     Attributes:
         name: canonical name (as the loader spells it).
-        family: loader family: planetoid, amazon, coauthor, wikics, tu, ogbg, images.
+        family: loader family: planetoid, amazon, coauthor, wikics, tu, ogbg, ogbn, images; ``folder``
+            for a user's folder (:mod:`xmask_cli.data.folder`).
         levels: task levels it supports; the first is its default.
         split: default split, named as the run config records it.
-        folder: sub-folder of the data root the loader reads.
+        folder: sub-folder of the data root the loader reads (a user's folder: its absolute path).
         raw_files: files that must exist under ``<root>/<folder>/`` to load offline.
         metric: default metric of its main task.
         embedded: raw files ship inside the package (works with no data root).
@@ -38,6 +39,11 @@ class DatasetSpec:
     @property
     def level(self) -> str:
         return self.levels[0]
+
+    @property
+    def ref(self) -> str:
+        """What ``data.dataset`` holds to find this entry again: the name, or a folder's absolute path."""
+        return self.folder if self.family == "folder" else self.name
 
     @property
     def key(self) -> str:
@@ -117,8 +123,13 @@ def graphqa_spec(task: str) -> DatasetSpec:
 def get_dataset(name: str) -> DatasetSpec:
     """Look a dataset up by name or alias, ignoring case; unknown names fail with a suggestion.
 
-    ``graphqa:<task>`` names a generated structural-reasoning dataset.
+    ``graphqa:<task>`` names a generated structural-reasoning dataset; a value holding ``/`` or
+    starting with ``.`` or ``~`` is a folder of files (:func:`xmask_cli.data.folder.folder_spec`).
     """
+    from xmask_cli.data.folder import folder_spec, is_folder_ref
+
+    if is_folder_ref(name):
+        return folder_spec(name)
     if name.strip().lower().startswith("graphqa:"):
         return graphqa_spec(name.split(":", 1)[1])
     key = name.strip().lower().replace("_", "-")
@@ -127,4 +138,5 @@ def get_dataset(name: str) -> DatasetSpec:
     close = difflib.get_close_matches(key, list(_BY_NAME), n=1, cutoff=0.6)
     hint = f"did you mean '{_BY_NAME[close[0]].name}'? " if close else ""
     names = ", ".join(s.name for s in _SPECS)
-    raise UsageError(f"unknown dataset '{name}': {hint}known: {names}, graphqa:<task> (see README)")
+    raise UsageError(f"unknown dataset '{name}': {hint}known: {names}, graphqa:<task>, or a folder of files "
+                     f"as ./{name} (see README)")

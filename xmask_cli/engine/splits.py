@@ -5,7 +5,9 @@ run config (:meth:`Split.to_dict`) and a run can be reproduced from the config
 alone. Split names follow :attr:`xmask_cli.data.registry.DatasetSpec.split`:
 
 * ``public``          Planetoid's fixed masks (``data.train_mask`` ...);
-* ``random-60-20-20`` a seeded 60/20/20 split of the nodes (Amazon, Coauthor);
+* ``files``           the masks a user's folder gave (``data.train_mask`` ..., :mod:`xmask_cli.data.folder`);
+* ``random-60-20-20`` a seeded 60/20/20 split of the labelled nodes (Amazon, Coauthor: every node;
+  a folder: the nodes whose label is not -1);
 * ``official-0``      WikiCS's first of its 20 official splits;
 * ``random-8-1-1``    a seeded 80/10/10 split of the graphs (TU);
 * ``scaffold``        OGB's scaffold split (``dataset.get_idx_split()``).
@@ -115,11 +117,13 @@ def random_split(n: int, fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int
 def node_split(spec_split_name: str, data: Any, seed: int = 0) -> Split:
     """Node split of one PyG ``Data`` object by the registry's split name.
 
-    ``public`` reads Planetoid's masks, ``official-0`` reads column 0 of WikiCS's
-    ``[N, 20]`` train/val masks (its test mask is shared, 1-D), and
-    ``random-60-20-20`` draws a seeded split of all nodes.
+    ``public`` (Planetoid) and ``files`` (a folder's split files) read the
+    masks, ``official-0`` reads column 0 of WikiCS's ``[N, 20]`` train/val masks
+    (its test mask is shared, 1-D), and ``random-60-20-20`` draws a seeded split
+    of the labelled nodes (label -1 marks an unlabelled node; with every node
+    labelled, the split of all nodes).
     """
-    if spec_split_name == "public":
+    if spec_split_name in ("public", "files"):
         return Split(_mask_index(data.train_mask), _mask_index(data.val_mask), _mask_index(data.test_mask),
                      name="public", seed=None)
     if spec_split_name == "official-0":
@@ -128,8 +132,13 @@ def node_split(spec_split_name: str, data: Any, seed: int = 0) -> Split:
                      _mask_index(val[:, 0] if val.ndim == 2 else val),
                      _mask_index(test[:, 0] if test.ndim == 2 else test), name="official-0", seed=None)
     if spec_split_name == "random-60-20-20":
-        return random_split(int(data.num_nodes), (0.6, 0.2, 0.2), seed=seed, name="random-60-20-20")
-    raise ValueError(f"unknown node split '{spec_split_name}': expected public, random-60-20-20 or official-0")
+        y = getattr(data, "y", None)
+        labelled = None if y is None else np.flatnonzero(_as_numpy(y).reshape(int(data.num_nodes), -1)[:, 0] >= 0)
+        if labelled is None or len(labelled) == int(data.num_nodes):
+            return random_split(int(data.num_nodes), (0.6, 0.2, 0.2), seed=seed, name="random-60-20-20")
+        s = random_split(len(labelled), (0.6, 0.2, 0.2), seed=seed, name="random-60-20-20")
+        return Split(labelled[s.train], labelled[s.val], labelled[s.test], name=s.name, seed=seed)
+    raise ValueError(f"unknown node split '{spec_split_name}': expected public, files, random-60-20-20 or official-0")
 
 
 def graph_split(spec_split_name: str, dataset: Any, seed: int = 0) -> Split:

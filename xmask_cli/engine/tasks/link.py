@@ -159,7 +159,7 @@ class LinkTask:
 def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> LinkTask:
     """The link task of ``exp`` for ``seed``: draws the edge split, prepares its training edges' structure."""
     from xmask_cli.engine.experiment import model_needs
-    from xmask_cli.engine.features import node_features
+    from xmask_cli.engine.features import node_features, one_hot_degree
     from xmask_cli.engine.pair_structure import prepare_pair_structure
     from xmask_cli.engine.splits import edge_split
 
@@ -169,6 +169,9 @@ def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = N
                        num_neg_per_pos=cfg.link.num_neg_per_pos)
     path = prepare_pair_structure(spec.key, split.train_edge_index, int(data.num_nodes), cfg.structure,
                                   exp.cache_dir, log=exp.log)
-    return LinkTask(path, node_features(exp.graphs)[0], split, dataset=spec.name, metric=exp.metric,
+    # Without node features, the degree one-hot of the training edges: held-out edges must not leak in.
+    x = node_features(exp.graphs)[0] if exp.graphs.has_features() else \
+        one_hot_degree(split.train_edge_index, int(data.num_nodes))
+    return LinkTask(path, x, split, dataset=spec.name, metric=exp.metric,
                     protocol=cfg.link.protocol, seed=seed, device=device, dense_max_nodes=cfg.node.dense_max_nodes,
                     fractions=tuple(cfg.link.fractions), needs=model_needs(cfg), dense_only=dense_only)

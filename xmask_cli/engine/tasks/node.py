@@ -432,7 +432,18 @@ def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = N
         from xmask_cli.engine.tasks.node_experts import ExpertNodeTask as cls
     else:
         cls = NodeTask
-    split = node_split(exp.graphs.spec.split, exp.graphs.dataset[0], seed=seed)
+    spec = exp.graphs.spec
+    split = node_split(spec.split, exp.graphs.dataset[0], seed=seed)
+    if spec.family == "folder":
+        from xmask_cli.data.folder import check_train_classes
+        from xmask_cli.errors import UsageError
+
+        files = exp.graphs.dataset.files
+        if files.get("labels") is None:
+            raise UsageError(f"{spec.folder} has no labels file (labels.npy, one int per node, -1 = unlabelled), "
+                             f"which node classification needs; for link prediction use --preset link-level")
+        what = f"{split.name}, seed {seed}" if split.seed is not None else split.name
+        check_train_classes(exp.graphs.dataset[0].y.numpy(), split.train, files.paths["labels"], what)
     return cls(exp.cache_path, exp.graphs, split, exp.metric, mode=n.mode, subgraph_size=n.subgraph_size,
                subgraphs_per_epoch=n.subgraphs_per_epoch, dense_max_nodes=n.dense_max_nodes, seed=seed, device=device,
                attention=n.attention, needs=model_needs(cfg), query_batch=n.query_batch,

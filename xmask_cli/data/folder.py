@@ -1,0 +1,453 @@
+"""A user's own graph as a folder of files: node classification and link prediction (``--dataset PATH``).
+
+The format (docs/datasets-from-files.md is the user's guide)::
+
+    mygraph/
+      edges.csv | edges.npz | edges.parquet          required: src, dst [, weight]; 0-based node ids
+      features.npy | .npz | .csv | .parquet          optional: float [n, d]
+      labels.npy | .npz | .csv | .parquet            node level: int [n], -1 = unlabelled
+      train.npy|.csv, val.npy|.csv, test.npy|.csv    optional split: node ids, one file per part
+      masks.npz                                      ... or boolean arrays train, val, test of length n
+
+* An edge is the unordered pair ``{src, dst}``: a file may list it once or in
+  both directions, never the same ``(src, dst)`` row twice; a weight column,
+  when present, must agree between the two directions and is read and checked
+  but not used by the structure (X-LogSMask's ``Â`` is of the unweighted graph).
+* ``n`` is the row count of features (labels must match), else of labels,
+  else ``max id + 1``.
+* Without split files the node level draws the seeded 60/20/20 split of the
+  labelled nodes; every class ``0..C-1`` needs a training node.
+* Only regular files are read, never through a symbolic link; other files in
+  the folder are ignored. The cache fingerprint hashes every file read, so a
+  change to any of them gives a new cache key.
+
+Every inconsistency is a one-line :class:`~xmask_cli.errors.UsageError` (exit 2)
+naming the file and row (see :mod:`xmask_cli.data.tables`).
+
+Example::
+
+    spec = folder_spec("./mygraph")          # DatasetSpec, family "folder"
+    graphs = load_folder(spec)               # GraphSet: graphs.dataset[0] has x, y, edge_index (+ masks)
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from xmask_cli.data.registry import DatasetSpec
+from xmask_cli.data.tables import (Rows, file_digest, read_csv_columns, read_npy, read_npz, read_parquet_columns)
+from xmask_cli.errors import DataNotFoundError, UsageError
+
+__all__ = ["FORMATS", "FolderFiles", "FolderDataset", "find_files", "folder_spec", "load_folder", "is_folder_ref",
+           "FOLDER_SPLIT_FILES", "check_train_classes"]
+
+#: File stem -> the extensions it may have (exactly one file per stem).
+FORMATS: dict[str, tuple[str, ...]] = {
+    "edges": ("csv", "npz", "parquet"),
+    "features": ("npy", "npz", "csv", "parquet"),
+    "labels": ("npy", "npz", "csv", "parquet"),
+    "train": ("npy", "csv"),
+    "val": ("npy", "csv"),
+    "test": ("npy", "csv"),
+    "masks": ("npz",),
+}
+#: Split name of a folder whose split comes from its files.
+FOLDER_SPLIT_FILES = "files"
+#: Without features or labels the node count is max id + 1; ids must then lie below this bound
+#: (as for edge files): a 10-row file naming node 10^8 would otherwise allocate gigabytes.
+MIN_ID_BOUND, ID_BOUND_FACTOR = 1000, 10
+
+
+def is_folder_ref(name: str) -> bool:
+    """True when a ``--dataset`` value names a folder: it holds ``/`` or starts with ``.`` or ``~``."""
+    text = name.strip()
+    return "/" in text or os.sep in text or text.startswith((".", "~"))
+
+
+@dataclass(frozen=True)
+class FolderFiles:
+    """The files of a dataset folder, by stem (``edges``, ``features``, ...); absent ones are None."""
+
+    folder: Path
+    paths: dict[str, Path] = field(default_factory=dict)
+
+    def get(self, stem: str) -> Path | None:
+        return self.paths.get(stem)
+
+    @property
+    def has_split(self) -> bool:
+        return any(s in self.paths for s in ("train", "val", "test", "masks"))
+
+
+def find_files(folder: Path) -> FolderFiles:
+    """The dataset files of ``folder`` (see :data:`FORMATS`); other files are ignored.
+
+    Raises:
+        DataNotFoundError: no edges file.
+        UsageError: two files for one stem, a link or folder under a dataset file's name, a split that is
+            neither three index files nor one masks file.
+    """
+    found: dict[str, Path] = {}
+    try:
+        entries = sorted(os.scandir(folder), key=lambda e: e.name)
+    except OSError as exc:
+        raise DataNotFoundError(f"dataset folder {folder}: cannot list it ({exc.strerror})") from None
+    for entry in entries:
+        stem, dot, ext = entry.name.partition(".")
+        if not dot or stem not in FORMATS or ext not in FORMATS[stem]:
+            continue
+        path = folder / entry.name
+        if entry.is_symlink():
+            raise UsageError(f"{path}: a symbolic link; xmask reads only regular files in a dataset folder "
+                             f"(copy the file in)")
+        if not entry.is_file(follow_symlinks=False):
+            raise UsageError(f"{path}: not a regular file; xmask reads only regular files in a dataset folder")
+        if stem in found:
+            raise UsageError(f"{folder}: both {found[stem].name} and {entry.name}; keep one {stem} file")
+        found[stem] = path
+    if "edges" not in found:
+        raise DataNotFoundError(f"dataset folder {folder} has no edges file: expected edges.csv (header src,dst), "
+                                f"edges.npz (arrays src, dst) or edges.parquet; see docs/datasets-from-files.md")
+    parts = [s for s in ("train", "val", "test") if s in found]
+    if parts and "masks" in found:
+        raise UsageError(f"{folder}: both split index files ({', '.join(found[s].name for s in parts)}) and "
+                         f"masks.npz; keep one way of giving the split")
+    if parts and len(parts) != 3:
+        missing = [s for s in ("train", "val", "test") if s not in found]
+        raise UsageError(f"{folder}: split files {', '.join(found[s].name for s in parts)} without "
+                         f"{', '.join(m + '.npy' for m in missing)}; give all three (or none for the seeded 60/20/20)")
+    return FolderFiles(folder, found)
+
+
+def folder_spec(text: str) -> DatasetSpec:
+    """The registry entry of the folder ``text``: levels ``node`` and ``link`` (``link`` only without labels).
+
+    Raises:
+        DataNotFoundError: no such folder, or no edges file in it.
+        UsageError: ``text`` is a file, or the folder's files clash (see :func:`find_files`).
+    """
+    path = Path(os.path.abspath(Path(text.strip()).expanduser()))
+    if not path.exists():
+        raise DataNotFoundError(f"dataset folder {text} not found (a --dataset value holding '/' or starting with "
+                                f"'.' or '~' is a folder path; registry names have neither)")
+    if not path.is_dir():
+        raise UsageError(f"--dataset {text} is a file; give the folder holding edges.csv, features.npy and "
+                         f"labels.npy (see docs/datasets-from-files.md)")
+    files = find_files(path)
+    levels = ("node", "link") if files.get("labels") is not None else ("link",)
+    split = FOLDER_SPLIT_FILES if files.has_split else "random-60-20-20"
+    return DatasetSpec(path.name or "folder", "folder", levels, split, str(path),
+                       tuple(p.name for p in files.paths.values()), "accuracy")
+
+
+class FolderDataset:
+    """The one graph of a folder, shaped like a one-graph PyG dataset (``len``, ``[0]``, ``num_classes``, ``transform``)."""
+
+    def __init__(self, data: Any, num_classes: int, files: FolderFiles):
+        self._data, self.num_classes, self.files = data, num_classes, files
+        self.transform = None  # set by Experiment for data.normalize_features, applied on access as PyG does
+
+    def __len__(self) -> int:
+        return 1
+
+    def __getitem__(self, i: int) -> Any:
+        if i not in (0, -1):
+            raise IndexError(f"a folder dataset holds one graph, not graph {i}")
+        return self._data if self.transform is None else self.transform(self._data.clone())
+
+
+# ---------------------------------------------------------------- readers
+def _edges(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, Rows]:
+    ext = path.suffix.lower()
+    if ext == ".csv":
+        from xmask_cli.data.tables import csv_header
+
+        with_weight = len(csv_header(path)) == 3
+        names, kinds = (["src", "dst", "weight"], ["id", "id", "float"]) if with_weight else (["src", "dst"], ["id"])
+        cols, rows = read_csv_columns(path, names, kinds)
+        return cols[0], cols[1], (cols[2] if with_weight else None), rows
+    arrays = read_npz(path, ["src", "dst"], ["weight"]) if ext == ".npz" else \
+        read_parquet_columns(path, ["src", "dst"], ["weight"])
+    rows = Rows(path)
+    src, dst = (_int_column(arrays[k], path, k, rows, "id") for k in ("src", "dst"))
+    if src.shape != dst.shape:
+        raise UsageError(f"{path}: src has {src.size} values, dst {dst.size}; one per edge in both")
+    w = arrays.get("weight")
+    if w is not None:
+        w = _float_column(w, path, "weight", src.size, rows)
+    return src, dst, w, rows
+
+
+def _int_column(a: np.ndarray, path: Path, name: str, rows: Rows, kind: str) -> np.ndarray:
+    """A 1-D integer column (whole floats accepted) checked for range: ids >= 0, labels >= -1."""
+    a = np.asarray(a)
+    if a.ndim != 1:
+        raise UsageError(f"{path}: {name} must be one-dimensional, got shape {list(a.shape)}")
+    if a.dtype.kind == "f":
+        whole = np.isfinite(a) & (a == np.round(a))
+        if not whole.all():
+            bad = int(np.flatnonzero(~whole)[0])
+            raise UsageError(f"{rows.at(bad)}: {name} {a[bad]!r} is not an integer"
+                             + ("; use -1 for an unlabelled node" if kind == "label" else ""))
+    elif a.dtype.kind not in "iub":
+        raise UsageError(f"{path}: {name} must hold integers, got dtype {a.dtype}")
+    a = a.astype(np.int64)
+    low = 0 if kind == "id" else -1
+    bad = np.flatnonzero(a < low)
+    if bad.size:
+        what = "node ids are 0-based" if kind == "id" else "labels are 0..C-1, and -1 marks an unlabelled node"
+        raise UsageError(f"{rows.at(bad[0])}: {name} {int(a[bad[0]])} is below {low}; {what}")
+    return a
+
+
+def _float_column(a: np.ndarray, path: Path, name: str, size: int, rows: Rows) -> np.ndarray:
+    a = np.asarray(a)
+    if a.ndim != 1 or a.size != size or a.dtype.kind not in "iuf":
+        raise UsageError(f"{path}: {name} must be {size} numbers (one per edge), got shape {list(a.shape)} "
+                         f"dtype {a.dtype}")
+    a = a.astype(np.float64)
+    bad = np.flatnonzero(~np.isfinite(a) | (a <= 0))
+    if bad.size:
+        raise UsageError(f"{rows.at(bad[0])}: {name} {a[bad[0]]!r} must be a finite number > 0")
+    return a
+
+
+def _features(path: Path) -> np.ndarray:
+    ext = path.suffix.lower()
+    rows = Rows(path, csv=ext == ".csv")
+    if ext == ".npy":
+        x = read_npy(path)
+    elif ext == ".npz":
+        x = read_npz(path, ["x"])["x"]
+    elif ext == ".csv":
+        cols, rows = read_csv_columns(path, None, ["float"])
+        x = np.stack(cols, axis=1)
+    else:
+        cols = read_parquet_columns(path, None)
+        bad = [k for k, v in cols.items() if np.asarray(v).dtype.kind not in "iufb"]
+        if bad:
+            raise UsageError(f"{path}: column {bad[0]} is not numeric; every column of a features file is one feature")
+        x = np.stack([np.asarray(v) for v in cols.values()], axis=1)
+    if x.ndim == 1:
+        x = x[:, None]
+    if x.ndim != 2:
+        raise UsageError(f"{path}: features must be an [n, d] array, got shape {list(x.shape)}")
+    if x.dtype.kind not in "iufb":
+        raise UsageError(f"{path}: features must be numeric, got dtype {x.dtype}")
+    x = x.astype(np.float32)
+    finite = np.isfinite(x)
+    if not finite.all():
+        r, c = (int(v[0]) for v in np.nonzero(~finite))
+        raise UsageError(f"{rows.at(r)}: feature column {c} is {x[r, c]} (NaN or infinite); features must be finite")
+    return x
+
+
+def _labels(path: Path) -> np.ndarray:
+    ext = path.suffix.lower()
+    if ext == ".csv":
+        (y,), _ = read_csv_columns(path, ["label"], ["label"])
+        return y
+    a = read_npy(path) if ext == ".npy" else read_npz(path, ["y"])["y"] if ext == ".npz" else \
+        read_parquet_columns(path, ["label"])["label"]
+    if a.ndim == 2 and a.shape[1] == 1:
+        a = a[:, 0]
+    return _int_column(a, path, "label", Rows(path), "label")
+
+
+def _index_file(path: Path) -> tuple[np.ndarray, Rows]:
+    if path.suffix.lower() == ".csv":
+        (idx,), rows = read_csv_columns(path, ["node"], ["id"])
+        return idx, rows
+    rows, a = Rows(path), read_npy(path)
+    if a.ndim == 2 and a.shape[1] == 1:
+        a = a[:, 0]
+    return _int_column(a, path, "node id", rows, "id"), rows
+
+
+# ---------------------------------------------------------------- checks
+def _check_ids(ids: np.ndarray, n: int, rows: Rows, name: str, why_n: str) -> None:
+    bad = np.flatnonzero(ids >= n)
+    if bad.size:
+        raise UsageError(f"{rows.at(bad[0])}: {name} {int(ids[bad[0]])} is out of range: the graph has {n} nodes "
+                         f"({why_n}), ids 0..{n - 1}")
+
+
+def _check_edge_rows(src: np.ndarray, dst: np.ndarray, w: np.ndarray | None, n: int, rows: Rows) -> None:
+    """No ``(src, dst)`` row twice; with weights, both directions of a pair carry the same weight."""
+    keys = src * n + dst
+    order = np.argsort(keys, kind="stable")  # stable: of equal keys, the earlier row first
+    ks = keys[order]
+    same = np.flatnonzero(ks[1:] == ks[:-1])
+    if same.size:
+        later = order[same + 1]
+        i = int(np.argmin(later))
+        r, first = int(later[i]), int(order[same[i]])
+        raise UsageError(f"{rows.at(r)}: edge ({int(src[r])}, {int(dst[r])}) repeats {rows.at(first)}; each "
+                         f"(src, dst) row may appear once (the reverse direction may be listed too)")
+    if w is None:
+        return
+    rev = dst * n + src
+    pos = np.searchsorted(ks, rev)
+    pos = np.minimum(pos, len(ks) - 1)
+    has = ks[pos] == rev
+    partner = order[pos]
+    bad = np.flatnonzero(has & (w[partner] != w))
+    if bad.size:
+        r = int(bad[0])
+        raise UsageError(f"{rows.at(r)}: edge ({int(src[r])}, {int(dst[r])}) has weight {w[r]} but its reverse "
+                         f"{rows.at(int(partner[r]))} has {w[partner[r]]}; an edge is one pair with one weight")
+
+
+def _split_masks(files: FolderFiles, n: int, y: np.ndarray | None) -> dict[str, np.ndarray]:
+    """``train``/``val``/``test`` boolean masks from index files or masks.npz, checked."""
+    if y is None or not files.has_split:
+        return {}
+    masks: dict[str, np.ndarray] = {}
+    where: dict[str, tuple[Rows, np.ndarray]] = {}
+    if files.get("masks") is not None:
+        path = files.paths["masks"]
+        arrays = read_npz(path, ["train", "val", "test"])
+        for part, a in arrays.items():
+            a = np.asarray(a)
+            if a.ndim != 1 or a.size != n or (a.dtype.kind != "b" and not np.isin(a, (0, 1)).all()):
+                raise UsageError(f"{path}: {part} must be {n} booleans (one per node), got shape {list(a.shape)} "
+                                 f"dtype {a.dtype}")
+            masks[part] = a.astype(bool)
+            idx = np.flatnonzero(masks[part])
+            where[part] = (Rows(path), idx)
+    else:
+        for part in ("train", "val", "test"):
+            path = files.paths[part]
+            idx, rows = _index_file(path)
+            _check_ids(idx, n, rows, "node id", "rows of the node files")
+            order = np.argsort(idx, kind="stable")
+            same = np.flatnonzero(idx[order][1:] == idx[order][:-1])
+            if same.size:
+                r, first = int(order[same[0] + 1]), int(order[same[0]])
+                raise UsageError(f"{rows.at(r)}: node {int(idx[r])} repeats {rows.at(first)}; a split file lists "
+                                 f"each node once")
+            m = np.zeros(n, dtype=bool)
+            m[idx] = True
+            masks[part] = m
+            where[part] = (rows, idx)
+    for part in ("train", "val", "test"):
+        rows, idx = where[part]
+        if idx.size == 0:
+            raise UsageError(f"{rows.path}: the {part} split is empty; every part needs at least one node")
+        unl = np.flatnonzero(y[idx] < 0)
+        if unl.size:
+            at = rows.at(unl[0]) if files.get("masks") is None else f"{rows.path} {part}[{int(idx[unl[0]])}]"
+            raise UsageError(f"{at}: node {int(idx[unl[0]])} is unlabelled (-1 in {files.paths['labels'].name}) "
+                             f"but in the {part} split; a split holds labelled nodes only")
+    for a, b in (("train", "val"), ("train", "test"), ("val", "test")):
+        both = np.flatnonzero(masks[a] & masks[b])
+        if both.size:
+            node = int(both[0])
+            ra, ia = where[a]
+            rb, ib = where[b]
+            at_a = ra.at(int(np.flatnonzero(ia == node)[0])) if files.get("masks") is None else f"{ra.path} {a}"
+            at_b = rb.at(int(np.flatnonzero(ib == node)[0])) if files.get("masks") is None else f"{rb.path} {b}"
+            raise UsageError(f"{at_b}: node {node} is in both {a} ({at_a}) and {b}; the parts must not overlap")
+    return masks
+
+
+def check_train_classes(y: np.ndarray, train: np.ndarray, labels_path: Path | str, split_what: str) -> None:
+    """Every class ``0..max label`` has a node in ``train``; else one line naming the labels file.
+
+    Raises:
+        UsageError: a class without a training node (or without any labelled node).
+    """
+    y = np.asarray(y).reshape(-1)
+    num_classes = int(y.max()) + 1 if y.size and y.max() >= 0 else 0
+    have = np.bincount(y[train][y[train] >= 0], minlength=num_classes)
+    missing = np.flatnonzero(have == 0)
+    if missing.size:
+        c = int(missing[0])
+        anywhere = bool((y == c).any())
+        detail = "" if anywhere else f"; no node has label {c} at all (labels must be 0..{num_classes - 1})"
+        raise UsageError(f"{labels_path}: class {c} has no node in the training split ({split_what}){detail}; "
+                         f"every class needs a training node")
+
+
+def _node_count(x: np.ndarray | None, y: np.ndarray | None, files: FolderFiles, src: np.ndarray,
+                dst: np.ndarray, rows: Rows) -> tuple[int, str]:
+    """``(n, what n is)``: features rows, else labels length, else max id + 1 (bounded)."""
+    if x is not None and y is not None and len(x) != len(y):
+        raise UsageError(f"{files.paths['labels']}: {len(y)} labels but {files.paths['features'].name} has "
+                         f"{len(x)} rows; one label per node (-1 for unlabelled)")
+    if x is not None:
+        return len(x), f"{files.paths['features'].name} has {len(x)} rows"
+    if y is not None:
+        return len(y), f"{files.paths['labels'].name} has {len(y)} rows"
+    top = int(max(src.max(), dst.max()))
+    distinct = int(np.unique(np.concatenate([src, dst])).size)
+    bound = max(MIN_ID_BOUND, ID_BOUND_FACTOR * distinct)
+    if top >= bound:
+        r = int(np.argmax(np.maximum(src, dst)))
+        raise UsageError(f"{rows.at(r)}: node id {top} is far above the {distinct} distinct ids (without a features "
+                         f"or labels file ids must lie below {bound}); renumber the nodes 0..{distinct - 1}, or add "
+                         f"features or labels with one row per node")
+    return top + 1, f"max id + 1 in {rows.path.name}"
+
+
+def folder_digest(files: FolderFiles) -> str:
+    """sha256 over every file read (name and content): any change to any file gives a new cache key."""
+    parts = {name: file_digest(path) for name, path in sorted((p.name, p) for p in files.paths.values())}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def load_folder(spec: DatasetSpec) -> Any:
+    """Read and check the folder of ``spec`` (see the module docstring); returns its :class:`GraphSet`.
+
+    Raises:
+        DataNotFoundError: the folder or its edges file is gone.
+        UsageError: any inconsistency, as one line naming the file and row.
+    """
+    import torch
+    from torch_geometric.data import Data
+
+    from xmask_cli.data.graphset import GraphSet
+
+    folder = Path(spec.folder)
+    files = find_files(folder)
+    src, dst, w, rows = _edges(files.paths["edges"])
+    if src.size == 0:
+        raise UsageError(f"{files.paths['edges']}: no edges; the graph needs at least one")
+    x = _features(files.paths["features"]) if "features" in files.paths else None
+    y = _labels(files.paths["labels"]) if "labels" in files.paths else None
+    n, why_n = _node_count(x, y, files, src, dst, rows)
+    _check_ids(src, n, rows, "src", why_n)
+    _check_ids(dst, n, rows, "dst", why_n)
+    _check_edge_rows(src, dst, w, n, rows)
+    masks = _split_masks(files, n, y)
+    num_classes = 0
+    if y is not None:
+        if not (y >= 0).any():
+            raise UsageError(f"{files.paths['labels']}: every node is unlabelled (-1); node classification needs "
+                             f"labels 0..C-1")
+        num_classes = int(y.max()) + 1
+        if masks:
+            check_train_classes(y, np.flatnonzero(masks["train"]),
+                                files.paths["labels"], (files.paths.get("train") or files.paths["masks"]).name)
+    if w is not None:
+        sys.stderr.write(f"note: {files.paths['edges'].name} has a weight column: read and checked, but the "
+                         f"structure (Â of A + I) uses the unweighted graph\n")
+    data = Data(edge_index=torch.from_numpy(np.stack([src, dst])), num_nodes=n)
+    if x is not None:
+        data.x = torch.from_numpy(x)
+    if y is not None:
+        data.y = torch.from_numpy(y)
+    if w is not None:
+        data.edge_weight = torch.from_numpy(w.astype(np.float32))
+    for part, m in masks.items():
+        setattr(data, f"{part}_mask", torch.from_numpy(m))
+    dataset = FolderDataset(data, num_classes, files)
+    return GraphSet(spec=spec, edge_index=[np.stack([src, dst])], num_nodes=np.asarray([n], dtype=np.int64),
+                    source=folder, dataset=dataset, content=folder_digest(files))

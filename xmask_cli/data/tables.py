@@ -1,0 +1,297 @@
+"""Reading arrays from a user's files (NPY, NPZ, CSV with a header row, Parquet) with errors that name file and row.
+
+Files are opened without following symbolic links and only when they are
+regular files: a dataset folder is the user's, and a link placed in it could
+point anywhere. Every problem is a :class:`~xmask_cli.errors.UsageError` (exit 2)
+whose one line names the file and, for a bad value, where it is: ``file:LINE``
+for CSV (1-based line of the file, the header being its first line) and
+``file row I`` for binary formats (0-based, the row's index in the array).
+
+Example::
+
+    (src, dst), rows = read_csv_columns(Path("g/edges.csv"), ["src", "dst"], ["id", "id"])
+    x = read_npy(Path("g/features.npy"))
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import io
+import os
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+
+from xmask_cli.errors import DataNotFoundError, UsageError
+
+__all__ = ["Rows", "open_regular", "file_digest", "read_npy", "read_npz", "read_csv_columns", "read_parquet_columns",
+           "PARQUET_HINT"]
+
+#: What to do when Parquet is asked for and pyarrow is missing.
+PARQUET_HINT = "reading Parquet needs pyarrow: pip install 'xmask[parquet]' (or pip install pyarrow), or save it as .npz"
+
+
+def open_regular(path: Path) -> IO[bytes]:
+    """Open ``path`` for reading only if it is a regular file, never through a symbolic link.
+
+    Raises:
+        DataNotFoundError: no such file.
+        UsageError: a link, a folder or a device sits at ``path``.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except FileNotFoundError:
+        raise DataNotFoundError(f"{path}: no such file") from None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(f"{path}: a symbolic link; xmask reads only regular files in a dataset folder "
+                             f"(copy the file in)") from None
+        raise UsageError(f"{path}: cannot be read ({exc.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(f"{path}: not a regular file; xmask reads only regular files in a dataset folder")
+    return os.fdopen(fd, "rb")
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a regular file's bytes (streamed; links refused as in :func:`open_regular`)."""
+    h = hashlib.sha256()
+    with open_regular(path) as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class Rows:
+    """Names a data row of a file in messages: ``file:LINE`` (CSV) or ``file row I`` (binary formats).
+
+    CSV line numbers are found only when a message needs one (a second read of the file).
+    """
+
+    path: Path
+    csv: bool = False
+
+    def at(self, row: int) -> str:
+        """Where data row ``row`` (0-based, blank and comment lines not counted) is."""
+        if not self.csv:
+            return f"{self.path} row {int(row)}"
+        return f"{self.path}:{_csv_line_of_row(self.path, int(row))}"
+
+
+def _data_lines(path: Path):
+    """``(line number, text)`` of every CSV line that is not blank or a ``#`` comment, header first."""
+    with open_regular(path) as fh:
+        text = io.TextIOWrapper(fh, encoding="utf-8-sig")  # -sig: a spreadsheet's BOM is not part of the header
+        try:
+            for i, line in enumerate(text, 1):
+                if line.strip() and not line.lstrip().startswith("#"):
+                    yield i, line.rstrip("\r\n")
+        except UnicodeDecodeError as exc:
+            raise UsageError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8 CSV") from None
+
+
+def _csv_line_of_row(path: Path, row: int) -> int:
+    for k, (line, _) in enumerate(_data_lines(path)):
+        if k == row + 1:  # +1: the header
+            return line
+    return -1
+
+
+def _fields(text: str) -> list[str]:
+    return [f.strip() for f in text.split(",")]
+
+
+def _parse(text: str, kind: str) -> str | None:
+    """Why ``text`` is not a value of ``kind`` (``id``, ``label``, ``float``), or None if it is one."""
+    if kind in ("id", "label"):
+        try:
+            v = int(text)
+        except ValueError:
+            return f"{text!r} is not an integer"
+        if kind == "id" and v < 0:
+            return f"{v} is negative; node ids are 0-based"
+        if kind == "label" and v < -1:
+            return f"{v} is below -1; labels are 0..C-1, and -1 marks an unlabelled node"
+        return None
+    try:
+        v = float(text)
+    except ValueError:
+        return f"{text!r} is not a number"
+    return None if np.isfinite(v) else f"{text!r} is not finite (NaN or infinite)"
+
+
+def _scan_for_error(path: Path, names: Sequence[str], kinds: Sequence[str]) -> UsageError:
+    """The first bad line of a CSV that numpy refused, as a one-line error."""
+    lines = _data_lines(path)
+    next(lines)  # the header, already checked
+    for line, text in lines:
+        fields = _fields(text)
+        if len(fields) != len(names):
+            return UsageError(f"{path}:{line}: expected {len(names)} values ({','.join(names)}), got {len(fields)}")
+        for name, kind, f in zip(names, kinds, fields):
+            why = _parse(f, kind)
+            if why is not None:
+                return UsageError(f"{path}:{line}: {name} {why}")
+    return UsageError(f"{path}: not a readable CSV table of {','.join(names)}")
+
+
+def csv_header(path: Path) -> list[str]:
+    """The header row (first non-blank, non-comment line) of a CSV, as stripped fields."""
+    for _, text in _data_lines(path):
+        return _fields(text)
+    raise UsageError(f"{path}: empty file; expected a header row and one row per item")
+
+
+def read_csv_columns(path: Path, names: Sequence[str] | None, kinds: Sequence[str]) -> tuple[list[np.ndarray], Rows]:
+    """Columns of a comma-separated file with one header row, parsed by ``kinds``.
+
+    Args:
+        names: the header the file must have (case-insensitive), or None for any
+            header (feature columns: any names, but not numbers).
+        kinds: per column ``id`` (int >= 0), ``label`` (int >= -1) or ``float``
+            (finite); one entry stands for every column.
+
+    Raises:
+        UsageError: wrong header, a row with the wrong number of values, a value that does not parse.
+    """
+    header = csv_header(path)
+    if names is not None and [h.lower() for h in header] != [n.lower() for n in names]:
+        raise UsageError(f"{path}:1: header row must be '{','.join(names)}', got '{','.join(header)}'")
+    if names is None:
+        if all(_parse(h, "float") is None for h in header):
+            raise UsageError(f"{path}:1: the first row holds numbers, not column names; add a header row "
+                             f"(any names, e.g. f0,f1,...)")
+        names = header
+    if len(kinds) == 1:
+        kinds = list(kinds) * len(names)
+    # One parse of the whole file: integers when every column is an id or label, else float64 (ids are then
+    # checked to be whole numbers below).
+    dtype = np.int64 if all(k != "float" for k in kinds) else np.float64
+    with open_regular(path) as fh:
+        try:
+            table = np.loadtxt(io.TextIOWrapper(fh, encoding="utf-8-sig"), delimiter=",", comments="#",
+                               skiprows=_header_skip(path), dtype=dtype, ndmin=2)
+        except (ValueError, UnicodeDecodeError):
+            raise _scan_for_error(path, names, kinds) from None
+    if table.shape[0] == 0:
+        raise UsageError(f"{path}: no data rows after the header")
+    if table.shape[1] != len(names):
+        raise _scan_for_error(path, names, kinds)
+    rows = Rows(path, csv=True)
+    out: list[np.ndarray] = []
+    for j, (name, kind) in enumerate(zip(names, kinds)):
+        col = table[:, j]
+        if kind != "float" and col.dtype != np.int64:
+            whole = np.isfinite(col) & (col == np.round(col))
+            if not whole.all():
+                bad = int(np.flatnonzero(~whole)[0])
+                raise UsageError(f"{rows.at(bad)}: {name} {col[bad]!r} is not an integer")
+            col = col.astype(np.int64)
+        _check_values(col, kind, name, rows)
+        out.append(np.ascontiguousarray(col))
+    return out, rows
+
+
+def _header_skip(path: Path) -> int:
+    """Lines before and including the header (blank and comment lines above it included)."""
+    for line, _ in _data_lines(path):
+        return line
+    return 0
+
+
+def _check_values(col: np.ndarray, kind: str, name: str, rows: Rows) -> None:
+    """Range and finiteness of a parsed column (numpy accepts 'nan', '-3')."""
+    if kind == "float":
+        bad = np.flatnonzero(~np.isfinite(col))
+        if bad.size:
+            raise UsageError(f"{rows.at(bad[0])}: {name} is not finite (NaN or infinite)")
+    elif kind == "id":
+        bad = np.flatnonzero(col < 0)
+        if bad.size:
+            raise UsageError(f"{rows.at(bad[0])}: {name} {int(col[bad[0]])} is negative; node ids are 0-based")
+    elif kind == "label":
+        bad = np.flatnonzero(col < -1)
+        if bad.size:
+            raise UsageError(f"{rows.at(bad[0])}: {name} {int(col[bad[0]])} is below -1; labels are 0..C-1, "
+                             f"and -1 marks an unlabelled node")
+
+
+def read_npy(path: Path) -> np.ndarray:
+    """The array of a ``.npy`` file (no pickled objects)."""
+    with open_regular(path) as fh:
+        try:
+            return np.load(fh, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:
+            raise UsageError(f"{path}: not a readable .npy array ({_first(exc)})") from None
+
+
+def read_npz(path: Path, names: Sequence[str], optional: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """Named arrays of a ``.npz`` file; every name in ``names`` must be there, ``optional`` ones may be.
+
+    Raises:
+        UsageError: not an npz archive, a required array missing, or a pickled object array.
+    """
+    with open_regular(path) as fh:
+        try:
+            with np.load(fh, allow_pickle=False) as z:
+                have = set(z.files)
+                missing = [n for n in names if n not in have]
+                if missing:
+                    raise UsageError(f"{path}: arrays {', '.join(names)} required"
+                                     + (f" ({', '.join(optional)} optional)" if optional else "")
+                                     + f"; it holds {', '.join(sorted(have)) or 'none'}")
+                return {n: z[n] for n in (*names, *optional) if n in have}
+        except UsageError:
+            raise
+        except (ValueError, OSError, EOFError, KeyError) as exc:
+            raise UsageError(f"{path}: not a readable .npz archive ({_first(exc)})") from None
+
+
+def read_parquet_columns(path: Path, names: Sequence[str] | None,
+                         optional: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """Columns of a Parquet file (``names`` required, ``optional`` if present; None: every column, in order).
+
+    Raises:
+        UsageError: pyarrow is not installed, the file does not read, a column is missing or holds nulls.
+    """
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise UsageError(f"{path}: {PARQUET_HINT}") from None
+    with open_regular(path) as fh:
+        try:
+            table = pq.read_table(fh)
+        except Exception as exc:  # pyarrow raises its own error types for a damaged file
+            raise UsageError(f"{path}: not a readable Parquet file ({_first(exc)})") from None
+    have = list(table.column_names)
+    if names is None:
+        wanted = have
+    else:
+        lower = {h.lower(): h for h in have}
+        missing = [n for n in names if n.lower() not in lower]
+        if missing:
+            raise UsageError(f"{path}: columns {', '.join(names)} required"
+                             + (f" ({', '.join(optional)} optional)" if optional else "")
+                             + f"; it has {', '.join(have) or 'none'}")
+        wanted = [lower[n.lower()] for n in (*names, *optional) if n.lower() in lower]
+    out: dict[str, np.ndarray] = {}
+    for name in wanted:
+        column = table.column(name)
+        if column.null_count:
+            first = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+            raise UsageError(f"{path} row {first}: column {name} is empty (null)")
+        try:
+            out[name.lower() if names is not None else name] = column.to_numpy()
+        except Exception as exc:  # nested or non-numeric types
+            raise UsageError(f"{path}: column {name} is not a plain numeric column ({_first(exc)})") from None
+    return out
+
+
+def _first(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return text or type(exc).__name__
