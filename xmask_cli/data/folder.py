@@ -140,11 +140,31 @@ def folder_spec(text: str) -> DatasetSpec:
     if not path.is_dir():
         raise UsageError(f"--dataset {text} is a file; give the folder holding edges.csv, features.npy and "
                          f"labels.npy (see docs/datasets-from-files.md)")
+    tu = tu_folder_spec(path)
+    if tu is not None:
+        return tu
     files = find_files(path)
     levels = ("node", "link") if files.get("labels") is not None else ("link",)
     split = FOLDER_SPLIT_FILES if files.has_split else "random-60-20-20"
     return DatasetSpec(path.name or "folder", "folder", levels, split, str(path),
                        tuple(p.name for p in files.paths.values()), "accuracy")
+
+
+def tu_folder_spec(path: Path) -> DatasetSpec | None:
+    """A graph set in TU's raw format, ``<root>/NAME/raw/NAME_A.txt`` etc., as a graph-level entry; else None.
+
+    Loaded by PyG's ``TUDataset`` like the registry's TU sets, with ``<root>`` as the data root.
+    """
+    from xmask_cli.data.registry import tu_raw_files
+
+    if not (path / "raw" / f"{path.name}_A.txt").is_file():
+        return None
+    missing = [f for f in tu_raw_files(path.name) if not (path / f).is_file()]
+    if missing:
+        raise DataNotFoundError(f"{path / missing[0]} not found: a graph set in TU format needs "
+                                f"{', '.join(tu_raw_files(path.name))} (see docs/datasets-from-files.md)")
+    return DatasetSpec(path.name, "tu", ("graph",), "random-8-1-1", path.name, tu_raw_files(path.name), "accuracy",
+                       root=str(path.parent))
 
 
 class FolderDataset:

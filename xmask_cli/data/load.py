@@ -115,6 +115,8 @@ def load_graphs(
         ds = GraphQADataset(spec.name.split(":", 1)[1])
         edges, nodes = graph_arrays(ds)
         return GraphSet(spec=spec, edge_index=edges, num_nodes=nodes, source=Path("generated"), dataset=ds)
+    if spec.root:  # a user's TU-format folder: its parent is the data root, whatever else is set
+        data_root = Path(spec.root)
     offline = is_offline(offline)
     looked: list[Path] = []
     source: Path | None = None

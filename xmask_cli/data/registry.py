@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import dataclass
+from pathlib import Path
 
 from xmask_cli.errors import UsageError
 
@@ -24,6 +25,8 @@ class DatasetSpec:
         raw_files: files that must exist under ``<root>/<folder>/`` to load offline.
         metric: default metric of its main task.
         embedded: raw files ship inside the package (works with no data root).
+        root: a data root fixed by the user's path (a graph set in TU's raw format given as
+            ``--dataset ./sets/NAME``: the root is ``./sets``); empty for the registry's names.
     """
 
     name: str
@@ -35,6 +38,7 @@ class DatasetSpec:
     metric: str
     aliases: tuple[str, ...] = ()
     embedded: bool = False
+    root: str = ""
 
     @property
     def level(self) -> str:
@@ -43,7 +47,9 @@ class DatasetSpec:
     @property
     def ref(self) -> str:
         """What ``data.dataset`` holds to find this entry again: the name, or a folder's absolute path."""
-        return self.folder if self.family == "folder" else self.name
+        if self.family == "folder":
+            return self.folder
+        return str(Path(self.root) / self.folder) if self.root else self.name
 
     @property
     def key(self) -> str:
@@ -56,7 +62,8 @@ def _planetoid(name: str) -> tuple[str, ...]:
     return tuple(f"raw/ind.{n}.{s}" for s in ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index"))
 
 
-def _tu(name: str) -> tuple[str, ...]:
+def tu_raw_files(name: str) -> tuple[str, ...]:
+    """The files a TU-format graph set must have under ``<root>/<name>/``."""
     return (f"raw/{name}_A.txt", f"raw/{name}_graph_indicator.txt", f"raw/{name}_graph_labels.txt")
 
 
@@ -79,13 +86,13 @@ _SPECS: tuple[DatasetSpec, ...] = (
                 "accuracy", aliases=("coauthor-physics",)),
     DatasetSpec("WikiCS", "wikics", _NODE, "official-0", "WikiCS", ("raw/data.json",), "accuracy",
                 aliases=("wiki-cs",)),
-    DatasetSpec("MUTAG", "tu", ("graph",), "random-8-1-1", "MUTAG", _tu("MUTAG"), "accuracy", embedded=True),
-    DatasetSpec("PROTEINS", "tu", ("graph",), "random-8-1-1", "PROTEINS", _tu("PROTEINS"), "accuracy"),
-    DatasetSpec("NCI1", "tu", ("graph",), "random-8-1-1", "NCI1", _tu("NCI1"), "accuracy"),
-    DatasetSpec("DD", "tu", ("graph",), "random-8-1-1", "DD", _tu("DD"), "accuracy", aliases=("d&d",)),
-    DatasetSpec("IMDB-BINARY", "tu", ("graph",), "random-8-1-1", "IMDB-BINARY", _tu("IMDB-BINARY"), "accuracy",
+    DatasetSpec("MUTAG", "tu", ("graph",), "random-8-1-1", "MUTAG", tu_raw_files("MUTAG"), "accuracy", embedded=True),
+    DatasetSpec("PROTEINS", "tu", ("graph",), "random-8-1-1", "PROTEINS", tu_raw_files("PROTEINS"), "accuracy"),
+    DatasetSpec("NCI1", "tu", ("graph",), "random-8-1-1", "NCI1", tu_raw_files("NCI1"), "accuracy"),
+    DatasetSpec("DD", "tu", ("graph",), "random-8-1-1", "DD", tu_raw_files("DD"), "accuracy", aliases=("d&d",)),
+    DatasetSpec("IMDB-BINARY", "tu", ("graph",), "random-8-1-1", "IMDB-BINARY", tu_raw_files("IMDB-BINARY"), "accuracy",
                 aliases=("imdb-b", "imdb")),
-    DatasetSpec("COLLAB", "tu", ("graph",), "random-8-1-1", "COLLAB", _tu("COLLAB"), "accuracy"),
+    DatasetSpec("COLLAB", "tu", ("graph",), "random-8-1-1", "COLLAB", tu_raw_files("COLLAB"), "accuracy"),
     DatasetSpec("ogbg-molhiv", "ogbg", ("graph",), "scaffold", "ogbg_molhiv", _OGB_MOLHIV, "rocauc",
                 aliases=("molhiv", "hiv")),
     # Image level (ViT over the patch grid; loaders in data/images.py).

@@ -125,7 +125,7 @@ def node_split(spec_split_name: str, data: Any, seed: int = 0) -> Split:
     """
     if spec_split_name in ("public", "files"):
         return Split(_mask_index(data.train_mask), _mask_index(data.val_mask), _mask_index(data.test_mask),
-                     name="public", seed=None)
+                     name=spec_split_name, seed=None)
     if spec_split_name == "official-0":
         train, val, test = (_as_numpy(m) for m in (data.train_mask, data.val_mask, data.test_mask))
         return Split(_mask_index(train[:, 0] if train.ndim == 2 else train),
