@@ -134,3 +134,21 @@ def test_tensorboard_missing_is_exit_2_with_the_install_hint(tmp_path, monkeypat
     assert r.exit_code == 2
     assert 'pip install "xmask[tensorboard]"' in one_error_line(r)
     assert not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()  # refused before any work
+
+
+def test_a_run_resumes_under_another_logger(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    def go(epochs, loggers, resume):
+        torch.manual_seed(0)
+        cfg = TrainConfig(epochs=epochs, lr=0.05, warmup_epochs=0, patience=10, loggers=loggers)
+        return fit(ToyTask(), torch.nn.Linear(2, 1), cfg, tmp_path / "run", model_config={"toy": 1},
+                   extra_config={"config": {"train": {"epochs": epochs, "loggers": loggers}}}, resume=resume)
+
+    go(2, [], False)
+    go(4, ["tensorboard"], True)  # accepted: a logger is no difference in what the run trains
+    acc = EventAccumulator(str(tmp_path / "run"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("loss")] == [2, 3]  # the epochs this process trained
+    assert [r["epoch"] for r in RunDir(tmp_path / "run").read_metrics()] == [0, 1, 2, 3]

@@ -40,7 +40,8 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 _MISSING = object()
 #: Keys of a run's config that may change on ``--resume``: the epoch budget, and where it runs.
-RESUME_MAY_DIFFER = frozenset({"train.epochs", "config.train.epochs", "train.device", "data_root"})
+RESUME_MAY_DIFFER = frozenset({"train.epochs", "config.train.epochs", "train.device", "data_root",
+                               "config.train.loggers"})  # loggers watch a run; they never change its numbers
 
 
 def config_diff(a: Any, b: Any, prefix: str = "") -> list[str]:
