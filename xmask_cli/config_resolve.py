@@ -390,14 +390,28 @@ def _check_ranges(obj: Any, prefix: str) -> None:
              f"'{obj.name}' is not a run name: one folder name, no '/', '..' or absolute path (use --runs-dir for the location)")
     elif isinstance(obj, ImageSection):
         need(obj.patch >= 1, "patch", "must be >= 1")
-    elif isinstance(obj, Config) and obj.tune:
-        from xmask_cli.tune.space import check_space
+    elif isinstance(obj, Config):
+        _check_combinations(obj)
+        if obj.tune:
+            from xmask_cli.tune.space import check_space
 
-        check_space(obj)
+            check_space(obj)
     elif isinstance(obj, LargeGraphConfig):
         need(obj.tau >= 0, "tau", "must be >= 0")
         need(obj.topk >= 0, "topk", "must be >= 0")
         need(obj.spd_radius >= 1, "spd_radius", "must be >= 1")
+
+
+#: Node batching modes that attention experts can run: they attend over the whole graph's tokens at once.
+EXPERT_NODE_MODES = ("auto", "full")
+
+
+def _check_combinations(cfg: Config) -> None:
+    """Settings each valid on its own that the model cannot run together: refused here, naming the keys,
+    rather than when training starts (a preset that extends another inherits keys it may not mean)."""
+    if cfg.model.experts and cfg.node.mode not in EXPERT_NODE_MODES:
+        raise ConfigError(f"model.experts (M3Dphormer attention experts) run on the whole graph's tokens, which "
+                          f"node.mode={cfg.node.mode} does not give: set node.mode=full (or drop model.experts)")
 
 
 def resolve(preset: str | None = None, overrides: list[str] | None = None, base: dict[str, Any] | None = None) -> Config:
