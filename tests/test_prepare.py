@@ -216,7 +216,7 @@ def _assert_lowest(lap: np.ndarray, vals: np.ndarray, vecs: np.ndarray, m: int, 
 def _node_spectrum(name: str, shared_data: Path, tmp_path: Path):
     """A node dataset's graph (edges, node count, networkx graph) and its cached spectrum."""
     cfg = resolve("node-level", [f"data.dataset={name}", "structure.spd.enabled=false", "structure.powers.k=1",
-                                 "structure.partition.parts=0"])
+                                 "structure.partition.parts=0", "prepare.compute=all"])
     s = prepare_dataset(cfg, data_root=shared_data, cache_dir=tmp_path / "c", offline=True)
     graphs = load_graphs(get_dataset(name), data_root=shared_data, cache_dir=tmp_path / "c", offline=True)
     e, n = graphs.edge_index[0], int(graphs.num_nodes[0])

@@ -100,6 +100,22 @@ class StructureConfig:
 
 
 @dataclass(frozen=True)
+class PrepareSection:
+    """What ``xmask prepare`` computes, and in how much memory.
+
+    Attributes:
+        compute: ``read``: only what the preset's model reads (``K`` = the largest power a head reads; SPD,
+            spectra, walks, magnetic eigenpairs and partitions only where a bias, an expert or the node mode
+            reads them); ``all``: every enabled ``structure`` section at ``structure.powers.k``.
+        memory_gb: working-set budget of a large graph's row blocks (their products and stored pairs); the
+            per-node arrays of the whole graph (adjacency, row sums, components) come on top.
+    """
+
+    compute: Literal["read", "all"] = "read"
+    memory_gb: float = 2.0
+
+
+@dataclass(frozen=True)
 class TaskConfig:
     """Which prediction task to train (``level``) and what selects the best epoch (``metric``)."""
 
@@ -247,6 +263,7 @@ class Config:
     description: str = ""
     data: DataConfig = field(default_factory=DataConfig)
     structure: StructureConfig = field(default_factory=StructureConfig)
+    prepare: PrepareSection = field(default_factory=PrepareSection)
     task: TaskConfig = field(default_factory=TaskConfig)
     model: ModelSection = field(default_factory=ModelSection)
     train: TrainSection = field(default_factory=TrainSection)

@@ -20,8 +20,8 @@ from typing import Any, Literal
 import yaml
 
 from xmask_cli.config import (BiasSection, Config, EdgeSection, ImageSection, LargeGraphConfig, LinkSection,
-                              MagneticConfig, ModelSection, NodeSection, PartitionConfig, PowersConfig, RrwpConfig,
-                              RunSection, SpdConfig, SpectrumConfig, TrainSection)
+                              MagneticConfig, ModelSection, NodeSection, PartitionConfig, PowersConfig,
+                              PrepareSection, RrwpConfig, RunSection, SpdConfig, SpectrumConfig, TrainSection)
 from xmask_cli.errors import ConfigError, UsageError
 
 
@@ -340,6 +340,8 @@ def _check_ranges(obj: Any, prefix: str) -> None:
         need(1 <= obj.steps <= 64, "steps", "must lie in [1, 64]")
     elif isinstance(obj, PartitionConfig):
         need(obj.parts >= 0, "parts", "must be >= 0")
+    elif isinstance(obj, PrepareSection):
+        need(0.05 <= obj.memory_gb <= 4096, "memory_gb", "must lie in [0.05, 4096] (GB)")
     elif isinstance(obj, ModelSection):
         for key in ("hidden", "heads", "layers", "ffn_mult"):
             need(getattr(obj, key) >= 1, key, "must be >= 1")

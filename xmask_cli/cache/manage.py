@@ -17,9 +17,32 @@ from xmask_cli.cache.files import (FORMAT_VERSION, H5_ERRORS, HDF5_SIGNATURE, KE
 from xmask_cli.data.staging import STAGING_MARKER
 from xmask_cli.errors import CacheError, NotWritableError, UsageError, first_line
 
-__all__ = ["CacheInfo", "cache_files", "clear", "dataset_folder", "info", "is_own_cache_file", "listing", "verify"]
+__all__ = ["CacheInfo", "cache_files", "clear", "dataset_folder", "holds", "info", "is_own_cache_file", "listing",
+           "verify"]
 
 _GROUPS_WITH_PAIRS = ("powers", "spd", "rrwp")
+
+
+def holds(params: dict[str, Any]) -> list[str]:
+    """What a file with these recorded parameters holds, in words: ``["A^1..A^4", "spd<=8", "spectrum m=16"]``.
+
+    A file serves any request it holds (``xmask prepare`` copies a smaller one out of it, nothing recomputed).
+    """
+    out = []
+    pw = params.get("powers", {})
+    if "k" in pw:
+        out.append(f"A^1..A^{pw['k']}" + ("" if pw.get("normalization", "sym") == "sym" else f" ({pw['normalization']})"))
+    if params.get("spd", {}).get("enabled"):
+        out.append(f"spd<={params['spd'].get('max_distance')}")
+    if params.get("spectrum", {}).get("enabled"):
+        out.append(f"spectrum m={params['spectrum'].get('num_eigs')}")
+    if params.get("magnetic", {}).get("enabled"):
+        out.append(f"magnetic q={params['magnetic'].get('q')} m={params['magnetic'].get('num_eigs')}")
+    if params.get("rrwp", {}).get("enabled"):
+        out.append(f"rrwp steps={params['rrwp'].get('steps')}")
+    if int(params.get("partition", {}).get("parts", 0) or 0) > 0:
+        out.append(f"parts={params['partition']['parts']}")
+    return out
 
 
 @dataclass(frozen=True)
@@ -43,6 +66,7 @@ class CacheInfo:
             "created": self.created,
             "num_graphs": self.num_graphs,
             "params": self.params,
+            "holds": holds(self.params),
         }
 
 
@@ -77,7 +101,7 @@ def listing(cache_dir: Path, dataset: str | None = None) -> list[dict[str, Any]]
     def unread(p: Path, key: str, **status: Any) -> dict[str, Any]:
         """The row of a file whose contents are not read (a temp file, or a file that cannot be)."""
         return {"path": str(p), "dataset": p.parent.name, "key": key, "size_bytes": _size(p), "created": "",
-                "num_graphs": 0, "params": {}, **status}
+                "num_graphs": 0, "params": {}, "holds": [], **status}
 
     rows: list[dict[str, Any]] = []
     for d in _dataset_dirs(cache_dir, dataset):

@@ -264,6 +264,7 @@ class Experiment:
         from xmask_cli.fs import ensure_writable_dir
         from xmask_cli.data.load import load_graphs, resolve_data_root
         from xmask_cli.prepare import prepare_graphs
+        from xmask_cli.prepare.needs import structure_needed
 
         level, metric = check_config(cfg)
         if not Path(cache_dir).is_dir():
@@ -302,7 +303,8 @@ class Experiment:
             # Pair tasks ("train-edges") prepare the structure of their training edges per split seed instead.
             summary = prepare_graphs(dataset_key=spec.key, level=level, edges=graphs.edge_index,
                                      num_nodes=graphs.num_nodes, fingerprint=graphs.fingerprint(),
-                                     cfg=cfg.structure, cache_dir=cache_dir, workers=workers, log=log)
+                                     cfg=structure_needed(cfg, level), cache_dir=cache_dir, workers=workers,
+                                     log=log)
             if not summary.cached:
                 log(f"structure cache was missing: prepared {summary.path} in {summary.seconds:.1f}s")
             exp.cache_path = Path(summary.path)

@@ -12,6 +12,7 @@ import numpy as np
 from xmask_cli.config import Config, StructureConfig
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.prepare.graphs import PrepareSummary, prepare_graphs
+from xmask_cli.prepare.needs import structure_needed
 
 
 def resolve_cache_dir(cli_value: str | os.PathLike | None) -> Path:
@@ -35,6 +36,7 @@ def prepare_dataset(
     from xmask_cli.data.registry import get_dataset
 
     spec = get_dataset(cfg.data.dataset)
+    structure = structure_needed(cfg, cfg.task.level if cfg.task.level != "auto" else spec.level)
     if not Path(cache_dir).is_dir():  # an existing cache dir is not written to unless something is missing
         ensure_writable_dir(cache_dir)
     if spec.family == "images":  # one grid graph for every image: its geometry alone decides it
@@ -42,7 +44,7 @@ def prepare_dataset(
 
         _, height, width = image_info(spec).shape
         return prepare_grid(dataset_key=spec.key, image_size=(height, width), patch=cfg.image.patch,
-                            connectivity=cfg.image.connectivity, cfg=cfg.structure, cache_dir=cache_dir,
+                            connectivity=cfg.image.connectivity, cfg=structure, cache_dir=cache_dir,
                             force=force, log=log)
     t0 = time.perf_counter()
     graphs = load_graphs(spec, data_root=resolve_data_root(data_root, cfg.data.root), cache_dir=cache_dir, offline=offline)
@@ -52,7 +54,7 @@ def prepare_dataset(
     log(f"node features: {features.detail}, width {features.dim}")
     summary = prepare_graphs(
         dataset_key=spec.key, level=spec.level, edges=graphs.edge_index, num_nodes=graphs.num_nodes,
-        fingerprint=graphs.fingerprint(), cfg=cfg.structure, cache_dir=cache_dir, workers=workers,
+        fingerprint=graphs.fingerprint(), cfg=structure, cache_dir=cache_dir, workers=workers,
         force=force, full_check=True, progress=progress, log=log,
     )
     summary.features = features.to_dict()

@@ -14,6 +14,7 @@ from xmask_cli.config import StructureConfig
 from xmask_cli.errors import CacheError
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.prepare.blocks import deferred_interrupt, iter_blocks
+from xmask_cli.prepare.subset import derive, find_superset
 
 
 def structure_params(cfg: StructureConfig, level: str) -> dict[str, Any]:
@@ -104,6 +105,8 @@ class PrepareSummary:
     truncation: dict[str, Any] = field(default_factory=dict)  # see :func:`truncation_report`
     #: Node features training will feed the model (``GraphSet.feature_info``); None where not loaded here.
     features: dict[str, Any] | None = None
+    #: The cache file holding more that this one was copied out of (nothing recomputed); None if computed.
+    served_from: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -167,6 +170,15 @@ def prepare_graphs(
     ensure_writable_dir(path.parent)
     attrs = {"key": key, "dataset": dataset_key, "level": level, "fingerprint": fingerprint,
              "params": json.dumps(params, sort_keys=True)}
+    src = None if force else find_superset(path.parent, fingerprint, params, exclude=path)
+    if src is not None:
+        derive(src, path, attrs, params, log)
+        with StructureCache(path) as c:
+            edges_total = int(c.read_array("graphs/num_edges").sum())
+            report = truncation_report(c)
+        return PrepareSummary(dataset_key, str(path), key, False, len(nn), int(nn.sum()), edges_total,
+                              path.stat().st_size, round(time.perf_counter() - t0, 3), params, report,
+                              served_from=str(src))
     ptrs: dict[str, int] = {}
     vptr: dict[str, list[int]] = {}
     comp_offset = 0

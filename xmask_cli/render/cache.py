@@ -15,13 +15,13 @@ def ls(con: Console, rows: list[dict[str, Any]], cache_dir: Path) -> None:
     if not rows:
         con.print(f"no cache files under {cache_dir}", markup=False)
         return
-    t = Table("dataset", "key", "graphs", "size", "created", "K", "norm", "parts", "status")
+    t = Table("dataset", "key", "graphs", "size", "created", "K", "norm", "parts", "holds", "status")
     for r in rows:
         pw = r["params"].get("powers", {})
         status = r["status"] if "writer_pid" not in r else f"{r['status']} temp (pid {r['writer_pid']})"
         t.add_row(r["dataset"], r["key"], str(r["num_graphs"]), human_bytes(r["size_bytes"]), r["created"],
                   str(pw.get("k", "?")), str(pw.get("normalization", "?")),
-                  str(r["params"].get("partition", {}).get("parts", "?")), status)
+                  str(r["params"].get("partition", {}).get("parts", "?")), ", ".join(r.get("holds", [])), status)
     con.print(t)
 
 

@@ -5,6 +5,7 @@ from typing import Any
 
 from rich.console import Console
 
+from xmask_cli.cache.manage import holds
 from xmask_cli.console import human_bytes, kv_table
 
 
@@ -14,7 +15,9 @@ def human(con: Console, summary: Any, name: str) -> None:
     con.print(kv_table(f"{name}: {state}", [
         ("graphs", summary.graphs), ("nodes", summary.nodes), ("edges", summary.edges),
         ("features", f"{summary.features['detail']}, width {summary.features['dim']}" if summary.features else "-"),
-        ("file", summary.path), ("size", human_bytes(summary.size_bytes)), ("seconds", summary.seconds),
+        ("file", summary.path), ("holds", ", ".join(holds(summary.params))),
+        *([("served from", summary.served_from)] if getattr(summary, "served_from", None) else []),
+        ("size", human_bytes(summary.size_bytes)), ("seconds", summary.seconds),
         *truncation_rows(summary.truncation),
     ]))
 

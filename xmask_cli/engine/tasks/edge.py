@@ -163,11 +163,12 @@ def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = N
     """The edge-regression task of ``exp`` for ``seed``: splits the rows, prepares their training edges' structure."""
     from xmask_cli.engine.experiment import model_needs
     from xmask_cli.engine.pair_structure import prepare_pair_structure
+    from xmask_cli.prepare.needs import structure_needed
 
     cfg, data = exp.cfg, exp.edge_data
     split = edge_regression_split(data.edge_index.shape[1], seed, fractions=tuple(cfg.edge.fractions))
-    path = prepare_pair_structure(exp.dataset, train_edge_index(data, split), data.num_nodes, cfg.structure,
-                                  exp.cache_dir, level="edge", log=exp.log)
+    path = prepare_pair_structure(exp.dataset, train_edge_index(data, split), data.num_nodes,
+                                  structure_needed(cfg, "edge"), exp.cache_dir, level="edge", log=exp.log)
     x = None if data.x is None else torch.as_tensor(data.x)
     return EdgeTask(path, x, data, split, dataset=exp.dataset, metric=exp.metric, seed=seed, device=device,
                     dense_max_nodes=cfg.node.dense_max_nodes, needs=model_needs(cfg), dense_only=dense_only)

@@ -162,13 +162,14 @@ def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = N
     from xmask_cli.engine.features import node_features, one_hot_degree
     from xmask_cli.engine.pair_structure import prepare_pair_structure
     from xmask_cli.engine.splits import edge_split
+    from xmask_cli.prepare.needs import structure_needed
 
     cfg, spec = exp.cfg, exp.graphs.spec
     data = exp.graphs.dataset[0]
     split = edge_split(data.edge_index, int(data.num_nodes), seed=seed, fractions=tuple(cfg.link.fractions),
                        num_neg_per_pos=cfg.link.num_neg_per_pos)
-    path = prepare_pair_structure(spec.key, split.train_edge_index, int(data.num_nodes), cfg.structure,
-                                  exp.cache_dir, log=exp.log)
+    path = prepare_pair_structure(spec.key, split.train_edge_index, int(data.num_nodes),
+                                  structure_needed(cfg, "link"), exp.cache_dir, log=exp.log)
     # Without node features, the degree one-hot of the training edges: held-out edges must not leak in.
     x = node_features(exp.graphs)[0] if exp.graphs.has_features() else \
         one_hot_degree(split.train_edge_index, int(data.num_nodes))
