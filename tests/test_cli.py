@@ -103,14 +103,14 @@ def test_prepare_reports_the_truncated_mass_in_json_and_human(tmp_path, shared_d
 
 
 def test_prepare_from_data_root_env(tmp_path, shared_data):
-    r = run("-f", "json", "prepare", "citeseer", "--cache-dir", str(tmp_path / "c"),
+    r = run("-f", "json", "prepare", "citeseer", "--cache-dir", str(tmp_path / "c"), "--set", "node.mode=partition",
             env={"XMASK_DATA_ROOT": str(shared_data)})
     assert r.exit_code == 0, r.stderr
     out = json.loads(r.stdout)
     assert out["nodes"] == 3327
     with StructureCache(out["path"]) as c:
         part = c.partition(0)
-        assert part.shape == (3327,) and part.max() == 31  # node-level preset: 32 METIS parts
+        assert part.shape == (3327,) and part.max() == 31  # partition batches read node-level's 32 METIS parts
 
 
 def test_prepare_with_preset_and_dataset_from_preset(tmp_path):
@@ -304,7 +304,8 @@ def test_prepare_rebuilds_another_datasets_file_under_the_key(tmp_path):
 def test_damaged_hdf5_metadata_is_exit_4_corrupt_in_ls_and_rebuilt(tmp_path):
     c, path = _prepared(tmp_path)
     data = bytearray(path.read_bytes())
-    data[776] ^= 0xFF  # in the root group's heap: h5py fails with "bad heap free list"
+    # The root group's local heap: its free-list offset sits 16 bytes after the "HEAP" signature.
+    data[data.find(b"HEAP") + 16] ^= 0xFF  # h5py then fails with "bad heap free list"
     path.write_bytes(bytes(data))
     with pytest.raises(Exception):
         with h5py.File(path, "r") as f:
