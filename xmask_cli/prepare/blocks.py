@@ -8,6 +8,7 @@ import signal
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import Future
 from typing import Any, Callable, Iterator
@@ -15,7 +16,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from xmask_cli.config import StructureConfig
-from xmask_cli.prepare.compute import BlockResult, col_dtype, compute_block
+from xmask_cli.prepare.compute import BlockResult, LargeGraph, col_dtype, compute_block
 
 _BLOCK_NODES = 16384
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -152,23 +153,92 @@ def _run_block(args: tuple) -> BlockResult:
     return compute_block(*args)
 
 
+#: Default working-set budget of a large graph's row blocks (``prepare.memory_gb``).
+DEFAULT_BUDGET = 2 << 30
+
+
+@dataclass(frozen=True)
+class Unit:
+    """One piece of work, in writing order: a block of small graphs (``small``), rows ``start:stop`` of the
+    large graph ``g`` (``rows``), or that graph's own arrays, spectra and partition (``graph``, after its rows)."""
+
+    kind: str
+    g: int  # first graph (small), the graph (rows, graph)
+    stop: int  # graph stop (small, graph) or row stop (rows)
+    start_row: int = 0
+
+    @property
+    def done(self) -> int:
+        """Graphs complete once this unit is written."""
+        return self.stop if self.kind != "rows" else self.g
+
+
+def plan_units(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig,
+               budget_bytes: float = DEFAULT_BUDGET) -> list[Unit]:
+    """The units of a dataset: small blocks whole, large graphs as row blocks under ``budget_bytes``.
+
+    A function of the graphs and the parameters only, so every rank of a distributed prepare plans the same.
+    """
+    from xmask_cli.structure.rowblocks import rows_per_block
+
+    units: list[Unit] = []
+    for s, e, large in plan_blocks(nn, cfg.large.min_nodes):
+        if not large:
+            units.append(Unit("small", s, e))
+            continue
+        n = int(nn[s])
+        ei = np.asarray(edges[s]).reshape(2, -1)
+        deg = np.bincount(ei.ravel(), minlength=n)[:n]  # an estimate (duplicates, loops): it sizes blocks only
+        step = rows_per_block(deg, cfg.powers.k, cfg.large.topk, budget_bytes)
+        units.extend(Unit("rows", s, min(n, r + step), r) for r in range(0, n, step))
+        units.append(Unit("graph", s, e))
+    return units
+
+
+class UnitRunner:
+    """Computes units one by one in this process, keeping the state of the large graph being worked on."""
+
+    def __init__(self, edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, level: str):
+        self.edges, self.nn, self.cfg, self.level = edges, nn, cfg, level
+        self.cdtype = col_dtype(nn)
+        self._large: tuple[int, LargeGraph] | None = None
+
+    def task(self, u: Unit) -> tuple:
+        """``compute_block`` arguments of a ``small`` or ``graph`` unit."""
+        return (self.edges[u.g:u.stop], self.nn[u.g:u.stop], self.cfg, u.kind == "graph", self.level, self.cdtype)
+
+    def rows(self, u: Unit) -> BlockResult:
+        if self._large is None or self._large[0] != u.g:
+            self._large = None  # one large graph's state at a time
+            self._large = (u.g, LargeGraph(self.edges[u.g], int(self.nn[u.g]), self.cfg, self.cdtype))
+        return self._large[1].rows(u.start_row, u.stop)
+
+    def __call__(self, u: Unit, parts: tuple[str, ...] = ("pairs", "per-graph")) -> BlockResult:
+        if u.kind == "rows":
+            return self.rows(u)
+        if u.kind == "graph":
+            self._large = None
+            return _run_block((*self.task(u), ("per-graph",)))
+        return _run_block((*self.task(u), parts))
+
+
 def iter_blocks(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, level: str, workers: int,
-                check: Callable[[], None] = lambda: None) -> Iterator[tuple[int, BlockResult]]:
-    """Yield ``(graphs_done, result)`` in graph order; ``check()`` (see :func:`deferred_interrupt`)
-    runs between blocks and while waiting for a worker.
+                check: Callable[[], None] = lambda: None,
+                budget_bytes: float = DEFAULT_BUDGET) -> Iterator[tuple[int, BlockResult]]:
+    """Yield ``(graphs_done, result)`` in writing order (see :class:`Unit`); ``check()`` (see
+    :func:`deferred_interrupt`) runs between units and while waiting for a worker.
 
     With ``workers > 1``, ``workers - 1`` processes compute the per-graph
     results (spectra, partitions) of every block ahead, while this process
     computes the pair groups and the writer thread stores them: the large
     arrays never cross a process boundary, only the small ones do.
     """
-    blocks = plan_blocks(nn, cfg.large.min_nodes)
-    cdtype = col_dtype(nn)
-    tasks = [(edges[s:e], nn[s:e], cfg, large, level, cdtype) for s, e, large in blocks]
+    units = plan_units(edges, nn, cfg, budget_bytes)
+    run = UnitRunner(edges, nn, cfg, level)
     if workers <= 1:
-        for (_, e, _), t in zip(blocks, tasks):
+        for u in units:
             check()
-            yield e, _run_block(t)
+            yield u.done, run(u)
         return
     import multiprocessing as mp
 
@@ -185,13 +255,20 @@ def iter_blocks(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, l
         with _sigint_ignored():
             pool = ProcessPoolExecutor(max_workers=workers - 1, mp_context=mp.get_context("spawn"),
                                        initializer=_worker_init, initargs=(os.getpid(),))
-            side = [pool.submit(_run_block, (*t, ("per-graph",))) for t in tasks]
-        for (_, e, _), t, fut in zip(blocks, tasks, side):
+            side = {i: pool.submit(_run_block, (*run.task(u), ("per-graph",)))
+                    for i, u in enumerate(units) if u.kind != "rows"}
+        for i, u in enumerate(units):
             check()
-            r = _run_block((*t, ("pairs",)))
-            other = _wait(fut, check)
-            r.eig, r.part = other.eig, other.part
-            yield e, r
+            if u.kind == "rows":
+                yield u.done, run.rows(u)
+            elif u.kind == "graph":
+                run._large = None
+                yield u.done, _wait(side[i], check)
+            else:
+                r = run(u, ("pairs",))
+                other = _wait(side[i], check)
+                r.eig, r.part = other.eig, other.part
+                yield u.done, r
     except BaseException:  # Ctrl-C, an error, or the consumer closing the generator early
         if pool is not None:
             _stop_workers(pool)

@@ -28,6 +28,8 @@ class BlockResult:
     eig: dict[str, dict[str, list]] = field(default_factory=dict)  # group -> vals / vecs / method
     part: np.ndarray | None = None
     dropped: dict[str, np.ndarray] = field(default_factory=dict)  # group -> [rows, K] share of row mass truncated
+    #: False for a block of rows of a large graph: it carries pairs only; the graph's own arrays come after them.
+    complete: bool = True
 
 
 def _block_adjacency(edges: list[np.ndarray], nn: np.ndarray, symmetric: bool = True) -> sp.csr_matrix:
@@ -131,6 +133,54 @@ def _pair_groups(res: BlockResult, a: sp.csr_matrix, offs: np.ndarray, cfg: Stru
         else:
             r, c, v = S.walk_pairs(a, cfg.rrwp.steps)
         res.pairs["rrwp"] = _split_pairs(r, c, offs, cdtype, values=v.astype(np.float32))
+
+
+class LargeGraph:
+    """One large graph, prepared a block of rows at a time (see :mod:`~xmask_cli.structure.rowblocks`).
+
+    Holds what every block reads, O(nnz + n K): the adjacency, ``Â`` (or the walk matrix) and the exact row
+    sums that the dropped mass is measured against. A block's pairs equal the same rows of the whole-graph
+    computation (:func:`compute_block` with ``large=True``), bit for bit.
+    """
+
+    def __init__(self, edges: np.ndarray, n: int, cfg: StructureConfig, cdtype: np.dtype):
+        from xmask_cli.structure.rowblocks import PowerRows, WalkRows
+
+        self.n, self.cfg, self.cdtype = int(n), cfg, cdtype
+        self.a = _block_adjacency([edges], np.asarray([n], dtype=np.int64))
+        trunc = S.Truncation(cfg.large.tau, cfg.large.topk)
+        norm = cfg.powers.normalization
+        self.powers = PowerRows(self.a, cfg.powers.k, normalization=norm, truncation=trunc)
+        self.power_sums = S.power_row_sums(self.a, cfg.powers.k, normalization=norm)
+        self.walks = WalkRows(self.a, cfg.rrwp.steps, truncation=trunc) if cfg.rrwp.enabled else None
+        self.walk_sums = S.random_walk_row_sums(self.a, cfg.rrwp.steps) if cfg.rrwp.enabled else None
+        self.spd = min(cfg.spd.max_distance, cfg.large.spd_radius) if cfg.spd.enabled else 0
+
+    def rows(self, start: int, stop: int) -> BlockResult:
+        """Pair groups (and dropped mass) of rows ``start:stop``; ``complete=False``."""
+        from threadpoolctl import threadpool_limits
+
+        empty = np.zeros(0, dtype=np.int64)
+        res = BlockResult(num_nodes=empty, num_edges=empty, large=np.zeros(0, dtype=bool),
+                          component=np.zeros(0, dtype=np.int32), complete=False)
+        offs = np.asarray([0, stop - start], dtype=np.int64)
+        with threadpool_limits(1, user_api="blas"):
+            pw = self.powers.rows(start, stop)
+            res.dropped["powers"] = S.dropped_share(pw, self.power_sums[start:stop])
+            row, col, vals = S.union_pairs(pw)
+            del pw
+            res.pairs["powers"] = _split_pairs(row, col, offs, self.cdtype, values=vals.astype(np.float32))
+            del row, col, vals
+            if self.spd:
+                r, c, d = S.shortest_path_pairs(self.a, self.spd, start=start, stop=stop)
+                res.pairs["spd"] = _split_pairs(r.astype(np.int64) - start, c, offs, self.cdtype, dist=d)
+            if self.walks is not None:
+                walks = self.walks.rows(start, stop)
+                res.dropped["rrwp"] = S.dropped_share(walks, self.walk_sums[start:stop])
+                r, c, v = S.union_pairs(walks)
+                del walks
+                res.pairs["rrwp"] = _split_pairs(r, c, offs, self.cdtype, values=v.astype(np.float32))
+        return res
 
 
 def _per_graph(res: BlockResult, a: sp.csr_matrix, edges: list[np.ndarray], nn: np.ndarray, offs: np.ndarray,

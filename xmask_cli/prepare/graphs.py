@@ -13,7 +13,7 @@ from xmask_cli.cache import CacheWriter, StructureCache, cache_key, cache_path, 
 from xmask_cli.config import StructureConfig
 from xmask_cli.errors import CacheError
 from xmask_cli.fs import ensure_writable_dir
-from xmask_cli.prepare.blocks import deferred_interrupt, iter_blocks
+from xmask_cli.prepare.blocks import DEFAULT_BUDGET, deferred_interrupt, iter_blocks
 from xmask_cli.prepare.subset import derive, find_superset
 
 
@@ -40,8 +40,23 @@ class _DroppedMass:
         self.rows: dict[str, int] = {}
         self.total: dict[str, np.ndarray] = {}
         self.max: dict[str, np.ndarray] = {}
+        self.pending: dict[str, list[np.ndarray]] = {}
 
-    def add(self, group: str, share: np.ndarray) -> None:
+    def add(self, group: str, share: np.ndarray, complete: bool = True) -> None:
+        """Add the shares of a block of graphs; ``complete=False``: rows of a large graph, held until
+        :meth:`flush` (so the sums run over the whole graph at once, whatever its row blocks)."""
+        if not complete:
+            self.pending.setdefault(group, []).append(share)
+            return
+        self._add(group, share)
+
+    def flush(self) -> None:
+        """Add the held rows of the large graph just completed."""
+        for group, parts in self.pending.items():
+            self._add(group, np.concatenate(parts))
+        self.pending = {}
+
+    def _add(self, group: str, share: np.ndarray) -> None:
         if group not in self.rows:
             self.rows[group], self.total[group], self.max[group] = 0, np.zeros(share.shape[1]), np.zeros(share.shape[1])
         self.rows[group] += share.shape[0]
@@ -88,6 +103,19 @@ def _truncation_report(large_graphs: int, truncation: str, dropped_mass: dict[st
     return out
 
 
+def _append_pairs(w: CacheWriter, r: Any, ptrs: dict[str, int]) -> None:
+    """Append a result's pair groups (CSR rows continuing ``ptrs``, the running pair count per group)."""
+    for group, arrs in r.pairs.items():
+        if group not in ptrs:
+            ptrs[group] = 0
+            w.append(f"{group}/indptr", np.zeros(1, dtype=np.int64))
+        w.append(f"{group}/indptr", ptrs[group] + np.cumsum(arrs["node_counts"]))
+        ptrs[group] += int(arrs["node_counts"].sum())
+        for k, v in arrs.items():
+            if k != "node_counts":
+                w.append(f"{group}/{k}", v)
+
+
 @dataclass
 class PrepareSummary:
     """What ``xmask prepare`` reports."""
@@ -126,6 +154,7 @@ def prepare_graphs(
     full_check: bool = False,
     progress: Callable[[int, int], None] | None = None,
     log: Callable[[str], None] | None = None,
+    memory_gb: float | None = None,
 ) -> PrepareSummary:
     """Compute and cache the structure of ``edges`` unless the same key is cached and sound.
 
@@ -139,6 +168,8 @@ def prepare_graphs(
         full_check: read every chunk of an existing file (checksums) before trusting it, not only
             its attributes and offsets.
         progress: called with ``(graphs_done, graphs_total)``.
+        memory_gb: working-set budget of a large graph's row blocks (``prepare.memory_gb``); the stored
+            values do not depend on it.
 
     Raises:
         CacheError: something other than a regular file sits at the cache path.
@@ -189,7 +220,14 @@ def prepare_graphs(
     with deferred_interrupt() as check, CacheWriter(path, attrs) as w:
         w.append("graphs/node_ptr", np.zeros(1, dtype=np.int64))
         node_total = 0
-        for done, r in iter_blocks(edges, nn, cfg, level, workers, check):
+        budget = DEFAULT_BUDGET if memory_gb is None else float(memory_gb) * (1 << 30)
+        for done, r in iter_blocks(edges, nn, cfg, level, workers, check, budget_bytes=budget):
+            for group, share in r.dropped.items():
+                dropped.add(group, share, r.complete)
+            if not r.complete:  # rows of a large graph: pairs only
+                _append_pairs(w, r, ptrs)
+                continue
+            dropped.flush()
             w.append("graphs/num_nodes", r.num_nodes)
             w.append("graphs/num_edges", r.num_edges)
             w.append("graphs/large", r.large)
@@ -201,17 +239,7 @@ def prepare_graphs(
             comp_offset += int(r.component.max()) + 1 if r.component.size else 0
             if r.part is not None:
                 w.append("nodes/part", r.part)
-            for group, share in r.dropped.items():
-                dropped.add(group, share)
-            for group, arrs in r.pairs.items():
-                if group not in ptrs:
-                    ptrs[group] = 0
-                    w.append(f"{group}/indptr", np.zeros(1, dtype=np.int64))
-                w.append(f"{group}/indptr", ptrs[group] + np.cumsum(arrs["node_counts"]))
-                ptrs[group] += int(arrs["node_counts"].sum())
-                for k, v in arrs.items():
-                    if k != "node_counts":
-                        w.append(f"{group}/{k}", v)
+            _append_pairs(w, r, ptrs)
             for group, e in r.eig.items():
                 if group not in vptr:
                     vptr[group] = [0, 0]

@@ -182,8 +182,12 @@ def truncate_rows(m: sp.csr_matrix, rule: Truncation, *, row_offset: int = 0,
 
 
 def _product(left: sp.csr_matrix, right: sp.csr_matrix, rule: Truncation,
-             protect: sp.spmatrix | None = None) -> sp.csr_matrix:
-    """``trunc(left @ right)``, in row blocks so the raw product never has to fit at once."""
+             protect: sp.spmatrix | None = None, row_offset: int = 0) -> sp.csr_matrix:
+    """``trunc(left @ right)``, in row blocks so the raw product never has to fit at once.
+
+    ``row_offset``: global index of ``left``'s first row when ``left`` is a block of rows (``protect`` and the
+    diagonal are read at global rows). Every output row depends on its own input row only.
+    """
     if rule.exact:
         out = (left @ right).tocsr()
         out.sort_indices()
@@ -199,7 +203,8 @@ def _product(left: sp.csr_matrix, right: sp.csr_matrix, rule: Truncation,
         base = cum[start - 1] if start else 0
         stop = int(np.searchsorted(cum, base + _ROW_BLOCK_NNZ, side="right"))
         stop = max(stop, start + 1)
-        blocks.append(truncate_rows((left[start:stop] @ right).tocsr(), rule, row_offset=start, protect=protect))
+        blocks.append(truncate_rows((left[start:stop] @ right).tocsr(), rule, row_offset=row_offset + start,
+                                    protect=protect))
         start = stop
     out = sp.vstack(blocks, format="csr")
     out.sort_indices()
@@ -341,9 +346,10 @@ def union_pairs(mats: list[sp.csr_matrix]) -> tuple[np.ndarray, np.ndarray, np.n
 
     Returns:
         ``(row, col, values)`` with pairs sorted by ``(row, col)`` and
-        ``values[:, j]`` the entry of ``mats[j]`` at each pair (0 where absent).
+        ``values[:, j]`` the entry of ``mats[j]`` at each pair (0 where absent). ``row`` counts from the
+        matrices' first row (blocks of rows of a larger matrix work the same).
     """
-    n = mats[0].shape[1]
+    rows, n = mats[0].shape
     pattern = None
     for m in mats:
         p = m.tocsr().copy()
@@ -351,14 +357,14 @@ def union_pairs(mats: list[sp.csr_matrix]) -> tuple[np.ndarray, np.ndarray, np.n
         pattern = p if pattern is None else pattern + p
     pattern = pattern.tocsr()
     pattern.sum_duplicates()  # canonical: rows ascending, columns sorted within a row
-    row = np.repeat(np.arange(n, dtype=np.int64), np.diff(pattern.indptr))
+    row = np.repeat(np.arange(rows, dtype=np.int64), np.diff(pattern.indptr))
     col = pattern.indices.astype(np.int64)
     union = row * n + col  # sorted, because the CSR is canonical
     values = np.zeros((union.shape[0], len(mats)), dtype=np.float64)
     for j, m in enumerate(mats):
         c = m.tocsr()
         c.sum_duplicates()
-        key = np.repeat(np.arange(n, dtype=np.int64), np.diff(c.indptr)) * n + c.indices
+        key = np.repeat(np.arange(rows, dtype=np.int64), np.diff(c.indptr)) * n + c.indices
         values[np.searchsorted(union, key), j] = c.data
     return row, col, values
 

@@ -53,12 +53,14 @@ def _fill(indptr, indices, max_dist, sources, n_workers, offsets, out_row, out_c
                 dist[v] = -1
 
 
-def shortest_path_pairs(a: sp.spmatrix, max_distance: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def shortest_path_pairs(a: sp.spmatrix, max_distance: int, *, start: int = 0,
+                        stop: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """All pairs at hop distance ``<= max_distance``, the diagonal included.
 
     Args:
         a: adjacency (symmetric for undirected distances).
         max_distance: cut-off, at most 254.
+        start, stop: only the rows (sources) ``start:stop`` (a block of a large graph); rows stay global ids.
 
     Returns:
         ``(row, col, dist)`` as int32, int32, uint8; grouped by ascending
@@ -71,7 +73,7 @@ def shortest_path_pairs(a: sp.spmatrix, max_distance: int) -> tuple[np.ndarray, 
     indptr = a.indptr.astype(np.int64)
     indices = a.indices.astype(np.int64)
     n = a.shape[0]
-    sources = np.arange(n, dtype=np.int64)
+    sources = np.arange(start, n if stop is None else stop, dtype=np.int64)
     workers = numba.get_num_threads()
     counts = _count(indptr, indices, max_distance, sources, workers)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)

@@ -36,7 +36,8 @@ def cora(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     from xmask_cli.prepare import prepare_dataset
 
     cache = tmp_path_factory.mktemp("cache")
-    summary = prepare_dataset(resolve("cora", ["structure.partition.parts=16"]), cache_dir=cache, offline=True)
+    summary = prepare_dataset(resolve("cora", ["structure.partition.parts=16", "prepare.compute=all"]), cache_dir=cache,
+                              offline=True)
     out = {"cache_dir": str(cache), "cache_path": str(summary.path)}
     _task(out, "link")  # prepares the link split's structure here, not in two ranks at once
     return out
