@@ -304,7 +304,7 @@ class Experiment:
             summary = prepare_graphs(dataset_key=spec.key, level=level, edges=graphs.edge_index,
                                      num_nodes=graphs.num_nodes, fingerprint=graphs.fingerprint(),
                                      cfg=structure_needed(cfg, level), cache_dir=cache_dir, workers=workers,
-                                     log=log)
+                                     log=log, memory_gb=cfg.prepare.memory_gb)
             if not summary.cached:
                 log(f"structure cache was missing: prepared {summary.path} in {summary.seconds:.1f}s")
             exp.cache_path = Path(summary.path)

@@ -55,6 +55,7 @@ def prepare_dataset(
     summary = prepare_graphs(
         dataset_key=spec.key, level=spec.level, edges=graphs.edge_index, num_nodes=graphs.num_nodes,
         fingerprint=graphs.fingerprint(), cfg=structure, cache_dir=cache_dir, workers=workers,
+        memory_gb=cfg.prepare.memory_gb,
         force=force, full_check=True, progress=progress, log=log,
     )
     summary.features = features.to_dict()
