@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def _experiment(args: argparse.Namespace):
-    from xmask_cli.config import resolve
+    from xmask_cli.config_resolve import resolve
     from xmask_cli.engine.experiment import Experiment
 
     cfg = resolve("proteins", [f"train.batch_size={args.batch_size}"])

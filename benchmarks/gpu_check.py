@@ -66,7 +66,7 @@ def log(msg: str) -> None:
 
 
 def _config(dataset: str, extra: list[str]) -> Any:
-    from xmask_cli.config import resolve
+    from xmask_cli.config_resolve import resolve
 
     preset, name = DATASETS[dataset]
     return resolve(preset, [f"data.dataset={name}", *extra])

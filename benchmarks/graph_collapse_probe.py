@@ -43,7 +43,7 @@ def main() -> None:
     torch.set_num_threads(1)
 
     import xmask_cli.engine.tasks.graph as graph_mod
-    from xmask_cli import config as C
+    from xmask_cli import config_resolve as R
     from xmask_cli.data.load import one_hot_degrees
     from xmask_cli.engine.experiment import Experiment, _train_config
     from xmask_cli.engine.loop import _warmup, seed_everything
@@ -57,7 +57,7 @@ def main() -> None:
 
         graph_mod.input_features = features
 
-    cfg = C.resolve(args.dataset.lower(), args.sets)
+    cfg = R.resolve(args.dataset.lower(), args.sets)
     exp = Experiment.load(cfg, cache_dir=Path(args.cache_dir), data_root=args.data_root, offline=True)
     seed_everything(args.seed)
     task = exp.task(args.seed, "cpu")

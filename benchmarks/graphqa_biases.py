@@ -157,7 +157,7 @@ def stale_settings(run_dir: Path, overrides: list[str], current: dict[str, Any] 
     Checks every override of the cell, and, given the cell's resolved config
     (``current``, a :meth:`Config.to_dict`), every setting both configs have.
     """
-    from xmask_cli.config import parse_override
+    from xmask_cli.config_resolve import parse_override
 
     path = run_dir / "config.json"
     if not path.is_file():
@@ -220,7 +220,7 @@ def run_cell(task: str, variant: str, *, seeds: list[int], epochs: int, patience
     run_root = out_dir / "runs"
     cell: dict[str, Any] = {"status": "ok", "error": None, "runs": {}, "reused": [], "trained": [],
                             "overrides": overrides}
-    from xmask_cli.config import resolve
+    from xmask_cli.config_resolve import resolve
 
     cfg, current = None, None
     try:

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from xmask_cli.ablate import variant_overrides
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.experiment import parse_seeds, train_seeds
 from xmask_cli.engine.runs import write_json
 

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.loop import TrainConfig, fit, seed_everything

@@ -57,7 +57,7 @@ def one_seed(args: argparse.Namespace) -> dict:
     """Train one seed in this process; returns metrics, timings and peak RSS."""
     import torch
 
-    from xmask_cli.config import resolve
+    from xmask_cli.config_resolve import resolve
     from xmask_cli.engine.experiment import train_seeds
 
     torch.set_num_threads(args.threads)
@@ -99,7 +99,7 @@ def kept_mass(args: argparse.Namespace) -> dict:
     import scipy.sparse as sp
 
     from xmask_cli.cache import StructureCache
-    from xmask_cli.config import resolve
+    from xmask_cli.config_resolve import resolve
     from xmask_cli.data.load import load_graphs
     from xmask_cli.data.registry import get_dataset
     from xmask_cli.prepare import prepare_dataset

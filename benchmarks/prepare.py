@@ -132,7 +132,7 @@ def _timing(times: list[float]) -> dict[str, Any]:
 def child_ours(inp: Path, work: Path, workers: int, repeat: int, budget_s: float) -> dict[str, Any]:
     import numpy as np
 
-    from xmask_cli.config import resolve
+    from xmask_cli.config_resolve import resolve
     from xmask_cli.prepare import prepare_graphs
 
     edges, nn, fp, meta = _read_input(inp)

@@ -57,7 +57,7 @@ PAPER = {"cora": "paper Table 2", "citeseer": "paper Table 2", "mutag": "paper T
 
 
 def run(names: list[str], seeds: list[int], data_root: str | None, cache_dir: Path, runs_dir: Path) -> dict:
-    from xmask_cli.config import resolve
+    from xmask_cli.config_resolve import resolve
     from xmask_cli.engine.experiment import train_seeds
 
     results = {}

@@ -135,7 +135,7 @@ class Cora:
         import torch
 
         from xmask_cli.cache import StructureCache
-        from xmask_cli.config import resolve
+        from xmask_cli.config_resolve import resolve
         from xmask_cli.data.load import load_graphs
         from xmask_cli.data.registry import get_dataset
         from xmask_cli.engine.splits import node_split
@@ -455,7 +455,7 @@ def op_breakdown(fn: Callable[[], None]) -> dict[str, Any]:
 
 
 def prepare_dataset_cached(preset: str, name: str, data_root: Path, cache_dir: Path) -> Any:
-    from xmask_cli.config import resolve
+    from xmask_cli.config_resolve import resolve
     from xmask_cli.prepare import prepare_dataset
 
     return prepare_dataset(resolve(preset, [f"data.dataset={name}"]), data_root=data_root, cache_dir=cache_dir,

@@ -327,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from xmask_cli import config as C
+    from xmask_cli import config_resolve as R
     from xmask_cli.engine.experiment import check_config, train_seeds
     from xmask_cli.tune.study import TuneOptions, run_study
 
@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         if bad:
             p.error(f"--peers: {bad} not peers of {args.dataset} ({', '.join(DATASETS[args.dataset][2])})")
     base = [f"data.root={args.data_root}", *args.overrides]
-    cfg = C.resolve(preset, base)
+    cfg = R.resolve(preset, base)
     _, metric = check_config(cfg)
     if args.peer_worker or args.peer_final:
         return peer_process(args, cfg, data_name, metric, log)
@@ -396,7 +396,7 @@ def main(argv: list[str] | None = None) -> int:
         save()
     if not args.skip_hand and "hand" not in result:
         t0 = time.monotonic()
-        hand = train_seeds(C.resolve(preset, [*base, "run.name=hand"]), args.final_seeds,
+        hand = train_seeds(R.resolve(preset, [*base, "run.name=hand"]), args.final_seeds,
                            cache_dir=cache, run_root=args.work / "runs" / args.dataset, overwrite=True, offline=True,
                            log=log)
         result["hand"] = {**{p: hand["aggregate"][p] for p in ("val", "test")}, "seconds": time.monotonic() - t0}

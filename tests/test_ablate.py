@@ -106,7 +106,7 @@ def test_cli_json_and_bad_variant(ablation):
 
 def test_bias_variants_drop_exactly_their_bias(tmp_path):
     from xmask_cli.ablate import default_variants, variant_overrides
-    from xmask_cli.config import resolve
+    from xmask_cli.config_resolve import resolve
 
     base = resolve("graph-level", ["model.biases=[{type: spd}, {type: eigen, heads: [1]}, {type: spd, layers: [1]}]"])
     assert default_variants(base) == [*VARIANTS, "no-spd", "no-eigen"]

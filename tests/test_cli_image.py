@@ -11,7 +11,7 @@ import torch
 from tests.cli_helpers import one_error_line, run
 
 from xmask_cli.ablate import variant_overrides
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.errors import UsageError
 
 

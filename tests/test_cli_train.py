@@ -9,7 +9,7 @@ import pytest
 from tests.cli_helpers import one_error_line, run
 
 from xmask_cli.engine.experiment import train_seeds
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 
 TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "train.epochs=4",
         "--set", "train.warmup_epochs=1", "--set", "train.lr=1e-2"]

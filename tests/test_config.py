@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from xmask_cli import config as C
+from xmask_cli import config_resolve as R
 from xmask_cli.errors import ConfigError, UsageError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,7 +37,7 @@ def preset_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_schema_defaults_match_the_pinned_math():
-    cfg = C.resolve(None)
+    cfg = R.resolve(None)
     assert cfg.structure.powers.k == 4
     assert cfg.structure.powers.eps == 1e-30
     assert cfg.structure.powers.normalization == "sym"
@@ -47,7 +47,7 @@ def test_schema_defaults_match_the_pinned_math():
 
 
 def test_extends_merges_deeply_child_wins(preset_dir: Path):
-    cfg = C.resolve("child")
+    cfg = R.resolve("child")
     assert cfg.data.dataset == "PROTEINS"
     assert cfg.structure.powers.k == 3  # from the parent
     assert cfg.structure.spd.enabled is False  # the child's
@@ -58,14 +58,14 @@ def test_preset_by_path_and_relative_extends(tmp_path: Path, preset_dir: Path):
     sub = tmp_path / "elsewhere"
     sub.mkdir()
     (sub / "local.yaml").write_text("extends: ../presets/parent.yaml\nstructure: {powers: {k: 2}}\n")
-    cfg = C.resolve(str(sub / "local.yaml"))
+    cfg = R.resolve(str(sub / "local.yaml"))
     assert cfg.structure.powers.k == 2
     assert cfg.structure.spd.max_distance == 5
 
 
 def test_extends_cycle_is_an_error(preset_dir: Path):
     with pytest.raises(ConfigError, match="extends itself"):
-        C.resolve("loop-a")
+        R.resolve("loop-a")
 
 
 @pytest.mark.parametrize(
@@ -82,24 +82,24 @@ def test_extends_cycle_is_an_error(preset_dir: Path):
     ],
 )
 def test_set_overrides_are_typed(override, path, expected):
-    cfg = C.resolve("graph-level", [override]).to_dict()
+    cfg = R.resolve("graph-level", [override]).to_dict()
     for p in path:
         cfg = cfg[p]
     assert cfg == expected and type(cfg) is type(expected)
 
 
 def test_list_values_parse():
-    assert C.parse_override("a.b=[1, 2, 3]") == (["a", "b"], [1, 2, 3])
-    assert C._coerce([1, 2], list[int], "x") == [1, 2]
+    assert R.parse_override("a.b=[1, 2, 3]") == (["a", "b"], [1, 2, 3])
+    assert R._coerce([1, 2], list[int], "x") == [1, 2]
     with pytest.raises(ConfigError, match=r"x\[1\]: expected int"):
-        C._coerce([1, "two"], list[int], "x")
+        R._coerce([1, "two"], list[int], "x")
 
 
 def test_unknown_key_names_the_nearest_valid_key():
     with pytest.raises(ConfigError, match=r"unknown key 'structure\.powers\.kk': did you mean 'structure\.powers\.k'\?"):
-        C.resolve("graph-level", ["structure.powers.kk=3"])
+        R.resolve("graph-level", ["structure.powers.kk=3"])
     with pytest.raises(ConfigError, match=r"unknown key 'strcture'.*'structure'"):
-        C.resolve("graph-level", ["strcture.powers.k=3"])
+        R.resolve("graph-level", ["strcture.powers.k=3"])
 
 
 @pytest.mark.parametrize(
@@ -115,21 +115,21 @@ def test_unknown_key_names_the_nearest_valid_key():
 )
 def test_wrong_type_names_key_and_expected_type(override, message):
     with pytest.raises(ConfigError, match=message):
-        C.resolve("graph-level", [override])
+        R.resolve("graph-level", [override])
 
 
 def test_malformed_set_and_unknown_preset():
     with pytest.raises(ConfigError, match="expected KEY=VALUE"):
-        C.resolve("graph-level", ["structure.powers.k"])
+        R.resolve("graph-level", ["structure.powers.k"])
     with pytest.raises(UsageError, match="unknown preset 'graph-levl': did you mean 'graph-level'"):
-        C.resolve("graph-levl")
+        R.resolve("graph-levl")
 
 
 def test_shipped_presets_all_validate():
-    names = C.list_presets()
+    names = R.list_presets()
     assert {"base", "node-level", "graph-level"} <= set(names)
     for name in names:
-        C.resolve(name)
+        R.resolve(name)
 
 
 def test_presets_found_after_plain_non_editable_install(tmp_path: Path):
@@ -139,7 +139,7 @@ def test_presets_found_after_plain_non_editable_install(tmp_path: Path):
         [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation", "--target", str(target), str(REPO)],
         check=True, capture_output=True, cwd=tmp_path,
     )
-    code = "import xmask_cli, xmask_cli.config as C; print(xmask_cli.__file__); print(sorted(C.list_presets())); C.resolve('node-level')"
+    code = "import xmask_cli, xmask_cli.config_resolve as R; print(xmask_cli.__file__); print(sorted(R.list_presets())); R.resolve('node-level')"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["PYTHONPATH"] = str(target)
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=tmp_path, env=env).stdout
@@ -158,7 +158,7 @@ def test_presets_found_after_plain_non_editable_install(tmp_path: Path):
 def test_non_finite_numbers_are_refused(override):
     """Issue 14, item 9: `--set train.lr=inf` trained to NaN and exited 0."""
     with pytest.raises(ConfigError, match="finite"):
-        C.resolve("graph-level", [override])
+        R.resolve("graph-level", [override])
 
 
 @pytest.mark.parametrize("override, key", [("train.weight_decay=-1", "weight_decay"),
@@ -166,7 +166,7 @@ def test_non_finite_numbers_are_refused(override):
 def test_negative_optimiser_settings_are_refused(override, key):
     """Issue 14, item 16: AdamW raised (exit 1) on a negative weight decay that `presets show` accepted."""
     with pytest.raises(ConfigError, match=key):
-        C.resolve("graph-level", [override])
+        R.resolve("graph-level", [override])
 
 
 def _alias_bomb(levels: int) -> str:
@@ -229,11 +229,11 @@ def test_deep_nesting_is_exit_2_with_one_line(tmp_path: Path, text: str):
 
 def test_the_bound_counts_expanded_nodes_exactly_at_the_limit():
     """Independent count: a flat list of n scalars is n + 1 nodes (+ the mapping, its key): just under and over."""
-    n = C.MAX_YAML_NODES - 3  # root mapping, key, list node, n scalars
-    assert len(C.load_yaml_bounded("x: [" + ", ".join(["1"] * n) + "]")["x"]) == n
-    with pytest.raises(C.YamlTooLarge):
-        C.load_yaml_bounded("x: [" + ", ".join(["1"] * (n + 1)) + "]")
-    nested = "x: " + "[" * (C.MAX_YAML_DEPTH - 1) + "]" * (C.MAX_YAML_DEPTH - 1)  # depth: mapping 1, lists 2..32
-    assert C.load_yaml_bounded(nested) is not None
-    with pytest.raises(C.YamlTooLarge):
-        C.load_yaml_bounded("x: " + "[" * C.MAX_YAML_DEPTH + "]" * C.MAX_YAML_DEPTH)
+    n = R.MAX_YAML_NODES - 3  # root mapping, key, list node, n scalars
+    assert len(R.load_yaml_bounded("x: [" + ", ".join(["1"] * n) + "]")["x"]) == n
+    with pytest.raises(R.YamlTooLarge):
+        R.load_yaml_bounded("x: [" + ", ".join(["1"] * (n + 1)) + "]")
+    nested = "x: " + "[" * (R.MAX_YAML_DEPTH - 1) + "]" * (R.MAX_YAML_DEPTH - 1)  # depth: mapping 1, lists 2..32
+    assert R.load_yaml_bounded(nested) is not None
+    with pytest.raises(R.YamlTooLarge):
+        R.load_yaml_bounded("x: " + "[" * R.MAX_YAML_DEPTH + "]" * R.MAX_YAML_DEPTH)

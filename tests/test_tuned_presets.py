@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tests.cli_helpers import run
-from xmask_cli import config as C
+from xmask_cli import config_resolve as R
 from xmask_cli.tune.space import check_space
 
 REPO = Path(__file__).resolve().parents[1]
@@ -59,11 +59,11 @@ _NOT_COMPARED = ("description", "tune", "run.root", "run.name", "data.root")
 @pytest.mark.parametrize("name", sorted(SWAPPED))
 def test_tuned_preset_is_the_hand_preset_with_the_study_best_values(name: str):
     hand, best_file, _ = SWAPPED[name]
-    tuned, old = _flat(C.resolve(name).to_dict()), _flat(C.resolve(hand).to_dict())
+    tuned, old = _flat(R.resolve(name).to_dict()), _flat(R.resolve(hand).to_dict())
     best = _flat(yaml.safe_load((STUDY_OUT / best_file).read_text()))
     for c in (tuned, old, best):
         _powers(c)
-    searched = {p.key for p in check_space(C.resolve(name))}
+    searched = {p.key for p in check_space(R.resolve(name))}
     assert searched, f"{name} lost its tune: section"
     for key in tuned:
         if key in _NOT_COMPARED:
@@ -90,6 +90,6 @@ def test_hand_preset_resolves_to_the_replaced_values_through_the_cli(name: str):
 
 def test_mutag_tuned_alias_resolves_to_mutag():
     """``mutag-tuned`` (the name the tuned configuration shipped under first) stays a working alias."""
-    alias, tuned = C.resolve("mutag-tuned").to_dict(), C.resolve("mutag").to_dict()
+    alias, tuned = R.resolve("mutag-tuned").to_dict(), R.resolve("mutag").to_dict()
     assert {k: v for k, v in alias.items() if k != "description"} == \
         {k: v for k, v in tuned.items() if k != "description"}

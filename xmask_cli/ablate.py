@@ -25,7 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from xmask_cli.config import Config, resolve
+from xmask_cli.config import Config
+from xmask_cli.config_resolve import resolve
 from xmask_cli.errors import UsageError
 from xmask_cli.model.biases import BIASES
 

@@ -3,8 +3,8 @@
 A preset resolves to a frozen :class:`Config`; nothing here is global or
 mutable. Reading presets (YAML with ``extends:``), dotted ``--set``
 overrides, type coercion and range checks live in
-:mod:`xmask_cli.config_resolve`; their public names are importable from here
-too (``from xmask_cli.config import resolve``).
+:mod:`xmask_cli.config_resolve` (``from xmask_cli.config_resolve import resolve``),
+which imports this schema; nothing here imports it back.
 """
 from __future__ import annotations
 
@@ -291,22 +291,3 @@ def section_fields(section: Any) -> dict[str, Any]:
 def to_json(cfg: Config) -> str:
     """Canonical JSON of a config (sorted keys), for hashing and saving."""
     return json.dumps(cfg.to_dict(), sort_keys=True, separators=(",", ":"))
-
-
-#: Names that live in config_resolve.py (which imports this schema), served lazily from here:
-#: a module-level import either way round would be a cycle.
-_RESOLVE_NAMES = frozenset({
-    "packaged_presets_dir", "preset_dirs", "list_presets", "find_preset", "read_yaml", "load_preset_dict",
-    "parse_override", "apply_overrides", "build", "resolve", "_coerce", "load_yaml_bounded", "YamlTooLarge",
-    "MAX_YAML_NODES", "MAX_YAML_DEPTH", "shorten",
-})
-
-
-def __getattr__(name: str) -> Any:
-    """``xmask_cli.config.resolve`` and friends, from :mod:`xmask_cli.config_resolve` (PEP 562)."""
-    if name in _RESOLVE_NAMES:
-        from xmask_cli import config_resolve
-
-        return getattr(config_resolve, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-

@@ -6,7 +6,8 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 
-from xmask_cli.config import StructureConfig, resolve
+from xmask_cli.config import StructureConfig
+from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import graphs_fingerprint
 from xmask_cli.prepare import prepare_graphs
 

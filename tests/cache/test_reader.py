@@ -9,7 +9,7 @@ import pytest
 from tests.cache.graphs import prepare_toy, random_graphs
 from tests.model.graphs import a_hat_of
 from xmask_cli import cache as K
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.errors import CacheError
 
 

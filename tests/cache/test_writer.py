@@ -13,7 +13,7 @@ import numpy as np
 
 from tests.cache.graphs import prepare_toy, random_graphs
 from xmask_cli import cache as K
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 
 
 def test_same_key_does_no_work_and_force_recomputes(tmp_path):

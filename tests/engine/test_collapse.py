@@ -18,7 +18,7 @@ import pytest
 import torch
 from torch_geometric.data import InMemoryDataset
 
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import GraphSet, load_graphs
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.experiment import Experiment, _train_config

@@ -55,7 +55,7 @@ def test_epoch_seeds_differ_by_rank_and_epoch():
 
 @pytest.fixture(scope="module")
 def mutag(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    from xmask_cli.config import resolve
+    from xmask_cli.config_resolve import resolve
     from xmask_cli.prepare import prepare_dataset
 
     cache = tmp_path_factory.mktemp("cache")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import graphs_fingerprint
 from xmask_cli.engine.stream import GraphLevelStream
 from xmask_cli.model.network import ModelConfig, XMaskNet

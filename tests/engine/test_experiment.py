@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.experiment import parse_seeds, resolve_device, resolve_level, resolve_metric
 from xmask_cli.errors import ConfigError, UsageError
 

@@ -11,7 +11,7 @@ import scipy.sparse as sp
 import torch
 
 from xmask_cli.cache import StructureCache
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import graphs_fingerprint
 from xmask_cli.engine import GraphLevelStream
 from xmask_cli.engine.extras import GraphExtras, pad_extras, to_tensors

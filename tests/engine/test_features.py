@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.data.graphset import MAX_DEGREE
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset

@@ -26,7 +26,7 @@ from tests.model.semantics import (LOGIT_STD, RTOL, aggregate, assert_same_grads
                                    rel, run_with_grads, spread_logits)
 from xmask_cli.cache import StructureCache
 from xmask_cli.cli import app
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.node_batches import NodeBatch

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from xmask_cli.cache import StructureCache
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import graphs_fingerprint
 from xmask_cli.engine import GraphBatch, GraphLevelStream, collate, size_buckets
 from xmask_cli.model.bias import XLogSMaskBias

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.experiment import train_seeds
 from xmask_cli.explain import explain_run
 

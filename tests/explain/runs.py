@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
 

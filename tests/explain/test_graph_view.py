@@ -7,7 +7,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.errors import UsageError
 from xmask_cli.explain import explain_run
 from xmask_cli.explain import run as run_module

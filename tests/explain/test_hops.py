@@ -56,7 +56,7 @@ def test_distance_rows_are_networkx_distances_with_the_cut_off():
 
     from tests.cache.graphs import prepare_toy, random_graphs
     from xmask_cli.cache import StructureCache
-    from xmask_cli.config import resolve
+    from xmask_cli.config_resolve import resolve
     from xmask_cli.explain.hops import distance_rows
 
     edges, nodes = random_graphs(7, 6)

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from tests.explain.runs import graph_batch, reload_model
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.experiment import train_seeds
 from xmask_cli.explain import explain_run
 from xmask_cli.explain.record import KINDS

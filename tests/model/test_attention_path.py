@@ -34,7 +34,7 @@ def test_dense_only_models_get_dense_or_a_refusal() -> None:
 
 
 def test_sparse_refusal_names_the_setting() -> None:
-    from xmask_cli.config import resolve
+    from xmask_cli.config_resolve import resolve
     from xmask_cli.model.model_config import plain_heads, sparse_refusal
 
     base = resolve("node-level", [])
@@ -53,7 +53,7 @@ def test_sparse_refusal_names_the_setting() -> None:
 
 def test_experts_refuse_eps() -> None:
     """M3Dphormer's experts attend over sparse token masks: outside_support=eps is refused (exit 2 from train)."""
-    from xmask_cli.config import resolve
+    from xmask_cli.config_resolve import resolve
     from xmask_cli.engine.experiment import _check_structure
     from xmask_cli.errors import ConfigError
     from xmask_cli.model.model_config import ModelConfig

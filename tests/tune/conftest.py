@@ -26,11 +26,11 @@ def tiny_args(*extra: str) -> list[str]:
 @pytest.fixture(scope="session")
 def mutag_cache(tmp_path_factory) -> Path:
     """A prepared MUTAG structure cache (read only by the tests that use it)."""
-    from xmask_cli import config as C
+    from xmask_cli import config_resolve as R
     from xmask_cli.prepare import prepare_dataset
 
     cache = tmp_path_factory.mktemp("tune-cache")
-    prepare_dataset(C.resolve("mutag"), cache_dir=cache, offline=True)
+    prepare_dataset(R.resolve("mutag"), cache_dir=cache, offline=True)
     return cache
 
 

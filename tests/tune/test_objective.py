@@ -7,7 +7,7 @@ import optuna
 import pytest
 
 from tests.tune.conftest import TINY
-from xmask_cli import config as C
+from xmask_cli import config_resolve as R
 from xmask_cli.errors import UsageError
 from xmask_cli.tune.objective import STEP_STRIDE, TrialSetup, run_trial
 from xmask_cli.tune.space import check_space
@@ -25,7 +25,7 @@ class _PruneAtStep(optuna.pruners.BasePruner):
 
 
 def _setup(tmp_path, cache, seeds) -> TrialSetup:
-    cfg = C.resolve("mutag", TINY)
+    cfg = R.resolve("mutag", TINY)
     return TrialSetup(cfg=cfg, params=check_space(cfg), seeds=seeds, metric="rocauc", study_dir=tmp_path,
                       cache_dir=cache, offline=True)
 

@@ -7,6 +7,7 @@ import pytest
 from tests.cli_helpers import one_error_line, run
 from tests.tune.conftest import TINY, tiny_args
 from xmask_cli import config as C
+from xmask_cli import config_resolve as R
 from xmask_cli.errors import ConfigError
 from xmask_cli.tune.space import check_space, decode, parse_space, suggest
 
@@ -43,7 +44,7 @@ def test_every_shipped_graph_node_and_link_preset_has_a_valid_space():
     for name, level in (("graph-level", "graph"), ("mutag", "graph"), ("proteins", "graph"), ("node-level", "node"),
                         ("cora", "node"), ("citeseer", "node"), ("computers", "node"), ("link-level", "link"),
                         ("cora-link", "link")):
-        cfg = C.resolve(name)
+        cfg = R.resolve(name)
         params = check_space(cfg, full=True)  # every value probed on top of the preset, training's checks too
         keys = {p.key for p in params}
         assert {"train.lr", "model.hidden", "model.dropout"} <= keys, name
@@ -52,17 +53,17 @@ def test_every_shipped_graph_node_and_link_preset_has_a_valid_space():
 
 
 def test_tune_null_clears_and_set_replaces_an_inherited_space():
-    assert C.resolve("mutag", ["tune=null"]).tune == {}
-    cfg = C.resolve("mutag", TINY)
+    assert R.resolve("mutag", ["tune=null"]).tune == {}
+    cfg = R.resolve("mutag", TINY)
     assert sorted(cfg.tune) == ["model.dropout", "train.lr"]  # dotted keys stay whole
-    nested = C.build(C.Config, {"tune": {"model": {"hidden": {"choice": [16, 32]}}}})
+    nested = R.build(C.Config, {"tune": {"model": {"hidden": {"choice": [16, 32]}}}})
     assert [p.key for p in parse_space(nested.tune)] == ["model.hidden"]
     with pytest.raises(ConfigError, match="given twice"):
         parse_space({"model.hidden": {"choice": [16]}, "model": {"hidden": {"choice": [32]}}})
 
 
 def test_suggest_draws_within_the_space_and_decodes_list_choices():
-    cfg = C.resolve("mutag", ["tune=null", "tune.model.hidden={int: [16, 64], step: 16}",
+    cfg = R.resolve("mutag", ["tune=null", "tune.model.hidden={int: [16, 64], step: 16}",
                               "tune.train.lr={float: [1.0e-4, 1.0e-2], log: true}",
                               "tune.model.dropout={float: [0.0, 0.5], step: 0.1}",
                               "tune.model.head_powers={choice: [[1, 2, 3, 4], [1, 1, 2, 2]]}"])
@@ -102,7 +103,7 @@ def test_bad_options_are_one_error_line(tmp_path, args, words):
 
 def test_a_training_override_never_trips_on_the_space_but_tune_checks_it(tmp_path):
     # Training with one head is fine although the inherited space lists four-power head_powers ...
-    cfg = C.resolve("cora", ["model.heads=1", "model.hidden=8"])
+    cfg = R.resolve("cora", ["model.heads=1", "model.hidden=8"])
     assert cfg.model.heads == 1 and "model.head_powers" in cfg.tune
     # ... while a search of that space on top of it is refused before any trial, naming the key.
     r = run("tune", "--preset", "cora", "--set", "model.heads=1", "--set", "model.hidden=8", "--trials", "1",

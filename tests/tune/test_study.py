@@ -13,7 +13,7 @@ import yaml
 
 from tests.cli_helpers import run
 from tests.tune.conftest import TINY, db_trials
-from xmask_cli import config as C
+from xmask_cli import config_resolve as R
 from xmask_cli.engine import loop as loop_mod
 from xmask_cli.engine.features import input_features
 from xmask_cli.engine.tasks.graph import GraphTask, _eval_stream, graph_labels
@@ -24,7 +24,7 @@ SEEDS = [0, 1]
 
 def _study(root: Path, cache: Path, trials: int = 3, final: list[int] | None = None, extra: list[str] = (),
            seeds_: list[int] = SEEDS, **kw) -> dict:
-    cfg = C.resolve("mutag", [*TINY, *extra])
+    cfg = R.resolve("mutag", [*TINY, *extra])
     opts = TuneOptions(trials=trials, seeds=seeds_, final_seeds=final if final is not None else [0],
                        study="s", runs_dir=root, cache_dir=cache, offline=True, pruner="none", **kw)
     return run_study(cfg, opts)
@@ -212,7 +212,7 @@ def _open(folder: Path, overrides: list[str]):
     from xmask_cli.tune.space import check_space
     from xmask_cli.tune.study import _earlier_digests, _identity, _open_study
 
-    cfg = C.resolve("mutag", [*TINY, *overrides])
+    cfg = R.resolve("mutag", [*TINY, *overrides])
     opts = TuneOptions(trials=1, seeds=SEEDS, study="s", runs_dir=folder.parent)
     identity = _identity(cfg, check_space(cfg, full=True), opts, "accuracy")
     study, _ = _open_study("s", f"sqlite:///{folder / 'study.db'}", "maximize", identity, opts, folder,
@@ -276,7 +276,7 @@ def test_a_study_made_by_an_earlier_version_resumes_and_is_restamped(tmp_path, d
     url = f"sqlite:///{folder / 'study.db'}"
     new = _open(folder, []).user_attrs["xmask"]
     old = {k: v for k, v in new.items() if k != "config"}
-    old["config_sha256"] = _digest_before_2026_12_02(C.resolve("mutag", TINY), drop)
+    old["config_sha256"] = _digest_before_2026_12_02(R.resolve("mutag", TINY), drop)
     optuna.load_study(study_name="s", storage=url).set_user_attr("xmask", old)
     with pytest.raises(UsageError, match="was made with another config_sha256"):  # not these settings
         _open(folder, ["train.lr=0.0123"])

@@ -42,7 +42,7 @@ def ablate(
 
         xmask ablate --preset vit-digits --variants full,no-logmask,positional
     """
-    from xmask_cli import config as C
+    from xmask_cli import config_resolve as R
     from xmask_cli.api import choose_preset
     from xmask_cli.ablate import parse_variants, run_ablation
     from xmask_cli.engine.experiment import parse_seeds, resolve_device, resolve_level
@@ -50,7 +50,7 @@ def ablate(
 
     output = output_for(ctx, fmt)
     preset, overrides = choose_preset(preset, dataset, set_)
-    base = C.resolve(preset, overrides)
+    base = R.resolve(preset, overrides)
     level = resolve_level(base)
     names = parse_variants(variants, base)
     folder = out or Path("ablations") / (base.run.name or f"{base.data.dataset.lower()}-{level}")

@@ -39,7 +39,7 @@ def prepare(
 
         xmask --format json prepare cora --preset node-level
     """
-    from xmask_cli import config as C
+    from xmask_cli import config_resolve as R
     from xmask_cli.data.registry import get_dataset
     from xmask_cli.prepare import prepare_dataset, resolve_cache_dir
 
@@ -49,7 +49,7 @@ def prepare(
         spec = get_dataset(dataset)
         overrides.insert(0, f"data.dataset={json.dumps(spec.ref)}")  # quoted: a folder path
         preset = preset or f"{spec.level}-level"
-    cfg = C.resolve(preset or "node-level", overrides)
+    cfg = R.resolve(preset or "node-level", overrides)
     spec = get_dataset(cfg.data.dataset)
     cdir = resolve_cache_dir(cache_dir)
     with out.progress(f"prepare {spec.name}", total=1) as bar:

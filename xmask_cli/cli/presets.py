@@ -18,13 +18,13 @@ def presets_ls(ctx: typer.Context, fmt: FormatOpt = None) -> None:
 
         xmask presets ls --format json
     """
-    from xmask_cli import config as C
+    from xmask_cli import config_resolve as R
 
     out = output_for(ctx, fmt)
-    found = C.list_presets()
+    found = R.list_presets()
     rows = []
     for name, path in found.items():
-        raw = C.read_yaml(path)
+        raw = R.read_yaml(path)
         parents = raw.get("extends") or []
         rows.append({"name": name, "path": str(path), "extends": [parents] if isinstance(parents, str) else parents,
                      "description": str(raw.get("description", "")) if "description" in raw else ""})
@@ -46,10 +46,10 @@ def presets_show(
 
         xmask presets show cora --set structure.powers.k=2 --format json
     """
-    from xmask_cli import config as C
+    from xmask_cli import config_resolve as R
 
     out = output_for(ctx, fmt)
-    cfg = C.resolve(name, list(set_ or []))
+    cfg = R.resolve(name, list(set_ or []))
     out.result(cfg.to_dict(), lambda con: render.show(con, cfg.to_dict()))
 
 

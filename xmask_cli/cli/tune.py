@@ -50,7 +50,7 @@ def tune(
 
         xmask tune --preset cora --study s --storage postgresql://host/db --trials 20 --final-seeds none
     """
-    from xmask_cli import config as C
+    from xmask_cli import config_resolve as R
     from xmask_cli.api import choose_preset
     from xmask_cli.engine.experiment import parse_seeds, resolve_device
     from xmask_cli.prepare import resolve_cache_dir
@@ -64,7 +64,7 @@ def tune(
                        timeout_s=parse_duration(timeout), study=study, storage=storage, runs_dir=runs_dir,
                        resume=resume, sampler_seed=sampler_seed, pruner=pruner, plots=plots, device=resolve_device(device),
                        cache_dir=resolve_cache_dir(cache_dir), data_root=data_root, offline=True if offline else None)
-    result = run_study(C.resolve(preset, overrides), opts, log=out.log)
+    result = run_study(R.resolve(preset, overrides), opts, log=out.log)
     out.result(result, lambda con: human_report(con, result))
 
 

@@ -15,7 +15,8 @@ from typing import Any
 
 import torch
 
-from xmask_cli.config import Config, build
+from xmask_cli.config import Config
+from xmask_cli.config_resolve import build
 from xmask_cli.engine.experiment import Experiment
 from xmask_cli.engine.loop import score
 from xmask_cli.engine.runs import RunDir

@@ -320,7 +320,8 @@ def with_values(cfg: Any, values: dict[str, Any], **fixed: Any) -> Any:
     Raises:
         ConfigError: the result does not fit the schema.
     """
-    from xmask_cli.config import Config, build
+    from xmask_cli.config import Config
+    from xmask_cli.config_resolve import build
 
     data = cfg.to_dict()
     data["tune"] = {}

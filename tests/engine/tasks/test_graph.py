@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import GraphSet, load_graphs
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.tasks import graph as graph_mod

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from xmask_cli.cache import StructureCache
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.experiment import Experiment, _model_config, train_seeds
 from xmask_cli.data.images import load_images
 from xmask_cli.data.registry import get_dataset

@@ -12,7 +12,7 @@ import torch
 from torch_geometric.data import Data
 
 from xmask_cli.cache import StructureCache
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import GraphSet, graphs_fingerprint, load_graphs
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.loop import TrainConfig, fit, seed_everything

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from xmask_cli.cache import StructureCache
 from xmask_cli.cli import app
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.evaluate import evaluate_run

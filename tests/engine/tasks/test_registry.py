@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.experiment import resolve_metric
 from xmask_cli.engine.tasks import LEVELS, get_level
 

@@ -32,7 +32,7 @@ MODES = ("query", "partition", "link")
 
 @pytest.fixture(scope="module")
 def cora(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    from xmask_cli.config import resolve
+    from xmask_cli.config_resolve import resolve
     from xmask_cli.prepare import prepare_dataset
 
     cache = tmp_path_factory.mktemp("cache")
@@ -52,7 +52,7 @@ def _task(cora: dict[str, str], mode: str) -> Any:
 
     graphs = load_graphs(get_dataset("cora"), data_root=None, cache_dir=Path(cora["cache_dir"]), offline=True)
     if mode == "link":
-        from xmask_cli.config import resolve
+        from xmask_cli.config_resolve import resolve
         from xmask_cli.engine.pair_structure import prepare_pair_structure
         from xmask_cli.engine.tasks.link import LinkTask
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.experiment import model_needs, train_seeds
 from xmask_cli.model.bias_stack import BiasSpec
 from xmask_cli.model.biases import BIASES, BiasEntry

@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from xmask_cli.ablate import BIAS_VARIANTS, variant_overrides
-from xmask_cli.config import Config, resolve
+from xmask_cli.config import Config
+from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.extras import EXTRA_SECTIONS
 from xmask_cli.errors import ConfigError
 from xmask_cli.model.bias_stack import BiasSpec, BiasStack
