@@ -118,6 +118,32 @@ def test_wrong_type_names_key_and_expected_type(override, message):
         R.resolve("graph-level", [override])
 
 
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("train.epochs=0", r"^train\.epochs: must be >= 1$"),
+        ("train.lr=-0.1", r"^train\.lr: must be >= 0$"),
+        ("train.log_cache_mb=-1", r"^train\.log_cache_mb: must be >= 0 \(MB; 0 keeps no log-mask\)$"),
+        ("node.query_batch=-1", r"^node\.query_batch: must be >= 0 \(0: all training nodes per step\)$"),
+        ("model.ffn_mult=0", r"^model\.ffn_mult: must be >= 1$"),
+        ("model.biases=[{type: spd, width: 0}]", r"^model\.biases\[0\]\.width: must be >= 1$"),
+        ("structure.large.tau=-1", r"^structure\.large\.tau: must be >= 0$"),
+        ("structure.spectrum.num_eigs=0", r"^structure\.spectrum\.num_eigs: must be >= 1$"),
+        ("structure.spd.max_distance=255", r"^structure\.spd\.max_distance: must lie in \[1, 254\]$"),
+        ("structure.rrwp.steps=65", r"^structure\.rrwp\.steps: must lie in \[1, 64\]$"),
+        ("structure.powers.k=16", None),
+        ("train.warmup_epochs=0", None),
+    ],
+)
+def test_bounds_name_the_key_and_the_bound(override, message):
+    """Each bound holds at its edge and fails one step past it, with the key and the bound in the message."""
+    if message is None:
+        R.resolve("graph-level", [override])
+        return
+    with pytest.raises(ConfigError, match=message):
+        R.resolve("graph-level", [override])
+
+
 def test_malformed_set_and_unknown_preset():
     with pytest.raises(ConfigError, match="expected KEY=VALUE"):
         R.resolve("graph-level", ["structure.powers.k"])

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from tests.cli_helpers import one_error_line, run
-from xmask_cli.config import list_presets, packaged_presets_dir, resolve
+from xmask_cli.config_resolve import list_presets, packaged_presets_dir, resolve
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.experiment import Experiment, check_config, resolve_level
 from xmask_cli.engine.loop import seed_everything

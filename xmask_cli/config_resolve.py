@@ -13,6 +13,7 @@ import math
 import os
 import types
 import typing
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -323,28 +324,54 @@ def build(cls: type, data: Any, prefix: str = "") -> Any:
     return obj
 
 
+#: Plain bounds, per section: key -> lowest value, or ``(lowest, note)``; checked before the rules below.
+_AT_LEAST: dict[type, dict[str, int | tuple[int, str]]] = {
+    SpectrumConfig: {"num_eigs": 1},
+    MagneticConfig: {"num_eigs": 1},
+    PartitionConfig: {"parts": 0},
+    ModelSection: {"hidden": 1, "heads": 1, "layers": 1, "ffn_mult": 1},
+    BiasSection: {"max_distance": 1, "width": 1},
+    TrainSection: {"epochs": 1, "lr": 0, "weight_decay": 0, "warmup_epochs": 0, "batch_size": 1, "patience": 1,
+                   "loader_workers": 0, "log_cache_mb": (0, "MB; 0 keeps no log-mask")},
+    NodeSection: {"subgraph_size": 0, "subgraphs_per_epoch": 1, "query_batch": (0, "0: all training nodes per step"),
+                  "query_chunk_pairs": 1},
+    LinkSection: {"num_neg_per_pos": 1},
+    ImageSection: {"patch": 1},
+    LargeGraphConfig: {"tau": 0, "topk": 0, "spd_radius": 1},
+}
+#: Closed ranges, per section: key -> ``(low, high)``.
+_WITHIN: dict[type, dict[str, tuple[int, int]]] = {
+    PowersConfig: {"k": (1, 16)},
+    SpdConfig: {"max_distance": (1, 254)},
+    RrwpConfig: {"steps": (1, 64)},
+}
+
+
+def _check_bounds(obj: Any, need: Callable[[bool, str, str], None]) -> None:
+    """The plain bounds of :data:`_AT_LEAST` and :data:`_WITHIN` that apply to ``obj``'s section."""
+    for cls, bounds in _AT_LEAST.items():
+        if isinstance(obj, cls):
+            for key, bound in bounds.items():
+                low, note = bound if isinstance(bound, tuple) else (bound, "")
+                need(getattr(obj, key) >= low, key, f"must be >= {low}" + (f" ({note})" if note else ""))
+    for cls, ranges in _WITHIN.items():
+        if isinstance(obj, cls):
+            for key, (low, high) in ranges.items():
+                need(low <= getattr(obj, key) <= high, key, f"must lie in [{low}, {high}]")
+
+
 def _check_ranges(obj: Any, prefix: str) -> None:
     """Domain checks a type cannot express."""
     def need(cond: bool, key: str, what: str) -> None:
         if not cond:
             raise ConfigError(f"{prefix}.{key}: {what}")
 
+    _check_bounds(obj, need)
     if isinstance(obj, PowersConfig):
-        need(1 <= obj.k <= 16, "k", "must lie in [1, 16]")
         need(0 < obj.eps < 1, "eps", "must lie in (0, 1)")
-    elif isinstance(obj, SpdConfig):
-        need(1 <= obj.max_distance <= 254, "max_distance", "must lie in [1, 254]")
-    elif isinstance(obj, (SpectrumConfig, MagneticConfig)):
-        need(obj.num_eigs >= 1, "num_eigs", "must be >= 1")
-    elif isinstance(obj, RrwpConfig):
-        need(1 <= obj.steps <= 64, "steps", "must lie in [1, 64]")
-    elif isinstance(obj, PartitionConfig):
-        need(obj.parts >= 0, "parts", "must be >= 0")
     elif isinstance(obj, PrepareSection):
         need(0.05 <= obj.memory_gb <= 4096, "memory_gb", "must lie in [0.05, 4096] (GB)")
     elif isinstance(obj, ModelSection):
-        for key in ("hidden", "heads", "layers", "ffn_mult"):
-            need(getattr(obj, key) >= 1, key, "must be >= 1")
         need(obj.hidden % obj.heads == 0, "hidden", f"must be a multiple of model.heads ({obj.heads})")
         need(0 <= obj.dropout < 1 and 0 <= obj.attn_dropout < 1 and 0 <= obj.input_dropout < 1, "dropout",
              "dropouts must lie in [0, 1)")
@@ -364,44 +391,20 @@ def _check_ranges(obj: Any, prefix: str) -> None:
         from xmask_cli.model.biases import BIASES  # the bias registry names the valid types
 
         need(obj.type in BIASES, "type", f"expected one of {', '.join(repr(k) for k in BIASES)}, got {shorten(obj.type)} (str)")
-        need(obj.max_distance >= 1, "max_distance", "must be >= 1")
-        need(obj.width >= 1, "width", "must be >= 1")
-    elif isinstance(obj, TrainSection):
-        need(obj.epochs >= 1, "epochs", "must be >= 1")
-        need(obj.lr >= 0, "lr", "must be >= 0")
-        need(obj.weight_decay >= 0, "weight_decay", "must be >= 0")
-        need(obj.warmup_epochs >= 0, "warmup_epochs", "must be >= 0")
-        need(obj.batch_size >= 1, "batch_size", "must be >= 1")
-        need(obj.patience >= 1, "patience", "must be >= 1")
-        need(obj.loader_workers >= 0, "loader_workers", "must be >= 0")
-        need(obj.log_cache_mb >= 0, "log_cache_mb", "must be >= 0 (MB; 0 keeps no log-mask)")
-    elif isinstance(obj, NodeSection):
-        need(obj.subgraph_size >= 0, "subgraph_size", "must be >= 0")
-        need(obj.subgraphs_per_epoch >= 1, "subgraphs_per_epoch", "must be >= 1")
-        need(obj.query_batch >= 0, "query_batch", "must be >= 0 (0: all training nodes per step)")
-        need(obj.query_chunk_pairs >= 1, "query_chunk_pairs", "must be >= 1")
     elif isinstance(obj, (LinkSection, EdgeSection)):
         need(len(obj.fractions) == 3 and abs(sum(obj.fractions) - 1) < 1e-6 and min(obj.fractions) >= 0,
              "fractions", "must be three non-negative fractions summing to 1")
-        if isinstance(obj, LinkSection):
-            need(obj.num_neg_per_pos >= 1, "num_neg_per_pos", "must be >= 1")
     elif isinstance(obj, RunSection) and obj.name is not None:
         # One path segment: a name never reaches outside the runs dir.
         need(obj.name not in ("", ".", "..") and "/" not in obj.name and "\\" not in obj.name
              and "\0" not in obj.name, "name",
              f"'{obj.name}' is not a run name: one folder name, no '/', '..' or absolute path (use --runs-dir for the location)")
-    elif isinstance(obj, ImageSection):
-        need(obj.patch >= 1, "patch", "must be >= 1")
     elif isinstance(obj, Config):
         _check_combinations(obj)
         if obj.tune:
             from xmask_cli.tune.space import check_space
 
             check_space(obj)
-    elif isinstance(obj, LargeGraphConfig):
-        need(obj.tau >= 0, "tau", "must be >= 0")
-        need(obj.topk >= 0, "topk", "must be >= 0")
-        need(obj.spd_radius >= 1, "spd_radius", "must be >= 1")
 
 
 #: Node batching modes that attention experts can run: they attend over the whole graph's tokens at once.

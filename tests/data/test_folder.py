@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from tests.cli_helpers import one_error_line, run
 
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.data.folder import check_train_classes, find_files, folder_spec, is_folder_ref, load_folder
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.errors import DataNotFoundError, UsageError

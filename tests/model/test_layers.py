@@ -84,7 +84,7 @@ def _stack(norm):
 
 def _run(blocks, x, bias, mask=None, edge_index=None):
     for b in blocks:
-        x = b(x, bias, mask, edge_index)
+        x = b(x, bias, mask, edge_index=edge_index)
     return x
 
 

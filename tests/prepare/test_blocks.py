@@ -6,7 +6,7 @@ import json
 import h5py
 import numpy as np
 
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.data.graphset import graphs_fingerprint
 from xmask_cli.prepare import compute_block, prepare_graphs
 from xmask_cli.prepare.blocks import plan_units

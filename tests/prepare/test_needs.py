@@ -5,7 +5,7 @@ import h5py
 import numpy as np
 import pytest
 
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.data.graphset import graphs_fingerprint
 from xmask_cli.prepare import prepare_graphs
 from xmask_cli.prepare.needs import read_powers, read_sections, structure_needed

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import xmask_cli.prepare.blocks as blocks
-from xmask_cli.config import resolve
+from xmask_cli.config_resolve import resolve
 from xmask_cli.data.graphset import graphs_fingerprint
 from xmask_cli.prepare import prepare_graphs, structure_params
 from xmask_cli.prepare.needs import structure_needed

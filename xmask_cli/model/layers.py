@@ -1,6 +1,8 @@
 """Transformer block: structural attention + feed-forward, with residuals."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
@@ -72,13 +74,9 @@ class TransformerBlock(torch.nn.Module):
         x: Tensor,
         bias: Tensor | None = None,
         mask: Tensor | None = None,
-        edge_index: Tensor | None = None,
-        attn_mask: Tensor | None = None,
         return_terms: bool = False,
         routed: dict | None = None,
-        groups: Tensor | None = None,
-        complete: bool = False,
-        learned: Tensor | None = None,
+        **attention: Any,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """One block; sparse attention when ``edge_index`` is given.
 
@@ -86,21 +84,18 @@ class TransformerBlock(torch.nn.Module):
             x: ``[B, N, D]`` (dense) or ``[N, D]`` (sparse).
             bias: ``[B, H, N, N]`` (dense) or ``[E, H]`` (sparse), or None.
             mask: ``[B, N]`` bool, True for real nodes (dense only).
-            edge_index: ``[2, E]`` attended pairs, row = query (sparse only).
-            attn_mask: the attention's ``dense_mask(bias, mask)``, built once per
-                forward by the caller and shared by every block (dense only).
-                When given, it is what the attention uses; ``bias`` then only
-                feeds the recorded ``structural`` term (``return_terms``).
             return_terms: also return the attention's per-head terms of this
                 forward (see :meth:`StructuralAttention.forward_dense` /
                 :meth:`~StructuralAttention.forward_sparse`).
             routed: with experts, the keywords of :meth:`RoutedAttention.forward`
                 (``pairs``, ``bias``, ``mode``, ``regions``); ``x`` is then ``[T, D]`` tokens.
-            groups: ``[N]`` graph of each node of a sparse disjoint union (plain
-                heads attend inside their graph); None: one graph.
-            complete: the sparse pairs are every pair of the domain (plain heads use them).
-            learned: a learned bias shaped like ``bias``, added after the ``1/sqrt(d_h)``
-                scaling (GTLM); with ``attn_mask`` it only feeds the recorded term.
+            **attention: the other keywords of :meth:`StructuralAttention.forward`, passed on as they are:
+                ``edge_index`` (``[2, E]`` attended pairs, row = query: the sparse path),
+                ``attn_mask`` (the attention's ``dense_mask(bias, mask)``, built once per forward by the
+                caller and shared by every block; it is then what the attention uses, and ``bias`` only
+                feeds the recorded ``structural`` term), ``groups`` (``[N]`` graph of each node of a sparse
+                disjoint union), ``complete`` (the sparse pairs are every pair of the domain) and
+                ``learned`` (a learned bias shaped like ``bias``, added after the ``1/sqrt(d_h)`` scaling).
 
         Returns:
             Tensor shaped like ``x``. Padded positions hold finite values
@@ -114,10 +109,8 @@ class TransformerBlock(torch.nn.Module):
                     raise ValueError("an expert block needs `routed` (pairs per mask) and records no terms")
                 return self.attn(h, **routed)
             if not return_terms:
-                return self.attn(h, bias=bias, mask=mask, edge_index=edge_index, attn_mask=attn_mask, groups=groups,
-                                 complete=complete, learned=learned)
-            out, recorded = self.attn(h, bias=bias, mask=mask, edge_index=edge_index, return_terms=True,
-                                      attn_mask=attn_mask, groups=groups, complete=complete, learned=learned)
+                return self.attn(h, bias=bias, mask=mask, **attention)
+            out, recorded = self.attn(h, bias=bias, mask=mask, return_terms=True, **attention)
             terms.update(recorded)
             return out
 
