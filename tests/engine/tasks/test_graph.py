@@ -123,7 +123,7 @@ def test_run_files(mutag: Mutag, learned: tuple[dict, RunDir]) -> None:
     assert Split.from_dict(config["split"]).val.tolist() == mutag.split.val.tolist()
     assert config["model"]["hidden"] == 16 and config["train"]["lr"] == FAST.lr
     assert sorted(p.name for p in run.path.iterdir()) == sorted(
-        [RunDir.CONFIG, RunDir.METRICS, RunDir.LAST, RunDir.BEST, RunDir.SUMMARY])
+        [RunDir.CONFIG, RunDir.METRICS, RunDir.LAST, RunDir.BEST, RunDir.SUMMARY, RunDir.CURVES])
 
 
 def test_failed_atomic_write_keeps_old_file(tmp_path: Path) -> None:
