@@ -71,6 +71,13 @@ _OGB_MOLHIV = tuple(
     f"raw/{f}.csv.gz" for f in ("edge", "edge-feat", "node-feat", "graph-label", "num-node-list", "num-edge-list")
 ) + tuple(f"split/scaffold/{s}.csv.gz" for s in ("train", "valid", "test")) + ("RELEASE_v1.txt",)
 
+def _ogbn(split: str, extra: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The files ``PygNodePropPredDataset`` (ogb 1.3.6) reads for a CSV node set, and its split files."""
+    raw = ("edge", "node-feat", "node-label", "num-node-list", "num-edge-list") + extra
+    return (tuple(f"raw/{f}.csv.gz" for f in raw) + tuple(f"split/{split}/{s}.csv.gz" for s in ("train", "valid", "test"))
+            + ("RELEASE_v1.txt",))
+
+
 _NODE = ("node", "link")
 _SPECS: tuple[DatasetSpec, ...] = (
     DatasetSpec("Cora", "planetoid", _NODE, "public", "Cora", _planetoid("Cora"), "accuracy", embedded=True),
@@ -86,6 +93,10 @@ _SPECS: tuple[DatasetSpec, ...] = (
                 "accuracy", aliases=("coauthor-physics",)),
     DatasetSpec("WikiCS", "wikics", _NODE, "official-0", "WikiCS", ("raw/data.json",), "accuracy",
                 aliases=("wiki-cs",)),
+    DatasetSpec("ogbn-arxiv", "ogbn", ("node",), "ogb-official", "ogbn_arxiv", _ogbn("time", ("node_year",)),
+                "accuracy", aliases=("arxiv",)),
+    DatasetSpec("ogbn-products", "ogbn", ("node",), "ogb-official", "ogbn_products", _ogbn("sales_ranking"),
+                "accuracy", aliases=("products",)),
     DatasetSpec("MUTAG", "tu", ("graph",), "random-8-1-1", "MUTAG", tu_raw_files("MUTAG"), "accuracy", embedded=True),
     DatasetSpec("PROTEINS", "tu", ("graph",), "random-8-1-1", "PROTEINS", tu_raw_files("PROTEINS"), "accuracy"),
     DatasetSpec("NCI1", "tu", ("graph",), "random-8-1-1", "NCI1", tu_raw_files("NCI1"), "accuracy"),

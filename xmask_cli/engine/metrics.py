@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["accuracy", "mae", "rmse", "rocauc", "mrr", "METRICS", "HIGHER_IS_BETTER"]
+__all__ = ["accuracy", "ogb_node_accuracy", "mae", "rmse", "rocauc", "mrr", "METRICS", "HIGHER_IS_BETTER"]
 
 
 def _np(x: Any) -> np.ndarray:
@@ -39,6 +39,28 @@ def accuracy(logits_or_pred: Any, y: Any) -> float:
     if t.size == 0:
         raise ValueError("accuracy of an empty set is undefined")
     return float((p == t).mean())
+
+
+def ogb_node_accuracy(name: str) -> Callable[[Any, Any], float]:
+    """Accuracy computed by OGB's ``Evaluator(name)`` (ogbn-arxiv, ogbn-products): the leaderboard's number.
+
+    Takes what :func:`accuracy` takes (``[N, C]`` logits or ``[N]`` predictions, ``[N]`` or ``[N, 1]``
+    labels) and gives the same value; the evaluator is the reference.
+    """
+    from ogb.nodeproppred import Evaluator
+
+    evaluator = Evaluator(name)
+
+    def score(logits_or_pred: Any, y: Any) -> float:
+        p, t = _np(logits_or_pred), _np(y).reshape(-1, 1)
+        if p.ndim == 2 and p.shape[1] > 1:
+            p = p.argmax(axis=-1)
+        p = p.reshape(-1, 1)
+        if p.shape != t.shape or t.size == 0:
+            raise ValueError(f"accuracy: {p.shape[0]} predictions for {t.shape[0]} labels")
+        return float(evaluator.eval({"y_true": t, "y_pred": p})["acc"])
+
+    return score
 
 
 def _regression_pair(pred: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -9,6 +9,8 @@ alone. Split names follow :attr:`xmask_cli.data.registry.DatasetSpec.split`:
 * ``random-60-20-20`` a seeded 60/20/20 split of the labelled nodes (Amazon, Coauthor: every node;
   a folder: the nodes whose label is not -1);
 * ``official-0``      WikiCS's first of its 20 official splits;
+* ``ogb-official``    an OGB node set's official split (``dataset.get_idx_split()``: arxiv by year,
+  products by sales rank);
 * ``random-8-1-1``    a seeded 80/10/10 split of the graphs (TU);
 * ``scaffold``        OGB's scaffold split (``dataset.get_idx_split()``).
 
@@ -114,15 +116,22 @@ def random_split(n: int, fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int
                  name=name, seed=seed)
 
 
-def node_split(spec_split_name: str, data: Any, seed: int = 0) -> Split:
+def node_split(spec_split_name: str, data: Any, seed: int = 0, dataset: Any = None) -> Split:
     """Node split of one PyG ``Data`` object by the registry's split name.
 
     ``public`` (Planetoid) and ``files`` (a folder's split files) read the
     masks, ``official-0`` reads column 0 of WikiCS's ``[N, 20]`` train/val masks
     (its test mask is shared, 1-D), and ``random-60-20-20`` draws a seeded split
     of the labelled nodes (label -1 marks an unlabelled node; with every node
-    labelled, the split of all nodes).
+    labelled, the split of all nodes). ``ogb-official`` asks ``dataset`` (the OGB
+    dataset object) for its ``get_idx_split()``.
     """
+    if spec_split_name == "ogb-official":
+        from xmask_cli.data.pyg import safe_torch_load
+
+        with safe_torch_load():  # OGB reads split_dict.pt with torch.load when the file exists
+            idx = dataset.get_idx_split()
+        return Split(idx["train"], idx["valid"], idx["test"], name="ogb-official", seed=None)
     if spec_split_name in ("public", "files"):
         return Split(_mask_index(data.train_mask), _mask_index(data.val_mask), _mask_index(data.test_mask),
                      name=spec_split_name, seed=None)
@@ -138,7 +147,8 @@ def node_split(spec_split_name: str, data: Any, seed: int = 0) -> Split:
             return random_split(int(data.num_nodes), (0.6, 0.2, 0.2), seed=seed, name="random-60-20-20")
         s = random_split(len(labelled), (0.6, 0.2, 0.2), seed=seed, name="random-60-20-20")
         return Split(labelled[s.train], labelled[s.val], labelled[s.test], name=s.name, seed=seed)
-    raise ValueError(f"unknown node split '{spec_split_name}': expected public, files, random-60-20-20 or official-0")
+    raise ValueError(f"unknown node split '{spec_split_name}': expected public, files, random-60-20-20, official-0 "
+                     f"or ogb-official")
 
 
 def graph_split(spec_split_name: str, dataset: Any, seed: int = 0) -> Split:

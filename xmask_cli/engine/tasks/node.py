@@ -48,7 +48,7 @@ from xmask_cli.data.graphset import GraphSet
 from xmask_cli.engine.extras import GraphExtras, to_tensors
 from xmask_cli.engine.features import input_features
 from xmask_cli.engine.loop import PARTS
-from xmask_cli.engine.metrics import METRICS
+from xmask_cli.engine.metrics import METRICS, ogb_node_accuracy
 from xmask_cli.engine.node_batches import NodeBatch, dense_block
 from xmask_cli.engine.query import CHUNK_PAIRS, QueryStats, Support, encode_queries
 from xmask_cli.engine.splits import Split
@@ -138,6 +138,8 @@ class NodeTask:
         #: What the last query-mode forward touched (chunks, pairs, node sets).
         self.query_stats = QueryStats()
         self.metric, self.graphs, self.split = metric, graphs, split
+        # OGB node sets are scored by OGB's own Evaluator: the number its leaderboard reports.
+        self._metric = ogb_node_accuracy(graphs.spec.name) if graphs.spec.family == "ogbn" else METRICS[metric]
         self.cache_path = str(cache_path)
         self.device = torch.device(device)
         self.seed, self.dense_max_nodes = int(seed), int(dense_max_nodes)
@@ -419,7 +421,7 @@ class NodeTask:
 
     def score(self, model: torch.nn.Module, part: str) -> float:
         """``metric`` on the nodes of ``part``."""
-        return METRICS[self.metric](*self.outputs(model, part))
+        return self._metric(*self.outputs(model, part))
 
 
 def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> NodeTask:
@@ -433,7 +435,7 @@ def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = N
     else:
         cls = NodeTask
     spec = exp.graphs.spec
-    split = node_split(spec.split, exp.graphs.dataset[0], seed=seed)
+    split = node_split(spec.split, exp.graphs.dataset[0], seed=seed, dataset=exp.graphs.dataset)
     if spec.family == "folder":
         from xmask_cli.data.folder import check_train_classes
         from xmask_cli.errors import UsageError
