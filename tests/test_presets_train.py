@@ -28,7 +28,7 @@ PRESETS = sorted(p.stem for p in packaged_presets_dir().glob("*.yaml"))
 
 #: Node counts of the node-level datasets (PyG's loaders; Planetoid, Amazon, Coauthor, WikiCS papers).
 NODES = {"Cora": 2708, "CiteSeer": 3327, "PubMed": 19717, "Computers": 13752, "Photo": 7650, "CS": 18333,
-         "Physics": 34493, "WikiCS": 11701}
+         "Physics": 34493, "WikiCS": 11701, "ogbn-arxiv": 169343, "ogbn-products": 2449029}
 #: Stand-in per level, and the stand-in graph's node count where it matters.
 STAND_IN = {"node": "Cora", "link": "Cora", "graph": "MUTAG", "image": "digits"}
 CORA_NODES = 2708
