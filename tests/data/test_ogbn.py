@@ -64,7 +64,7 @@ def _ogb_reference(root: Path, tmp_path: Path):
 
 
 def test_model_receives_what_ogb_reads(arxiv_root, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from xmask_cli.config import resolve
+    from xmask_cli.config_resolve import resolve
     from xmask_cli.engine.experiment import Experiment
 
     root, written = arxiv_root
