@@ -31,6 +31,11 @@ def test_node_level_from_folder(tmp_path: Path, dense_max: int, mode: str) -> No
     assert config["config"]["data"]["dataset"] == str(tmp_path / "mygraph")
     assert config["node"]["mode"] == mode
     assert config["split"]["name"] == "random-60-20-20" and len(config["split"]["train"]) == 18
+    # The run reads its folder back (config.json holds the absolute path): eval recomputes the test metric.
+    e = run("--format", "json", "eval", str(tmp_path / "runs" / "mygraph-node" / "0"), "--split", "test",
+            "--device", "cpu")
+    assert e.exit_code == 0, e.stderr
+    assert json.loads(e.stdout)["metrics"]["test"] == out["runs"][0]["metrics"]["test"]
 
 
 def test_link_level_from_the_same_folder(tmp_path: Path) -> None:

@@ -290,14 +290,35 @@ def test_class_missing_from_training_split(tmp_path: Path) -> None:
     assert f"{folder / 'labels.npy'}: class 2 has no node in the training split (train.npy)" in line
 
 
-def test_class_missing_everywhere_under_the_random_split(tmp_path: Path) -> None:
+def test_a_label_no_node_has(tmp_path: Path) -> None:
     _, _, y = _graph()
-    y = np.where(y == 1, 3, y)  # labels 0, 2, 3: class 1 has no node at all
-    graphs = load_folder(folder_spec(str(write_folder(tmp_path / "g", y=y))))
-    with pytest.raises(UsageError, match=r"labels.npy: class 1 has no node in the training split "
-                                         r"\(random-60-20-20, seed 4\); no node has label 1 at all"):
-        check_train_classes(graphs.dataset[0].y.numpy(), np.arange(N), tmp_path / "g" / "labels.npy",
-                            "random-60-20-20, seed 4")
+    y = np.where(y == 1, 3, y)  # labels 0, 2, 3: class 1 has no node at all, whatever the split
+    line = _refused(write_folder(tmp_path / "g", y=y))
+    assert f"{tmp_path / 'g' / 'labels.npy'}: no node has label 1" in line
+
+
+def test_class_missing_from_a_seeds_random_draw(tmp_path: Path) -> None:
+    """Class 2 has one labelled node; a seed whose 60/20/20 draw leaves it out of train is refused, naming the seed."""
+    from xmask_cli.config_resolve import resolve
+    from xmask_cli.engine.experiment import Experiment
+
+    _, _, y = _graph()
+    y = np.where(y == 2, -1, y)
+    y[29] = 2
+    folder = write_folder(tmp_path / "g", y=y)
+    labelled = np.flatnonzero(y >= 0)
+    # Independently of the loader: where seed s's permutation of the labelled nodes puts node 29.
+    m = len(labelled)
+    n_train = m - 2 * (m // 5)
+    pos = {s: int(np.flatnonzero(labelled[np.random.default_rng(s).permutation(m)] == 29)[0]) for s in range(20)}
+    bad = next(s for s in range(20) if pos[s] >= n_train)
+    good = next(s for s in range(20) if pos[s] < n_train)
+    cfg = resolve("node-level", [f"data.dataset={json.dumps(str(folder))}"])
+    exp = Experiment.load(cfg, cache_dir=tmp_path / "cache")
+    assert exp.task(good, "cpu").split.train.tolist().count(29) == 1
+    with pytest.raises(UsageError, match=rf"labels.npy: class 2 has no node in the training split "
+                                         rf"\(random-60-20-20, seed {bad}\); every class needs a training node"):
+        exp.task(bad, "cpu")
     # The check against a hand count: every class with a training node passes.
     check_train_classes(np.array([0, 1, 1, -1, 2]), np.array([0, 1, 4]), "labels.npy", "x")
 

@@ -93,7 +93,7 @@ FormatOpt = Annotated[
                  show_default=False),
 ]
 PresetOpt = Annotated[Optional[str], typer.Option("--preset", "-p", help="Preset name (see `xmask presets ls`) or YAML path.")]
-DatasetOpt = Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset name; overrides the preset's data.dataset.", show_default=False)]
+DatasetOpt = Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset name, or a folder of files (./mygraph: docs/datasets-from-files.md); overrides the preset's data.dataset.", show_default=False)]
 SetOpt = Annotated[
     Optional[list[str]],
     typer.Option("--set", "-s", help="Dotted override KEY=VALUE, repeatable, e.g. `--set structure.powers.k=3`."),

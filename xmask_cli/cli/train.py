@@ -52,6 +52,8 @@ def train(
 
         xmask train --preset link-level --dataset cora --format json > link.json
 
+        xmask train --dataset ./mygraph
+
         xmask train --preset edge-regression --set edge.file=flights.csv
 
         xmask train --preset graph-level --seeds 0-4 --resume

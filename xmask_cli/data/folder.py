@@ -218,7 +218,7 @@ def _int_column(a: np.ndarray, path: Path, name: str, rows: Rows, kind: str) -> 
                              + ("; use -1 for an unlabelled node" if kind == "label" else ""))
     elif a.dtype.kind not in "iub":
         raise UsageError(f"{path}: {name} must hold integers, got dtype {a.dtype}")
-    a = a.astype(np.int64)
+    a = a.astype(np.int64, copy=False)
     low = 0 if kind == "id" else -1
     bad = np.flatnonzero(a < low)
     if bad.size:
@@ -261,7 +261,7 @@ def _features(path: Path) -> np.ndarray:
         raise UsageError(f"{path}: features must be an [n, d] array, got shape {list(x.shape)}")
     if x.dtype.kind not in "iufb":
         raise UsageError(f"{path}: features must be numeric, got dtype {x.dtype}")
-    x = x.astype(np.float32)
+    x = x.astype(np.float32, copy=False)
     finite = np.isfinite(x)
     if not finite.all():
         r, c = (int(v[0]) for v in np.nonzero(~finite))
@@ -302,6 +302,9 @@ def _check_ids(ids: np.ndarray, n: int, rows: Rows, name: str, why_n: str) -> No
 def _check_edge_rows(src: np.ndarray, dst: np.ndarray, w: np.ndarray | None, n: int, rows: Rows) -> None:
     """No ``(src, dst)`` row twice; with weights, both directions of a pair carry the same weight."""
     keys = src * n + dst
+    ks = np.sort(keys)
+    if w is None and not (ks[1:] == ks[:-1]).any():  # the common case: one sort, no index arrays
+        return
     order = np.argsort(keys, kind="stable")  # stable: of equal keys, the earlier row first
     ks = keys[order]
     same = np.flatnonzero(ks[1:] == ks[:-1])
@@ -453,13 +456,20 @@ def load_folder(spec: DatasetSpec) -> Any:
             raise UsageError(f"{files.paths['labels']}: every node is unlabelled (-1); node classification needs "
                              f"labels 0..C-1")
         num_classes = int(y.max()) + 1
+        seen = np.bincount(y[y >= 0], minlength=num_classes)
+        if not seen.all():  # fails every split: say so before any structure is computed
+            c = int(np.flatnonzero(seen == 0)[0])
+            raise UsageError(f"{files.paths['labels']}: no node has label {c}; labels must be 0..C-1 with every "
+                             f"class present (C = max label + 1 = {num_classes})")
         if masks:
             check_train_classes(y, np.flatnonzero(masks["train"]),
                                 files.paths["labels"], (files.paths.get("train") or files.paths["masks"]).name)
     if w is not None:
         sys.stderr.write(f"note: {files.paths['edges'].name} has a weight column: read and checked, but the "
                          f"structure (Â of A + I) uses the unweighted graph\n")
-    data = Data(edge_index=torch.from_numpy(np.stack([src, dst])), num_nodes=n)
+    edge_index = np.stack([src, dst])
+    del src, dst
+    data = Data(edge_index=torch.from_numpy(edge_index), num_nodes=n)  # shares edge_index's memory
     if x is not None:
         data.x = torch.from_numpy(x)
     if y is not None:
@@ -469,5 +479,5 @@ def load_folder(spec: DatasetSpec) -> Any:
     for part, m in masks.items():
         setattr(data, f"{part}_mask", torch.from_numpy(m))
     dataset = FolderDataset(data, num_classes, files)
-    return GraphSet(spec=spec, edge_index=[np.stack([src, dst])], num_nodes=np.asarray([n], dtype=np.int64),
+    return GraphSet(spec=spec, edge_index=[edge_index], num_nodes=np.asarray([n], dtype=np.int64),
                     source=folder, dataset=dataset, content=folder_digest(files))
