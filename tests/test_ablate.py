@@ -49,6 +49,14 @@ def test_table_numbers_and_files(ablation):
     csv_lines = (root / "abl" / "ablation.csv").read_text().splitlines()
     assert csv_lines[0].startswith("variant,status,metric") and len(csv_lines) == 1 + len(VARIANTS)
     assert json.loads((root / "abl" / "ablation.json").read_text())["rows"] == json.loads(json.dumps(result["rows"]))
+    # The runs are train's: the same selection rule, recorded in the table and in every run's summary.
+    from xmask_cli.engine.selection import RULE
+
+    assert result["selection"] == RULE
+    summaries = list((root / "abl" / "runs").glob("*/*/summary.json"))
+    assert len(summaries) == 2 * len(result["rows"])
+    for summary in summaries:
+        assert json.loads(summary.read_text())["selection"]["rule"] == RULE
 
 
 def test_rerun_reuses_finished_runs(ablation, monkeypatch):

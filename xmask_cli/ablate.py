@@ -222,7 +222,9 @@ def run_ablation(
         ok = full is not None and full["test_mean"] is not None and row["test_mean"] is not None
         row["delta_test"] = row["test_mean"] - full["test_mean"] if ok else None
 
-    result = {"dataset": dataset, "level": level, "metric": metric, "seeds": seeds, "name": name,
+    from xmask_cli.engine.selection import RULE
+
+    result = {"dataset": dataset, "level": level, "metric": metric, "seeds": seeds, "name": name, "selection": RULE,
               "preset": preset, "overrides": overrides, "out_dir": str(out_dir), "rows": rows}
     write_json(out_dir / "ablation.json", result)
     buf = io.StringIO()

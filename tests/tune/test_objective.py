@@ -76,3 +76,22 @@ def test_parse_duration(text, seconds):
 def test_parse_duration_refuses(text):
     with pytest.raises(UsageError, match="--timeout"):
         parse_duration(text)
+
+
+@pytest.mark.parametrize("direction, values, losses, want", [
+    # Equal mean validation accuracy: the lower mean validation loss wins, whatever the trial order.
+    ("maximize", [0.9, 0.95, 0.95, 0.95], [0.1, 0.5, 0.3, 0.4], 2),
+    ("maximize", [0.95, 0.95], [0.3, 0.3], 0),  # a full tie keeps the earlier trial
+    ("maximize", [0.95, 0.9], [0.9, 0.1], 0),  # a better value wins over any loss
+    ("minimize", [0.2, 0.2, 0.3], [0.5, 0.4, 0.0], 1),
+    ("maximize", [0.95, 0.95], [None, 0.3], 1),  # a trial with a known loss beats one without
+])
+def test_best_trial_breaks_value_ties_by_the_mean_validation_loss(direction, values, losses, want):
+    import optuna
+
+    from xmask_cli.tune.objective import best_trial
+
+    study = optuna.create_study(direction=direction)
+    for v, loss in zip(values, losses):
+        study.add_trial(optuna.trial.create_trial(value=v, user_attrs={"val_loss_mean": loss}))
+    assert best_trial(study).number == want

@@ -4,7 +4,7 @@ A :class:`Task` knows its data (batches, loss, metric); :func:`fit` knows
 optimisation, validation-only selection, checkpoints and resume. Node,
 link, edge and graph tasks differ only in their :class:`Task`.
 
-Selection reads the validation metric only: the best epoch, early stopping
+Selection reads validation only (the metric, ties broken by the loss): the best epoch, early stopping
 and the state restored at the end. The test metric is computed once, on that
 restored state, and only reported.
 """
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import time
 from collections.abc import Callable, Iterable
@@ -23,7 +24,7 @@ import torch
 from torch import Tensor
 
 from xmask_cli.config import TrainSection, section_fields
-from xmask_cli.engine import distributed
+from xmask_cli.engine import distributed, selection
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
 from xmask_cli.engine.precision import autocast, check_precision, grad_scaler
 from xmask_cli.engine.resume import check_resumable, rng_state, set_rng_state
@@ -107,13 +108,9 @@ def _warmup(warmup_epochs: int) -> Callable[[int], float]:
     return factor
 
 
-def _better(a: float, b: float | None, higher: bool) -> bool:
-    """Is ``a`` a strict improvement on ``b``? (ties keep the earlier epoch)"""
-    if b is None:
-        return True
-    if a != a:  # NaN never improves
-        return False
-    return a > b if higher else a < b
+def _finite_or_none(x: float | None) -> float | None:
+    """``x``, or None where JSON would need a NaN (a task without a validation loss)."""
+    return x if x is not None and math.isfinite(x) else None
 
 
 def _cpu_state(model: torch.nn.Module) -> dict[str, Tensor]:
@@ -126,6 +123,19 @@ def score(task: Task, model: torch.nn.Module, part: str, precision: str = "fp32"
     model.eval()
     with autocast(precision, device):
         return float(task.score(model, part))
+
+
+@torch.no_grad()
+def score_and_loss(task: Task, model: torch.nn.Module, part: str, precision: str = "fp32",
+                   device: str = "cpu") -> tuple[float, float]:
+    """``(metric, mean loss)`` on ``part`` from one pass (``task.evaluate``); the loss is NaN for a task
+    without ``evaluate`` (selection then breaks metric ties by the later epoch)."""
+    model.eval()
+    with autocast(precision, device):
+        if hasattr(task, "evaluate"):
+            val, loss = task.evaluate(model, part)
+            return float(val), float(loss)
+        return float(task.score(model, part)), float("nan")
 
 
 def timed_batches(batches: Iterable[Any], waited: list[float]) -> Iterable[Any]:
@@ -159,8 +169,10 @@ def fit(
 
     Every epoch: one pass over ``task.train_batches(epoch)`` (AdamW, linear
     warm-up then constant learning rate, gradient clipping), then the
-    validation metric. The best epoch by validation is kept; the run stops
-    after ``patience`` epochs without improvement or at ``epochs``. The best
+    validation metric and loss. The best epoch by validation is kept
+    (:data:`~xmask_cli.engine.selection.RULE`: the metric, ties broken by the
+    lower loss, then the later epoch); the run stops after ``patience`` epochs
+    without improvement or at ``epochs``. The best
     state is then restored and its train/val/test metrics reported.
 
     ``last.pt`` is written after every epoch (model, optimizer, scheduler,
@@ -230,7 +242,7 @@ def _fit(task: Task, model: torch.nn.Module, train_cfg: TrainConfig, run: RunDir
 
     w = distributed.world()
     comm_device = next(iter(model.parameters()), torch.empty(0)).device  # where collectives put their tensors
-    start, best, best_epoch, bad_epochs = 0, None, -1, 0
+    start, best, best_loss, best_epoch, bad_epochs = 0, None, None, -1, 0
     # JSON round trip so tuples compare equal to the lists read back.
     now = json.loads(json.dumps(config))
     ckpt = None
@@ -262,6 +274,7 @@ def _fit(task: Task, model: torch.nn.Module, train_cfg: TrainConfig, run: RunDir
             scaler.load_state_dict(ckpt["scaler"])
         set_rng_state(ckpt["rng"])
         start, best, best_epoch, bad_epochs = ckpt["epoch"] + 1, ckpt["best"], ckpt["best_epoch"], ckpt["bad_epochs"]
+        best_loss = ckpt.get("best_loss")
     ddp = _collective(w, lambda: distributed.wrap(model, comm_device)) if w.distributed else None
 
     epoch = start - 1
@@ -324,13 +337,16 @@ def _fit(task: Task, model: torch.nn.Module, train_cfg: TrainConfig, run: RunDir
 
         # Validation on rank 0 only (the full split, fixed batches); every rank takes its value, so
         # best epoch and early stopping are decided alike everywhere.
-        val = score(task, model, "val", precision, device) if w.main else None
+        val, val_loss = score_and_loss(task, model, "val", precision, device) if w.main else (None, None)
         if w.distributed:
-            val = _collective(w, lambda: distributed.broadcast(val, comm_device))
-        if _better(val, best, higher):
-            best, best_epoch, bad_epochs = val, epoch, 0
+            val, val_loss = _collective(w, lambda: distributed.broadcast((val, val_loss), comm_device))
+        why = selection.compare(val, val_loss, best, best_loss, higher)
+        if why is not None:
+            best, best_loss, best_epoch = val, val_loss, epoch
+            bad_epochs = 0 if why != "tie" else bad_epochs + 1
             if w.main:
-                run.save_checkpoint({"model": _cpu_state(model), "epoch": epoch, "val": val}, RunDir.BEST)
+                run.save_checkpoint({"model": _cpu_state(model), "epoch": epoch, "val": val, "val_loss": val_loss},
+                                    RunDir.BEST)
         else:
             bad_epochs += 1
         stopped_early = bad_epochs >= train_cfg.patience
@@ -339,7 +355,7 @@ def _fit(task: Task, model: torch.nn.Module, train_cfg: TrainConfig, run: RunDir
                 break
             continue
         row = {"epoch": epoch, "loss": total / max(count, 1), "lr": lr, f"val_{metric}": val,
-               "best_epoch": best_epoch, "train_s": round(epoch_s, 4),
+               "val_loss": _finite_or_none(val_loss), "best_epoch": best_epoch, "train_s": round(epoch_s, 4),
                "epoch_s": round(time.perf_counter() - t_epoch, 4),  # training pass + validation
                "input_stall": round(waited[0] / epoch_s, 4) if epoch_s > 0 else 0.0}
         if skipped:
@@ -349,7 +365,8 @@ def _fit(task: Task, model: torch.nn.Module, train_cfg: TrainConfig, run: RunDir
         run.save_checkpoint({
             "model": _cpu_state(model), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
             **({"scaler": scaler.state_dict()} if scaler is not None else {}),
-            "rng": rng_state(), "epoch": epoch, "best": best, "best_epoch": best_epoch, "bad_epochs": bad_epochs,
+            "rng": rng_state(), "epoch": epoch, "best": best, "best_loss": best_loss, "best_epoch": best_epoch,
+            "bad_epochs": bad_epochs,
             "config": json.dumps(config, sort_keys=True),  # resume compares against this, not config.json
         }, RunDir.LAST)
         log(row)
@@ -368,6 +385,9 @@ def _fit(task: Task, model: torch.nn.Module, train_cfg: TrainConfig, run: RunDir
         "split": {**{k: v for k, v in (task.describe().get("split") or {}).items() if k in ("name", "seed")},
                   **task.split_sizes()},
         "metrics": metrics,
+        # The rule that chose best_epoch, and the two values it read there.
+        "selection": {"rule": selection.RULE, f"val_{metric}": best_ckpt.get("val"),
+                      "val_loss": _finite_or_none(best_ckpt.get("val_loss"))},
     }
     if w.distributed:
         summary["processes"] = w.size

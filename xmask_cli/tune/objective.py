@@ -3,7 +3,8 @@
 The training is :func:`~xmask_cli.engine.experiment.train_seeds`, the code behind
 ``xmask train``, with ``parts=("train", "val")``: the best epoch of each seed is
 chosen on validation as in ``train``, and test is never scored. The trial's value
-is the mean validation metric over the seeds.
+is the mean validation metric over the seeds; the best trial is chosen by
+:func:`best_trial` (ties broken by the mean validation loss, as epochs are).
 
 Pruning: after every epoch of seed number ``i`` (0-based, in ``--seeds`` order),
 the best validation score of that seed so far is reported at step
@@ -20,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from xmask_cli.config import Config
+from xmask_cli.engine import selection
 from xmask_cli.engine.experiment import train_seeds
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.errors import CacheError, DataNotFoundError, NotWritableError, first_line
 from xmask_cli.tune.space import Param, suggest, with_values
 
-__all__ = ["SEARCH_PARTS", "STEP_STRIDE", "TrialFailed", "TrialSetup", "run_trial", "trial_config"]
+__all__ = ["SEARCH_PARTS", "STEP_STRIDE", "TrialFailed", "TrialSetup", "run_trial", "trial_config", "best_trial"]
 
 #: What a search scores: never test.
 SEARCH_PARTS = ("train", "val")
@@ -117,10 +119,36 @@ def run_trial(trial: Any, setup: TrialSetup, *, log: Callable[[str], None] = lam
         raise TrialFailed(f"validation {setup.metric} is not finite on some seed: {val['values']}")
     trial.set_user_attr("val_values", val["values"])
     trial.set_user_attr("val_std", val["std"])
+    # What breaks ties between trials (selection.TRIAL_RULE): each seed's validation loss at its kept epoch.
+    losses = [(r.get("selection") or {}).get("val_loss") for r in result["runs"]]
+    trial.set_user_attr("val_loss_mean", sum(losses) / len(losses) if losses and None not in losses else None)
     trial.set_user_attr("train_mean", agg["train"]["mean"])
     trial.set_user_attr("best_epochs", [r["best_epoch"] for r in result["runs"]])
     trial.set_user_attr("run_root", result["run_root"])
     return float(val["mean"])
+
+
+def best_trial(study: Any) -> Any:
+    """The study's best complete trial under :data:`~xmask_cli.engine.selection.TRIAL_RULE`: the best value
+    (the mean validation metric), ties broken by the lower mean validation loss, then the earlier trial.
+
+    Optuna's own ``study.best_trial`` keeps the first of equal values; on small validation sets values tie
+    often, and the loss tells such trials apart as it does epochs within a run. None without complete trials.
+    """
+    from optuna.study import StudyDirection
+    from optuna.trial import TrialState
+
+    higher = study.direction == StudyDirection.MAXIMIZE
+    best = None
+    for t in sorted(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.number):
+        if best is None:
+            best = t
+            continue
+        why = selection.compare(t.value, t.user_attrs.get("val_loss_mean"), best.value,
+                                best.user_attrs.get("val_loss_mean"), higher)
+        if why in ("metric", "loss"):  # a full tie keeps the earlier trial
+            best = t
+    return best
 
 
 def _drop_checkpoints(root: Path) -> None:

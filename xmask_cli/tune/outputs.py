@@ -126,8 +126,11 @@ def write_all(study: Any, folder: Path, *, name: str, url: str, dataset: str, le
               for s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)}
     best = None
     if counts["complete"]:
-        b = study.best_trial
-        best = {"number": b.number, "value": b.value, "val_std": b.user_attrs.get("val_std"),
+        from xmask_cli.engine.selection import TRIAL_RULE
+        from xmask_cli.tune.objective import best_trial
+
+        b = best_trial(study)
+        best = {"number": b.number, "value": b.value, "rule": TRIAL_RULE, "val_loss_mean": b.user_attrs.get("val_loss_mean"), "val_std": b.user_attrs.get("val_std"),
                 "val_values": b.user_attrs.get("val_values"), "best_epochs": b.user_attrs.get("best_epochs"),
                 "params": decode(params, b.params)}
         write_text(folder / "best.yaml", best_yaml(best_cfg, study=name, trial=b.number, value=b.value,

@@ -36,7 +36,7 @@ from xmask_cli.engine.experiment import check_config, run_name, train_seeds
 from xmask_cli.engine.loop import PARTS, TrainConfig
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
 from xmask_cli.errors import UsageError, XmaskError, first_line
-from xmask_cli.tune.objective import TrialFailed, TrialSetup, run_trial
+from xmask_cli.tune.objective import TrialFailed, TrialSetup, best_trial, run_trial
 from xmask_cli.tune.space import Param, check_space, decode, with_values
 
 __all__ = ["TuneOptions", "run_study", "optimize", "make_pruner", "parse_duration", "study_dir", "PRUNERS"]
@@ -303,8 +303,8 @@ def optimize(study: Any, objective: Callable[[Any], float], *, trials: int, samp
             shown = ", ".join(f"{k}={v}" for k, v in trial.user_attrs.get("values", trial.params).items())
             spread = trial.user_attrs.get("val_std")
             log(f"trial {trial.number}: val {metric} {value:.4f}" + (f" ± {spread:.4f}" if spread is not None else "")
-                + f" ({shown}) [{time.monotonic() - t0:.1f}s]; best so far #{study.best_trial.number} "
-                  f"{study.best_value:.4f}")
+                + f" ({shown}) [{time.monotonic() - t0:.1f}s]; best so far #{best_trial(study).number} "
+                  f"{best_trial(study).value:.4f}")
         ran += 1
     return ran
 
@@ -360,7 +360,7 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     final, best_cfg = None, None
     if complete:
-        best = study.best_trial
+        best = best_trial(study)
         best_cfg = best_config(cfg, params, best, root=cfg.run.root, name=f"{name}-best")
         if opts.final_seeds:
             log(f"best trial #{best.number} (val {metric} {best.value:.4f}): training it on seeds "

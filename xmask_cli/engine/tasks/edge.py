@@ -158,6 +158,15 @@ class EdgeTask:
             return float("nan")
         return METRICS[self.metric](*self.outputs(model, part))
 
+    def evaluate(self, model: torch.nn.Module, part: str) -> tuple[float, float]:
+        """``(metric in the file's units, mean squared error in standardised units as trained)``."""
+        if self._parts[part].numel() == 0:
+            return float("nan"), float("nan")
+        pred, y = self.outputs(model, part)
+        mean, std = self.mean.cpu(), self.std.cpu()  # the training loss's standardised units
+        loss = float(torch.nn.functional.mse_loss((pred - mean) / std, (y - mean) / std))
+        return METRICS[self.metric](pred, y), loss
+
 
 def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> EdgeTask:
     """The edge-regression task of ``exp`` for ``seed``: splits the rows, prepares their training edges' structure."""

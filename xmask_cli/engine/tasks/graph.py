@@ -157,8 +157,14 @@ class GraphTask:
         return out[perm], y[perm]
 
     def score(self, model: torch.nn.Module, part: str) -> float:
+        return self.evaluate(model, part)[0]
+
+    def evaluate(self, model: torch.nn.Module, part: str) -> tuple[float, float]:
+        """``(metric, mean cross-entropy)`` on ``part``: what selection reads."""
         # In the stream's order: the numbers every run recorded (a metric's float sums follow the order).
-        return METRICS[self.metric](*_predict(model, self.eval_streams[part], self.device))
+        out, y = _predict(model, self.eval_streams[part], self.device)
+        loss = float(torch.nn.functional.cross_entropy(out, y.long())) if len(y) else float("nan")
+        return METRICS[self.metric](out, y), loss
 
 
 def train_graph_level(

@@ -177,6 +177,12 @@ class ImageTask:
     def score(self, model: torch.nn.Module, part: str) -> float:
         return METRICS[self.metric](*self.outputs(model, part))
 
+    def evaluate(self, model: torch.nn.Module, part: str) -> tuple[float, float]:
+        """``(metric, mean cross-entropy)`` on ``part`` from one forward: what selection reads."""
+        out, y = self.outputs(model, part)
+        loss = float(torch.nn.functional.cross_entropy(out, y.long())) if len(y) else float("nan")
+        return METRICS[self.metric](out, y), loss
+
 
 def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> ImageTask:
     """The image task of ``exp`` for ``seed`` (the level registry's builder)."""

@@ -149,11 +149,18 @@ class LinkTask:
         return torch.nn.functional.binary_cross_entropy_with_logits(logits, labels), int(labels.numel())
 
     def score(self, model: torch.nn.Module, part: str) -> float:
+        return self.evaluate(model, part)[0]
+
+    def evaluate(self, model: torch.nn.Module, part: str) -> tuple[float, float]:
+        """``(MRR, binary cross-entropy over the part's positives and negatives)``: what selection reads."""
         pos, neg = self._eval[part]
         h = self.structure.encode(model, self.x)
         s_pos = model.score_pairs(h, pos).view(-1).float().cpu()
         s_neg = model.score_pairs(h, neg).view(-1).float().cpu()
-        return link_mrr(s_pos, s_neg, self.protocol, self.split.num_neg_per_pos)
+        logits = torch.cat([s_pos, s_neg])
+        labels = torch.cat([torch.ones(len(s_pos)), torch.zeros(len(s_neg))])
+        loss = float(torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)) if len(logits) else float("nan")
+        return link_mrr(s_pos, s_neg, self.protocol, self.split.num_neg_per_pos), loss
 
 
 def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> LinkTask:

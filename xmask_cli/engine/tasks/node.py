@@ -424,6 +424,12 @@ class NodeTask:
         """``metric`` on the nodes of ``part``."""
         return self._metric(*self.outputs(model, part))
 
+    def evaluate(self, model: torch.nn.Module, part: str) -> tuple[float, float]:
+        """``(metric, mean cross-entropy)`` on ``part`` from one forward: what selection reads."""
+        out, y = self.outputs(model, part)
+        loss = float(torch.nn.functional.cross_entropy(out, y.long())) if len(y) else float("nan")
+        return METRICS[self.metric](out, y), loss
+
 
 def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> NodeTask:
     """The node task of ``exp`` for ``seed``: :class:`NodeTask`, or the expert task when ``model.experts`` is set."""

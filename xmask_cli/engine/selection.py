@@ -1,0 +1,61 @@
+"""Which epoch (or trial) is the best one: the validation metric, ties broken by the validation loss.
+
+One rule for ``train`` (the kept checkpoint), ``ablate`` (its runs are ``train``'s) and ``tune`` (the best
+trial). On small validation sets the metric ties often (one MUTAG graph is 5.6 accuracy points): taking
+the first epoch that reaches a value keeps an under-trained model; the loss separates such epochs.
+
+Example::
+
+    history = [(0.94, 0.41), (0.94, 0.30), (0.89, 0.25)]  # (val accuracy, val loss) per epoch
+    assert best_index(history, higher=True) == 1
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+__all__ = ["RULE", "TRIAL_RULE", "compare", "best_index"]
+
+#: The rule as ``summary.json`` records it.
+RULE = "best validation metric; ties: lower validation loss, then the later epoch"
+#: ``tune``'s form of it over trials (mean over the search seeds).
+TRIAL_RULE = "best mean validation metric; ties: lower mean validation loss, then the earlier trial"
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
+
+
+def compare(val: float, loss: float | None, best: float | None, best_loss: float | None, higher: bool) -> str | None:
+    """Does a later candidate ``(val, loss)`` replace the best so far ``(best, best_loss)``, and why?
+
+    Returns ``"metric"`` (a strictly better metric), ``"loss"`` (the same metric, a strictly lower loss),
+    ``"tie"`` (the same metric and loss, or a loss that cannot be compared: the later one is kept), or
+    None (keep the best so far). A non-finite metric never replaces a finite one; anything replaces nothing.
+    Only ``"metric"`` and ``"loss"`` count as an improvement for early stopping: a run whose numbers no longer
+    move still stops.
+    """
+    if best is None:
+        return "metric"
+    if not _finite(val):
+        return None
+    if not _finite(best) or (val > best if higher else val < best):
+        return "metric"
+    if val != best:
+        return None
+    if _finite(loss) and _finite(best_loss) and loss != best_loss:
+        return "loss" if loss < best_loss else None  # type: ignore[operator]
+    if _finite(loss) and not _finite(best_loss):
+        return "loss"
+    if not _finite(loss) and _finite(best_loss):
+        return None
+    return "tie"
+
+
+def best_index(history: Sequence[tuple[float, float | None]], higher: bool) -> int:
+    """Position of the best ``(val, loss)`` in ``history`` (epochs in order) under :data:`RULE`; -1 if empty."""
+    best_i, best, best_loss = -1, None, None
+    for i, (val, loss) in enumerate(history):
+        if compare(val, loss, best, best_loss, higher) is not None:
+            best_i, best, best_loss = i, val, loss
+    return best_i
