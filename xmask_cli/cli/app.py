@@ -41,6 +41,8 @@ Examples:
 
     xmask explain runs/mutag-graph/0 --graph 17
 
+    xmask runs compare runs/mutag-graph runs/cora-node
+
     xmask --format json prepare MUTAG --set structure.powers.k=3
 
     xmask presets show graph-level
