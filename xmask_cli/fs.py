@@ -10,7 +10,7 @@ from typing import Any, BinaryIO
 
 from xmask_cli.errors import NotWritableError, UsageError
 
-__all__ = ["ensure_writable_dir", "atomic_write", "refuse_links", "open_nofollow"]
+__all__ = ["ensure_writable_dir", "refuse_file_as_dir", "atomic_write", "refuse_links", "open_nofollow"]
 
 
 def ensure_writable_dir(path: Path, what: str = "cache dir", hint: str = "pass --cache-dir or set XMASK_CACHE") -> Path:
@@ -23,12 +23,7 @@ def ensure_writable_dir(path: Path, what: str = "cache dir", hint: str = "pass -
         NotWritableError: ``path`` (or a parent) is a file, or it cannot be created or written.
     """
     path = Path(path)
-    for p in (path, *path.parents):
-        if p.exists():
-            if not p.is_dir():
-                where = f"{what} {path}" + ("" if p == path else f": {p}")
-                raise NotWritableError(f"{where} is a file, not a folder; {hint}")
-            break
+    refuse_file_as_dir(path, what, hint)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -36,6 +31,20 @@ def ensure_writable_dir(path: Path, what: str = "cache dir", hint: str = "pass -
     if not os.access(path, os.W_OK | os.X_OK):
         raise NotWritableError(f"{what} {path} is not writable; {hint}")
     return path
+
+
+def refuse_file_as_dir(path: Path, what: str = "cache dir", hint: str = "pass --cache-dir or set XMASK_CACHE") -> None:
+    """Fail with :class:`NotWritableError` (exit 5) when ``path`` or its nearest existing parent is a file.
+
+    Commands that only read a folder (``cache ls``) say what ``prepare`` would say of it.
+    """
+    path = Path(path)
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                where = f"{what} {path}" + ("" if p == path else f": {p}")
+                raise NotWritableError(f"{where} is a file, not a folder; {hint}")
+            break
 
 
 def refuse_links(folder: Path, names: Iterable[str], what: str = "run folder") -> None:

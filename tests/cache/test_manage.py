@@ -137,3 +137,18 @@ def test_clear_refuses_a_path_outside_the_cache_dir(tmp_path, arg):
     assert own.is_file()
     # A path that is one of the cache's dataset folders is fine.
     assert K.clear(tmp_path / "cache", str(tmp_path / "cache" / "toy")) == [own]
+
+
+@pytest.mark.parametrize("sub", ["", "inner"])
+@pytest.mark.parametrize("command", [["prepare", "mutag"], ["cache", "ls"], ["cache", "verify"], ["cache", "clear"]])
+def test_a_cache_dir_that_is_a_file_is_exit_5_for_every_command(tmp_path, command, sub):
+    """`cache ls|verify|clear` say what `prepare` says of a --cache-dir that is a regular file (or lies under one)."""
+    from tests.cli_helpers import one_error_line, run
+
+    regular = tmp_path / "afile"
+    regular.write_text("not a folder\n")
+    target = regular / sub if sub else regular
+    r = run(*command, "--cache-dir", str(target))
+    assert r.exit_code == 5, r.stdout + r.stderr
+    assert f"cache dir {target}" in one_error_line(r) and "is a file, not a folder" in one_error_line(r)
+    assert regular.read_text() == "not a folder\n"

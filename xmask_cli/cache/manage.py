@@ -16,6 +16,7 @@ from xmask_cli.cache.files import (FORMAT_VERSION, H5_ERRORS, HDF5_SIGNATURE, KE
                                    is_stale_temp, pid_alive)
 from xmask_cli.data.staging import STAGING_MARKER
 from xmask_cli.errors import CacheError, NotWritableError, UsageError, first_line
+from xmask_cli.fs import refuse_file_as_dir
 
 __all__ = ["CacheInfo", "cache_files", "clear", "dataset_folder", "holds", "info", "is_own_cache_file", "listing",
            "verify"]
@@ -128,6 +129,7 @@ def _size(p: Path) -> int:
 def _dataset_dirs(cache_dir: Path, dataset: str | None) -> list[Path]:
     """Per-dataset folders of a cache dir (``_``-prefixed folders hold loader files, not caches)."""
     cache_dir = Path(cache_dir)
+    refuse_file_as_dir(cache_dir)  # exit 5, as prepare says of it
     if not cache_dir.is_dir():
         return []
     dirs = [dataset_folder(cache_dir, dataset)] if dataset else sorted(d for d in cache_dir.iterdir() if not d.name.startswith("_"))
