@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 
+from xmask_cli.structure.jit import numba
 from xmask_cli.structure.graph import inv_sqrt
 
 # Rows multiplied per block when truncating, so that the intermediate product

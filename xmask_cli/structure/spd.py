@@ -7,10 +7,10 @@ connected-component labels stored beside them (see :func:`pair_distance`).
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 import scipy.sparse as sp
 
+from xmask_cli.structure.jit import numba
 from xmask_cli.structure.walks import _ball
 
 #: Stored code for a pair in the same component but beyond the cut-off.

@@ -10,9 +10,10 @@ by :func:`~xmask_cli.structure.powers.union_pairs`.
 """
 from __future__ import annotations
 
-import numba
 import numpy as np
 import scipy.sparse as sp
+
+from xmask_cli.structure.jit import numba
 
 
 @numba.njit(cache=True, nogil=True)

@@ -1,0 +1,44 @@
+"""Compiled kernels are cached in the user's cache folder, never inside the package (a read-only install works)."""
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _read_only(tree: Path) -> None:
+    for folder, dirs, files in os.walk(tree):
+        for name in files:
+            p = Path(folder) / name
+            p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+        Path(folder).chmod(Path(folder).stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def test_prepare_from_a_read_only_package_caches_kernels_under_the_user_cache(tmp_path):
+    install = tmp_path / "site"
+    shutil.copytree(REPO / "xmask_cli", install / "xmask_cli",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.nbi", "*.nbc"))
+    shutil.copytree(REPO / "presets", install / "presets")
+    _read_only(install)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("NUMBA_CACHE_DIR", "XDG_CACHE_HOME", "PYTHONPATH")}
+    env.update(HOME=str(home), PYTHONPATH=str(install), PYTHONDONTWRITEBYTECODE="1", XMASK_OFFLINE="1",
+               OMP_NUM_THREADS="1")
+    try:
+        r = subprocess.run([sys.executable, "-m", "xmask_cli", "prepare", "mutag",
+                            "--cache-dir", str(tmp_path / "cache")], env=env, cwd=tmp_path, capture_output=True,
+                           text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        in_package = [p for p in install.rglob("*") if p.suffix in (".nbi", ".nbc")]
+        assert in_package == []
+        cached = [p for p in (home / ".cache" / "xmask" / "numba").rglob("*.nbi")]
+        assert cached, "no compiled kernel was cached under ~/.cache/xmask/numba"
+    finally:
+        for folder, _, _ in os.walk(install):  # let pytest clean up
+            Path(folder).chmod(0o755)
