@@ -184,9 +184,16 @@ def _dense_lap(edges: np.ndarray, n: int) -> np.ndarray:
 def _assert_lowest(lap: np.ndarray, vals: np.ndarray, vecs: np.ndarray, m: int, atol: float) -> None:
     """Stored = every zero pair + the m lowest non-zero ones (an eigenspace cut by the m-th left out),
     compared with dense eigh as projectors onto each eigenspace."""
+    from threadpoolctl import threadpool_limits
+
     zeros = int((vals <= 1e-6).sum())
-    # evx: MRRR (the default evr) returned zero vectors with 2e-4 residuals on Cora's 78-fold zero.
-    w, v = scipy.linalg.eigh(lap, subset_by_index=[0, min(len(lap), zeros + m + 8) - 1], check_finite=False, driver="evx")
+    # evx: MRRR (the default evr) returned zero vectors with 2e-4 residuals on Cora's 78-fold zero; and evx on
+    # two OpenBLAS threads returned them with 5e-4 residuals (1e-15 on one thread): the reference runs on one.
+    with threadpool_limits(1, user_api="blas"):
+        w, v = scipy.linalg.eigh(lap, subset_by_index=[0, min(len(lap), zeros + m + 8) - 1], check_finite=False,
+                                 driver="evx")
+    # The reference itself must be exact before it judges the stored pairs.
+    assert np.abs(lap @ v - v * w).max() < 1e-10 and np.abs(v.T @ v - np.eye(v.shape[1])).max() < 1e-10
     nz = w[w > 1e-6]
     cut = min(m, len(nz))
     while len(nz) > m and cut > 0 and nz[cut] - nz[cut - 1] <= 1e-6:
@@ -531,3 +538,42 @@ def test_ctrl_c_during_a_block_lets_it_finish_then_stops_before_the_next(tmp_pat
     assert calls == [(calls[0][0], True)]  # one block (in this process), run to its end; none after it
     assert not list((tmp_path / "c").rglob("*.h5")) and not list((tmp_path / "c").rglob("*.tmp-*"))
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+# ------------------------------------------- the cache does not depend on the thread count
+_THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+
+def _h5_contents(path: Path) -> tuple[dict, dict]:
+    """Every dataset of a cache file (name -> array) and its root attributes but the creation time."""
+    import h5py
+
+    arrays: dict = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, obj: arrays.__setitem__(name, obj[()]) if isinstance(obj, h5py.Dataset) else None)
+        attrs = {k: f.attrs[k] for k in f.attrs if k != "created"}
+    return arrays, attrs
+
+
+def test_cora_cache_is_bit_identical_at_one_and_two_threads(tmp_path):
+    """`prepare cora` (the node-level preset: powers, SPD, spectrum with ARPACK on the giant component, METIS)
+    in two processes, one with every thread variable at 1 and one at 2: the same bytes in every array."""
+    import os
+    import subprocess
+    import sys
+
+    files = []
+    for threads in (1, 2):
+        env = {**os.environ, "PYTHONPATH": str(REPO), "XMASK_OFFLINE": "1"}
+        env.update({var: str(threads) for var in _THREAD_VARS})
+        r = subprocess.run([sys.executable, "-m", "xmask_cli", "--format", "json", "prepare", "cora", "--cache-dir",
+                            str(tmp_path / f"t{threads}")], env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        files += list((tmp_path / f"t{threads}" / "cora").glob("*.h5"))
+    assert len(files) == 2 and files[0].name == files[1].name  # one key: threads are not a parameter
+    (a, a_attrs), (b, b_attrs) = _h5_contents(files[0]), _h5_contents(files[1])
+    assert sorted(a) == sorted(b) and {"spectrum/eigvecs", "spectrum/eigvals", "powers/values", "spd/dist"} <= set(a)
+    for name in a:
+        assert a[name].dtype == b[name].dtype and a[name].shape == b[name].shape, name
+        assert a[name].tobytes() == b[name].tobytes(), f"{name} differs between 1 and 2 threads"
+    assert {k: str(v) for k, v in a_attrs.items()} == {k: str(v) for k, v in b_attrs.items()}
