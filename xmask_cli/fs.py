@@ -10,7 +10,7 @@ from typing import Any, BinaryIO
 
 from xmask_cli.errors import NotWritableError, UsageError
 
-__all__ = ["ensure_writable_dir", "refuse_file_as_dir", "atomic_write", "refuse_links", "open_nofollow"]
+__all__ = ["ensure_writable_dir", "write_failed", "refuse_file_as_dir", "atomic_write", "refuse_links", "open_nofollow"]
 
 
 def ensure_writable_dir(path: Path, what: str = "cache dir", hint: str = "pass --cache-dir or set XMASK_CACHE") -> Path:
@@ -88,3 +88,15 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], Any]) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def write_failed(exc: OSError, path: Path, hint: str = "") -> NotWritableError:
+    """The one-line error (exit 5) for a write that failed: ``no space left on device writing <path>``.
+
+    Args:
+        exc: the ``OSError`` of the failed write (its ``strerror`` says why: no space, quota, I/O error).
+        path: the file being written, as the user knows it (not its temp name).
+        hint: what to do, appended after ``; ``.
+    """
+    reason = (exc.strerror or os.strerror(exc.errno or errno.EIO)).lower()
+    return NotWritableError(f"{reason} writing {path}" + (f"; {hint}" if hint else ""))

@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 
 from xmask_cli.cache.files import FORMAT_VERSION, is_stale_temp
-from xmask_cli.fs import ensure_writable_dir
+from xmask_cli.fs import ensure_writable_dir, write_failed
 
 __all__ = ["CacheWriter"]
 
@@ -33,6 +33,75 @@ def _versions() -> dict[str, str]:
         except md.PackageNotFoundError:
             out[pkg] = "not installed"
     return out
+
+
+class _GuardedFile:
+    """The temp file as HDF5 sees it (h5py's file-object driver): a failed write is recorded, not raised.
+
+    HDF5 left with a failed write in its caches retries it on every later flush and
+    object release, printing tracebacks, and has crashed the process (a full disk,
+    seen with a 600 KB tmpfs). Here HDF5 never sees the failure: the write is dropped,
+    :attr:`error` keeps the first ``OSError``, and :class:`CacheWriter` raises it in the
+    caller's thread and deletes the (useless) temp file.
+    """
+
+    def __init__(self, path: Path):
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+        self.pos = 0
+        self.size = 0
+        self.error: OSError | None = None
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        self.pos = offset if whence == 0 else (self.pos + offset if whence == 1 else self.size + offset)
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        if self.error is None:
+            try:
+                done = 0
+                while done < len(view):
+                    done += os.pwrite(self.fd, view[done:], self.pos + done)
+            except OSError as exc:
+                self.error = exc
+        self.pos += len(view)
+        self.size = max(self.size, self.pos)
+        return len(view)
+
+    def readinto(self, buf: Any) -> int:
+        view = memoryview(buf).cast("B")
+        got = os.preadv(self.fd, [view], self.pos) if self.error is None else 0
+        view[got:] = bytes(len(view) - got)  # past the end (or after a dropped write): zeros, as HDF5 expects
+        self.pos += len(view)
+        return len(view)
+
+    def read(self, size: int = -1) -> bytes:
+        buf = bytearray(max(0, self.size - self.pos) if size < 0 else size)
+        self.readinto(buf)
+        return bytes(buf)
+
+    def truncate(self, size: int | None = None) -> int:
+        size = self.pos if size is None else size
+        if self.error is None:
+            try:
+                os.ftruncate(self.fd, size)
+            except OSError as exc:
+                self.error = exc
+        self.size = size
+        return size
+
+    def flush(self) -> None:
+        if self.error is None:
+            try:
+                os.fsync(self.fd)
+            except OSError as exc:
+                self.error = exc
+
+    def close(self) -> None:
+        os.close(self.fd)
 
 
 class CacheWriter:
@@ -62,7 +131,8 @@ class CacheWriter:
         self._error: BaseException | None = None
 
     def __enter__(self) -> "CacheWriter":
-        self._f = h5py.File(self.tmp, "w")
+        self._file = _GuardedFile(self.tmp)
+        self._f = h5py.File(self._file, "w")
         for k, v in self._attrs.items():
             self._f.attrs[k] = v
         self._f.attrs["format_version"] = FORMAT_VERSION
@@ -79,15 +149,23 @@ class CacheWriter:
             job = self._jobs.get()
             if job is None:
                 return
-            if self._error is None:
+            if self._error is None and self._file.error is None:  # after a failure, nothing more is written
                 try:
                     job()
                 except BaseException as exc:  # re-raised in the caller's thread
                     self._error = exc
 
+    def _failed(self) -> BaseException | None:
+        """The first failure: of the disk (a full disk, a quota: exit 5), else of a write job."""
+        disk = getattr(self, "_file", None)
+        if disk is not None and disk.error is not None:
+            return write_failed(disk.error, self.path, "pass another --cache-dir")
+        return self._error
+
     def _submit(self, job: Callable[[], None]) -> None:
-        if self._error is not None:
-            raise self._error
+        failed = self._failed()
+        if failed is not None:
+            raise failed
         self._jobs.put(job)
 
     def append(self, name: str, array: np.ndarray) -> None:
@@ -158,15 +236,19 @@ class CacheWriter:
                 self.flush()
             self._jobs.put(None)
             self._thread.join()
-            if ok and self._error is not None:
-                ok = False
-                raise self._error
-            if ok:
+            if ok and self._failed() is None:
                 self._f.attrs["complete"] = True
         finally:
-            self._f.close()
             try:
-                if ok:
-                    os.replace(self.tmp, self.path)
+                self._f.close()
+                self._file.flush()
             finally:
-                self.tmp.unlink(missing_ok=True)  # gone after a rename; removed after any failure
+                self._file.close()
+                try:
+                    failed = self._failed()
+                    if ok and failed is not None:
+                        raise failed
+                    if ok:
+                        os.replace(self.tmp, self.path)
+                finally:
+                    self.tmp.unlink(missing_ok=True)  # gone after a rename; removed after any failure
