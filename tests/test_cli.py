@@ -474,3 +474,20 @@ def test_a_complete_read_only_cache_serves_training(tmp_path, monkeypatch):
     assert json.loads(r.stdout)["runs"][0]["epochs_run"] == 1
     monkeypatch.undo()
     assert sorted((str(p), p.stat().st_mtime_ns) for p in c.rglob("*") if p.is_file()) == before
+
+
+def test_a_full_disk_anywhere_is_exit_5_with_one_line(tmp_path, monkeypatch):
+    """A write that fails for want of room outside xmask's own writers (a loader's processed file, say)."""
+    import errno
+
+    from tests.cli_helpers import one_error_line, run
+    from xmask_cli.data import load
+
+    def full(*a, **kw):
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "cache" / "_pyg" / "x" / "data.pt"))
+
+    monkeypatch.setattr(load, "_construct_safely", full)
+    r = run("prepare", "mutag", "--cache-dir", str(tmp_path / "cache"))
+    assert r.exit_code == 5
+    line = one_error_line(r)
+    assert line.startswith(f"error: no space left on device writing {tmp_path / 'cache' / '_pyg' / 'x' / 'data.pt'}")

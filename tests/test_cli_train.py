@@ -493,3 +493,103 @@ def test_a_symlinked_lock_in_the_run_folder_is_exit_2_and_truncates_nothing(tmp_
     assert f"{folder / '.lock'} is a symbolic link" in one_error_line(r)
     assert notes.read_text() == "my notes\n"
     assert sorted(p.name for p in folder.iterdir()) == [".lock"]
+
+
+# ------------------------------------------------------------------ a full disk
+def _full_disk_line(r) -> str:
+    """The one `error:` line (the epochs logged before it aside), with no traceback."""
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in r.stderr + r.stdout, r.stderr
+    line = errors[0]
+    assert r.exit_code == 5, r.stderr
+    assert line.startswith("error: no space left on device writing ") and "(file system at " in line
+    return line
+
+
+def test_train_on_a_full_disk_is_exit_5_and_the_run_resumes_to_the_uninterrupted_result(tmp_path, warm_cache,
+                                                                                          monkeypatch):
+    """The disk fills while epoch 2's last.pt is written (fsync raising ENOSPC): one line, exit 5, the old
+    last.pt kept, no temp file; with room again --resume ends where an uninterrupted run ends."""
+    import errno
+    import os
+
+    from xmask_cli import fs
+
+    three = ["--set", "train.epochs=3"]
+    whole = run("--format", "json", "train", "--preset", "graph-level", *ONE, *three, "--name", "whole",
+                "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(warm_cache))
+    assert whole.exit_code == 0, whole.stderr
+    real, calls = os.fsync, [0]
+
+    def fsync(fd):
+        if ".last.pt." in os.readlink(f"/proc/self/fd/{fd}"):
+            calls[0] += 1
+            if calls[0] == 3:  # epochs 0 and 1 written, epoch 2's fails
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(fd)
+
+    monkeypatch.setattr(fs.os, "fsync", fsync)
+    r = _train(tmp_path, warm_cache, *three)
+    folder = tmp_path / "runs" / "r" / "0"
+    assert f"writing {folder / 'last.pt'}" in _full_disk_line(r)
+    monkeypatch.setattr(fs.os, "fsync", real)
+    assert sorted(p.name for p in folder.iterdir() if p.name != "curves.png") == \
+        [".lock", "best.pt", "config.json", "last.pt", "metrics.jsonl"]
+    from xmask_cli.engine.runs import RunDir
+
+    assert RunDir(folder).load_checkpoint()["epoch"] == 1  # the good file was never replaced
+    r = _train(tmp_path, warm_cache, *three, "--resume")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads(r.stdout)["runs"][0]["metrics"] == json.loads(whole.stdout)["runs"][0]["metrics"]
+    from xmask_cli.engine.runs import without_timing
+
+    rows = without_timing(json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines())
+    ref = without_timing(json.loads(x) for x in (tmp_path / "runs" / "whole" / "0" / "metrics.jsonl").read_text().splitlines())
+    assert rows == ref and [x["epoch"] for x in rows] == [0, 1, 2]
+
+
+def test_a_metrics_line_cut_by_a_full_disk_is_taken_back(tmp_path, monkeypatch):
+    """A short write of a metrics row (the disk filled midway) leaves the file as it was: resume reads it."""
+    import errno
+    import os
+
+    from xmask_cli.engine import runs
+    from xmask_cli.engine.runs import RunDir
+    from xmask_cli.errors import NotWritableError
+
+    rd = RunDir(tmp_path / "r")
+    rd.append_metrics({"epoch": 0, "loss": 1.0})
+    real = os.write
+    monkeypatch.setattr(runs.os, "write", lambda fd, data: real(fd, data[:7]))
+    with pytest.raises(NotWritableError, match="no space left on device writing"):
+        rd.append_metrics({"epoch": 1, "loss": 0.5})
+    monkeypatch.setattr(runs.os, "write", real)
+    assert rd.read_metrics() == [{"epoch": 0, "loss": 1.0}]
+    assert errno.ENOSPC  # the errno the message stands for
+
+
+def test_train_on_a_full_tmpfs_is_exit_5_and_resumes_once_there_is_room(tmp_path, warm_cache):
+    """On a real 300 KB tmpfs (needs the right to mount; reported as skipped, with the reason, where not)."""
+    import subprocess
+
+    full = tmp_path / "full"
+    full.mkdir()
+    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(full)], capture_output=True,
+                           text=True)
+    if mount.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({mount.stderr.strip() or mount.returncode}); "
+                    f"the simulated full disk test covers training")
+    try:
+        args = ["train", "--preset", "graph-level", *ONE, "--set", "model.hidden=64", "--set", "train.epochs=2",
+                "--name", "r", "--runs-dir", str(full / "runs"), "--cache-dir", str(warm_cache)]
+        r = run(*args)
+        line = _full_disk_line(r)
+        assert f"(file system at {full}," in line
+        folder = full / "runs" / "r" / "0"
+        assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+        subprocess.run(["mount", "-o", "remount,size=20m", str(full)], check=True)
+        r = run(*args, "--resume")
+        assert r.exit_code == 0, r.stderr
+        assert (folder / "summary.json").is_file() and (folder / "last.pt").is_file()
+    finally:
+        subprocess.run(["umount", str(full)], check=True)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -10,7 +11,7 @@ from typing import Any, BinaryIO
 
 from xmask_cli.errors import NotWritableError, UsageError
 
-__all__ = ["ensure_writable_dir", "write_failed", "refuse_file_as_dir", "atomic_write", "refuse_links", "open_nofollow"]
+__all__ = ["ensure_writable_dir", "write_failed", "DISK_FULL", "refuse_file_as_dir", "atomic_write", "refuse_links", "open_nofollow"]
 
 
 def ensure_writable_dir(path: Path, what: str = "cache dir", hint: str = "pass --cache-dir or set XMASK_CACHE") -> Path:
@@ -71,8 +72,17 @@ def open_nofollow(path: Path, flags: int, what: str = "run folder") -> int:
         raise
 
 
-def atomic_write(path: Path, write: Callable[[BinaryIO], Any]) -> None:
-    """Call ``write(file_object)`` on a temp file beside ``path``, then rename it over ``path``."""
+#: errno values of a write that failed for want of room: reported as :class:`NotWritableError` (exit 5).
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], Any], hint: str = "") -> None:
+    """Call ``write(file_object)`` on a temp file beside ``path``, then rename it over ``path``.
+
+    A failed write leaves ``path`` as it was and no temp file; a full disk (or quota) raises
+    :func:`write_failed`'s :class:`NotWritableError` (exit 5, ``hint`` appended).
+    """
+    path = Path(path)
     # Same folder: os.replace is only atomic within one file system.
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -81,12 +91,14 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], Any]) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         # A failed write must not leave a stray temp file behind.
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(exc, OSError) and exc.errno in DISK_FULL:
+            raise write_failed(exc, path, hint) from None
         raise
 
 
@@ -99,4 +111,21 @@ def write_failed(exc: OSError, path: Path, hint: str = "") -> NotWritableError:
         hint: what to do, appended after ``; ``.
     """
     reason = (exc.strerror or os.strerror(exc.errno or errno.EIO)).lower()
-    return NotWritableError(f"{reason} writing {path}" + (f"; {hint}" if hint else ""))
+    return NotWritableError(f"{reason} writing {path}{_disk(Path(path))}" + (f"; {hint}" if hint else ""))
+
+
+def _disk(path: Path) -> str:
+    """`` (file system at <mount point>, <free> free)`` for ``path``'s disk, or ``""`` when it cannot be told."""
+    try:
+        folder = Path(os.path.abspath(path)).parent
+        while not folder.exists():
+            folder = folder.parent
+        mount = folder
+        while not os.path.ismount(mount):
+            mount = mount.parent
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        return ""
+    size = next(f"{free / 1024 ** i:.1f} {unit}" for i, unit in enumerate(("B", "KB", "MB", "GB", "TB"))
+                if free < 1024 ** (i + 1) or unit == "TB")
+    return f" (file system at {mount}, {size} free)"

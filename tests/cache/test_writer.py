@@ -76,7 +76,7 @@ def _assert_full_disk_report(rc: int, stderr: str, cache: Path) -> None:
     assert rc == 5, stderr[-2000:]
     assert len(errors) == 1 and "Traceback" not in stderr and "Exception ignored" not in stderr, stderr[-2000:]
     assert errors[0].startswith(f"error: no space left on device writing {cache / 'mutag'}/")
-    assert errors[0].split(" writing ")[1].split(";")[0].endswith(".h5")
+    assert errors[0].split(" writing ")[1].split(" (file system at ")[0].endswith(".h5")
     assert list((cache / "mutag").glob("*.h5*")) == list((cache / "mutag").glob(".*")) == []
 
 

@@ -19,7 +19,8 @@ import typer
 
 from xmask_cli import __version__
 from xmask_cli.console import Output
-from xmask_cli.errors import EXIT_CODES, UsageError, XmaskError
+from xmask_cli.errors import EXIT_CODES, NotWritableError, UsageError, XmaskError
+from xmask_cli.fs import DISK_FULL, write_failed
 
 EXIT_HELP = "Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()) + "."
 
@@ -154,6 +155,11 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         except Exception as exc:  # a bug or an unexpected library failure
             if debug():
                 traceback.print_exc()
+            if isinstance(exc, OSError) and exc.errno in DISK_FULL:  # a full disk wherever it hit: exit 5
+                err = write_failed(exc, Path(exc.filename)) if exc.filename else NotWritableError(
+                    (exc.strerror or "no space left on device").lower())
+                typer.echo(f"error: {err}", err=True)
+                raise typer.Exit(err.exit_code) from None
             first = str(exc).splitlines()[0] if str(exc) else ""
             typer.echo(f"error: {type(exc).__name__}: {first} (set XMASK_DEBUG=1 for the traceback)", err=True)
             raise typer.Exit(1) from None

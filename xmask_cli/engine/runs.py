@@ -22,7 +22,9 @@ metrics are opened with ``O_NOFOLLOW``.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import io
 import json
 import os
 import re
@@ -34,8 +36,14 @@ import numpy as np
 import torch
 
 from xmask_cli.errors import RunNotFoundError, UsageError, first_line
-from xmask_cli.fs import atomic_write as _atomic_write
-from xmask_cli.fs import open_nofollow, refuse_links
+from xmask_cli.fs import DISK_FULL, atomic_write, open_nofollow, refuse_links, write_failed
+
+#: What to do after a run stopped on a full disk (every file is written whole or not at all, so it resumes).
+_RESUME_HINT = "free some space, then run the same command again (with --resume a run goes on where it stopped)"
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    atomic_write(path, write, _RESUME_HINT)
 
 __all__ = ["RunDir", "aggregate", "write_bytes", "write_json", "write_text", "TIMING_KEYS", "input_stall",
            "without_timing"]
@@ -197,9 +205,21 @@ class RunDir:
     # -------------------------------------------------------------- metrics
     def append_metrics(self, row: dict[str, Any]) -> None:
         """Append one epoch's metrics as a JSON line."""
-        fd = open_nofollow(self.path / self.METRICS, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
-        with os.fdopen(fd, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row, sort_keys=True) + "\n")
+        path = self.path / self.METRICS
+        data = (json.dumps(row, sort_keys=True) + "\n").encode()
+        fd = open_nofollow(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        try:
+            size = os.fstat(fd).st_size
+            try:
+                if os.write(fd, data) != len(data):  # a short write: the disk filled midway
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            except OSError as exc:
+                os.ftruncate(fd, size)  # never a half line, which resume could not read back
+                if exc.errno in DISK_FULL:
+                    raise write_failed(exc, path, _RESUME_HINT) from None
+                raise
+        finally:
+            os.close(fd)
 
     def read_metrics(self) -> list[dict[str, Any]]:
         """All epoch rows written so far (empty if none)."""
@@ -225,7 +245,11 @@ class RunDir:
         ``state`` must hold only tensors and plain Python values (see the module docstring).
         """
         path = self.path / name
-        _atomic_write(path, lambda f: torch.save(state, f))
+        # Serialised in memory first: torch.save into a file on a full disk fails with an obscure
+        # "unexpected pos" RuntimeError; a plain write fails with ENOSPC, reported as such.
+        buf = io.BytesIO()
+        torch.save(state, buf)
+        _atomic_write(path, lambda f: f.write(buf.getbuffer()))
         return path
 
     def load_checkpoint(self, name: str = LAST, map_location: str | torch.device = "cpu") -> dict[str, Any]:
