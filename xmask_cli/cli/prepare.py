@@ -1,7 +1,10 @@
 """``xmask prepare``: dataset -> structure -> HDF5 cache."""
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -37,15 +40,20 @@ def prepare(
 
         xmask prepare PROTEINS --data-root ../shared/datasets --workers 2
 
-        xmask prepare MUTAG --set structure.powers.k=6 --set structure.spd.max_distance=4
+        xmask prepare MUTAG --set prepare.compute=all --set structure.powers.k=6
 
         xmask --format json prepare cora --preset node-level
+
+        torchrun --nproc_per_node 4 -m xmask_cli prepare ./mygraph --preset computers
     """
     from xmask_cli import config_resolve as R
     from xmask_cli.data.registry import get_dataset
     from xmask_cli.prepare import prepare_dataset, resolve_cache_dir
 
     out = output_for(ctx, fmt)
+    distributed = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1  # under torchrun: ranks share the blocks
+    if distributed and int(os.environ.get("RANK", "0") or 0) != 0:
+        out = dataclasses.replace(out, quiet=True)  # rank 0 alone logs and prints the result
     overrides = list(set_ or [])
     if dataset is not None:
         spec = get_dataset(dataset)
@@ -54,7 +62,12 @@ def prepare(
     cfg = R.resolve(preset or "node-level", overrides)
     spec = get_dataset(cfg.data.dataset)
     cdir = resolve_cache_dir(cache_dir)
-    with out.progress(f"prepare {spec.name}", total=1) as bar:
+    group = contextlib.nullcontext()
+    if distributed:
+        from xmask_cli.engine.distributed import session
+
+        group = session("cpu")  # gloo: the ranks exchange numpy blocks, never tensors on a device
+    with group, out.progress(f"prepare {spec.name}", total=1) as bar:
         summary = prepare_dataset(cfg, data_root=data_root, cache_dir=cdir, workers=workers, force=force,
                                   offline=True if offline else None, log=out.log, progress=bar)
 

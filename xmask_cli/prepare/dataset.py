@@ -13,6 +13,7 @@ from xmask_cli.config import Config, StructureConfig
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.prepare.graphs import PrepareSummary, prepare_graphs
 from xmask_cli.prepare.needs import structure_needed
+from xmask_cli.prepare.ranks import rank0_first, rank_world
 
 
 def resolve_cache_dir(cli_value: str | os.PathLike | None) -> Path:
@@ -47,7 +48,9 @@ def prepare_dataset(
                             connectivity=cfg.image.connectivity, cfg=structure, cache_dir=cache_dir,
                             force=force, log=log)
     t0 = time.perf_counter()
-    graphs = load_graphs(spec, data_root=resolve_data_root(data_root, cfg.data.root), cache_dir=cache_dir, offline=offline)
+    with rank0_first(rank_world()):  # under torchrun rank 0 stages the dataset, then the others read it
+        graphs = load_graphs(spec, data_root=resolve_data_root(data_root, cfg.data.root), cache_dir=cache_dir,
+                             offline=offline)
     log(f"loaded {spec.name}: {graphs.num_graphs} graph(s), {int(graphs.num_nodes.sum())} nodes from {graphs.source} "
         f"({time.perf_counter() - t0:.1f}s)")
     features = graphs.feature_info()

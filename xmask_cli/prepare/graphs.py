@@ -171,9 +171,50 @@ def prepare_graphs(
         memory_gb: working-set budget of a large graph's row blocks (``prepare.memory_gb``); the stored
             values do not depend on it.
 
+    Under ``torchrun`` (an open process group) the ranks share the computation (see
+    :mod:`~xmask_cli.prepare.ranks`): rank 0 checks, writes and reports; every rank returns its summary.
+
     Raises:
         CacheError: something other than a regular file sits at the cache path.
     """
+    from xmask_cli.prepare.ranks import gathered_blocks, rank_world
+
+    w = rank_world()
+    budget = DEFAULT_BUDGET if memory_gb is None else float(memory_gb) * (1 << 30)
+    nn = np.asarray(num_nodes, dtype=np.int64)
+    if w.distributed and w.rank != 0:
+        if w.broadcast(None) == "compute":
+            for _ in gathered_blocks(edges, nn, cfg, level, w, budget_bytes=budget):
+                pass
+        return w.broadcast(None)
+    said: list[str] = []
+
+    def announce(what: str) -> None:
+        """Tell the other ranks whether they compute (once)."""
+        if w.distributed and not said:
+            said.append(what)
+            w.broadcast(what)
+
+    def blocks(check: Callable[[], None]) -> Any:
+        announce("compute")
+        if w.distributed:
+            return gathered_blocks(edges, nn, cfg, level, w, check, budget_bytes=budget)
+        return iter_blocks(edges, nn, cfg, level, workers, check, budget_bytes=budget)
+
+    summary = _prepare_graphs(dataset_key=dataset_key, level=level, edges=edges, num_nodes=num_nodes,
+                              fingerprint=fingerprint, cfg=cfg, cache_dir=cache_dir, force=force,
+                              full_check=full_check, progress=progress, log=log, blocks=blocks)
+    announce("done")
+    if w.distributed:
+        w.broadcast(summary)
+    return summary
+
+
+def _prepare_graphs(*, dataset_key: str, level: str, edges: list[np.ndarray], num_nodes: np.ndarray,
+                    fingerprint: str, cfg: StructureConfig, cache_dir: Path, force: bool, full_check: bool,
+                    progress: Callable[[int, int], None] | None, log: Callable[[str], None] | None,
+                    blocks: Callable[[Callable[[], None]], Any]) -> PrepareSummary:
+    """:func:`prepare_graphs` in the process that writes; ``blocks(check)`` yields the computed units."""
     t0 = time.perf_counter()
     params = structure_params(cfg, level)
     key = cache_key(fingerprint, params)
@@ -220,8 +261,7 @@ def prepare_graphs(
     with deferred_interrupt() as check, CacheWriter(path, attrs) as w:
         w.append("graphs/node_ptr", np.zeros(1, dtype=np.int64))
         node_total = 0
-        budget = DEFAULT_BUDGET if memory_gb is None else float(memory_gb) * (1 << 30)
-        for done, r in iter_blocks(edges, nn, cfg, level, workers, check, budget_bytes=budget):
+        for done, r in blocks(check):
             for group, share in r.dropped.items():
                 dropped.add(group, share, r.complete)
             if not r.complete:  # rows of a large graph: pairs only
