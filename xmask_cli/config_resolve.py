@@ -370,7 +370,7 @@ def _check_ranges(obj: Any, prefix: str) -> None:
     if isinstance(obj, PowersConfig):
         need(0 < obj.eps < 1, "eps", "must lie in (0, 1)")
     elif isinstance(obj, PrepareSection):
-        need(0.05 <= obj.memory_gb <= 4096, "memory_gb", "must lie in [0.05, 4096] (GB)")
+        need(0 < obj.memory_gb <= 4096, "memory_gb", "must lie in (0, 4096] (GB; tiny values give 256-row blocks)")
     elif isinstance(obj, ModelSection):
         need(obj.hidden % obj.heads == 0, "hidden", f"must be a multiple of model.heads ({obj.heads})")
         need(0 <= obj.dropout < 1 and 0 <= obj.attn_dropout < 1 and 0 <= obj.input_dropout < 1, "dropout",

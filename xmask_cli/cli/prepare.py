@@ -52,7 +52,8 @@ def prepare(
 
     out = output_for(ctx, fmt)
     distributed = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1  # under torchrun: ranks share the blocks
-    if distributed and int(os.environ.get("RANK", "0") or 0) != 0:
+    main = not distributed or int(os.environ.get("RANK", "0") or 0) == 0
+    if not main:
         out = dataclasses.replace(out, quiet=True)  # rank 0 alone logs and prints the result
     overrides = list(set_ or [])
     if dataset is not None:
@@ -71,7 +72,8 @@ def prepare(
         summary = prepare_dataset(cfg, data_root=data_root, cache_dir=cdir, workers=workers, force=force,
                                   offline=True if offline else None, log=out.log, progress=bar)
 
-    out.result(summary.to_dict(), lambda con: render.human(con, summary, spec.name))
+    if main:
+        out.result(summary.to_dict(), lambda con: render.human(con, summary, spec.name))
 
 
 def register(app: typer.Typer) -> None:
