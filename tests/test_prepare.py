@@ -556,7 +556,7 @@ def _h5_contents(path: Path) -> tuple[dict, dict]:
 
 
 def test_cora_cache_is_bit_identical_at_one_and_two_threads(tmp_path):
-    """`prepare cora` (the node-level preset: powers, SPD, spectrum with ARPACK on the giant component, METIS)
+    """`prepare cora` with every structure section (powers, SPD, spectrum with ARPACK on the giant component, METIS)
     in two processes, one with every thread variable at 1 and one at 2: the same bytes in every array."""
     import os
     import subprocess
@@ -566,13 +566,13 @@ def test_cora_cache_is_bit_identical_at_one_and_two_threads(tmp_path):
     for threads in (1, 2):
         env = {**os.environ, "PYTHONPATH": str(REPO), "XMASK_OFFLINE": "1"}
         env.update({var: str(threads) for var in _THREAD_VARS})
-        r = subprocess.run([sys.executable, "-m", "xmask_cli", "--format", "json", "prepare", "cora", "--cache-dir",
+        r = subprocess.run([sys.executable, "-m", "xmask_cli", "--format", "json", "prepare", "cora", "--set", "prepare.compute=all", "--cache-dir",
                             str(tmp_path / f"t{threads}")], env=env, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
         files += list((tmp_path / f"t{threads}" / "cora").glob("*.h5"))
     assert len(files) == 2 and files[0].name == files[1].name  # one key: threads are not a parameter
     (a, a_attrs), (b, b_attrs) = _h5_contents(files[0]), _h5_contents(files[1])
-    assert sorted(a) == sorted(b) and {"spectrum/eigvecs", "spectrum/eigvals", "powers/values", "spd/dist"} <= set(a)
+    assert sorted(a) == sorted(b) and {"spectrum/eigvecs", "spectrum/eigvals", "powers/values", "spd/dist", "nodes/part"} <= set(a)
     for name in a:
         assert a[name].dtype == b[name].dtype and a[name].shape == b[name].shape, name
         assert a[name].tobytes() == b[name].tobytes(), f"{name} differs between 1 and 2 threads"
