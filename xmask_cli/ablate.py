@@ -180,7 +180,7 @@ def run_ablation(
         (test mean minus that of ``full``), ``runs`` (per-seed metrics),
         ``reused`` (seeds read back instead of trained).
     """
-    from xmask_cli.engine.experiment import resolve_level, resolve_metric, train_seeds
+    from xmask_cli.engine.experiment import resolve_level, resolve_metric, run_name, train_seeds
     from xmask_cli.engine.runs import RunDir, write_json, write_text
 
     base = resolve(preset, overrides)
@@ -188,7 +188,7 @@ def run_ablation(
     level = resolve_level(base)
     metric = resolve_metric(base, level)
     dataset = base.data.dataset if level != "edge" else "edges"
-    name = base.run.name or f"{dataset.lower()}-{level}"
+    name = run_name(base, level)  # <dataset>-<level>: a folder dataset's name, never its path
     out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     for variant in variants:

@@ -103,3 +103,13 @@ def test_tu_folder_graphs_equal_the_files(tmp_path: Path) -> None:
         assert sorted(map(tuple, mine.tolist())) == sorted(map(tuple, graphs.edge_index[g].T.tolist()))
     labels = np.loadtxt(folder / "raw" / "RINGS_graph_labels.txt", dtype=np.int64)
     assert [int(graphs.dataset[i].y) for i in range(12)] == labels.tolist()
+
+
+def test_ablate_a_folder_writes_under_its_name(tmp_path: Path) -> None:
+    """Ablation folders and run names come from the folder's name, never its path."""
+    write_folder(tmp_path / "mygraph")
+    r = run("--format", "json", "ablate", "--dataset", "./mygraph", "--variants", "full", *TINY)
+    assert r.exit_code == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["name"] == "mygraph-node" and Path(out["out_dir"]) == Path("ablations") / "mygraph-node"
+    assert (tmp_path / "ablations" / "mygraph-node" / "runs" / "mygraph-node-full" / "0" / "summary.json").is_file()

@@ -45,7 +45,7 @@ def ablate(
     from xmask_cli import config_resolve as R
     from xmask_cli.api import choose_preset
     from xmask_cli.ablate import parse_variants, run_ablation
-    from xmask_cli.engine.experiment import parse_seeds, resolve_device, resolve_level
+    from xmask_cli.engine.experiment import parse_seeds, resolve_device, resolve_level, run_name
     from xmask_cli.prepare import resolve_cache_dir
 
     output = output_for(ctx, fmt)
@@ -53,7 +53,7 @@ def ablate(
     base = R.resolve(preset, overrides)
     level = resolve_level(base)
     names = parse_variants(variants, base)
-    folder = out or Path("ablations") / (base.run.name or f"{base.data.dataset.lower()}-{level}")
+    folder = out or Path("ablations") / run_name(base, level)  # a folder dataset: its name, never its path
     result = run_ablation(preset, overrides, seeds=parse_seeds(seeds), out_dir=folder,
                           cache_dir=resolve_cache_dir(cache_dir), variants=names, data_root=data_root,
                           offline=True if offline else None, device=resolve_device(device), log=output.log,

@@ -43,7 +43,8 @@ def open_regular(path: Path) -> IO[bytes]:
         UsageError: a link, a folder or a device sits at ``path``.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        # O_NONBLOCK: opening a FIFO planted under a dataset name must not wait for a writer.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
         raise DataNotFoundError(f"{path}: no such file") from None
     except OSError as exc:
@@ -54,6 +55,7 @@ def open_regular(path: Path) -> IO[bytes]:
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
         raise UsageError(f"{path}: not a regular file; xmask reads only regular files in a dataset folder")
+    os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
 
 
