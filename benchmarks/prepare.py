@@ -1,32 +1,45 @@
 #!/usr/bin/env python
-"""Benchmark ``xmask prepare`` against a naive dense numpy + networkx pipeline.
+"""Benchmark ``xmask prepare`` against a per-graph scipy pipeline that computes the same outputs.
 
 For every dataset the graphs are loaded once, in this (parent) process, through
 the project's own loader; that time is reported on its own and counts towards
-neither pipeline. Both pipelines then run on the same graphs, each in a child
-process of its own (this script re-invoked with a hidden ``--_child`` flag), so
-that each child's peak resident memory is its own:
+neither side. The two sides then run on the same graphs, each run in a child
+process of its own (this script re-invoked with a hidden ``--_child`` flag, so
+that each child's peak resident memory is its own), **alternating**: round 1
+runs ours then the baseline, round 2 the baseline then ours, and so on for
+``--rounds`` rounds, so that load from other processes falls on both alike:
 
-* ours:  ``xmask_cli.prepare.prepare_graphs(..., force=True)`` into a fresh
-  cache dir, HDF5 writing included, with the ``node-level`` or ``graph-level``
-  preset (by the dataset's level) and ``--workers`` processes;
-* naive: per graph, a dense ``Â = D^-1/2 (A+I) D^-1/2``,
-  ``numpy.linalg.matrix_power(Â, k)`` for k = 1..4, networkx
-  ``all_pairs_shortest_path_length(G, cutoff=8)`` consumed into a dict, and a
-  dense ``numpy.linalg.eigh`` of ``I - D^-1/2 A D^-1/2``; nothing is written.
-  Killed after ``--naive-timeout`` seconds.
+* ours: ``xmask_cli.prepare.prepare_graphs(..., force=True)`` into a fresh
+  cache dir, HDF5 writing included, with the structure of ``--preset``
+  (default ``graph-level``; ``node-level`` for node datasets) and ``--workers``
+  processes (default 1, as the CLI);
+* baseline: ``scipy_baseline.baseline_all`` (beside this script): per graph,
+  plain scipy / numpy calls computing what the cache stores -- the same
+  powers with the same per-row cap on large graphs, the same shortest-path
+  cut-off, the same components and the same number of eigenpairs -- and
+  writing them to one ``.npz``.
 
-Each child warms up on a 3-node graph (not timed), then times its pipeline up
-to ``--repeat`` times while its runs total under ``--repeat-budget`` seconds;
-the best run is reported (median and all runs are in the JSON). Peak memory is
-the child's own high-water mark (``VmHWM``; with ``--workers > 1`` the sampled
-sum over the child and its pool workers when that is larger).
+**The outputs are asserted equal**: in round 1 the baseline child, after its
+timed run, compares what it computed with the cache ours just wrote
+(``scipy_baseline.check_equal``: pairs and values of every power, every
+distance, components, eigenvalues and eigenspaces per graph, the dropped
+mass). Any difference marks the dataset ``outputs differ``, no speed-up is
+reported for it, and the script exits with status 1.
+
+Both children get the same thread settings: ``OMP/OPENBLAS/MKL/NUMBA_NUM_THREADS``
+= ``--threads`` (default 1) in their environment, and in-process
+``threadpoolctl.threadpool_limits(--threads)`` (BLAS / OpenMP),
+``numba.set_num_threads(--threads)`` and, where torch is loaded,
+``torch.set_num_threads``; each child records what it saw. Each child warms up
+on a 3-node graph first (numba, LAPACK, HDF5; not timed). The table gives the
+median seconds of each side with the range over rounds, and the speed-up as the
+ratio of medians with the range of the per-round ratios.
 
 Usage (from the repository root)::
 
-    python benchmarks/prepare.py                       # MUTAG PROTEINS NCI1 Cora CiteSeer Computers DD
-    python benchmarks/prepare.py --datasets MUTAG,Cora # a subset
-    python benchmarks/prepare.py --physics             # the default set, plus Physics (ours only)
+    python benchmarks/prepare.py                          # DD, 5 rounds, one thread
+    python benchmarks/prepare.py --datasets MUTAG,PROTEINS,DD --rounds 3
+    python benchmarks/prepare.py --datasets Cora --preset node-level --rounds 3
 
 Prints a markdown table and writes JSON to ``benchmarks/out/prepare.json``.
 """
@@ -40,6 +53,7 @@ import platform
 import resource
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,20 +63,15 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-DEFAULT_DATASETS = ("MUTAG", "PROTEINS", "NCI1", "Cora", "CiteSeer", "Computers", "DD")
+if str(HERE) not in sys.path:  # scipy_baseline.py, beside this script
+    sys.path.insert(0, str(HERE))
+DEFAULT_DATASETS = ("DD",)
 #: Raw datasets (read-only is fine: the loader stages them under the scratch dir).
 DEFAULT_DATA_ROOT = Path(os.environ.get("XMASK_DATA_ROOT") or REPO.parent / "shared" / "datasets")
-#: Datasets whose naive pipeline is not run (a dense n x n float64 matrix alone is ~9.5 GB).
-OURS_ONLY = ("Physics",)
-#: Thread-count variables recorded (never changed unless --threads is given).
+#: Thread-count variables set for both children.
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
-#: Naive settings, matching the presets' powers.k and spd.max_distance.
-NAIVE_K = 4
-NAIVE_CUTOFF = 8
-#: Targets (speed-up = naive seconds / ours seconds).
-SPEEDUP_TARGETS = {"DD": 20.0, "Cora": 5.0, "MUTAG": 1.0, "PROTEINS": 1.0, "NCI1": 1.0}
-PHYSICS_MAX_MB = 8192.0
-PHYSICS_MAX_S = 300.0  # "a few minutes"
+#: Targets (speed-up = baseline median / ours median, one worker, one thread).
+SPEEDUP_TARGETS = {"DD": 3.0}
 POLL_S = 0.1
 
 
@@ -111,136 +120,85 @@ def _read_input(path: Path) -> tuple[list, Any, str, dict]:
     return edges, z["num_nodes"].astype(np.int64), meta["fingerprint"], meta
 
 
-def _repeat(fn, repeat: int, budget_s: float) -> list[float]:
-    """Time ``fn`` once, then again while the total stays under ``budget_s``, at most ``repeat`` times."""
-    times: list[float] = []
-    while len(times) < max(1, repeat) and (not times or sum(times) < budget_s):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return times
+def set_threads(n: int) -> dict[str, Any]:
+    """The same thread limits in either child: BLAS / OpenMP pools, numba, torch (if loaded); returns what is set."""
+    import numba
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    numba.set_num_threads(n)  # first: it starts numba's threading layer (libgomp), which the limits then cover
+    threadpool_limits(n)
+    seen: dict[str, Any] = {"numba": numba.get_num_threads(),
+                            "threadpools": sorted({f"{p['internal_api']}={p['num_threads']}" for p in threadpool_info()})}
+    if "torch" in sys.modules:
+        import torch
+
+        torch.set_num_threads(n)
+        seen["torch"] = torch.get_num_threads()
+    return seen
 
 
-def _timing(times: list[float]) -> dict[str, Any]:
-    """Best of the runs is the headline (as timeit does): on a shared machine the
-    other runs measure the neighbours too. Median and every run are kept."""
-    import statistics
+def _structure(meta: dict[str, Any]) -> Any:
+    from xmask_cli.config_resolve import resolve
 
-    return {"seconds": min(times), "median_seconds": statistics.median(times), "runs": times}
+    return resolve(meta["preset"]).structure
 
 
-def child_ours(inp: Path, work: Path, workers: int, repeat: int, budget_s: float) -> dict[str, Any]:
+def child_ours(inp: Path, work: Path, workers: int, threads: int) -> dict[str, Any]:
+    """One timed ``prepare_graphs`` into ``work/cache`` (kept: round 1's baseline compares against it)."""
     import numpy as np
 
-    from xmask_cli.config_resolve import resolve
     from xmask_cli.prepare import prepare_graphs
 
+    seen = set_threads(threads)
     edges, nn, fp, meta = _read_input(inp)
-    cfg = resolve(meta["preset"])
+    cfg = _structure(meta)
 
     def run(e, n, f, cache_dir):
         return prepare_graphs(dataset_key=meta["key"], level=meta["level"], edges=e, num_nodes=n, fingerprint=f,
-                              cfg=cfg.structure, cache_dir=cache_dir, workers=workers, force=True)
+                              cfg=cfg, cache_dir=cache_dir, workers=workers, force=True)
 
-    # Warm-up, not timed (as the naive child's): numba kernels, LAPACK, HDF5 on a 3-node path.
+    run([np.array([[0, 1], [1, 2]])], np.array([3]), "warmup", work / "warmup")  # not timed
+    seen = {**seen, **set_threads(threads)}  # prepare restores numba's count; make sure it is ours
+    base_rss = _current_rss_mb()
     t = time.perf_counter()
-    run([np.array([[0, 1], [1, 2]])], np.array([3]), "warmup", work / "warmup")
-    warmup = time.perf_counter() - t
-    base_rss = _current_rss_mb()
-    summary = []
-    times = _repeat(lambda: summary.append(run(edges, nn, fp, work / "cache")), repeat, budget_s)
-    return {**_timing(times), "warmup_seconds": warmup, "baseline_rss_mb": base_rss,
-            "cache_bytes": summary[-1].size_bytes, "edges": summary[-1].edges, "preset": meta["preset"],
-            "workers": workers}
+    summary = run(edges, nn, fp, work / "cache")
+    seconds = time.perf_counter() - t
+    return {"seconds": seconds, "baseline_rss_mb": base_rss, "cache_bytes": summary.size_bytes,
+            "cache_path": summary.path, "edges": summary.edges, "preset": meta["preset"], "workers": workers,
+            "threads_seen": seen}
 
 
-def naive_graph(edge_index, n: int) -> int:
-    """The naive structure of one graph: everything dense, SPD via networkx.
-
-    Each result is dropped as soon as it is computed (nothing is written), so the
-    naive peak memory is a lower bound for a pipeline that would keep or save
-    them. Returns the number of SPD pairs found (a sanity figure).
-    """
-    import networkx as nx
+def child_baseline(inp: Path, work: Path, threads: int, check_against: str | None) -> dict[str, Any]:
+    """One timed per-graph scipy run writing ``work/baseline.npz``; then (not timed) the equality check."""
     import numpy as np
 
-    a = np.zeros((n, n))
-    a[edge_index[0], edge_index[1]] = 1.0
-    a = np.maximum(a, a.T)  # symmetrize
-    np.fill_diagonal(a, 0.0)  # no self loops; added back as +I
-    a_i = a + np.eye(n)
-    d = 1.0 / np.sqrt(a_i.sum(axis=1))
-    a_hat = d[:, None] * a_i * d[None, :]
-    del a_i
-    for k in range(1, NAIVE_K + 1):
-        power = np.linalg.matrix_power(a_hat, k)
-        del power
-    del a_hat
+    import scipy_baseline as B
 
-    g = nx.Graph()
-    g.add_nodes_from(range(n))
-    g.add_edges_from((int(u), int(v)) for u, v in zip(edge_index[0], edge_index[1]) if u != v)
-    spd = dict(nx.all_pairs_shortest_path_length(g, cutoff=NAIVE_CUTOFF))
-    pairs = sum(len(v) for v in spd.values())
-    del spd, g
-
-    deg = a.sum(axis=1)
-    dm = np.zeros(n)
-    dm[deg > 0] = 1.0 / np.sqrt(deg[deg > 0])
-    lap = np.eye(n) - dm[:, None] * a * dm[None, :]
-    del a
-    vals, vecs = np.linalg.eigh(lap)
-    return pairs
-
-
-class _Progress:
-    """Heartbeat file: when the timed work began and how far it got (read by the parent on a timeout)."""
-
-    def __init__(self, path: Path | None, total: int):
-        self.path, self.total, self.last = path, total, 0.0
-        self.start = time.time()
-
-    def __call__(self, done: int, force: bool = False) -> None:
-        now = time.time()
-        if self.path is None or (not force and now - self.last < 1.0):
-            return
-        self.last = now
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"start_epoch": self.start, "graphs_done": done, "graphs": self.total}))
-        os.replace(tmp, self.path)
-
-
-def child_naive(inp: Path, repeat: int, budget_s: float, progress_path: Path | None = None) -> dict[str, Any]:
-    import networkx as nx  # noqa: F401  (import not timed)
-    import numpy as np
-
-    edges, nn, _, _ = _read_input(inp)
-    naive_graph(np.array([[0, 1], [1, 2]]), 3)  # warm-up, not timed
+    seen = set_threads(threads)
+    edges, nn, _, meta = _read_input(inp)
+    cfg = _structure(meta)
+    B.baseline_all([np.array([[0, 1], [1, 2]])], np.array([3]), cfg)  # warm-up, not timed
     base_rss = _current_rss_mb()
-    pairs = [0]
-
-    first = [True]
-
-    def run():
-        pairs[0] = 0
-        # Heartbeat on the first run only: a timeout can only strike there (repeats stay under the budget).
-        progress = _Progress(progress_path if first[0] else None, len(nn))
-        first[0] = False
-        progress(0, force=True)
-        for i, (e, n) in enumerate(zip(edges, nn)):
-            pairs[0] += naive_graph(e, int(n))
-            progress(i + 1)
-
-    times = _repeat(run, repeat, budget_s)
-    return {**_timing(times), "baseline_rss_mb": base_rss, "spd_pairs": pairs[0]}
+    t = time.perf_counter()
+    results = B.baseline_all(edges, nn, cfg)
+    B.save(results, str(work / "baseline.npz"))
+    seconds = time.perf_counter() - t
+    out: dict[str, Any] = {"seconds": seconds, "baseline_rss_mb": base_rss,
+                           "output_bytes": (work / "baseline.npz").stat().st_size, "threads_seen": seen}
+    (work / "baseline.npz").unlink()
+    if check_against:
+        t = time.perf_counter()
+        out["check"] = {"cache": check_against, "problems": B.check_equal(results, check_against),
+                        "graphs": len(results), "seconds": time.perf_counter() - t}
+    return out
 
 
 def run_child(args: argparse.Namespace) -> int:
     inp, out = Path(args._input), Path(args._result)
     if args._child == "ours":
-        res = child_ours(inp, Path(args._work), args.workers, args.repeat, args.repeat_budget)
+        res = child_ours(inp, Path(args._work), args.workers, args.threads)
     else:
-        res = child_naive(inp, args.repeat, args.repeat_budget, Path(args._work) / "progress.json")
+        res = child_baseline(inp, Path(args._work), args.threads, args._check)
     res["peak_rss_self_mb"] = _peak_rss_self_mb()
     # ru_maxrss of the largest finished pool worker (workers > 1); an upper bound,
     # since it can include this child's RSS when the worker was forked.
@@ -267,12 +225,16 @@ def _tree_rss_mb(proc) -> float:
     return total / 2**20
 
 
-def spawn(kind: str, inp: Path, work: Path, args: argparse.Namespace, env: dict[str, str], timeout: float | None) -> dict[str, Any]:
-    """Run one pipeline in a child process; return its report plus status and sampled tree peak."""
+def spawn(kind: str, inp: Path, work: Path, args: argparse.Namespace, env: dict[str, str], timeout: float | None,
+          check_against: str | None = None) -> dict[str, Any]:
+    """Run one side in a child process; return its report plus status and sampled tree peak."""
+    work.mkdir(parents=True, exist_ok=True)
     result = work / f"{kind}.json"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--_child", kind, "--_input", str(inp),
            "--_result", str(result), "--_work", str(work), "--workers", str(args.workers),
-           "--repeat", str(args.repeat), "--repeat-budget", str(args.repeat_budget)]
+           "--threads", str(args.threads)]
+    if check_against:
+        cmd += ["--_check", check_against]
     try:
         import psutil
     except ImportError:  # sampling is optional; the child's own VmHWM is always there
@@ -316,15 +278,11 @@ def spawn(kind: str, inp: Path, work: Path, args: argparse.Namespace, env: dict[
         out["peak_mb"] = max(out["peak_rss_self_mb"], tree_peak)
     elif status == "timeout":
         out["seconds"] = None
-        prog = work / "progress.json"
-        if prog.exists():  # how far the timed work got, and for how long it had run when killed
-            p = json.loads(prog.read_text())
-            out["killed_after_seconds"] = killed_at - p["start_epoch"]
-            out["graphs_done"], out["graphs"] = p["graphs_done"], p["graphs"]
+        out["killed_after_seconds"] = killed_at - t0
     return out
 
 
-def load(name: str, data_root: Path, staging: Path) -> tuple[Any, Path, dict[str, Any]]:
+def load(name: str, data_root: Path, staging: Path, preset: str | None = None) -> tuple[Any, Path, dict[str, Any]]:
     """Load a dataset once, write its graphs for the children; returns (spec, input file, info)."""
     import numpy as np
 
@@ -336,7 +294,7 @@ def load(name: str, data_root: Path, staging: Path) -> tuple[Any, Path, dict[str
     gs = load_graphs(spec, data_root=data_root, cache_dir=staging, offline=True)
     fp = gs.fingerprint()
     seconds = time.perf_counter() - t
-    preset = "node-level" if spec.level == "node" else "graph-level"
+    preset = preset or ("node-level" if spec.level == "node" else "graph-level")
     meta = {"fingerprint": fp, "key": spec.key, "level": spec.level, "preset": preset}
     inp = staging / f"{spec.key}.npz"
     np.savez(inp, edge_index=np.concatenate(gs.edge_index, axis=1) if gs.edge_index else np.zeros((2, 0), np.int64),
@@ -402,78 +360,64 @@ def environment(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]
             "machine": platform.machine(), "processor": platform.processor(), "cpu_count": os.cpu_count(),
             "memory_gb": round(mem_gb, 1) if mem_gb else None, "python": platform.python_version(),
             "versions": vers, "blas": blas, "xmask_sources": _sources_digest(), "thread_env": {k: env.get(k) for k in THREAD_ENV},
-            "load_average_start": _loadavg(), "workers": args.workers, "naive_timeout_s": args.naive_timeout,
-            "repeat": args.repeat, "repeat_budget_s": args.repeat_budget,
+            "load_average_start": _loadavg(), "workers": args.workers, "threads": args.threads,
+            "rounds": args.rounds, "timeout_s": args.timeout,
             "command": " ".join([Path(sys.executable).name, *sys.argv])}
 
 
-def _fmt_s(r: dict[str, Any] | None, timeout: float | None) -> str:
-    if r is None:
-        return "-"
-    if r["status"] == "timeout":
-        ran = r.get("killed_after_seconds", timeout or 0.0)
-        done = f" ({r['graphs_done']}/{r['graphs']} graphs)" if "graphs_done" in r else ""
-        return f"> {ran:.0f} (timeout){done}"
-    if r["status"] != "ok":
-        return r["status"]
-    return f"{r['seconds']:.2f}"
+def summarize(times: list[float]) -> dict[str, Any]:
+    """Median and range of one side's rounds."""
+    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times), "runs": times}
 
 
-def _fmt_mb(r: dict[str, Any] | None) -> str:
-    if r is None:
-        return "-"
-    if r["status"] == "timeout" and r.get("tree_peak_sampled_mb"):
-        return f">= {r['tree_peak_sampled_mb']:.0f}"  # sampled until the kill
-    if r["status"] != "ok":
-        return "-"
-    return f"{r['peak_mb']:.0f}"
+def speedup(row: dict[str, Any]) -> dict[str, Any] | None:
+    """Baseline median / ours median, and the range of per-round ratios; None unless both sides ran every round
+    and the outputs were found equal."""
+    ours, base = row.get("ours_runs") or [], row.get("baseline_runs") or []
+    if not ours or len(ours) != len(base) or row.get("outputs") != "equal":
+        return None
+    if any(r["status"] != "ok" for r in ours + base):
+        return None
+    o, b = [r["seconds"] for r in ours], [r["seconds"] for r in base]
+    ratios = [y / x for x, y in zip(o, b)]
+    return {"ratio": statistics.median(b) / statistics.median(o), "round_min": min(ratios), "round_max": max(ratios),
+            "round_ratios": ratios}
 
 
-def speedup(row: dict[str, Any]) -> tuple[float | None, str]:
-    """(naive / ours, as text); a lower bound ("> ...") when the naive child timed out."""
-    ours, naive = row.get("ours"), row.get("naive")
-    if not ours or ours["status"] != "ok" or not naive:
-        return None, "-"
-    if naive["status"] == "timeout":
-        if "killed_after_seconds" not in naive:
-            return None, "-"
-        s = naive["killed_after_seconds"] / ours["seconds"]
-        return s, f"> {s:.1f}x"
-    if naive["status"] != "ok":
-        return None, f"naive {naive['status']}"
-    s = naive["seconds"] / ours["seconds"]
-    return s, f"{s:.1f}x"
-
-
-def verdict(row: dict[str, Any]) -> str:
-    name = row["dataset"]
-    ours = row.get("ours")
-    if name == "Physics":
-        if not ours or ours["status"] != "ok":
-            return "FAIL"
-        ok = ours["peak_mb"] < PHYSICS_MAX_MB and ours["seconds"] < PHYSICS_MAX_S
-        return f"{'pass' if ok else 'FAIL'} (< {PHYSICS_MAX_MB / 1024:.0f} GB, < {PHYSICS_MAX_S:.0f} s)"
-    if name not in SPEEDUP_TARGETS:
+def verdict(row: dict[str, Any], s: dict[str, Any] | None) -> str:
+    if row.get("outputs") not in (None, "equal"):
+        return f"FAIL ({row['outputs']})"
+    need = SPEEDUP_TARGETS.get(row["dataset"])
+    if need is None:
         return ""
-    s, _ = speedup(row)
-    need = SPEEDUP_TARGETS[name]
     if s is None:
         return "?"
-    return f"{'pass' if s >= need else 'FAIL'} (>= {need:g}x)"
+    return f"{'pass' if s['ratio'] >= need else 'FAIL'} (>= {need:g}x)"
 
 
-def table(rows: list[dict[str, Any]], timeout: float) -> str:
-    head = ["dataset", "graphs", "nodes", "load s", "ours s", "ours peak MB", "naive s", "naive peak MB", "speed-up", "target"]
+def _side(runs: list[dict[str, Any]]) -> tuple[str, str]:
+    ok = [r for r in runs if r["status"] == "ok"]
+    if not ok:
+        return (runs[0]["status"] if runs else "not run"), "-"
+    t = summarize([r["seconds"] for r in ok])
+    bad = "" if len(ok) == len(runs) else f" ({len(runs) - len(ok)} failed)"
+    return (f"{t['median_s']:.2f} ({t['min_s']:.2f}-{t['max_s']:.2f}){bad}",
+            f"{max(r['peak_mb'] for r in ok):.0f}")
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    head = ["dataset", "graphs", "nodes", "rounds", "ours s median (range)", "ours peak MB",
+            "baseline s median (range)", "baseline peak MB", "outputs", "speed-up (per-round range)", "target"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * (len(head) - 2) + ["---"]) + "|"]
     for r in rows:
         if "error" in r:
             lines.append(f"| {r['dataset']} | " + " | ".join(["-"] * (len(head) - 2)) + f" | load failed: {r['error']} |")
             continue
-        cells = [r["dataset"], str(r["graphs"]), str(r["nodes"]), f"{r['load_seconds']:.1f}",
-                 _fmt_s(r.get("ours"), None), _fmt_mb(r.get("ours")),
-                 _fmt_s(r.get("naive"), timeout) if r.get("naive") else "not run", _fmt_mb(r.get("naive")),
-                 speedup(r)[1], verdict(r)]
-        lines.append("| " + " | ".join(cells) + " |")
+        s = speedup(r)
+        (os_, op), (bs, bp) = _side(r.get("ours_runs", [])), _side(r.get("baseline_runs", []))
+        sp = f"{s['ratio']:.2f}x ({s['round_min']:.2f}-{s['round_max']:.2f}x)" if s else "-"
+        lines.append("| " + " | ".join([r["dataset"], str(r["graphs"]), str(r["nodes"]), str(len(r.get("ours_runs", []))),
+                                        os_, op, bs, bp, r.get("outputs") or "not checked", sp, verdict(r, s)]) + " |")
     return "\n".join(lines)
 
 
@@ -481,85 +425,100 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", default=",".join(DEFAULT_DATASETS),
                    help="comma-separated dataset names (default: %(default)s)")
-    p.add_argument("--physics", action="store_true", help="also run Physics (34,493 nodes): our pipeline only")
-    p.add_argument("--workers", type=int, default=1, help="worker processes for our pipeline (default: 1)")
-    p.add_argument("--naive-timeout", type=float, default=900.0, help="seconds before the naive child is killed (default: 900)")
-    p.add_argument("--ours-timeout", type=float, default=None, help="seconds before our child is killed (default: none)")
-    p.add_argument("--repeat", type=int, default=5,
-                   help="time each pipeline up to this many times in its child and report the best run (default: %(default)s)")
-    p.add_argument("--repeat-budget", type=float, default=10.0,
-                   help="repeat only while a pipeline's runs so far total less than this many seconds (default: %(default)s)")
-    p.add_argument("--skip-naive", action="store_true", help="run only our pipeline")
-    p.add_argument("--threads", type=int, default=None,
-                   help="set OMP/OPENBLAS/MKL/NUMBA thread counts for both pipelines (default: leave the environment as is)")
+    p.add_argument("--preset", default=None,
+                   help="whose structure section to compute (default: graph-level, node-level for node datasets)")
+    p.add_argument("--workers", type=int, default=1, help="worker processes for ours (default: 1, as the CLI)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="threads for both sides: BLAS / OpenMP, numba, torch (default: %(default)s)")
+    p.add_argument("--rounds", type=int, default=5, help="alternating rounds, one run of each side each (default: %(default)s)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds before a child is killed (default: none)")
+    p.add_argument("--skip-baseline", action="store_true", help="time ours only")
     p.add_argument("--data-root", type=Path, default=DEFAULT_DATA_ROOT, help="raw datasets (default: %(default)s)")
     p.add_argument("--tmp-dir", type=Path, default=None, help="where the scratch dir (staging, caches) goes (default: system temp)")
     p.add_argument("--out", type=Path, default=HERE / "out" / "prepare.json", help="JSON results (default: benchmarks/out/prepare.json)")
-    p.add_argument("--_child", choices=("ours", "naive"), help=argparse.SUPPRESS)
+    p.add_argument("--_child", choices=("ours", "baseline"), help=argparse.SUPPRESS)
     p.add_argument("--_input", help=argparse.SUPPRESS)
     p.add_argument("--_result", help=argparse.SUPPRESS)
     p.add_argument("--_work", help=argparse.SUPPRESS)
+    p.add_argument("--_check", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args._child:
         return run_child(args)
 
     names = [n.strip() for n in args.datasets.split(",") if n.strip()]
-    if args.physics and "Physics" not in names:
-        names.append("Physics")
     env = dict(os.environ)
-    if args.threads:
-        for k in THREAD_ENV:
-            env[k] = str(args.threads)
+    for k in THREAD_ENV:
+        env[k] = str(args.threads)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
     meta = environment(args, env)
     print(f"# prepare benchmark: {meta['date']}, {meta['cpu_count']} CPUs, {meta['memory_gb']} GB, "
-          f"numpy {meta['versions']['numpy']}, scipy {meta['versions']['scipy']}, workers {args.workers}", file=sys.stderr)
+          f"workers {args.workers}, threads {args.threads}, {args.rounds} rounds, load {meta['load_average_start']}",
+          file=sys.stderr)
 
     def save(rows: list[dict[str, Any]]) -> str:
         meta["load_average_end"] = _loadavg()
-        md = table(rows, args.naive_timeout)
+        md = table(rows)
         args.out.parent.mkdir(parents=True, exist_ok=True)
         tmp = args.out.with_name(args.out.name + ".tmp")
         tmp.write_text(json.dumps({"environment": meta, "results": rows, "table": md}, indent=2) + "\n")
         os.replace(tmp, args.out)
         return md
 
-    load1 = (meta["load_average_start"] or [0.0])[0]
-    if load1 > 0.5 * (os.cpu_count() or 1):
-        print(f"# warning: load average {load1:.1f} on {os.cpu_count()} CPUs: other work will skew the timings "
-              f"(the naive pipeline's many small multi-threaded BLAS calls suffer most)", file=sys.stderr)
-
     scratch = Path(tempfile.mkdtemp(prefix="xmask-bench-", dir=args.tmp_dir))
     rows: list[dict[str, Any]] = []
+    status = 0
     try:
         for name in names:
             work = scratch / name
             work.mkdir()
             try:
-                spec, inp, info = load(name, args.data_root, work / "staging")
+                spec, inp, info = load(name, args.data_root, work / "staging", args.preset)
             except Exception as exc:  # a missing or broken dataset must not cost the others
                 msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 print(f"# {name}: load failed: {msg}", file=sys.stderr)
                 rows.append({"dataset": name, "error": msg})
                 continue
-            print(f"# {spec.name}: {info['graphs']} graph(s), {info['nodes']} nodes, loaded in {info['load_seconds']:.1f}s", file=sys.stderr)
-            row = dict(info)
-            ours_work = work / "ours"
-            ours_work.mkdir()
-            row["ours"] = spawn("ours", inp, ours_work, args, env, args.ours_timeout)
-            shutil.rmtree(ours_work / "cache", ignore_errors=True)
-            print(f"#   ours : {_fmt_s(row['ours'], args.ours_timeout)} s, peak {_fmt_mb(row['ours'])} MB", file=sys.stderr)
-            if spec.name in OURS_ONLY or args.skip_naive:
-                row["naive"] = None
-            else:
-                naive_work = work / "naive"
-                naive_work.mkdir()
-                row["naive"] = spawn("naive", inp, naive_work, args, env, args.naive_timeout)
-                print(f"#   naive: {_fmt_s(row['naive'], args.naive_timeout)} s, peak {_fmt_mb(row['naive'])} MB", file=sys.stderr)
-            row["speedup"] = speedup(row)[0]
-            row["target"] = verdict(row)
-            for r in (row["ours"], row["naive"]):
-                if r and r["status"] not in ("ok", "timeout"):
-                    print(f"#   {r['status']}: {r.get('stderr_tail', '')[-800:]}", file=sys.stderr)
+            print(f"# {spec.name}: {info['graphs']} graph(s), {info['nodes']} nodes, loaded in {info['load_seconds']:.1f}s",
+                  file=sys.stderr)
+            row = dict(info, ours_runs=[], baseline_runs=[], outputs=None)
+            check_cache: str | None = None
+            check_dir: Path | None = None
+            for rnd in range(args.rounds):
+                order = ("ours", "baseline") if rnd % 2 == 0 else ("baseline", "ours")
+                for kind in order:
+                    if kind == "baseline" and args.skip_baseline:
+                        continue
+                    d = work / f"{kind}-{rnd}"
+                    r = spawn(kind, inp, d, args, env, args.timeout,
+                              check_against=check_cache if kind == "baseline" and row["outputs"] is None else None)
+                    r["round"] = rnd
+                    if kind == "ours" and r["status"] == "ok" and check_cache is None:
+                        check_cache, check_dir = r["cache_path"], d  # kept until the baseline has compared against it
+                    elif kind == "ours":
+                        shutil.rmtree(d, ignore_errors=True)
+                    if "check" in r:
+                        probs = r["check"]["problems"]
+                        row["outputs"] = "equal" if not probs else f"{len(probs)} differences"
+                        row["check"] = r.pop("check")
+                        for line in probs[:10]:
+                            print(f"#   differs: {line}", file=sys.stderr)
+                        if probs:
+                            status = 1
+                    row[f"{kind}_runs"].append(r)
+                    shown = f"{r['seconds']:.2f} s" if r.get("seconds") else r["status"]
+                    print(f"#   round {rnd + 1} {kind}: {shown}, peak {r.get('peak_mb', 0):.0f} MB"
+                          + (f", outputs {row['outputs']}" if kind == "baseline" and rnd == 0 else ""), file=sys.stderr)
+                    if r["status"] not in ("ok", "timeout"):
+                        print(f"#   {r['status']}: {r.get('stderr_tail', '')[-800:]}", file=sys.stderr)
+                if rnd == 0 and check_dir is not None:
+                    shutil.rmtree(check_dir, ignore_errors=True)
+            for kind in ("ours", "baseline"):
+                if row[f"{kind}_runs"]:
+                    ok = [r["seconds"] for r in row[f"{kind}_runs"] if r["status"] == "ok"]
+                    row[kind] = summarize(ok) if ok else None
+            s = speedup(row)
+            row["speedup"] = s
+            row["target"] = verdict(row, s)
             rows.append(row)
             save(rows)  # after every dataset, so a long run that dies keeps what it measured
             shutil.rmtree(work, ignore_errors=True)
@@ -569,7 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     md = save(rows)
     print(md)
     print(f"# wrote {args.out}", file=sys.stderr)
-    return 0
+    return status
 
 
 if __name__ == "__main__":

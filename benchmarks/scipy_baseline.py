@@ -1,0 +1,298 @@
+"""A per-graph scipy pipeline that computes what ``xmask prepare`` stores, and the check that it does.
+
+The baseline of ``benchmarks/prepare.py``. For each graph, one at a time, with
+plain scipy / numpy calls (no numba, no batching of graphs):
+
+* ``Â = D^-1/2 (A+I) D^-1/2`` (edges symmetrised, self loops and repeats removed);
+  ``Â^1..Â^K`` by sparse products on their union support. Graphs above
+  ``large.min_nodes`` take the same truncation as the cache (``Â`` whole; for
+  ``k >= 2`` the product with ``Â``, then per row: diagonal and real edges kept,
+  others below ``tau`` dropped, the largest others up to ``topk`` per row, ties to
+  the smaller column), written here as a vectorised numpy rule, and the same
+  dropped-mass shares (mat-vecs against exact row sums);
+* hop distances up to ``spd.max_distance`` (``min(max_distance, large.spd_radius)``
+  above ``large.min_nodes``) by ``scipy.sparse.csgraph.dijkstra(unweighted=True, limit=...)``;
+* connected components (``csgraph.connected_components``);
+* the normalized Laplacian's stored spectrum: every eigenpair up to
+  ``spectrum.full_max_nodes`` nodes; above, each component's lowest ``m + 2``
+  pairs (dense ``eigh`` up to 192 nodes, ARPACK shift-invert up to 5000, the top
+  of ``2I - L`` above), then every zero pair and the ``m`` lowest non-zero ones,
+  an eigenspace cut by the ``m``-th position left out whole.
+
+:func:`check_equal` compares a baseline's outputs with a cache, graph by graph:
+components as partitions, powers and distances as sorted pair lists, spectra
+as eigenvalues and basis-free projectors (``V V^T r`` per eigenvalue cluster on
+random ``r``), dropped-mass mean and max. It returns the list of differences
+(empty: equal), so the benchmark can refuse to report a speed-up over a
+baseline that does other work.
+"""
+from __future__ import annotations
+
+import json
+import warnings
+from typing import Any
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+from scipy.sparse import csgraph
+from scipy.sparse.linalg import eigsh
+
+ZERO_TOL = 1e-6  # an eigenvalue at or below this is zero (one per component with edges)
+TIE_TOL = 1e-6  # eigenvalues closer than this share an eigenspace: a cut never splits one
+DENSE_EIG_MAX = 192  # components up to this size: dense eigh
+SHIFT_INVERT_MAX = 5000  # up to this size ARPACK shift-invert, above: largest of 2I - L
+
+
+# ----------------------------------------------------------------- one graph
+def _adjacency(edge_index: np.ndarray, n: int) -> sp.csr_matrix:
+    r, c = np.asarray(edge_index, dtype=np.int64).reshape(2, -1)
+    keep = r != c
+    r, c = r[keep], c[keep]
+    a = sp.csr_matrix((np.ones(2 * len(r)), (np.concatenate([r, c]), np.concatenate([c, r]))), shape=(n, n))
+    a.sum_duplicates()
+    a.data[:] = 1.0
+    return a
+
+
+def _inv_sqrt(d: np.ndarray) -> np.ndarray:
+    out = np.zeros_like(d, dtype=np.float64)
+    out[d > 0] = d[d > 0] ** -0.5
+    return out
+
+
+def truncate(m: sp.csr_matrix, protect: sp.csr_matrix, tau: float, topk: int) -> sp.csr_matrix:
+    """The cache's row rule on a whole matrix at once (numpy: one lexsort over the candidates)."""
+    m = m.tocsr()
+    m.sort_indices()
+    n = m.shape[0]
+    rows = np.repeat(np.arange(n), np.diff(m.indptr))
+    cols, vals = m.indices.astype(np.int64), m.data
+    p = protect.tocsr()
+    pkey = np.repeat(np.arange(n), np.diff(p.indptr)) * n + p.indices
+    pkey.sort()
+    key = rows * n + cols
+    pos = np.minimum(np.searchsorted(pkey, key), len(pkey) - 1)
+    prot = (rows == cols) | (pkey[pos] == key)
+    cand = ~prot & (np.abs(vals) >= tau if tau > 0 else True)
+    keep = prot | cand
+    if topk > 0:
+        kept = np.bincount(rows[keep], minlength=n)
+        nprot = np.bincount(rows[prot], minlength=n)
+        over = kept > topk
+        c = np.flatnonzero(cand & over[rows])
+        order = c[np.lexsort((cols[c], -np.abs(vals[c]), rows[c]))]
+        r = rows[order]
+        first = np.searchsorted(r, r)  # first position of each row in the sorted candidates
+        rank = np.arange(len(order)) - first
+        budget = np.maximum(topk - nprot, 0)
+        keep[order[rank >= budget[r]]] = False
+    out = sp.csr_matrix((vals[keep], cols[keep], np.concatenate([[0], np.cumsum(np.bincount(rows[keep], minlength=n))])),
+                        shape=m.shape)
+    return out
+
+
+def _powers(a: sp.csr_matrix, k: int, large: bool, tau: float, topk: int) -> tuple[list[sp.csr_matrix], np.ndarray | None]:
+    n = a.shape[0]
+    ai = (a + sp.identity(n, format="csr")).tocsr()
+    d = _inv_sqrt(np.asarray(ai.sum(axis=1)).ravel())
+    a_hat = (sp.diags(d) @ ai @ sp.diags(d)).tocsr()
+    a_hat.sort_indices()
+    out = [a_hat]
+    for _ in range(1, k):
+        nxt = (out[-1] @ a_hat).tocsr()
+        out.append(truncate(nxt, a_hat, tau, topk) if large else nxt)
+    dropped = None
+    if large:
+        dropped = np.zeros((n, k))
+        v = np.ones(n)
+        for j in range(k):
+            v = a_hat @ v
+            kept = np.asarray(out[j].sum(axis=1)).ravel()
+            nz = v > 0
+            dropped[nz, j] = 1.0 - kept[nz] / v[nz]
+        dropped[np.abs(dropped) < 1e-12] = 0.0
+        dropped = np.clip(dropped, 0.0, 1.0)
+    return out, dropped
+
+
+def _union(mats: list[sp.csr_matrix]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n = mats[0].shape[0]
+    pat = sum(sp.csr_matrix((np.ones(m.nnz), m.indices, m.indptr), shape=m.shape) for m in mats).tocsr()
+    pat.sort_indices()
+    row = np.repeat(np.arange(n), np.diff(pat.indptr))
+    col = pat.indices.astype(np.int64)
+    vals = np.zeros((len(row), len(mats)), dtype=np.float32)
+    for j, m in enumerate(mats):
+        coo = m.tocoo()
+        vals[np.searchsorted(row * n + col, coo.row.astype(np.int64) * n + coo.col), j] = coo.data
+    return row, col, vals
+
+
+def _component_pairs(lap: sp.csr_matrix, idx: np.ndarray, want: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Lowest ``want`` eigenpairs (all when None) of one component's Laplacian block."""
+    sub = lap[idx][:, idx]
+    s = len(idx)
+    if want is None or s <= max(want, DENSE_EIG_MAX):
+        subset = [0, want - 1] if want is not None and s > want else None
+        return scipy.linalg.eigh(sub.toarray(), subset_by_index=subset, driver="evx" if subset else None,
+                                 check_finite=False)
+    v0 = np.cos(np.arange(s) * 0.7 + 0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if s <= SHIFT_INVERT_MAX:
+            vals, vecs = eigsh(sub.tocsc(), k=want, sigma=-1e-3, which="LM", v0=v0, tol=1e-8)
+        else:
+            top, vecs = eigsh(2.0 * sp.identity(s, format="csr") - sub, k=want, which="LA", v0=v0, tol=1e-8,
+                              maxiter=max(5000, 20 * s))
+            vals = 2.0 - top
+    o = np.argsort(vals)
+    return vals[o], vecs[:, o]
+
+
+def _spectrum(a: sp.csr_matrix, comp: np.ndarray, m: int, full_max: int) -> tuple[np.ndarray, np.ndarray]:
+    n = a.shape[0]
+    d = _inv_sqrt(np.asarray(a.sum(axis=1)).ravel())
+    lap = (sp.identity(n, format="csr") - sp.diags(d) @ a @ sp.diags(d)).tocsr()
+    if n <= full_max:
+        return scipy.linalg.eigh(lap.toarray(), check_finite=False)
+    lams, vecs = [], []
+    for c in range(int(comp.max()) + 1):
+        idx = np.flatnonzero(comp == c)
+        lv, vv = _component_pairs(lap, idx, m + 2)
+        full = np.zeros((n, len(lv)))
+        full[idx] = vv
+        lams.append(lv)
+        vecs.append(full)
+    lam, vec = np.concatenate(lams), np.concatenate(vecs, axis=1)
+    zero = np.flatnonzero(lam <= ZERO_TOL)
+    nz = np.flatnonzero(lam > ZERO_TOL)
+    nz = nz[np.argsort(lam[nz], kind="stable")]
+    if len(nz) > m:
+        cut = m
+        while cut > 0 and lam[nz[cut]] - lam[nz[cut - 1]] <= TIE_TOL:
+            cut -= 1
+        nz = nz[:cut]
+    keep = np.concatenate([zero, nz])
+    return lam[keep], vec[:, keep]
+
+
+def baseline_graph(edge_index: np.ndarray, n: int, s: Any) -> dict[str, Any]:
+    """Everything the cache stores for one graph, from ``s`` (a ``StructureConfig``), by per-graph scipy calls."""
+    a = _adjacency(edge_index, n)
+    large = n > s.large.min_nodes
+    out: dict[str, Any] = {"n": n, "edges": int(a.nnz // 2)}
+    out["component"] = csgraph.connected_components(a, directed=False)[1]
+    mats, dropped = _powers(a, s.powers.k, large, s.large.tau, s.large.topk)
+    out["powers"] = _union(mats)
+    out["dropped"] = dropped
+    if s.spd.enabled:
+        cut = min(s.spd.max_distance, s.large.spd_radius) if large else s.spd.max_distance
+        dist = csgraph.dijkstra(a, directed=False, unweighted=True, limit=cut + 0.5)
+        r, c = np.nonzero(np.isfinite(dist))
+        out["spd"] = (r, c, dist[r, c].astype(np.uint8))
+    if s.spectrum.enabled:
+        out["spectrum"] = _spectrum(a, out["component"], s.spectrum.num_eigs, s.spectrum.full_max_nodes)
+    return out
+
+
+def baseline_all(edges: list[np.ndarray], num_nodes: np.ndarray, s: Any) -> list[dict[str, Any]]:
+    """:func:`baseline_graph` for every graph, one after another."""
+    return [baseline_graph(e, int(n), s) for e, n in zip(edges, num_nodes)]
+
+
+def save(results: list[dict[str, Any]], path: str) -> None:
+    """Write the outputs (uncompressed npz: what a per-graph pipeline would keep on disk)."""
+    arrays: dict[str, np.ndarray] = {}
+    for g, r in enumerate(results):
+        arrays[f"{g}/component"] = r["component"]
+        for name in ("powers", "spd", "spectrum"):
+            if name in r:
+                for i, arr in enumerate(r[name]):
+                    arrays[f"{g}/{name}/{i}"] = arr
+        if r["dropped"] is not None:
+            arrays[f"{g}/dropped"] = r["dropped"]
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
+# ----------------------------------------------------------------- the check
+def _sorted_pairs(row: np.ndarray, col: np.ndarray, n: int, *vals: np.ndarray) -> tuple[np.ndarray, ...]:
+    key = np.asarray(row, dtype=np.int64) * n + np.asarray(col, dtype=np.int64)
+    o = np.argsort(key, kind="stable")
+    return (key[o], *(v[o] for v in vals))
+
+
+def _same_partition(a: np.ndarray, b: np.ndarray) -> bool:
+    pairs = np.unique(np.stack([a, b]), axis=1)
+    return len(np.unique(pairs[0])) == pairs.shape[1] == len(np.unique(pairs[1]))
+
+
+def _projector_gap(lam_a: np.ndarray, va: np.ndarray, lam_b: np.ndarray, vb: np.ndarray, rng: np.random.Generator,
+                   cluster_tol: float = 1e-4) -> float:
+    """Largest difference of ``V_c V_c^T r`` over eigenvalue clusters ``c`` (basis-free), on 4 random ``r``."""
+    r = rng.standard_normal((va.shape[0], 4))
+    starts = np.concatenate([[0], np.flatnonzero(np.diff(lam_a) > cluster_tol) + 1, [len(lam_a)]])
+    gap = 0.0
+    for s, e in zip(starts[:-1], starts[1:]):
+        pa = va[:, s:e] @ (va[:, s:e].T @ r)
+        pb = vb[:, s:e] @ (vb[:, s:e].T @ r)
+        gap = max(gap, float(np.abs(pa - pb).max(initial=0.0)))
+    return gap
+
+
+def check_equal(results: list[dict[str, Any]], cache_path: str, *, rtol: float = 1e-5, atol: float = 1e-7,
+                eig_tol: float = 1e-4, graphs: list[int] | None = None) -> list[str]:
+    """Differences between the baseline's outputs and the cache at ``cache_path`` (empty list: the same).
+
+    ``graphs``: which graphs to compare (default all). Powers are compared as
+    float32 values on the same pairs; distances exactly; spectra by eigenvalue
+    (``eig_tol``) and by projector per eigenvalue cluster (``eig_tol`` on
+    ``V V^T r``, unit-variance ``r``), since a basis inside an eigenspace is free.
+    """
+    from xmask_cli.cache import StructureCache
+
+    problems: list[str] = []
+    rng = np.random.default_rng(0)
+    with StructureCache(cache_path) as c:
+        c.load_in_memory()
+        if c.num_graphs != len(results):
+            return [f"cache holds {c.num_graphs} graphs, baseline {len(results)}"]
+        large = c.read_array("graphs/large")
+        all_dropped = [r["dropped"] for r, lg in zip(results, large) if lg and r["dropped"] is not None]
+        if all_dropped and "dropped_mass" in c.file["powers"].attrs:
+            dm = json.loads(c.file["powers"].attrs["dropped_mass"])
+            cat = np.concatenate(all_dropped)
+            if not np.allclose(cat.mean(axis=0), dm["mean"], rtol=1e-6, atol=1e-9) or \
+                    not np.allclose(cat.max(axis=0), dm["max"], rtol=1e-6, atol=1e-9):
+                problems.append(f"dropped mass differs: {cat.mean(axis=0).tolist()} vs {dm['mean']}")
+        for g in (range(len(results)) if graphs is None else graphs):
+            r, n = results[g], results[g]["n"]
+            if c.num_nodes(g) != n:
+                problems.append(f"graph {g}: {c.num_nodes(g)} nodes in the cache, {n} in the baseline")
+                continue
+            if not _same_partition(c.component(g), r["component"]):
+                problems.append(f"graph {g}: components differ")
+            cr, cc, cv = c.powers(g)
+            kc, vc = _sorted_pairs(cr, cc, n, cv)
+            kb, vb = _sorted_pairs(*r["powers"][:2], n, r["powers"][2])
+            if not np.array_equal(kc, kb):
+                problems.append(f"graph {g}: powers on other pairs ({len(kc)} cached, {len(kb)} baseline)")
+            elif not np.allclose(vc, vb, rtol=rtol, atol=atol):
+                problems.append(f"graph {g}: power values differ by up to {np.abs(vc - vb).max():.2e}")
+            if "spd" in r:
+                sr, sc, sd = c.spd(g)
+                kc, dc = _sorted_pairs(sr, sc, n, sd)
+                kb, db = _sorted_pairs(r["spd"][0], r["spd"][1], n, r["spd"][2])
+                if not (np.array_equal(kc, kb) and np.array_equal(dc.astype(np.int64), db.astype(np.int64))):
+                    problems.append(f"graph {g}: distances differ ({len(kc)} cached pairs, {len(kb)} baseline)")
+            if "spectrum" in r:
+                lc, vc = c.spectrum(g)
+                lb, vb = r["spectrum"]
+                if len(lc) != len(lb) or not np.allclose(lc, lb, atol=eig_tol, rtol=0):
+                    problems.append(f"graph {g}: eigenvalues differ ({len(lc)} cached, {len(lb)} baseline)")
+                elif len(lc):
+                    gap = _projector_gap(np.asarray(lc, np.float64), np.asarray(vc, np.float64), lb, vb, rng)
+                    if gap > eig_tol * 10:
+                        problems.append(f"graph {g}: eigenvectors span other spaces (projector gap {gap:.1e})")
+    return problems
