@@ -140,7 +140,7 @@ def set_threads(n: int) -> dict[str, Any]:
 def _structure(meta: dict[str, Any]) -> Any:
     from xmask_cli.config_resolve import resolve
 
-    return resolve(meta["preset"]).structure
+    return resolve(meta["preset"], list(meta.get("overrides", []))).structure
 
 
 def child_ours(inp: Path, work: Path, workers: int, threads: int) -> dict[str, Any]:
@@ -282,7 +282,8 @@ def spawn(kind: str, inp: Path, work: Path, args: argparse.Namespace, env: dict[
     return out
 
 
-def load(name: str, data_root: Path, staging: Path, preset: str | None = None) -> tuple[Any, Path, dict[str, Any]]:
+def load(name: str, data_root: Path, staging: Path, preset: str | None = None,
+         overrides: list[str] | None = None) -> tuple[Any, Path, dict[str, Any]]:
     """Load a dataset once, write its graphs for the children; returns (spec, input file, info)."""
     import numpy as np
 
@@ -295,13 +296,13 @@ def load(name: str, data_root: Path, staging: Path, preset: str | None = None) -
     fp = gs.fingerprint()
     seconds = time.perf_counter() - t
     preset = preset or ("node-level" if spec.level == "node" else "graph-level")
-    meta = {"fingerprint": fp, "key": spec.key, "level": spec.level, "preset": preset}
+    meta = {"fingerprint": fp, "key": spec.key, "level": spec.level, "preset": preset, "overrides": overrides or []}
     inp = staging / f"{spec.key}.npz"
     np.savez(inp, edge_index=np.concatenate(gs.edge_index, axis=1) if gs.edge_index else np.zeros((2, 0), np.int64),
              edge_counts=np.asarray([e.shape[1] for e in gs.edge_index], dtype=np.int64),
              num_nodes=gs.num_nodes, meta=np.asarray(json.dumps(meta)))
     nn = gs.num_nodes
-    info = {"dataset": spec.name, "level": spec.level, "preset": preset, "graphs": int(len(nn)),
+    info = {"dataset": spec.name, "level": spec.level, "preset": preset, "overrides": overrides or [], "graphs": int(len(nn)),
             "nodes": int(nn.sum()), "max_nodes": int(nn.max()) if len(nn) else 0,
             "stored_edges": int(sum(e.shape[1] for e in gs.edge_index)), "load_seconds": seconds,
             "source": str(gs.source)}
@@ -427,6 +428,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated dataset names (default: %(default)s)")
     p.add_argument("--preset", default=None,
                    help="whose structure section to compute (default: graph-level, node-level for node datasets)")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override the preset's structure for both sides, e.g. --set structure.spectrum.enabled=false")
     p.add_argument("--workers", type=int, default=1, help="worker processes for ours (default: 1, as the CLI)")
     p.add_argument("--threads", type=int, default=1,
                    help="threads for both sides: BLAS / OpenMP, numba, torch (default: %(default)s)")
@@ -472,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
             work = scratch / name
             work.mkdir()
             try:
-                spec, inp, info = load(name, args.data_root, work / "staging", args.preset)
+                spec, inp, info = load(name, args.data_root, work / "staging", args.preset, args.set)
             except Exception as exc:  # a missing or broken dataset must not cost the others
                 msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 print(f"# {name}: load failed: {msg}", file=sys.stderr)
