@@ -502,14 +502,16 @@ def physics_hook(args: argparse.Namespace) -> dict[str, Any]:
 
 # ----------------------------------------------------------------- report
 def table(rows: list[dict[str, Any]]) -> str:
-    head = ["figure", "slower side", "s (median)", "faster side", "s (median)", "ratio", "target", "result"]
-    lines = ["| " + " | ".join(head) + " |", "|---|---|---:|---|---:|---:|---|---|"]
+    head = ["figure", "slower side", "s (median)", "faster side", "s (median)", "ratio", "per-round range", "target",
+            "result"]
+    lines = ["| " + " | ".join(head) + " |", "|---|---|---:|---|---:|---:|---|---|---|"]
     for r in rows:
         if "ratio" not in r:
-            lines.append(f"| {r['figure']} | - | - | - | - | - | - | {r.get('status', r.get('error', '?'))} |")
+            lines.append(f"| {r['figure']} | - | - | - | - | - | - | - | {r.get('status', r.get('error', '?'))} |")
             continue
+        rr = r.get("timing", {}).get("round_ratios") or [r["ratio"]]
         lines.append(f"| {r['figure']} | {r['numerator']} | {r['numerator_s']:.3f} | {r['denominator']} | "
-                     f"{r['denominator_s']:.3f} | {r['ratio']:.2f}x | {r['target']} | "
+                     f"{r['denominator_s']:.3f} | {r['ratio']:.2f}x | {min(rr):.2f}-{max(rr):.2f}x | {r['target']} | "
                      f"{'pass' if r['pass'] else 'FAIL'}{'' if r.get('headline', True) else ' (info)'} |")
     return "\n".join(lines)
 
