@@ -12,9 +12,9 @@ child process of its own:
    (one epoch, with its validation pass, then the test pass).
 
 Each child runs under ``nice`` with one thread (``OMP/OPENBLAS/MKL/NUMBA_NUM_THREADS=1``).
-Its wall time, CPU time (user + system, from ``wait4``) and peak resident
-memory (``ru_maxrss`` of the child and the processes it waited for, from
-``wait4``; also the sampled RSS of its process tree) are recorded, with the
+Its wall time, CPU time (user + system) and peak resident memory (GNU time's
+``%U + %S`` and ``%M``: the child's own ``wait4``; also the sampled RSS of its
+process tree) are recorded, with the
 cache file's size and the epoch's own seconds from the run's ``metrics.jsonl``.
 A child is killed when the machine's available memory drops below
 ``--min-free-gb`` (the machine is shared: better a missing row than a host
@@ -162,13 +162,26 @@ def _tree_rss(proc: Any) -> int:
     return total
 
 
+TIME = "/usr/bin/time"
+
+
 def measure(cmd: list[str], env: dict[str, str], log: Path, min_free_gb: float, timeout_s: float | None) -> dict[str, Any]:
-    """Run ``cmd``; wall, CPU (user + sys), peak RSS (``wait4`` and sampled tree), stdout, status."""
+    """Run ``cmd``; wall, CPU (user + sys), peak RSS, sampled tree RSS, stdout, status.
+
+    Peak RSS and CPU come from GNU time (``%M``, ``%U + %S``: the command's own
+    ``wait4``) when ``/usr/bin/time`` exists: ``ru_maxrss`` of a child forked
+    straight from this process would count this process's resident set at the
+    fork (Linux carries the high-water mark over ``execve``). Otherwise from
+    this process's ``wait4`` (an upper bound).
+    """
     import psutil
 
+    timed = os.path.exists(TIME)
+    tfile = log.with_suffix(".time")
+    full = [TIME, "-o", str(tfile), "-f", "%M %U %S", *cmd] if timed else cmd
     t0 = time.perf_counter()
     with open(log.with_suffix(".out"), "wb") as out, open(log.with_suffix(".err"), "wb") as err:
-        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=err, start_new_session=True)
+        proc = subprocess.Popen(full, env=env, stdout=out, stderr=err, start_new_session=True)
     ps = psutil.Process(proc.pid)
     sampled, status, min_avail = 0, "ok", math.inf
     try:
@@ -176,7 +189,7 @@ def measure(cmd: list[str], env: dict[str, str], log: Path, min_free_gb: float, 
             pid, code, ru = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
-            sampled = max(sampled, _tree_rss(ps))
+            sampled = max(sampled, _tree_rss(ps))  # GNU time's own ~2 MB included
             avail = psutil.virtual_memory().available
             min_avail = min(min_avail, avail)
             if avail < min_free_gb * 2**30 or (timeout_s and time.perf_counter() - t0 > timeout_s):
@@ -191,11 +204,18 @@ def measure(cmd: list[str], env: dict[str, str], log: Path, min_free_gb: float, 
         raise
     proc.returncode = os.waitstatus_to_exitcode(code)
     wall = time.perf_counter() - t0
+    peak_kib, cpu = ru.ru_maxrss, ru.ru_utime + ru.ru_stime
+    if timed and status == "ok":
+        try:  # GNU time writes "Command exited with non-zero status N" first when the command failed
+            last = tfile.read_text().strip().splitlines()[-1].split()
+            peak_kib, cpu = int(last[0]), float(last[1]) + float(last[2])
+        except (OSError, IndexError, ValueError):
+            pass
     if status == "ok" and proc.returncode != 0:
         status = f"failed (rc {proc.returncode})"
     stdout = log.with_suffix(".out").read_text(errors="replace")
-    return {"status": status, "rc": proc.returncode, "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime,
-            "peak_rss_gib": ru.ru_maxrss / 2**20, "sampled_tree_peak_gib": sampled / 2**30,
+    return {"status": status, "rc": proc.returncode, "wall_s": wall, "cpu_s": cpu,
+            "peak_rss_gib": peak_kib / 2**20, "sampled_tree_peak_gib": sampled / 2**30,
             "min_available_gib": None if min_avail == math.inf else min_avail / 2**30,
             "stdout": stdout[-20000:], "stderr_tail": log.with_suffix(".err").read_text(errors="replace")[-3000:],
             "command": " ".join(cmd)}
@@ -272,6 +292,18 @@ def run_size(n: int, args: argparse.Namespace, env: dict[str, str]) -> dict[str,
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return row
+
+
+def warm(args: argparse.Namespace, env: dict[str, str]) -> None:
+    """Prepare a 2,000-node graph once, not recorded: numba compiles and caches its kernels on their first
+    use after a code change (tens of CPU seconds), which would otherwise land on the first size's row."""
+    work = args.work / "warmup"
+    shutil.rmtree(work, ignore_errors=True)
+    write_folder(work / "graph", *sbm(2000, seed=args.seed))
+    cmd = [sys.executable, "-m", "xmask_cli", "--format", "json", "prepare", str(work / "graph"), "--preset",
+           args.preset, "--cache-dir", str(work / "cache"), "--workers", "1"]
+    subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 # ----------------------------------------------------------------- report
@@ -430,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=HERE / "out" / "growth.json")
     p.add_argument("--png", type=Path, default=HERE / "out" / "growth.png")
     p.add_argument("--report-only", action="store_true", help="only rebuild the table and PNG from --out")
+    p.add_argument("--no-warmup", action="store_true", help="skip the unrecorded 2,000-node prepare that warms numba's cache")
     args = p.parse_args(argv)
 
     data = _load(args.out)
@@ -437,6 +470,8 @@ def main(argv: list[str] | None = None) -> int:
         env = dict(os.environ)
         env.update({k: "1" for k in THREAD_ENV})
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+        if not args.no_warmup:
+            warm(args, env)
         for n in (parse_size(s) for s in args.sizes.split(",") if s.strip()):
             row = run_size(n, args, env)
             row["command"] = " ".join([Path(sys.executable).name, *sys.argv])
