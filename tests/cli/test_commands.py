@@ -11,7 +11,8 @@ import typer
 from typer.testing import CliRunner
 
 from xmask_cli import cli
-from xmask_cli.cli.app import EXIT_HELP, FormatOpt, OneLineErrors, handle_errors, main_callback, output_for
+from xmask_cli.cli.app import EXIT_HELP, OneLineErrors, handle_errors, main_callback, output_for
+from xmask_cli.cli.options import FormatOpt
 from xmask_cli.errors import UsageError
 
 

@@ -219,6 +219,18 @@ def test_edge_id_out_of_range_names_csv_line(tmp_path: Path) -> None:
     assert f"{folder / 'edges.csv'}:7:" in line and "dst 30 is out of range" in line and "30 nodes" in line
 
 
+def test_without_features_or_labels_a_huge_id_names_its_line_and_the_bound(tmp_path: Path) -> None:
+    # 30 nodes' edges plus one naming node 10^8: the node count would be 10^8 + 1.
+    folder = write_folder(tmp_path / "g", x=False, y=False)
+    edges = (folder / "edges.csv").read_text().splitlines()
+    (folder / "edges.csv").write_text("\n".join(edges[:3] + ["2,100000000"] + edges[3:]) + "\n")
+    distinct = len({int(v) for row in edges[1:] for v in row.split(",")} | {2, 10**8})
+    line = _refused(folder, "--set", "task.level=link")
+    assert line == (f"error: {folder / 'edges.csv'}:4: node id 100000000 is far above the {distinct} distinct ids "
+                    f"(without a features or labels file ids must lie below 1000); renumber the nodes "
+                    f"0..{distinct - 1}, or add features or labels with one row per node")
+
+
 def test_edge_id_out_of_range_names_npz_row(tmp_path: Path) -> None:
     folder = write_folder(tmp_path / "g", edge_fmt="npz")
     z = dict(np.load(folder / "edges.npz"))

@@ -4,12 +4,15 @@ One module per command (``prepare``, ``train``, ``evaluate``, ``ablate``,
 ``explain``, ``tune``, ``presets``, ``runs``, ``cache``), each holding the typer function (argument
 wiring and the library call) and ``register(app)``; its human output is one
 function in :mod:`xmask_cli.render`. :mod:`xmask_cli.cli.app` holds the app,
-the global options, the shared option types and the error handling.
+the global options and the error handling; :mod:`xmask_cli.cli.options` the
+option types every command shares and the option groups (``DataOptions``:
+``--data-root --cache-dir --offline``; ``RunOptions``: ``--preset --dataset --set``).
 
 A new command ``xmask foo``: write ``xmask_cli/cli/foo.py`` with the function
-(decorate nothing; reuse the option types of :mod:`~xmask_cli.cli.app` and end
-with ``output_for(ctx, fmt).result(payload, lambda con: render.human(con, ...))``)
-and ``register(app)`` (``app.command(epilog=EXIT_HELP)(handle_errors(foo))``),
+(decorate nothing; declare shared options with the types and groups of
+:mod:`~xmask_cli.cli.options` and end with
+``output_for(ctx, fmt).result(payload, lambda con: render.human(con, ...))``)
+and ``register(app)`` (``app.command(epilog=EXIT_HELP)(handle_errors(options(foo)))``),
 its renderer in ``xmask_cli/render/foo.py``, and add the module to
 :data:`COMMANDS` below, where its place sets its place in ``xmask --help``.
 (``tune`` renders through ``xmask_cli.tune.outputs.human_report``, beside the

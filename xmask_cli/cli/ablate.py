@@ -6,22 +6,18 @@ from typing import Annotated, Optional
 
 import typer
 
-from xmask_cli.cli.app import (EXIT_HELP, CacheDirOpt, DataRootOpt, DatasetOpt, DeviceOpt, FormatOpt, OfflineOpt,
-                               PresetOpt, SetOpt, debug, handle_errors, output_for)
+from xmask_cli.cli.app import EXIT_HELP, debug, handle_errors, output_for
+from xmask_cli.cli.options import DataOptions, DeviceOpt, FormatOpt, RunOptions, options
 from xmask_cli.render import ablate as render
 
 def ablate(
     ctx: typer.Context,
-    preset: PresetOpt = None,
-    dataset: DatasetOpt = None,
-    set_: SetOpt = None,
+    run: RunOptions = RunOptions(),
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds of every variant: 0-4, 0,2,7 ...")] = "0-4",
     variants: Annotated[Optional[str], typer.Option("--variants", help="Comma list of full, no-symnorm, no-logmask, no-multihead, one-layer, no-spd, no-rrwp, no-magnetic, no-eigen (the preset without that learned bias), for M3Dphormer presets no-local, no-cluster, no-global, flat-routing, no-routing, and for image presets positional (learned position embeddings, no mask) [default: the core five plus those that apply to the preset; images: full,no-logmask,positional].", show_default=False)] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Ablation folder [default `./ablations/<dataset>-<level>`].", show_default=False)] = None,
     device: DeviceOpt = "auto",
-    data_root: DataRootOpt = None,
-    cache_dir: CacheDirOpt = None,
-    offline: OfflineOpt = False,
+    data: DataOptions = DataOptions(),
     fmt: FormatOpt = None,
 ) -> None:
     """Component ablation (paper 000, Table 7): every variant over the seeds, one table.
@@ -42,21 +38,19 @@ def ablate(
 
         xmask ablate --preset vit-digits --variants full,no-logmask,positional
     """
-    from xmask_cli import config_resolve as R
-    from xmask_cli.api import choose_preset
     from xmask_cli.ablate import parse_variants, run_ablation
+    from xmask_cli.config_resolve import resolve
     from xmask_cli.engine.experiment import parse_seeds, resolve_device, resolve_level, run_name
-    from xmask_cli.prepare import resolve_cache_dir
 
     output = output_for(ctx, fmt)
-    preset, overrides = choose_preset(preset, dataset, set_)
-    base = R.resolve(preset, overrides)
+    preset, overrides = run.choose()
+    base = resolve(preset, overrides)
     level = resolve_level(base)
     names = parse_variants(variants, base)
     folder = out or Path("ablations") / run_name(base, level)  # a folder dataset: its name, never its path
     result = run_ablation(preset, overrides, seeds=parse_seeds(seeds), out_dir=folder,
-                          cache_dir=resolve_cache_dir(cache_dir), variants=names, data_root=data_root,
-                          offline=True if offline else None, device=resolve_device(device), log=output.log,
+                          cache_dir=data.cache(), variants=names, data_root=data.data_root,
+                          offline=data.no_download, device=resolve_device(device), log=output.log,
                           debug=debug())
 
     output.result(result, lambda con: render.human(con, result, seeds, folder))
@@ -64,4 +58,4 @@ def ablate(
 
 def register(app: typer.Typer) -> None:
     """Add ``xmask ablate`` to ``app``."""
-    app.command(epilog=EXIT_HELP)(handle_errors(ablate))
+    app.command(epilog=EXIT_HELP)(handle_errors(options(ablate)))

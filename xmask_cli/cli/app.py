@@ -1,4 +1,4 @@
-"""The typer app of ``xmask``: global options, shared option types, error handling, output choice.
+"""The typer app of ``xmask``: global options, error handling, output choice (shared option types: :mod:`.options`).
 
 The commands live one per module beside this one (see :mod:`xmask_cli.cli`);
 each renders its human output through :mod:`xmask_cli.render`. Results go to
@@ -90,28 +90,6 @@ app = typer.Typer(
     rich_markup_mode="markdown",
 )
 
-FormatOpt = Annotated[
-    Optional[str],
-    typer.Option("--format", "-f", help="Result format on stdout: human or json (default: the global --format).",
-                 show_default=False),
-]
-PresetOpt = Annotated[Optional[str], typer.Option("--preset", "-p", help="Preset name (see `xmask presets ls`) or YAML path.")]
-DatasetOpt = Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset name, or a folder of files (./mygraph: docs/datasets-from-files.md); overrides the preset's data.dataset.", show_default=False)]
-SetOpt = Annotated[
-    Optional[list[str]],
-    typer.Option("--set", "-s", help="Dotted override KEY=VALUE, repeatable, e.g. `--set structure.powers.k=3`."),
-]
-CacheDirOpt = Annotated[
-    Optional[Path], typer.Option("--cache-dir", help="Cache directory [env XMASK_CACHE; default ./cache].", show_default=False)
-]
-
-DeviceOpt = Annotated[str, typer.Option("--device", help="auto (CUDA when present), cpu, cuda or cuda:N.")]
-DataRootOpt = Annotated[
-    Optional[Path], typer.Option("--data-root", help="Data root holding NAME/raw/... folders [env XMASK_DATA_ROOT].", show_default=False)
-]
-OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never download [env XMASK_OFFLINE=1].")]
-
-
 def debug() -> bool:
     """Whether ``XMASK_DEBUG`` asks for tracebacks."""
     return os.environ.get("XMASK_DEBUG", "").strip() not in ("", "0", "false")
@@ -190,9 +168,11 @@ def main_callback(
 def add_group(app: typer.Typer, name: str, help: str, commands: dict[str, Callable[..., Any]]) -> None:
     """Add the command group ``xmask <name>`` with ``commands`` (name -> function), each wrapped in
     :func:`handle_errors` and given the exit-code epilog like every top-level command."""
+    from xmask_cli.cli.options import options
+
     group = typer.Typer(help=help, no_args_is_help=True)
     for command, fn in commands.items():
-        group.command(command, epilog=EXIT_HELP)(handle_errors(fn))
+        group.command(command, epilog=EXIT_HELP)(handle_errors(options(fn)))
     app.add_typer(group, name=name)
 
 

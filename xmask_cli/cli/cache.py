@@ -6,7 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from xmask_cli.cli.app import CacheDirOpt, FormatOpt, add_group, output_for
+from xmask_cli.cli.app import add_group, output_for
+from xmask_cli.cli.options import CacheDirOpt, FormatOpt
 from xmask_cli.errors import UsageError
 from xmask_cli.render import cache as render
 

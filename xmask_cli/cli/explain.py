@@ -6,13 +6,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from xmask_cli.cli.app import (EXIT_HELP, CacheDirOpt, DataRootOpt, DeviceOpt, FormatOpt, OfflineOpt, handle_errors,
-                               output_for)
+from xmask_cli.cli.app import EXIT_HELP, handle_errors, output_for
+from xmask_cli.cli.options import DataOptions, DeviceOpt, FormatOpt, RunDirArg, options
 from xmask_cli.render import explain as render
 
 def explain(
     ctx: typer.Context,
-    run_dir: Annotated[Path, typer.Argument(help="A run folder, `runs/<name>/<seed>/`.", show_default=False)],
+    run_dir: RunDirArg,
     graph: Annotated[Optional[list[int]], typer.Option("--graph", help="Graph id (graph-level runs); repeatable.", show_default=False)] = None,
     node: Annotated[Optional[list[int]], typer.Option("--node", help="Node id (node, link, edge runs): its neighbourhood; repeatable.", show_default=False)] = None,
     edge: Annotated[Optional[list[str]], typer.Option("--edge", help="U,V node pair (link, edge runs); repeatable.", show_default=False)] = None,
@@ -24,9 +24,7 @@ def explain(
     out: Annotated[Optional[Path], typer.Option("--out", help="Output folder [default `maps/<name>-<seed>`].", show_default=False)] = None,
     max_nodes: Annotated[int, typer.Option("--max-nodes", min=2, help="Largest map kept; bigger targets are cropped to the closest nodes (and say so).")] = 64,
     device: DeviceOpt = "auto",
-    data_root: DataRootOpt = None,
-    cache_dir: CacheDirOpt = None,
-    offline: OfflineOpt = False,
+    data: DataOptions = DataOptions(),
     fmt: FormatOpt = None,
 ) -> None:
     """Per-layer, per-head attention maps of a trained run (paper 000, Fig. 3).
@@ -56,13 +54,12 @@ def explain(
     """
     from xmask_cli.engine.experiment import resolve_device
     from xmask_cli.explain import explain_run
-    from xmask_cli.prepare import resolve_cache_dir
 
     output = output_for(ctx, fmt)
     folder = out or Path("maps") / f"{run_dir.resolve().parent.name}-{run_dir.resolve().name}"
     result = explain_run(run_dir, graphs=graph or (), nodes=node or (), edges=edge or (), out_dir=folder,
-                         cache_dir=resolve_cache_dir(cache_dir), data_root=data_root, device=resolve_device(device),
-                         max_nodes=max_nodes, offline=True if offline else None, log=output.log,
+                         cache_dir=data.cache(), data_root=data.data_root, device=resolve_device(device),
+                         max_nodes=max_nodes, offline=data.no_download, log=output.log,
                          images=image or (), query_patch=query_patch, query=query, view=view.lower(), layer=layer)
 
     output.result(result, lambda con: render.human(con, result, folder))
@@ -70,4 +67,4 @@ def explain(
 
 def register(app: typer.Typer) -> None:
     """Add ``xmask explain`` to ``app``."""
-    app.command(epilog=EXIT_HELP)(handle_errors(explain))
+    app.command(epilog=EXIT_HELP)(handle_errors(options(explain)))

@@ -10,7 +10,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from xmask_cli.cli.app import EXIT_HELP, CacheDirOpt, FormatOpt, PresetOpt, SetOpt, handle_errors, output_for
+from xmask_cli.cli.app import EXIT_HELP, handle_errors, output_for
+from xmask_cli.cli.options import DataOptions, FormatOpt, PresetOpt, SetOpt, options
 from xmask_cli.render import prepare as render
 
 def prepare(
@@ -20,11 +21,7 @@ def prepare(
     set_: SetOpt = None,
     workers: Annotated[int, typer.Option("--workers", "-j", min=1, help="Processes: N > 1 computes spectra and partitions in N-1 workers alongside.")] = 1,
     force: Annotated[bool, typer.Option("--force", help="Recompute even if the cache has this key.")] = False,
-    data_root: Annotated[
-        Optional[Path], typer.Option("--data-root", help="Data root holding NAME/raw/... folders [env XMASK_DATA_ROOT].", show_default=False)
-    ] = None,
-    cache_dir: CacheDirOpt = None,
-    offline: Annotated[bool, typer.Option("--offline", help="Never download [env XMASK_OFFLINE=1].")] = False,
+    data: DataOptions = DataOptions(),
     fmt: FormatOpt = None,
 ) -> None:
     """Compute normalized adjacency powers, SPD, spectra and partitions into the HDF5 cache.
@@ -48,7 +45,7 @@ def prepare(
     """
     from xmask_cli import config_resolve as R
     from xmask_cli.data.registry import get_dataset
-    from xmask_cli.prepare import prepare_dataset, resolve_cache_dir
+    from xmask_cli.prepare import prepare_dataset
 
     out = output_for(ctx, fmt)
     distributed = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1  # under torchrun: ranks share the blocks
@@ -62,15 +59,14 @@ def prepare(
         preset = preset or f"{spec.level}-level"
     cfg = R.resolve(preset or "node-level", overrides)
     spec = get_dataset(cfg.data.dataset)
-    cdir = resolve_cache_dir(cache_dir)
     group = contextlib.nullcontext()
     if distributed:
         from xmask_cli.engine.distributed import session
 
         group = session("cpu")  # gloo: the ranks exchange numpy blocks, never tensors on a device
     with group, out.progress(f"prepare {spec.name}", total=1) as bar:
-        summary = prepare_dataset(cfg, data_root=data_root, cache_dir=cdir, workers=workers, force=force,
-                                  offline=True if offline else None, log=out.log, progress=bar)
+        summary = prepare_dataset(cfg, data_root=data.data_root, cache_dir=data.cache(), workers=workers, force=force,
+                                  offline=data.no_download, log=out.log, progress=bar)
 
     if main:
         out.result(summary.to_dict(), lambda con: render.human(con, summary, spec.name))
@@ -78,4 +74,4 @@ def prepare(
 
 def register(app: typer.Typer) -> None:
     """Add ``xmask prepare`` to ``app``."""
-    app.command(epilog=EXIT_HELP)(handle_errors(prepare))
+    app.command(epilog=EXIT_HELP)(handle_errors(options(prepare)))

@@ -5,7 +5,8 @@ from typing import Annotated
 
 import typer
 
-from xmask_cli.cli.app import FormatOpt, SetOpt, add_group, output_for
+from xmask_cli.cli.app import add_group, output_for
+from xmask_cli.cli.options import FormatOpt, SetOpt
 from xmask_cli.render import presets as render
 
 

@@ -6,7 +6,8 @@ from typing import Annotated, Optional
 
 import typer
 
-from xmask_cli.cli.app import FormatOpt, add_group, output_for
+from xmask_cli.cli.app import add_group, output_for
+from xmask_cli.cli.options import FormatOpt
 from xmask_cli.render import runs as render
 
 

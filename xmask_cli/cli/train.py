@@ -8,16 +8,14 @@ from typing import Annotated, Any, Optional
 
 import typer
 
-from xmask_cli.cli.app import (EXIT_HELP, CacheDirOpt, DataRootOpt, DatasetOpt, DeviceOpt, FormatOpt, OfflineOpt,
-                               PresetOpt, SetOpt, handle_errors, output_for)
+from xmask_cli.cli.app import EXIT_HELP, handle_errors, output_for
+from xmask_cli.cli.options import DataOptions, DeviceOpt, FormatOpt, RunOptions, options
 from xmask_cli.errors import UsageError
 from xmask_cli.render import train as render
 
 def train(
     ctx: typer.Context,
-    preset: PresetOpt = None,
-    dataset: DatasetOpt = None,
-    set_: SetOpt = None,
+    run: RunOptions = RunOptions(),
     seed: Annotated[Optional[int], typer.Option("--seed", min=0, help="One seed (default 0).", show_default=False)] = None,
     seeds: Annotated[Optional[str], typer.Option("--seeds", help="A sweep: 0-4, 0,2,7 or 0-2,9; writes aggregate.json (mean ± std).", show_default=False)] = None,
     device: DeviceOpt = "auto",
@@ -26,9 +24,7 @@ def train(
     runs_dir: Annotated[Optional[Path], typer.Option("--runs-dir", help="Root of run folders [default: the preset's run.root, ./runs].", show_default=False)] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Run name: `runs/<name>/<seed>/` [default `<dataset>-<level>`].", show_default=False)] = None,
     logger: Annotated[Optional[list[str]], typer.Option("--logger", help="Extra logger, repeatable: tensorboard (event files in each run folder; pip install \"xmask[tensorboard]\"). Same as --set train.loggers=[tensorboard].", show_default=False)] = None,
-    data_root: DataRootOpt = None,
-    cache_dir: CacheDirOpt = None,
-    offline: OfflineOpt = False,
+    data: DataOptions = DataOptions(),
     fmt: FormatOpt = None,
 ) -> None:
     """Train the X-LogSMask transformer; one run folder per seed.
@@ -69,8 +65,6 @@ def train(
         out = dataclasses.replace(out, quiet=True)
     if seed is not None and seeds is not None:
         raise UsageError("give --seed or --seeds, not both")
-    if logger:
-        set_ = [*(set_ or []), f"train.loggers=[{','.join(logger)}]"]
     tty_bar = not (out.json or out.quiet) and sys.stderr.isatty()
     state: dict[str, Any] = {}
 
@@ -85,9 +79,11 @@ def train(
                 vals = " ".join(f"{k} {v:.4f}" for k, v in row.items() if k.startswith("val_"))
                 out.log(f"seed {s} epoch {row['epoch']}: loss {row['loss']:.4f} {vals}")
 
-        result = train_runs(preset, set_, dataset=dataset, seeds=seeds if seeds is not None else seed, device=device,
-                            name=name, runs_dir=runs_dir, cache_dir=cache_dir, data_root=data_root,
-                            offline=True if offline else None, resume=resume, overwrite=overwrite, log=out.log,
+        loggers = [f"train.loggers=[{','.join(logger)}]"] if logger else []
+        result = train_runs(run.preset, [*(run.set_ or []), *loggers], dataset=run.dataset,
+                            seeds=seeds if seeds is not None else seed, device=device,
+                            name=name, runs_dir=runs_dir, cache_dir=data.cache(), data_root=data.data_root,
+                            offline=data.no_download, resume=resume, overwrite=overwrite, log=out.log,
                             on_epoch=on_epoch, on_seed_start=on_seed_start)
 
     if rank == 0:
@@ -96,4 +92,4 @@ def train(
 
 def register(app: typer.Typer) -> None:
     """Add ``xmask train`` to ``app``."""
-    app.command(epilog=EXIT_HELP)(handle_errors(train))
+    app.command(epilog=EXIT_HELP)(handle_errors(options(train)))

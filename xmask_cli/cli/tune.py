@@ -6,15 +6,13 @@ from typing import Annotated, Optional
 
 import typer
 
-from xmask_cli.cli.app import (EXIT_HELP, CacheDirOpt, DataRootOpt, DatasetOpt, DeviceOpt, FormatOpt, OfflineOpt,
-                               PresetOpt, SetOpt, handle_errors, output_for)
+from xmask_cli.cli.app import EXIT_HELP, handle_errors, output_for
+from xmask_cli.cli.options import DataOptions, DeviceOpt, FormatOpt, RunOptions, options
 
 
 def tune(
     ctx: typer.Context,
-    preset: PresetOpt = None,
-    dataset: DatasetOpt = None,
-    set_: SetOpt = None,
+    run: RunOptions = RunOptions(),
     trials: Annotated[int, typer.Option("--trials", "-n", min=0, help="Trials this process runs (N processes on one study: the sum); with --resume: until the study holds N finished trials.")] = 20,
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds each trial trains; its value is the mean validation metric over them.")] = "0-2",
     final_seeds: Annotated[str, typer.Option("--final-seeds", help="Seeds the best configuration is trained on after the search, test reported once; `none` skips.")] = "0-9",
@@ -27,9 +25,7 @@ def tune(
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Draw the PNG plots (parallel workers can leave them to one process).")] = True,
     device: DeviceOpt = "auto",
     runs_dir: Annotated[Optional[Path], typer.Option("--runs-dir", help="Root of study folders [default: the preset's run.root, ./runs].", show_default=False)] = None,
-    data_root: DataRootOpt = None,
-    cache_dir: CacheDirOpt = None,
-    offline: OfflineOpt = False,
+    data: DataOptions = DataOptions(),
     fmt: FormatOpt = None,
 ) -> None:
     """Search the preset's `tune:` space with Optuna (TPE, median pruner), scored on validation only.
@@ -50,24 +46,21 @@ def tune(
 
         xmask tune --preset cora --study s --storage postgresql://host/db --trials 20 --final-seeds none
     """
-    from xmask_cli import config_resolve as R
-    from xmask_cli.api import choose_preset
     from xmask_cli.engine.experiment import parse_seeds, resolve_device
-    from xmask_cli.prepare import resolve_cache_dir
     from xmask_cli.tune.outputs import human_report
     from xmask_cli.tune.study import TuneOptions, parse_duration, run_study
 
     out = output_for(ctx, fmt)
-    preset, overrides = choose_preset(preset, dataset, set_)
+    cfg = run.config()
     opts = TuneOptions(trials=trials, seeds=parse_seeds(seeds),
                        final_seeds=[] if final_seeds.strip().lower() == "none" else parse_seeds(final_seeds),
                        timeout_s=parse_duration(timeout), study=study, storage=storage, runs_dir=runs_dir,
                        resume=resume, sampler_seed=sampler_seed, pruner=pruner, plots=plots, device=resolve_device(device),
-                       cache_dir=resolve_cache_dir(cache_dir), data_root=data_root, offline=True if offline else None)
-    result = run_study(R.resolve(preset, overrides), opts, log=out.log)
+                       cache_dir=data.cache(), data_root=data.data_root, offline=data.no_download)
+    result = run_study(cfg, opts, log=out.log)
     out.result(result, lambda con: human_report(con, result))
 
 
 def register(app: typer.Typer) -> None:
     """Add ``xmask tune`` to ``app``."""
-    app.command(epilog=EXIT_HELP)(handle_errors(tune))
+    app.command(epilog=EXIT_HELP)(handle_errors(options(tune)))

@@ -46,14 +46,11 @@ from pathlib import Path
 
 import numpy as np
 
+from xmask_cli.data.tables import ID_BOUND_FACTOR, MIN_ID_BOUND, bounded_max_id
 from xmask_cli.errors import DataNotFoundError, UsageError
 
 __all__ = ["EdgeData", "load_edge_file", "file_sha256", "DELIMITERS"]
 
-#: Without a features file, node ids must lie below ``max(MIN_ID_BOUND, ID_BOUND_FACTOR * distinct ids)``:
-#: the node count is ``max id + 1``, so sparse huge ids would allocate memory for nodes that do not exist.
-MIN_ID_BOUND = 1000
-ID_BOUND_FACTOR = 10
 #: Extension -> delimiter (None: any whitespace).
 DELIMITERS: dict[str, str | None] = {".csv": ",", ".tsv": "\t", ".txt": None}
 
@@ -230,21 +227,18 @@ def load_edge_file(path: str | os.PathLike, features_path: str | os.PathLike | N
         for c, name in enumerate(names):
             targets[r, c] = _parse_target(fields[2 + c], p, line, name)
 
-    max_id = int(max(src.max(), dst.max()))
     x = None
     fpath = None
     fsha = None
-    num_nodes = max_id + 1
     if features_path is None:
         # Every id up to the largest becomes a node: a 10-row file naming node 10^8 would allocate gigabytes.
-        distinct = int(np.unique(np.concatenate([src, dst])).size)
-        bound = max(MIN_ID_BOUND, ID_BOUND_FACTOR * distinct)
-        if max_id >= bound:
-            worst = int(np.argmax(np.maximum(src, dst)))
-            raise UsageError(f"{p}:{rows[1 + worst][0]}: node id {max_id} is far above the {distinct} distinct ids in "
-                             f"the file (without a features file ids must lie below max({MIN_ID_BOUND}, "
-                             f"{ID_BOUND_FACTOR} x distinct ids) = {bound}); renumber the nodes 0..{distinct - 1}, "
-                             f"or give edge.features with one row per node id")
+        max_id = bounded_max_id(src, dst, lambda edge: f"{p}:{rows[1 + edge][0]}",
+                                f" in the file (without a features file ids must lie below max({MIN_ID_BOUND}, "
+                                f"{ID_BOUND_FACTOR} x distinct ids) = {{bound}})",
+                                "or give edge.features with one row per node id")
+    else:
+        max_id = int(max(src.max(), dst.max()))
+    num_nodes = max_id + 1
     if features_path is not None:
         fp = _existing(features_path, "features file")
         x = _load_features(fp)

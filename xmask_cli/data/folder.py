@@ -42,7 +42,8 @@ from typing import Any
 import numpy as np
 
 from xmask_cli.data.registry import DatasetSpec
-from xmask_cli.data.tables import (Rows, file_digest, read_csv_columns, read_npy, read_npz, read_parquet_columns)
+from xmask_cli.data.tables import (Rows, bounded_max_id, file_digest, read_csv_columns, read_npy, read_npz,
+                                   read_parquet_columns)
 from xmask_cli.errors import DataNotFoundError, UsageError
 
 __all__ = ["FORMATS", "FolderFiles", "FolderDataset", "find_files", "folder_spec", "load_folder", "is_folder_ref",
@@ -60,9 +61,6 @@ FORMATS: dict[str, tuple[str, ...]] = {
 }
 #: Split name of a folder whose split comes from its files.
 FOLDER_SPLIT_FILES = "files"
-#: Without features or labels the node count is max id + 1; ids must then lie below this bound
-#: (as for edge files): a 10-row file naming node 10^8 would otherwise allocate gigabytes.
-MIN_ID_BOUND, ID_BOUND_FACTOR = 1000, 10
 
 
 def is_folder_ref(name: str) -> bool:
@@ -409,14 +407,8 @@ def _node_count(x: np.ndarray | None, y: np.ndarray | None, files: FolderFiles, 
         return len(x), f"{files.paths['features'].name} has {len(x)} rows"
     if y is not None:
         return len(y), f"{files.paths['labels'].name} has {len(y)} rows"
-    top = int(max(src.max(), dst.max()))
-    distinct = int(np.unique(np.concatenate([src, dst])).size)
-    bound = max(MIN_ID_BOUND, ID_BOUND_FACTOR * distinct)
-    if top >= bound:
-        r = int(np.argmax(np.maximum(src, dst)))
-        raise UsageError(f"{rows.at(r)}: node id {top} is far above the {distinct} distinct ids (without a features "
-                         f"or labels file ids must lie below {bound}); renumber the nodes 0..{distinct - 1}, or add "
-                         f"features or labels with one row per node")
+    top = bounded_max_id(src, dst, rows.at, " (without a features or labels file ids must lie below {bound})",
+                         "or add features or labels with one row per node")
     return top + 1, f"max id + 1 in {rows.path.name}"
 
 

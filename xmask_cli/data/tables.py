@@ -19,7 +19,7 @@ import hashlib
 import io
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -29,7 +29,12 @@ import numpy as np
 from xmask_cli.errors import DataNotFoundError, UsageError
 
 __all__ = ["Rows", "open_regular", "file_digest", "read_npy", "read_npz", "read_csv_columns", "read_parquet_columns",
-           "PARQUET_HINT"]
+           "PARQUET_HINT", "MIN_ID_BOUND", "ID_BOUND_FACTOR", "bounded_max_id"]
+
+#: Where nothing else gives the node count, node ids must lie below ``max(MIN_ID_BOUND, ID_BOUND_FACTOR * distinct
+#: ids)``: the count is ``max id + 1``, so sparse huge ids would allocate memory for nodes that do not exist.
+MIN_ID_BOUND = 1000
+ID_BOUND_FACTOR = 10
 
 #: What to do when Parquet is asked for and pyarrow is missing.
 PARQUET_HINT = "reading Parquet needs pyarrow: pip install 'xmask[parquet]' (or pip install pyarrow), or save it as .npz"
@@ -297,3 +302,20 @@ def read_parquet_columns(path: Path, names: Sequence[str] | None,
 def _first(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else ""
     return text or type(exc).__name__
+
+
+def bounded_max_id(src: np.ndarray, dst: np.ndarray, where: Callable[[int], str], rule: str, remedy: str) -> int:
+    """The largest node id of the edges ``src -> dst``, checked against :data:`MIN_ID_BOUND` / :data:`ID_BOUND_FACTOR`.
+
+    Raises:
+        UsageError: the id is at or above the bound: ``where(edge)`` names the edge holding it, ``rule`` (formatted
+            with ``bound``) says which bound applies, ``remedy`` what to do besides renumbering.
+    """
+    top = int(max(src.max(), dst.max()))
+    distinct = int(np.unique(np.concatenate([src, dst])).size)
+    bound = max(MIN_ID_BOUND, ID_BOUND_FACTOR * distinct)
+    if top >= bound:
+        edge = int(np.argmax(np.maximum(src, dst)))
+        raise UsageError(f"{where(edge)}: node id {top} is far above the {distinct} distinct ids"
+                         f"{rule.format(bound=bound)}; renumber the nodes 0..{distinct - 1}, {remedy}")
+    return top

@@ -1,0 +1,120 @@
+"""The options commands share: one ``Annotated`` type per option, and the groups several commands take whole.
+
+A command declares a shared option with its type (``fmt: FormatOpt = None``)
+and a group with its class (``data: DataOptions``, ``run: RunOptions``): the
+:func:`options` decorator spreads a group's fields into the command's
+signature, where typer reads them as ordinary options (same names, help and
+order), and hands the command one object built from them. So ``--device``,
+``--data-root``, ``--cache-dir``, ``--offline``, ``--preset``, ``--dataset``
+and ``--set`` read the same in every command, and the value handling that
+goes with them (cache folder, offline flag, preset choice) is written once.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Optional
+
+import typer
+
+if TYPE_CHECKING:
+    from xmask_cli.config import Config
+
+__all__ = ["CacheDirOpt", "DataOptions", "DataRootOpt", "DatasetOpt", "DeviceOpt", "FormatOpt", "OfflineOpt",
+           "PresetOpt", "RunDirArg", "RunOptions", "SetOpt", "options"]
+
+FormatOpt = Annotated[
+    Optional[str],
+    typer.Option("--format", "-f", help="Result format on stdout: human or json (default: the global --format).",
+                 show_default=False),
+]
+PresetOpt = Annotated[Optional[str], typer.Option("--preset", "-p", help="Preset name (see `xmask presets ls`) or YAML path.")]
+DatasetOpt = Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset name, or a folder of files (./mygraph: docs/datasets-from-files.md); overrides the preset's data.dataset.", show_default=False)]
+SetOpt = Annotated[
+    Optional[list[str]],
+    typer.Option("--set", "-s", help="Dotted override KEY=VALUE, repeatable, e.g. `--set structure.powers.k=3`."),
+]
+CacheDirOpt = Annotated[
+    Optional[Path], typer.Option("--cache-dir", help="Cache directory [env XMASK_CACHE; default ./cache].", show_default=False)
+]
+DeviceOpt = Annotated[str, typer.Option("--device", help="auto (CUDA when present), cpu, cuda or cuda:N.")]
+DataRootOpt = Annotated[
+    Optional[Path], typer.Option("--data-root", help="Data root holding NAME/raw/... folders [env XMASK_DATA_ROOT].", show_default=False)
+]
+OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never download [env XMASK_OFFLINE=1].")]
+RunDirArg = Annotated[Path, typer.Argument(help="A run folder, `runs/<name>/<seed>/`.", show_default=False)]
+
+
+@dataclass(frozen=True)
+class DataOptions:
+    """``--data-root``, ``--cache-dir``, ``--offline``: where a command finds its data and structure cache."""
+
+    data_root: DataRootOpt = None
+    cache_dir: CacheDirOpt = None
+    offline: OfflineOpt = False
+
+    def cache(self) -> Path:
+        """The cache folder: ``--cache-dir``, else ``XMASK_CACHE``, else ``./cache``."""
+        from xmask_cli.prepare import resolve_cache_dir
+
+        return resolve_cache_dir(self.cache_dir)
+
+    @property
+    def no_download(self) -> bool | None:
+        """True with ``--offline``; None leaves the choice to ``XMASK_OFFLINE``."""
+        return True if self.offline else None
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """``--preset``, ``--dataset``, ``--set``: the config of a run (train, tune, ablate)."""
+
+    preset: PresetOpt = None
+    dataset: DatasetOpt = None
+    set_: SetOpt = None
+
+    def choose(self, *extra: str) -> tuple[str, list[str]]:
+        """Preset name and overrides (``extra`` after ``--set``'s); see :func:`xmask_cli.api.choose_preset`."""
+        from xmask_cli.api import choose_preset
+
+        return choose_preset(self.preset, self.dataset, [*(self.set_ or []), *extra])
+
+    def config(self) -> Config:
+        """The resolved config."""
+        from xmask_cli.config_resolve import resolve
+
+        return resolve(*self.choose())
+
+
+#: The option groups :func:`options` spreads.
+_GROUPS = (DataOptions, RunOptions)
+
+
+def options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Spread each parameter of ``fn`` typed with a group (:class:`DataOptions`, :class:`RunOptions`) into that
+    group's options, in place; ``fn`` is called with the group built from them."""
+    sig = inspect.signature(fn, eval_str=True)
+    params: list[inspect.Parameter] = []
+    groups: dict[str, tuple[type, list[str]]] = {}
+    for p in sig.parameters.values():
+        if p.annotation not in _GROUPS:
+            params.append(p)
+            continue
+        hints = typing.get_type_hints(p.annotation, include_extras=True)
+        fields = dataclasses.fields(p.annotation)
+        groups[p.name] = (p.annotation, [f.name for f in fields])
+        params += [inspect.Parameter(f.name, p.kind, default=f.default, annotation=hints[f.name]) for f in fields]
+
+    @functools.wraps(fn)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        for name, (cls, names) in groups.items():
+            kwargs[name] = cls(**{n: kwargs.pop(n) for n in names})
+        return fn(*args, **kwargs)
+
+    command.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    return command
