@@ -5,7 +5,6 @@ import contextlib
 import dataclasses
 import json
 import os
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
