@@ -23,6 +23,10 @@ class DataConfig:
     root: str | None = None  # data root; --data-root and XMASK_DATA_ROOT take precedence
     split: str = "default"
     normalize_features: bool = False  # row-normalise node features (PyG NormalizeFeatures), as Planetoid recipes do
+    # graph level: K > 0 runs Errica et al.'s protocol instead of the dataset's split: stratified K outer folds
+    # fixed by the seed, a stratified 10 % holdout of each outer training part for selection (engine/folds.py)
+    folds: int = 0
+    fold: int = 0  # the outer fold one run trains (train --folds sets it per run; 0..folds-1)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import yaml
 
-from xmask_cli.config import (BiasSection, Config, EdgeSection, ImageSection, LargeGraphConfig, LinkSection,
+from xmask_cli.config import (BiasSection, Config, DataConfig, EdgeSection, ImageSection, LargeGraphConfig, LinkSection,
                               MagneticConfig, ModelSection, NodeSection, PartitionConfig, PowersConfig,
                               PrepareSection, RrwpConfig, RunSection, SpdConfig, SpectrumConfig, TrainSection)
 from xmask_cli.errors import ConfigError, UsageError
@@ -371,6 +371,9 @@ def _check_ranges(obj: Any, prefix: str) -> None:
         need(0 < obj.eps < 1, "eps", "must lie in (0, 1)")
     elif isinstance(obj, PrepareSection):
         need(0 < obj.memory_gb <= 4096, "memory_gb", "must lie in (0, 4096] (GB; tiny values give 256-row blocks)")
+    elif isinstance(obj, DataConfig):
+        need(obj.folds == 0 or obj.folds >= 2, "folds", "must be 0 (the dataset's split) or >= 2 outer folds")
+        need(0 <= obj.fold < max(obj.folds, 1), "fold", f"must lie in 0..{max(obj.folds, 1) - 1} (data.folds - 1)")
     elif isinstance(obj, ModelSection):
         need(obj.hidden % obj.heads == 0, "hidden", f"must be a multiple of model.heads ({obj.heads})")
         need(0 <= obj.dropout < 1 and 0 <= obj.attn_dropout < 1 and 0 <= obj.input_dropout < 1, "dropout",

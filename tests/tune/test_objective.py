@@ -95,3 +95,36 @@ def test_best_trial_breaks_value_ties_by_the_mean_validation_loss(direction, val
     for v, loss in zip(values, losses):
         study.add_trial(optuna.trial.create_trial(value=v, user_attrs={"val_loss_mean": loss}))
     assert best_trial(study).number == want
+
+
+def test_a_trial_on_folds_scores_the_inner_holdouts_of_the_first_folds(tmp_path, mutag_cache):
+    """``tune --folds 2`` over a 3-fold protocol: each trial trains folds 0 and 1 (never 2), selects and is
+    scored on their inner holdouts, and never scores a test fold."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from xmask_cli.engine.folds import outer_folds
+    from xmask_cli.engine.tasks.graph import graph_labels
+    from xmask_cli.data.load import load_graphs
+    from xmask_cli.data.registry import get_dataset
+
+    setup = replace(_setup(tmp_path, mutag_cache, [0]), cfg=R.resolve("mutag", [*TINY, "data.folds=3"]), folds=2)
+    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.NopPruner())
+    trial = study.ask()
+    value = run_trial(trial, setup)
+    run = tmp_path / "trials" / "trial-0000" / "0"
+    assert sorted(p.name for p in run.iterdir()) == ["fold-0", "fold-1", "folds"]
+    folds = outer_folds(graph_labels(load_graphs(get_dataset("mutag"), data_root=None, cache_dir=mutag_cache,
+                                                 offline=True)), 3, seed=0)
+    vals = []
+    for i in (0, 1):
+        saved = json.loads((run / f"fold-{i}" / "config.json").read_text())
+        assert saved["split"]["val"] == folds[i].val.tolist()  # selection read fold i's inner holdout
+        summary = json.loads((run / f"fold-{i}" / "summary.json").read_text())
+        assert "test" not in summary["metrics"]
+        vals.append(summary["metrics"]["val"])
+    assert value == pytest.approx(np.mean(vals), abs=1e-12)
+    # Pruning steps: one block per (seed, fold) run.
+    steps = study.trials[0].intermediate_values
+    assert {s // STEP_STRIDE for s in steps} == {0, 1}

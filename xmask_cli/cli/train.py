@@ -23,6 +23,7 @@ def train(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run folders' previous runs (without it an existing run is refused).")] = False,
     runs_dir: Annotated[Optional[Path], typer.Option("--runs-dir", help="Root of run folders [default: the preset's run.root, ./runs].", show_default=False)] = None,
     name: Annotated[Optional[str], typer.Option("--name", help="Run name: `runs/<name>/<seed>/` [default `<dataset>-<level>`].", show_default=False)] = None,
+    folds: Annotated[Optional[int], typer.Option("--folds", min=2, help="Graph level: Errica et al.'s protocol, K stratified outer folds fixed by the seed, a stratified 10 % holdout of each training part for selection, test once per fold; runs in runs/<name>/<seed>/fold-<i>/, fold files in runs/<name>/<seed>/folds/. Same as --set data.folds=K.", show_default=False)] = None,
     logger: Annotated[Optional[list[str]], typer.Option("--logger", help="Extra logger, repeatable: tensorboard (event files in each run folder; pip install \"xmask[tensorboard]\"). Same as --set train.loggers=[tensorboard].", show_default=False)] = None,
     data: DataOptions = DataOptions(),
     fmt: FormatOpt = None,
@@ -54,6 +55,8 @@ def train(
 
         xmask train --preset graph-level --seeds 0-4 --resume
 
+        xmask train --preset proteins --folds 10 --data-root ../shared/datasets --format json > proteins-10fold.json
+
         xmask train --preset node-level --dataset cora --logger tensorboard
     """
     from xmask_cli.api import train as train_runs
@@ -76,11 +79,12 @@ def train(
         def on_epoch(s: int, row: dict[str, Any]) -> None:
             bar(row["epoch"] + 1, state["epochs"])
             if not tty_bar and (row["epoch"] % state["every"] == 0):
-                vals = " ".join(f"{k} {v:.4f}" for k, v in row.items() if k.startswith("val_"))
+                vals = " ".join(f"{k} {v:.4f}" for k, v in row.items() if k.startswith("val_") and v is not None)
                 out.log(f"seed {s} epoch {row['epoch']}: loss {row['loss']:.4f} {vals}")
 
         loggers = [f"train.loggers=[{','.join(logger)}]"] if logger else []
-        result = train_runs(run.preset, [*(run.set_ or []), *loggers], dataset=run.dataset,
+        fold_set = [] if folds is None else [f"data.folds={folds}"]
+        result = train_runs(run.preset, [*(run.set_ or []), *loggers, *fold_set], dataset=run.dataset,
                             seeds=seeds if seeds is not None else seed, device=device,
                             name=name, runs_dir=runs_dir, cache_dir=data.cache(), data_root=data.data_root,
                             offline=data.no_download, resume=resume, overwrite=overwrite, log=out.log,

@@ -22,6 +22,7 @@ def tune(
     resume: Annotated[bool, typer.Option("--resume", help="Continue a stopped study up to --trials finished trials; trials its killed process left running are recorded as failed.")] = False,
     sampler_seed: Annotated[int, typer.Option("--sampler-seed", min=0, help="Seed of the TPE sampler (a study is reproducible).")] = 0,
     pruner: Annotated[str, typer.Option("--pruner", help="median (stop trials below the median at the same seed and epoch) or none.")] = "median",
+    folds: Annotated[int, typer.Option("--folds", min=0, help="Graph level: score each trial on the inner holdouts (validation) of the first F outer folds of the fold protocol (data.folds, 10 if unset); 0: the dataset's split.")] = 0,
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Draw the PNG plots (parallel workers can leave them to one process).")] = True,
     device: DeviceOpt = "auto",
     runs_dir: Annotated[Optional[Path], typer.Option("--runs-dir", help="Root of study folders [default: the preset's run.root, ./runs].", show_default=False)] = None,
@@ -55,7 +56,7 @@ def tune(
     opts = TuneOptions(trials=trials, seeds=parse_seeds(seeds),
                        final_seeds=[] if final_seeds.strip().lower() == "none" else parse_seeds(final_seeds),
                        timeout_s=parse_duration(timeout), study=study, storage=storage, runs_dir=runs_dir,
-                       resume=resume, sampler_seed=sampler_seed, pruner=pruner, plots=plots, device=resolve_device(device),
+                       resume=resume, sampler_seed=sampler_seed, pruner=pruner, plots=plots, folds=folds, device=resolve_device(device),
                        cache_dir=data.cache(), data_root=data.data_root, offline=data.no_download)
     result = run_study(cfg, opts, log=out.log)
     out.result(result, lambda con: human_report(con, result))

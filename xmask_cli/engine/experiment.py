@@ -16,6 +16,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 
 from xmask_cli.config import Config
+from xmask_cli.engine.folds import HOLDOUT
 from xmask_cli.engine.loop import PARTS, TrainConfig, seed_everything
 from xmask_cli.engine.runs import RunDir, aggregate, input_stall
 from xmask_cli.engine.tasks import LEVELS
@@ -183,7 +185,20 @@ def check_config(cfg: Config) -> tuple[str, str]:
     if cfg.model.experts and level != "node":
         raise ConfigError(f"model.experts (M3Dphormer attention experts) need a node-level task, not {level}")
     _check_node_struct(cfg, level)
+    _check_folds(cfg, level)
     return level, metric
+
+
+def _check_folds(cfg: Config, level: str) -> None:
+    if not cfg.data.folds:
+        return
+    if level != "graph":
+        raise ConfigError(f"--folds (data.folds={cfg.data.folds}) is the graph-level protocol (stratified folds of "
+                          f"graphs); a {level}-level task keeps its split: drop --folds")
+    spec = _spec(cfg)
+    if spec.split == "scaffold":
+        raise ConfigError(f"{spec.name} has an official split (OGB scaffold) that results are reported on: "
+                          f"drop --folds (data.folds={cfg.data.folds})")
 
 
 #: Levels whose node features may carry ``model.node_struct`` channels: pair tasks would read the degree of
@@ -352,6 +367,18 @@ class Experiment:
         return run_name(self.cfg, self.level)
 
 
+def _fold_experiment(exp: Experiment, seed: int, fold: int, root: Path, write: bool) -> Experiment:
+    """``exp`` for outer fold ``fold`` (its config records ``data.fold``, which ``eval`` reads back); the
+    seed's fold index files are written into ``<root>/<seed>/folds/`` with its first fold."""
+    if write and fold == 0:
+        from xmask_cli.engine.folds import outer_folds, write_fold_files
+        from xmask_cli.engine.tasks.graph import graph_labels
+
+        write_fold_files(outer_folds(graph_labels(exp.graphs), exp.cfg.data.folds, seed), root / str(seed) / "folds")
+    cfg = dataclasses.replace(exp.cfg, data=dataclasses.replace(exp.cfg.data, fold=fold))
+    return dataclasses.replace(exp, cfg=cfg)
+
+
 def run_name(cfg: Config, level: str | None = None) -> str:
     """``run.name``, or ``<dataset>-<level>`` (known before any data is loaded; ``level`` if already resolved)."""
     if cfg.run.name:
@@ -376,8 +403,15 @@ def train_seeds(
     on_epoch: Callable[[int, dict[str, Any]], None] = lambda seed, row: None,
     on_seed_start: Callable[[int, int], None] = lambda seed, epochs: None,
     parts: tuple[str, ...] = PARTS,
+    max_folds: int | None = None,
 ) -> dict[str, Any]:
     """Train one run per seed into ``<run_root>/<name>/<seed>/``; returns summaries and the aggregate.
+
+    With ``data.folds`` = K (graph level), one run per seed and outer fold into
+    ``<name>/<seed>/fold-<i>/``, the fold index files in ``<name>/<seed>/folds/``
+    (:mod:`xmask_cli.engine.folds`); ``max_folds`` trains only the first folds
+    (``xmask tune`` scores a trial on their holdouts). The aggregate is then over
+    every (seed, fold) run, and ``folds`` adds each seed's mean ± std over its folds.
 
     ``parts``: the parts each seed's best state is scored on (``xmask tune`` passes
     ``("train", "val")``: a search never scores test).
@@ -400,7 +434,11 @@ def train_seeds(
     check_loggers(cfg.train.loggers)  # a missing logger fails before any data is loaded
     level, _ = check_config(cfg)
     root = Path(run_root or cfg.run.root) / run_name(cfg, level)
-    summaries, run_dirs = [], [RunDir(root / str(seed)) for seed in seeds]
+    n_folds = min(cfg.data.folds, max_folds or cfg.data.folds)
+    # (seed, fold or None, run folder) of every run, in training order.
+    jobs = [(seed, None, RunDir(root / str(seed))) for seed in seeds] if not n_folds else [
+        (seed, i, RunDir(root / str(seed) / f"fold-{i}")) for seed in seeds for i in range(n_folds)]
+    summaries, run_dirs = [], [run for _, _, run in jobs]
     # Under torchrun: one process group for every seed; only rank 0 locks, reads and writes run folders.
     with distributed.session(device) as (w, device), contextlib.ExitStack() as held:
         if w.main:
@@ -418,28 +456,33 @@ def train_seeds(
         exp = Experiment.load(cfg, cache_dir=cache_dir, data_root=data_root, offline=offline, log=log)
         if w.distributed and w.main:
             distributed.barrier(w)
-        for seed, run in zip(seeds, run_dirs):
+        for seed, fold, run in jobs:
+            run_exp = exp if fold is None else _fold_experiment(exp, seed, fold, root, write=w.main)
             seed_everything(seed)
-            task = exp.task(seed, device)
+            task = run_exp.task(seed, device)
             on_seed_start(seed, cfg.train.epochs)
-            extra = {"config": cfg.to_dict(), "level": exp.level,
+            extra = {"config": run_exp.cfg.to_dict(), "level": exp.level,
                      "data_root": None if data_root is None else str(data_root)}
-            summary = train_task(task, exp.model_config(task), _train_config(cfg, seed, device), run,
+            summary = train_task(task, run_exp.model_config(task), _train_config(cfg, seed, device), run,
                                  extra_config=extra, resume=resume, overwrite=overwrite,
                                  log=lambda row, s=seed: on_epoch(s, row), parts=parts)
-            summary = {**summary, "level": exp.level, "run_dir": str(run.path)}
+            summary = {**summary, "level": exp.level, "run_dir": str(run.path),
+                       **({} if fold is None else {"fold": fold, "folds": cfg.data.folds})}
             if w.main:
                 run.write_summary(summary)
             summaries.append(summary)
             stall = input_stall(run.read_metrics()) if w.main else None  # other ranks never read the run folder
-            log(f"seed {seed}: best epoch {summary['best_epoch']}, "
+            log(f"seed {seed}{'' if fold is None else f' fold {fold}'}: best epoch {summary['best_epoch']}, "
                 + ", ".join(f"{p} {exp.metric} {summary['metrics'][p]:.4f}" for p in PARTS if p in summary['metrics'])
                 + ("" if stall is None else f"; input stall {100 * stall:.1f} % of training time (waiting for batches)"))
         agg = aggregate(run_dirs) if w.main else None
         result = {"name": exp.run_name(), "dataset": exp.dataset, "level": exp.level, "metric": exp.metric,
                   "features": exp.features(),
                   "seeds": seeds, "run_root": str(root), "runs": summaries, "aggregate": agg}
-        if len(seeds) > 1 and w.main:
+        if n_folds and w.main:
+            result["folds"] = {"k": cfg.data.folds, "trained": n_folds, "holdout": HOLDOUT,
+                               "per_seed": {str(s): aggregate([r for s2, _, r in jobs if s2 == s]) for s in seeds}}
+        if len(run_dirs) > 1 and w.main:
             from xmask_cli.engine.runs import write_json
 
             root.mkdir(parents=True, exist_ok=True)

@@ -3,7 +3,8 @@
 The training is :func:`~xmask_cli.engine.experiment.train_seeds`, the code behind
 ``xmask train``, with ``parts=("train", "val")``: the best epoch of each seed is
 chosen on validation as in ``train``, and test is never scored. The trial's value
-is the mean validation metric over the seeds; the best trial is chosen by
+is the mean validation metric over the seeds (with ``--folds F``: over the inner
+holdouts of the first F outer folds of every seed); the best trial is chosen by
 :func:`best_trial` (ties broken by the mean validation loss, as epochs are).
 
 Pruning: after every epoch of seed number ``i`` (0-based, in ``--seeds`` order),
@@ -55,6 +56,7 @@ class TrialSetup:
     cache_dir: Path = Path("cache")
     data_root: str | os.PathLike | None = None
     offline: bool | None = None
+    folds: int = 0  # > 0: train the first F outer folds of data.folds per seed, score their inner holdouts
 
 
 def trial_config(setup: TrialSetup, values: dict[str, Any], number: int) -> Config:
@@ -91,9 +93,12 @@ def run_trial(trial: Any, setup: TrialSetup, *, log: Callable[[str], None] = lam
     higher = HIGHER_IS_BETTER[setup.metric]
     key = f"val_{setup.metric}"
     best: dict[int, float] = {}
+    runs = [-1]  # with folds: the position of the run (seed, fold) whose epochs arrive
 
     def on_epoch(seed: int, row: dict[str, Any]) -> None:
-        i = setup.seeds.index(seed)
+        if setup.folds:
+            runs[0] += int(row["epoch"]) == 0  # a trial's runs start at epoch 0, one after the other
+        i = runs[0] if setup.folds else setup.seeds.index(seed)
         v = float(row[key])
         if math.isfinite(v) and (i not in best or (v > best[i] if higher else v < best[i])):
             best[i] = v
@@ -105,7 +110,7 @@ def run_trial(trial: Any, setup: TrialSetup, *, log: Callable[[str], None] = lam
     try:
         result = train_seeds(cfg, setup.seeds, device=setup.device, cache_dir=setup.cache_dir,
                              data_root=setup.data_root, offline=setup.offline, overwrite=True,
-                             parts=SEARCH_PARTS, on_epoch=on_epoch, log=log)
+                             parts=SEARCH_PARTS, on_epoch=on_epoch, log=log, max_folds=setup.folds or None)
     except (optuna.TrialPruned, KeyboardInterrupt, *STUDY_ERRORS):
         raise
     except Exception as exc:  # out of memory, divergence, a bug in one corner of the space: record and go on

@@ -67,6 +67,7 @@ class TuneOptions:
     data_root: str | os.PathLike | None = None
     offline: bool | None = None
     plots: bool = True  # False: no PNGs (a worker whose plots another process draws; tests)
+    folds: int = 0  # > 0: a trial trains the first F outer folds of data.folds and scores their inner holdouts
 
 
 def parse_duration(text: str | None) -> float | None:
@@ -119,6 +120,8 @@ def _identity(cfg: Config, params: list[Param], opts: TuneOptions, metric: str) 
     """What makes two processes' studies the same search: the preset (space apart), space, seeds, metric."""
     identity = {"config": _search_config(cfg), "space": {p.key: p.to_dict() for p in params},
                 "seeds": list(opts.seeds), "metric": metric}
+    if opts.folds:  # only when set: studies made without folds keep their identity
+        identity["folds"] = opts.folds
     return json.loads(json.dumps(identity))  # as the storage gives it back (tuples become lists)
 
 
@@ -336,6 +339,8 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
         raise UsageError("the preset has no tune: section (the search space); add one, e.g. "
                          "tune: {train.lr: {float: [1.0e-4, 1.0e-2], log: true}} (see docs/tune.md)")
     level, metric = check_config(cfg)
+    if opts.folds:
+        cfg = _with_folds(cfg, opts.folds, level)
     name, folder = study_dir(cfg, opts)
     url = opts.storage or f"sqlite:///{folder.resolve() / 'study.db'}"
     direction = "maximize" if HIGHER_IS_BETTER[metric] else "minimize"
@@ -353,7 +358,8 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
         todo = opts.trials
         log(f"study '{name}' ({url}): {len(study.trials)} trial(s) so far; running {todo}")
     setup = TrialSetup(cfg=cfg, params=params, seeds=list(opts.seeds), metric=metric, study_dir=folder,
-                       device=opts.device, cache_dir=opts.cache_dir, data_root=opts.data_root, offline=opts.offline)
+                       device=opts.device, cache_dir=opts.cache_dir, data_root=opts.data_root, offline=opts.offline,
+                       folds=opts.folds)
     ran = optimize(study, lambda trial: run_trial(trial, setup, prune=opts.pruner != "none"), trials=todo,
                    sampler_seed=opts.sampler_seed, timeout_s=opts.timeout_s, metric=metric, log=log)
 
@@ -378,6 +384,28 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
         raise XmaskError(f"study '{name}': no trial completed ({len(study.trials)} trial(s)"
                          + (f"; first failure: {reasons[0]}" if reasons else "") + f"); see {folder / 'trials.csv'}")
     return summary
+
+
+#: Outer folds ``tune --folds F`` uses when the preset sets no ``data.folds`` (Errica et al.'s K).
+DEFAULT_FOLDS = 10
+
+
+def _with_folds(cfg: Config, used: int, level: str) -> Config:
+    """``cfg`` under the fold protocol (``data.folds``, :data:`DEFAULT_FOLDS` if unset); F must not exceed K.
+
+    Raises:
+        UsageError: F larger than ``data.folds``; ConfigError: folds where they do not apply (not graph level, OGB).
+    """
+    import dataclasses
+
+    from xmask_cli.engine.experiment import check_config
+
+    k = cfg.data.folds or DEFAULT_FOLDS
+    if used > k:
+        raise UsageError(f"--folds {used}: the preset's protocol has data.folds={k} outer folds; give at most {k}")
+    cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, folds=k))
+    check_config(cfg)  # OGB's official split and non-graph levels refuse folds here, before any trial
+    return cfg
 
 
 def _quiet_optuna() -> None:

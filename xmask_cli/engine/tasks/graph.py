@@ -197,7 +197,12 @@ def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = N
     from xmask_cli.engine.splits import graph_split
 
     cfg = exp.cfg
-    split = graph_split(exp.graphs.spec.split, exp.graphs.dataset, seed=seed)
+    if cfg.data.folds:  # Errica et al.'s protocol: outer fold data.fold of data.folds, fixed by the seed
+        from xmask_cli.engine.folds import outer_folds
+
+        split = outer_folds(graph_labels(exp.graphs), cfg.data.folds, seed)[cfg.data.fold]
+    else:
+        split = graph_split(exp.graphs.spec.split, exp.graphs.dataset, seed=seed)
     return GraphTask(exp.cache_path, exp.graphs, split, exp.metric, cfg.train.batch_size, seed, device,
                      loader_workers=cfg.train.loader_workers, needs=model_needs(cfg),
                      node_struct=cfg.model.node_struct, log_mask=log_mask_of(cfg), log_cache_mb=cfg.train.log_cache_mb)
