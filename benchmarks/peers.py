@@ -38,10 +38,16 @@ Models:
   "shared" protocol: every val (test) positive is ranked against *all*
   ``val_neg`` (``test_neg``) pairs.
 
+Fold protocol (``--folds K``, graph sets): GIN with 5 layers and the structure-agnostic baseline
+(node MLP, sum pooling, MLP head), both hidden 64, AdamW 1e-3 / 1e-2, batch 32, gradient clipping at
+xmask's 1.0, on the outer folds and inner holdouts of ``xmask train --folds K`` (the same fold files for
+a seed), selected by xmask's rule (holdout accuracy, ties by holdout loss, then the later epoch).
+
 Usage (from the repository root)::
 
     python benchmarks/peers.py                        # everything, seeds 0-4
     python benchmarks/peers.py --only node --seeds 0-1
+    python benchmarks/peers.py --only graph --folds 10 --seeds 0 --graph-datasets MUTAG,PROTEINS,IMDB-BINARY
     python benchmarks/peers.py --only link,graph --threads 1
     python benchmarks/peers.py --only node --optimizer adam-l2 --out benchmarks/out/peers-adam-l2.json
     python benchmarks/peers.py --only node --optimizer adam-l2 --normalize-features \
@@ -262,15 +268,16 @@ def _gin(in_dim: int, out_dim: int, hidden: int = 64, layers: int = 3, dropout: 
 GRAPH_WEIGHT_DECAY = {"adamw": 1e-2, "adam-l2": 0.0}
 
 
-def graph_data_list(graphs: Any) -> list[Any]:
-    """PyG ``Data`` per graph with xmask's node features (dataset ``x`` or one-hot degree)."""
+def graph_data_list(graphs: Any, node_struct: str = "none") -> list[Any]:
+    """PyG ``Data`` per graph with xmask's node features (dataset ``x`` or one-hot degree), plus the
+    ``model.node_struct`` channels a preset appends (``degree``: what ``graph-level`` gives its model)."""
     import torch
     from torch_geometric.data import Data
 
-    from xmask_cli.engine.features import node_features
+    from xmask_cli.engine.features import input_features
     from xmask_cli.engine.tasks.graph import graph_labels
 
-    feats, labels = node_features(graphs), graph_labels(graphs)
+    feats, labels = input_features(graphs, node_struct)[0], graph_labels(graphs)
     return [Data(x=f, edge_index=torch.from_numpy(np.ascontiguousarray(e, dtype=np.int64)), y=labels[i].view(1),
                  num_nodes=int(n))
             for i, (f, e, n) in enumerate(zip(feats, graphs.edge_index, graphs.num_nodes))]
@@ -323,6 +330,91 @@ def run_graph(graphs: Any, data_list: list[Any], seed: int, epochs: int, patienc
     model.load_state_dict(sel.state)
     return {"metrics": {p: score(p) for p in parts}, "best_epoch": sel.best_epoch,
             "epochs_run": epoch + 1,
+            "split": {"name": split.name, "seed": seed, **dict(zip(("train", "val", "test"), split.sizes()))}}
+
+
+# ------------------------------------------------- graph, fold protocol
+#: Peers of the fold protocol (Errica et al. 2020): GIN as that paper ran it (5 layers, hidden 64, sum readout)
+#: and its structure-agnostic baseline (a per-node MLP, sum pooling, an MLP classifier).
+FOLD_MODELS = ("GIN", "baseline")
+
+
+def _baseline(in_dim: int, out_dim: int, hidden: int = 64, dropout: float = 0.5) -> Any:
+    """Errica et al.'s structure-agnostic baseline: node MLP, sum pooling over the graph, MLP head."""
+    import torch
+    from torch_geometric.nn import global_add_pool
+
+    class Baseline(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.node = torch.nn.Sequential(torch.nn.Linear(in_dim, hidden), torch.nn.ReLU())
+            self.head = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
+                                            torch.nn.Dropout(dropout), torch.nn.Linear(hidden, out_dim))
+
+        def forward(self, x: Any, ei: Any, batch: Any, num_graphs: int | None = None) -> Any:
+            return self.head(global_add_pool(self.node(x), batch, size=num_graphs))
+
+    return Baseline()
+
+
+def run_graph_fold(data_list: list[Any], labels: Any, model_name: str, seed: int, folds: int, fold: int,
+                   epochs: int, patience: int, clip_norm: float = 1.0, batch_size: int = 32, lr: float = 1e-3,
+                   weight_decay: float = 1e-2) -> dict[str, Any]:
+    """One (seed, fold) run of a fold-protocol peer on xmask's folds (:func:`xmask_cli.engine.folds.outer_folds`):
+    the same outer folds and inner holdout as ``xmask train --folds``, the same input features (``data_list``),
+    the same gradient clipping and the same selection rule (best holdout accuracy, ties broken by the holdout
+    loss, then the later epoch); test scored once on the selected state."""
+    import torch
+    from torch_geometric.loader import DataLoader
+
+    from xmask_cli.engine import selection
+    from xmask_cli.engine.folds import outer_folds
+    from xmask_cli.engine.metrics import accuracy
+
+    split = outer_folds(labels, folds, seed)[fold]
+    sets = {p: [data_list[int(i)] for i in getattr(split, p)] for p in ("train", "val", "test")}
+    _seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    train_loader = DataLoader(sets["train"], batch_size=batch_size, shuffle=True, generator=gen)
+    eval_loaders = {p: DataLoader(v, batch_size=batch_size, shuffle=False) for p, v in sets.items()}
+    num_classes = int(max(int(d.y) for d in data_list)) + 1
+    in_dim = data_list[0].x.size(1)
+    model = _gin(in_dim, num_classes, hidden=64, layers=5) if model_name == "GIN" else _baseline(in_dim, num_classes)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+
+    @torch.no_grad()
+    def evaluate(part: str) -> tuple[float, float]:
+        model.eval()
+        outs, ys = [], []
+        for b in eval_loaders[part]:
+            outs.append(model(b.x, b.edge_index, b.batch, b.num_graphs))
+            ys.append(b.y)
+        out, y = torch.cat(outs), torch.cat(ys)
+        return accuracy(out, y), float(torch.nn.functional.cross_entropy(out, y))
+
+    best, best_loss, best_epoch, bad, state, epoch = None, None, -1, 0, None, -1
+    for epoch in range(epochs):
+        model.train()
+        for b in train_loader:
+            opt.zero_grad(set_to_none=True)
+            loss = torch.nn.functional.cross_entropy(model(b.x, b.edge_index, b.batch, b.num_graphs), b.y)
+            loss.backward()
+            if clip_norm > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+            opt.step()
+        val, val_loss = evaluate("val")
+        why = selection.compare(val, val_loss, best, best_loss, higher=True)
+        if why is not None:
+            best, best_loss, best_epoch = val, val_loss, epoch
+            bad = 0 if why != "tie" else bad + 1
+            state = copy.deepcopy(model.state_dict())
+        else:
+            bad += 1
+        if bad >= patience:
+            break
+    model.load_state_dict(state)
+    return {"metrics": {p: evaluate(p)[0] for p in ("train", "val", "test")}, "best_epoch": best_epoch,
+            "epochs_run": epoch + 1, "fold": fold, "folds": folds,
             "split": {"name": split.name, "seed": seed, **dict(zip(("train", "val", "test"), split.sizes()))}}
 
 
@@ -478,6 +570,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated graph datasets for GIN (default: %(default)s; NCI1 also works)")
     p.add_argument("--graph-epochs", type=int, default=150)
     p.add_argument("--graph-patience", type=int, default=30)
+    p.add_argument("--folds", type=int, default=0,
+                   help="graph: run the fold protocol (Errica et al.) with this many outer folds on "
+                        "--graph-datasets for GIN (5 layers) and the structure-agnostic baseline, on xmask's folds")
+    p.add_argument("--clip-norm", type=float, default=1.0, help="fold protocol: gradient clipping (xmask's default)")
     p.add_argument("--link-epochs", type=int, default=300)
     p.add_argument("--link-patience", type=int, default=50)
     p.add_argument("--out", type=Path, default=HERE / "out" / "peers.json", help="JSON results (default: %(default)s)")
@@ -524,7 +620,23 @@ def main(argv: list[str] | None = None) -> int:
                     for s in args.seeds:
                         record("node", ds, model, "accuracy", s,
                                lambda: run_node(graphs, model, s, args.node_epochs, args.node_patience))
-        if "graph" in only:
+        if "graph" in only and args.folds:
+            from xmask_cli.config import resolve
+            from xmask_cli.engine.tasks.graph import graph_labels
+
+            for ds in args.graph_datasets.split(","):
+                graphs = _load(ds, args.data_root, cache_dir)
+                # The input xmask's shipped preset for the set reads (its model.node_struct channels included).
+                preset = ds.lower() if ds.lower() in ("mutag", "proteins", "nci1", "dd", "imdb-binary") else "graph-level"
+                data_list = graph_data_list(graphs, resolve(preset).model.node_struct)
+                labels = graph_labels(graphs)
+                for model in FOLD_MODELS:
+                    for s in args.seeds:
+                        for i in range(args.folds):
+                            record("graph-folds", ds, model, "accuracy", s,
+                                   lambda: run_graph_fold(data_list, labels, model, s, args.folds, i,
+                                                          args.graph_epochs, args.graph_patience, args.clip_norm))
+        elif "graph" in only:
             for ds in args.graph_datasets.split(","):
                 graphs = _load(ds, args.data_root, cache_dir)
                 data_list = graph_data_list(graphs)

@@ -67,3 +67,20 @@ def test_amazon_peer_split_is_xmask_seeded_split(peers, shared_data, tmp_path, m
     for r in runs:  # 60/20/20 of every node, as xmask's run with that seed splits them
         assert r["split"]["train"] + r["split"]["val"] + r["split"]["test"] == n
         assert abs(r["split"]["val"] - 0.2 * n) <= 1
+
+
+@pytest.mark.parametrize("model", ["GIN", "baseline"])
+def test_fold_peers_train_on_xmasks_folds(peers, model, tmp_path):
+    """The fold-protocol peers read the same outer fold and inner holdout as ``xmask train --folds``."""
+    from xmask_cli.engine.folds import outer_folds
+    from xmask_cli.engine.tasks.graph import graph_labels
+
+    graphs = peers._load("MUTAG", tmp_path / "no-root", tmp_path / "cache")  # bundled
+    data_list = peers.graph_data_list(graphs, "degree")
+    assert data_list[0].x.size(1) == 7 + 5  # MUTAG's atom types and graph-level's one-hot degree (as xmask)
+    labels = graph_labels(graphs)
+    res = peers.run_graph_fold(data_list, labels, model, seed=0, folds=3, fold=1, epochs=2, patience=5)
+    fold = outer_folds(labels, 3, 0)[1]
+    assert res["split"] == {"name": "fold-1-of-3", "seed": 0, "train": len(fold.train), "val": len(fold.val),
+                            "test": len(fold.test)}
+    assert res["epochs_run"] == 2 and 0 <= res["metrics"]["test"] <= 1
