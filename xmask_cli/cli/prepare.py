@@ -45,6 +45,7 @@ def prepare(
     from xmask_cli import config_resolve as R
     from xmask_cli.data.registry import get_dataset
     from xmask_cli.prepare import prepare_dataset
+    from xmask_cli.prepare.ranks import rank_world
 
     out = output_for(ctx, fmt)
     distributed = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1  # under torchrun: ranks share the blocks
@@ -64,8 +65,9 @@ def prepare(
 
         group = session("cpu")  # gloo: the ranks exchange numpy blocks, never tensors on a device
     with group, out.progress(f"prepare {spec.name}", total=1) as bar:
-        summary = prepare_dataset(cfg, data_root=data.data_root, cache_dir=data.cache(), workers=workers, force=force,
-                                  offline=data.no_download, log=out.log, progress=bar)
+        summary = prepare_dataset(cfg, data_root=data.data_root, cache_dir=data.cache(), workers=workers,
+                                  force=force, offline=data.no_download, log=out.log, progress=bar,
+                                  world=rank_world() if distributed else None)
 
     if main:
         out.result(summary.to_dict(), lambda con: render.human(con, summary, spec.name))

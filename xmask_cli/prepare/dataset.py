@@ -13,7 +13,7 @@ from xmask_cli.config import Config, StructureConfig
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.prepare.graphs import PrepareSummary, prepare_graphs
 from xmask_cli.prepare.needs import structure_needed
-from xmask_cli.prepare.ranks import rank0_first, rank_world
+from xmask_cli.prepare.ranks import RankWorld, rank0_first
 
 
 def resolve_cache_dir(cli_value: str | os.PathLike | None) -> Path:
@@ -31,8 +31,12 @@ def prepare_dataset(
     offline: bool | None = None,
     log: Callable[[str], None] = lambda m: None,
     progress: Callable[[int, int], None] | None = None,
+    world: RankWorld | None = None,
 ) -> PrepareSummary:
-    """Load ``cfg.data.dataset`` through its PyG/OGB loader and cache its structure."""
+    """Load ``cfg.data.dataset`` through its PyG/OGB loader and cache its structure.
+
+    ``world``: the ranks of a ``torchrun`` prepare, every one calling (see :mod:`~xmask_cli.prepare.ranks`).
+    """
     from xmask_cli.data.load import load_graphs, resolve_data_root
     from xmask_cli.data.registry import get_dataset
 
@@ -43,12 +47,16 @@ def prepare_dataset(
     if spec.family == "images":  # one grid graph for every image: its geometry alone decides it
         from xmask_cli.data.images import image_info
 
-        _, height, width = image_info(spec).shape
-        return prepare_grid(dataset_key=spec.key, image_size=(height, width), patch=cfg.image.patch,
-                            connectivity=cfg.image.connectivity, cfg=structure, cache_dir=cache_dir,
-                            force=force, log=log)
+        w = world or RankWorld()
+        grid = None
+        if w.rank == 0:  # one small graph: rank 0 alone computes and writes it
+            _, height, width = image_info(spec).shape
+            grid = prepare_grid(dataset_key=spec.key, image_size=(height, width), patch=cfg.image.patch,
+                                connectivity=cfg.image.connectivity, cfg=structure, cache_dir=cache_dir,
+                                force=force, log=log)
+        return w.broadcast(grid)
     t0 = time.perf_counter()
-    with rank0_first(rank_world()):  # under torchrun rank 0 stages the dataset, then the others read it
+    with rank0_first(world or RankWorld()):  # with several ranks rank 0 stages the dataset, then the others read it
         graphs = load_graphs(spec, data_root=resolve_data_root(data_root, cfg.data.root), cache_dir=cache_dir,
                              offline=offline)
     log(f"loaded {spec.name}: {graphs.num_graphs} graph(s), {int(graphs.num_nodes.sum())} nodes from {graphs.source} "
@@ -58,7 +66,7 @@ def prepare_dataset(
     summary = prepare_graphs(
         dataset_key=spec.key, level=spec.level, edges=graphs.edge_index, num_nodes=graphs.num_nodes,
         fingerprint=graphs.fingerprint(), cfg=structure, cache_dir=cache_dir, workers=workers,
-        memory_gb=cfg.prepare.memory_gb,
+        memory_gb=cfg.prepare.memory_gb, world=world,
         force=force, full_check=True, progress=progress, log=log,
     )
     summary.features = features.to_dict()

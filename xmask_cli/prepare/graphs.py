@@ -155,6 +155,7 @@ def prepare_graphs(
     progress: Callable[[int, int], None] | None = None,
     log: Callable[[str], None] | None = None,
     memory_gb: float | None = None,
+    world: Any = None,
 ) -> PrepareSummary:
     """Compute and cache the structure of ``edges`` unless the same key is cached and sound.
 
@@ -171,15 +172,17 @@ def prepare_graphs(
         memory_gb: working-set budget of a large graph's row blocks (``prepare.memory_gb``); the stored
             values do not depend on it.
 
-    Under ``torchrun`` (an open process group) the ranks share the computation (see
-    :mod:`~xmask_cli.prepare.ranks`): rank 0 checks, writes and reports; every rank returns its summary.
+    With ``world`` (a :class:`~xmask_cli.prepare.ranks.RankWorld` of several ranks, every rank calling)
+    the ranks share the computation (see :mod:`~xmask_cli.prepare.ranks`): rank 0 checks, writes and
+    reports; every rank returns its summary. Without it this process computes alone, process group or
+    not (training under torchrun prepares on rank 0 while the others wait).
 
     Raises:
         CacheError: something other than a regular file sits at the cache path.
     """
-    from xmask_cli.prepare.ranks import gathered_blocks, rank_world
+    from xmask_cli.prepare.ranks import RankWorld, gathered_blocks
 
-    w = rank_world()
+    w = world if world is not None else RankWorld()
     budget = DEFAULT_BUDGET if memory_gb is None else float(memory_gb) * (1 << 30)
     nn = np.asarray(num_nodes, dtype=np.int64)
     if w.distributed and w.rank != 0:
