@@ -32,7 +32,8 @@ def holds(params: dict[str, Any]) -> list[str]:
     out = []
     pw = params.get("powers", {})
     if "k" in pw:
-        out.append(f"A^1..A^{pw['k']}" + ("" if pw.get("normalization", "sym") == "sym" else f" ({pw['normalization']})"))
+        powers = "A^1" if int(pw["k"]) == 1 else f"A^1..A^{pw['k']}"
+        out.append(powers + ("" if pw.get("normalization", "sym") == "sym" else f" ({pw['normalization']})"))
     if params.get("spd", {}).get("enabled"):
         out.append(f"spd<={params['spd'].get('max_distance')}")
     if params.get("spectrum", {}).get("enabled"):
