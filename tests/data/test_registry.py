@@ -10,6 +10,7 @@ EXPECTED = {
     "Cora": "node", "CiteSeer": "node", "PubMed": "node", "Computers": "node", "Photo": "node", "CS": "node",
     "Physics": "node", "WikiCS": "node", "MUTAG": "graph", "PROTEINS": "graph", "NCI1": "graph", "DD": "graph",
     "IMDB-BINARY": "graph", "COLLAB": "graph", "ogbg-molhiv": "graph", "digits": "image", "CIFAR10": "image",
+    "ogbn-arxiv": "node", "ogbn-products": "node",
 }
 
 

@@ -35,8 +35,10 @@ from xmask_cli.model.attention_path import PathRefused
 from xmask_cli.engine.splits import node_split
 from xmask_cli.model.network import ModelConfig, XMaskNet, sparse_refusal
 
-#: Powers Â^1, Â^2 only, no SPD / spectra: the structure these tests read, prepared in seconds.
-FAST = ["structure.spd.enabled=false", "structure.spectrum.enabled=false", "structure.powers.k=2"]
+#: Powers Â^1, Â^2 only, no SPD / spectra: the structure these tests read, prepared in seconds. The tests pick
+#: the path themselves (partition mode, learned biases), so prepare computes every section the structure names.
+FAST = ["structure.spd.enabled=false", "structure.spectrum.enabled=false", "structure.powers.k=2",
+        "prepare.compute=all"]
 
 
 @dataclass
