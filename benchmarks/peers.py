@@ -621,7 +621,7 @@ def main(argv: list[str] | None = None) -> int:
                         record("node", ds, model, "accuracy", s,
                                lambda: run_node(graphs, model, s, args.node_epochs, args.node_patience))
         if "graph" in only and args.folds:
-            from xmask_cli.config import resolve
+            from xmask_cli.config_resolve import resolve
             from xmask_cli.engine.tasks.graph import graph_labels
 
             for ds in args.graph_datasets.split(","):
