@@ -221,167 +221,243 @@ def fit(
     return summary
 
 
-def _fit(task: Task, model: torch.nn.Module, train_cfg: TrainConfig, run: RunDir, *, model_config: dict[str, Any],
-         extra_config: dict[str, Any] | None, resume: bool, overwrite: bool,
-         log: Callable[[dict[str, Any]], None], parts: tuple[str, ...]) -> dict[str, Any]:
-    """:func:`fit`'s training, without the run folder's figures and loggers."""
-    if train_cfg.epochs < 1:
-        raise ValueError(f"epochs must be >= 1, got {train_cfg.epochs}")
-    check_precision(train_cfg.precision, train_cfg.device)
-    if "val" not in parts or not set(parts) <= set(PARTS):
-        raise ValueError(f"parts must include 'val' and lie in {PARTS}, got {parts}")
-    metric = task.metric
-    higher = HIGHER_IS_BETTER[metric]
+@dataclass
+class _Optimisation:
+    """AdamW, the warm-up schedule and (fp16) the gradient scaler of one run."""
 
-    optimizer = torch.optim.AdamW(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup(train_cfg.warmup_epochs))
-    precision, device = train_cfg.precision, train_cfg.device
-    scaler = grad_scaler(precision, device)
-    config = {**(extra_config or {}), **task.describe(), "metric": metric, "model": model_config,
-              "train": train_cfg.to_dict()}
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    scaler: Any
 
-    w = distributed.world()
-    comm_device = next(iter(model.parameters()), torch.empty(0)).device  # where collectives put their tensors
-    start, best, best_loss, best_epoch, bad_epochs = 0, None, None, -1, 0
-    # JSON round trip so tuples compare equal to the lists read back.
-    now = json.loads(json.dumps(config))
-    ckpt = None
-    if w.main:  # only rank 0 reads and writes the run folder
-        if resume and run.has_checkpoint(RunDir.LAST):
-            ckpt = run.load_checkpoint(RunDir.LAST)
-            # The config the checkpoint was trained with (older checkpoints: config.json).
-            saved = json.loads(ckpt["config"]) if isinstance(ckpt.get("config"), str) else run.load_config()
-            check_resumable(run, saved, now)
-            run.truncate_metrics(ckpt["epoch"] + 1)
-            run.save_config(config)  # the same run; only the epoch budget may have changed
+    @classmethod
+    def build(cls, model: torch.nn.Module, cfg: TrainConfig) -> "_Optimisation":
+        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        return cls(optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup(cfg.warmup_epochs)),
+                   grad_scaler(cfg.precision, cfg.device))
+
+    def state(self) -> dict[str, Any]:
+        """What ``last.pt`` keeps of them."""
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
+                **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {})}
+
+    def load(self, ckpt: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(ckpt["optimizer"])
+        self.scheduler.load_state_dict(ckpt["scheduler"])
+        if self.scaler is not None and "scaler" in ckpt:
+            self.scaler.load_state_dict(ckpt["scaler"])
+
+    def step(self) -> None:
+        if self.scaler is None:
+            self.optimizer.step()
         else:
-            if run.has_run_files():
-                if resume and (run.path / RunDir.CONFIG).is_file():
-                    # Killed before its first checkpoint: start over, but only as the same run.
-                    check_resumable(run, run.load_config(), now)
-                elif not (resume or overwrite):
-                    raise UsageError(f"run folder {run.path} exists; use --resume to continue it or --overwrite to replace it")
-                run.remove_run_files()
-            run.save_config(config)
-    if w.distributed:
-        # Every rank resumes from rank 0's checkpoint, whatever the number of ranks that wrote it.
-        ckpt = _collective(w, lambda: distributed.broadcast(ckpt, comm_device))
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+
+
+@dataclass
+class _Selection:
+    """Where a run stands: the next epoch, the best epoch so far by validation, and epochs without improvement."""
+
+    start: int = 0
+    best: float | None = None
+    best_loss: float | None = None
+    best_epoch: int = -1
+    bad_epochs: int = 0
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: dict[str, Any] | None) -> "_Selection":
+        if ckpt is None:
+            return cls()
+        return cls(ckpt["epoch"] + 1, ckpt["best"], ckpt.get("best_loss"), ckpt["best_epoch"], ckpt["bad_epochs"])
+
+    def update(self, val: float, val_loss: float | None, epoch: int, higher: bool) -> bool:
+        """Take ``epoch``'s validation into account (:func:`~xmask_cli.engine.selection.compare`); True if it is
+        the new best epoch. A tie keeps the later epoch without counting as an improvement."""
+        why = selection.compare(val, val_loss, self.best, self.best_loss, higher)
+        if why is None:
+            self.bad_epochs += 1
+            return False
+        self.best, self.best_loss, self.best_epoch = val, val_loss, epoch
+        self.bad_epochs = 0 if why != "tie" else self.bad_epochs + 1
+        return True
+
+    def state(self) -> dict[str, Any]:
+        """What ``last.pt`` keeps of it."""
+        return {"best": self.best, "best_loss": self.best_loss, "best_epoch": self.best_epoch,
+                "bad_epochs": self.bad_epochs}
+
+
+@dataclass
+class _EpochStats:
+    """One epoch's training pass: mean loss, learning rate, skipped batches, seconds training and waiting."""
+
+    loss: float
+    lr: float
+    skipped: int
+    train_s: float
+    waited_s: float
+
+
+def _run_config(task: Task, train_cfg: TrainConfig, model_config: dict[str, Any],
+                extra_config: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``config.json`` of the run (and what ``--resume`` compares)."""
+    return {**(extra_config or {}), **task.describe(), "metric": task.metric, "model": model_config,
+            "train": train_cfg.to_dict()}
+
+
+def _open_run(run: RunDir, config: dict[str, Any], resume: bool, overwrite: bool) -> dict[str, Any] | None:
+    """Prepare the run folder (rank 0): ``last.pt`` to resume from, or a fresh folder holding ``config.json``.
+
+    Raises:
+        UsageError: the folder holds a run and neither ``resume`` nor ``overwrite`` is given, or ``resume``
+            finds another config.
+    """
+    now = json.loads(json.dumps(config))  # JSON round trip so tuples compare equal to the lists read back
+    if resume and run.has_checkpoint(RunDir.LAST):
+        ckpt = run.load_checkpoint(RunDir.LAST)
+        # The config the checkpoint was trained with (older checkpoints: config.json).
+        saved = json.loads(ckpt["config"]) if isinstance(ckpt.get("config"), str) else run.load_config()
+        check_resumable(run, saved, now)
+        run.truncate_metrics(ckpt["epoch"] + 1)
+        run.save_config(config)  # the same run; only the epoch budget may have changed
+        return ckpt
+    if run.has_run_files():
+        if resume and (run.path / RunDir.CONFIG).is_file():
+            # Killed before its first checkpoint: start over, but only as the same run.
+            check_resumable(run, run.load_config(), now)
+        elif not (resume or overwrite):
+            raise UsageError(f"run folder {run.path} exists; use --resume to continue it or --overwrite to replace it")
+        run.remove_run_files()
+    run.save_config(config)
+    return None
+
+
+def _restore(ckpt: dict[str, Any] | None, model: torch.nn.Module, opt: _Optimisation) -> _Selection:
+    """Model, optimisation and RNG states from ``last.pt`` (nothing for a fresh run); where selection stood."""
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
-        scheduler.load_state_dict(ckpt["scheduler"])
-        if scaler is not None and "scaler" in ckpt:
-            scaler.load_state_dict(ckpt["scaler"])
+        opt.load(ckpt)
         set_rng_state(ckpt["rng"])
-        start, best, best_epoch, bad_epochs = ckpt["epoch"] + 1, ckpt["best"], ckpt["best_epoch"], ckpt["bad_epochs"]
-        best_loss = ckpt.get("best_loss")
-    ddp = _collective(w, lambda: distributed.wrap(model, comm_device)) if w.distributed else None
+    return _Selection.from_checkpoint(ckpt)
 
-    epoch = start - 1
-    stopped_early = start > 0 and bad_epochs >= train_cfg.patience
-    # A resumed run that had already stopped early trains no further epoch.
-    end = start if stopped_early else train_cfg.epochs
-    for epoch in range(start, end):
-        model.train()
-        total, count, skipped = 0.0, 0, 0
-        lr = optimizer.param_groups[0]["lr"]
-        waited = [0.0]
-        t_epoch = time.perf_counter()
-        if ddp is None:
-            batches: Iterable[tuple[Any, bool]] = ((b, True) for b in task.train_batches(epoch))
-        else:
-            torch.manual_seed(distributed.epoch_seed(train_cfg.seed, epoch, w.rank))
-            batches = distributed.shard_batches(task, epoch, w)
-        for i, (batch, real) in enumerate(timed_batches(batches, waited)):
-            optimizer.zero_grad(set_to_none=True)
-            if ddp is None:
-                with autocast(precision, device):
-                    loss, n = task.loss(model, batch)
-                bad = "loss" if not bool(torch.isfinite(loss.detach()).all()) else None
-                if bad is None:
-                    (loss if scaler is None else scaler.scale(loss)).backward()
-            else:
-                loss, n, bad = _ddp_backward(ddp, task, batch, real, w, comm_device, precision, device, scaler)
-                n = n if real else 0
-            if bad is None:
-                if scaler is not None:
-                    scaler.unscale_(optimizer)  # clip the true gradients
-                if train_cfg.clip_norm > 0:
-                    # Under DDP the gradients are already averaged: every rank clips the same norm.
-                    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), train_cfg.clip_norm)
-                    bad = "gradient norm" if not bool(torch.isfinite(norm)) else None
-                if bad is not None and scaler is not None:
-                    # fp16 overflow: the scaler skips this step and lowers its scale, as it is meant to.
-                    bad = None
-            if bad is not None:
-                if train_cfg.skip_nonfinite:
-                    optimizer.zero_grad(set_to_none=True)
-                    skipped += 1
-                    continue
-                best_path = run.path / RunDir.BEST
-                kept = f"best checkpoint so far: {best_path}" if best_path.is_file() else "no checkpoint yet"
-                raise DivergedError(f"training diverged: non-finite {bad} at epoch {epoch}, batch {i} (lr {lr:g}); "
-                                    f"lower train.lr, or set train.skip_nonfinite=true to skip such batches; {kept}")
-            if scaler is None:
-                optimizer.step()
-            else:
-                scaler.step(optimizer)
-                scaler.update()
-            total += float(loss.detach()) * n
-            count += n
-        epoch_s = time.perf_counter() - t_epoch
-        scheduler.step()
-        if ddp is not None:  # the epoch's loss over every rank's items
-            total, count = _collective(w, lambda: distributed.all_sum([total, count], comm_device))
-            count = int(count)
 
-        # Validation on rank 0 only (the full split, fixed batches); every rank takes its value, so
-        # best epoch and early stopping are decided alike everywhere.
-        val, val_loss = score_and_loss(task, model, "val", precision, device) if w.main else (None, None)
-        if w.distributed:
-            val, val_loss = _collective(w, lambda: distributed.broadcast((val, val_loss), comm_device))
-        why = selection.compare(val, val_loss, best, best_loss, higher)
-        if why is not None:
-            best, best_loss, best_epoch = val, val_loss, epoch
-            bad_epochs = 0 if why != "tie" else bad_epochs + 1
-            if w.main:
-                run.save_checkpoint({"model": _cpu_state(model), "epoch": epoch, "val": val, "val_loss": val_loss},
-                                    RunDir.BEST)
-        else:
-            bad_epochs += 1
-        stopped_early = bad_epochs >= train_cfg.patience
-        if not w.main:  # no files here; the same broadcast values stop every rank at the same epoch
-            if stopped_early:
-                break
+def _batches(task: Task, epoch: int, seed: int, ddp: torch.nn.Module | None,
+             w: distributed.World) -> Iterable[tuple[Any, bool]]:
+    """``(batch, real)`` of ``epoch``: the task's batches, or under DDP this rank's share (padding not real)."""
+    if ddp is None:
+        return ((b, True) for b in task.train_batches(epoch))
+    torch.manual_seed(distributed.epoch_seed(seed, epoch, w.rank))
+    return distributed.shard_batches(task, epoch, w)
+
+
+def _backward(task: Task, model: torch.nn.Module, ddp: torch.nn.Module | None, batch: Any, real: bool,
+              opt: _Optimisation, cfg: TrainConfig, w: distributed.World,
+              comm_device: torch.device) -> tuple[Tensor, int, str | None]:
+    """Loss and gradients of one batch, clipped: ``(loss, items, what was non-finite or None)``."""
+    if ddp is None:
+        with autocast(cfg.precision, cfg.device):
+            loss, n = task.loss(model, batch)
+        bad = "loss" if not bool(torch.isfinite(loss.detach()).all()) else None
+        if bad is None:
+            (loss if opt.scaler is None else opt.scaler.scale(loss)).backward()
+    else:
+        loss, n, bad = _ddp_backward(ddp, task, batch, real, w, comm_device, cfg.precision, cfg.device, opt.scaler)
+        n = n if real else 0
+    if bad is None:
+        if opt.scaler is not None:
+            opt.scaler.unscale_(opt.optimizer)  # clip the true gradients
+        if cfg.clip_norm > 0:
+            # Under DDP the gradients are already averaged: every rank clips the same norm.
+            norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip_norm)
+            bad = "gradient norm" if not bool(torch.isfinite(norm)) else None
+        if bad is not None and opt.scaler is not None:
+            # fp16 overflow: the scaler skips this step and lowers its scale, as it is meant to.
+            bad = None
+    return loss, n, bad
+
+
+def _diverged(run: RunDir, bad: str, epoch: int, batch: int, lr: float) -> DivergedError:
+    best_path = run.path / RunDir.BEST
+    kept = f"best checkpoint so far: {best_path}" if best_path.is_file() else "no checkpoint yet"
+    return DivergedError(f"training diverged: non-finite {bad} at epoch {epoch}, batch {batch} (lr {lr:g}); "
+                         f"lower train.lr, or set train.skip_nonfinite=true to skip such batches; {kept}")
+
+
+def _train_epoch(task: Task, model: torch.nn.Module, ddp: torch.nn.Module | None, opt: _Optimisation,
+                 cfg: TrainConfig, run: RunDir, epoch: int, w: distributed.World,
+                 comm_device: torch.device) -> _EpochStats:
+    """One pass over the epoch's batches, then the scheduler's step.
+
+    Raises:
+        DivergedError: a non-finite loss or gradient norm, unless ``cfg.skip_nonfinite``.
+    """
+    model.train()
+    total, count, skipped = 0.0, 0, 0
+    lr = opt.optimizer.param_groups[0]["lr"]
+    waited = [0.0]
+    t0 = time.perf_counter()
+    for i, (batch, real) in enumerate(timed_batches(_batches(task, epoch, cfg.seed, ddp, w), waited)):
+        opt.optimizer.zero_grad(set_to_none=True)
+        loss, n, bad = _backward(task, model, ddp, batch, real, opt, cfg, w, comm_device)
+        if bad is not None:
+            if not cfg.skip_nonfinite:
+                raise _diverged(run, bad, epoch, i, lr)
+            opt.optimizer.zero_grad(set_to_none=True)
+            skipped += 1
             continue
-        row = {"epoch": epoch, "loss": total / max(count, 1), "lr": lr, f"val_{metric}": val,
-               "val_loss": _finite_or_none(val_loss), "best_epoch": best_epoch, "train_s": round(epoch_s, 4),
-               "epoch_s": round(time.perf_counter() - t_epoch, 4),  # training pass + validation
-               "input_stall": round(waited[0] / epoch_s, 4) if epoch_s > 0 else 0.0}
-        if skipped:
-            row["skipped_batches"] = skipped
-        run.append_metrics(row)
-        # RNG states after the epoch: the next one (dropout) draws exactly what it would have uninterrupted.
-        run.save_checkpoint({
-            "model": _cpu_state(model), "optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(),
-            **({"scaler": scaler.state_dict()} if scaler is not None else {}),
-            "rng": rng_state(), "epoch": epoch, "best": best, "best_loss": best_loss, "best_epoch": best_epoch,
-            "bad_epochs": bad_epochs,
-            "config": json.dumps(config, sort_keys=True),  # resume compares against this, not config.json
-        }, RunDir.LAST)
-        log(row)
-        if stopped_early:
-            break
+        opt.step()
+        total += float(loss.detach()) * n
+        count += n
+    train_s = time.perf_counter() - t0
+    opt.scheduler.step()
+    if ddp is not None:  # the epoch's loss over every rank's items
+        total, count = _collective(w, lambda: distributed.all_sum([total, count], comm_device))
+        count = int(count)
+    return _EpochStats(total / max(count, 1), lr, skipped, train_s, waited[0])
 
-    if not w.main:  # rank 0 scores and writes; the others return its summary
-        return _collective(w, lambda: distributed.broadcast(None, comm_device))
-    # Whatever ended the run, report the best state by validation.
+
+def _validate(task: Task, model: torch.nn.Module, cfg: TrainConfig, w: distributed.World,
+              comm_device: torch.device) -> tuple[float, float]:
+    """``(val metric, val loss)``: scored on rank 0 only (the full split, fixed batches), every rank takes
+    its values, so best epoch and early stopping are decided alike everywhere."""
+    val, val_loss = score_and_loss(task, model, "val", cfg.precision, cfg.device) if w.main else (None, None)
+    if w.distributed:
+        val, val_loss = _collective(w, lambda: distributed.broadcast((val, val_loss), comm_device))
+    return val, val_loss
+
+
+def _epoch_row(epoch: int, stats: _EpochStats, metric: str, val: float, val_loss: float | None, best_epoch: int,
+               t_epoch: float) -> dict[str, Any]:
+    """The epoch's line of ``metrics.jsonl``."""
+    row = {"epoch": epoch, "loss": stats.loss, "lr": stats.lr, f"val_{metric}": val,
+           "val_loss": _finite_or_none(val_loss), "best_epoch": best_epoch, "train_s": round(stats.train_s, 4),
+           "epoch_s": round(time.perf_counter() - t_epoch, 4),  # training pass + validation
+           "input_stall": round(stats.waited_s / stats.train_s, 4) if stats.train_s > 0 else 0.0}
+    if stats.skipped:
+        row["skipped_batches"] = stats.skipped
+    return row
+
+
+def _save_last(run: RunDir, model: torch.nn.Module, opt: _Optimisation, sel: _Selection, epoch: int,
+               config: dict[str, Any]) -> None:
+    """``last.pt``: everything ``--resume`` needs to go on as if never stopped."""
+    # RNG states after the epoch: the next one (dropout) draws exactly what it would have uninterrupted.
+    run.save_checkpoint({
+        "model": _cpu_state(model), **opt.state(), "rng": rng_state(), "epoch": epoch, **sel.state(),
+        "config": json.dumps(config, sort_keys=True),  # resume compares against this, not config.json
+    }, RunDir.LAST)
+
+
+def _summarize(task: Task, model: torch.nn.Module, run: RunDir, cfg: TrainConfig, parts: tuple[str, ...],
+               epochs_run: int, stopped_early: bool, w: distributed.World) -> dict[str, Any]:
+    """Restore the best state by validation (whatever ended the run), score ``parts`` on it, write the summary."""
     best_ckpt = run.load_checkpoint(RunDir.BEST)
     model.load_state_dict(best_ckpt["model"])
-    metrics = {part: score(task, model, part, precision, device) for part in PARTS if part in parts}
+    metric = task.metric
+    metrics = {part: score(task, model, part, cfg.precision, cfg.device) for part in PARTS if part in parts}
     summary = {
-        "dataset": task.describe().get("dataset"), "metric": metric, "seed": train_cfg.seed,
-        "best_epoch": int(best_ckpt["epoch"]), "epochs_run": epoch + 1, "stopped_early": bool(stopped_early),
+        "dataset": task.describe().get("dataset"), "metric": metric, "seed": cfg.seed,
+        "best_epoch": int(best_ckpt["epoch"]), "epochs_run": epochs_run, "stopped_early": bool(stopped_early),
         "split": {**{k: v for k, v in (task.describe().get("split") or {}).items() if k in ("name", "seed")},
                   **task.split_sizes()},
         "metrics": metrics,
@@ -392,6 +468,57 @@ def _fit(task: Task, model: torch.nn.Module, train_cfg: TrainConfig, run: RunDir
     if w.distributed:
         summary["processes"] = w.size
     run.write_summary(summary)
+    return summary
+
+
+def _fit(task: Task, model: torch.nn.Module, train_cfg: TrainConfig, run: RunDir, *, model_config: dict[str, Any],
+         extra_config: dict[str, Any] | None, resume: bool, overwrite: bool,
+         log: Callable[[dict[str, Any]], None], parts: tuple[str, ...]) -> dict[str, Any]:
+    """:func:`fit`'s training, without the run folder's figures and loggers: open the run, restore, then per
+    epoch train, validate, select and checkpoint; at the end score the best state."""
+    if train_cfg.epochs < 1:
+        raise ValueError(f"epochs must be >= 1, got {train_cfg.epochs}")
+    check_precision(train_cfg.precision, train_cfg.device)
+    if "val" not in parts or not set(parts) <= set(PARTS):
+        raise ValueError(f"parts must include 'val' and lie in {PARTS}, got {parts}")
+    metric, higher = task.metric, HIGHER_IS_BETTER[task.metric]
+    opt = _Optimisation.build(model, train_cfg)
+    config = _run_config(task, train_cfg, model_config, extra_config)
+
+    w = distributed.world()
+    comm_device = next(iter(model.parameters()), torch.empty(0)).device  # where collectives put their tensors
+    ckpt = _open_run(run, config, resume, overwrite) if w.main else None  # only rank 0 reads and writes the run folder
+    if w.distributed:
+        # Every rank resumes from rank 0's checkpoint, whatever the number of ranks that wrote it.
+        ckpt = _collective(w, lambda: distributed.broadcast(ckpt, comm_device))
+    sel = _restore(ckpt, model, opt)
+    ddp = _collective(w, lambda: distributed.wrap(model, comm_device)) if w.distributed else None
+
+    epoch = sel.start - 1
+    stopped_early = sel.start > 0 and sel.bad_epochs >= train_cfg.patience
+    # A resumed run that had already stopped early trains no further epoch.
+    for epoch in range(sel.start, sel.start if stopped_early else train_cfg.epochs):
+        t_epoch = time.perf_counter()
+        stats = _train_epoch(task, model, ddp, opt, train_cfg, run, epoch, w, comm_device)
+        val, val_loss = _validate(task, model, train_cfg, w, comm_device)
+        if sel.update(val, val_loss, epoch, higher) and w.main:
+            run.save_checkpoint({"model": _cpu_state(model), "epoch": epoch, "val": val, "val_loss": val_loss},
+                                RunDir.BEST)
+        stopped_early = sel.bad_epochs >= train_cfg.patience
+        if not w.main:  # no files here; the same broadcast values stop every rank at the same epoch
+            if stopped_early:
+                break
+            continue
+        row = _epoch_row(epoch, stats, metric, val, val_loss, sel.best_epoch, t_epoch)
+        run.append_metrics(row)
+        _save_last(run, model, opt, sel, epoch, config)
+        log(row)
+        if stopped_early:
+            break
+
+    if not w.main:  # rank 0 scores and writes; the others return its summary
+        return _collective(w, lambda: distributed.broadcast(None, comm_device))
+    summary = _summarize(task, model, run, train_cfg, parts, epoch + 1, stopped_early, w)
     if w.distributed:
         distributed.broadcast(summary, comm_device)
     return summary
@@ -426,21 +553,12 @@ def _ddp_backward(ddp: torch.nn.Module, task: Task, batch: Any, real: bool, w: d
     return loss, int(n), ("loss" if bad_ranks else None)
 
 
-def train_task(
-    task: Any,
-    model_cfg: "ModelConfig",
-    train_cfg: TrainConfig,
-    run_dir: RunDir | str | os.PathLike,
-    *,
-    extra_config: dict[str, Any] | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    log: Callable[[dict[str, Any]], None] = lambda m: None,
-    parts: tuple[str, ...] = PARTS,
-) -> dict[str, Any]:
+def train_task(task: Any, model_cfg: "ModelConfig", train_cfg: TrainConfig, run_dir: RunDir | str | os.PathLike,
+               **fit_options: Any) -> dict[str, Any]:
     """Seed, build :class:`XMaskNet` from ``model_cfg`` and train it on ``task`` with :func:`fit`.
 
-    ``parts``: what the restored best state is scored on (see :func:`fit`).
+    ``fit_options``: :func:`fit`'s keywords but ``model_config`` (``extra_config``, ``resume``, ``overwrite``,
+    ``log``, ``parts``).
 
     Raises:
         ValueError: ``model_cfg`` does not fit a task that states its
@@ -456,5 +574,4 @@ def train_task(
     seed_everything(train_cfg.seed)
     model = XMaskNet(model_cfg).to(task.device)
     return fit(task, model, train_cfg, run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir),
-               model_config=model_cfg.to_dict(), extra_config=extra_config, resume=resume, overwrite=overwrite, log=log,
-               parts=parts)
+               model_config=model_cfg.to_dict(), **fit_options)
