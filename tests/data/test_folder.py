@@ -43,7 +43,7 @@ def write_folder(folder: Path, edges=None, x=None, y=None, *, edge_fmt: str = "c
     elif edge_fmt == "npz":
         np.savez(folder / "edges.npz", src=src, dst=dst)
     else:
-        pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+        import pyarrow as pa, pyarrow.parquet as pq  # the test extra installs it
         pq.write_table(pa.table({"src": src, "dst": dst}), folder / "edges.parquet")
     if x is not False:
         if feat_fmt == "npy":
@@ -55,7 +55,7 @@ def write_folder(folder: Path, edges=None, x=None, y=None, *, edge_fmt: str = "c
                 ",".join(f"f{j}" for j in range(x.shape[1])) + "\n"
                 + "".join(",".join(repr(float(v)) for v in row) + "\n" for row in x))
         else:
-            pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+            import pyarrow as pa, pyarrow.parquet as pq  # the test extra installs it
             pq.write_table(pa.table({f"f{j}": x[:, j] for j in range(x.shape[1])}), folder / "features.parquet")
     if y is not False:
         if label_fmt == "npy":
@@ -65,7 +65,7 @@ def write_folder(folder: Path, edges=None, x=None, y=None, *, edge_fmt: str = "c
         elif label_fmt == "npz":
             np.savez(folder / "labels.npz", y=y)
         else:
-            pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+            import pyarrow as pa, pyarrow.parquet as pq  # the test extra installs it
             pq.write_table(pa.table({"label": y}), folder / "labels.parquet")
     return folder
 

@@ -60,7 +60,7 @@ def test_npz_names_what_is_missing(tmp_path: Path) -> None:
 
 
 def test_parquet_null_names_the_row(tmp_path: Path) -> None:
-    pa, pq = pytest.importorskip("pyarrow"), pytest.importorskip("pyarrow.parquet")
+    import pyarrow as pa, pyarrow.parquet as pq  # the test extra installs it
     p = tmp_path / "labels.parquet"
     pq.write_table(pa.table({"label": pa.array([0, 1, None, 2])}), p)
     with pytest.raises(UsageError, match=rf"^{p} row 2: column label is empty"):

@@ -84,7 +84,6 @@ def test_a_refused_run_folder_is_left_as_it_was(tmp_path):
 
 
 def test_tensorboard_scalars_equal_metrics_jsonl(tmp_path):
-    pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     summary = _fit(ToyTask(), tmp_path / "run", loggers=["tensorboard"])
@@ -137,7 +136,6 @@ def test_tensorboard_missing_is_exit_2_with_the_install_hint(tmp_path, monkeypat
 
 
 def test_a_run_resumes_under_another_logger(tmp_path):
-    pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     def go(epochs, loggers, resume):
