@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
+from typing import Callable, Iterator
 
 import pytest
 
@@ -29,3 +31,27 @@ def _offline_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     for var in ("XMASK_DATA_ROOT", "XMASK_CACHE", "XMASK_PRESETS", "XMASK_FORMAT", "XMASK_DEBUG"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Callable[[str, str], Path]]:
+    """Mount a tmpfs of a given size (a real full disk); unmounted after the test.
+
+    Mounting needs root in a container that allows it; elsewhere the test is reported as skipped, with the
+    reason and the simulated test that covers the same code.
+    """
+    mounted: list[Path] = []
+
+    def mount(size: str, covered_by: str) -> Path:
+        path = tmp_path / "full"
+        path.mkdir()
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True,
+                           text=True)
+        if r.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here ({r.stderr.strip() or r.returncode}); {covered_by}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:
+        subprocess.run(["umount", str(path)], check=True)

@@ -568,28 +568,19 @@ def test_a_metrics_line_cut_by_a_full_disk_is_taken_back(tmp_path, monkeypatch):
     assert errno.ENOSPC  # the errno the message stands for
 
 
-def test_train_on_a_full_tmpfs_is_exit_5_and_resumes_once_there_is_room(tmp_path, warm_cache):
-    """On a real 300 KB tmpfs (needs the right to mount; reported as skipped, with the reason, where not)."""
+def test_train_on_a_full_tmpfs_is_exit_5_and_resumes_once_there_is_room(small_tmpfs, warm_cache):
+    """On a real 300 KB tmpfs."""
     import subprocess
 
-    full = tmp_path / "full"
-    full.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(full)], capture_output=True,
-                           text=True)
-    if mount.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mount.stderr.strip() or mount.returncode}); "
-                    f"the simulated full disk test covers training")
-    try:
-        args = ["train", "--preset", "graph-level", *ONE, "--set", "model.hidden=64", "--set", "train.epochs=2",
-                "--name", "r", "--runs-dir", str(full / "runs"), "--cache-dir", str(warm_cache)]
-        r = run(*args)
-        line = _full_disk_line(r)
-        assert f"(file system at {full}," in line
-        folder = full / "runs" / "r" / "0"
-        assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
-        subprocess.run(["mount", "-o", "remount,size=20m", str(full)], check=True)
-        r = run(*args, "--resume")
-        assert r.exit_code == 0, r.stderr
-        assert (folder / "summary.json").is_file() and (folder / "last.pt").is_file()
-    finally:
-        subprocess.run(["umount", str(full)], check=True)
+    full = small_tmpfs("300k", "the simulated full disk test covers training")
+    args = ["train", "--preset", "graph-level", *ONE, "--set", "model.hidden=64", "--set", "train.epochs=2",
+            "--name", "r", "--runs-dir", str(full / "runs"), "--cache-dir", str(warm_cache)]
+    r = run(*args)
+    line = _full_disk_line(r)
+    assert f"(file system at {full}," in line
+    folder = full / "runs" / "r" / "0"
+    assert not [p for p in folder.iterdir() if p.name.endswith(".tmp")]
+    subprocess.run(["mount", "-o", "remount,size=20m", str(full)], check=True)
+    r = run(*args, "--resume")
+    assert r.exit_code == 0, r.stderr
+    assert (folder / "summary.json").is_file() and (folder / "last.pt").is_file()

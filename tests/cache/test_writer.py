@@ -109,22 +109,10 @@ def test_prepare_on_a_full_disk_is_one_line_and_exit_5_simulated(tmp_path, monke
     assert len(list((cache / "mutag").glob("*.h5"))) == 1
 
 
-def test_prepare_on_a_full_tmpfs_is_one_line_and_exit_5(tmp_path):
-    """The issue's case on a real 600 KB tmpfs (needs the right to mount: root in a container that allows it;
-    reported as skipped, with the reason, where it is not)."""
-    import pytest
-
-    full = tmp_path / "full"
-    full.mkdir()
-    mount = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=600k", "tmpfs", str(full)], capture_output=True,
-                           text=True)
-    if mount.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({mount.stderr.strip() or mount.returncode}); "
-                    f"the simulated full disk test covers the writer")
-    try:
-        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "XMASK_OFFLINE": "1"}
-        r = subprocess.run([sys.executable, "-m", "xmask_cli", "prepare", "mutag", "--cache-dir", str(full / "cache")],
-                           env=env, capture_output=True, text=True, timeout=600)
-        _assert_full_disk_report(r.returncode, r.stderr, full / "cache")
-    finally:
-        subprocess.run(["umount", str(full)], check=True)
+def test_prepare_on_a_full_tmpfs_is_one_line_and_exit_5(small_tmpfs):
+    """The issue's case on a real 600 KB tmpfs."""
+    full = small_tmpfs("600k", "the simulated full disk test covers the writer")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "XMASK_OFFLINE": "1"}
+    r = subprocess.run([sys.executable, "-m", "xmask_cli", "prepare", "mutag", "--cache-dir", str(full / "cache")],
+                       env=env, capture_output=True, text=True, timeout=600)
+    _assert_full_disk_report(r.returncode, r.stderr, full / "cache")
