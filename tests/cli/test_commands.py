@@ -66,3 +66,15 @@ def test_a_new_command_is_one_module_and_one_entry():
     assert as_json.exit_code == 0 and json.loads(as_json.stdout) == {"name": "ada", "times": 1}
     bad = runner.invoke(app, ["hello", "ada", "--times", "0"])
     assert bad.exit_code == 2 and bad.stderr == "error: --times 0: must be at least 1\n"
+
+
+def test_cli_start_up_loads_no_array_or_tensor_library():
+    """`xmask --help` and every command's parsing run before any heavy import: the CLI starts in well under a
+    second, and each command imports what it needs when it runs."""
+    import subprocess
+    import sys
+
+    code = ("import sys, xmask_cli.cli; print([m for m in ('torch', 'torch_geometric', 'h5py', 'numpy') "
+            "if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"

@@ -5,12 +5,13 @@ from typing import Any
 
 from rich.console import Console
 
-from xmask_cli.cache.manage import holds
 from xmask_cli.console import human_bytes, kv_table
 
 
 def human(con: Console, summary: Any, name: str) -> None:
     """The prepare summary of dataset ``name`` (a :class:`~xmask_cli.prepare.PrepareSummary`)."""
+    from xmask_cli.cache.manage import holds  # imported here: the cache package loads h5py, and the CLI starts cheap
+
     state = "already cached" if summary.cached else f"prepared in {summary.seconds:.2f}s"
     con.print(kv_table(f"{name}: {state}", [
         ("graphs", summary.graphs), ("nodes", summary.nodes), ("edges", summary.edges),
