@@ -9,6 +9,7 @@ import pytest
 
 from tests.cli_helpers import one_error_line, run
 from xmask_cli.engine.folds import outer_folds, read_fold_file, write_fold_files
+from xmask_cli.errors import ConfigError
 
 TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "train.epochs=2",
         "--set", "train.warmup_epochs=0", "--set", "train.lr=1e-2"]
@@ -61,7 +62,7 @@ def test_fold_files_round_trip(tmp_path):
 
 
 def test_a_class_smaller_than_k_is_refused():
-    with pytest.raises(ValueError, match="fewer than the 10 folds"):
+    with pytest.raises(ConfigError, match="fewer than the 10 folds"):
         outer_folds(np.array([0] * 50 + [1] * 5), 10, seed=0)
 
 

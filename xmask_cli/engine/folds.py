@@ -15,13 +15,14 @@ Example::
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from xmask_cli.engine.runs import write_text
 from xmask_cli.engine.splits import Split
+from xmask_cli.errors import ConfigError
 
 __all__ = ["HOLDOUT", "outer_folds", "fold_name", "write_fold_files", "read_fold_file"]
 
@@ -41,8 +42,8 @@ def outer_folds(labels: Any, k: int, seed: int, holdout: float = HOLDOUT) -> lis
     ``train_test_split(..., stratify=..., random_state=seed)`` for each holdout.
 
     Raises:
-        ValueError: ``k < 2``, multi-label ``labels``, or a class with fewer than ``k`` graphs
-            (it could not appear in every fold).
+        ConfigError: ``k < 2``, multi-label ``labels``, or a class with fewer than ``k`` graphs
+            (it could not appear in every fold): a setting the user chose, exit 2.
     """
     from sklearn.model_selection import StratifiedKFold, train_test_split
 
@@ -50,12 +51,14 @@ def outer_folds(labels: Any, k: int, seed: int, holdout: float = HOLDOUT) -> lis
     if y.ndim == 2 and y.shape[1] == 1:
         y = y.reshape(-1)
     if y.ndim != 1:
-        raise ValueError(f"stratified folds need one class label per graph, got labels of shape {y.shape}")
+        raise ConfigError(f"data.folds: stratified folds need one class label per graph, got labels of shape "
+                          f"{y.shape}")
     if k < 2:
-        raise ValueError(f"folds must be >= 2, got {k}")
+        raise ConfigError(f"data.folds must be >= 2, got {k}")
     counts = np.unique(y, return_counts=True)[1]
     if counts.min() < k:
-        raise ValueError(f"the smallest class has {counts.min()} graphs, fewer than the {k} folds")
+        raise ConfigError(f"data.folds={k}: the smallest class has {counts.min()} graphs, fewer than the {k} folds; "
+                          f"use --folds {counts.min()} or fewer")
     outer = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
     splits = []
     for i, (rest, test) in enumerate(outer.split(np.zeros(len(y)), y)):
@@ -76,9 +79,7 @@ def write_fold_files(folds: list[Split], folder: Path) -> list[Path]:
         text = json.dumps({"fold": i, "folds": len(folds), "seed": split.seed, "holdout": HOLDOUT,
                            **{p: getattr(split, p).tolist() for p in ("train", "val", "test")}})
         if not (path.is_file() and not path.is_symlink() and path.read_text() == text):
-            tmp = folder / f".fold-{i}.json.tmp"
-            tmp.write_text(text)
-            os.replace(tmp, path)
+            write_text(path, text)
         paths.append(path)
     return paths
 

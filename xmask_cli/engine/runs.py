@@ -42,9 +42,6 @@ from xmask_cli.fs import DISK_FULL, atomic_write, open_nofollow, refuse_links, w
 _RESUME_HINT = "free some space, then run the same command again (with --resume a run goes on where it stopped)"
 
 
-def _atomic_write(path: Path, write: Any) -> None:
-    atomic_write(path, write, _RESUME_HINT)
-
 __all__ = ["RunDir", "aggregate", "write_bytes", "write_json", "write_text", "TIMING_KEYS", "input_stall",
            "without_timing"]
 
@@ -62,6 +59,10 @@ def input_stall(rows: Iterable[dict[str, Any]]) -> float | None:
     timed = [(r["input_stall"] * r["train_s"], r["train_s"]) for r in rows if "input_stall" in r and "train_s" in r]
     total = sum(t for _, t in timed)
     return sum(w for w, _ in timed) / total if total > 0 else None
+
+
+def _atomic_write(path: Path, write: Any) -> None:
+    atomic_write(path, write, _RESUME_HINT)
 
 
 def _json_bytes(obj: Any) -> bytes:
