@@ -42,6 +42,24 @@ def test_rows_equal_the_summaries(runs):
         assert row["metric"] == "mae" and "curve" not in row
 
 
+def test_fold_runs_are_found_in_numeric_order_and_named(runs, tmp_path):
+    """A ``--folds`` run keeps its runs in ``<name>/<seed>/fold-<i>/``: the name's folder and a seed folder both
+    list them, fold 2 before fold 10, each row naming its fold."""
+    import shutil
+
+    for i in (10, 2):
+        dst = tmp_path / "toy-f" / "0" / f"fold-{i}"
+        shutil.copytree(runs / "toy-a" / "0", dst)
+        summary = json.loads((dst / "summary.json").read_text())
+        (dst / "summary.json").write_text(json.dumps({**summary, "fold": i, "folds": 11}))
+    (tmp_path / "toy-f" / "0" / "folds").mkdir()  # the fold index files' folder: not a run
+    want = [tmp_path / "toy-f" / "0" / "fold-2", tmp_path / "toy-f" / "0" / "fold-10"]
+    assert find_runs([tmp_path / "toy-f"]) == find_runs([tmp_path / "toy-f" / "0"]) == want
+    rows = [run_row(p) for p in want]
+    assert [(r["name"], r["seed"], r["fold"]) for r in rows] == [("toy-f", 0, 2), ("toy-f", 0, 10)]
+    assert run_row(runs / "toy-a" / "0")["fold"] is None
+
+
 def test_plot_draws_each_validation_curve(runs):
     rows = [run_row(p) for p in find_runs([runs / "toy-a", runs / "toy-b"])]
     fig = plot_compare(rows)

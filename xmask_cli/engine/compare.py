@@ -22,8 +22,29 @@ from xmask_cli.errors import RunNotFoundError
 __all__ = ["compare_runs", "find_runs", "plot_compare", "run_row"]
 
 
+def _numeric_order(c: Path) -> tuple[bool, int, str]:
+    """Seed folders ``0, 1, 10`` and fold folders ``fold-2, fold-10`` in numeric order."""
+    tail = c.name.rsplit("-", 1)[-1]
+    return (not tail.isdigit(), int(tail) if tail.isdigit() else 0, c.name)
+
+
+def _finished_below(folder: Path) -> list[Path]:
+    """The finished runs among ``folder``'s sub-folders; a sub-folder that is no run (a seed folder of a
+    ``--folds`` run) contributes its ``fold-<i>`` runs."""
+    if not folder.is_dir():
+        return []
+    found: list[Path] = []
+    for c in sorted((c for c in folder.iterdir() if c.is_dir() and not c.is_symlink()), key=_numeric_order):
+        if (c / RunDir.SUMMARY).is_file():
+            found.append(c)
+        elif not c.name.startswith("fold-"):
+            found.extend(f for f in _finished_below(c) if f.name.startswith("fold-"))
+    return found
+
+
 def find_runs(paths: Sequence[str | os.PathLike]) -> list[Path]:
-    """The finished run folders under ``paths`` (each a run, or a folder of seed runs), in the order given.
+    """The finished run folders under ``paths`` (each a run, a folder of seed runs, or a seed folder of fold
+    runs), in the order given.
 
     Raises:
         RunNotFoundError: a path that is neither a finished run nor holds one.
@@ -33,12 +54,10 @@ def find_runs(paths: Sequence[str | os.PathLike]) -> list[Path]:
         if (p / RunDir.SUMMARY).is_file():
             found.append(p)
             continue
-        kids = sorted((c for c in p.iterdir() if c.is_dir() and not c.is_symlink() and (c / RunDir.SUMMARY).is_file()),
-                      key=lambda c: (not c.name.isdigit(), int(c.name) if c.name.isdigit() else 0, c.name)) \
-            if p.is_dir() else []
+        kids = _finished_below(p)
         if not kids:
             raise RunNotFoundError(f"{p}: no finished run here (a run folder holds summary.json; "
-                                   f"a folder of runs holds seed folders that do)")
+                                   f"a folder of runs holds seed folders that do, or their fold-<i> folders)")
         found.extend(kids)
     return found
 
@@ -56,7 +75,9 @@ def run_row(path: Path) -> dict[str, Any]:
     key = f"val_{metric}"
     wall = sum(float(r.get("epoch_s", r.get("train_s", 0.0))) for r in rows)
     metrics = summary.get("metrics", {})
-    return {"run_dir": str(path), "name": path.parent.name, "seed": summary.get("seed"),
+    fold = summary.get("fold")
+    name = path.parent.name if fold is None else path.parent.parent.name  # <name>/<seed>[/fold-<i>]
+    return {"run_dir": str(path), "name": name, "seed": summary.get("seed"), "fold": fold,
             "dataset": summary.get("dataset"), "metric": metric, "best_epoch": summary.get("best_epoch"),
             "epochs_run": summary.get("epochs_run"), "train": metrics.get("train"), "val": metrics.get("val"),
             "test": metrics.get("test"), "wall_s": round(wall, 3),

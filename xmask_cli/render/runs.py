@@ -18,7 +18,8 @@ def compare(con: Console, result: dict[str, Any]) -> None:
                        ("train", True), ("val", True), ("test", True), ("wall s", True)):
         t.add_column(col, justify="right" if right else "left", no_wrap=True)
     for r in result["runs"]:
-        t.add_row(f"{r['name']}/{r['seed']}", str(r["dataset"]), r["metric"], f"{r['best_epoch']}/{r['epochs_run']}",
+        run = f"{r['name']}/{r['seed']}" + ("" if r.get("fold") is None else f"/fold-{r['fold']}")
+        t.add_row(run, str(r["dataset"]), r["metric"], f"{r['best_epoch']}/{r['epochs_run']}",
                   _cell(r["train"]), _cell(r["val"]), _cell(r["test"]), f"{r['wall_s']:.1f}")
     con.print(t)
     if result["plot"]:
