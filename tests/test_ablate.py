@@ -134,3 +134,12 @@ def test_bias_variants_drop_exactly_their_bias(tmp_path):
     full = json.loads((runs / "mutag-graph-full" / "0" / "config.json").read_text())
     nospd = json.loads((runs / "mutag-graph-no-spd" / "0" / "config.json").read_text())
     assert [b["type"] for b in full["model"]["biases"]] == ["spd"] and nospd["model"]["biases"] == []
+
+
+def test_folds_are_refused_before_any_training(tmp_path, monkeypatch):
+    """A variant's row is one figure per seed: ``data.folds`` (K runs a seed) exits 2 and trains nothing."""
+    monkeypatch.setattr(experiment, "train_seeds", lambda *a, **k: pytest.fail("trained"))
+    r = CliRunner().invoke(app, ["ablate", "--preset", "graph-level", "--set", "data.folds=3", "--seeds", "0",
+                                 "--out", str(tmp_path / "abl"), "--cache-dir", str(tmp_path / "cache")])
+    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "data.folds=3" in r.stderr
+    assert not (tmp_path / "abl").exists()

@@ -184,6 +184,9 @@ def run_ablation(
     from xmask_cli.engine.runs import RunDir, write_json, write_text
 
     base = resolve(preset, overrides)
+    if base.data.folds:  # a variant's row is one figure per seed: K fold runs would need their own table
+        raise UsageError(f"xmask ablate trains each variant on the dataset's split; data.folds={base.data.folds} "
+                         f"is for train and tune: drop --set data.folds (or set it to 0)")
     variants = parse_variants(",".join(variants) if variants else None, base)
     level = resolve_level(base)
     metric = resolve_metric(base, level)
