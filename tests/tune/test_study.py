@@ -31,15 +31,16 @@ def _study(root: Path, cache: Path, trials: int = 3, final: list[int] | None = N
 
 
 def _spy_on_parts(monkeypatch) -> list[str]:
-    """Record every part a graph task scores."""
+    """Record every part a graph task evaluates: per-epoch validation and the final scores (``score`` reads
+    ``evaluate``)."""
     parts: list[str] = []
-    real = GraphTask.score
+    real = GraphTask.evaluate
 
-    def score(self, model, part):
+    def evaluate(self, model, part):
         parts.append(part)
         return real(self, model, part)
 
-    monkeypatch.setattr(GraphTask, "score", score)
+    monkeypatch.setattr(GraphTask, "evaluate", evaluate)
     return parts
 
 

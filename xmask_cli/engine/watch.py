@@ -21,10 +21,8 @@ from xmask_cli.engine.curves import write_curves
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.errors import UsageError
 
-__all__ = ["LOGGERS", "RunWatch", "check_loggers", "summary_writer_class"]
+__all__ = ["RunWatch", "check_loggers", "summary_writer_class"]
 
-#: Loggers ``train.loggers`` may name.
-LOGGERS = ("tensorboard",)
 
 #: Row keys that are not a curve (bookkeeping, not a measurement).
 _NOT_SCALAR = ("epoch", "best_epoch")
@@ -53,11 +51,10 @@ class RunWatch:
     Args:
         run: the run folder.
         loggers: ``train.loggers`` (``[]``: ``curves.png`` only).
-        config: the resolved config, written as TensorBoard text (default: the run's ``config.json``).
     """
 
-    def __init__(self, run: RunDir, loggers: Sequence[str] = (), config: dict[str, Any] | None = None):
-        self.run, self.config = run, config or {}
+    def __init__(self, run: RunDir, loggers: Sequence[str] = ()):
+        self.run = run
         self._writer_cls = summary_writer_class() if "tensorboard" in loggers else None
         self._writer: Any = None
         self.epochs_seen = 0
@@ -65,10 +62,9 @@ class RunWatch:
     def _tb(self) -> Any:
         # Opened at the first epoch: a run refused before training leaves no event file behind.
         if self._writer is None and self._writer_cls is not None:
-            if not self.config:
-                self.config = self.run.load_config()  # written before the first epoch
+            config = self.run.load_config()  # written before the first epoch
             self._writer = self._writer_cls(log_dir=str(self.run.path))
-            self._writer.add_text("config", "```\n" + json.dumps(self.config, indent=2, sort_keys=True) + "\n```", 0)
+            self._writer.add_text("config", "```\n" + json.dumps(config, indent=2, sort_keys=True) + "\n```", 0)
         return self._writer
 
     def epoch(self, row: dict[str, Any]) -> None:

@@ -305,9 +305,9 @@ def optimize(study: Any, objective: Callable[[Any], float], *, trials: int, samp
             study.tell(trial, value)
             shown = ", ".join(f"{k}={v}" for k, v in trial.user_attrs.get("values", trial.params).items())
             spread = trial.user_attrs.get("val_std")
+            best = best_trial(study)  # reads every trial from storage: once a trial
             log(f"trial {trial.number}: val {metric} {value:.4f}" + (f" ± {spread:.4f}" if spread is not None else "")
-                + f" ({shown}) [{time.monotonic() - t0:.1f}s]; best so far #{best_trial(study).number} "
-                  f"{best_trial(study).value:.4f}")
+                + f" ({shown}) [{time.monotonic() - t0:.1f}s]; best so far #{best.number} {best.value:.4f}")
         ran += 1
     return ran
 

@@ -428,7 +428,7 @@ class NodeTask:
         """``(metric, mean cross-entropy)`` on ``part`` from one forward: what selection reads."""
         out, y = self.outputs(model, part)
         loss = float(torch.nn.functional.cross_entropy(out, y.long())) if len(y) else float("nan")
-        return METRICS[self.metric](out, y), loss
+        return self._metric(out, y), loss
 
 
 def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> NodeTask:
