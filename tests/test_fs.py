@@ -14,3 +14,23 @@ def test_creates_nested_folders_and_refuses_a_file_in_the_way(tmp_path):
     with pytest.raises(NotWritableError, match=r"^output folder .*/f/sub: .*/f is a file, not a folder; pass another --out$"):
         ensure_writable_dir(tmp_path / "f" / "sub", "output folder", "pass another --out")
     assert not (tmp_path / "f" / "sub").exists()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_atomic_write_gives_the_mode_a_plain_open_would(tmp_path, umask):
+    """The temp file behind an atomic write is created 0600; the file it becomes follows the umask like open()."""
+    import os
+    import stat
+
+    from xmask_cli.fs import atomic_write
+
+    old = os.umask(umask)
+    try:
+        atomic_write(tmp_path / "a.json", lambda f: f.write(b"{}"))
+        with open(tmp_path / "b.json", "wb") as f:
+            f.write(b"{}")
+    finally:
+        os.umask(old)
+    mode = stat.S_IMODE((tmp_path / "a.json").stat().st_mode)
+    assert mode == stat.S_IMODE((tmp_path / "b.json").stat().st_mode) == 0o666 & ~umask
+    assert (tmp_path / "a.json").read_bytes() == b"{}"

@@ -86,6 +86,9 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], Any], hint: str = "") -
     # Same folder: os.replace is only atomic within one file system.
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file 0600; the result gets the mode a plain open() would (a shared cache or runs
+        # folder stays readable by the group the umask allows).
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
@@ -100,6 +103,13 @@ def atomic_write(path: Path, write: Callable[[BinaryIO], Any], hint: str = "") -
         if isinstance(exc, OSError) and exc.errno in DISK_FULL:
             raise write_failed(exc, path, hint) from None
         raise
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and setting it back: there is no plain getter)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_failed(exc: OSError, path: Path, hint: str = "") -> NotWritableError:
