@@ -74,6 +74,26 @@ def test_prepare_embedded_mutag_json_then_cached(tmp_path):
         assert c.params["powers"]["k"] == 4 and c.num_graphs == 188
 
 
+def test_prepare_dataset_builds_the_file_train_dataset_reads(tmp_path, monkeypatch):
+    """``prepare DATASET`` resolves the preset ``train --dataset DATASET`` does (the dataset's own), so the
+    training run finds its structure cached under its own key: nothing prepared again, nothing copied. The
+    dataset's own preset here reads Â^1 and Â^2 only, where its level's preset reads up to Â^4."""
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "presets" / "mutag.yaml").write_text("extends: graph-level\nmodel:\n  head_powers: [1, 1, 2, 2]\n")
+    monkeypatch.setenv("XMASK_PRESETS", str(tmp_path / "presets"))
+    cache = str(tmp_path / "c")
+    r = run("-f", "json", "prepare", "mutag", "--cache-dir", cache)
+    assert r.exit_code == 0, r.stderr
+    path = json.loads(r.stdout)["path"]
+    with StructureCache(path) as c:
+        assert c.params["powers"]["k"] == 2
+    t = run("-f", "json", "train", "--dataset", "mutag", "--set", "train.epochs=1", "--cache-dir", cache,
+            "--runs-dir", str(tmp_path / "runs"))
+    assert t.exit_code == 0, t.stderr
+    assert "prepared" not in t.stderr and "served from" not in t.stderr
+    assert sorted(str(p) for p in (tmp_path / "c" / "mutag").glob("*.h5")) == [path]
+
+
 def test_prepare_human_summary_on_stdout_logs_on_stderr(tmp_path):
     r = run("prepare", "mutag", "--cache-dir", str(tmp_path / "c"), "--set", "structure.powers.k=2")
     assert r.exit_code == 0

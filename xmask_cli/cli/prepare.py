@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
-import os
 from typing import Annotated, Optional
 
 import typer
@@ -43,20 +41,19 @@ def prepare(
         torchrun --nproc_per_node 4 -m xmask_cli prepare ./mygraph --preset computers
     """
     from xmask_cli import config_resolve as R
+    from xmask_cli.api import choose_preset
     from xmask_cli.data.registry import get_dataset
+    from xmask_cli.engine.distributed import env_rank, env_world_size
     from xmask_cli.prepare import prepare_dataset
     from xmask_cli.prepare.ranks import rank_world
 
     out = output_for(ctx, fmt)
-    distributed = int(os.environ.get("WORLD_SIZE", "1") or 1) > 1  # under torchrun: ranks share the blocks
-    main = not distributed or int(os.environ.get("RANK", "0") or 0) == 0
+    distributed = env_world_size() > 1  # under torchrun: ranks share the blocks
+    main = not distributed or env_rank() == 0
     if not main:
         out = dataclasses.replace(out, quiet=True)  # rank 0 alone logs and prints the result
-    overrides = list(set_ or [])
-    if dataset is not None:
-        spec = get_dataset(dataset)
-        overrides.insert(0, f"data.dataset={json.dumps(spec.ref)}")  # quoted: a folder path
-        preset = preset or f"{spec.level}-level"
+    # The preset `train --dataset` picks (the dataset's own, else its level's): prepare builds what train reads.
+    preset, overrides = choose_preset(preset, dataset, set_) if dataset is not None else (preset, list(set_ or []))
     cfg = R.resolve(preset or "node-level", overrides)
     spec = get_dataset(cfg.data.dataset)
     group = contextlib.nullcontext()

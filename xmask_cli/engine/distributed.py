@@ -76,6 +76,14 @@ def world() -> World:
     return World()
 
 
+def env_world_size() -> int:
+    """``WORLD_SIZE`` as torchrun sets it (1 without torchrun); readable before the group is open."""
+    try:
+        return max(int(os.environ.get("WORLD_SIZE", "1") or 1), 1)
+    except ValueError:
+        return 1
+
+
 def env_rank() -> int:
     """``RANK`` as torchrun sets it (0 without torchrun); readable before the group is open."""
     try:
@@ -106,7 +114,7 @@ def session(device: str) -> Iterator[tuple[World, str]]:
     ``cuda:<LOCAL_RANK>`` (one GPU per process, NCCL); anything else uses gloo.
     A group opened by the caller (tests) is used as is and left open.
     """
-    size = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    size = env_world_size()
     if size <= 1 or not dist.is_available() or dist.is_initialized():
         yield world(), device
         return
