@@ -53,8 +53,10 @@ def _override_texts(overrides: Mapping[str, Any] | Sequence[str] | None, dotted:
     if isinstance(overrides, str):
         overrides = [overrides]
     texts = [] if overrides is None else (
-        [f"{k}={json.dumps(v)}" for k, v in overrides.items()] if isinstance(overrides, Mapping) else list(overrides))
-    return texts + [f"{k.replace('__', '.')}={json.dumps(v)}" for k, v in dotted.items()]
+        [f"{k}={json.dumps(v, default=str)}" for k, v in overrides.items()] if isinstance(overrides, Mapping)
+        else list(overrides))
+    # default=str: a Path (edge__file=Path("x.csv")) is written as its text, as the shell would pass it.
+    return texts + [f"{k.replace('__', '.')}={json.dumps(v, default=str)}" for k, v in dotted.items()]
 
 
 def train(

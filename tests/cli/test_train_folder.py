@@ -38,6 +38,32 @@ def test_node_level_from_folder(tmp_path: Path, dense_max: int, mode: str) -> No
     assert json.loads(e.stdout)["metrics"]["test"] == out["runs"][0]["metrics"]["test"]
 
 
+def test_a_folder_given_by_set_or_from_python_is_saved_by_its_absolute_path(tmp_path: Path) -> None:
+    """However the folder is named (``--set data.dataset=./g``, a Config from Python), config.json holds its
+    absolute path, so ``xmask eval`` from another working directory finds it."""
+    import os
+
+    import xmask_cli
+    from xmask_cli.config_resolve import resolve
+
+    write_folder(tmp_path / "mygraph")
+    _train("--preset", "node-level", "--set", "data.dataset=./mygraph", "--name", "viaset")
+    cfg = resolve("node-level", ["model.hidden=8", "model.layers=1", "train.epochs=2", "train.warmup_epochs=0",
+                                 "structure.partition.parts=0"])
+    xmask_cli.train(cfg, dataset="./mygraph", name="viapython", runs_dir=tmp_path / "runs",
+                    cache_dir=tmp_path / "cache")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    os.chdir(elsewhere)  # the test's working directory is tmp_path (conftest): pytest restores it
+    for name in ("viaset", "viapython"):
+        run_dir = tmp_path / "runs" / name / "0"
+        config = json.loads((run_dir / "config.json").read_text())
+        assert config["config"]["data"]["dataset"] == str(tmp_path / "mygraph"), name
+        e = run("--format", "json", "eval", str(run_dir), "--split", "test", "--device", "cpu",
+                "--cache-dir", str(tmp_path / "cache"))
+        assert e.exit_code == 0, e.stderr
+
+
 def test_link_level_from_the_same_folder(tmp_path: Path) -> None:
     write_folder(tmp_path / "mygraph")
     out = _train("--preset", "link-level", "--dataset", "./mygraph")

@@ -388,6 +388,18 @@ def run_name(cfg: Config, level: str | None = None) -> str:
     return f"{dataset.lower().replace(':', '-')}-{level}"
 
 
+def _with_folder_ref(cfg: Config) -> Config:
+    """``cfg`` with a folder dataset named by its absolute path (however it was given: ``--dataset``, ``--set``,
+    a preset, a Config from Python), so the saved config finds the folder from any working directory."""
+    from xmask_cli.data.folder import is_folder_ref
+    from xmask_cli.data.registry import get_dataset
+
+    if not is_folder_ref(cfg.data.dataset):
+        return cfg
+    ref = get_dataset(cfg.data.dataset).ref
+    return cfg if ref == cfg.data.dataset else dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, dataset=ref))
+
+
 def train_seeds(
     cfg: Config,
     seeds: list[int],
@@ -433,6 +445,7 @@ def train_seeds(
         raise UsageError("give --resume or --overwrite, not both")
     check_loggers(cfg.train.loggers)  # a missing logger fails before any data is loaded
     level, _ = check_config(cfg)
+    cfg = _with_folder_ref(cfg)
     root = Path(run_root or cfg.run.root) / run_name(cfg, level)
     n_folds = min(cfg.data.folds, max_folds or cfg.data.folds)
     # (seed, fold or None, run folder) of every run, in training order.
