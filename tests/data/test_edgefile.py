@@ -40,6 +40,13 @@ def test_features_npy_and_csv(tmp_path: Path) -> None:
     assert d.x.tolist() == [[0, 1], [2, 3], [4, 5]] and d.num_nodes == 3
 
 
+def test_an_empty_features_file_is_one_line_naming_it(tmp_path: Path) -> None:
+    p = _write(tmp_path, "e.csv", "src,dst,y\n0,1,1\n1,2,2\n")
+    (tmp_path / "x.npy").write_bytes(b"")
+    with pytest.raises(UsageError, match=rf"^{tmp_path / 'x.npy'}: not a readable .npy array"):
+        load_edge_file(p, tmp_path / "x.npy")
+
+
 BAD_ROWS = [
     ("no_header.csv", "0,1,2.0\n1,2,3.0\n", ":1: header row required"),
     ("one_target_missing.csv", "src,dst\n0,1\n", ":1: header row required"),

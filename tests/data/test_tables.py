@@ -24,7 +24,11 @@ def test_csv_columns_and_line_numbers(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("body, why", [("0,1\n1\n", ":3: expected 2 values"), ("0,1\n1,2,3\n", ":3: expected 2 values"),
-                                       ("0,1\n1,2.5\n", ":3: dst '2.5' is not an integer")])
+                                       ("0,1\n1,2.5\n", ":3: dst '2.5' is not an integer"),
+                                       # numpy refuses a line of spaces or an indented comment: the line is named
+                                       ("0,1\n   \n1,2\n", ":3: expected 2 values"),
+                                       ("0,1\n  # note\n1,2\n", ":3: expected 2 values"),
+                                       ("0,1\n99999999999999999999,2\n", ":3: src 99999999999999999999 does not fit")])
 def test_csv_rows_that_do_not_fit(tmp_path: Path, body: str, why: str) -> None:
     p = tmp_path / "e.csv"
     p.write_text("src,dst\n" + body)
@@ -66,3 +70,13 @@ def test_parquet_null_names_the_row(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match=rf"^{p} row 2: column label is empty"):
         read_parquet_columns(p, ["label"])
     assert Rows(p).at(5) == f"{p} row 5"
+
+
+def test_parquet_columns_are_writable(tmp_path: Path) -> None:
+    """Arrow's arrays are read-only views; torch warns when it wraps one, so the reader hands out copies."""
+    import pyarrow as pa, pyarrow.parquet as pq  # the test extra installs it
+
+    p = tmp_path / "labels.parquet"
+    pq.write_table(pa.table({"label": pa.array([0, 1, 2])}), p)
+    (labels,) = read_parquet_columns(p, ["label"]).values()
+    assert labels.flags.writeable and labels.tolist() == [0, 1, 2]

@@ -143,8 +143,8 @@ def _load_features(path: Path) -> np.ndarray:
     if suffix == ".npy":
         try:
             x = np.load(path, allow_pickle=False)
-        except (ValueError, OSError) as exc:
-            raise UsageError(f"{path}: not a readable .npy array ({str(exc).splitlines()[0]})") from exc
+        except (ValueError, OSError, EOFError) as exc:  # EOFError: an empty file
+            raise UsageError(f"{path}: not a readable .npy array ({str(exc).splitlines()[0] or 'empty file'})") from exc
         if x.ndim == 1:
             x = x[:, None]
         if x.ndim != 2:

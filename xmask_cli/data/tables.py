@@ -91,13 +91,18 @@ class Rows:
 
 
 def _data_lines(path: Path):
-    """``(line number, text)`` of every CSV line that is not blank or a ``#`` comment, header first."""
+    """``(line number, text)`` of every CSV line that is not empty or a ``#`` comment, header first.
+
+    Exactly the lines numpy's ``loadtxt`` skips: a line of spaces, or a comment after spaces, is a row it
+    refuses, so it is a row here too, and the scan names its line.
+    """
     with open_regular(path) as fh:
         text = io.TextIOWrapper(fh, encoding="utf-8-sig")  # -sig: a spreadsheet's BOM is not part of the header
         try:
             for i, line in enumerate(text, 1):
-                if line.strip() and not line.lstrip().startswith("#"):
-                    yield i, line.rstrip("\r\n")
+                text_line = line.rstrip("\r\n")
+                if text_line and not text_line.startswith("#"):
+                    yield i, text_line
         except UnicodeDecodeError as exc:
             raise UsageError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8 CSV") from None
 
@@ -120,6 +125,8 @@ def _parse(text: str, kind: str) -> str | None:
             v = int(text)
         except ValueError:
             return f"{text!r} is not an integer"
+        if not -2**63 <= v < 2**63:
+            return f"{v} does not fit a 64-bit integer"
         if kind == "id" and v < 0:
             return f"{v} is negative; node ids are 0-based"
         if kind == "label" and v < -1:
@@ -293,7 +300,9 @@ def read_parquet_columns(path: Path, names: Sequence[str] | None,
             first = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
             raise UsageError(f"{path} row {first}: column {name} is empty (null)")
         try:
-            out[name.lower() if names is not None else name] = column.to_numpy()
+            values = column.to_numpy()
+            # Arrow hands out read-only views; torch warns on those, so the caller gets its own copy.
+            out[name.lower() if names is not None else name] = values if values.flags.writeable else values.copy()
         except Exception as exc:  # nested or non-numeric types
             raise UsageError(f"{path}: column {name} is not a plain numeric column ({_first(exc)})") from None
     return out
