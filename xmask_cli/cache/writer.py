@@ -94,6 +94,10 @@ class _GuardedFile:
         return size
 
     def flush(self) -> None:
+        """HDF5's flush: nothing to do, every write went to the file already (:meth:`sync` makes it durable)."""
+
+    def sync(self) -> None:
+        """Make the written file durable: once, after HDF5 closed it, before the rename."""
         if self.error is None:
             try:
                 os.fsync(self.fd)
@@ -241,7 +245,8 @@ class CacheWriter:
         finally:
             try:
                 self._f.close()
-                self._file.flush()
+                if ok:  # a file about to be deleted needs no fsync
+                    self._file.sync()
             finally:
                 self._file.close()
                 try:
