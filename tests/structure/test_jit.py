@@ -42,3 +42,26 @@ def test_prepare_from_a_read_only_package_caches_kernels_under_the_user_cache(tm
     finally:
         for folder, _, _ in os.walk(install):  # let pytest clean up
             Path(folder).chmod(0o755)
+
+
+def test_without_a_home_the_cache_is_a_private_temp_folder(tmp_path, monkeypatch):
+    """numba loads pickled code from its cache: with no home folder the fallback under the temp dir is used
+    only when it is this user's and nobody else can write it; a folder planted there first is passed over."""
+    import tempfile
+
+    from xmask_cli.structure import jit
+
+    def no_home():
+        raise RuntimeError("no home")
+
+    monkeypatch.delenv("NUMBA_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    own = tmp_path / f"xmask-{os.getuid()}"
+    assert jit.numba_cache_dir() == own / "xmask" / "numba"
+    assert stat.S_IMODE(own.stat().st_mode) == 0o700
+    own.chmod(0o777)  # as if someone else had made it writable for all
+    other = jit.numba_cache_dir()
+    assert other.parents[1] != own and other.parents[1].parent == tmp_path
+    assert stat.S_IMODE(other.parents[1].stat().st_mode) == 0o700

@@ -8,6 +8,7 @@ install. The kernels import numba from here, which sets that folder first.
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -24,8 +25,27 @@ def numba_cache_dir() -> Path:
         try:
             base = str(Path.home() / ".cache")
         except RuntimeError:  # no home folder known (no HOME, no passwd entry)
-            base = str(Path(tempfile.gettempdir()) / f"xmask-{os.getuid()}")
+            base = _private_temp_dir()
     return Path(base) / "xmask" / "numba"
+
+
+def _private_temp_dir() -> str:
+    """``<tmp>/xmask-<uid>`` when it is this user's own private folder, else a fresh private one.
+
+    numba loads pickled code from its cache: a folder another user could have made first (or could write
+    into) is never used.
+    """
+    path = Path(tempfile.gettempdir()) / f"xmask-{os.getuid()}"
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return tempfile.mkdtemp(prefix="xmask-")
+    st = os.lstat(path)
+    if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and not st.st_mode & 0o077:
+        return str(path)
+    return tempfile.mkdtemp(prefix="xmask-")
 
 
 # Set before numba reads its configuration; kept in the environment so spawned workers use the same folder.
