@@ -33,6 +33,7 @@ from xmask_cli.engine.runs import RunDir, aggregate, input_stall
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.errors import ConfigError, UsageError
 from xmask_cli.model.biases import bias_entry
+from xmask_cli.model.model_config import bias_needs, head_powers
 
 __all__ = ["parse_seeds", "resolve_device", "resolve_level", "resolve_metric", "Experiment",
            "train_seeds", "DEFAULT_METRICS"]
@@ -136,7 +137,7 @@ def resolve_metric(cfg: Config, level: str) -> str:
 
 def model_needs(cfg: Config) -> frozenset[str]:
     """Structure sections the model's learned biases read (batches carry them as extras)."""
-    return frozenset(bias_entry(b.type).needs for b in cfg.model.biases)
+    return bias_needs(cfg.model)
 
 
 def _check_image(cfg: Config, level: str) -> None:
@@ -154,7 +155,7 @@ def _check_image(cfg: Config, level: str) -> None:
 
 
 def _check_structure(cfg: Config) -> None:
-    powers = cfg.model.head_powers or list(range(1, cfg.model.heads + 1))
+    powers = head_powers(cfg.model)
     if cfg.model.use_bias and max(powers) > cfg.structure.powers.k:
         raise ConfigError(f"model.head_powers reads Â^{max(powers)} but structure.powers.k is "
                           f"{cfg.structure.powers.k}: raise structure.powers.k or lower the powers")

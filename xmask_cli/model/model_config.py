@@ -213,6 +213,19 @@ class ModelConfig(ModelSection):
         return plain_heads(self)
 
 
+def head_powers(model: Any) -> tuple[int, ...]:
+    """``k_h`` of every head: ``model.head_powers``, default ``1..heads`` (head h reads Â^h).
+
+    ``model``: a :class:`ModelConfig` or the config's ``model`` section (same field names).
+    """
+    return tuple(int(k) for k in (_get(model, "head_powers") or range(1, int(_get(model, "heads")) + 1)))
+
+
+def bias_needs(model: Any) -> frozenset[str]:
+    """Cache sections beyond the powers that the learned biases of ``model`` read (``spd``, ``rrwp``, ...)."""
+    return frozenset(bias_entry(_get(b, "type")).needs for b in _get(model, "biases"))
+
+
 def plain_heads(model: Any) -> tuple[int, ...]:
     """0-based heads that attend over every pair of their domain: all under ``use_bias=False``, else ``k_h = 0``.
 
@@ -221,8 +234,7 @@ def plain_heads(model: Any) -> tuple[int, ...]:
     heads = int(_get(model, "heads"))
     if not _get(model, "use_bias"):
         return tuple(range(heads))
-    powers = _get(model, "head_powers") or range(1, heads + 1)
-    return tuple(h for h, k in enumerate(powers) if int(k) == 0)
+    return tuple(h for h, k in enumerate(head_powers(model)) if k == 0)
 
 
 

@@ -24,22 +24,20 @@ __all__ = ["read_powers", "read_sections", "structure_needed"]
 
 def read_powers(cfg: Config) -> int:
     """``K``: the largest power a head reads, or ``structure.powers.k`` when a plain head spans the support."""
-    from xmask_cli.model.model_config import plain_heads  # a lazy read of the model's rule, as config's
+    from xmask_cli.model.model_config import head_powers, plain_heads  # the model's own rules
 
-    m = cfg.model
-    if plain_heads(m):
+    if plain_heads(cfg.model):
         return int(cfg.structure.powers.k)
-    powers = m.head_powers or list(range(1, m.heads + 1))
-    return max(1, min(int(max(powers)), int(cfg.structure.powers.k)))
+    return max(1, min(max(head_powers(cfg.model)), int(cfg.structure.powers.k)))
 
 
 def read_sections(cfg: Config, level: str) -> frozenset[str]:
     """Structure sections beyond the powers that the preset reads (``spd``, ``spectrum``, ``magnetic``,
     ``rrwp``, ``partition``)."""
-    from xmask_cli.model.biases import bias_entry
+    from xmask_cli.model.model_config import bias_needs
 
     m = cfg.model
-    needs = {bias_entry(b.type).needs for b in m.biases}
+    needs = set(bias_needs(m))
     if "rwse" in m.node_struct.split("+"):
         needs.add("rrwp")
     if level == "node" and cfg.structure.partition.parts > 0:
