@@ -71,3 +71,21 @@ def test_row_blocks_write_the_same_file_as_one_block(tmp_path):
         np.testing.assert_array_equal(d["max"], share.max(axis=0))
         np.testing.assert_allclose(d["mean"], share.sum(axis=0) / 1500, rtol=1e-12)
     assert max(json.loads(got_attrs["powers"]["dropped_mass"])["max"]) > 0  # truncation did drop mass
+
+
+def test_blocks_are_sized_for_the_walk_matrices_too():
+    """A row block holds Â^1..Â^K and, when RRWP is stored, M^0..M^steps: with the walks on, the same budget
+    gives rows_per_block's count for K + steps + 1 matrices, so more (smaller) blocks."""
+    from xmask_cli.structure.rowblocks import rows_per_block
+
+    edges, nn = _dataset()
+    budget = 2e-3 * (1 << 30)
+    with_walks = resolve("node-level", _CFG).structure
+    without = resolve("node-level", [*_CFG, "structure.rrwp.enabled=false"]).structure
+    deg = np.bincount(edges[1].ravel(), minlength=int(nn[1]))
+    for cfg, held in ((with_walks, 3 + 3 + 1), (without, 3)):
+        step = rows_per_block(deg, held, cfg.large.topk, budget)
+        rows = [u for u in plan_units(edges, nn, cfg, budget) if u.kind == "rows"]
+        assert len(rows) == -(-int(nn[1]) // step)
+    assert len([u for u in plan_units(edges, nn, with_walks, budget) if u.kind == "rows"]) > \
+        len([u for u in plan_units(edges, nn, without, budget) if u.kind == "rows"])

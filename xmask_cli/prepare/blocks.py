@@ -189,7 +189,9 @@ def plan_units(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig,
         n = int(nn[s])
         ei = np.asarray(edges[s]).reshape(2, -1)
         deg = np.bincount(ei.ravel(), minlength=n)[:n]  # an estimate (duplicates, loops): it sizes blocks only
-        step = rows_per_block(deg, cfg.powers.k, cfg.large.topk, budget_bytes)
+        # Matrices a row block holds: Â^1..Â^K, and the walk matrices M^0..M^steps when RRWP is stored.
+        held = cfg.powers.k + (cfg.rrwp.steps + 1 if cfg.rrwp.enabled else 0)
+        step = rows_per_block(deg, held, cfg.large.topk, budget_bytes)
         units.extend(Unit("rows", s, min(n, r + step), r) for r in range(0, n, step))
         units.append(Unit("graph", s, e))
     return units
