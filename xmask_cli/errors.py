@@ -81,3 +81,9 @@ def first_line(exc: BaseException) -> str:
     """The first line of an exception's message (its class name if empty): for one-line error reports."""
     text = str(exc).splitlines()[0] if str(exc) else ""
     return text or type(exc).__name__
+
+
+class PeerFailedError(XmaskError):
+    """A collective failed: another rank died, was killed or stopped answering (exit code 1)."""
+
+    exit_code = 1

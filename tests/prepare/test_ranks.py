@@ -73,3 +73,21 @@ def test_two_ranks_write_the_file_one_process_writes(tmp_path):
     assert a_attrs == b_attrs
     assert first["truncation"]["large_graphs"] == 1 and two["truncation"] == first["truncation"]
     assert list((tmp_path / "two").rglob(".*.h5.tmp-*")) == []  # rank 0 wrote one file, no leftovers
+
+
+def test_a_failed_collective_is_one_peer_failed_line():
+    """gloo reports a dead rank as a RuntimeError: prepare turns it into PeerFailedError (one line, exit 1),
+    never a traceback."""
+    import pytest
+
+    from xmask_cli.errors import PeerFailedError
+    from xmask_cli.prepare.ranks import RankWorld
+
+    def dead_peer():
+        raise RuntimeError("Connection closed by peer [127.0.0.1]:29500\nstack frames ...")
+
+    with pytest.raises(PeerFailedError, match=r"^prepare rank 1 of 2: .*\(Connection closed by peer \[127\.0\.0\.1\]"
+                                              r":29500\); rerun the same command$") as err:
+        RankWorld(1, 2).collective(dead_peer)
+    assert err.value.exit_code == 1 and "\n" not in str(err.value)
+    assert RankWorld(1, 2).collective(lambda: 7) == 7

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from xmask_cli.errors import UsageError, XmaskError
+from xmask_cli.errors import PeerFailedError, UsageError
 
 __all__ = ["World", "world", "env_rank", "session", "deal", "shard_batches", "timeout_seconds", "PeerFailedError",
            "DEFAULT_TIMEOUT_S"]
@@ -44,12 +44,6 @@ __all__ = ["World", "world", "env_rank", "session", "deal", "shard_batches", "ti
 #: Seconds a collective waits for the other ranks before failing (``XMASK_DIST_TIMEOUT`` overrides). Covers rank 0
 #: preparing a cache or evaluating while the others wait; a dead peer is usually detected at once by gloo / torchrun.
 DEFAULT_TIMEOUT_S = 1800
-
-
-class PeerFailedError(XmaskError):
-    """A collective failed: another rank died, was killed or stopped answering (exit code 1)."""
-
-    exit_code = 1
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from xmask_cli.config import StructureConfig
+from xmask_cli.errors import PeerFailedError
 
 __all__ = ["RankWorld", "gathered_blocks", "rank0_first", "rank_world"]
 
@@ -35,14 +36,24 @@ class RankWorld:
         import torch.distributed as dist
 
         box = [obj if self.rank == 0 else None]
-        dist.broadcast_object_list(box, src=0)
+        self.collective(lambda: dist.broadcast_object_list(box, src=0))
         return box[0]
 
     def barrier(self) -> None:
         if self.distributed:
             import torch.distributed as dist
 
-            dist.barrier()
+            self.collective(dist.barrier)
+
+    def collective(self, call: Callable[[], Any]) -> Any:
+        """Run a collective; a dead or stuck rank becomes one :class:`PeerFailedError` line (no file is written:
+        rank 0 writes under a temp name and renames only at the end)."""
+        try:
+            return call()
+        except (RuntimeError, ValueError) as exc:
+            first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise PeerFailedError(f"prepare rank {self.rank} of {self.size}: a collective failed, another rank died "
+                                  f"or stopped answering ({first}); rerun the same command") from exc
 
 
 def rank_world() -> RankWorld:
@@ -87,7 +98,7 @@ def gathered_blocks(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfi
         i = t + w.rank
         mine = run(units[i]) if i < len(units) else None
         out: list[Any] | None = [None] * w.size if w.rank == 0 else None
-        dist.gather_object(mine, out, dst=0)
+        w.collective(lambda: dist.gather_object(mine, out, dst=0))
         if w.rank == 0:
             for j, r in enumerate(out or []):
                 if t + j < len(units):
