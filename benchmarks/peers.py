@@ -392,7 +392,7 @@ def run_graph_fold(data_list: list[Any], labels: Any, model_name: str, seed: int
         out, y = torch.cat(outs), torch.cat(ys)
         return accuracy(out, y), float(torch.nn.functional.cross_entropy(out, y))
 
-    best, best_loss, best_epoch, bad, state, epoch = None, None, -1, 0, None, -1
+    sel, state, epoch = selection.Selection(), None, -1
     for epoch in range(epochs):
         model.train()
         for b in train_loader:
@@ -403,17 +403,12 @@ def run_graph_fold(data_list: list[Any], labels: Any, model_name: str, seed: int
                 torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
             opt.step()
         val, val_loss = evaluate("val")
-        why = selection.compare(val, val_loss, best, best_loss, higher=True)
-        if why is not None:
-            best, best_loss, best_epoch = val, val_loss, epoch
-            bad = 0 if why != "tie" else bad + 1
+        if sel.update(val, val_loss, epoch, higher=True):
             state = copy.deepcopy(model.state_dict())
-        else:
-            bad += 1
-        if bad >= patience:
+        if sel.bad_epochs >= patience:
             break
     model.load_state_dict(state)
-    return {"metrics": {p: evaluate(p)[0] for p in ("train", "val", "test")}, "best_epoch": best_epoch,
+    return {"metrics": {p: evaluate(p)[0] for p in ("train", "val", "test")}, "best_epoch": sel.best_epoch,
             "epochs_run": epoch + 1, "fold": fold, "folds": folds,
             "split": {"name": split.name, "seed": seed, **dict(zip(("train", "val", "test"), split.sizes()))}}
 

@@ -255,39 +255,6 @@ class _Optimisation:
 
 
 @dataclass
-class _Selection:
-    """Where a run stands: the next epoch, the best epoch so far by validation, and epochs without improvement."""
-
-    start: int = 0
-    best: float | None = None
-    best_loss: float | None = None
-    best_epoch: int = -1
-    bad_epochs: int = 0
-
-    @classmethod
-    def from_checkpoint(cls, ckpt: dict[str, Any] | None) -> "_Selection":
-        if ckpt is None:
-            return cls()
-        return cls(ckpt["epoch"] + 1, ckpt["best"], ckpt.get("best_loss"), ckpt["best_epoch"], ckpt["bad_epochs"])
-
-    def update(self, val: float, val_loss: float | None, epoch: int, higher: bool) -> bool:
-        """Take ``epoch``'s validation into account (:func:`~xmask_cli.engine.selection.compare`); True if it is
-        the new best epoch. A tie keeps the later epoch without counting as an improvement."""
-        why = selection.compare(val, val_loss, self.best, self.best_loss, higher)
-        if why is None:
-            self.bad_epochs += 1
-            return False
-        self.best, self.best_loss, self.best_epoch = val, val_loss, epoch
-        self.bad_epochs = 0 if why != "tie" else self.bad_epochs + 1
-        return True
-
-    def state(self) -> dict[str, Any]:
-        """What ``last.pt`` keeps of it."""
-        return {"best": self.best, "best_loss": self.best_loss, "best_epoch": self.best_epoch,
-                "bad_epochs": self.bad_epochs}
-
-
-@dataclass
 class _EpochStats:
     """One epoch's training pass: mean loss, learning rate, skipped batches, seconds training and waiting."""
 
@@ -332,13 +299,13 @@ def _open_run(run: RunDir, config: dict[str, Any], resume: bool, overwrite: bool
     return None
 
 
-def _restore(ckpt: dict[str, Any] | None, model: torch.nn.Module, opt: _Optimisation) -> _Selection:
+def _restore(ckpt: dict[str, Any] | None, model: torch.nn.Module, opt: _Optimisation) -> selection.Selection:
     """Model, optimisation and RNG states from ``last.pt`` (nothing for a fresh run); where selection stood."""
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         opt.load(ckpt)
         set_rng_state(ckpt["rng"])
-    return _Selection.from_checkpoint(ckpt)
+    return selection.Selection.from_checkpoint(ckpt)
 
 
 def _batches(task: Task, epoch: int, seed: int, ddp: torch.nn.Module | None,
@@ -438,7 +405,7 @@ def _epoch_row(epoch: int, stats: _EpochStats, metric: str, val: float, val_loss
     return row
 
 
-def _save_last(run: RunDir, model: torch.nn.Module, opt: _Optimisation, sel: _Selection, epoch: int,
+def _save_last(run: RunDir, model: torch.nn.Module, opt: _Optimisation, sel: selection.Selection, epoch: int,
                config: dict[str, Any]) -> None:
     """``last.pt``: everything ``--resume`` needs to go on as if never stopped."""
     # RNG states after the epoch: the next one (dropout) draws exactly what it would have uninterrupted.

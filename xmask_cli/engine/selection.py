@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["RULE", "TRIAL_RULE", "compare", "best_index"]
+__all__ = ["RULE", "TRIAL_RULE", "compare", "best_index", "Selection"]
 
 #: The rule as ``summary.json`` records it.
 RULE = "best validation metric; ties: lower validation loss, then the later epoch"
@@ -59,3 +61,36 @@ def best_index(history: Sequence[tuple[float, float | None]], higher: bool) -> i
         if compare(val, loss, best, best_loss, higher) is not None:
             best_i, best, best_loss = i, val, loss
     return best_i
+
+
+@dataclass
+class Selection:
+    """Where a run stands: the next epoch, the best epoch so far by validation, and epochs without improvement."""
+
+    start: int = 0
+    best: float | None = None
+    best_loss: float | None = None
+    best_epoch: int = -1
+    bad_epochs: int = 0
+
+    @classmethod
+    def from_checkpoint(cls, ckpt: dict[str, Any] | None) -> "Selection":
+        if ckpt is None:
+            return cls()
+        return cls(ckpt["epoch"] + 1, ckpt["best"], ckpt.get("best_loss"), ckpt["best_epoch"], ckpt["bad_epochs"])
+
+    def update(self, val: float, val_loss: float | None, epoch: int, higher: bool) -> bool:
+        """Take ``epoch``'s validation into account (:func:`compare`); True if it is
+        the new best epoch. A tie keeps the later epoch without counting as an improvement."""
+        why = compare(val, val_loss, self.best, self.best_loss, higher)
+        if why is None:
+            self.bad_epochs += 1
+            return False
+        self.best, self.best_loss, self.best_epoch = val, val_loss, epoch
+        self.bad_epochs = 0 if why != "tie" else self.bad_epochs + 1
+        return True
+
+    def state(self) -> dict[str, Any]:
+        """What ``last.pt`` keeps of it."""
+        return {"best": self.best, "best_loss": self.best_loss, "best_epoch": self.best_epoch,
+                "bad_epochs": self.bad_epochs}
