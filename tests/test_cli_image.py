@@ -7,22 +7,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-import torch
 from tests.cli_helpers import one_error_line, run
 
 from xmask_cli.ablate import variant_overrides
 from xmask_cli.config_resolve import resolve
 from xmask_cli.errors import UsageError
-
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    # Tiny models gain nothing from intra-op threads; on a busy 2-core box they slow these runs down.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+from tests.engine.conftest import _one_torch_thread  # noqa: F401  (autouse: one torch thread)
 
 TINY = ["--set", "model.hidden=32", "--set", "model.layers=2", "--set", "train.epochs=2", "--set", "train.lr=3e-3"]
 

@@ -23,6 +23,7 @@ from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.experiment import Experiment, check_config, resolve_level
 from xmask_cli.engine.loop import seed_everything
 from xmask_cli.model.network import XMaskNet
+from tests.engine.conftest import _one_torch_thread  # noqa: F401  (autouse: one torch thread)
 
 PRESETS = sorted(p.stem for p in packaged_presets_dir().glob("*.yaml"))
 
@@ -80,15 +81,6 @@ def test_the_stand_ins_keep_the_large_graph_branch():
 
 def test_every_preset_file_is_listed():
     assert set(PRESETS) <= set(list_presets()) and len(PRESETS) >= 40
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    # Small steps gain nothing from intra-op threads on a shared 2-core box.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

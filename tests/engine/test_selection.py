@@ -6,6 +6,7 @@ import json
 import pytest
 import torch
 
+from tests.engine.test_loop import ToyTask
 from xmask_cli.engine import selection
 from xmask_cli.engine.loop import TrainConfig, fit
 from xmask_cli.engine.runs import RunDir
@@ -50,26 +51,14 @@ def test_non_finite_values():
     assert selection.compare(0.5, 0.4, 0.5, 0.4, True) == "tie"  # kept, but not an improvement for patience
 
 
-class ScriptedTask:
-    """A task whose validation (metric, loss) per epoch is given: what fit selects is then known."""
+class ScriptedTask(ToyTask):
+    """The toy task with its validation (metric, loss) per epoch given: what fit selects is then known."""
 
     metric = "accuracy"
 
     def __init__(self, script):
+        super().__init__()
         self.script, self.calls = list(script), 0
-        self.device = torch.device("cpu")
-
-    def describe(self):
-        return {"dataset": "scripted"}
-
-    def split_sizes(self):
-        return {"train": 4, "val": 4, "test": 4}
-
-    def train_batches(self, epoch):
-        return [epoch]
-
-    def loss(self, model, batch):
-        return (model(torch.ones(1, 1)) ** 2).mean(), 1
 
     def evaluate(self, model, part):
         if part == "val" and self.calls < len(self.script):
@@ -84,7 +73,7 @@ class ScriptedTask:
 def _fit(script, path, patience=10):
     torch.manual_seed(0)
     cfg = TrainConfig(epochs=len(script), lr=0.01, warmup_epochs=0, patience=patience)
-    return fit(ScriptedTask(script), torch.nn.Linear(1, 1), cfg, path, model_config={"toy": 1}, parts=("val",))
+    return fit(ScriptedTask(script), torch.nn.Linear(2, 1), cfg, path, model_config={"toy": 1}, parts=("val",))
 
 
 def test_fit_keeps_the_epoch_the_rule_picks_and_records_both_values(tmp_path):
