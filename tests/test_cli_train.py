@@ -6,7 +6,7 @@ from pathlib import Path
 
 import h5py
 import pytest
-from tests.cli_helpers import one_error_line, run
+from tests.cli_helpers import full_disk_line, one_error_line, run
 
 from xmask_cli.engine.experiment import train_seeds
 from xmask_cli.config_resolve import resolve
@@ -498,12 +498,7 @@ def test_a_symlinked_lock_in_the_run_folder_is_exit_2_and_truncates_nothing(tmp_
 # ------------------------------------------------------------------ a full disk
 def _full_disk_line(r) -> str:
     """The one `error:` line (the epochs logged before it aside), with no traceback."""
-    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("error:")]
-    assert len(errors) == 1 and "Traceback" not in r.stderr + r.stdout, r.stderr
-    line = errors[0]
-    assert r.exit_code == 5, r.stderr
-    assert line.startswith("error: no space left on device writing ") and "(file system at " in line
-    return line
+    return full_disk_line(r.exit_code, r.stderr, r.stdout)
 
 
 def test_train_on_a_full_disk_is_exit_5_and_the_run_resumes_to_the_uninterrupted_result(tmp_path, warm_cache,
