@@ -1,6 +1,6 @@
 """PROTEINS training epoch with 1 and 2 data-parallel processes (gloo, CPU), and the all-reduce share of a step.
 
-Issue 12 §1. Each process uses one torch thread. The 2-process job runs the engine's own
+Each process uses one torch thread. The 2-process job runs the engine's own
 pieces: ``engine.distributed.wrap`` (DDP), ``shard_batches`` (the size buckets dealt by rank)
 and ``loop._ddp_backward`` (the weighted backward with its per-step item-count all-reduce). The
 gradient all-reduce is timed by a DDP communication hook (the default all-reduce, each bucket

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""GPU check (issue 12 §5): does xmask train on CUDA as it does on CPU, and how fast?
+"""GPU check: does xmask train on CUDA as it does on CPU, and how fast?
 
 Ready for the day a GPU is lent; under 5 minutes on one GPU. Steps:
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Per-epoch probe of graph-level training: where a collapse to a constant output starts (issue 10 §6).
+"""Per-epoch probe of graph-level training: where a collapse to a constant output starts.
 
 Trains one seed of a graph dataset's shipped preset exactly as ``xmask train``
 does (same split, seeding, AdamW, warm-up, clipping) and prints one JSON line
@@ -10,7 +10,7 @@ hidden ReLUs are active for some training graph and the share of
 few per-layer gradient norms.
 
 ``--input degree`` replaces the node features by the one-hot degree (the input
-every TU set got before issue 10); ``--input features+degree`` appends it (now
+the TU sets once got alone); ``--input features+degree`` appends it (
 the same as ``--set model.node_struct=degree``, which it sets).
 Anything else goes through ``--set`` (e.g. ``model.readout_norm=none`` for the
 raw sum readout).

@@ -1,4 +1,4 @@
-"""Dense vs sparse attention on full Cora, before and after the "outside the support" decision (issue 10 §1).
+"""Dense vs sparse attention on full Cora, before and after the "outside the support" decision.
 
 One X-LogSMask attention layer over full Cora (2708 nodes, heads reading
 ``Â^1..Â^K``), the weights of ``W_q``/``W_k`` scaled so that the logits

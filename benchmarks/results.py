@@ -33,7 +33,7 @@ EXPERIMENTS: dict[str, tuple[str, list[str]]] = {
     "cora": ("cora", []),
     "citeseer": ("citeseer", []),
     "mutag": ("mutag", []),
-    "mutag-hand": ("mutag-hand", []),  # the hand preset the tuned `mutag` replaced (issue 11)
+    "mutag-hand": ("mutag-hand", []),  # the hand preset the tuned `mutag` replaced
     "proteins": ("proteins", []),
     "cora-link": ("cora-link", []),
     # Issue 5: M3Dphormer (local / cluster / global experts, bi-level routing) against plain X-LogSMask.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Cora training step: the CSR sparse kernel against the per-pair gather kernel, PyG TransformerConv and dense.
 
-Issue 12 §2. One step = forward, cross-entropy on the public training nodes,
+One step = forward, cross-entropy on the public training nodes,
 backward, grad-norm clipping at 1.0, AdamW (``train_speed.py``'s step).
 Model: ``XMaskNet`` node task, hidden 64, 4 heads, 2 layers (``--hidden``,
 ``--heads``, ``--layers``). For each ``K`` in ``--powers`` the attended

@@ -254,7 +254,7 @@ def test_verify_check_inputs_recomputes_the_fingerprint(tmp_path, shared_data):
 
 
 def test_cache_clear_on_user_folders_deletes_nothing_and_refuses_paths(tmp_path):
-    """Issue 14, item 1: `cache clear /some/folder` and `cache clear .. --cache-dir X/sub`."""
+    """`cache clear /some/folder` and `cache clear .. --cache-dir X/sub`."""
     some = tmp_path / "some" / "folder"
     some.mkdir(parents=True)
     x = tmp_path / "X"
@@ -290,7 +290,7 @@ def test_cache_clear_removes_the_staging_folder_only_with_its_marker(tmp_path):
     assert (EMBEDDED_ROOT / "MUTAG" / "raw" / "MUTAG_A.txt").is_file()
 
 
-# ------------------------------------------------- existing caches are checked (issue 14, items 7, 12, 13)
+# ------------------------------------------------- existing caches are checked
 def _prepared(tmp_path, *extra: str) -> tuple[str, Path]:
     c = str(tmp_path / "c")
     r = run("-f", "json", "prepare", "mutag", "--cache-dir", c, *extra)
@@ -377,7 +377,7 @@ def test_temp_files_of_dead_writers_are_listed_and_removed_by_the_next_writer(tm
 
 
 def test_xmask_format_env_applies_without_a_format_option(tmp_path):
-    """Issue 14, item 15: the global --format default shadowed XMASK_FORMAT."""
+    """XMASK_FORMAT sets the format when no --format is given (a global default must not shadow it)."""
     r = run("cache", "ls", "--cache-dir", str(tmp_path / "c"), env={"XMASK_FORMAT": "json"})
     assert r.exit_code == 0 and json.loads(r.stdout) == []
     r = run("--format", "human", "cache", "ls", "--cache-dir", str(tmp_path / "c"), env={"XMASK_FORMAT": "json"})
@@ -398,7 +398,7 @@ def test_cache_clear_on_a_read_only_mount_is_exit_5(tmp_path, monkeypatch):
     assert r.exit_code == 5 and "read-only" in one_error_line(r)
 
 
-# ------------------------------------------------------------ message quality (issue 14, item 18)
+# ------------------------------------------------------------ message quality
 @pytest.mark.parametrize("args, needle", [
     (["--bogus"], "No such option: --bogus"),
     (["prepare", "mutag", "--workers", "0"], "'--workers'"),

@@ -255,7 +255,7 @@ def test_edge_regression_from_a_file(tmp_path):
 
 
 def test_planted_processed_file_does_not_run_and_training_works(tmp_path):
-    """Issue 14, item 2: a pickle planted as `_pyg/MUTAG/processed/data.pt` never runs; train re-processes."""
+    """a pickle planted as `_pyg/MUTAG/processed/data.pt` never runs; train re-processes."""
     import torch
 
     cache = tmp_path / "C"
@@ -275,7 +275,7 @@ def test_planted_processed_file_does_not_run_and_training_works(tmp_path):
     assert "re-processed from the raw files" in r.stderr
 
 
-# ------------------------------------------------------ run-folder integrity (issue 14, items 3-6)
+# ------------------------------------------------------ run-folder integrity
 ONE = [*TINY, "--set", "train.epochs=1", "--device", "cpu"]
 
 
@@ -401,7 +401,7 @@ def test_run_names_are_one_path_segment(tmp_path, warm_cache, args):
     assert not runs.exists()
 
 
-# ------------------------------------------------------------ exit codes (issue 14, items 9, 16)
+# ------------------------------------------------------------ exit codes
 def test_infinite_lr_is_exit_2_and_a_diverging_run_exit_7(tmp_path, warm_cache):
     r = _train(tmp_path, warm_cache, "--set", "train.lr=inf")
     assert r.exit_code == 2 and "train.lr: expected a finite number" in one_error_line(r)

@@ -182,7 +182,7 @@ def test_presets_found_after_plain_non_editable_install(tmp_path: Path):
 @pytest.mark.parametrize("override", ["train.lr=inf", "train.lr=.inf", "train.lr=nan", "train.lr=-inf",
                                       "model.dropout=nan", "structure.large.tau=inf", "link.fractions=[0.5,nan,0.5]"])
 def test_non_finite_numbers_are_refused(override):
-    """Issue 14, item 9: `--set train.lr=inf` trained to NaN and exited 0."""
+    """`--set train.lr=inf` trained to NaN and exited 0."""
     with pytest.raises(ConfigError, match="finite"):
         R.resolve("graph-level", [override])
 
@@ -190,13 +190,13 @@ def test_non_finite_numbers_are_refused(override):
 @pytest.mark.parametrize("override, key", [("train.weight_decay=-1", "weight_decay"),
                                            ("train.warmup_epochs=-2", "warmup_epochs")])
 def test_negative_optimiser_settings_are_refused(override, key):
-    """Issue 14, item 16: AdamW raised (exit 1) on a negative weight decay that `presets show` accepted."""
+    """AdamW raised (exit 1) on a negative weight decay that `presets show` accepted."""
     with pytest.raises(ConfigError, match=key):
         R.resolve("graph-level", [override])
 
 
 def _alias_bomb(levels: int) -> str:
-    """The issue's preset: ``levels`` anchors of 10 aliases each, the last one the value of model.head_powers
+    """A preset of ``levels`` anchors of 10 aliases each, the last one the value of model.head_powers
     (10**levels values once expanded, a few hundred bytes on disk)."""
     lines = ["defs:", "  - &l0 [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]"]
     lines += [f"  - &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, levels - 1)]

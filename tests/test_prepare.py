@@ -39,7 +39,7 @@ def test_key_parameters_ignore_what_prepare_does_not_read():
     assert node["partition"]["parts"] == 32 and graph["partition"] == {"parts": 0}
 
 
-# ------------------------------------------------------------------ large-graph truncation (issue 10 §4)
+# ------------------------------------------------------------------ large-graph truncation
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -164,7 +164,7 @@ def test_recorded_dropped_mass_equals_brute_force_on_a_random_graph(tmp_path, no
     assert rec["max"][K - 1] > 0.05  # truncation bites (else the comparison would be vacuous)
 
 
-# ------------------------------------------------------------ spectra of real disconnected graphs (issue 10 §2)
+# ------------------------------------------------------------ spectra of real disconnected graphs
 import scipy.linalg  # noqa: E402
 
 from xmask_cli.data.load import load_graphs  # noqa: E402
@@ -277,7 +277,7 @@ def test_citeseer_spectrum_has_every_zero_and_sixteen_non_zero_pairs(tmp_path, s
     assert vals[with_edges] > 0 and np.abs(x[:, vals > 1e-6]).sum(0).min() > 0
 
 
-# --------------------------------------------- worker processes die with prepare (issue 14, items 10, 11)
+# --------------------------------------------- worker processes die with prepare
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -1,4 +1,4 @@
-"""Tuned dataset presets (issue 11): each is its study's best configuration, and the hand preset it replaced
+"""Tuned dataset presets: each is its study's best configuration, and the hand preset it replaced
 stays reachable as ``<name>-hand`` with its old values."""
 from __future__ import annotations
 

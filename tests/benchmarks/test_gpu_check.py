@@ -1,4 +1,4 @@
-"""benchmarks/gpu_check.py: refuses clearly without CUDA; its CPU half runs (issue 12 §5).
+"""benchmarks/gpu_check.py: refuses clearly without CUDA; its CPU half runs.
 
 The GPU half cannot run here (no GPU); these check the exit code without one
 and that the CPU half trains Cora through the engine and reports its figures.

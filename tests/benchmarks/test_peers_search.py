@@ -1,4 +1,4 @@
-"""benchmarks/peers.py under a search (issue 11): the node and link peers score only the parts asked for, so
+"""benchmarks/peers.py under a search: the node and link peers score only the parts asked for, so
 ``tune_study.py``'s searches never read test, and Amazon sets get xmask's seeded split."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""benchmarks/train_speed.py: the operator breakdown behind the PROTEINS ratio (issue 12 §3)."""
+"""benchmarks/train_speed.py: the operator breakdown behind the PROTEINS ratio."""
 from __future__ import annotations
 
 

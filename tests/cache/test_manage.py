@@ -81,7 +81,7 @@ def test_ls_and_clear(tmp_path):
     assert K.cache_files(tmp_path / "cache") == []
 
 
-# ------------------------------------------------------------ clear safety (issue 14, item 1)
+# ------------------------------------------------------------ clear safety
 
 
 def _dead_pid() -> int:

@@ -109,7 +109,7 @@ def test_prepare_on_a_full_disk_is_one_line_and_exit_5_simulated(tmp_path, monke
 
 
 def test_prepare_on_a_full_tmpfs_is_one_line_and_exit_5(small_tmpfs):
-    """The issue's case on a real 600 KB tmpfs."""
+    """The case of a real 600 KB tmpfs."""
     full = small_tmpfs("600k", "the simulated full disk test covers the writer")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), "XMASK_OFFLINE": "1"}
     r = subprocess.run([sys.executable, "-m", "xmask_cli", "prepare", "mutag", "--cache-dir", str(full / "cache")],

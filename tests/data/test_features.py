@@ -1,4 +1,4 @@
-"""Node features: what training feeds the model is the PyG/OGB loader's own ``x`` (issue 10 §0).
+"""Node features: what training feeds the model is the PyG/OGB loader's own ``x``.
 
 The reference is the real loader class run directly on an untouched copy of
 the dataset's folder (no xmask staging in between); xmask's features must

@@ -117,7 +117,7 @@ def test_fingerprint_changes_with_any_edge():
     assert base != graphs_fingerprint(e[::-1], n[::-1])
 
 
-# --------------------------------------------- processed files are never unpickled (issue 14, items 2, 17)
+# --------------------------------------------- processed files are never unpickled
 class _Planted:
     """Unpickling this creates ``marker``: what a planted processed file could do."""
 

@@ -17,7 +17,7 @@ def spawn_ranks(main: Callable[..., None], payload: Any, tmp_path: Path, size: i
     sometimes aborted inside gloo ("terminate called without an active exception", no Python frame of
     ours) before any result was written: 1 run in 8-20 one session, 0 in 40 standalone runs at load 8-15
     the next; CI once lost a whole run to it. It is logged (with the ranks' Python stacks when the caller
-    sets PYTHONFAULTHANDLER) and left to the open note of issue 12. Any other failure, and any assertion
+    sets PYTHONFAULTHANDLER) and noted in CHANGELOG.md. Any other failure, and any assertion
     on the results, is never retried.
     """
     attempts = 3

@@ -1,4 +1,4 @@
-"""Graph-level training must not collapse to a constant output (issue 10 §6).
+"""Graph-level training must not collapse to a constant output.
 
 A sum readout of post-LayerNorm node states grows with the node count; fed
 raw to the head MLP, Adam's per-weight steps move its pre-activations by

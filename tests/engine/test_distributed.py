@@ -1,4 +1,4 @@
-"""Data-parallel training (issue 12 §1) on CPU with gloo: dealing, gradient equivalence, torchrun end to end.
+"""Data-parallel training on CPU with gloo: dealing, gradient equivalence, torchrun end to end.
 
 The equivalence test spawns two ranks (``torch.multiprocessing.spawn``, a ``file://``
 rendezvous); the end-to-end tests run ``torchrun --standalone --nproc_per_node 2``

@@ -1,5 +1,5 @@
 """Graphs with 0 nodes or 0 edges (a filtered dataset, an edge list with isolated nodes): a defined
-output and finite gradients on every graph-level path, never NaN (issue 10 §7).
+output and finite gradients on every graph-level path, never NaN.
 
 Defined output: a graph with no nodes pools to the zero vector (sum, mean and
 max alike, as PyG's scatter gives an empty segment), so its logits are the

@@ -249,7 +249,7 @@ def test_stream_batches_carry_extras(toy: Toy, in_memory: bool):
     assert all(b.extras is None for b in plain.epoch(0))
 
 
-# ------------------------------------------ spectra of disconnected graphs (issue 10 §2)
+# ------------------------------------------ spectra of disconnected graphs
 def _big_disconnected(seed: int) -> tuple[np.ndarray, int]:
     """A directed graph above 200 nodes with 8 components (one above DENSE_MAX) and an isolated node."""
     rng = np.random.default_rng(seed)

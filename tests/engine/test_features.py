@@ -1,4 +1,4 @@
-"""Structural input channels (``model.node_struct``, issue 10 §6) against independent computations.
+"""Structural input channels (``model.node_struct``) against independent computations.
 
 On the real MUTAG (188 graphs): the ``degree`` channel against networkx's degree of the
 undirected simple graph, one-hot with the fallback's cap; the ``rwse`` channel (read from the

@@ -1,4 +1,4 @@
-"""The shared training loop on a toy task: non-finite losses and gradients (issue 14, item 9)."""
+"""The shared training loop on a toy task: non-finite losses and gradients."""
 from __future__ import annotations
 
 import json

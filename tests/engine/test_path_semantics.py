@@ -1,4 +1,4 @@
-"""Path semantics through the node engine (issue 10, §1 and §3): partitions, subgraphs, full graph, refusals.
+"""Path semantics through the node engine: partitions, subgraphs, full graph, refusals.
 
 - A METIS partition batch of Amazon Computers (13752 nodes, truncated
   large-graph powers, 32 parts), exactly as :class:`NodeTask` builds it: the

@@ -1,4 +1,4 @@
-"""Mixed precision (issue 12 §4): bf16 training on CPU predicts as fp32 does; the log-mask stays float32."""
+"""Mixed precision: bf16 training on CPU predicts as fp32 does; the log-mask stays float32."""
 from __future__ import annotations
 
 from dataclasses import replace

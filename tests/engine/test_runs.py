@@ -1,4 +1,4 @@
-"""Run folders: locking and replacing a run (issue 14, items 3-5)."""
+"""Run folders: locking and replacing a run."""
 from __future__ import annotations
 
 import os

@@ -1,4 +1,4 @@
-"""Helpers of the path-semantics tests (issue 10 §1, §3): trained-scale logits, numpy references, comparisons."""
+"""Helpers of the path-semantics tests: trained-scale logits, numpy references, comparisons."""
 from __future__ import annotations
 
 import math

@@ -1,4 +1,4 @@
-"""The CSR kernel of the sparse path (issue 12 §2) computes what the per-pair gather kernel computes.
+"""The CSR kernel of the sparse path computes what the per-pair gather kernel computes.
 
 ``sparse_kernel='gather'`` is the per-pair ``[E, H, d_h]`` computation the
 sparse path ran before (and still runs for ``return_terms``); ``'csr'`` runs

@@ -1,4 +1,4 @@
-"""The packed graph layout (``model.graph_layout: packed``) against the padded one (issue 12 §3).
+"""The packed graph layout (``model.graph_layout: packed``) against the padded one.
 
 The packed path runs the token-wise layers on real rows only and attention per
 group of similar-sized graphs; it must give the padded path's outputs and

@@ -1,4 +1,4 @@
-"""One meaning of "outside the support" on every attention path, at realistic size (issue 10, §1 and §3).
+"""One meaning of "outside the support" on every attention path, at realistic size.
 
 Full Cora (2708 nodes, ``Â^1, Â^2``), weights scaled so that the logits
 ``q·k / sqrt(d_h)`` spread by several units (as after training, not at

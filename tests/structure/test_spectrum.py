@@ -261,7 +261,7 @@ def test_lowest_eigenpairs_on_a_large_graph_without_factorization(monkeypatch):
     np.testing.assert_allclose(vecs.T @ vecs, np.eye(4), atol=1e-6)
 
 
-# --- per-component spectra (issue 10 §2) -------------------------------------------
+# --- per-component spectra -------------------------------------------
 
 
 def _dense_norm_lap(a: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Node and link tasks under DDP on full Cora (issue 12 §1): 2 ranks × batch B equal 1 process × batch 2B.
+"""Node and link tasks under DDP on full Cora: 2 ranks × batch B equal 1 process × batch 2B.
 
 Query batches (every query over all of its stored keys, several checkpointed chunks a layer, a
 different chunk count each step) and link pair batches (the whole graph encoded per step) must

@@ -568,7 +568,7 @@ def test_chunked_pair_mlp_equals_whole(kind, monkeypatch):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)  # gradients summed over chunks in another order
 
 
-# ------------------------------------------------- GTLM conventions (issue 10 §7)
+# ------------------------------------------------- GTLM conventions
 def test_deepset_pools_by_the_mean_of_valid_eigenvalues():
     """φ(λ_k) = ρ([ψ(λ_k), mean_j ψ(λ_j)]) over the valid eigenvalues, as GTLM's mean pooling; numpy by hand."""
     torch.manual_seed(0)
