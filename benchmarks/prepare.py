@@ -186,6 +186,8 @@ def child_baseline(inp: Path, work: Path, threads: int, check_against: str | Non
     out: dict[str, Any] = {"seconds": seconds, "baseline_rss_mb": base_rss,
                            "output_bytes": (work / "baseline.npz").stat().st_size, "threads_seen": seen}
     (work / "baseline.npz").unlink()
+    # The peak of the timed work: the equality check below loads the whole cache, which is not the baseline's.
+    out["peak_rss_self_mb"] = _peak_rss_self_mb()
     if check_against:
         t = time.perf_counter()
         out["check"] = {"cache": check_against, "problems": B.check_equal(results, check_against),
@@ -199,7 +201,7 @@ def run_child(args: argparse.Namespace) -> int:
         res = child_ours(inp, Path(args._work), args.workers, args.threads)
     else:
         res = child_baseline(inp, Path(args._work), args.threads, args._check)
-    res["peak_rss_self_mb"] = _peak_rss_self_mb()
+    res.setdefault("peak_rss_self_mb", _peak_rss_self_mb())
     # ru_maxrss of the largest finished pool worker (workers > 1); an upper bound,
     # since it can include this child's RSS when the worker was forked.
     res["peak_rss_children_mb"] = _maxrss_mb(resource.RUSAGE_CHILDREN)
@@ -372,8 +374,9 @@ def summarize(times: list[float]) -> dict[str, Any]:
 
 
 def speedup(row: dict[str, Any]) -> dict[str, Any] | None:
-    """Baseline median / ours median, and the range of per-round ratios; None unless both sides ran every round
-    and the outputs were found equal."""
+    """The median of the per-round ratios baseline / ours (a round pairs the two sides under one load) and their
+    range; the ratio of the two medians beside it. None unless both sides ran every round and the outputs were
+    found equal."""
     ours, base = row.get("ours_runs") or [], row.get("baseline_runs") or []
     if not ours or len(ours) != len(base) or row.get("outputs") != "equal":
         return None
@@ -381,8 +384,8 @@ def speedup(row: dict[str, Any]) -> dict[str, Any] | None:
         return None
     o, b = [r["seconds"] for r in ours], [r["seconds"] for r in base]
     ratios = [y / x for x, y in zip(o, b)]
-    return {"ratio": statistics.median(b) / statistics.median(o), "round_min": min(ratios), "round_max": max(ratios),
-            "round_ratios": ratios}
+    return {"ratio": statistics.median(ratios), "ratio_of_medians": statistics.median(b) / statistics.median(o),
+            "round_min": min(ratios), "round_max": max(ratios), "round_ratios": ratios}
 
 
 def verdict(row: dict[str, Any], s: dict[str, Any] | None) -> str:
