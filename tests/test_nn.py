@@ -72,13 +72,14 @@ def test_attention_equals_the_models_attention(model, attention):
     torch.testing.assert_close(attn(h, data.logsmask_index, data.logsmask_values), want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("head_powers", [(1,), (1, 0)])  # (1, 0): a plain head spans its own graph only
 @pytest.mark.parametrize("attention", ["dense", "sparse"])
 @torch.no_grad()
-def test_a_batch_equals_its_graphs_one_by_one(attention):
+def test_a_batch_equals_its_graphs_one_by_one(attention, head_powers):
     graphs = [_graph(9, 12, seed=3), _graph(4, 3, seed=4), _graph(13, 20, seed=5)]
     batch = Batch.from_data_list(graphs)
     torch.manual_seed(0)
-    block = XLogSMaskBlock(FEATURES + 3, 1, attention=attention).eval()
+    block = XLogSMaskBlock(FEATURES + 3, len(head_powers), head_powers=list(head_powers), attention=attention).eval()
     x = torch.nn.functional.pad(batch.x, (0, 3))
     got = block(x, batch.logsmask_index, batch.logsmask_values, batch.batch)
     want = torch.cat([block(torch.nn.functional.pad(g.x, (0, 3)), g.logsmask_index, g.logsmask_values) for g in graphs])

@@ -27,7 +27,7 @@ from torch_geometric.utils import to_dense_adj, to_dense_batch
 
 from xmask_cli.config import ModelSection, NodeSection, PowersConfig
 from xmask_cli.model.attention import StructuralAttention
-from xmask_cli.model.attention_path import full_graph_attention
+from xmask_cli.model.attention_path import ATTENTIONS, full_graph_attention
 from xmask_cli.model.bias import DenseStructure, SparseStructure, XLogSMaskBias
 from xmask_cli.model.layers import TransformerBlock
 from xmask_cli.model.model_config import plain_heads, sparse_refusal
@@ -48,7 +48,8 @@ class _OnGraph(torch.nn.Module):
                   "outside_support": outside_support}
         self.plain_heads = plain_heads(fields)
         self._dense_only = sparse_refusal(fields)
-        full_graph_attention(attention, 1, 1, "cpu")  # an unknown value fails here, not at the first forward
+        if attention not in ATTENTIONS:  # fails here, not at the first forward
+            raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
         self.attention_path = attention
         self.dense_max_nodes = int(dense_max_nodes)
 
@@ -72,20 +73,14 @@ class _OnGraph(torch.nn.Module):
         """
         num_graphs = 1 if batch is None or batch.numel() == 0 else int(batch.max()) + 1
         largest = x.size(0) if batch is None else int(torch.bincount(batch).max()) if batch.numel() else 0
-        values = logsmask_values.to(x.device)
-        if self.path(largest, -(-logsmask_index.size(1) // num_graphs), x.device) == "sparse":
-            bias = self.log_mask(SparseStructure(edge_index=logsmask_index, values=values))
-            return self._sparse(x, bias, logsmask_index, batch)
+        index, values = logsmask_index.to(x.device), logsmask_values.to(x.device)  # the structure goes to x
+        if self.path(largest, -(-index.size(1) // num_graphs), x.device) == "sparse":
+            bias = self.log_mask(SparseStructure(edge_index=index, values=values))
+            return self.layer(x, bias, edge_index=index, groups=batch)
         xd, mask = to_dense_batch(x, batch)
-        powers = to_dense_adj(logsmask_index, batch, values, max_num_nodes=xd.size(1)).permute(0, 3, 1, 2)
+        powers = to_dense_adj(index, batch, values, max_num_nodes=xd.size(1)).permute(0, 3, 1, 2)
         bias = self.log_mask(DenseStructure(powers=powers, mask=mask))
-        return self._dense(xd, bias, mask)[mask]
-
-    def _sparse(self, x: Tensor, bias: Tensor, edge_index: Tensor, batch: Tensor | None) -> Tensor:
-        return self.layer(x, bias, edge_index=edge_index, groups=batch)
-
-    def _dense(self, x: Tensor, bias: Tensor, mask: Tensor) -> Tensor:
-        return self.layer(x, bias, mask)
+        return self.layer(xd, bias, mask)[mask]
 
 
 class XLogSMaskAttention(_OnGraph):
