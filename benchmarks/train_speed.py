@@ -345,8 +345,10 @@ def figure_2(cora: Cora, args: argparse.Namespace) -> list[dict[str, Any]]:
     check = (recompute_powers(adj, k) - cora.powers[:, :k]).abs().max().item()
     # The baseline computes what the cache holds: the same powers, hence the same logits.
     assert check < 1e-5, f"recomputed powers differ from the cache by {check:.1e}"
-    with torch.no_grad():
-        same = (ref.forward_dense(x1, recompute_powers(adj, k))[0] - ours.forward_dense(x1, cora.powers)[0]).abs()
+    with torch.no_grad():  # eval mode: dropout off, so the logits depend on the weights and powers only
+        same = (ref.eval().forward_dense(x1, recompute_powers(adj, k))[0]
+                - ours.eval().forward_dense(x1, cora.powers)[0]).abs()
+    ref.train(), ours.train()
     assert same.max().item() < 1e-4, f"recomputed and cached powers give logits {same.max().item():.1e} apart"
     sides = {
         "recompute": _step_fn(ref, lambda: ref.forward_dense(x1, recompute_powers(adj, k))[0], cora.y, cora.train),
