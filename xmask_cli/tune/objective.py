@@ -93,12 +93,13 @@ def run_trial(trial: Any, setup: TrialSetup, *, log: Callable[[str], None] = lam
     higher = HIGHER_IS_BETTER[setup.metric]
     key = f"val_{setup.metric}"
     best: dict[int, float] = {}
-    runs = [-1]  # with folds: the position of the run (seed, fold) whose epochs arrive
+    runs = [-1]  # the position of the run (a seed, or a seed's fold) whose epochs arrive
+
+    def on_seed_start(seed: int, epochs: int) -> None:
+        runs[0] += 1  # train_seeds starts its runs one after the other, in order
 
     def on_epoch(seed: int, row: dict[str, Any]) -> None:
-        if setup.folds:
-            runs[0] += int(row["epoch"]) == 0  # a trial's runs start at epoch 0, one after the other
-        i = runs[0] if setup.folds else setup.seeds.index(seed)
+        i = runs[0]
         v = float(row[key])
         if math.isfinite(v) and (i not in best or (v > best[i] if higher else v < best[i])):
             best[i] = v
@@ -110,7 +111,8 @@ def run_trial(trial: Any, setup: TrialSetup, *, log: Callable[[str], None] = lam
     try:
         result = train_seeds(cfg, setup.seeds, device=setup.device, cache_dir=setup.cache_dir,
                              data_root=setup.data_root, offline=setup.offline, overwrite=True,
-                             parts=SEARCH_PARTS, on_epoch=on_epoch, log=log, max_folds=setup.folds or None)
+                             parts=SEARCH_PARTS, on_epoch=on_epoch, on_seed_start=on_seed_start, log=log,
+                             max_folds=setup.folds or None)
     except (optuna.TrialPruned, KeyboardInterrupt, *STUDY_ERRORS):
         raise
     except Exception as exc:  # out of memory, divergence, a bug in one corner of the space: record and go on
