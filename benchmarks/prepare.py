@@ -275,9 +275,11 @@ def spawn(kind: str, inp: Path, work: Path, args: argparse.Namespace, env: dict[
         out["stderr_tail"] = stderr[-2000:]
     if out["status"] == "ok":
         out.update(json.loads(result.read_text()))
-        # Peak reported: the child's own VmHWM, or the sampled sum over it and its
-        # pool workers when larger (only with --workers > 1).
-        out["peak_mb"] = max(out["peak_rss_self_mb"], tree_peak)
+        # Peak reported: the child's own VmHWM (read before the baseline's untimed equality check), or, for
+        # ours with --workers > 1, the sampled sum over it and its pool workers when larger. The sampler runs
+        # for the child's whole life, so it is not used where there is no pool.
+        pooled = kind == "ours" and args.workers > 1
+        out["peak_mb"] = max(out["peak_rss_self_mb"], tree_peak) if pooled else out["peak_rss_self_mb"]
     elif status == "timeout":
         out["seconds"] = None
         out["killed_after_seconds"] = killed_at - t0
