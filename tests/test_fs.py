@@ -34,3 +34,15 @@ def test_atomic_write_gives_the_mode_a_plain_open_would(tmp_path, umask):
     mode = stat.S_IMODE((tmp_path / "a.json").stat().st_mode)
     assert mode == stat.S_IMODE((tmp_path / "b.json").stat().st_mode) == 0o666 & ~umask
     assert (tmp_path / "a.json").read_bytes() == b"{}"
+
+
+def test_sha256_of_streams_a_file_larger_than_its_block(tmp_path):
+    import hashlib
+    import os
+
+    from xmask_cli.fs import sha256_of
+
+    data = os.urandom((1 << 20) * 2 + 123)  # two whole 1 MiB blocks and a tail
+    (tmp_path / "f").write_bytes(data)
+    with open(tmp_path / "f", "rb") as fh:
+        assert sha256_of(fh) == hashlib.sha256(data).hexdigest()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import shutil
 import tempfile
@@ -59,6 +60,14 @@ def refuse_links(folder: Path, names: Iterable[str], what: str = "run folder") -
         if path.is_symlink():
             raise UsageError(f"{path} is a symbolic link, which xmask never writes through; remove it "
                              f"(the {what} {folder} must hold plain files only)")
+
+
+def sha256_of(fh: BinaryIO) -> str:
+    """sha256 of what is left to read in the open binary file ``fh``, streamed in 1 MiB blocks (any size)."""
+    h = hashlib.sha256()
+    for block in iter(lambda: fh.read(1 << 20), b""):
+        h.update(block)
+    return h.hexdigest()
 
 
 def open_nofollow(path: Path, flags: int, what: str = "run folder") -> int:

@@ -38,7 +38,6 @@ Example::
 from __future__ import annotations
 
 import csv
-import hashlib
 import math
 import os
 from dataclasses import dataclass
@@ -48,6 +47,7 @@ import numpy as np
 
 from xmask_cli.data.tables import ID_BOUND_FACTOR, MIN_ID_BOUND, bounded_max_id
 from xmask_cli.errors import DataNotFoundError, UsageError
+from xmask_cli.fs import sha256_of
 
 __all__ = ["EdgeData", "load_edge_file", "file_sha256", "DELIMITERS"]
 
@@ -86,11 +86,8 @@ class EdgeData:
 
 def file_sha256(path: str | os.PathLike) -> str:
     """sha256 of a file's bytes (streamed): identifies the data in a run config."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    with open(path, "rb") as f:  # the file the user named, links included
+        return sha256_of(f)
 
 
 def _existing(path: str | os.PathLike, what: str) -> Path:

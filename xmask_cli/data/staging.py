@@ -3,7 +3,6 @@ so that a change of the raw files invalidates the loader's ``processed/`` there.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -12,7 +11,7 @@ from typing import Any
 
 from xmask_cli.data.registry import DatasetSpec
 from xmask_cli.errors import NotWritableError, UsageError
-from xmask_cli.fs import atomic_write, open_nofollow
+from xmask_cli.fs import atomic_write, open_nofollow, sha256_of
 
 STAGING_MARKER = ".xmask-staging"  # in <cache_dir>/_pyg: `cache clear` removes only a folder carrying it
 
@@ -47,11 +46,8 @@ def _manifest(src: Path, files: list[str]) -> dict[str, Any]:
     # Content hashes, not paths: the bundled and a shared copy of the same files share one processed/.
     digest = {}
     for rel in files:
-        h = hashlib.sha256()
         with open(src / rel, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
-        digest[rel] = h.hexdigest()
+            digest[rel] = sha256_of(fh)
     return {"version": 1, "files": digest}
 
 

@@ -15,7 +15,6 @@ Example::
 from __future__ import annotations
 
 import errno
-import hashlib
 import io
 import os
 import stat
@@ -27,6 +26,7 @@ from typing import IO
 import numpy as np
 
 from xmask_cli.errors import DataNotFoundError, UsageError
+from xmask_cli.fs import sha256_of
 
 __all__ = ["Rows", "open_regular", "file_digest", "read_npy", "read_npz", "read_csv_columns", "read_parquet_columns",
            "PARQUET_HINT", "MIN_ID_BOUND", "ID_BOUND_FACTOR", "bounded_max_id"]
@@ -66,11 +66,8 @@ def open_regular(path: Path) -> IO[bytes]:
 
 def file_digest(path: Path) -> str:
     """sha256 of a regular file's bytes (streamed; links refused as in :func:`open_regular`)."""
-    h = hashlib.sha256()
     with open_regular(path) as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return sha256_of(fh)
 
 
 @dataclass(frozen=True)
