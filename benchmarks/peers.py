@@ -283,6 +283,34 @@ def graph_data_list(graphs: Any, node_struct: str = "none") -> list[Any]:
             for i, (f, e, n) in enumerate(zip(feats, graphs.edge_index, graphs.num_nodes))]
 
 
+def _graph_epoch(model: Any, opt: Any, loader: Any, clip_norm: float) -> None:
+    """One training pass of a graph classifier over ``loader`` (cross-entropy; the gradient norm clipped at
+    ``clip_norm`` when > 0)."""
+    import torch
+
+    model.train()
+    for b in loader:
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(b.x, b.edge_index, b.batch, b.num_graphs), b.y)
+        loss.backward()
+        if clip_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
+        opt.step()
+
+
+def _graph_logits(model: Any, loader: Any) -> tuple[Any, Any]:
+    """``(logits, labels)`` of every graph of ``loader``, in its order, in eval mode."""
+    import torch
+
+    model.eval()
+    outs, ys = [], []
+    with torch.no_grad():
+        for b in loader:
+            outs.append(model(b.x, b.edge_index, b.batch, b.num_graphs))
+            ys.append(b.y)
+    return torch.cat(outs), torch.cat(ys)
+
+
 def run_graph(graphs: Any, data_list: list[Any], seed: int, epochs: int, patience: int,
               batch_size: int = 32, hp: dict[str, Any] | None = None,
               parts: tuple[str, ...] = ("train", "val", "test")) -> dict[str, Any]:
@@ -308,23 +336,12 @@ def run_graph(graphs: Any, data_list: list[Any], seed: int, epochs: int, patienc
     opt = make_optimizer(model.parameters(), lr=hp["lr"], weight_decay=hp["weight_decay"])
     sel = _Selector(patience)
 
-    @torch.no_grad()
     def score(part: str) -> float:
-        model.eval()
-        outs, ys = [], []
-        for b in eval_loaders[part]:
-            outs.append(model(b.x, b.edge_index, b.batch, b.num_graphs))
-            ys.append(b.y)
-        return accuracy(torch.cat(outs), torch.cat(ys))
+        return accuracy(*_graph_logits(model, eval_loaders[part]))
 
     epoch = -1
     for epoch in range(epochs):
-        model.train()
-        for b in train_loader:
-            opt.zero_grad(set_to_none=True)
-            loss = torch.nn.functional.cross_entropy(model(b.x, b.edge_index, b.batch, b.num_graphs), b.y)
-            loss.backward()
-            opt.step()
+        _graph_epoch(model, opt, train_loader, clip_norm=0.0)
         if sel.update(model, score("val"), epoch):
             break
     model.load_state_dict(sel.state)
@@ -382,26 +399,13 @@ def run_graph_fold(data_list: list[Any], labels: Any, model_name: str, seed: int
     model = _gin(in_dim, num_classes, hidden=64, layers=5) if model_name == "GIN" else _baseline(in_dim, num_classes)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
 
-    @torch.no_grad()
     def evaluate(part: str) -> tuple[float, float]:
-        model.eval()
-        outs, ys = [], []
-        for b in eval_loaders[part]:
-            outs.append(model(b.x, b.edge_index, b.batch, b.num_graphs))
-            ys.append(b.y)
-        out, y = torch.cat(outs), torch.cat(ys)
+        out, y = _graph_logits(model, eval_loaders[part])
         return accuracy(out, y), float(torch.nn.functional.cross_entropy(out, y))
 
     sel, state, epoch = selection.Selection(), None, -1
     for epoch in range(epochs):
-        model.train()
-        for b in train_loader:
-            opt.zero_grad(set_to_none=True)
-            loss = torch.nn.functional.cross_entropy(model(b.x, b.edge_index, b.batch, b.num_graphs), b.y)
-            loss.backward()
-            if clip_norm > 0:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), clip_norm)
-            opt.step()
+        _graph_epoch(model, opt, train_loader, clip_norm)
         val, val_loss = evaluate("val")
         if sel.update(val, val_loss, epoch, higher=True):
             state = copy.deepcopy(model.state_dict())
