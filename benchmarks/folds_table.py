@@ -1,0 +1,86 @@
+#!/usr/bin/env python
+"""Gather the fold-protocol results of ``xmask train --folds`` and ``peers.py --folds`` into one table.
+
+Reads every ``<SET>-xmask.json`` (``xmask train --folds K --format json``) and ``<SET>-peers.json``
+(``benchmarks/peers.py --only graph --folds K --out ...``) in a folder and prints, per set, the test
+accuracy mean ± std over folds (population std, as both tools report) of xmask, GIN and the
+structure-agnostic baseline, with the mean number of epochs run and the summed wall seconds per side.
+Only the measured figures: the published anchors are written beside them in benchmarks/README.md.
+
+Usage (from the repository root)::
+
+    python benchmarks/folds_table.py benchmarks/out/folds
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+SETS = ("MUTAG", "PROTEINS", "NCI1", "DD", "IMDB-BINARY")
+
+
+def _cell(values: list[float], epochs: list[float], seconds: float | None) -> str:
+    mean, std = 100 * statistics.fmean(values), 100 * statistics.pstdev(values)
+    wall = f", {seconds:.0f} s" if seconds is not None else ""
+    return f"{mean:.2f} ± {std:.2f} ({len(values)} folds, {statistics.fmean(epochs):.0f} ep.{wall})"
+
+
+def xmask_row(path: Path) -> dict[str, Any]:
+    """Test accuracies, epochs run and the preset of one ``xmask train --folds`` JSON result."""
+    d = json.loads(path.read_text())
+    runs = sorted(d["runs"], key=lambda r: (r["seed"], r["fold"]))
+    return {"test": [r["metrics"]["test"] for r in runs], "epochs": [r["epochs_run"] for r in runs],
+            "name": d["name"], "seconds": None}
+
+
+def peer_rows(path: Path) -> dict[str, dict[str, Any]]:
+    """Per model: test accuracies, epochs run and summed seconds of one ``peers.py --folds`` JSON result."""
+    d = json.loads(path.read_text())
+    out: dict[str, dict[str, Any]] = {}
+    for r in sorted(d["runs"], key=lambda r: (r["seed"], r["fold"])):
+        m = out.setdefault(r["model"], {"test": [], "epochs": [], "seconds": 0.0})
+        m["test"].append(r["metrics"]["test"])
+        m["epochs"].append(r["epochs_run"])
+        m["seconds"] += r["seconds"]
+    return out
+
+
+def table(folder: Path, walls: dict[str, float]) -> str:
+    """Markdown table of the sets found in ``folder``; ``walls`` maps a set to xmask's wall seconds."""
+    lines = ["| set | xmask (shipped preset) | GIN, this harness | baseline, this harness |", "|---|---|---|---|"]
+    for ds in SETS:
+        xs = folder / f"{ds}-xmask.json"
+        ps = folder / f"{ds}-peers.json"
+        if not xs.exists() and not ps.exists():
+            continue
+        cells = []
+        if xs.exists():
+            x = xmask_row(xs)
+            cells.append(_cell(x["test"], x["epochs"], walls.get(ds)))
+        else:
+            cells.append("not measured")
+        peers = peer_rows(ps) if ps.exists() else {}
+        for model in ("GIN", "baseline"):
+            p = peers.get(model)
+            cells.append(_cell(p["test"], p["epochs"], p["seconds"]) if p else "not measured")
+        lines.append(f"| {ds} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("folder", type=Path, help="folder of <SET>-xmask.json and <SET>-peers.json files")
+    p.add_argument("--wall", action="append", default=[], metavar="SET=SECONDS",
+                   help="xmask's wall seconds for a set (the JSON result does not carry them); repeatable")
+    args = p.parse_args(argv)
+    walls = {k: float(v) for k, v in (w.split("=", 1) for w in args.wall)}
+    print(table(args.folder, walls))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""benchmarks/folds_table.py: the fold-protocol table it prints from xmask's and the peers' JSON results."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.benchmarks import load_script
+
+
+@pytest.fixture(scope="module")
+def folds_table():
+    return load_script("folds_table")
+
+
+def _write(tmp_path: Path, rng: np.random.Generator) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    xs = rng.uniform(0.5, 1.0, 10)
+    # xmask's --format json result, folds listed out of order: the table must not depend on it
+    runs = [{"seed": 0, "fold": i, "epochs_run": 20 + i, "metrics": {"test": float(xs[i]), "val": 0.9}}
+            for i in map(int, rng.permutation(10))]
+    (tmp_path / "PROTEINS-xmask.json").write_text(json.dumps({"name": "proteins-folds", "runs": runs}))
+    peers = {m: rng.uniform(0.5, 1.0, 10) for m in ("GIN", "baseline")}
+    prs = [{"model": m, "seed": 0, "fold": i, "epochs_run": 10, "seconds": 2.5, "metrics": {"test": float(v[i])}}
+           for m, v in peers.items() for i in range(10)]
+    (tmp_path / "PROTEINS-peers.json").write_text(json.dumps({"runs": prs}))
+    return xs, peers
+
+
+def test_table_gives_mean_and_population_std_over_folds(folds_table, tmp_path: Path) -> None:
+    xs, peers = _write(tmp_path, np.random.default_rng(3))
+    out = folds_table.table(tmp_path, {"PROTEINS": 123.0})
+    row = [ln for ln in out.splitlines() if ln.startswith("| PROTEINS")]
+    assert len(row) == 1 and "MUTAG" not in out  # a set without files is left out
+    cells = [c.strip() for c in row[0].strip("|").split("|")][1:]
+    for cell, v in zip(cells, (xs, peers["GIN"], peers["baseline"])):
+        assert cell.startswith(f"{100 * v.mean():.2f} ± {100 * v.std(ddof=0):.2f} (10 folds")
+    assert "24 ep., 123 s" in cells[0]  # epochs 20..29 -> mean 24.5 rounds to 24; xmask's wall given
+    assert "10 ep., 25 s" in cells[1] and "10 ep., 25 s" in cells[2]  # 10 runs x 2.5 s
+
+
+def test_missing_side_is_said(folds_table, tmp_path: Path) -> None:
+    _write(tmp_path, np.random.default_rng(0))
+    (tmp_path / "PROTEINS-peers.json").unlink()
+    row = [ln for ln in folds_table.table(tmp_path, {}).splitlines() if ln.startswith("| PROTEINS")][0]
+    assert row.count("not measured") == 2 and " s)" not in row.split("|")[2]
