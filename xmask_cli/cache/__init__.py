@@ -5,7 +5,8 @@ One file per (input graphs, structure parameters, format version) at
 chunked, LZF-compressed and fletcher32-checksummed::
 
     /                     attrs: format_version, key, dataset, level, fingerprint,
-                                 params (JSON), created, versions (JSON), complete
+                                 params (JSON), created, versions (JSON), complete,
+                                 source_folder (a user's dataset folder only: its real absolute path)
     /graphs/num_nodes     int64 [G]        node count per graph
     /graphs/node_ptr      int64 [G+1]      offsets of each graph's nodes in /nodes/*
     /graphs/num_edges     int64 [G]        undirected edges per graph (no self loops)
@@ -36,14 +37,16 @@ unreachable otherwise.
 
 Modules: :mod:`~xmask_cli.cache.files` (format version, key, path, temp names),
 :mod:`~xmask_cli.cache.writer` (:class:`CacheWriter`), :mod:`~xmask_cli.cache.reader`
-(:class:`StructureCache`), :mod:`~xmask_cli.cache.manage` (list, verify, clear).
+(:class:`StructureCache`), :mod:`~xmask_cli.cache.manage` (list, verify, clear),
+:mod:`~xmask_cli.cache.inputs` (the input a file was built from, read again for ``verify --check-inputs``).
 Everything public is importable from ``xmask_cli.cache``.
 """
 from xmask_cli.cache.files import FORMAT_VERSION, cache_key, cache_path, is_stale_temp
+from xmask_cli.cache.inputs import SOURCE_ATTR, InputFingerprints
 from xmask_cli.cache.manage import (CacheInfo, cache_files, clear, dataset_folder, info, is_own_cache_file, listing,
                                     verify)
 from xmask_cli.cache.reader import StructureCache
 from xmask_cli.cache.writer import CacheWriter
 
-__all__ = ["FORMAT_VERSION", "CacheInfo", "CacheWriter", "StructureCache", "cache_files", "cache_key", "cache_path",
-           "clear", "dataset_folder", "info", "is_own_cache_file", "is_stale_temp", "listing", "verify"]
+__all__ = ["FORMAT_VERSION", "SOURCE_ATTR", "CacheInfo", "CacheWriter", "InputFingerprints", "StructureCache",
+           "cache_files", "cache_key", "cache_path", "clear", "dataset_folder", "info", "is_own_cache_file", "is_stale_temp", "listing", "verify"]

@@ -74,25 +74,14 @@ def cache_verify(
         files = [Path(target)]
     else:
         files = K.cache_files(resolve_cache_dir(cache_dir), target)
-    fingerprints: dict[str, str | None] = {}
+    inputs = K.InputFingerprints(data_root, resolve_cache_dir(cache_dir)) if check_inputs else None
 
-    def expected(p: Path) -> str | None:
-        """Fingerprint of the dataset now on disk, for --check-inputs."""
-        if not check_inputs:
-            return None
-        from xmask_cli.data.load import load_graphs, resolve_data_root
-        from xmask_cli.data.registry import get_dataset
+    def check(p: Path) -> list[str]:
+        """The file's problems; with --check-inputs, also against its input read again now."""
+        expected, problems = inputs.expected(p) if inputs is not None else (None, [])
+        return K.verify(p, expected) + problems
 
-        name = p.parent.name
-        if name not in fingerprints:
-            spec = get_dataset(name)
-            if spec.family == "images":  # the input of an image cache is the patch grid, which its key hashes
-                return None
-            graphs = load_graphs(spec, data_root=resolve_data_root(data_root), cache_dir=resolve_cache_dir(cache_dir), offline=True)
-            fingerprints[name] = graphs.fingerprint()
-        return fingerprints[name]
-
-    report = [{"path": str(p), "ok": not probs, "problems": probs} for p in files for probs in [K.verify(p, expected(p))]]
+    report = [{"path": str(p), "ok": not probs, "problems": probs} for p in files for probs in [check(p)]]
 
     out.result(report, lambda con: render.verify(con, report))
     bad = [r for r in report if not r["ok"]]

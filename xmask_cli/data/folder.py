@@ -47,7 +47,7 @@ from xmask_cli.data.tables import (Rows, bounded_max_id, file_digest, read_csv_c
 from xmask_cli.errors import DataNotFoundError, UsageError
 
 __all__ = ["FORMATS", "FolderFiles", "FolderDataset", "find_files", "folder_spec", "load_folder", "is_folder_ref",
-           "FOLDER_SPLIT_FILES", "check_train_classes"]
+           "FOLDER_SPLIT_FILES", "check_train_classes", "source_folder"]
 
 #: File stem -> the extensions it may have (exactly one file per stem).
 FORMATS: dict[str, tuple[str, ...]] = {
@@ -146,6 +146,18 @@ def folder_spec(text: str) -> DatasetSpec:
     split = FOLDER_SPLIT_FILES if files.has_split else "random-60-20-20"
     return DatasetSpec(path.name or "folder", "folder", levels, split, str(path),
                        tuple(p.name for p in files.paths.values()), "accuracy")
+
+
+def source_folder(spec: DatasetSpec) -> str | None:
+    """The real absolute path of the user's folder ``spec`` was read from (links resolved); None for a registry name.
+
+    A cache records it, so that ``xmask cache verify --check-inputs`` can read the same folder again.
+    """
+    if spec.family == "folder":
+        return os.path.realpath(spec.folder)
+    if spec.family == "tu" and spec.root:
+        return os.path.realpath(os.path.join(spec.root, spec.folder))
+    return None
 
 
 def tu_folder_spec(path: Path) -> DatasetSpec | None:

@@ -278,6 +278,7 @@ class Experiment:
     ) -> "Experiment":
         """Resolve level and metric, load the data and make sure the structure cache exists."""
         from xmask_cli.fs import ensure_writable_dir
+        from xmask_cli.data.folder import source_folder
         from xmask_cli.data.load import load_graphs, resolve_data_root
         from xmask_cli.prepare import prepare_graphs
         from xmask_cli.prepare.needs import structure_needed
@@ -320,7 +321,7 @@ class Experiment:
             summary = prepare_graphs(dataset_key=spec.key, level=level, edges=graphs.edge_index,
                                      num_nodes=graphs.num_nodes, fingerprint=graphs.fingerprint(),
                                      cfg=structure_needed(cfg, level), cache_dir=cache_dir, workers=workers,
-                                     log=log, memory_gb=cfg.prepare.memory_gb)
+                                     log=log, memory_gb=cfg.prepare.memory_gb, source_folder=source_folder(spec))
             if not summary.cached:
                 log(f"structure cache was missing: prepared {summary.path} in {summary.seconds:.1f}s")
             exp.cache_path = Path(summary.path)

@@ -37,6 +37,7 @@ def prepare_dataset(
 
     ``world``: the ranks of a ``torchrun`` prepare, every one calling (see :mod:`~xmask_cli.prepare.ranks`).
     """
+    from xmask_cli.data.folder import source_folder
     from xmask_cli.data.load import load_graphs, resolve_data_root
     from xmask_cli.data.registry import get_dataset
 
@@ -66,7 +67,7 @@ def prepare_dataset(
     summary = prepare_graphs(
         dataset_key=spec.key, level=spec.level, edges=graphs.edge_index, num_nodes=graphs.num_nodes,
         fingerprint=graphs.fingerprint(), cfg=structure, cache_dir=cache_dir, workers=workers,
-        memory_gb=cfg.prepare.memory_gb, world=world,
+        memory_gb=cfg.prepare.memory_gb, world=world, source_folder=source_folder(spec),
         force=force, full_check=True, progress=progress, log=log,
     )
     summary.features = features.to_dict()

@@ -156,6 +156,7 @@ def prepare_graphs(
     log: Callable[[str], None] | None = None,
     memory_gb: float | None = None,
     world: Any = None,
+    source_folder: str | None = None,
 ) -> PrepareSummary:
     """Compute and cache the structure of ``edges`` unless the same key is cached and sound.
 
@@ -171,6 +172,9 @@ def prepare_graphs(
         progress: called with ``(graphs_done, graphs_total)``.
         memory_gb: working-set budget of a large graph's row blocks (``prepare.memory_gb``); the stored
             values do not depend on it.
+        source_folder: the real absolute path of the user's dataset folder the graphs were read from
+            (:func:`~xmask_cli.data.folder.source_folder`), recorded in the root attribute ``source_folder``
+            for ``cache verify --check-inputs``; not part of the key (a copy of the folder elsewhere is the same input).
 
     With ``world`` (a :class:`~xmask_cli.prepare.ranks.RankWorld` of several ranks, every rank calling)
     the ranks share the computation (see :mod:`~xmask_cli.prepare.ranks`): rank 0 checks, writes and
@@ -206,7 +210,8 @@ def prepare_graphs(
 
     summary = _prepare_graphs(dataset_key=dataset_key, level=level, edges=edges, num_nodes=num_nodes,
                               fingerprint=fingerprint, cfg=cfg, cache_dir=cache_dir, force=force,
-                              full_check=full_check, progress=progress, log=log, blocks=blocks)
+                              full_check=full_check, progress=progress, log=log, blocks=blocks,
+                              source_folder=source_folder)
     announce("done")
     if w.distributed:
         w.broadcast(summary)
@@ -216,7 +221,7 @@ def prepare_graphs(
 def _prepare_graphs(*, dataset_key: str, level: str, edges: list[np.ndarray], num_nodes: np.ndarray,
                     fingerprint: str, cfg: StructureConfig, cache_dir: Path, force: bool, full_check: bool,
                     progress: Callable[[int, int], None] | None, log: Callable[[str], None] | None,
-                    blocks: Callable[[Callable[[], None]], Any]) -> PrepareSummary:
+                    blocks: Callable[[Callable[[], None]], Any], source_folder: str | None = None) -> PrepareSummary:
     """:func:`prepare_graphs` in the process that writes; ``blocks(check)`` yields the computed units."""
     t0 = time.perf_counter()
     params = structure_params(cfg, level)
@@ -245,6 +250,8 @@ def _prepare_graphs(*, dataset_key: str, level: str, edges: list[np.ndarray], nu
     ensure_writable_dir(path.parent)
     attrs = {"key": key, "dataset": dataset_key, "level": level, "fingerprint": fingerprint,
              "params": json.dumps(params, sort_keys=True)}
+    if source_folder is not None:
+        attrs["source_folder"] = str(source_folder)
     src = None if force else find_superset(path.parent, fingerprint, params, exclude=path)
     if src is not None:
         derive(src, path, attrs, params, log)
