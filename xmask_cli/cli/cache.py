@@ -44,7 +44,8 @@ def cache_verify(
     target: Annotated[Optional[str], typer.Argument(help="A cache file, or a dataset name (default: all).", show_default=False)] = None,
     cache_dir: CacheDirOpt = None,
     check_inputs: Annotated[
-        bool, typer.Option("--check-inputs", help="Also reload each dataset (offline) and recompute its fingerprint.")
+        bool, typer.Option("--check-inputs", help="Also reload each dataset (offline; a folder dataset from the folder its cache records) and "
+                                              "compare its fingerprint.")
     ] = False,
     data_root: Annotated[
         Optional[Path], typer.Option("--data-root", help="Data root for --check-inputs [env XMASK_DATA_ROOT].", show_default=False)
@@ -53,7 +54,10 @@ def cache_verify(
 ) -> None:
     """Check every cache file: readable, checksums, key matches fingerprint, format current.
 
-    Exits 4 if any file has a problem.
+    With --check-inputs, also read each input again (a registry dataset by name, a
+    folder dataset from the folder its cache records) and compare fingerprints.
+    Exits 4 if any file has a problem (an input that changed included); 3 if a
+    recorded folder is gone, 2 if it no longer reads as a dataset folder.
 
     Examples:
 
@@ -62,6 +66,8 @@ def cache_verify(
         xmask cache verify cache/mutag/3f1c0e9a2b.h5 --format json
 
         xmask cache verify cora --check-inputs --data-root ../shared/datasets
+
+        xmask cache verify mygraph --check-inputs
     """
     from xmask_cli import cache as K
     from xmask_cli.errors import CacheError
