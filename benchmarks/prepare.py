@@ -71,7 +71,7 @@ DEFAULT_DATA_ROOT = Path(os.environ.get("XMASK_DATA_ROOT") or REPO.parent / "sha
 #: Thread-count variables set for both children.
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
 #: Targets (speed-up = baseline median / ours median, one worker, one thread).
-SPEEDUP_TARGETS = {"DD": 3.0}
+SPEEDUP_TARGETS = {"DD": 3.0, "sbm-320k": 5.0}
 POLL_S = 0.1
 
 
@@ -137,31 +137,52 @@ def set_threads(n: int) -> dict[str, Any]:
     return seen
 
 
-def _structure(meta: dict[str, Any]) -> Any:
+def _config(meta: dict[str, Any]) -> Any:
     from xmask_cli.config_resolve import resolve
 
-    return resolve(meta["preset"], list(meta.get("overrides", []))).structure
+    return resolve(meta["preset"], list(meta.get("overrides", [])))
+
+
+def _structure(meta: dict[str, Any]) -> Any:
+    """The structure ``xmask prepare`` computes for the run's config: ``structure_needed`` (``prepare.compute``:
+    ``read``, only what the preset's model reads; ``all``, the whole section), at the level prepare uses."""
+    from xmask_cli.prepare.needs import structure_needed
+
+    return structure_needed(_config(meta), meta.get("structure_level") or meta["level"])
+
+
+def _warmups(s: Any) -> list[tuple[list, Any, Any]]:
+    """Untimed warm-up runs: a 3-node path with the structure ``s``, and again under the large-graph rule
+    (``large.min_nodes`` 2), so that the row-block and truncation code is loaded before the timed run too."""
+    import dataclasses
+
+    import numpy as np
+
+    edges, nn = [np.array([[0, 1], [1, 2]])], np.array([3])
+    large = dataclasses.replace(s, large=dataclasses.replace(s.large, min_nodes=2))
+    return [(edges, nn, s), (edges, nn, large)]
 
 
 def child_ours(inp: Path, work: Path, workers: int, threads: int) -> dict[str, Any]:
     """One timed ``prepare_graphs`` into ``work/cache`` (kept: round 1's baseline compares against it)."""
-    import numpy as np
-
     from xmask_cli.prepare import prepare_graphs
 
     seen = set_threads(threads)
     edges, nn, fp, meta = _read_input(inp)
     cfg = _structure(meta)
+    memory_gb = _config(meta).prepare.memory_gb  # the row-block budget `xmask prepare` gives a large graph
 
-    def run(e, n, f, cache_dir):
+    def run(e, n, f, s, cache_dir):
         return prepare_graphs(dataset_key=meta["key"], level=meta["level"], edges=e, num_nodes=n, fingerprint=f,
-                              cfg=cfg, cache_dir=cache_dir, workers=workers, force=True)
+                              cfg=s, cache_dir=cache_dir, workers=workers, memory_gb=memory_gb, force=True,
+                              full_check=True)
 
-    run([np.array([[0, 1], [1, 2]])], np.array([3]), "warmup", work / "warmup")  # not timed
+    for e, n, s in _warmups(cfg):  # not timed
+        run(e, n, "warmup", s, work / "warmup")
     seen = {**seen, **set_threads(threads)}  # prepare restores numba's count; make sure it is ours
     base_rss = _current_rss_mb()
     t = time.perf_counter()
-    summary = run(edges, nn, fp, work / "cache")
+    summary = run(edges, nn, fp, cfg, work / "cache")
     seconds = time.perf_counter() - t
     return {"seconds": seconds, "baseline_rss_mb": base_rss, "cache_bytes": summary.size_bytes,
             "cache_path": summary.path, "edges": summary.edges, "preset": meta["preset"], "workers": workers,
@@ -170,14 +191,13 @@ def child_ours(inp: Path, work: Path, workers: int, threads: int) -> dict[str, A
 
 def child_baseline(inp: Path, work: Path, threads: int, check_against: str | None) -> dict[str, Any]:
     """One timed per-graph scipy run writing ``work/baseline.npz``; then (not timed) the equality check."""
-    import numpy as np
-
     import scipy_baseline as B
 
     seen = set_threads(threads)
     edges, nn, _, meta = _read_input(inp)
     cfg = _structure(meta)
-    B.baseline_all([np.array([[0, 1], [1, 2]])], np.array([3]), cfg)  # warm-up, not timed
+    for e, n, s in _warmups(cfg):  # not timed
+        B.baseline_all(e, n, s)
     base_rss = _current_rss_mb()
     t = time.perf_counter()
     results = B.baseline_all(edges, nn, cfg)
@@ -191,7 +211,8 @@ def child_baseline(inp: Path, work: Path, threads: int, check_against: str | Non
     if check_against:
         t = time.perf_counter()
         out["check"] = {"cache": check_against, "problems": B.check_equal(results, check_against),
-                        "graphs": len(results), "seconds": time.perf_counter() - t}
+                        "graphs": len(results), "seconds": time.perf_counter() - t,
+                        "peak_rss_with_check_mb": _peak_rss_self_mb()}
     return out
 
 
@@ -286,32 +307,80 @@ def spawn(kind: str, inp: Path, work: Path, args: argparse.Namespace, env: dict[
     return out
 
 
+def derive_config(name: str, spec: Any, preset: str | None, overrides: list[str] | None) -> dict[str, Any]:
+    """What the children compute for a dataset, derived as ``xmask prepare`` derives it; returns meta fields.
+
+    The preset and overrides go through the CLI's ``choose_preset`` (which sets ``data.dataset``), then
+    ``structure_needed`` at the level prepare uses. ``prepare.compute`` defaults to ``all`` for a registry name
+    (the whole structure section) and to the config's own default, ``read``, for a folder (what
+    ``xmask prepare <folder>`` computes); ``--set prepare.compute=...`` decides otherwise.
+    """
+    from xmask_cli.api import choose_preset
+    from xmask_cli.config_resolve import resolve
+    from xmask_cli.data.folder import is_folder_ref
+    from xmask_cli.prepare.graphs import structure_params
+    from xmask_cli.prepare.needs import structure_needed
+
+    preset = preset or ("node-level" if spec.level == "node" else "graph-level")
+    default = [] if is_folder_ref(name) else ["prepare.compute=all"]
+    preset, ovs = choose_preset(preset, name, [*default, *(overrides or [])])
+    cfg = resolve(preset, ovs)
+    level = cfg.task.level if cfg.task.level != "auto" else spec.level
+    structure = structure_needed(cfg, level)
+    return {"preset": preset, "overrides": ovs, "structure_level": level, "compute": cfg.prepare.compute,
+            "memory_gb": cfg.prepare.memory_gb, "structure": structure_params(structure, spec.level),
+            "_structure": structure}
+
+
 def load(name: str, data_root: Path, staging: Path, preset: str | None = None,
-         overrides: list[str] | None = None) -> tuple[Any, Path, dict[str, Any]]:
-    """Load a dataset once, write its graphs for the children; returns (spec, input file, info)."""
+         overrides: list[str] | None = None, check_baseline: bool = True) -> tuple[Any, Path, dict[str, Any]]:
+    """Load a dataset (a registry name or a folder path, as ``xmask prepare`` takes them) once, write its graphs
+    for the children; returns (spec, input file, info).
+
+    Raises:
+        ValueError: ``check_baseline`` and the structure holds a section the baseline does not compute.
+    """
     import numpy as np
 
+    import scipy_baseline as B
     from xmask_cli.data.load import load_graphs
     from xmask_cli.data.registry import get_dataset
 
     spec = get_dataset(name)
+    derived = derive_config(name, spec, preset, overrides)
+    structure = derived.pop("_structure")
+    missing = B.unsupported(structure, spec.level)
+    if check_baseline and missing:
+        raise ValueError(f"the baseline does not compute {', '.join(missing)}, which this structure holds; "
+                         f"leave it out (e.g. --set structure.partition.parts=0) or pass --skip-baseline")
     t = time.perf_counter()
     gs = load_graphs(spec, data_root=data_root, cache_dir=staging, offline=True)
     fp = gs.fingerprint()
     seconds = time.perf_counter() - t
-    preset = preset or ("node-level" if spec.level == "node" else "graph-level")
-    meta = {"fingerprint": fp, "key": spec.key, "level": spec.level, "preset": preset, "overrides": overrides or []}
+    meta = {"fingerprint": fp, "key": spec.key, "level": spec.level, **derived}
+    staging.mkdir(parents=True, exist_ok=True)  # a folder dataset is read in place: nothing staged there yet
     inp = staging / f"{spec.key}.npz"
     np.savez(inp, edge_index=np.concatenate(gs.edge_index, axis=1) if gs.edge_index else np.zeros((2, 0), np.int64),
              edge_counts=np.asarray([e.shape[1] for e in gs.edge_index], dtype=np.int64),
              num_nodes=gs.num_nodes, meta=np.asarray(json.dumps(meta)))
     nn = gs.num_nodes
-    info = {"dataset": spec.name, "level": spec.level, "preset": preset, "overrides": overrides or [], "graphs": int(len(nn)),
+    info = {"dataset": spec.name, "level": spec.level, **derived, "graphs": int(len(nn)),
             "nodes": int(nn.sum()), "max_nodes": int(nn.max()) if len(nn) else 0,
             "stored_edges": int(sum(e.shape[1] for e in gs.edge_index)), "load_seconds": seconds,
             "source": str(gs.source)}
     del gs
     return spec, inp, info
+
+
+def make_sbm(size: str, folder: Path, seed: int) -> dict[str, Any]:
+    """Write growth.py's seeded SBM graph of ``size`` nodes (``20k``, ``320k``) as a node-dataset folder."""
+    from growth import parse_size, sbm, write_folder  # beside this script
+
+    n = parse_size(size)
+    t = time.perf_counter()
+    src, dst, x, y = sbm(n, seed=seed)
+    write_folder(folder, src, dst, x, y)
+    return {"sbm": {"nodes": n, "edges": int(len(src)), "seed": seed, "generate_seconds": time.perf_counter() - t}}
 
 
 def _loadavg() -> list[float] | None:
@@ -429,12 +498,19 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--datasets", default=",".join(DEFAULT_DATASETS),
-                   help="comma-separated dataset names (default: %(default)s)")
+    p.add_argument("--datasets", default=None,
+                   help="comma-separated registry names or folder paths (./mygraph: a folder of files, as "
+                        f"`xmask prepare` takes it) (default: {','.join(DEFAULT_DATASETS)} unless --sbm is given)")
+    p.add_argument("--sbm", default=None, metavar="N[,N...]",
+                   help="also generate growth.py's seeded SBM graph of N nodes (20k, 320k) as a folder in the "
+                        "scratch dir and benchmark it (preset computers unless --preset)")
+    p.add_argument("--sbm-seed", type=int, default=0, help="seed of the SBM graphs (default: %(default)s, as growth.py)")
     p.add_argument("--preset", default=None,
-                   help="whose structure section to compute (default: graph-level, node-level for node datasets)")
+                   help="whose structure section to compute (default: graph-level, node-level for node datasets, "
+                        "computers for --sbm)")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override the preset's structure for both sides, e.g. --set structure.spectrum.enabled=false")
+                   help="override the preset for both sides, e.g. --set structure.spectrum.enabled=false; "
+                        "--set prepare.compute=read|all (default: all for registry names, read for folders)")
     p.add_argument("--workers", type=int, default=1, help="worker processes for ours (default: 1, as the CLI)")
     p.add_argument("--threads", type=int, default=1,
                    help="threads for both sides: BLAS / OpenMP, numba, torch (default: %(default)s)")
@@ -453,7 +529,10 @@ def main(argv: list[str] | None = None) -> int:
     if args._child:
         return run_child(args)
 
-    names = [n.strip() for n in args.datasets.split(",") if n.strip()]
+    sizes = [t.strip() for t in (args.sbm or "").split(",") if t.strip()]
+    names = [n.strip() for n in (args.datasets or ("" if sizes else ",".join(DEFAULT_DATASETS))).split(",") if n.strip()]
+    # (name or folder, SBM size or None)
+    entries: list[tuple[str, str | None]] = [(n, None) for n in names] + [(f"sbm-{t}", t) for t in sizes]
     env = dict(os.environ)
     for k in THREAD_ENV:
         env[k] = str(args.threads)
@@ -476,15 +555,29 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     status = 0
     try:
-        for name in names:
-            work = scratch / name
+        for i, (name, size) in enumerate(entries):
+            work = scratch / f"d{i}"  # not the name: a folder dataset's name is a path
             work.mkdir()
+            label = name
             try:
-                spec, inp, info = load(name, args.data_root, work / "staging", args.preset, args.set)
+                generated: dict[str, Any] = {}
+                preset = args.preset
+                if size is not None:
+                    from growth import parse_size, size_label
+
+                    name = f"sbm-{size_label(parse_size(size))}"
+                    folder = work / "graph" / name  # the folder's name is the dataset's name
+                    generated = make_sbm(size, folder, args.sbm_seed)
+                    print(f"# {name}: generated {generated['sbm']['nodes']:,} nodes, {generated['sbm']['edges']:,} "
+                          f"edges in {generated['sbm']['generate_seconds']:.1f}s", file=sys.stderr)
+                    name, preset = str(folder), preset or "computers"
+                spec, inp, info = load(name, args.data_root, work / "staging", preset, args.set,
+                                       check_baseline=not args.skip_baseline)
+                info.update(generated)
             except Exception as exc:  # a missing or broken dataset must not cost the others
                 msg = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                print(f"# {name}: load failed: {msg}", file=sys.stderr)
-                rows.append({"dataset": name, "error": msg})
+                print(f"# {label}: load failed: {msg}", file=sys.stderr)
+                rows.append({"dataset": label, "error": msg})
                 continue
             print(f"# {spec.name}: {info['graphs']} graph(s), {info['nodes']} nodes, loaded in {info['load_seconds']:.1f}s",
                   file=sys.stderr)

@@ -56,40 +56,47 @@ def _adjacency(edge_index: np.ndarray, n: int) -> sp.csr_matrix:
 
 
 def _inv_sqrt(d: np.ndarray) -> np.ndarray:
+    # 1 / sqrt(d), not d ** -0.5: the two differ in the last bit for some d, and on a large graph entries of Â^k
+    # that are equal in exact arithmetic (many, on graphs of few distinct degrees) reach the top-k cut as ties,
+    # which the rule settles by column only if they are equal in floating point too.
     out = np.zeros_like(d, dtype=np.float64)
-    out[d > 0] = d[d > 0] ** -0.5
+    out[d > 0] = 1.0 / np.sqrt(d[d > 0])
     return out
 
 
 def truncate(m: sp.csr_matrix, protect: sp.csr_matrix, tau: float, topk: int) -> sp.csr_matrix:
-    """The cache's row rule on a whole matrix at once (numpy: one lexsort over the candidates)."""
+    """The cache's row rule on a whole matrix at once (numpy: one stable sort over the candidates).
+
+    Protected: the diagonal and the support of ``protect``, found by looking each protected pair up among the
+    matrix's sorted pairs (fewer lookups than the other way round). Candidates in rows over ``topk``, in
+    (row, column) order, are sorted by row, then by decreasing value, stably: equal values keep the smaller
+    column first.
+    """
     m = m.tocsr()
     m.sort_indices()
     n = m.shape[0]
-    rows = np.repeat(np.arange(n), np.diff(m.indptr))
-    cols, vals = m.indices.astype(np.int64), m.data
+    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(m.indptr))
+    vals = m.data
+    key = rows * n + m.indices
     p = protect.tocsr()
-    pkey = np.repeat(np.arange(n), np.diff(p.indptr)) * n + p.indices
-    pkey.sort()
-    key = rows * n + cols
-    pos = np.minimum(np.searchsorted(pkey, key), len(pkey) - 1)
-    prot = (rows == cols) | (pkey[pos] == key)
-    cand = ~prot & (np.abs(vals) >= tau if tau > 0 else True)
-    keep = prot | cand
+    p.sort_indices()
+    pkey = np.repeat(np.arange(n, dtype=np.int64), np.diff(p.indptr)) * n + p.indices
+    prot = rows == m.indices
+    if len(key):
+        pos = np.minimum(np.searchsorted(key, pkey), len(key) - 1)
+        prot[pos[key[pos] == pkey]] = True
+    keep = prot | (np.abs(vals) >= tau) if tau > 0 else np.ones(len(vals), dtype=bool)
     if topk > 0:
         kept = np.bincount(rows[keep], minlength=n)
         nprot = np.bincount(rows[prot], minlength=n)
-        over = kept > topk
-        c = np.flatnonzero(cand & over[rows])
-        order = c[np.lexsort((cols[c], -np.abs(vals[c]), rows[c]))]
+        c = np.flatnonzero(keep & ~prot & (kept > topk)[rows])
+        order = c[np.lexsort((-np.abs(vals[c]), rows[c]))]
         r = rows[order]
-        first = np.searchsorted(r, r)  # first position of each row in the sorted candidates
-        rank = np.arange(len(order)) - first
-        budget = np.maximum(topk - nprot, 0)
-        keep[order[rank >= budget[r]]] = False
-    out = sp.csr_matrix((vals[keep], cols[keep], np.concatenate([[0], np.cumsum(np.bincount(rows[keep], minlength=n))])),
-                        shape=m.shape)
-    return out
+        rank = np.arange(len(order)) - np.searchsorted(r, r)  # position inside the row
+        keep[order[rank >= np.maximum(topk - nprot, 0)[r]]] = False
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows[keep], minlength=n), out=indptr[1:])
+    return sp.csr_matrix((vals[keep], m.indices[keep], indptr), shape=m.shape)
 
 
 def _powers(a: sp.csr_matrix, k: int, large: bool, tau: float, topk: int) -> tuple[list[sp.csr_matrix], np.ndarray | None]:
@@ -241,14 +248,62 @@ def _projector_gap(lam_a: np.ndarray, va: np.ndarray, lam_b: np.ndarray, vb: np.
     return gap
 
 
+#: Cache groups of the sections the baseline computes, and of those it never does (``unsupported``).
+SECTIONS = {"spd": "spd", "spectrum": "spectrum"}
+OTHER_SECTIONS = {"magnetic": "magnetic", "rrwp": "rrwp", "partition": "nodes/part"}
+
+
+def unsupported(s: Any, level: str) -> list[str]:
+    """Sections of the structure ``s`` the baseline does not compute (empty: it computes all of ``s``)."""
+    out = [name for name in ("magnetic", "rrwp") if getattr(s, name).enabled]
+    if level == "node" and s.partition.parts > 0:
+        out.append("partition")
+    return out
+
+
+def _sections_and_width(c: Any, results: list[dict[str, Any]]) -> list[str]:
+    """What the cache stores beyond what the baseline computed, or the reverse: the two sides did other work."""
+    problems = []
+    for name, group in {**SECTIONS, **OTHER_SECTIONS}.items():
+        cached, computed = c.has(group), any(name in r for r in results)
+        if cached != computed:
+            problems.append(f"section {name}: {'stored in the cache' if cached else 'absent from the cache'}, "
+                            f"{'computed' if computed else 'not computed'} by the baseline")
+    k = int(c.file["powers"].attrs["k"])
+    widths = {r["powers"][2].shape[1] for r in results}
+    if widths != {k}:
+        problems.append(f"powers: the cache holds K = {k}, the baseline {sorted(widths)}")
+    return problems
+
+
+def _dropped_mass(c: Any, results: list[dict[str, Any]]) -> list[str]:
+    """The cache's dropped-mass rows, mean and max per power against the baseline's truncated graphs."""
+    shares = [r["dropped"] for r in results if r["dropped"] is not None]
+    if "dropped_mass" not in c.file["powers"].attrs:
+        return ["the cache records no dropped mass"] if shares else []
+    dm = json.loads(c.file["powers"].attrs["dropped_mass"])
+    cat = np.concatenate(shares) if shares else np.zeros((0, len(dm["mean"])))
+    if dm["rows"] != len(cat):
+        return [f"dropped mass over {dm['rows']} rows in the cache, {len(cat)} in the baseline"]
+    if not len(cat):
+        return []
+    if not np.allclose(cat.mean(axis=0), dm["mean"], rtol=1e-6, atol=1e-9) or \
+            not np.allclose(cat.max(axis=0), dm["max"], rtol=1e-6, atol=1e-9):
+        return [f"dropped mass differs: mean {cat.mean(axis=0).tolist()} max {cat.max(axis=0).tolist()} vs "
+                f"{dm['mean']} {dm['max']}"]
+    return []
+
+
 def check_equal(results: list[dict[str, Any]], cache_path: str, *, rtol: float = 1e-5, atol: float = 1e-7,
                 eig_tol: float = 1e-4, graphs: list[int] | None = None) -> list[str]:
     """Differences between the baseline's outputs and the cache at ``cache_path`` (empty list: the same).
 
-    ``graphs``: which graphs to compare (default all). Powers are compared as
-    float32 values on the same pairs; distances exactly; spectra by eigenvalue
-    (``eig_tol``) and by projector per eigenvalue cluster (``eig_tol`` on
-    ``V V^T r``, unit-variance ``r``), since a basis inside an eigenspace is free.
+    ``graphs``: which graphs to compare (default all). First the whole file: the same sections stored as
+    computed (a section on one side only is a difference), the same ``K``, the dropped mass (rows, mean and
+    max per power). Then per graph: node and edge counts, the large-graph flag, components as partitions,
+    powers as float32 values on the same pairs; distances exactly; spectra by eigenvalue (``eig_tol``) and
+    by projector per eigenvalue cluster (``eig_tol`` on ``V V^T r``, unit-variance ``r``), since a basis
+    inside an eigenspace is free.
     """
     from xmask_cli.cache import StructureCache
 
@@ -258,25 +313,28 @@ def check_equal(results: list[dict[str, Any]], cache_path: str, *, rtol: float =
         c.load_in_memory()
         if c.num_graphs != len(results):
             return [f"cache holds {c.num_graphs} graphs, baseline {len(results)}"]
+        problems += _sections_and_width(c, results)
+        problems += _dropped_mass(c, results)
         large = c.read_array("graphs/large")
-        all_dropped = [r["dropped"] for r, lg in zip(results, large) if lg and r["dropped"] is not None]
-        if all_dropped and "dropped_mass" in c.file["powers"].attrs:
-            dm = json.loads(c.file["powers"].attrs["dropped_mass"])
-            cat = np.concatenate(all_dropped)
-            if not np.allclose(cat.mean(axis=0), dm["mean"], rtol=1e-6, atol=1e-9) or \
-                    not np.allclose(cat.max(axis=0), dm["max"], rtol=1e-6, atol=1e-9):
-                problems.append(f"dropped mass differs: {cat.mean(axis=0).tolist()} vs {dm['mean']}")
+        num_edges = c.read_array("graphs/num_edges")
         for g in (range(len(results)) if graphs is None else graphs):
             r, n = results[g], results[g]["n"]
             if c.num_nodes(g) != n:
                 problems.append(f"graph {g}: {c.num_nodes(g)} nodes in the cache, {n} in the baseline")
                 continue
+            if int(num_edges[g]) != r["edges"]:
+                problems.append(f"graph {g}: {int(num_edges[g])} edges in the cache, {r['edges']} in the baseline")
+            if bool(large[g]) != (r["dropped"] is not None):
+                problems.append(f"graph {g}: large-graph rule {'applied' if large[g] else 'not applied'} in the "
+                                f"cache, {'applied' if r['dropped'] is not None else 'not applied'} in the baseline")
             if not _same_partition(c.component(g), r["component"]):
                 problems.append(f"graph {g}: components differ")
             cr, cc, cv = c.powers(g)
             kc, vc = _sorted_pairs(cr, cc, n, cv)
             kb, vb = _sorted_pairs(*r["powers"][:2], n, r["powers"][2])
-            if not np.array_equal(kc, kb):
+            if vc.shape[1:] != vb.shape[1:]:
+                problems.append(f"graph {g}: {vc.shape[1]} powers cached, {vb.shape[1]} baseline")
+            elif not np.array_equal(kc, kb):
                 problems.append(f"graph {g}: powers on other pairs ({len(kc)} cached, {len(kb)} baseline)")
             elif not np.allclose(vc, vb, rtol=rtol, atol=atol):
                 problems.append(f"graph {g}: power values differ by up to {np.abs(vc - vb).max():.2e}")

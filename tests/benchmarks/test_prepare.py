@@ -60,7 +60,7 @@ def _fake_run(prep, monkeypatch, tmp_path: Path, problems: list[str]) -> tuple[i
     calls: list[tuple[str, str | None]] = []
     times = {"ours": iter([2.0, 2.2, 1.8]), "baseline": iter([6.0, 7.0, 5.0])}
 
-    def load(name, data_root, staging, preset=None, overrides=None):
+    def load(name, data_root, staging, preset=None, overrides=None, **kw):
         staging.mkdir(parents=True)
         return SimpleNamespace(name=name), staging / "in.npz", {"dataset": name, "graphs": 3, "nodes": 30,
                                                                 "load_seconds": 0.1}
