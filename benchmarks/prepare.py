@@ -1,45 +1,64 @@
 #!/usr/bin/env python
 """Benchmark ``xmask prepare`` against a per-graph scipy pipeline that computes the same outputs.
 
+A dataset is a registry name (``DD``), a folder of files (``./mygraph``,
+docs/datasets-from-files.md: anything ``xmask prepare`` takes), or, with
+``--sbm N``, growth.py's seeded stochastic-block-model graph of ``N`` nodes
+(10 blocks, mean degree 10; ``growth.sbm`` and ``growth.write_folder``),
+written as such a folder into the scratch dir first (not timed).
+
 For every dataset the graphs are loaded once, in this (parent) process, through
-the project's own loader; that time is reported on its own and counts towards
-neither side. The two sides then run on the same graphs, each run in a child
-process of its own (this script re-invoked with a hidden ``--_child`` flag, so
-that each child's peak resident memory is its own), **alternating**: round 1
-runs ours then the baseline, round 2 the baseline then ours, and so on for
-``--rounds`` rounds, so that load from other processes falls on both alike:
+the project's own loader (a folder through the folder loader, as
+``xmask prepare <folder>``); that time is reported on its own and counts towards
+neither side. The structure both sides compute is derived as ``xmask prepare``
+derives it: the CLI's preset choice (``--preset``, default ``graph-level``,
+``node-level`` for node datasets, ``computers`` for ``--sbm``; ``--set`` for
+both sides), then ``structure_needed`` -- with ``prepare.compute: all`` (the
+whole structure section) for a registry name and the config's default
+``read`` (what the preset's model reads) for a folder, either changed by
+``--set prepare.compute=...``. The two sides then run on the same graphs, each
+run in a child process of its own (this script re-invoked with a hidden
+``--_child`` flag, so that each child's peak resident memory is its own),
+**alternating**: round 1 runs ours then the baseline, round 2 the baseline then
+ours, and so on for ``--rounds`` rounds, so that load from other processes
+falls on both alike:
 
 * ours: ``xmask_cli.prepare.prepare_graphs(..., force=True)`` into a fresh
-  cache dir, HDF5 writing included, with the structure of ``--preset``
-  (default ``graph-level``; ``node-level`` for node datasets) and ``--workers``
-  processes (default 1, as the CLI);
+  cache dir, HDF5 writing included, with the row-block budget of
+  ``prepare.memory_gb`` and ``--workers`` processes (default 1, as the CLI);
 * baseline: ``scipy_baseline.baseline_all`` (beside this script): per graph,
   plain scipy / numpy calls computing what the cache stores -- the same
   powers with the same per-row cap on large graphs, the same shortest-path
   cut-off, the same components and the same number of eigenpairs -- and
-  writing them to one ``.npz``.
+  writing them to one ``.npz``. A structure holding a section it does not
+  compute (partitions, magnetic, RRWP) is refused before anything runs.
 
 **The outputs are asserted equal**: in round 1 the baseline child, after its
 timed run, compares what it computed with the cache ours just wrote
-(``scipy_baseline.check_equal``: pairs and values of every power, every
-distance, components, eigenvalues and eigenspaces per graph, the dropped
-mass). Any difference marks the dataset ``outputs differ``, no speed-up is
-reported for it, and the script exits with status 1.
+(``scipy_baseline.check_equal``: the same sections stored as computed, the same
+``K``; pairs and values of every power, every distance, components,
+eigenvalues and eigenspaces per graph; the dropped mass). Any difference marks
+the dataset ``outputs differ``, no speed-up is reported for it, and the script
+exits with status 1.
 
 Both children get the same thread settings: ``OMP/OPENBLAS/MKL/NUMBA_NUM_THREADS``
 = ``--threads`` (default 1) in their environment, and in-process
 ``threadpoolctl.threadpool_limits(--threads)`` (BLAS / OpenMP),
 ``numba.set_num_threads(--threads)`` and, where torch is loaded,
 ``torch.set_num_threads``; each child records what it saw. Each child warms up
-on a 3-node graph first (numba, LAPACK, HDF5; not timed). The table gives the
-median seconds of each side with the range over rounds, and the speed-up as the
-ratio of medians with the range of the per-round ratios.
+on a 3-node graph first, once as it is and once under the large-graph rule
+(numba, LAPACK, HDF5; not timed). The table gives the median seconds of each
+side with the range over rounds, and the speed-up as the ratio of medians with
+the range of the per-round ratios.
 
 Usage (from the repository root)::
 
     python benchmarks/prepare.py                          # DD, 5 rounds, one thread
     python benchmarks/prepare.py --datasets MUTAG,PROTEINS,DD --rounds 3
-    python benchmarks/prepare.py --datasets Cora --preset node-level --rounds 3
+    python benchmarks/prepare.py --datasets Cora --preset node-level --set prepare.compute=read --rounds 3
+    python benchmarks/prepare.py --datasets ./mygraph --preset computers --rounds 3   # a folder dataset
+    python benchmarks/prepare.py --sbm 20k --rounds 1                                 # quick check
+    python benchmarks/prepare.py --sbm 320k --rounds 5    # the 320k SBM target (computers preset)
 
 Prints a markdown table and writes JSON to ``benchmarks/out/prepare.json``.
 """

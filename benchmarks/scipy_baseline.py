@@ -3,13 +3,14 @@
 The baseline of ``benchmarks/prepare.py``. For each graph, one at a time, with
 plain scipy / numpy calls (no numba, no batching of graphs):
 
-* ``Â = D^-1/2 (A+I) D^-1/2`` (edges symmetrised, self loops and repeats removed);
-  ``Â^1..Â^K`` by sparse products on their union support. Graphs above
-  ``large.min_nodes`` take the same truncation as the cache (``Â`` whole; for
-  ``k >= 2`` the product with ``Â``, then per row: diagonal and real edges kept,
-  others below ``tau`` dropped, the largest others up to ``topk`` per row, ties to
-  the smaller column), written here as a vectorised numpy rule, and the same
-  dropped-mass shares (mat-vecs against exact row sums);
+* ``Â = D^-1/2 (A+I) D^-1/2`` (edges symmetrised, self loops and repeats removed;
+  ``D^-1/2`` as ``1 / sqrt(d)``, see :func:`_inv_sqrt`); ``Â^1..Â^K`` by whole
+  sparse products on their union support. Graphs above ``large.min_nodes`` take
+  the same truncation as the cache (``Â`` whole; for ``k >= 2`` the product with
+  ``Â``, then per row: diagonal and real edges kept, others below ``tau``
+  dropped, the largest others up to ``topk`` per row, ties to the smaller
+  column), written here as a vectorised numpy rule over the whole matrix, and
+  the same dropped-mass shares (mat-vecs against exact row sums);
 * hop distances up to ``spd.max_distance`` (``min(max_distance, large.spd_radius)``
   above ``large.min_nodes``) by ``scipy.sparse.csgraph.dijkstra(unweighted=True, limit=...)``;
 * connected components (``csgraph.connected_components``);
@@ -19,12 +20,15 @@ plain scipy / numpy calls (no numba, no batching of graphs):
   of ``2I - L`` above), then every zero pair and the ``m`` lowest non-zero ones,
   an eigenspace cut by the ``m``-th position left out whole.
 
-:func:`check_equal` compares a baseline's outputs with a cache, graph by graph:
-components as partitions, powers and distances as sorted pair lists, spectra
-as eigenvalues and basis-free projectors (``V V^T r`` per eigenvalue cluster on
-random ``r``), dropped-mass mean and max. It returns the list of differences
-(empty: equal), so the benchmark can refuse to report a speed-up over a
-baseline that does other work.
+:func:`check_equal` compares a baseline's outputs with a cache: the same
+sections stored as computed and the same ``K``; graph by graph node and edge
+counts, the large-graph flag, components as partitions, powers and distances
+as sorted pair lists, spectra as eigenvalues and basis-free projectors
+(``V V^T r`` per eigenvalue cluster on random ``r``); dropped-mass rows, mean
+and max. It returns the list of differences (empty: equal), so the benchmark
+can refuse to report a speed-up over a baseline that does other work;
+:func:`unsupported` names the sections of a structure the baseline does not
+compute (partitions, magnetic, RRWP), so the benchmark refuses those up front.
 """
 from __future__ import annotations
 
