@@ -5,7 +5,10 @@ Reads every ``<SET>-xmask.json`` (``xmask train --folds K --format json``) and `
 (``benchmarks/peers.py --only graph --folds K --out ...``) in a folder and prints, per set, the test
 accuracy mean ± std over folds (population std, as both tools report) of xmask, GIN and the
 structure-agnostic baseline, with the mean number of epochs run and the summed wall seconds per side.
-Only the measured figures: the published anchors are written beside them in benchmarks/README.md.
+Where xmask's file holds only some of the folds (a run stopped early for CPU time, its fold results gathered
+from the run folders' ``summary.json``), the peers are scored on those same folds only, so every cell of a row
+reads the same test graphs. Only the measured figures: the published anchors are written beside them in
+benchmarks/README.md.
 
 Usage (from the repository root)::
 
@@ -34,14 +37,17 @@ def xmask_row(path: Path) -> dict[str, Any]:
     d = json.loads(path.read_text())
     runs = sorted(d["runs"], key=lambda r: (r["seed"], r["fold"]))
     return {"test": [r["metrics"]["test"] for r in runs], "epochs": [r["epochs_run"] for r in runs],
-            "name": d["name"], "seconds": None}
+            "name": d["name"], "seconds": None, "folds": {(r["seed"], r["fold"]) for r in runs}}
 
 
-def peer_rows(path: Path) -> dict[str, dict[str, Any]]:
-    """Per model: test accuracies, epochs run and summed seconds of one ``peers.py --folds`` JSON result."""
+def peer_rows(path: Path, folds: set[tuple[int, int]] | None = None) -> dict[str, dict[str, Any]]:
+    """Per model: test accuracies, epochs run and summed seconds of one ``peers.py --folds`` JSON result,
+    on the ``(seed, fold)`` runs in ``folds`` only when given."""
     d = json.loads(path.read_text())
     out: dict[str, dict[str, Any]] = {}
     for r in sorted(d["runs"], key=lambda r: (r["seed"], r["fold"])):
+        if folds is not None and (r["seed"], r["fold"]) not in folds:
+            continue
         m = out.setdefault(r["model"], {"test": [], "epochs": [], "seconds": 0.0})
         m["test"].append(r["metrics"]["test"])
         m["epochs"].append(r["epochs_run"])
@@ -57,13 +63,13 @@ def table(folder: Path, walls: dict[str, float]) -> str:
         ps = folder / f"{ds}-peers.json"
         if not xs.exists() and not ps.exists():
             continue
-        cells = []
+        cells, x = [], None
         if xs.exists():
             x = xmask_row(xs)
             cells.append(_cell(x["test"], x["epochs"], walls.get(ds)))
         else:
             cells.append("not measured")
-        peers = peer_rows(ps) if ps.exists() else {}
+        peers = peer_rows(ps, x["folds"] if x else None) if ps.exists() else {}
         for model in ("GIN", "baseline"):
             p = peers.get(model)
             cells.append(_cell(p["test"], p["epochs"], p["seconds"]) if p else "not measured")

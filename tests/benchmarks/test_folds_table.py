@@ -45,3 +45,15 @@ def test_missing_side_is_said(folds_table, tmp_path: Path) -> None:
     (tmp_path / "PROTEINS-peers.json").unlink()
     row = [ln for ln in folds_table.table(tmp_path, {}).splitlines() if ln.startswith("| PROTEINS")][0]
     assert row.count("not measured") == 2 and " s)" not in row.split("|")[2]
+
+
+def test_peers_scored_on_the_folds_xmask_ran(folds_table, tmp_path: Path) -> None:
+    xs, peers = _write(tmp_path, np.random.default_rng(7))
+    path = tmp_path / "PROTEINS-xmask.json"
+    d = json.loads(path.read_text())
+    d["runs"] = [r for r in d["runs"] if r["fold"] in (0, 1, 2)]  # a run stopped after three folds
+    path.write_text(json.dumps(d))
+    row = [ln for ln in folds_table.table(tmp_path, {}).splitlines() if ln.startswith("| PROTEINS")][0]
+    cells = [c.strip() for c in row.strip("|").split("|")][1:]
+    for cell, v in zip(cells, (xs[:3], peers["GIN"][:3], peers["baseline"][:3])):
+        assert cell.startswith(f"{100 * v.mean():.2f} ± {100 * v.std(ddof=0):.2f} (3 folds")
