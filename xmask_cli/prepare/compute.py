@@ -167,19 +167,19 @@ class LargeGraph:
         with threadpool_limits(1, user_api="blas"):
             pw = self.powers.rows(start, stop)
             res.dropped["powers"] = S.dropped_share(pw, self.power_sums[start:stop])
-            row, col, vals = S.union_pairs(pw)
+            counts, col, vals = S.union_rows(pw, self.cdtype, np.dtype(np.float32))  # one graph: columns are local
             del pw
-            res.pairs["powers"] = _split_pairs(row, col, offs, self.cdtype, values=vals.astype(np.float32))
-            del row, col, vals
+            res.pairs["powers"] = {"node_counts": counts, "col": col, "values": vals}
+            del counts, col, vals
             if self.spd:
                 r, c, d = S.shortest_path_pairs(self.a, self.spd, start=start, stop=stop)
                 res.pairs["spd"] = _split_pairs(r.astype(np.int64) - start, c, offs, self.cdtype, dist=d)
             if self.walks is not None:
                 walks = self.walks.rows(start, stop)
                 res.dropped["rrwp"] = S.dropped_share(walks, self.walk_sums[start:stop])
-                r, c, v = S.union_pairs(walks)
+                counts, col, vals = S.union_rows(walks, self.cdtype, np.dtype(np.float32))
                 del walks
-                res.pairs["rrwp"] = _split_pairs(r, c, offs, self.cdtype, values=v.astype(np.float32))
+                res.pairs["rrwp"] = {"node_counts": counts, "col": col, "values": vals}
         return res
 
 

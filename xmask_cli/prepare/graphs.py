@@ -276,6 +276,8 @@ def _prepare_graphs(*, dataset_key: str, level: str, edges: list[np.ndarray], nu
                 dropped.add(group, share, r.complete)
             if not r.complete:  # rows of a large graph: pairs only
                 _append_pairs(w, r, ptrs)
+                # Large slabs already: hand them over now, so that the writer works while the next block is computed.
+                w.flush()
                 continue
             dropped.flush()
             w.append("graphs/num_nodes", r.num_nodes)

@@ -2,6 +2,7 @@
 
 No torch.nn and no h5py here; the cache and the engine build on these.
 """
+from xmask_cli.structure.csr_kernels import union_rows
 from xmask_cli.structure.graph import adjacency, connected_components
 from xmask_cli.structure.partition import metis_parts
 from xmask_cli.structure.powers import (
@@ -58,5 +59,6 @@ __all__ = [
     "shortest_path_pairs",
     "truncate_rows",
     "union_pairs",
+    "union_rows",
     "walk_pairs",
 ]

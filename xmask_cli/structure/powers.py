@@ -13,11 +13,11 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from xmask_cli.structure.jit import numba
+from xmask_cli.structure.csr_kernels import canonical, product_rows, union_rows
 from xmask_cli.structure.graph import inv_sqrt
+from xmask_cli.structure.jit import numba
 
-# Rows multiplied per block when truncating, so that the intermediate product
-# of one block stays small even on the largest supported graphs.
+# Multiply-adds per row chunk of a product (the unit of work a thread takes).
 _ROW_BLOCK_NNZ = 8_000_000
 
 
@@ -170,45 +170,28 @@ def truncate_rows(m: sp.csr_matrix, rule: Truncation, *, row_offset: int = 0,
         return m
     n = m.shape[0]
     if protect is None:
-        pptr, pind = np.zeros(row_offset + n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        pptr, pind = np.zeros(row_offset + n + 1, dtype=np.int64), np.zeros(0, dtype=np.int32)
     else:
-        p = sp.csr_matrix(protect)
-        p.sum_duplicates()  # canonical: sorted columns for the binary search
-        pptr, pind = p.indptr.astype(np.int64), p.indices.astype(np.int64)
-    keep = _keep_mask(m.indptr.astype(np.int64), m.indices.astype(np.int64), m.data.astype(np.float64),
-                      pptr, pind, int(row_offset), float(rule.tau), int(rule.topk))
+        p = canonical(protect)  # sorted columns for the binary search
+        pptr, pind = p.indptr, p.indices
+    data = m.data if m.data.dtype == np.float64 else m.data.astype(np.float64)
+    keep = _keep_mask(m.indptr, m.indices, data, pptr, pind, int(row_offset), float(rule.tau), int(rule.topk))
     kept_before = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])  # kept entries before each position
     return sp.csr_matrix((m.data[keep], m.indices[keep], kept_before[m.indptr]), shape=m.shape)
 
 
 def _product(left: sp.csr_matrix, right: sp.csr_matrix, rule: Truncation,
              protect: sp.spmatrix | None = None, row_offset: int = 0) -> sp.csr_matrix:
-    """``trunc(left @ right)``, in row blocks so the raw product never has to fit at once.
+    """``trunc(left @ right)``, columns sorted, each row truncated as it is formed (the raw product is never held).
 
     ``row_offset``: global index of ``left``'s first row when ``left`` is a block of rows (``protect`` and the
-    diagonal are read at global rows). Every output row depends on its own input row only.
+    diagonal are read at global rows). Every output row depends on its own input row only; the numbers are
+    scipy's product's (see :func:`~xmask_cli.structure.csr_kernels.product_rows`).
     """
     if rule.exact:
-        out = (left @ right).tocsr()
-        out.sort_indices()
-        return out
-    n = left.shape[0]
-    # Upper bound of the product's nnz per row: the number of multiply-adds.
-    entry_rows = np.repeat(np.arange(n), np.diff(left.indptr))
-    per_row = np.bincount(entry_rows, weights=np.diff(right.indptr)[left.indices], minlength=n).astype(np.int64)
-    blocks = []
-    start = 0
-    cum = np.cumsum(per_row)
-    while start < n:
-        base = cum[start - 1] if start else 0
-        stop = int(np.searchsorted(cum, base + _ROW_BLOCK_NNZ, side="right"))
-        stop = max(stop, start + 1)
-        blocks.append(truncate_rows((left[start:stop] @ right).tocsr(), rule, row_offset=row_offset + start,
-                                    protect=protect))
-        start = stop
-    out = sp.vstack(blocks, format="csr")
-    out.sort_indices()
-    return out
+        return product_rows(left, right, chunk_flops=_ROW_BLOCK_NNZ)
+    return product_rows(left, right, float(rule.tau), int(rule.topk), protect=protect, row_offset=row_offset,
+                        chunk_flops=_ROW_BLOCK_NNZ)
 
 
 def adjacency_powers(
@@ -347,26 +330,11 @@ def union_pairs(mats: list[sp.csr_matrix]) -> tuple[np.ndarray, np.ndarray, np.n
     Returns:
         ``(row, col, values)`` with pairs sorted by ``(row, col)`` and
         ``values[:, j]`` the entry of ``mats[j]`` at each pair (0 where absent). ``row`` counts from the
-        matrices' first row (blocks of rows of a larger matrix work the same).
+        matrices' first row (blocks of rows of a larger matrix work the same). :func:`union_rows` gives
+        the same pairs as per-row counts, in the dtypes asked for.
     """
-    rows, n = mats[0].shape
-    pattern = None
-    for m in mats:
-        p = m.tocsr().copy()
-        p.data = np.ones_like(p.data)  # union of supports: add patterns so no value can cancel
-        pattern = p if pattern is None else pattern + p
-    pattern = pattern.tocsr()
-    pattern.sum_duplicates()  # canonical: rows ascending, columns sorted within a row
-    row = np.repeat(np.arange(rows, dtype=np.int64), np.diff(pattern.indptr))
-    col = pattern.indices.astype(np.int64)
-    union = row * n + col  # sorted, because the CSR is canonical
-    values = np.zeros((union.shape[0], len(mats)), dtype=np.float64)
-    for j, m in enumerate(mats):
-        c = m.tocsr()
-        c.sum_duplicates()
-        key = np.repeat(np.arange(rows, dtype=np.int64), np.diff(c.indptr)) * n + c.indices
-        values[np.searchsorted(union, key), j] = c.data
-    return row, col, values
+    counts, col, values = union_rows(mats)
+    return np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts), col, values
 
 
 def ball_structure(
