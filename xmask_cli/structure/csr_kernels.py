@@ -161,10 +161,11 @@ def _truncate_sorted(cols, vals, m, prow, g, tau, topk, prot, cand, out_ind, out
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def _product_fill(lptr, lind, ldata, rptr, rind, rdata, n_cols, pptr, pind, row_offset, tau, topk,
+def _product_fill(lptr, lind, ldata, rptr, rind, rdata, right_sorted, n_cols, pptr, pind, row_offset, tau, topk,
                   flops, chunks, slots, n_workers, out_ind, out_val, counts):  # pragma: no cover - compiled
     """Rows of ``trunc(left @ right)``; chunk ``c`` (rows ``chunks[c]:chunks[c+1]``) writes its rows one after
-    another from ``slots[chunks[c]]``, row ``r``'s count in ``counts[r]``."""
+    another from ``slots[chunks[c]]``, row ``r``'s count in ``counts[r]``. ``right_sorted``: ``right``'s rows
+    have ascending columns, so a product row arrives as ascending runs (merged, not sorted)."""
     nchunks = chunks.shape[0] - 1
     has_prot = pptr.shape[0] > 0
     empty = np.zeros(0, dtype=pind.dtype)
@@ -207,7 +208,13 @@ def _product_fill(lptr, lind, ldata, rptr, rind, rdata, n_cols, pptr, pind, row_
                         rs[nr] = t0
                         nr += 1
                 rs[nr] = t
-                srt = _merge_runs(touched, spare, rs, nr) if nr > 1 else touched
+                if not right_sorted:
+                    touched[:t].sort()
+                    srt = touched
+                elif nr > 1:
+                    srt = _merge_runs(touched, spare, rs, nr)
+                else:
+                    srt = touched
                 m = 0
                 for i in range(t):  # columns ascending; scipy keeps the nonzero sums only
                     col = srt[i]
@@ -276,7 +283,7 @@ def product_rows(left: sp.csr_matrix, right: sp.csr_matrix, tau: float = 0.0, to
     out_ind = np.empty(int(slots[-1]), dtype=_index_dtype(n_cols))
     out_val = np.empty(int(slots[-1]), dtype=np.float64)
     counts = np.zeros(n, dtype=np.int64)
-    _product_fill(lptr, lind, ldata, right.indptr, right.indices, rdata, n_cols, pptr, pind, int(row_offset),
+    _product_fill(lptr, lind, ldata, right.indptr, right.indices, rdata, bool(right.has_sorted_indices), n_cols, pptr, pind, int(row_offset),
                   float(tau), int(topk), flops, chunks, slots, workers, out_ind, out_val, counts)
     indptr = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=indptr[1:])
