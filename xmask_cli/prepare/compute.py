@@ -116,8 +116,9 @@ def _pair_groups(res: BlockResult, a: sp.csr_matrix, offs: np.ndarray, cfg: Stru
         fused = spd_max >= cfg.powers.k
         base = np.repeat(offs[:-1], np.diff(offs))  # first node of each node's graph
         out = S.ball_structure(a, cfg.powers.k, normalization=cfg.powers.normalization,
-                               spd_radius=spd_max if fused else 0, base=base, col_dtype=cdtype)
-        res.pairs["powers"] = {"node_counts": out["counts"], "col": out["col"], "values": out["values"].astype(np.float32)}
+                               spd_radius=spd_max if fused else 0, base=base, col_dtype=cdtype,
+                               values_dtype=np.dtype(np.float32))
+        res.pairs["powers"] = {"node_counts": out["counts"], "col": out["col"], "values": out["values"]}
         if fused:
             res.pairs["spd"] = {"node_counts": out["spd_counts"], "col": out["spd_col"], "dist": out["spd_dist"]}
         elif spd_max:

@@ -345,19 +345,23 @@ def ball_structure(
     spd_radius: int = 0,
     base: np.ndarray | None = None,
     col_dtype: np.dtype = np.dtype(np.int64),
+    values_dtype: np.dtype = np.dtype(np.float64),
 ) -> dict[str, np.ndarray]:
     """Exact powers ``1..k`` (and hop distances up to ``spd_radius``) as per-node pair lists.
 
     One breadth-first search per node gives both (see
     :func:`~xmask_cli.structure.walks.ball_pairs` for the returned keys and
-    ``base``); ``values`` hold ``Â^1..Â^k`` or, for ``no-symnorm``, ``N((A+I)^j)``.
+    ``base``); ``values`` hold ``Â^1..Â^k`` or, for ``no-symnorm``, ``N((A+I)^j)``, computed in
+    float64 and rounded once to ``values_dtype``.
     """
     from xmask_cli.structure.walks import ball_pairs
 
     if normalization not in ("sym", "no-symnorm"):
         raise ValueError(f"unknown normalization {normalization!r}; expected 'sym' or 'no-symnorm'")
     m = normalized_adjacency(a) if normalization == "sym" else with_self_loops(a)
-    out = ball_pairs(m, k, spd_radius=spd_radius, base=base, col_dtype=col_dtype)
+    # sym: the kernel rounds on writing; no-symnorm normalizes the float64 values first.
+    direct = np.dtype(values_dtype) if normalization == "sym" else np.dtype(np.float64)
+    out = ball_pairs(m, k, spd_radius=spd_radius, base=base, col_dtype=col_dtype, values_dtype=direct)
     if normalization == "no-symnorm":
         n = a.shape[0]
         row = np.repeat(np.arange(n, dtype=np.int64), out["counts"])
@@ -367,6 +371,7 @@ def ball_structure(
             # Row sums of (A+I)^j are exact here: the whole ball is kept.
             d = inv_sqrt(np.bincount(row, weights=raw[:, j], minlength=n))
             raw[:, j] *= d[row] * d[col]
+    out["values"] = out["values"].astype(values_dtype, copy=False)
     return out
 
 

@@ -38,81 +38,105 @@ def _ball(indptr, indices, source, radius, dist, queue):
     return tail
 
 
-@numba.njit(cache=True, parallel=True)
-def _count(indptr, indices, radius, k, n_workers):
-    """Ball sizes per source: within ``radius`` hops and within ``k`` hops (``k <= radius``)."""
-    n = indptr.shape[0] - 1
-    counts = np.zeros(n, dtype=np.int64)
-    counts_k = np.zeros(n, dtype=np.int64)
-    for w in numba.prange(n_workers):
-        dist = np.full(n, -1, dtype=np.int32)
-        queue = np.empty(n, dtype=np.int64)
-        for s in range(w, n, n_workers):
-            t = _ball(indptr, indices, s, radius, dist, queue)
-            counts[s] = t
-            tk = 0
-            for i in range(t):
-                if dist[queue[i]] <= k:
-                    tk += 1
-                dist[queue[i]] = -1
-            counts_k[s] = tk
-    return counts, counts_k
+@numba.njit(cache=True, nogil=True)
+def _grow(buf, need):
+    """``buf`` with room for ``need`` rows: the same array, or a copy of it 1.5x larger (at least ``need``)."""
+    cap = buf.shape[0]
+    if need <= cap:
+        return buf
+    new_cap = max(need, cap + cap // 2 + 1024)
+    if buf.ndim == 1:
+        out = np.empty(new_cap, buf.dtype)
+    else:
+        out = np.empty((new_cap, buf.shape[1]), buf.dtype)
+    out[:cap] = buf
+    return out
 
 
-@numba.njit(cache=True, parallel=True)
-def _fill(indptr, indices, data, radius, k, first, base, n_workers, off, off_k, out_col, out_dist, out_col_k, out_val):
-    """One BFS per source: distances on the radius ball, powers propagated on the k ball.
+@numba.njit(cache=True, nogil=True)
+def _fill(indptr, indices, data, radius, k, first, base, lo, hi, write_dist, col, dist_out, col_k, val):
+    """One BFS per source ``lo..hi-1``: distances on the radius ball, powers propagated on the k ball.
 
+    A single pass: the outputs grow as they fill (``col``/``dist_out``/``col_k``/``val``
+    are the starting buffers and fix the dtypes), so no counting pass runs first.
     Columns are written graph-local (minus ``base[source]``). BFS order is by
     distance, so the k ball is a prefix of the radius ball.
+
+    Returns:
+        ``(counts, counts_k, col, dist, col_k, val, used, used_k)``: the buffers hold ``used``
+        (distance) and ``used_k`` (power) rows.
     """
     n = indptr.shape[0] - 1
-    write_dist = out_dist.shape[0] > 0
-    for w in numba.prange(n_workers):
-        dist = np.full(n, -1, dtype=np.int32)
-        queue = np.empty(n, dtype=np.int64)
-        cur = np.zeros(n, dtype=np.float64)
-        nxt = np.zeros(n, dtype=np.float64)
-        for s in range(w, n, n_workers):
-            t = _ball(indptr, indices, s, radius, dist, queue)
-            b = base[s]
-            if write_dist:
-                a = off[s]
-                for i in range(t):
-                    out_col[a + i] = queue[i] - b
-                    out_dist[a + i] = dist[queue[i]]
-            tk = 0
-            while tk < t and dist[queue[tk]] <= k:
-                tk += 1
-            a = off_k[s]
-            for i in range(tk):
-                out_col_k[a + i] = queue[i] - b
-            cur[s] = 1.0
-            if first == 0:
-                out_val[a, 0] = 1.0  # M^0 = I: the source is queue[0]
-            # Row vector times M, k times. Before step j the support of cur is the ball of
-            # radius j-1, a prefix of the BFS queue, so scanning that prefix suffices.
-            reach = 1
-            for j in range(1, k + 1):
-                while reach < tk and dist[queue[reach]] <= j - 1:
-                    reach += 1
-                for i in range(reach):
-                    u = queue[i]
-                    cu = cur[u]
-                    if cu != 0.0:
-                        for e in range(indptr[u], indptr[u + 1]):
-                            nxt[indices[e]] += cu * data[e]
-                col = j - first
-                for i in range(tk):
-                    v = queue[i]
-                    cur[v] = nxt[v]
-                    nxt[v] = 0.0
-                    if col >= 0:
-                        out_val[a + i, col] = cur[v]
+    counts = np.zeros(hi - lo, dtype=np.int64)
+    counts_k = np.zeros(hi - lo, dtype=np.int64)
+    dist = np.full(n, -1, dtype=np.int32)
+    queue = np.empty(n, dtype=np.int64)
+    cur = np.zeros(n, dtype=np.float64)
+    nxt = np.zeros(n, dtype=np.float64)
+    used = 0
+    used_k = 0
+    width = val.shape[1]
+    for s in range(lo, hi):
+        t = _ball(indptr, indices, s, radius, dist, queue)
+        b = base[s]
+        if write_dist:
+            col = _grow(col, used + t)
+            dist_out = _grow(dist_out, used + t)
             for i in range(t):
+                col[used + i] = queue[i] - b
+                dist_out[used + i] = dist[queue[i]]
+            used += t
+        counts[s - lo] = t
+        tk = 0
+        while tk < t and dist[queue[tk]] <= k:
+            tk += 1
+        counts_k[s - lo] = tk
+        col_k = _grow(col_k, used_k + tk)
+        val = _grow(val, used_k + tk)
+        a = used_k
+        for i in range(tk):
+            col_k[a + i] = queue[i] - b
+            for c in range(width):
+                val[a + i, c] = 0.0
+        used_k += tk
+        cur[s] = 1.0
+        if first == 0:
+            val[a, 0] = 1.0  # M^0 = I: the source is queue[0]
+        # Row vector times M, k times. Before step j the support of cur is the ball of
+        # radius j-1, a prefix of the BFS queue, so scanning that prefix suffices.
+        reach = 1
+        for j in range(1, k + 1):
+            while reach < tk and dist[queue[reach]] <= j - 1:
+                reach += 1
+            for i in range(reach):
+                u = queue[i]
+                cu = cur[u]
+                if cu != 0.0:
+                    for e in range(indptr[u], indptr[u + 1]):
+                        nxt[indices[e]] += cu * data[e]
+            c = j - first
+            for i in range(tk):
                 v = queue[i]
-                cur[v] = 0.0
-                dist[v] = -1
+                cur[v] = nxt[v]
+                nxt[v] = 0.0
+                if c >= 0:
+                    val[a + i, c] = cur[v]
+        for i in range(t):
+            v = queue[i]
+            cur[v] = 0.0
+            dist[v] = -1
+    return counts, counts_k, col, dist_out, col_k, val, used, used_k
+
+
+#: Sources per piece of work when several threads share a block (pieces are joined in source order).
+_PIECE = 2048
+#: Starting rows of a piece's output buffers, per source (they grow as needed).
+_ROWS_PER_SOURCE = 64
+
+
+def _trimmed(buf: np.ndarray, used: int) -> np.ndarray:
+    """The first ``used`` rows of a grown buffer; on memory of their own when the spare room is large."""
+    return buf[:used].copy() if buf.shape[0] - used > used // 4 + 65536 else buf[:used]
 
 
 def ball_pairs(
@@ -123,6 +147,7 @@ def ball_pairs(
     include_identity: bool = False,
     base: np.ndarray | None = None,
     col_dtype: np.dtype = np.dtype(np.int64),
+    values_dtype: np.dtype = np.dtype(np.float64),
 ) -> dict[str, np.ndarray]:
     """Powers ``M^1..M^k`` on the ball of radius ``k`` and hop distances on the ball of
     radius ``spd_radius``, from one breadth-first search per node.
@@ -135,6 +160,8 @@ def ball_pairs(
         base: per node, a value subtracted from its pairs' columns (the first node
             of its graph in a block-diagonal matrix) so that columns come out graph-local.
         col_dtype: dtype of the columns written.
+        values_dtype: dtype of the values written (computed in float64, rounded once on writing:
+            ``float32`` gives what ``astype(np.float32)`` of the float64 values gives, without the copy).
 
     Returns:
         ``counts``/``col``/``values`` for the powers (``counts[i]`` pairs for node ``i``,
@@ -147,24 +174,37 @@ def ball_pairs(
     indptr = m.indptr.astype(np.int64)
     indices = m.indices.astype(np.int64)
     radius = max(k, spd_radius)
-    workers = numba.get_num_threads()
-    counts, counts_k = _count(indptr, indices, radius, k, workers)
-    off = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
-    off_k = np.concatenate([[0], np.cumsum(counts_k)]).astype(np.int64)
-    first = 0 if include_identity else 1
-    n_spd = int(off[-1]) if spd_radius else 0
     if spd_radius and spd_radius < k:
         raise ValueError("spd_radius must be 0 or at least k")
-    out = {
-        "counts": counts_k,
-        "col": np.empty(off_k[-1], dtype=col_dtype),
-        "values": np.zeros((off_k[-1], k + 1 - first), dtype=np.float64),
-    }
-    spd_col = np.empty(n_spd, dtype=col_dtype)
-    spd_dist = np.empty(n_spd, dtype=np.uint8)
+    first = 0 if include_identity else 1
     base = np.zeros(n, dtype=np.int64) if base is None else np.asarray(base, dtype=np.int64)
-    _fill(indptr, indices, m.data.astype(np.float64), radius, k, first, base, workers, off, off_k,
-          spd_col, spd_dist, out["col"], out["values"])
+    data = m.data.astype(np.float64)
+    width = k + 1 - first
+    write_dist = bool(spd_radius)
+
+    def piece(lo: int, hi: int) -> tuple:
+        rows = max(16, (hi - lo) * _ROWS_PER_SOURCE)
+        return _fill(indptr, indices, data, radius, k, first, base, lo, hi, write_dist,
+                     np.empty(rows if write_dist else 0, dtype=col_dtype), np.empty(rows if write_dist else 0, dtype=np.uint8),
+                     np.empty(rows, dtype=col_dtype), np.empty((rows, width), dtype=values_dtype))
+
+    workers = numba.get_num_threads()
+    if workers <= 1 or n <= _PIECE:
+        parts = [piece(0, n)]
+    else:
+        # Contiguous pieces, handed out in turn to threads (the kernel releases the GIL), joined in order.
+        from concurrent.futures import ThreadPoolExecutor
+
+        bounds = list(range(0, n, _PIECE)) + [n]
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            parts = list(pool.map(piece, bounds[:-1], bounds[1:]))
+    parts = [(c, ck, _trimmed(sc, u), _trimmed(sd, u), _trimmed(kc, uk), _trimmed(v, uk))
+             for c, ck, sc, sd, kc, v, u, uk in parts]
+    if len(parts) == 1:
+        counts, counts_k, spd_col, spd_dist, col, values = parts[0]
+    else:
+        counts, counts_k, spd_col, spd_dist, col, values = (np.concatenate(x) for x in zip(*parts))
+    out = {"counts": counts_k, "col": col, "values": values}
     if spd_radius:
         out.update(spd_counts=counts, spd_col=spd_col, spd_dist=spd_dist)
     return out
