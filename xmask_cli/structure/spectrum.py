@@ -38,7 +38,7 @@ import warnings
 import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
-from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, eigsh, lobpcg
+from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, LinearOperator, eigsh, lobpcg, splu
 
 from xmask_cli.structure.graph import inv_sqrt
 
@@ -130,7 +130,8 @@ def lowest_eigenpairs(lap: sp.spmatrix, m: int, *, full_max_nodes: int = 64) -> 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             if n <= _SHIFT_INVERT_MAX:
-                vals, vecs = eigsh(lap.tocsc(), k=m, sigma=_SIGMA, which="LM", v0=v0, tol=1e-8)
+                vals, vecs = eigsh(lap, k=m, sigma=_SIGMA, which="LM", v0=v0, tol=1e-8,
+                                   OPinv=_ShiftInverse(lap, _SIGMA))
             else:
                 # The spectrum of a normalized Laplacian lies in [0, 2]: the top of 2I - L is the bottom of L.
                 flipped = 2.0 * sp.identity(n, dtype=lap.dtype, format="csr") - lap
@@ -141,6 +142,29 @@ def lowest_eigenpairs(lap: sp.spmatrix, m: int, *, full_max_nodes: int = 64) -> 
         vals, vecs, method = _fallback(lap, m)
     order = np.argsort(vals)
     return vals[order], _canonical_signs(vecs[:, order]), method
+
+
+class _ShiftInverse(LinearOperator):
+    """``(L - sigma I)^-1`` for ARPACK's shift-invert mode, from one sparse LU of ``L - sigma I``.
+
+    With ``sigma < 0`` that matrix is Hermitian positive definite, so it needs no pivoting:
+    SuperLU's symmetric mode with a minimum-degree ordering of ``A^T + A`` fills in less than
+    the default column ordering that ``eigsh`` itself would use (its factor and its solves,
+    about 50 per component, are most of the work). The solve is called directly, without
+    :class:`LinearOperator`'s per-call checks: ARPACK always passes one vector of length ``n``.
+    """
+
+    def __init__(self, lap: sp.spmatrix, sigma: float):
+        n = lap.shape[0]
+        shifted = (lap - sigma * sp.identity(n, dtype=lap.dtype, format="csc")).tocsc()
+        self._lu = splu(shifted, permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0, options={"SymmetricMode": True})
+        super().__init__(dtype=np.dtype(lap.dtype), shape=(n, n))
+
+    def _matvec(self, x: np.ndarray) -> np.ndarray:
+        return self._lu.solve(np.asarray(x).reshape(-1))
+
+    def matvec(self, x: np.ndarray) -> np.ndarray:
+        return self._lu.solve(x)
 
 
 def _fallback(lap: sp.spmatrix, m: int) -> tuple[np.ndarray, np.ndarray, str]:
