@@ -2,7 +2,8 @@
 
 One file per (input graphs, structure parameters, format version) at
 ``<cache_dir>/<dataset>/<key>.h5``. Layout (format version 3), every array
-chunked, LZF-compressed and fletcher32-checksummed::
+chunked and fletcher32-checksummed, and LZF-compressed except the eigenvalues and
+eigenvectors (dense floats that hardly compress)::
 
     /                     attrs: format_version, key, dataset, level, fingerprint,
                                  params (JSON), created, versions (JSON), complete,
