@@ -135,8 +135,9 @@ _ROWS_PER_SOURCE = 64
 
 
 def _trimmed(buf: np.ndarray, used: int) -> np.ndarray:
-    """The first ``used`` rows of a grown buffer; on memory of their own when the spare room is large."""
-    return buf[:used].copy() if buf.shape[0] - used > used // 4 + 65536 else buf[:used]
+    """The first ``used`` rows of a grown buffer: a view (growth by 1.5x leaves at most half as much spare
+    room as data), copied out only when the starting guess left more room than data."""
+    return buf[:used].copy() if buf.shape[0] - used > used + 65536 else buf[:used]
 
 
 def ball_pairs(
