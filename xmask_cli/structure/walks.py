@@ -75,17 +75,9 @@ def _fill(indptr, indices, data, radius, k, first, base, lo, hi, write_dist, col
     nxt = np.zeros(n, dtype=np.float64)
     used = 0
     used_k = 0
-    width = val.shape[1]
     for s in range(lo, hi):
         t = _ball(indptr, indices, s, radius, dist, queue)
         b = base[s]
-        if write_dist:
-            col = _grow(col, used + t)
-            dist_out = _grow(dist_out, used + t)
-            for i in range(t):
-                col[used + i] = queue[i] - b
-                dist_out[used + i] = dist[queue[i]]
-            used += t
         counts[s - lo] = t
         tk = 0
         while tk < t and dist[queue[tk]] <= k:
@@ -96,12 +88,12 @@ def _fill(indptr, indices, data, radius, k, first, base, lo, hi, write_dist, col
         a = used_k
         for i in range(tk):
             col_k[a + i] = queue[i] - b
-            for c in range(width):
-                val[a + i, c] = 0.0
         used_k += tk
         cur[s] = 1.0
-        if first == 0:
-            val[a, 0] = 1.0  # M^0 = I: the source is queue[0]
+        if first == 0:  # M^0 = I: 1 at the source (queue[0]), 0 elsewhere; the other columns are all written below
+            for i in range(tk):
+                val[a + i, 0] = 0.0
+            val[a, 0] = 1.0
         # Row vector times M, k times. Before step j the support of cur is the ball of
         # radius j-1, a prefix of the BFS queue, so scanning that prefix suffices.
         reach = 1
@@ -121,10 +113,21 @@ def _fill(indptr, indices, data, radius, k, first, base, lo, hi, write_dist, col
                 nxt[v] = 0.0
                 if c >= 0:
                     val[a + i, c] = cur[v]
-        for i in range(t):
-            v = queue[i]
-            cur[v] = 0.0
-            dist[v] = -1
+        # The distances go out as the search state is cleared (cur and nxt are non-zero on the k ball only).
+        if write_dist:
+            col = _grow(col, used + t)
+            dist_out = _grow(dist_out, used + t)
+            for i in range(t):
+                v = queue[i]
+                col[used + i] = v - b
+                dist_out[used + i] = dist[v]
+                dist[v] = -1
+            used += t
+        else:
+            for i in range(t):
+                dist[queue[i]] = -1
+        for i in range(tk):
+            cur[queue[i]] = 0.0
     return counts, counts_k, col, dist_out, col_k, val, used, used_k
 
 
