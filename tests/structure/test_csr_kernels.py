@@ -81,10 +81,11 @@ def test_union_equals_dense_union(seed, k):
     _check_union(mats)
 
 
+@pytest.mark.parametrize("k", [2, 3])
 @pytest.mark.parametrize("seed", range(4))
-def test_union_of_unsorted_rows_with_duplicates(seed):
+def test_union_of_unsorted_rows_with_duplicates(seed, k):
     rng = np.random.default_rng(100 + seed)
-    mats = [_random_csr(rng, 30, 40, 0.2, empty_rows=5, shuffle=True, duplicates=10) for _ in range(3)]
+    mats = [_random_csr(rng, 30, 40, 0.2, empty_rows=5, shuffle=True, duplicates=10) for _ in range(k)]
     before = [(m.indices.copy(), m.data.copy()) for m in mats]
     _check_union(mats)
     for m, (ind, data) in zip(mats, before):  # the arguments are read, not put in order in place

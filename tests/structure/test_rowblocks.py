@@ -6,7 +6,7 @@ import pytest
 import scipy.sparse as sp
 
 from xmask_cli.structure import Truncation, adjacency, adjacency_powers, random_walk_powers
-from xmask_cli.structure.rowblocks import PowerRows, WalkRows, rows_per_block
+from xmask_cli.structure.rowblocks import ARRAY_BYTES, PowerRows, WalkRows, rows_per_block
 
 
 def _graph(n: int, seed: int) -> sp.csr_matrix:
@@ -52,7 +52,18 @@ def test_walk_rows_equal_the_whole_walks(rule):
 
 def test_rows_per_block_follows_the_budget():
     deg = np.full(100_000, 10)
-    small, big = rows_per_block(deg, 2, 128, 64 << 20), rows_per_block(deg, 2, 128, 1 << 30)
+    small, big = rows_per_block(deg, 2, 128, 32 << 20), rows_per_block(deg, 2, 128, 256 << 20)
     assert 256 <= small < big <= 100_000
-    assert abs(big / small - 16) < 1  # linear in the budget between the bounds
-    assert rows_per_block(deg, 4, 128, 1 << 30) < big  # more powers, fewer rows
+    assert abs(big / small - 8) < 1  # linear in the budget between the bounds
+    assert rows_per_block(deg, 4, 128, 256 << 20) < big  # more powers, fewer rows
+
+
+def test_rows_per_block_keeps_every_array_under_the_cap():
+    # A large budget: the cap on one array decides. Per row, a power holds up to topk entries (12 bytes
+    # each) and the pairs' values are k float32 wide.
+    deg = np.full(1_000_000, 10)
+    for k, topk in ((2, 128), (3, 64), (19, 128)):
+        rows = rows_per_block(deg, k, topk, 64 << 30)
+        assert rows * topk * max(12, 4 * k) <= ARRAY_BYTES
+        assert (rows + 1) * topk * max(12, 4 * k) > ARRAY_BYTES or rows == 256
+    assert rows_per_block(deg, 2, 128, 64 << 30) > rows_per_block(deg, 19, 128, 64 << 30)

@@ -359,6 +359,42 @@ def _union_fill(ptrs, ind, data, bounds, off, out_col, out_val):  # pragma: no c
                 o += 1
 
 
+@numba.njit(cache=True, nogil=True, parallel=True)
+def _union2(aptr, aind, adata, bptr, bind, bdata, bounds, off, out_col, out_val, counting):  # pragma: no cover
+    """:func:`_union_count` (``counting``: counts returned) and :func:`_union_fill` for two matrices, read
+    where they are (no concatenated copy)."""
+    rows = aptr.shape[0] - 1
+    counts = np.zeros(rows if counting else 0, dtype=np.int64)
+    for w in numba.prange(bounds.shape[0] - 1):
+        for r in range(bounds[w], bounds[w + 1]):
+            x, xe, y, ye = aptr[r], aptr[r + 1], bptr[r], bptr[r + 1]
+            o = 0 if counting else off[r]
+            while x < xe or y < ye:
+                if y >= ye or (x < xe and aind[x] < bind[y]):
+                    if not counting:
+                        out_col[o] = aind[x]
+                        out_val[o, 0] = adata[x]
+                        out_val[o, 1] = 0.0
+                    x += 1
+                elif x >= xe or bind[y] < aind[x]:
+                    if not counting:
+                        out_col[o] = bind[y]
+                        out_val[o, 0] = 0.0
+                        out_val[o, 1] = bdata[y]
+                    y += 1
+                else:
+                    if not counting:
+                        out_col[o] = aind[x]
+                        out_val[o, 0] = adata[x]
+                        out_val[o, 1] = bdata[y]
+                    x += 1
+                    y += 1
+                o += 1
+            if counting:
+                counts[r] = o
+    return counts
+
+
 def union_rows(mats: list[sp.spmatrix], col_dtype: np.dtype = np.dtype(np.int64),
                value_dtype: np.dtype = np.dtype(np.float64)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The union of the matrices' supports, row by row: ``(counts, col, values)``.
@@ -370,6 +406,19 @@ def union_rows(mats: list[sp.spmatrix], col_dtype: np.dtype = np.dtype(np.int64)
     cs = [canonical(m) for m in mats]
     rows = cs[0].shape[0]
     k = len(cs)
+    workers = max(1, min(numba.get_num_threads(), rows))
+    bounds = np.linspace(0, rows, workers + 1).astype(np.int64)
+    if k == 2:
+        (a, b), none = cs, np.zeros(0, dtype=np.int64)
+        ad, bd = (np.asarray(c.data, dtype=np.float64) for c in cs)
+        counts = _union2(a.indptr, a.indices, ad, b.indptr, b.indices, bd, bounds, none,
+                         np.zeros(0, dtype=col_dtype), np.zeros((0, 2), dtype=value_dtype), True)
+        off = np.zeros(rows + 1, dtype=np.int64)
+        np.cumsum(counts, out=off[1:])
+        col = np.empty(int(off[-1]), dtype=col_dtype)
+        values = np.empty((int(off[-1]), 2), dtype=value_dtype)
+        _union2(a.indptr, a.indices, ad, b.indptr, b.indices, bd, bounds, off, col, values, False)
+        return counts, col, values
     ptrs = np.empty((k, rows + 1), dtype=np.int64)
     base = 0
     for j, c in enumerate(cs):
@@ -379,8 +428,6 @@ def union_rows(mats: list[sp.spmatrix], col_dtype: np.dtype = np.dtype(np.int64)
     ind = np.concatenate([c.indices[:c.indptr[-1]] for c in cs]) if k > 1 else cs[0].indices
     data = np.concatenate([np.asarray(c.data[:c.indptr[-1]], dtype=np.float64) for c in cs]) if k > 1 \
         else np.asarray(cs[0].data, dtype=np.float64)
-    workers = max(1, min(numba.get_num_threads(), rows))
-    bounds = np.linspace(0, rows, workers + 1).astype(np.int64)
     counts = _union_count(ptrs, ind, bounds)
     off = np.zeros(rows + 1, dtype=np.int64)
     np.cumsum(counts, out=off[1:])
