@@ -300,6 +300,19 @@ def product_rows(left: sp.csr_matrix, right: sp.csr_matrix, tau: float = 0.0, to
     return out
 
 
+@numba.njit(cache=True, nogil=True, inline="always")
+def _smallest_next(ptrs, ind, pos, r):  # pragma: no cover - compiled
+    """The smallest column not yet passed in row ``r`` of any of the matrices (``pos[j]``: matrix ``j``'s
+    cursor), or -1 when every row is used up: one step of the k-way merge."""
+    best = -1
+    for j in range(pos.shape[0]):
+        if pos[j] < ptrs[j, r + 1]:
+            c = ind[pos[j]]
+            if best < 0 or c < best:
+                best = c
+    return best
+
+
 @numba.njit(cache=True, nogil=True, parallel=True)
 def _union_count(ptrs, ind, bounds):  # pragma: no cover - compiled
     """Per row, the number of distinct columns over the ``k`` matrices (``ptrs[j]``: matrix ``j``'s row
@@ -314,12 +327,7 @@ def _union_count(ptrs, ind, bounds):  # pragma: no cover - compiled
                 pos[j] = ptrs[j, r]
             cnt = 0
             while True:
-                best = -1
-                for j in range(k):
-                    if pos[j] < ptrs[j, r + 1]:
-                        c = ind[pos[j]]
-                        if best < 0 or c < best:
-                            best = c
+                best = _smallest_next(ptrs, ind, pos, r)
                 if best < 0:
                     break
                 cnt += 1
@@ -341,12 +349,7 @@ def _union_fill(ptrs, ind, data, bounds, off, out_col, out_val):  # pragma: no c
                 pos[j] = ptrs[j, r]
             o = off[r]
             while True:
-                best = -1
-                for j in range(k):
-                    if pos[j] < ptrs[j, r + 1]:
-                        c = ind[pos[j]]
-                        if best < 0 or c < best:
-                            best = c
+                best = _smallest_next(ptrs, ind, pos, r)
                 if best < 0:
                     break
                 out_col[o] = best
