@@ -199,3 +199,27 @@ def test_product_on_row_blocks_of_a_graph(tau, topk):
         _same_bits(got, _reference_product(a_hat[start:stop], a_hat, tau, topk, a_hat, start))
         if topk and stop - start > 1:  # the rule did drop entries here
             assert got.nnz < (a_hat[start:stop] @ a_hat).nnz
+
+
+@pytest.mark.parametrize("tau, topk", [(0.0, 3), (0.25, 4), (0.5, 0), (0.0, 1)])
+def test_product_cut_keeps_what_truncate_rows_keeps(tau, topk):
+    # Two compiled implementations of one rule (truncate_rows' mask on any CSR, product_rows' cut as a row is
+    # formed): a product with the identity is the matrix itself, so both must keep the same entries. Values
+    # from a few levels, so many rows tie at the cut; a protected pattern and a row offset as row blocks have.
+    from xmask_cli.structure.powers import Truncation, truncate_rows
+
+    rng = np.random.default_rng(11)
+    n, off = 1500, 200
+    m = sp.random(n, n + off, density=0.01, format="csr", random_state=rng,
+                  data_rvs=lambda k: rng.choice([0.125, 0.25, 0.5, 1.0], size=k))
+    m.sort_indices()
+    protect = sp.random(n + off, n + off, density=0.002, format="csr", random_state=rng)
+    protect.data[:] = 1.0
+    protect = canonical(protect)
+    want = truncate_rows(m, Truncation(tau=tau, topk=topk), protect=protect, row_offset=off)
+    got = product_rows(m, sp.identity(n + off, format="csr"), tau, topk, protect=protect, row_offset=off)
+    want.sort_indices()
+    assert want.nnz < m.nnz  # the rule does cut here
+    np.testing.assert_array_equal(got.indptr, want.indptr)
+    np.testing.assert_array_equal(got.indices, want.indices)
+    np.testing.assert_array_equal(got.data, want.data)
