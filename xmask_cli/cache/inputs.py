@@ -118,13 +118,13 @@ class InputFingerprints:
         from xmask_cli.data.folder import folder_spec
 
         where = f"{path} was prepared from the dataset folder {folder}"
-        if not os.path.lexists(folder) and _first_link(folder) is None:
-            raise DataNotFoundError(f"{where}, which no longer exists; put the folder back there, or "
-                                    f"{self._reprepare('<its new path>')}")
         link = _first_link(folder)
         if link is not None:
             raise UsageError(f"{where}, and {link} is now a symbolic link; xmask follows no link it did not make: "
                              f"{self._reprepare('<the real folder>')}")
+        if not os.path.lexists(folder):
+            raise DataNotFoundError(f"{where}, which no longer exists; put the folder back there, or "
+                                    f"{self._reprepare('<its new path>')}")
         if not os.path.isdir(folder):
             raise UsageError(f"{where}, which is no longer a folder; put the dataset folder back there, or "
                              f"{self._reprepare('<its new path>')}")
