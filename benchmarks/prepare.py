@@ -48,8 +48,8 @@ Both children get the same thread settings: ``OMP/OPENBLAS/MKL/NUMBA_NUM_THREADS
 ``torch.set_num_threads``; each child records what it saw. Each child warms up
 on a 3-node graph first, once as it is and once under the large-graph rule
 (numba, LAPACK, HDF5; not timed). The table gives the median seconds of each
-side with the range over rounds, and the speed-up as the ratio of medians with
-the range of the per-round ratios.
+side with the range over rounds, and the speed-up as the median of the
+per-round ratios, with their range (the ratio of the medians is in the JSON).
 
 Usage (from the repository root)::
 
