@@ -8,7 +8,7 @@ structure-agnostic baseline, with the mean number of epochs run and the summed w
 Where xmask's file holds only some of the folds (a run stopped early for CPU time, its fold results gathered
 from the run folders' ``summary.json``), the peers are scored on those same folds only, so every cell of a row
 reads the same test graphs. Only the measured figures: the published anchors are written beside them in
-benchmarks/README.md.
+benchmarks/folds.md.
 
 Usage (from the repository root)::
 

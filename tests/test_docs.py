@@ -15,9 +15,11 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-PAGES = [README, ROOT / "benchmarks" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 #: Pages that may speak of history, checked for their links only.
 HISTORY_PAGES = [ROOT / "CHANGELOG.md", ROOT / "benchmarks" / "HISTORY.md"]
+#: Benchmark pages: the index (benchmarks/README.md) and one page per benchmark.
+BENCHMARK_PAGES = sorted(p for p in (ROOT / "benchmarks").glob("*.md") if p not in HISTORY_PAGES)
+PAGES = [README, ROOT / "ARCHITECTURE.md", *BENCHMARK_PAGES, *sorted((ROOT / "docs").glob("*.md"))]
 
 #: History wording that belongs in CHANGELOG.md / benchmarks/HISTORY.md, never in the docs.
 HISTORY = re.compile(r"issue [0-9]+|issues? #?[0-9]|before this change|§", re.IGNORECASE)
@@ -72,6 +74,13 @@ def test_readme_is_short() -> None:
     """The README is the entry page: at most 350 lines, the deep topics live in docs/."""
     lines = README.read_text().count("\n")
     assert lines <= 350, f"README.md has {lines} lines; move the deep topic to docs/"
+
+
+@pytest.mark.parametrize("page", BENCHMARK_PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_benchmark_pages_are_short(page: Path) -> None:
+    """The index and each benchmark's page fit in 150 lines: current figures only, the rest in HISTORY.md."""
+    lines = page.read_text().count("\n")
+    assert lines <= 150, f"{page.relative_to(ROOT)} has {lines} lines; move dated runs to benchmarks/HISTORY.md"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[1]
 STUDY_OUT = REPO / "benchmarks" / "out" / "tune_study"
 
 #: tuned preset -> (hand preset, the study's best.yaml copy, the hand preset's old values of the searched keys,
-#: as the replaced preset files and benchmarks/README.md state them).
+#: as the replaced preset files and benchmarks/tune.md state them).
 _NODE_HAND = {"model.hidden": 64, "model.layers": 1, "model.dropout": 0.5, "model.input_dropout": 0.6,
               "model.head_powers": None, "model.mask_scale": "none", "train.lr": 5.0e-3, "train.weight_decay": 0.1}
 SWAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
