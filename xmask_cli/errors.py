@@ -1,6 +1,6 @@
 """Error types, each with its exit code and an actionable one-line message.
 
-Exit codes (documented in docs/safety.md, in short in the README, and in ``xmask --help``):
+Exit codes (documented in docs/safety.md, in docs/cli.md and in ``xmask --help``):
 
 ====  ==========================================================
 0     success

@@ -50,6 +50,12 @@ Examples:
 
     xmask cache ls
 
+Environment: XMASK_FORMAT (the default of --format), XMASK_DATA_ROOT (the default of
+--data-root), XMASK_CACHE (the default of --cache-dir, else ./cache), XMASK_OFFLINE=1 (never
+download, as --offline), XMASK_PRESETS (extra preset folders, `:`-separated, searched first),
+XMASK_DEBUG=1 (show the traceback behind an error), XMASK_DIST_TIMEOUT (seconds a collective
+waits for the other ranks under torchrun).
+
 """ + EXIT_HELP
 
 # typer vendors click in recent versions: take click's exception classes from wherever typer's come from.

@@ -33,11 +33,11 @@ FormatOpt = Annotated[
     typer.Option("--format", "-f", help="Result format on stdout: human or json (default: the global --format).",
                  show_default=False),
 ]
-PresetOpt = Annotated[Optional[str], typer.Option("--preset", "-p", help="Preset name (see `xmask presets ls`) or YAML path.")]
+PresetOpt = Annotated[Optional[str], typer.Option("--preset", "-p", help="Preset name (see `xmask presets ls`) or YAML path [env XMASK_PRESETS: extra preset folders; with a dataset and no --preset: the dataset's own preset, else its level's].")]
 DatasetOpt = Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset name, or a folder of files (./mygraph: docs/datasets-from-files.md); overrides the preset's data.dataset.", show_default=False)]
 SetOpt = Annotated[
     Optional[list[str]],
-    typer.Option("--set", "-s", help="Dotted override KEY=VALUE, repeatable, e.g. `--set structure.powers.k=3`."),
+    typer.Option("--set", "-s", help="Dotted override KEY=VALUE, repeatable, typed: ints, floats (1e-30), bools, lists ([1,2]), null; e.g. `--set structure.powers.k=3`."),
 ]
 CacheDirOpt = Annotated[
     Optional[Path], typer.Option("--cache-dir", help="Cache directory [env XMASK_CACHE; default ./cache].", show_default=False)
@@ -46,7 +46,7 @@ DeviceOpt = Annotated[str, typer.Option("--device", help="auto (CUDA when presen
 DataRootOpt = Annotated[
     Optional[Path], typer.Option("--data-root", help="Data root holding NAME/raw/... folders [env XMASK_DATA_ROOT].", show_default=False)
 ]
-OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never download [env XMASK_OFFLINE=1].")]
+OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never download: a missing dataset fails at once, naming where it looked [env XMASK_OFFLINE=1].")]
 RunDirArg = Annotated[Path, typer.Argument(help="A run folder, `runs/<name>/<seed>/`.", show_default=False)]
 
 

@@ -13,7 +13,7 @@ from xmask_cli.render import prepare as render
 
 def prepare(
     ctx: typer.Context,
-    dataset: Annotated[Optional[str], typer.Argument(help="Dataset name (see README), e.g. cora, MUTAG, ogbg-molhiv; or a folder of files, e.g. ./mygraph.", show_default=False)] = None,
+    dataset: Annotated[Optional[str], typer.Argument(help="Dataset name (docs/datasets.md), e.g. cora, MUTAG, ogbg-molhiv; or a folder of files, e.g. ./mygraph.", show_default=False)] = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
     workers: Annotated[int, typer.Option("--workers", "-j", min=1, help="Processes: N > 1 computes spectra and partitions in N-1 workers alongside.")] = 1,

@@ -157,4 +157,4 @@ def get_dataset(name: str) -> DatasetSpec:
     hint = f"did you mean '{_BY_NAME[close[0]].name}'? " if close else ""
     names = ", ".join(s.name for s in _SPECS)
     raise UsageError(f"unknown dataset '{name}': {hint}known: {names}, graphqa:<task>, or a folder of files "
-                     f"as ./{name} (see README)")
+                     f"as ./{name} (see docs/datasets-from-files.md)")
