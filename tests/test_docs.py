@@ -1,7 +1,8 @@
-"""The documentation holds together: local links resolve, the README stays short, no history in it,
-and the README's two commands are the ones CI runs.
+"""The documentation holds together: local links resolve, the README and the benchmark pages stay short, no
+history (issue numbers, dates, commit hashes) in them, and the README's two commands are the ones CI runs.
 
-Why: README.md, docs/*.md and benchmarks/README.md are what a newcomer reads; a link that points
+Why: README.md, ARCHITECTURE.md, docs/*.md, the benchmark pages and the presets' comments are what a
+newcomer reads; a link that points
 nowhere, an issue number nobody outside the project has, or a first command that CI no longer runs
 are each a broken promise that no other test would notice.
 """
@@ -20,6 +21,9 @@ HISTORY_PAGES = [ROOT / "CHANGELOG.md", ROOT / "benchmarks" / "HISTORY.md"]
 #: Benchmark pages: the index (benchmarks/README.md) and one page per benchmark.
 BENCHMARK_PAGES = sorted(p for p in (ROOT / "benchmarks").glob("*.md") if p not in HISTORY_PAGES)
 PAGES = [README, ROOT / "ARCHITECTURE.md", *BENCHMARK_PAGES, *sorted((ROOT / "docs").glob("*.md"))]
+
+#: Preset files: their descriptions and comments are documentation too (`xmask presets ls` shows the former).
+PRESET_FILES = sorted((ROOT / "presets").glob("*.yaml"))
 
 #: History wording that belongs in CHANGELOG.md / benchmarks/HISTORY.md, never in the docs.
 HISTORY = re.compile(r"issue [0-9]+|issues? #?[0-9]|before this change|§", re.IGNORECASE)
@@ -83,12 +87,42 @@ def test_benchmark_pages_are_short(page: Path) -> None:
     assert lines <= 150, f"{page.relative_to(ROOT)} has {lines} lines; move dated runs to benchmarks/HISTORY.md"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+@pytest.mark.parametrize("page", PAGES + PRESET_FILES, ids=lambda p: str(p.relative_to(ROOT)))
 def test_no_history_in_docs(page: Path) -> None:
     """No issue numbers and no change history: that goes to CHANGELOG.md or benchmarks/HISTORY.md."""
     hits = [f"{i}: {line.strip()[:90]}" for i, line in enumerate(page.read_text().splitlines(), 1)
             if HISTORY.search(line)]
     assert not hits, f"{page.relative_to(ROOT)}: history wording: {hits}"
+
+
+#: A calendar date (2026-12-04), a clock time in UTC, or a commit hash where the docs would cite one: in
+#: backticks, in parentheses, or after "commit" / "at". A hash has 7-40 hex digits with a digit and a letter,
+#: so ids such as `1234567`, words such as `decade` and longer digests are left alone.
+_HEX = r"(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}"
+DATED = re.compile(
+    r"\b(?:19|20)\d\d-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])\b"  # YYYY-MM-DD
+    r"|\b\d{1,2}:\d{2}(?::\d{2})?(?:\s*-\s*\d{1,2}:\d{2})?\s*UTC\b|\bUTC\b"  # 09:21-09:24 UTC, UTC
+    rf"|`{_HEX}`|\({_HEX}[),;]|\b{_HEX}\)|\b(?:commit|commits|at|of)\s+`?{_HEX}\b"  # `7cc5aec`, (7cc5aec), commit 7cc5aec
+)
+
+
+@pytest.mark.parametrize("page", PAGES + PRESET_FILES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_dates_or_commits_in_docs(page: Path) -> None:
+    """Docs describe the tool as it is: dates, UTC times and commit hashes go to CHANGELOG.md or benchmarks/HISTORY.md."""
+    hits = [f"{i}: {line.strip()[:90]}" for i, line in enumerate(page.read_text().splitlines(), 1)
+            if DATED.search(line)]
+    assert not hits, f"{page.relative_to(ROOT)}: dates or commits (move them to HISTORY.md / CHANGELOG.md): {hits}"
+
+
+def test_dated_pattern_on_hand_made_lines() -> None:
+    """The date / time / commit rule flags what it should and leaves numbers, ids and digests alone."""
+    for dated in ("measured 2026-12-03 on the shared machine", "09:21-09:24 UTC", "at 22:30 UTC", "commit `7cc5aec`",
+                  "main at ded16c4, packed", "(the code of 49d447f)", "(a17eceb)", "code at 2e6a2fa"):
+        assert DATED.search(dated), dated
+    for plain in ("seeds 0-4, 82.2 ± 5.4", "`1234567` nodes", "`decade`", "ε = 1e-30, 2.6e-07",
+                  "sha256 `66de65e4826e112482ec680bbbdf7c0af56d826ce935c110786d130b79b76b06`",
+                  "a 3-fold (2026) edition", "ids 2026-13-45", "epoch 12:30 of the plan", "`ffffffff`"):
+        assert not DATED.search(plain), plain
 
 
 def test_history_pattern_catches_history() -> None:
@@ -99,10 +133,12 @@ def test_history_pattern_catches_history() -> None:
 
 
 def test_readme_commands_are_the_ci_commands() -> None:
-    """The README's two commands, at its top, install and run what .ci/run installs and runs."""
+    """The README's two commands, on its first screen, install and run what .ci/run installs and runs."""
     text = README.read_text()
     block = re.search(r"^```bash\n(.*?)^```", text, flags=re.S | re.M)
-    assert block and text.index(block.group(0)) < 40, "the two commands open the README"
+    first_section = text.find("\n## ")
+    assert block and text.index(block.group(0)) < first_section, "the two commands come before the README's sections"
+    assert text[: text.index(block.group(0))].count("\n") < 20, "the two commands are on the README's first screen"
     commands = [line for line in block.group(1).splitlines() if line and not line.startswith("#")]
     assert len(commands) == 2
     first, second = (c.split(" && ") for c in commands)
