@@ -152,7 +152,11 @@ class ModelSection:
     ffn_mult: int = 2
     dropout: float = 0.1
     attn_dropout: float = 0.0
-    norm: Literal["post", "pre"] = "post"
+    norm: Literal["post", "pre", "none"] = "post"  # LayerNorm placement in each block; none: no LayerNorm
+    residual: bool = True  # residual connections around each block's attention and feed-forward layer
+    ffn: bool = True  # each block's feed-forward layer (false: attention-only blocks, as GAT's layers)
+    activation: Literal["none", "elu", "relu", "gelu"] = "none"  # applied to every block's output (GAT: elu)
+    layer_dropout: float = 0.0  # dropout on the input of every attention layer (blocks and an attention output)
     mask_scale: Literal["paper", "none"] = "paper"
     outside_support: Literal["hard", "eps"] = "hard"  # pairs with Â^k_ij = 0: hard = -inf on every path; eps = log(eps), dense paths only
     head_powers: list[int] | None = None  # power of Â per head; null: 1..heads
@@ -174,6 +178,11 @@ class ModelSection:
     # graph level: "packed" runs token-wise layers on real nodes only and attention per group of similar-sized
     # graphs (same numbers as "padded", faster); "padded": every layer over the batch padded to its largest graph
     graph_layout: Literal["packed", "padded"] = "packed"
+    # node level: "mlp" = a per-node MLP after the last block; "attention" = a last X-LogSMask attention layer
+    # whose output_heads each emit the outputs (out_dim per head), averaged over heads, as GAT's last layer
+    output: Literal["mlp", "attention"] = "mlp"
+    output_heads: int = 1  # output=attention: its heads
+    output_powers: list[int] | None = None  # output=attention: power of Â per output head; null: Â^1 for every head
 
 
 @dataclass(frozen=True)
@@ -182,8 +191,11 @@ class TrainSection:
 
     Attributes:
         epochs: maximum number of epochs.
-        lr: AdamW peak learning rate.
-        weight_decay: AdamW decoupled weight decay.
+        lr: peak learning rate.
+        weight_decay: decoupled weight decay (``optimizer: adamw``) or L2 penalty (``adam``).
+        optimizer: ``adamw`` or ``adam`` (Adam with L2, as the GCN / GAT recipes train).
+        decay: the parameters ``weight_decay`` acts on: ``all``, ``first`` (the input encoder and the
+            first block) or ``weights`` (none of the biases and LayerNorm parameters).
         warmup_epochs: linear warm-up length; constant learning rate afterwards.
         clip_norm: max global gradient norm (``<= 0`` disables clipping).
         batch_size: graphs per batch (graph level), pairs per batch (link / edge),
@@ -199,6 +211,11 @@ class TrainSection:
     epochs: int = 100
     lr: float = 1e-3
     weight_decay: float = 1e-2
+    # adamw: decoupled weight decay (AdamW); adam: Adam with an L2 penalty (weight_decay * w added to the gradient)
+    optimizer: Literal["adamw", "adam"] = "adamw"
+    # which parameters weight_decay acts on: all; first = the input encoder and the first block (PyG's GCN
+    # example decays its first layer only); weights = every parameter but biases and LayerNorm parameters
+    decay: Literal["all", "first", "weights"] = "all"
     warmup_epochs: int = 5
     clip_norm: float = 1.0
     batch_size: int = 32

@@ -378,6 +378,14 @@ def _check_ranges(obj: Any, prefix: str) -> None:
         need(obj.hidden % obj.heads == 0, "hidden", f"must be a multiple of model.heads ({obj.heads})")
         need(0 <= obj.dropout < 1 and 0 <= obj.attn_dropout < 1 and 0 <= obj.input_dropout < 1, "dropout",
              "dropouts must lie in [0, 1)")
+        need(0 <= obj.layer_dropout < 1, "layer_dropout", "must lie in [0, 1)")
+        need(obj.output_heads >= 1, "output_heads", "must be >= 1")
+        if obj.output_powers is not None:
+            top = max(obj.head_powers) if obj.head_powers is not None else obj.heads
+            need(len(obj.output_powers) == obj.output_heads, "output_powers",
+                 f"needs one power per output head (model.output_heads = {obj.output_heads})")
+            need(min(obj.output_powers) >= 1 and max(obj.output_powers) <= top, "output_powers",
+                 f"powers must lie in 1..{top} (the largest power the blocks read, model.head_powers)")
         if obj.head_powers is not None:
             need(len(obj.head_powers) == obj.heads, "head_powers", f"needs one power per head ({obj.heads})")
             need(min(obj.head_powers) >= 0 and max(obj.head_powers) >= 1, "head_powers",
@@ -417,6 +425,9 @@ EXPERT_NODE_MODES = ("auto", "full")
 def _check_combinations(cfg: Config) -> None:
     """Settings each valid on its own that the model cannot run together: refused here, naming the keys,
     rather than when training starts (a preset that extends another inherits keys it may not mean)."""
+    if cfg.model.experts and cfg.model.output != "mlp":
+        raise ConfigError("model.output=attention is not built for model.experts (M3Dphormer experts attend over "
+                          "token masks): set model.output=mlp (or drop model.experts)")
     if cfg.model.experts and cfg.node.mode not in EXPERT_NODE_MODES:
         raise ConfigError(f"model.experts (M3Dphormer attention experts) run on the whole graph's tokens, which "
                           f"node.mode={cfg.node.mode} does not give: set node.mode=full (or drop model.experts)")

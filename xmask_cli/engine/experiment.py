@@ -185,6 +185,9 @@ def check_config(cfg: Config) -> tuple[str, str]:
     _check_image(cfg, level)
     if cfg.model.experts and level != "node":
         raise ConfigError(f"model.experts (M3Dphormer attention experts) need a node-level task, not {level}")
+    if cfg.model.output == "attention" and level != "node":
+        raise ConfigError(f"model.output=attention (a last attention layer whose heads emit each node's outputs) "
+                          f"is for the node level, not {level}: set model.output=mlp")
     _check_node_struct(cfg, level)
     _check_folds(cfg, level)
     return level, metric

@@ -167,7 +167,7 @@ def fit(
 ) -> dict[str, Any]:
     """Train ``model`` on ``task``; returns (and writes) the run summary.
 
-    Every epoch: one pass over ``task.train_batches(epoch)`` (AdamW, linear
+    Every epoch: one pass over ``task.train_batches(epoch)`` (``train.optimizer``, linear
     warm-up then constant learning rate, gradient clipping), then the
     validation metric and loss. The best epoch by validation is kept
     (:data:`~xmask_cli.engine.selection.RULE`: the metric, ties broken by the
@@ -221,9 +221,37 @@ def fit(
     return summary
 
 
+#: Parameter-name prefixes of the first layer (``train.decay: first``): the input encoder and the first block.
+FIRST_LAYER = ("encoder.", "blocks.0.")
+
+
+def decay_groups(model: torch.nn.Module, decay: str, weight_decay: float) -> list[dict[str, Any]]:
+    """The optimizer's parameter groups: ``weight_decay`` on the parameters ``decay`` names, 0 on the others.
+
+    ``all``: every parameter; ``first``: the input encoder and the first block (PyG's GCN example decays
+    its first layer only); ``weights``: every parameter but biases and LayerNorm parameters.
+    """
+    if decay == "all":
+        return [{"params": list(model.parameters()), "weight_decay": weight_decay}]
+    norms = {id(p) for m in model.modules() if isinstance(m, torch.nn.LayerNorm) for p in m.parameters()}
+    decayed: list[torch.nn.Parameter] = []
+    rest: list[torch.nn.Parameter] = []
+    for name, p in model.named_parameters():
+        if decay == "first":
+            chosen = name.startswith(FIRST_LAYER)
+        elif decay == "weights":
+            chosen = not name.endswith(".bias") and id(p) not in norms
+        else:
+            raise UsageError(f"train.decay must be one of all, first, weights, got {decay!r}")
+        (decayed if chosen else rest).append(p)
+    if not decayed:
+        raise UsageError(f"train.decay={decay} chooses no parameter of this model; use train.decay=all")
+    return [{"params": decayed, "weight_decay": weight_decay}, {"params": rest, "weight_decay": 0.0}]
+
+
 @dataclass
 class _Optimisation:
-    """AdamW, the warm-up schedule and (fp16) the gradient scaler of one run."""
+    """Adam / AdamW, the warm-up schedule and (fp16) the gradient scaler of one run."""
 
     optimizer: torch.optim.Optimizer
     scheduler: torch.optim.lr_scheduler.LambdaLR
@@ -231,7 +259,17 @@ class _Optimisation:
 
     @classmethod
     def build(cls, model: torch.nn.Module, cfg: TrainConfig) -> "_Optimisation":
-        optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        optimizer: torch.optim.Optimizer
+        if cfg.optimizer == "adamw" and cfg.decay == "all":
+            optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        else:
+            groups = decay_groups(model, cfg.decay, cfg.weight_decay)
+            if cfg.optimizer == "adam":  # weight_decay as an L2 penalty: weight_decay * w added to the gradient
+                optimizer = torch.optim.Adam(groups, lr=cfg.lr)
+            elif cfg.optimizer == "adamw":
+                optimizer = torch.optim.AdamW(groups, lr=cfg.lr)
+            else:
+                raise UsageError(f"train.optimizer must be adamw or adam, got {cfg.optimizer!r}")
         return cls(optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, _warmup(cfg.warmup_epochs)),
                    grad_scaler(cfg.precision, cfg.device))
 

@@ -164,7 +164,7 @@ def _maybe_checkpoint(fn: Callable[..., Tensor], *args: Tensor, recompute: bool)
 
 def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: Support, queries: np.ndarray, *,
                    chunk_pairs: int = CHUNK_PAIRS, device: torch.device | str = "cpu",
-                   stats: QueryStats | None = None) -> Tensor:
+                   stats: QueryStats | None = None, output: bool = False) -> Tensor:
     """Node embeddings ``[len(queries), hidden]`` of an :class:`~xmask_cli.model.network.XMaskNet`.
 
     Each block attends from every query over all of its stored pairs, exactly
@@ -179,6 +179,8 @@ def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: S
         chunk_pairs: pair budget of one attention chunk (a query with more pairs gets a chunk alone).
         device: where the model runs.
         stats: filled with what was touched, when given.
+        output: also run the model's attention output layer (``model.output: attention``) as one more
+            layer over the same pairs: the result is then the outputs ``[len(queries), out_dim]``.
 
     Returns:
         The embeddings in the order of ``queries``.
@@ -193,7 +195,13 @@ def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: S
         raise ValueError("queries must be ascending and distinct")
     # Plain heads (k_h = 0, use_bias=False) attend over every node: each layer then needs all of them.
     plain = bool(model.cfg.plain_heads)
-    sets = closure(support, queries, len(model.blocks), whole=plain)
+    # (block, its X-LogSMask bias, its layer index for learned biases or None): the blocks, then the output layer.
+    layers = [(block, model.bias, i) for i, block in enumerate(model.blocks)]
+    if output:
+        if model.out_block is None:
+            raise ValueError("output=True needs a model with an attention output layer (model.output=attention)")
+        layers.append((model.out_block, model.out_bias, None))
+    sets = closure(support, queries, len(layers), whole=plain)
     grad = torch.is_grad_enabled()
     local = np.full(support.num_nodes, -1, dtype=np.int64)  # global id -> row of the previous layer's h
     if stats is not None:
@@ -210,7 +218,7 @@ def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: S
         return model.embed(x[rows].to(device, non_blocking=True))
 
     if not len(queries):
-        return torch.zeros(0, model.cfg.hidden, device=device)
+        return torch.zeros(0, model.cfg.out_dim if output else model.cfg.hidden, device=device)
     s0 = torch.from_numpy(sets[0])
     if isinstance(x, Tensor):
         s0 = s0.to(x.device)
@@ -219,8 +227,10 @@ def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: S
     h = torch.cat([_maybe_checkpoint(encode, s0[i:i + ENCODE_ROWS], recompute=grad and big)
                    for i in range(0, len(sets[0]), ENCODE_ROWS)])
 
-    for layer, block in enumerate(model.blocks):
+    for layer, (block, bias_module, learned_layer) in enumerate(layers):
         prev, cur = sets[layer], sets[layer + 1]
+        # Dropped once per layer, before its query and key rows are taken: one mask per node, as on the sparse path.
+        h = block.drop_input(h)
         local[prev] = np.arange(len(prev), dtype=np.int64)
         counts_cur = support.counts(cur)
         spans = chunks_by_pairs(counts_cur, chunk_pairs)
@@ -242,10 +252,12 @@ def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: S
                 stats.chunks += 1
 
             def run(h_prev: Tensor, q_idx=q_idx, k_idx=k_idx, edge_index=edge_index, values=values,
-                    global_pairs=global_pairs, block=block, layer=layer) -> Tensor:
-                xlog = None if model.bias is None else model.bias(
+                    global_pairs=global_pairs, block=block, bias_module=bias_module,
+                    learned_layer=learned_layer) -> Tensor:
+                xlog = None if bias_module is None else bias_module(
                     SparseStructure(edge_index=global_pairs, values=values))
-                learned = model._learned(layer, None, edge_index=edge_index)
+                learned = None if learned_layer is None else model._learned(learned_layer, None,
+                                                                            edge_index=edge_index)
                 # With plain heads h_prev holds every node, in id order: their keys.
                 return block.forward_pairs(h_prev[q_idx], h_prev[k_idx], edge_index, xlog,
                                            plain_keys=h_prev if plain else None, learned=learned)

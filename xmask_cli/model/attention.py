@@ -37,6 +37,8 @@ MASK_SCALES = ("paper", "none")
 #: and ``gather`` (per-pair ``[E, H, d_h]`` gathers over the union, as PyG's ``TransformerConv``;
 #: what ``return_terms`` always runs, since its terms live on the union pairs).
 SPARSE_KERNELS = ("csr", "gather")
+#: How the heads' aggregates become the output: ``project`` (concatenate, output projection) or ``mean`` over heads.
+COMBINES = ("project", "mean")
 
 
 class StructuralAttention(torch.nn.Module):
@@ -53,6 +55,11 @@ class StructuralAttention(torch.nn.Module):
             ``use_bias=False``): on the sparse path they attend over every node
             of ``x`` (of its group), not over the given pairs. The dense path
             needs no such list (their bias is 0 over the whole grid).
+        in_dim: width of the input ``x``; default ``dim``.
+        combine: how the heads' aggregates ``[..., H, d_h]`` become the output:
+            ``'project'`` (concatenated, then the output projection and dropout)
+            or ``'mean'`` (averaged over heads, ``[..., d_h]``, no projection: the
+            attention output layer, whose heads each emit the outputs, as GAT's last layer).
     """
 
     def __init__(
@@ -63,8 +70,12 @@ class StructuralAttention(torch.nn.Module):
         attn_dropout: float = 0.0,
         mask_scale: str = ModelSection.mask_scale,
         plain_heads: tuple[int, ...] = (),
+        in_dim: int | None = None,
+        combine: str = "project",
     ):
         super().__init__()
+        if combine not in COMBINES:
+            raise ValueError(f"combine must be one of {COMBINES}, got {combine!r}")
         if num_heads < 1 or dim % num_heads:
             raise ValueError(f"dim {dim} must be a positive multiple of num_heads {num_heads}")
         if mask_scale not in MASK_SCALES:
@@ -82,15 +93,25 @@ class StructuralAttention(torch.nn.Module):
         is_plain[list(self.plain_heads)] = True
         self.register_buffer("_plain_idx", torch.tensor(self.plain_heads, dtype=torch.long), persistent=False)
         self.register_buffer("_is_plain", is_plain, persistent=False)
-        self.q = torch.nn.Linear(dim, dim)
-        self.k = torch.nn.Linear(dim, dim)
-        self.v = torch.nn.Linear(dim, dim)
-        self.out = torch.nn.Linear(dim, dim)
+        self.combine = combine
+        in_dim = dim if in_dim is None else int(in_dim)
+        self.q = torch.nn.Linear(in_dim, dim)
+        self.k = torch.nn.Linear(in_dim, dim)
+        self.v = torch.nn.Linear(in_dim, dim)
+        self.out = torch.nn.Linear(dim, dim) if combine == "project" else None
         self.dropout = torch.nn.Dropout(dropout)
         #: Kernel of the sparse path (:data:`SPARSE_KERNELS`); tests and benchmarks compare the two.
         self.sparse_kernel = "csr"
         # The last CSR pattern (pairs, finiteness, plan): full-graph training feeds the same pairs every step.
         self._csr_memo: dict | None = None
+        # (bias, its version/dtype/heads, pairs, their version, plan, picked terms) of the last parameter-free bias.
+        self._term_memo: tuple | None = None
+
+    def _combine(self, agg: Tensor) -> Tensor:
+        """The output of per-head aggregates ``[..., H, d_h]`` (see ``combine``)."""
+        if self.out is None:
+            return agg.mean(-2)
+        return self.dropout(self.out(agg.reshape(*agg.shape[:-2], self.dim)))
 
     def structural_term(self, bias: Tensor) -> Tensor:
         """The X-LogSMask bias as it enters the logits (scaled by ``1/sqrt(d_h)`` under 'paper')."""
@@ -163,7 +184,7 @@ class StructuralAttention(torch.nn.Module):
         agg = F.scaled_dot_product_attention(
             q, k, v, attn_mask=float_mask, dropout_p=self.attn_dropout if self.training else 0.0
         )
-        out = self.dropout(self.out(agg.transpose(1, 2).reshape(B, N, self.dim)))
+        out = self._combine(agg.transpose(1, 2))
         if not return_terms:
             return out
         energy = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
@@ -195,6 +216,8 @@ class StructuralAttention(torch.nn.Module):
             ``[n, D]``: the rows :meth:`forward_dense` gives the real nodes, dropout
             drawn as over the padded ``[B, N, D]`` output.
         """
+        if self.out is None:
+            raise ValueError("the packed graph path has no attention output layer (combine='mean')")
         # Q, K and V in one product and one layout copy per group (the same numbers as three products).
         weight = torch.cat([self.q.weight, self.k.weight, self.v.weight])
         bias = torch.cat([self.q.bias, self.k.bias, self.v.bias])
@@ -300,7 +323,7 @@ class StructuralAttention(torch.nn.Module):
                 idx = self._plain_idx.to(q.device)
                 plain_agg, _ = self._plain_agg(q, kp, vp, idx, query_groups, key_groups, False)
                 agg = agg.index_copy(1, idx, plain_agg.to(agg.dtype))
-            return self.dropout(self.out(agg.reshape(n_query, self.dim)))
+            return self._combine(agg)
         row, col = edge_index
         energy = (q[row] * k[col]).sum(-1) / math.sqrt(self.head_dim)  # [E, H]
         term = self._logit_term(bias, learned, energy.dtype)
@@ -314,7 +337,7 @@ class StructuralAttention(torch.nn.Module):
             kp, vp = (k, v) if plain_keys is x_key else self._plain_kv(plain_keys)
             agg, attention = self._plain(q, kp, vp, agg, attention, energy, row, query_groups, key_groups,
                                          return_terms)
-        out = self.dropout(self.out(agg.reshape(n_query, self.dim)))
+        out = self._combine(agg)
         if not return_terms:
             return out
         terms = {
@@ -344,10 +367,21 @@ class StructuralAttention(torch.nn.Module):
         agg = torch.zeros(nq, H, d, dtype=dtype, device=q.device)
         if not heads or edge_index.size(1) == 0:
             return agg
-        term = self._logit_term(bias, learned, dtype)
-        plan = self._plan(edge_index, nq, k.size(0), heads, term)
-        part = csr_attention(q, k, v, term, plan, heads, 1.0 / math.sqrt(self.head_dim),
-                             dropout_p=self.attn_dropout if self.training else 0.0)
+        fixed = bias is not None and learned is None and not bias.requires_grad
+        memo = self._term_memo
+        if (fixed and memo is not None and memo[0] is bias and memo[1] == (bias._version, dtype, heads)
+                and memo[2] is edge_index and memo[3] == edge_index._version):
+            # The same parameter-free bias at the same pairs (full-graph training): its plan and picked terms.
+            plan, picked = memo[4], memo[5]
+        else:
+            term = self._logit_term(bias, learned, dtype)
+            plan = self._plan(edge_index, nq, k.size(0), heads, term)
+            picked = None if term is None else term.to(dtype).reshape(-1).index_select(0, plan.pick)
+            # Holding `bias` and `edge_index` keeps their ids from being reused while memoised.
+            self._term_memo = ((bias, (bias._version, dtype, heads), edge_index, edge_index._version, plan, picked)
+                               if fixed and bias is not None else None)
+        part = csr_attention(q, k, v, None, plan, heads, 1.0 / math.sqrt(self.head_dim),
+                             dropout_p=self.attn_dropout if self.training else 0.0, picked=picked)
         if len(heads) == H:
             return part
         return agg.index_copy(1, torch.tensor(heads, dtype=torch.long, device=q.device), part)

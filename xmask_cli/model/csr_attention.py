@@ -183,7 +183,7 @@ class _CsrAttention(torch.autograd.Function):
 
 
 def csr_attention(q: Tensor, k: Tensor, v: Tensor, term: Tensor | None, plan: CsrPlan, heads: tuple[int, ...],
-                  scale: float, dropout_p: float = 0.0) -> Tensor:
+                  scale: float, dropout_p: float = 0.0, picked: Tensor | None = None) -> Tensor:
     """Aggregate ``[Nq, len(heads), d_h]`` of ``heads`` over their own supports (autograd-capable).
 
     Args:
@@ -193,6 +193,8 @@ def csr_attention(q: Tensor, k: Tensor, v: Tensor, term: Tensor | None, plan: Cs
         plan: :func:`csr_plan` of the same pairs, ``heads`` and finiteness.
         scale: ``1/sqrt(d_h)``.
         dropout_p: dropout on the attention weights (0 in evaluation).
+        picked: ``term`` already taken at the plan's entries (``[P]``, ``term.reshape(-1)[plan.pick]``);
+            ``term`` is then ignored (a caller reusing one parameter-free term across steps).
     """
     dtype = torch.promote_types(q.dtype, torch.float32)
     S, nq, nk, d = len(heads), plan.n_query, plan.n_key, q.size(-1)
@@ -201,7 +203,9 @@ def csr_attention(q: Tensor, k: Tensor, v: Tensor, term: Tensor | None, plan: Cs
     def stack(t: Tensor, n: int) -> Tensor:  # [n, H, d] -> [S·n, d], head-major like the plan's rows
         return t.index_select(1, idx).to(dtype).transpose(0, 1).reshape(S * n, d)
 
-    if term is None:
+    if picked is not None:
+        vals = picked.to(dtype)
+    elif term is None:
         vals = torch.zeros(plan.nnz, dtype=dtype, device=q.device)
     else:
         vals = term.to(dtype).reshape(-1).index_select(0, plan.pick)

@@ -1,9 +1,17 @@
-"""Transformer block: structural attention + feed-forward, with residuals."""
+"""Transformer block: structural attention + feed-forward, with switches for residuals, norms and activation.
+
+The defaults are the paper's transformer block (post-LayerNorm, residuals, a
+two-layer FFN). ``residual=False, norm='none', ffn=False`` with an activation
+is a GAT-like attention-only layer; every path (dense, sparse, packed,
+query pairs) composes the block from the same switches in :meth:`TransformerBlock._compose`.
+"""
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
 from xmask_cli.config import ModelSection
@@ -11,14 +19,25 @@ from xmask_cli.model.attention import StructuralAttention
 from xmask_cli.model.experts import RoutedAttention
 from xmask_cli.model.packing import PackedGraphs
 
-NORMS = ("post", "pre")
+NORMS = ("post", "pre", "none")
+#: Activations ``model.activation`` names, applied to every block's output (``none``: identity).
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor] | None] = {"none": None, "elu": F.elu, "relu": F.relu,
+                                                            "gelu": F.gelu}
+
+
+def _dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    return F.dropout(x, p, training)
 
 
 class TransformerBlock(torch.nn.Module):
-    """Attention and a two-layer FFN, each with a residual and a LayerNorm.
+    """Attention and a two-layer FFN, each with a residual and a LayerNorm (each switchable).
 
     ``norm='post'`` (default, as in the paper): ``x = LN(x + f(x))``;
-    ``norm='pre'``: ``x = x + f(LN(x))``, steadier for deep stacks.
+    ``norm='pre'``: ``x = x + f(LN(x))``, steadier for deep stacks;
+    ``norm='none'``: ``x = x + f(x)``. Without ``residual`` the ``x +`` goes
+    (``x = f(x)``, norms where they were). ``ffn=False`` drops the second sub-layer.
+    ``layer_dropout`` drops the block's input first and ``activation`` is applied
+    to its output last: ``act(sublayers(dropout(x)))``.
 
     Args:
         dim: model width ``D``.
@@ -26,7 +45,7 @@ class TransformerBlock(torch.nn.Module):
         ffn_mult: hidden width of the FFN as a multiple of ``dim``.
         dropout: dropout on the attention output and inside the FFN.
         attn_dropout: dropout on the attention weights.
-        norm: ``'post'`` or ``'pre'``.
+        norm: ``'post'``, ``'pre'`` or ``'none'``.
         mask_scale: see :class:`StructuralAttention`.
         experts: M3Dphormer attention experts (``local``, ``cluster``, ``global``);
             empty (default): one attention. With experts the block attends with
@@ -35,6 +54,13 @@ class TransformerBlock(torch.nn.Module):
         plain_heads: 0-based heads without a structural mask; see
             :class:`StructuralAttention` (ignored with experts, whose token
             masks are their domains).
+        residual: residual connections around the sub-layers.
+        ffn: whether the block has its feed-forward sub-layer.
+        activation: a name in :data:`ACTIVATIONS`, applied to the block's output.
+        layer_dropout: dropout on the block's input.
+        attention: a built :class:`StructuralAttention` to use instead of one
+            of ``dim`` and ``num_heads`` (the attention output layer's, whose
+            width differs from its input's; it then takes no residual, norm or FFN).
     """
 
     def __init__(
@@ -49,25 +75,62 @@ class TransformerBlock(torch.nn.Module):
         experts: tuple[str, ...] = (),
         routing: str = ModelSection.routing,
         plain_heads: tuple[int, ...] = (),
+        residual: bool = ModelSection.residual,
+        ffn: bool = ModelSection.ffn,
+        activation: str = ModelSection.activation,
+        layer_dropout: float = ModelSection.layer_dropout,
+        attention: StructuralAttention | None = None,
     ):
         super().__init__()
         if norm not in NORMS:
             raise ValueError(f"norm must be one of {NORMS}, got {norm!r}")
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {tuple(ACTIVATIONS)}, got {activation!r}")
+        if attention is not None and (residual or norm != "none" or ffn or experts):
+            raise ValueError("a block given its attention (the attention output layer) takes no residual, norm, "
+                             "FFN or experts")
         self.norm = norm
+        self.residual = bool(residual)
+        self.activation = activation
+        self.layer_dropout = float(layer_dropout)
         self.attn: StructuralAttention | RoutedAttention
-        if experts:
+        if attention is not None:
+            self.attn = attention
+        elif experts:
             self.attn = RoutedAttention(dim, num_heads, tuple(experts), dropout, attn_dropout, mask_scale, routing)
         else:
             self.attn = StructuralAttention(dim, num_heads, dropout, attn_dropout, mask_scale, plain_heads)
-        self.ffn = torch.nn.Sequential(
-            torch.nn.Linear(dim, ffn_mult * dim),
-            torch.nn.ReLU(),
-            torch.nn.Dropout(dropout),
-            torch.nn.Linear(ffn_mult * dim, dim),
-            torch.nn.Dropout(dropout),
-        )
-        self.norm1 = torch.nn.LayerNorm(dim)
-        self.norm2 = torch.nn.LayerNorm(dim)
+        self.ffn: torch.nn.Sequential | None = None
+        if ffn:
+            self.ffn = torch.nn.Sequential(
+                torch.nn.Linear(dim, ffn_mult * dim),
+                torch.nn.ReLU(),
+                torch.nn.Dropout(dropout),
+                torch.nn.Linear(ffn_mult * dim, dim),
+                torch.nn.Dropout(dropout),
+            )
+        # Created in this order (attention, FFN, norms) so the default block draws its initial weights as before.
+        self.norm1: torch.nn.Module = torch.nn.LayerNorm(dim) if norm != "none" else torch.nn.Identity()
+        self.norm2: torch.nn.Module = torch.nn.LayerNorm(dim) if norm != "none" and ffn else torch.nn.Identity()
+
+    def drop_input(self, x: Tensor, drop: Callable[[Tensor, float, bool], Tensor] = _dropout) -> Tensor:
+        """The block's input after ``layer_dropout`` (``x`` itself when it is 0)."""
+        return drop(x, self.layer_dropout, self.training) if self.layer_dropout > 0 else x
+
+    def _sublayer(self, x: Tensor, f: Callable[[Tensor], Tensor], norm: torch.nn.Module) -> Tensor:
+        """One sub-layer ``f`` with this block's norm placement and residual."""
+        y = f(norm(x)) if self.norm == "pre" else f(x)
+        if self.residual:
+            y = x + y
+        return norm(y) if self.norm == "post" else y
+
+    def _compose(self, x: Tensor, attend: Callable[[Tensor], Tensor], ffn: Callable[[Tensor], Tensor] | None) -> Tensor:
+        """Attention sub-layer, FFN sub-layer (if any), activation: the block on every path (input already dropped)."""
+        x = self._sublayer(x, attend, self.norm1)
+        if ffn is not None:
+            x = self._sublayer(x, ffn, self.norm2)
+        act = ACTIVATIONS[self.activation]
+        return x if act is None else act(x)
 
     def forward(
         self,
@@ -114,12 +177,7 @@ class TransformerBlock(torch.nn.Module):
             terms.update(recorded)
             return out
 
-        if self.norm == "post":
-            x = self.norm1(x + attend(x))
-            x = self.norm2(x + self.ffn(x))
-        else:
-            x = x + attend(self.norm1(x))
-            x = x + self.ffn(self.norm2(x))
+        x = self._compose(self.drop_input(x), attend, self.ffn)
         return (x, terms) if return_terms else x
 
     def forward_packed(self, x: Tensor, packed: PackedGraphs, attn_masks: list[Tensor | None]) -> Tensor:
@@ -132,17 +190,17 @@ class TransformerBlock(torch.nn.Module):
         """
         if isinstance(self.attn, RoutedAttention):
             raise ValueError("an expert block attends over token masks, not packed graphs")
-        lin1, act, drop1, lin2, drop2 = self.ffn
+        attn = self.attn
+        ffn = None
+        if self.ffn is not None:
+            lin1, act, drop1, lin2, drop2 = self.ffn
 
-        def ffn(h: Tensor) -> Tensor:
-            h = packed.dropout(act(lin1(h)), drop1.p, self.training)
-            return packed.dropout(lin2(h), drop2.p, self.training)
+            def ffn(h: Tensor) -> Tensor:
+                h = packed.dropout(act(lin1(h)), drop1.p, self.training)
+                return packed.dropout(lin2(h), drop2.p, self.training)
 
-        if self.norm == "post":
-            x = self.norm1(x + self.attn.forward_packed(x, packed, attn_masks))
-            return self.norm2(x + ffn(x))
-        x = x + self.attn.forward_packed(self.norm1(x), packed, attn_masks)
-        return x + ffn(self.norm2(x))
+        x = self.drop_input(x, packed.dropout)
+        return self._compose(x, lambda h: attn.forward_packed(h, packed, attn_masks), ffn)
 
     def forward_pairs(self, x_query: Tensor, x_key: Tensor, edge_index: Tensor, bias: Tensor | None = None,
                       plain_keys: Tensor | None = None, learned: Tensor | None = None) -> Tensor:
@@ -161,14 +219,20 @@ class TransformerBlock(torch.nn.Module):
             plain_keys: ``[N, D]`` block input at every node of the graph, the
                 keys of the plain heads (needed when the block has any).
             learned: ``[E, H]`` learned bias (added after the scaling), or None.
+
+        ``layer_dropout`` is not drawn here: the caller drops the layer's input
+        once (:meth:`drop_input`) before taking the query and key rows of it, so a
+        node has one dropout mask as a query and as a key, as on the sparse path.
         """
         if isinstance(self.attn, RoutedAttention):
             raise ValueError("an expert block attends over token masks, not query/key pairs")
-        if self.norm == "post":
-            x = self.norm1(x_query + self.attn.forward_pairs(x_query, x_key, edge_index, bias, plain_keys=plain_keys,
-                                                                 learned=learned))
-            return self.norm2(x + self.ffn(x))
-        pk = None if plain_keys is None else self.norm1(plain_keys)
-        x = x_query + self.attn.forward_pairs(self.norm1(x_query), self.norm1(x_key), edge_index, bias, plain_keys=pk,
-                                              learned=learned)
-        return x + self.ffn(self.norm2(x))
+        attn = self.attn
+        pre = self.norm == "pre"
+        keys = self.norm1(x_key) if pre else x_key
+        pk = self.norm1(plain_keys) if pre and plain_keys is not None else plain_keys
+
+        def attend(q: Tensor) -> Tensor:
+            # `q` is the queries' input, normed under 'pre' by _sublayer; the keys are normed here alike.
+            return attn.forward_pairs(q, keys, edge_index, bias, plain_keys=pk, learned=learned)  # type: ignore[return-value]
+
+        return self._compose(x_query, attend, self.ffn)

@@ -19,7 +19,7 @@ from xmask_cli.model.bias_stack import BiasSpec
 from xmask_cli.model.biases import bias_entry
 from xmask_cli.model.dualmode import MODES as DUAL_MODES
 from xmask_cli.model.experts import EXPERTS, ROUTINGS
-from xmask_cli.model.layers import NORMS
+from xmask_cli.model.layers import ACTIVATIONS, NORMS
 
 #: cls: the class token's output (image level, ``encoder='patch'``); the others pool real nodes / patches.
 READOUTS = ("sum", "mean", "max", "cls")
@@ -31,6 +31,8 @@ TASKS = ("graph", "node", "link", "edge", "image")
 ENCODERS = ("linear", "atom", "patch")
 #: Values of ``model.graph_layout`` (graph task): ``packed`` (:mod:`~xmask_cli.model.packing`) or ``padded``.
 GRAPH_LAYOUTS = ("packed", "padded")
+#: Values of ``model.output``: a per-node MLP head, or a last attention layer whose heads emit the outputs.
+OUTPUTS = ("mlp", "attention")
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,18 @@ class ModelConfig(ModelSection):
         ffn_mult: FFN hidden width as a multiple of ``hidden``.
         dropout: dropout in the blocks and the task head.
         attn_dropout: dropout on the attention weights.
-        norm: ``'post'`` or ``'pre'`` LayerNorm placement.
+        norm: ``'post'``, ``'pre'`` or ``'none'`` LayerNorm placement.
+        residual: residual connections around each block's sub-layers.
+        ffn: whether the blocks have their feed-forward sub-layer.
+        activation: ``'none'``, ``'elu'``, ``'relu'`` or ``'gelu'`` on every block's output.
+        layer_dropout: dropout on the input of every attention layer (each
+            block and the attention output layer); 0 disables it.
+        output: ``'mlp'`` (a per-node / per-graph MLP head) or ``'attention'``
+            (node task: a last X-LogSMask attention layer of ``output_heads``
+            heads, each emitting ``out_dim`` outputs, averaged over heads).
+        output_heads: heads of the attention output layer.
+        output_powers: power of ``Â`` per output head; None means ``Â^1`` for
+            every head. Stored as a tuple.
         mask_scale: ``'paper'`` or ``'none'``, see :class:`StructuralAttention`.
         head_powers: power of ``Â`` read by each head (0: no log mask on that
             head); None means ``[1, ..., H]``. Stored as a tuple so the config stays hashable.
@@ -149,7 +162,8 @@ class ModelConfig(ModelSection):
         if self.encoder == "auto":  # frozen: normalise through object.__setattr__
             object.__setattr__(self, "encoder", "patch" if self.task == "image" else "linear")
         for name, allowed in (("norm", NORMS), ("mask_scale", MASK_SCALES), ("readout", READOUTS), ("task", TASKS),
-                              ("encoder", ENCODERS), ("outside_support", OUTSIDE_SUPPORT)):
+                              ("encoder", ENCODERS), ("outside_support", OUTSIDE_SUPPORT),
+                              ("activation", tuple(ACTIVATIONS)), ("output", OUTPUTS)):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         powers = range(1, self.heads + 1) if self.head_powers is None else self.head_powers
@@ -158,10 +172,23 @@ class ModelConfig(ModelSection):
         if len(self.head_powers) != self.heads or min(self.head_powers) < 0 or max(self.head_powers) < 1:
             raise ValueError(f"head_powers must be {self.heads} powers >= 0 (0: no log mask), at least one >= 1, "
                              f"got {list(self.head_powers)}")
+        if int(self.output_heads) < 1:
+            raise ValueError(f"output_heads must be >= 1, got {self.output_heads}")
+        out_powers = [1] * int(self.output_heads) if self.output_powers is None else self.output_powers
+        object.__setattr__(self, "output_powers", tuple(int(k) for k in out_powers))
+        if len(self.output_powers) != self.output_heads or min(self.output_powers) < 1:
+            raise ValueError(f"output_powers must be {self.output_heads} powers >= 1, got {list(self.output_powers)}")
+        if self.output == "attention" and self.task != "node":
+            raise ValueError(f"output 'attention' (heads that emit each node's outputs) is for the node task, "
+                             f"not {self.task!r}")
+        if not 0 <= self.layer_dropout < 1:
+            raise ValueError(f"layer_dropout must lie in [0, 1), got {self.layer_dropout}")
         specs = tuple(BiasSpec.of(b) for b in self.biases)
         object.__setattr__(self, "biases", specs)
         object.__setattr__(self, "experts", tuple(self.experts))
         if self.experts:
+            if self.output != "mlp":
+                raise ValueError("attention experts take the MLP output head (model.output=mlp)")
             if set(self.experts) - set(EXPERTS) or len(set(self.experts)) != len(self.experts):
                 raise ValueError(f"experts must be distinct names from {EXPERTS}, got {list(self.experts)}")
             if self.task != "node":
@@ -199,8 +226,9 @@ class ModelConfig(ModelSection):
 
     @property
     def max_power(self) -> int:
-        """Largest ``k`` any head reads: the ``K`` a batch must at least carry."""
-        return max(self.head_powers)
+        """Largest ``k`` any head reads (the attention output layer's too): the ``K`` a batch must at least carry."""
+        top = max(self.head_powers)
+        return max(top, *self.output_powers) if self.output == "attention" else top
 
     @property
     def needs(self) -> frozenset[str]:

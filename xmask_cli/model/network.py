@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
 
+from xmask_cli.model.attention import StructuralAttention
 from xmask_cli.model.bias import DenseStructure, SparseStructure, XLogSMaskBias, read_field
 from xmask_cli.model.bias_stack import BiasStack
 from xmask_cli.model.layers import TransformerBlock
@@ -83,7 +84,11 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
     ``Linear(in_dim, hidden)`` -> ``layers`` x :class:`TransformerBlock` (all
     sharing one parameter-free :class:`XLogSMaskBias`) -> task head. The graph
     head reads out over real nodes only, then applies an MLP; the node head is
-    the same MLP applied per node.
+    the same MLP applied per node, or (``output='attention'``, node task) a last
+    X-LogSMask attention layer, :attr:`out_block`: ``output_heads`` heads of width
+    ``out_dim`` over ``Â^{output_powers}`` (its own parameter-free bias,
+    :attr:`out_bias`), averaged over heads, as GAT's last layer. It runs on the
+    same :class:`StructuralAttention` code as the blocks, dense and sparse.
 
     Args:
         cfg: the :class:`ModelConfig`.
@@ -111,14 +116,30 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
             TransformerBlock(
                 cfg.hidden, cfg.heads, cfg.ffn_mult, cfg.dropout, cfg.attn_dropout, cfg.norm, cfg.mask_scale,
                 experts=tuple(cfg.experts), routing=cfg.routing, plain_heads=cfg.plain_heads,
+                residual=cfg.residual, ffn=cfg.ffn, activation=cfg.activation, layer_dropout=cfg.layer_dropout,
             )
             for _ in range(cfg.layers)
         )
-        # Pair tasks read [h_u * h_v, h_u + h_v]: symmetric in (u, v), as an undirected pair is.
-        head_in = 2 * cfg.hidden if cfg.task in ("link", "edge") else cfg.hidden
-        self.head = _mlp_in(head_in, cfg.hidden, cfg.out_dim, cfg.dropout)
-        # (powers, mask, dtype, versions, attn_mask) of the last dense forward; see _dense_attn_mask.
-        self._mask_memo: tuple | None = None
+        self.head: torch.nn.Module | None = None
+        self.out_block: TransformerBlock | None = None
+        self.out_bias: XLogSMaskBias | None = None
+        if cfg.output == "attention":
+            n_out = cfg.output_heads
+            plain = () if cfg.use_bias else tuple(range(n_out))
+            attention = StructuralAttention(n_out * cfg.out_dim, n_out, 0.0, cfg.attn_dropout, cfg.mask_scale,
+                                            plain, in_dim=cfg.hidden, combine="mean")
+            self.out_block = TransformerBlock(cfg.hidden, n_out, residual=False, norm="none", ffn=False,
+                                              layer_dropout=cfg.layer_dropout, attention=attention)
+            if cfg.use_bias:
+                self.out_bias = XLogSMaskBias(n_out, cfg.output_powers, cfg.eps, cfg.outside_support)
+        else:
+            # Pair tasks read [h_u * h_v, h_u + h_v]: symmetric in (u, v), as an undirected pair is.
+            head_in = 2 * cfg.hidden if cfg.task in ("link", "edge") else cfg.hidden
+            self.head = _mlp_in(head_in, cfg.hidden, cfg.out_dim, cfg.dropout)
+        # Per mask ("blocks", "output"): (powers, mask, dtype, versions, attn_mask) of the last dense forward;
+        # see _dense_attn_mask.
+        self._mask_memo: dict[str, tuple] = {}
+        self._sparse_memo: dict[str, tuple] = {}  # per bias ("blocks", "output"); see _sparse_bias
 
     def _drop_input(self, x: Tensor) -> Tensor:
         # Atom ids are categorical: dropping them to 0 would change the atom, not regularise.
@@ -219,16 +240,19 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
         """What each head of ``layer`` (0-based) adds to its logits; see :func:`head_labels`."""
         return head_labels(self.cfg)[layer]
 
-    def _dense_attn_mask(self, powers: Tensor | None, mask: Tensor, dtype: torch.dtype) -> Tensor | None:
+    def _dense_attn_mask(self, powers: Tensor | None, mask: Tensor, dtype: torch.dtype,
+                         which: str = "blocks") -> Tensor | None:
         """The blocks' shared SDPA mask (bias as it enters the logits, ``-inf`` at padded keys).
 
         Built once per forward, not once per layer. The bias has no parameters,
         so for the same ``powers`` and ``mask`` tensors, unmodified (full-graph
         node training feeds the same ones every step), the last mask is reused.
+        ``which='output'``: the attention output layer's mask (its own bias and heads).
         """
-        if self.bias is not None and powers is None:
+        bias_module = self.out_bias if which == "output" else self.bias
+        if bias_module is not None and powers is None:
             raise ValueError("use_bias=True needs `powers` [B, K, N, N]")
-        memo = self._mask_memo
+        memo = self._mask_memo.get(which)
         # Tensor._version counts in-place writes: the only way to see `powers` changed under the same identity
         # (PyTorch has no public equivalent); a stale mask after powers.mul_() would be silently wrong.
         version = None if powers is None else powers._version
@@ -236,17 +260,62 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
         if (memo is not None and memo[0] is powers and memo[2] == version and memo[3] == dtype
                 and memo[1].shape == mask.shape and memo[1].device == mask.device and torch.equal(memo[1], mask)):
             return memo[4]
-        bias = None if self.bias is None else self.bias(DenseStructure(powers=powers, mask=mask))
-        attn_mask = self.blocks[0].attn.dense_mask(bias, mask, dtype) if len(self.blocks) else None
+        bias = None if bias_module is None else bias_module(DenseStructure(powers=powers, mask=mask))
+        attn = self.out_block.attn if which == "output" and self.out_block is not None else (
+            self.blocks[0].attn if len(self.blocks) else None)
+        attn_mask = attn.dense_mask(bias, mask, dtype) if attn is not None else None
         # Holding `powers` keeps its id from being reused by another tensor while memoised.
-        self._mask_memo = (powers, mask.clone(), version, dtype, attn_mask)
+        self._mask_memo[which] = (powers, mask.clone(), version, dtype, attn_mask)
         return attn_mask
+
+    def _sparse_bias(self, bias_module: XLogSMaskBias, edge_index: Tensor, values: Tensor, which: str) -> Tensor:
+        """``[E, H]`` X-LogSMask bias at the pairs, reused while ``edge_index`` and ``values`` are the same tensors.
+
+        The bias has no parameters; full-graph sparse training feeds the same pairs every step, and a
+        Cora-sized union (1 M pairs x 8 heads) costs a log and masks per step otherwise. Identity plus
+        ``Tensor._version`` (in-place writes) decide, as for the dense mask (:meth:`_dense_attn_mask`).
+        """
+        memo = self._sparse_memo.get(which)
+        if (memo is not None and memo[0] is edge_index and memo[1] is values
+                and memo[2] == (edge_index._version, values._version)):
+            return memo[3]
+        bias = bias_module(SparseStructure(edge_index=edge_index, values=values))
+        # Holding both inputs keeps their ids from being reused by other tensors while memoised.
+        self._sparse_memo[which] = (edge_index, values, (edge_index._version, values._version), bias)
+        return bias
+
+    def _mlp_head(self) -> torch.nn.Module:
+        if self.head is None:
+            raise ValueError("this model's output is an attention layer (model.output=attention), not an MLP head")
+        return self.head
+
+    def output_dense(self, h: Tensor, powers: Tensor | None, mask: Tensor) -> Tensor:
+        """``[B, N, out_dim]`` node outputs of embeddings ``h`` (zero on padded rows): the head MLP or the output attention."""
+        if self.out_block is None:
+            out = self._mlp_head()(h)
+        else:
+            attn_mask = self._dense_attn_mask(powers, mask, h.dtype, which="output")
+            out = self.out_block(h, None, mask, attn_mask=attn_mask)  # type: ignore[assignment]
+        return out.masked_fill(~mask.unsqueeze(-1), 0.0)
+
+    def output_sparse(self, h: Tensor, edge_index: Tensor, values: Tensor | None = None,
+                      batch: Tensor | None = None) -> Tensor:
+        """``[N, out_dim]`` node outputs of embeddings ``h [N, hidden]``: the head MLP, or the output attention over the pairs."""
+        if self.out_block is None:
+            return self._mlp_head()(h)
+        bias = None
+        if self.out_bias is not None:
+            if values is None:
+                raise ValueError("use_bias=True needs `values` [E, K]")
+            bias = self._sparse_bias(self.out_bias, edge_index, values, "output")
+        complete = _complete(edge_index, h.size(0), batch)
+        return self.out_block(h, bias, edge_index=edge_index, groups=batch, complete=complete)  # type: ignore[return-value]
 
     def graph_head(self, pooled: Tensor) -> Tensor:
         """``[G, out_dim]`` from ``[G, hidden]`` pooled features: times ``readout_scale``, then the head MLP."""
         if self.cfg.readout_scale != 1.0:
             pooled = pooled * self.cfg.readout_scale
-        return self.head(pooled)
+        return self._mlp_head()(pooled)
 
     def readout_dense(self, h: Tensor, mask: Tensor) -> Tensor:
         """``[B, hidden]`` sum/mean/max of ``h [B, N, hidden]`` over real nodes only."""
@@ -275,13 +344,13 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
         """
         self._no_pair_task()
         if self.cfg.task == "image":
-            return self.head(self.readout_image(self.encode_dense(x, powers)))
+            return self._mlp_head()(self.readout_image(self.encode_dense(x, powers)))
         if mask is None:
             mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
         h = self.encode_dense(x, powers, mask, extras=extras)
         if self.cfg.task == "graph":
             return self.graph_head(self.readout_dense(h, mask))
-        return self.head(h).masked_fill(~mask.unsqueeze(-1), 0.0)
+        return self.output_dense(h, powers, mask)
 
     # ----------------------------------------------------------------- sparse
     def encode_sparse(self, x: Tensor, edge_index: Tensor, values: Tensor | None = None,
@@ -327,7 +396,7 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
         if self.bias is not None:
             if values is None:
                 raise ValueError("use_bias=True needs `values` [E, K]")
-            xlog = self.bias(SparseStructure(edge_index=edge_index, values=values))
+            xlog = self._sparse_bias(self.bias, edge_index, values, "blocks")
         layers = []
         for i, block in enumerate(self.blocks):
             learned = self._learned(i, extras, edge_index=edge_index)
@@ -368,7 +437,7 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
         h = self.encode_sparse(x, edge_index, values, extras=extras, batch=batch)
         if self.cfg.task == "graph":
             return self.graph_head(self.readout_sparse(h, batch, num_graphs))
-        return self.head(h)
+        return self.output_sparse(h, edge_index, values, batch)
 
     # ------------------------------------------------------------------ pairs
     def _no_pair_task(self) -> None:
@@ -384,7 +453,7 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
             pairs: ``[2, P]`` long node ids ``(u, v)``.
         """
         hu, hv = h[pairs[0]], h[pairs[1]]
-        return self.head(torch.cat([hu * hv, hu + hv], dim=-1))
+        return self._mlp_head()(torch.cat([hu * hv, hu + hv], dim=-1))
 
     # ---------------------------------------------------------------- generic
     def forward(self, batch: Any) -> Tensor:

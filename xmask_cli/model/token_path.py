@@ -55,7 +55,7 @@ class TokenPath:
     def forward_tokens(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
                        regions: dict | None = None) -> Tensor:
         """``[N + P + C, out_dim]`` logits of every token (see :meth:`encode_tokens`)."""
-        return self.head(self.encode_tokens(x, masks, local_values, regions))
+        return self._mlp_head()(self.encode_tokens(x, masks, local_values, regions))
 
     def routing_weights(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
                         regions: dict | None = None) -> list[Tensor]:

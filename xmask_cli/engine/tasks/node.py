@@ -375,9 +375,10 @@ class NodeTask:
         """``[n, C]`` logits of the batch's nodes."""
         if batch.powers is None and batch.edge_index is None and self._support is not None:  # a query batch
             nodes = np.arange(self.num_nodes) if batch.nodes is None else batch.nodes.numpy()
+            attention_output = model.out_block is not None  # the output layer runs as one more query layer
             h = encode_queries(model, self._x_query, self._support, nodes, chunk_pairs=self.query_chunk_pairs,
-                               device=self.device, stats=self.query_stats)
-            return model.head(h)
+                               device=self.device, stats=self.query_stats, output=attention_output)
+            return h if attention_output else model.head(h)
         x = self.x if batch.nodes is None else self.x[batch.nodes]
         x = x.to(self.device, non_blocking=True)
         extras = None if batch.extras is None else {k: v.to(self.device) for k, v in batch.extras.items()}
