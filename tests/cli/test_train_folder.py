@@ -139,3 +139,20 @@ def test_ablate_a_folder_writes_under_its_name(tmp_path: Path) -> None:
     out = json.loads(r.stdout)
     assert out["name"] == "mygraph-node" and Path(out["out_dir"]) == Path("ablations") / "mygraph-node"
     assert (tmp_path / "ablations" / "mygraph-node" / "runs" / "mygraph-node-full" / "0" / "summary.json").is_file()
+
+
+def test_a_folder_with_repeated_rows_trains_as_the_merged_graph(tmp_path: Path) -> None:
+    """Repeated edge rows merge: training on a folder listing rows twice gives the numbers of the same folder with
+    each row once (same seed, same split, same structure); stderr says what was merged, once."""
+    from tests.data.test_folder import _graph
+
+    edges, _, _ = _graph()
+    write_folder(tmp_path / "clean", edges=edges)
+    write_folder(tmp_path / "repeats", edges=edges[:10] + edges[:4] + edges[10:] + edges[-2:])
+    r = run("--format", "json", "train", "--dataset", "./repeats", *TINY)
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.count("merged 6 repeated rows of edges.csv; first: line 12 repeats line 2") == 1
+    repeats = json.loads(r.stdout)
+    clean = _train("--dataset", "./clean")
+    assert "test" in clean["runs"][0]["metrics"]
+    assert repeats["runs"][0]["metrics"] == clean["runs"][0]["metrics"]

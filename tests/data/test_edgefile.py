@@ -138,3 +138,50 @@ def test_ids_up_to_the_bound_load_and_features_lift_it(tmp_path: Path) -> None:
     feats = tmp_path / "x.npy"
     np.save(feats, np.zeros((1001, 2), dtype=np.float32))  # one row per id: the user states the node count
     assert load_edge_file(path, feats).num_nodes == 1001
+
+
+def test_a_row_repeated_with_its_targets_is_merged(tmp_path: Path) -> None:
+    """A row listed again with the same targets is the same prediction target: kept once (file order), counted in
+    one log line; the same pair with other targets names both lines; the other direction stays refused."""
+    p = _write(tmp_path, "e.csv", "src,dst,y\n0,1,1.5\n1,2,2\n\n0,1,1.5\n2,3,4\n1,2,2.0\n")
+    d = load_edge_file(p)
+    assert d.edge_index.tolist() == [[0, 1, 2], [1, 2, 3]] and d.targets[:, 0].tolist() == [1.5, 2.0, 4.0]
+    assert d.merged_rows == 2 and d.notes == ("merged 2 repeated rows of e.csv; first: line 5 repeats line 2",)
+    assert d.num_edges == 3 and d.sha256 == file_sha256(p)
+    clean = load_edge_file(_write(tmp_path, "clean.csv", "src,dst,y\n0,1,1.5\n"))
+    assert clean.merged_rows == 0 and clean.notes == ()
+    p.write_text("src,dst,y\n0,1,1.5\n1,2,2\n0,1,7\n")
+    with pytest.raises(UsageError) as err:
+        load_edge_file(p)
+    assert str(err.value) == (f"{p}:4: edge (0, 1) repeats line 2 with other targets (7 here, 1.5 there); each pair "
+                              f"has one target row (a repeat with the same targets is merged)")
+
+
+def test_an_edge_file_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    os.mkfifo(tmp_path / "e.csv")
+    os.mkfifo(tmp_path / "x.npy")
+    good = _write(tmp_path, "g.csv", "src,dst,y\n0,1,1\n")
+    old = signal.signal(signal.SIGALRM, lambda *a: (_ for _ in ()).throw(TimeoutError("blocked on a FIFO")))
+    signal.alarm(60)
+    try:
+        with pytest.raises(UsageError, match=rf"^{tmp_path / 'e.csv'}: a FIFO \(named pipe\), not a regular file"):
+            load_edge_file(tmp_path / "e.csv")
+        with pytest.raises(UsageError, match=rf"^{tmp_path / 'x.npy'}: a FIFO \(named pipe\), not a regular file"):
+            load_edge_file(good, features_path=tmp_path / "x.npy")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_edge_features_npy_whose_header_lies(tmp_path: Path) -> None:
+    import io
+
+    good = _write(tmp_path, "g.csv", "src,dst,y\n0,1,1\n")
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": "<f4", "fortran_order": False, "shape": (10**11, 4)})
+    (tmp_path / "x.npy").write_bytes(buf.getvalue() + b"\0" * 64)
+    with pytest.raises(UsageError, match=rf"^{tmp_path / 'x.npy'}: the header declares shape \[100000000000, 4\]"):
+        load_edge_file(good, features_path=tmp_path / "x.npy")

@@ -2,8 +2,15 @@
 one line naming the file and row (exit 2)."""
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
+import os
+import shutil
+import signal
+import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -248,11 +255,99 @@ def test_edge_values_that_do_not_parse(tmp_path: Path, bad: str, why: str) -> No
     assert f"{folder / 'edges.csv'}:4:" in line and why in line
 
 
-def test_duplicate_edge_rows_name_both(tmp_path: Path) -> None:
+def _norm_powers(pairs: list[tuple[int, int]], n: int, k: int) -> np.ndarray:
+    """``[k, n, n]`` powers of ``D^-1/2 (A + I) D^-1/2``, A the symmetric 0/1 matrix of ``pairs`` (dense numpy)."""
+    a = np.zeros((n, n))
+    for u, v in pairs:
+        a[u, v] = a[v, u] = 1.0
+    a_hat = a + np.eye(n)
+    d = a_hat.sum(1) ** -0.5
+    a_hat = d[:, None] * a_hat * d[None, :]
+    out, p = [], np.eye(n)
+    for _ in range(k):
+        p = p @ a_hat
+        out.append(p)
+    return np.stack(out)
+
+
+def test_repeated_rows_merge_into_their_first(tmp_path: Path) -> None:
+    """An edge listed three times is one edge: the graph is the file's distinct rows in file order, its
+    structure the dense powers of that graph, and one log line counts the merged rows and names the first."""
+    import h5py
+
+    edges, _, _ = _graph()
+    rows = list(edges)
+    rows.insert(3, edges[0])  # line 5 repeats line 2
+    rows += [edges[0], edges[7], (edges[2][1], edges[2][0])]  # the last is the reverse: a row of its own
+    folder = write_folder(tmp_path / "g", edges=rows)
+    g = load_folder(folder_spec(str(folder)))
+    distinct = list(dict.fromkeys(rows))  # the first listing of each (src, dst) row, in file order
+    assert len(distinct) == len(rows) - 3
+    assert g.edge_index[0].T.tolist() == [list(e) for e in distinct]
+    assert g.merged_edge_rows == 3
+    assert g.notes == ("merged 3 repeated rows of edges.csv; first: line 5 repeats line 2",)
+    assert g.dataset[0].edge_index.T.tolist() == [list(e) for e in distinct]
+
+    cache = tmp_path / "cache"
+    r = run("--format", "json", "prepare", str(folder), "--cache-dir", str(cache))
+    assert r.exit_code == 0, r.stderr
+    assert r.stderr.count("merged 3 repeated rows of edges.csv; first: line 5 repeats line 2") == 1
+    summary = json.loads(r.stdout)
+    assert summary["merged_edge_rows"] == 3 and summary["edges"] == len({tuple(sorted(e)) for e in distinct})
+    with h5py.File(summary["path"], "r") as f:
+        assert int(f.attrs["merged_edge_rows"]) == 3
+    from xmask_cli.cache import StructureCache
+
+    with StructureCache(summary["path"]) as c:
+        got = c.dense_powers(0)
+    np.testing.assert_allclose(got, _norm_powers(distinct, N, got.shape[0]), atol=1e-6)
+    again = run("--format", "json", "prepare", str(folder), "--cache-dir", str(cache))  # read back from the cache
+    assert again.exit_code == 0 and json.loads(again.stdout)["cached"] and json.loads(again.stdout)["merged_edge_rows"] == 3
+    v = run("cache", "verify", "--check-inputs", "--cache-dir", str(cache))
+    assert v.exit_code == 0, v.stdout + v.stderr
+
+
+def test_without_repeats_nothing_is_merged_or_recorded(tmp_path: Path) -> None:
+    """A folder without repeated rows reads as before: same arrays, same fingerprint formula (so the same cache
+    key), no merge attribute."""
+    import hashlib
+
+    import h5py
+
+    from xmask_cli.data.folder import folder_digest
+    from xmask_cli.data.graphset import graphs_fingerprint
+
     folder = write_folder(tmp_path / "g")
-    (folder / "edges.csv").write_text("src,dst\n0,1\n1,2\n2,1\n0,1\n")  # 2,1 is the reverse: allowed
+    g = load_folder(folder_spec(str(folder)))
+    assert g.merged_edge_rows == 0 and g.notes == ()
+    edges = _csv_edges(folder / "edges.csv")
+    fp = graphs_fingerprint([edges], np.asarray([N]))
+    assert g.fingerprint() == hashlib.sha256(f"{fp}:{folder_digest(find_files(folder))}".encode()).hexdigest()
+    r = run("--format", "json", "prepare", str(folder), "--cache-dir", str(tmp_path / "cache"))
+    assert r.exit_code == 0 and "merged" not in r.stderr
+    summary = json.loads(r.stdout)
+    assert summary["merged_edge_rows"] == 0
+    with h5py.File(summary["path"], "r") as f:
+        assert "merged_edge_rows" not in f.attrs
+
+
+def test_repeated_rows_of_npz_and_weights(tmp_path: Path) -> None:
+    """Binary rows are named by index; a weighted repeat merges when its weight is the row's, else both lines."""
+    folder = write_folder(tmp_path / "g", edge_fmt="npz")
+    np.savez(folder / "edges.npz", src=np.array([0, 1, 2, 0, 1]), dst=np.array([1, 2, 3, 1, 2]))
+    g = load_folder(folder_spec(str(folder)))
+    assert g.edge_index[0].tolist() == [[0, 1, 2], [1, 2, 3]]
+    assert g.notes == ("merged 2 repeated rows of edges.npz; first: row 3 repeats row 0",)
+    (folder / "edges.npz").unlink()
+    (folder / "edges.csv").write_text("src,dst,weight\n0,1,2\n1,2,3\n0,1,2\n2,1,3\n")
+    g = load_folder(folder_spec(str(folder)))
+    assert g.edge_index[0].tolist() == [[0, 1, 2], [1, 2, 1]]
+    assert g.dataset[0].edge_weight.tolist() == [2.0, 3.0, 3.0]
+    assert g.notes[0] == "merged 1 repeated row of edges.csv; first: line 4 repeats line 2"
+    (folder / "edges.csv").write_text("src,dst,weight\n0,1,2\n1,2,3\n0,1,5\n")
     line = _refused(folder)
-    assert f"{folder / 'edges.csv'}:5: edge (0, 1) repeats {folder / 'edges.csv'}:2" in line
+    assert line == (f"error: {folder / 'edges.csv'}:4: edge (0, 1) has weight 5.0 but the same row "
+                    f"{folder / 'edges.csv'}:2 has 2.0; a repeated row is merged only when its weight is the same")
 
 
 def test_reverse_edges_with_other_weights(tmp_path: Path) -> None:
@@ -403,3 +498,102 @@ def test_parquet_without_pyarrow_is_one_line(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(builtins, "__import__", no_pyarrow)
     line = _refused(folder)
     assert f"{folder / 'labels.parquet'}: reading Parquet needs pyarrow: pip install 'xmask[parquet]'" in line
+
+
+# ------------------------------------------------------------------ special files and lying headers
+@contextlib.contextmanager
+def _no_hang(seconds: int = 60) -> Iterator[None]:
+    """Fail (never hang the suite) if the code under test blocks, e.g. opening a FIFO no one writes to."""
+    def stop(signum: int, frame: object) -> None:
+        raise TimeoutError(f"blocked for {seconds}s: a FIFO was opened and waited on")
+
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _mutag_set(root: Path, fifo: str | None) -> Path:
+    """The bundled MUTAG raw files under ``root/MUTAG/raw/``, with file ``fifo`` (if any) replaced by a FIFO."""
+    from xmask_cli.data.load import EMBEDDED_ROOT
+
+    shutil.copytree(EMBEDDED_ROOT / "MUTAG" / "raw", root / "MUTAG" / "raw")
+    if fifo is not None:
+        (root / "MUTAG" / "raw" / fifo).unlink()
+        os.mkfifo(root / "MUTAG" / "raw" / fifo)
+    return root / "MUTAG"
+
+
+@pytest.mark.parametrize("fifo", ["MUTAG_edge_labels.txt", "MUTAG_node_labels.txt", "MUTAG_A.txt",
+                                  "MUTAG_graph_labels.txt"])
+def test_a_fifo_in_a_graph_set_is_named_not_waited_on(tmp_path: Path, fifo: str) -> None:
+    """Every raw file of a TU-format set is checked before PyG reads the folder: a FIFO (one PyG's reader, or
+    the staging hash, would wait on forever) exits 2 naming it, and a FIFO at NAME_A.txt is still a graph set."""
+    folder = _mutag_set(tmp_path / "sets", fifo)
+    with _no_hang():
+        line = _refused(folder)
+    assert line == (f"error: {folder / 'raw' / fifo}: a FIFO (named pipe), not a regular file; xmask reads only "
+                    f"regular files in a dataset folder")
+
+
+def test_a_fifo_under_a_data_root_is_named_for_a_registry_name(tmp_path: Path) -> None:
+    """``xmask prepare mutag --data-root R``: a FIFO among R's MUTAG files is refused, not skipped for the bundled copy
+    (a required file) nor handed to PyG (an optional one)."""
+    for fifo in ("MUTAG_A.txt", "MUTAG_node_labels.txt"):
+        root = tmp_path / fifo
+        _mutag_set(root, fifo)
+        with _no_hang():
+            r = run("prepare", "mutag", "--data-root", str(root), "--cache-dir", str(tmp_path / "cache"))
+        assert r.exit_code == 2, r.stderr
+        assert one_error_line(r).startswith(f"error: {root / 'MUTAG' / 'raw' / fifo}: a FIFO (named pipe), not a regular")
+
+
+def test_a_graph_set_with_a_required_file_missing(tmp_path: Path) -> None:
+    folder = _mutag_set(tmp_path / "sets", None)
+    (folder / "raw" / "MUTAG_graph_labels.txt").unlink()
+    r = run("prepare", str(folder), "--cache-dir", str(tmp_path / "cache"))
+    assert r.exit_code == 3 and f"{folder / 'raw' / 'MUTAG_graph_labels.txt'} not found" in one_error_line(r)
+
+
+@pytest.mark.parametrize("name", ["edges.csv", "features.npy", "labels.npy"])
+def test_a_fifo_in_a_node_folder(tmp_path: Path, name: str) -> None:
+    folder = write_folder(tmp_path / "g")
+    (folder / name).unlink()
+    os.mkfifo(folder / name)
+    with _no_hang():
+        line = _refused(folder)
+    assert line.startswith(f"error: {folder / name}: a FIFO (named pipe), not a regular file")
+
+
+def _lying_npy(path: Path, shape: tuple[int, ...], data_bytes: int, descr: str = "<f4") -> bytes:
+    """A .npy whose header declares ``shape`` over ``data_bytes`` bytes of data (written with numpy's own header writer)."""
+    buf = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buf, {"descr": descr, "fortran_order": False, "shape": shape})
+    data = buf.getvalue() + b"\0" * data_bytes
+    path.write_bytes(data)
+    return data
+
+
+def test_features_npy_whose_header_lies_is_refused_before_allocating(tmp_path: Path) -> None:
+    """A header claiming (10^11, 4) float32 over 64 data bytes: one line naming file, shape and sizes (no 1.5 TiB
+    allocation, no MemoryError)."""
+    folder = write_folder(tmp_path / "g")
+    _lying_npy(folder / "features.npy", (10**11, 4), 64)
+    line = _refused(folder)
+    assert line == (f"error: {folder / 'features.npy'}: the header declares shape [100000000000, 4] of float32 "
+                    f"(1,600,000,000,000 bytes) but 64 data bytes are there; the file is truncated or its header "
+                    f"is wrong")
+
+
+def test_features_npz_member_whose_header_lies(tmp_path: Path) -> None:
+    folder = write_folder(tmp_path / "g", feat_fmt="npz")
+    member = _lying_npy(tmp_path / "x.npy", (10**11, 4), 64)
+    with zipfile.ZipFile(folder / "features.npz", "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("x.npy", member)
+    line = _refused(folder)
+    assert line == (f"error: {folder / 'features.npz'} array x: the header declares shape [100000000000, 4] of "
+                    f"float32 (1,600,000,000,000 bytes) but 64 data bytes are there; the file is truncated or its "
+                    f"header is wrong")

@@ -14,8 +14,11 @@ The edge file is a delimited text file with a **header row**:
   ``dst`` are integer node ids ``>= 0``; targets are finite numbers.
 * Blank lines and lines starting with ``#`` are skipped.
 * Edges are undirected: ``(u, v)`` and ``(v, u)`` are the same pair, and a
-  pair may appear once only (each row is one prediction target). A self loop
-  ``(u, u)`` is allowed as a target; it adds nothing to the structure.
+  pair has one target row (each row is one prediction target). A row repeated
+  exactly (same ``src``, ``dst`` and targets) is merged into its first listing
+  (one log line counts them); the same pair with other targets, or listed in
+  the other direction, is refused naming both lines. A self loop ``(u, u)`` is
+  allowed as a target; it adds nothing to the structure.
 
 The node count is ``max id + 1``, or the row count of the features file when
 one is given (extra rows are isolated nodes). Without a features file, ids
@@ -45,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from xmask_cli.data.tables import ID_BOUND_FACTOR, MIN_ID_BOUND, bounded_max_id
+from xmask_cli.data.tables import ID_BOUND_FACTOR, MIN_ID_BOUND, bounded_max_id, check_regular, open_regular, read_npy
 from xmask_cli.errors import DataNotFoundError, UsageError
 from xmask_cli.fs import sha256_of
 
@@ -67,6 +70,8 @@ class EdgeData:
         target_names: the ``T`` target column names.
         path, features_path: the files read (``features_path`` None without one).
         sha256, features_sha256: content hashes of those files, for the run config.
+        merged_rows: rows that repeated an earlier row exactly (same ``src``, ``dst`` and targets), merged.
+        notes: log lines for the caller (how many rows were merged, and the first).
     """
 
     edge_index: np.ndarray
@@ -78,6 +83,8 @@ class EdgeData:
     features_path: str | None = None
     sha256: str = ""
     features_sha256: str | None = None
+    merged_rows: int = 0
+    notes: tuple[str, ...] = ()
 
     @property
     def num_edges(self) -> int:
@@ -86,22 +93,30 @@ class EdgeData:
 
 def file_sha256(path: str | os.PathLike) -> str:
     """sha256 of a file's bytes (streamed): identifies the data in a run config."""
-    with open(path, "rb") as f:  # the file the user named, links included
+    with open_regular(Path(path), follow_links=True) as f:  # the file the user named, links included
         return sha256_of(f)
 
 
 def _existing(path: str | os.PathLike, what: str) -> Path:
+    """``path`` if a regular file is there (through links: the user named it), checked without opening it.
+
+    Raises:
+        DataNotFoundError: nothing there.
+        UsageError: a FIFO, socket, device or folder there (a FIFO would block the read forever).
+    """
     p = Path(path).expanduser()
-    if not p.is_file():
+    if not p.exists():
         raise DataNotFoundError(f"{what} {p} not found; check the path "
                                 f"(read as given, relative to the current directory)")
+    check_regular(p)
     return p
 
 
 def _rows(path: Path, delimiter: str | None) -> list[tuple[int, list[str]]]:
     """``(line number, fields)`` of every non-blank, non-comment line."""
     try:
-        text = path.read_text(encoding="utf-8-sig")  # -sig: a BOM from spreadsheet exports is not part of 'src'
+        with open_regular(path, follow_links=True) as fh:
+            text = fh.read().decode("utf-8-sig")  # -sig: a BOM from spreadsheet exports is not part of 'src'
     except UnicodeDecodeError as exc:
         raise UsageError(f"{path}: not UTF-8 text (byte {exc.start}); save it as UTF-8 CSV/TSV") from exc
     def fields(line: str) -> list[str]:
@@ -138,10 +153,7 @@ def _load_features(path: Path) -> np.ndarray:
     """``[N, F]`` float32 features from ``.npy`` or a header-less ``.csv``."""
     suffix = path.suffix.lower()
     if suffix == ".npy":
-        try:
-            x = np.load(path, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:  # EOFError: an empty file
-            raise UsageError(f"{path}: not a readable .npy array ({str(exc).splitlines()[0] or 'empty file'})") from exc
+        x = read_npy(path, follow_links=True)
         if x.ndim == 1:
             x = x[:, None]
         if x.ndim != 2:
@@ -183,7 +195,8 @@ def load_edge_file(path: str | os.PathLike, features_path: str | os.PathLike | N
 
     Raises:
         DataNotFoundError: a file does not exist.
-        UsageError: unknown extension, missing header, bad row, duplicate pair,
+        UsageError: unknown extension, missing header, bad row, a pair given twice with other targets or in
+            both directions,
             no rows, features with fewer rows than ``max id + 1``, or (without
             features) ids above the bound in the module docstring.
     """
@@ -209,27 +222,46 @@ def load_edge_file(path: str | os.PathLike, features_path: str | os.PathLike | N
     src = np.empty(len(rows) - 1, dtype=np.int64)
     dst = np.empty(len(rows) - 1, dtype=np.int64)
     targets = np.empty((len(rows) - 1, len(names)), dtype=np.float64)
-    seen: dict[tuple[int, int], int] = {}
-    for r, (line, fields) in enumerate(rows[1:]):
+    seen: dict[tuple[int, int], tuple[int, int, int]] = {}  # pair -> (line, src, index in the arrays)
+    merged: list[tuple[int, int]] = []  # (line, line it repeats)
+    r = 0
+    for line, fields in rows[1:]:
         if len(fields) != width:
             raise UsageError(f"{p}:{line}: expected {width} columns ({','.join(header)}), got {len(fields)}")
         u = _parse_id(fields[0], p, line, "src")
         v = _parse_id(fields[1], p, line, "dst")
+        values = [_parse_target(fields[2 + c], p, line, name) for c, name in enumerate(names)]
         pair = (min(u, v), max(u, v))
         if pair in seen:
-            raise UsageError(f"{p}:{line}: pair ({u}, {v}) already given on line {seen[pair]}; edges are undirected "
-                             f"and each pair may appear once")
-        seen[pair] = line
+            first_line, first_src, at = seen[pair]
+            if first_src != u:  # the other direction: a second target row for the pair
+                raise UsageError(f"{p}:{line}: pair ({u}, {v}) already given on line {first_line} as ({v}, {u}); "
+                                 f"edges are undirected and each pair may appear once")
+            if list(targets[at]) != values:
+                here = ", ".join(f"{t:g}" for t in values)
+                there = ", ".join(f"{t:g}" for t in targets[at])
+                raise UsageError(f"{p}:{line}: edge ({u}, {v}) repeats line {first_line} with other targets "
+                                 f"({here} here, {there} there); each pair has one target row (a repeat with the "
+                                 f"same targets is merged)")
+            merged.append((line, first_line))  # the same row again: the same target, merged into the first
+            continue
+        seen[pair] = (line, u, r)
         src[r], dst[r] = u, v
-        for c, name in enumerate(names):
-            targets[r, c] = _parse_target(fields[2 + c], p, line, name)
+        targets[r] = values
+        r += 1
+    src, dst, targets = src[:r], dst[:r], targets[:r]
+    kept_lines = [ln for ln, _, _ in sorted(seen.values(), key=lambda t: t[2])]
+    notes: tuple[str, ...] = ()
+    if merged:
+        notes = (f"merged {len(merged)} repeated row{'s' if len(merged) > 1 else ''} of {p.name}; first: "
+                 f"line {merged[0][0]} repeats line {merged[0][1]}",)
 
     x = None
     fpath = None
     fsha = None
     if features_path is None:
         # Every id up to the largest becomes a node: a 10-row file naming node 10^8 would allocate gigabytes.
-        max_id = bounded_max_id(src, dst, lambda edge: f"{p}:{rows[1 + edge][0]}",
+        max_id = bounded_max_id(src, dst, lambda edge: f"{p}:{kept_lines[edge]}",
                                 f" in the file (without a features file ids must lie below max({MIN_ID_BOUND}, "
                                 f"{ID_BOUND_FACTOR} x distinct ids) = {{bound}})",
                                 "or give edge.features with one row per node id")
@@ -241,10 +273,10 @@ def load_edge_file(path: str | os.PathLike, features_path: str | os.PathLike | N
         x = _load_features(fp)
         if x.shape[0] < max_id + 1:
             worst = int(np.argmax(np.maximum(src, dst)))
-            raise UsageError(f"{fp}: {x.shape[0]} feature rows but {p}:{rows[1 + worst][0]} uses node id {max_id}; "
+            raise UsageError(f"{fp}: {x.shape[0]} feature rows but {p}:{kept_lines[worst]} uses node id {max_id}; "
                              f"need one row per node id 0..{max_id}")
         num_nodes = int(x.shape[0])
         fpath, fsha = str(fp), file_sha256(fp)
     return EdgeData(edge_index=np.stack([src, dst]), targets=targets.astype(np.float32), num_nodes=num_nodes, x=x,
                     target_names=names, path=str(p), features_path=fpath, sha256=file_sha256(p),
-                    features_sha256=fsha)
+                    features_sha256=fsha, merged_rows=len(merged), notes=notes)

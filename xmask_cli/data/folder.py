@@ -10,7 +10,9 @@ The format (docs/datasets-from-files.md is the user's guide)::
       masks.npz                                      ... or boolean arrays train, val, test of length n
 
 * An edge is the unordered pair ``{src, dst}``: a file may list it once or in
-  both directions, never the same ``(src, dst)`` row twice; a weight column,
+  both directions. A ``(src, dst)`` row listed again is merged into its first
+  listing (one log line counts the merged rows and names the first repeat);
+  with a weight column the copies must carry the same weight. A weight column,
   when present, must agree between the two directions and is read and checked
   but not used by the structure (X-LogSMask's ``Â`` is of the unweighted graph).
 * ``n`` is the row count of features (labels must match), else of labels,
@@ -34,7 +36,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,8 +43,8 @@ from typing import Any
 import numpy as np
 
 from xmask_cli.data.registry import DatasetSpec
-from xmask_cli.data.tables import (Rows, bounded_max_id, file_digest, read_csv_columns, read_npy, read_npz,
-                                   read_parquet_columns)
+from xmask_cli.data.tables import (Rows, bounded_max_id, check_regular, file_digest, not_regular, read_csv_columns,
+                                   read_npy, read_npz, read_parquet_columns)
 from xmask_cli.errors import DataNotFoundError, UsageError
 
 __all__ = ["FORMATS", "FolderFiles", "FolderDataset", "find_files", "folder_spec", "load_folder", "is_folder_ref",
@@ -106,7 +107,7 @@ def find_files(folder: Path) -> FolderFiles:
             raise UsageError(f"{path}: a symbolic link; xmask reads only regular files in a dataset folder "
                              f"(copy the file in)")
         if not entry.is_file(follow_symlinks=False):
-            raise UsageError(f"{path}: not a regular file; xmask reads only regular files in a dataset folder")
+            raise not_regular(path, entry.stat(follow_symlinks=False).st_mode)
         if stem in found:
             raise UsageError(f"{folder}: both {found[stem].name} and {entry.name}; keep one {stem} file")
         found[stem] = path
@@ -167,12 +168,16 @@ def tu_folder_spec(path: Path) -> DatasetSpec | None:
     """
     from xmask_cli.data.registry import tu_raw_files
 
-    if not (path / "raw" / f"{path.name}_A.txt").is_file():
+    # lexists: the set is recognised by its NAME_A.txt whatever sits there, so a FIFO or folder under that
+    # name is named as such (exit 2), not taken for a node folder without an edges file.
+    if not os.path.lexists(path / "raw" / f"{path.name}_A.txt"):
         return None
-    missing = [f for f in tu_raw_files(path.name) if not (path / f).is_file()]
-    if missing:
-        raise DataNotFoundError(f"{path / missing[0]} not found: a graph set in TU format needs "
-                                f"{', '.join(tu_raw_files(path.name))} (see docs/datasets-from-files.md)")
+    needed = tu_raw_files(path.name)
+    for f in needed:
+        if not os.path.exists(path / f):  # a link to nothing is missing too
+            raise DataNotFoundError(f"{path / f} not found: a graph set in TU format needs "
+                                    f"{', '.join(needed)} (see docs/datasets-from-files.md)")
+        check_regular(path / f)
     return DatasetSpec(path.name, "tu", ("graph",), "random-8-1-1", path.name, tu_raw_files(path.name), "accuracy",
                        root=str(path.parent))
 
@@ -309,23 +314,47 @@ def _check_ids(ids: np.ndarray, n: int, rows: Rows, name: str, why_n: str) -> No
                          f"({why_n}), ids 0..{n - 1}")
 
 
-def _check_edge_rows(src: np.ndarray, dst: np.ndarray, w: np.ndarray | None, n: int, rows: Rows) -> None:
-    """No ``(src, dst)`` row twice; with weights, both directions of a pair carry the same weight."""
+def _repeated_rows(src: np.ndarray, dst: np.ndarray, w: np.ndarray | None, n: int,
+                   rows: Rows) -> tuple[np.ndarray | None, str | None]:
+    """Which rows to keep when every later copy of a ``(src, dst)`` row is merged into its first:
+    ``(keep mask, log line)``, or ``(None, None)`` when no row repeats.
+
+    An edge list from a log, a join or an export repeats rows; a repeated row is the same edge, so the
+    first one stands for all (file order kept). With weights, the copies must carry the row's weight.
+
+    Raises:
+        UsageError: two copies of one row with different weights (both lines named).
+    """
     keys = src * n + dst
-    ks = np.sort(keys)
-    if w is None and not (ks[1:] == ks[:-1]).any():  # the common case: one sort, no index arrays
-        return
+    if not (np.diff(np.sort(keys)) == 0).any():  # the common case: one sort, no index arrays
+        return None, None
     order = np.argsort(keys, kind="stable")  # stable: of equal keys, the earlier row first
     ks = keys[order]
-    same = np.flatnonzero(ks[1:] == ks[:-1])
-    if same.size:
-        later = order[same + 1]
-        i = int(np.argmin(later))
-        r, first = int(later[i]), int(order[same[i]])
-        raise UsageError(f"{rows.at(r)}: edge ({int(src[r])}, {int(dst[r])}) repeats {rows.at(first)}; each "
-                         f"(src, dst) row may appear once (the reverse direction may be listed too)")
-    if w is None:
-        return
+    starts = np.ones(ks.size, dtype=bool)
+    starts[1:] = ks[1:] != ks[:-1]
+    first = order[np.flatnonzero(starts)][np.cumsum(starts) - 1]  # per sorted position: its group's first row
+    later, original = order[~starts], first[~starts]
+    if w is not None:
+        clash = np.flatnonzero(w[later] != w[original])
+        if clash.size:
+            i = clash[np.argmin(later[clash])]
+            r, f = int(later[i]), int(original[i])
+            raise UsageError(f"{rows.at(r)}: edge ({int(src[r])}, {int(dst[r])}) has weight {w[r]} but the same row "
+                             f"{rows.at(f)} has {w[f]}; a repeated row is merged only when its weight is the same")
+    keep = np.ones(src.size, dtype=bool)
+    keep[later] = False
+    i = int(np.argmin(later))
+    merged = int(later.size)
+    note = (f"merged {merged} repeated row{'s' if merged > 1 else ''} of {rows.path.name}; first: "
+            f"{rows.where(int(later[i]))} repeats {rows.where(int(original[i]))}")
+    return keep, note
+
+
+def _check_reverse_weights(src: np.ndarray, dst: np.ndarray, w: np.ndarray, n: int, rows: Rows) -> None:
+    """Both directions of a pair carry the same weight (repeated rows, if any, already checked to agree)."""
+    keys = src * n + dst
+    order = np.argsort(keys, kind="stable")
+    ks = keys[order]
     rev = dst * n + src
     pos = np.searchsorted(ks, rev)
     pos = np.minimum(pos, len(ks) - 1)
@@ -452,7 +481,14 @@ def load_folder(spec: DatasetSpec) -> Any:
     n, why_n = _node_count(x, y, files, src, dst, rows)
     _check_ids(src, n, rows, "src", why_n)
     _check_ids(dst, n, rows, "dst", why_n)
-    _check_edge_rows(src, dst, w, n, rows)
+    keep, merged_note = _repeated_rows(src, dst, w, n, rows)
+    if w is not None:
+        _check_reverse_weights(src, dst, w, n, rows)  # on the file's rows, so that a message names the right line
+    merged = 0
+    if keep is not None:
+        merged = int(src.size - np.count_nonzero(keep))
+        src, dst = src[keep], dst[keep]
+        w = None if w is None else w[keep]
     masks = _split_masks(files, n, y)
     num_classes = 0
     if y is not None:
@@ -468,9 +504,10 @@ def load_folder(spec: DatasetSpec) -> Any:
         if masks:
             check_train_classes(y, np.flatnonzero(masks["train"]),
                                 files.paths["labels"], (files.paths.get("train") or files.paths["masks"]).name)
+    notes = [] if merged_note is None else [merged_note]
     if w is not None:
-        sys.stderr.write(f"note: {files.paths['edges'].name} has a weight column: read and checked, but the "
-                         f"structure (Â of A + I) uses the unweighted graph\n")
+        notes.append(f"note: {files.paths['edges'].name} has a weight column: read and checked, but the "
+                     f"structure (Â of A + I) uses the unweighted graph")
     edge_index = np.stack([src, dst])
     del src, dst
     data = Data(edge_index=torch.from_numpy(edge_index), num_nodes=n)  # shares edge_index's memory
@@ -484,4 +521,5 @@ def load_folder(spec: DatasetSpec) -> Any:
         setattr(data, f"{part}_mask", torch.from_numpy(m))
     dataset = FolderDataset(data, num_classes, files)
     return GraphSet(spec=spec, edge_index=[edge_index], num_nodes=np.asarray([n], dtype=np.int64),
-                    source=folder, dataset=dataset, content=folder_digest(files))
+                    source=folder, dataset=dataset, content=folder_digest(files), merged_edge_rows=merged,
+                    notes=tuple(notes))

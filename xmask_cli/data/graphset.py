@@ -25,6 +25,10 @@ class GraphSet:
         content: digest of every file read, for datasets whose files hold more than the
             structure (a user's folder): part of :meth:`fingerprint`, so changing any file
             changes the cache key. None for registry datasets.
+        merged_edge_rows: repeated ``(src, dst)`` rows of a user's edges file merged into their first
+            listing (0 for registry datasets); ``prepare`` records it in the cache.
+        notes: log lines about how the files were read (rows merged, a weight column not used), for the
+            caller's log (stderr for the CLI).
     """
 
     spec: DatasetSpec
@@ -33,6 +37,8 @@ class GraphSet:
     source: Path
     dataset: Any
     content: str | None = None
+    merged_edge_rows: int = 0
+    notes: tuple[str, ...] = ()
 
     @property
     def num_graphs(self) -> int:

@@ -35,7 +35,8 @@ from xmask_cli.data.pyg import (  # noqa: F401
     ProcessedFileRejected, _construct, _construct_safely, _no_prompt, safe_torch_load,
 )
 from xmask_cli.data.registry import DatasetSpec
-from xmask_cli.data.staging import STAGE_MANIFEST, STAGING_MARKER, _stage, source_files  # noqa: F401
+from xmask_cli.data.staging import STAGE_MANIFEST, STAGING_MARKER, _stage, check_source_files, source_files  # noqa: F401
+from xmask_cli.data.tables import check_regular
 from xmask_cli.errors import CacheError, DataNotFoundError, NotWritableError, UsageError, first_line
 
 DEFAULT_DATA_ROOT = Path("~/.cache/xmask/datasets").expanduser()
@@ -58,9 +59,21 @@ def resolve_data_root(cli_root: str | os.PathLike | None, preset_root: str | Non
 
 
 def has_raw_files(spec: DatasetSpec, root: Path) -> bool:
-    """True when ``root/<folder>/`` holds every raw file the loader needs."""
+    """True when ``root/<folder>/`` holds every raw file the loader needs.
+
+    Raises:
+        UsageError: one of them is there but is not a regular file (a FIFO, socket, device or folder):
+            named, rather than taken for missing (which would load another copy, or download over it).
+    """
     base = root / spec.folder
-    return all((base / f).is_file() for f in spec.raw_files)
+    for f in spec.raw_files:
+        if not os.path.lexists(base / f):
+            return False
+        try:
+            check_regular(base / f)
+        except DataNotFoundError:  # a link to nothing: missing
+            return False
+    return True
 
 
 def _remove_empty_dirs(folder: Path, stop: Path) -> None:
@@ -137,6 +150,7 @@ def load_graphs(
             looked.append(root)
         if has_raw_files(spec, root):
             source = root
+            check_source_files(spec, root)  # read in place, not staged: the loader must not meet a FIFO
         elif offline:
             raise DataNotFoundError(_missing_message(spec, looked, "offline, so no download was tried"))
         try:

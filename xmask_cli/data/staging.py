@@ -10,6 +10,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from xmask_cli.data.registry import DatasetSpec
+from xmask_cli.data.tables import check_regular, open_regular
 from xmask_cli.errors import NotWritableError, UsageError
 from xmask_cli.fs import atomic_write, open_nofollow, sha256_of
 
@@ -42,11 +43,27 @@ def source_files(spec: DatasetSpec, source_root: Path) -> list[str]:
     return sorted(out)
 
 
+def check_source_files(spec: DatasetSpec, source_root: Path) -> list[str]:
+    """:func:`source_files`, each checked to be a regular file (through links) without opening it.
+
+    The loader reads whichever of them it wants (PyG's ``TUDataset`` globs ``raw/``): a FIFO among them
+    would block it forever, so every one is checked before the folder is handed over.
+
+    Raises:
+        UsageError: a FIFO, socket or device among the files (named).
+    """
+    files = source_files(spec, source_root)
+    for rel in files:
+        check_regular(source_root / spec.folder / rel)
+    return files
+
+
 def _manifest(src: Path, files: list[str]) -> dict[str, Any]:
     # Content hashes, not paths: the bundled and a shared copy of the same files share one processed/.
     digest = {}
     for rel in files:
-        with open(src / rel, "rb") as fh:
+        # Never blocking, and only regular files (links followed: a data root may link to another disk).
+        with open_regular(src / rel, follow_links=True) as fh:
             digest[rel] = sha256_of(fh)
     return {"version": 1, "files": digest}
 
@@ -99,7 +116,7 @@ def _stage(spec: DatasetSpec, source_root: Path, staging_root: Path) -> Path:
     """
     src = source_root / spec.folder
     dst = staging_root / spec.folder
-    files = source_files(spec, source_root)
+    files = check_source_files(spec, source_root)
     manifest = _manifest(src, files)
     if staging_root.is_symlink():
         raise UsageError(f"{staging_root} is a symbolic link; xmask stages datasets only in a folder it made: "

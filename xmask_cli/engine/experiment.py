@@ -296,6 +296,8 @@ class Experiment:
             from xmask_cli.data.edgefile import load_edge_file
 
             data = load_edge_file(cfg.edge.file, cfg.edge.features)
+            for note in data.notes:
+                log(note)
             _check_splittable(cfg.edge.file, data.edge_index.shape[1], cfg.edge.fractions)
             return cls(cfg, level, metric, EDGE_FILE_DATASET, edge_data=data, cache_dir=cache_dir, log=log)
         spec = _spec(cfg)
@@ -313,6 +315,8 @@ class Experiment:
                        cache_dir=cache_dir, log=log)
         graphs = load_graphs(spec, data_root=resolve_data_root(data_root, cfg.data.root), cache_dir=cache_dir,
                              offline=offline)
+        for note in graphs.notes:
+            log(note)
         if cfg.data.normalize_features:
             from torch_geometric.transforms import NormalizeFeatures
 
@@ -324,7 +328,8 @@ class Experiment:
             summary = prepare_graphs(dataset_key=spec.key, level=level, edges=graphs.edge_index,
                                      num_nodes=graphs.num_nodes, fingerprint=graphs.fingerprint(),
                                      cfg=structure_needed(cfg, level), cache_dir=cache_dir, workers=workers,
-                                     log=log, memory_gb=cfg.prepare.memory_gb, source_folder=source_folder(spec))
+                                     log=log, memory_gb=cfg.prepare.memory_gb, source_folder=source_folder(spec),
+                                     merged_edge_rows=graphs.merged_edge_rows)
             if not summary.cached:
                 log(f"structure cache was missing: prepared {summary.path} in {summary.seconds:.1f}s")
             exp.cache_path = Path(summary.path)

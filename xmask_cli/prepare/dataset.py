@@ -62,13 +62,15 @@ def prepare_dataset(
                              offline=offline)
     log(f"loaded {spec.name}: {graphs.num_graphs} graph(s), {int(graphs.num_nodes.sum())} nodes from {graphs.source} "
         f"({time.perf_counter() - t0:.1f}s)")
+    for note in graphs.notes:
+        log(note)
     features = graphs.feature_info()
     log(f"node features: {features.detail}, width {features.dim}")
     summary = prepare_graphs(
         dataset_key=spec.key, level=spec.level, edges=graphs.edge_index, num_nodes=graphs.num_nodes,
         fingerprint=graphs.fingerprint(), cfg=structure, cache_dir=cache_dir, workers=workers,
         memory_gb=cfg.prepare.memory_gb, world=world, source_folder=source_folder(spec),
-        force=force, full_check=True, progress=progress, log=log,
+        merged_edge_rows=graphs.merged_edge_rows, force=force, full_check=True, progress=progress, log=log,
     )
     summary.features = features.to_dict()
     return summary

@@ -71,6 +71,9 @@ class _DroppedMass:
         return json.dumps({"rows": rows, "mean": [float(x) for x in mean], "max": [float(x) for x in mx]})
 
 
+#: Root attribute: how many repeated edge rows of a user's file were merged (absent when none were).
+MERGED_ATTR = "merged_edge_rows"
+
 #: The truncation rule as recorded in the cache (see :class:`~xmask_cli.structure.powers.Truncation`).
 TRUNCATION_RULE = ("large graphs only; power 1 (A-hat) kept whole; for k >= 2, P_k = trunc(P_(k-1) A-hat): "
                    "the diagonal and every real edge (support of A + I) are always kept, other entries with "
@@ -135,6 +138,9 @@ class PrepareSummary:
     features: dict[str, Any] | None = None
     #: The cache file holding more that this one was copied out of (nothing recomputed); None if computed.
     served_from: str | None = None
+    #: Repeated ``(src, dst)`` rows of a user's edges file merged into their first listing (the cache's
+    #: root attribute ``merged_edge_rows``; 0 where none were, or for a registry dataset).
+    merged_edge_rows: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -157,6 +163,7 @@ def prepare_graphs(
     memory_gb: float | None = None,
     world: Any = None,
     source_folder: str | None = None,
+    merged_edge_rows: int = 0,
 ) -> PrepareSummary:
     """Compute and cache the structure of ``edges`` unless the same key is cached and sound.
 
@@ -175,6 +182,9 @@ def prepare_graphs(
         source_folder: the real absolute path of the user's dataset folder the graphs were read from
             (:func:`~xmask_cli.data.folder.source_folder`), recorded in the root attribute ``source_folder``
             for ``cache verify --check-inputs``; not part of the key (a copy of the folder elsewhere is the same input).
+        merged_edge_rows: repeated edge rows the folder's reader merged (``GraphSet.merged_edge_rows``),
+            recorded in the root attribute ``merged_edge_rows`` when above 0. Not part of the key: the
+            fingerprint of the merged graph (and, for a folder, of its files) already is.
 
     With ``world`` (a :class:`~xmask_cli.prepare.ranks.RankWorld` of several ranks, every rank calling)
     the ranks share the computation (see :mod:`~xmask_cli.prepare.ranks`): rank 0 checks, writes and
@@ -211,7 +221,7 @@ def prepare_graphs(
     summary = _prepare_graphs(dataset_key=dataset_key, level=level, edges=edges, num_nodes=num_nodes,
                               fingerprint=fingerprint, cfg=cfg, cache_dir=cache_dir, force=force,
                               full_check=full_check, progress=progress, log=log, blocks=blocks,
-                              source_folder=source_folder)
+                              source_folder=source_folder, merged_edge_rows=merged_edge_rows)
     announce("done")
     if w.distributed:
         w.broadcast(summary)
@@ -221,7 +231,8 @@ def prepare_graphs(
 def _prepare_graphs(*, dataset_key: str, level: str, edges: list[np.ndarray], num_nodes: np.ndarray,
                     fingerprint: str, cfg: StructureConfig, cache_dir: Path, force: bool, full_check: bool,
                     progress: Callable[[int, int], None] | None, log: Callable[[str], None] | None,
-                    blocks: Callable[[Callable[[], None]], Any], source_folder: str | None = None) -> PrepareSummary:
+                    blocks: Callable[[Callable[[], None]], Any], source_folder: str | None = None,
+                    merged_edge_rows: int = 0) -> PrepareSummary:
     """:func:`prepare_graphs` in the process that writes; ``blocks(check)`` yields the computed units."""
     t0 = time.perf_counter()
     params = structure_params(cfg, level)
@@ -241,8 +252,10 @@ def _prepare_graphs(*, dataset_key: str, level: str, edges: list[np.ndarray], nu
                 with StructureCache(path) as c:
                     edges_total = int(c.read_array("graphs/num_edges").sum())
                     report = truncation_report(c)
+                    merged = int(c.file.attrs.get(MERGED_ATTR, 0))
                 return PrepareSummary(dataset_key, str(path), key, True, len(nn), int(nn.sum()), edges_total,
-                                      path.stat().st_size, round(time.perf_counter() - t0, 3), params, report)
+                                      path.stat().st_size, round(time.perf_counter() - t0, 3), params, report,
+                                      merged_edge_rows=merged)
             except (CacheError, OSError, KeyError, ValueError, RuntimeError) as exc:
                 problems = [str(exc).splitlines()[0] if str(exc) else type(exc).__name__]
         if log is not None:
@@ -252,6 +265,8 @@ def _prepare_graphs(*, dataset_key: str, level: str, edges: list[np.ndarray], nu
              "params": json.dumps(params, sort_keys=True)}
     if source_folder is not None:
         attrs["source_folder"] = str(source_folder)
+    if merged_edge_rows:
+        attrs[MERGED_ATTR] = int(merged_edge_rows)
     src = None if force else find_superset(path.parent, fingerprint, params, exclude=path)
     if src is not None:
         derive(src, path, attrs, params, log)
@@ -260,7 +275,7 @@ def _prepare_graphs(*, dataset_key: str, level: str, edges: list[np.ndarray], nu
             report = truncation_report(c)
         return PrepareSummary(dataset_key, str(path), key, False, len(nn), int(nn.sum()), edges_total,
                               path.stat().st_size, round(time.perf_counter() - t0, 3), params, report,
-                              served_from=str(src))
+                              served_from=str(src), merged_edge_rows=int(merged_edge_rows))
     ptrs: dict[str, int] = {}
     vptr: dict[str, list[int]] = {}
     comp_offset = 0
@@ -320,4 +335,4 @@ def _prepare_graphs(*, dataset_key: str, level: str, edges: list[np.ndarray], nu
     # From the values just written: no second open of the file.
     report = _truncation_report(large_graphs, truncation, masses)
     return PrepareSummary(dataset_key, str(path), key, False, len(nn), int(nn.sum()), total_edges, path.stat().st_size,
-                          round(time.perf_counter() - t0, 3), params, report)
+                          round(time.perf_counter() - t0, 3), params, report, merged_edge_rows=int(merged_edge_rows))

@@ -15,6 +15,8 @@ def human(con: Console, summary: Any, name: str) -> None:
     state = "already cached" if summary.cached else f"prepared in {summary.seconds:.2f}s"
     con.print(kv_table(f"{name}: {state}", [
         ("graphs", summary.graphs), ("nodes", summary.nodes), ("edges", summary.edges),
+        *([("merged rows", f"{summary.merged_edge_rows} repeated edge rows merged")]
+          if getattr(summary, "merged_edge_rows", 0) else []),
         ("features", f"{summary.features['detail']}, width {summary.features['dim']}" if summary.features else "-"),
         ("file", summary.path), ("holds", ", ".join(holds(summary.params))),
         *([("served from", summary.served_from)] if getattr(summary, "served_from", None) else []),
