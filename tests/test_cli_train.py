@@ -254,6 +254,28 @@ def test_edge_regression_from_a_file(tmp_path):
     assert r.exit_code == 3 and "missing.csv" in one_error_line(r)
 
 
+def test_edge_regression_file_with_repeated_rows_trains_as_the_merged_file(tmp_path):
+    """Rows repeated with their targets merge: the same numbers as the file with each row once, one log line."""
+    import numpy as np
+
+    rng = np.random.default_rng(1)
+    pairs = list(dict.fromkeys((min(a, b), max(a, b)) for a, b in rng.integers(0, 50, (300, 2)) if a != b))
+    rows = [f"{a},{b},{(a % 5) + (b % 3) + 0.25}" for a, b in pairs]
+    (tmp_path / "clean.csv").write_text("src,dst,delay\n" + "\n".join(rows) + "\n")
+    (tmp_path / "repeats.csv").write_text("src,dst,delay\n" + "\n".join(rows[:20] + rows[:5] + rows[20:] + rows[-3:])
+                                          + "\n")
+    out = {}
+    for name in ("clean", "repeats"):
+        r = run("--format", "json", "train", "--preset", "edge-regression", "--set", f"edge.file={tmp_path / name}.csv",
+                *FAST_STRUCTURE, "--device", "cpu", "--runs-dir", str(tmp_path / f"runs-{name}"),
+                "--cache-dir", str(tmp_path / "cache"))
+        assert r.exit_code == 0, r.stderr
+        out[name] = json.loads(r.stdout)["runs"][0]["metrics"]
+        merged = r.stderr.count("merged 8 repeated rows of repeats.csv; first: line 22 repeats line 2")
+        assert merged == (1 if name == "repeats" else 0)
+    assert "test" in out["clean"] and out["repeats"] == out["clean"]
+
+
 def test_planted_processed_file_does_not_run_and_training_works(tmp_path):
     """a pickle planted as `_pyg/MUTAG/processed/data.pt` never runs; train re-processes."""
     import torch
