@@ -20,10 +20,10 @@ import os
 import stat
 import zipfile
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 import numpy as np
 
@@ -75,7 +75,7 @@ def check_regular(path: Path | str, *, follow_links: bool = True) -> None:
         raise not_regular(path, st.st_mode)
 
 
-def open_regular(path: Path | str, *, follow_links: bool = False) -> IO[bytes]:
+def open_regular(path: Path | str, *, follow_links: bool = False) -> BinaryIO:
     """Open ``path`` for reading only if it is a regular file; by default never through a symbolic link.
 
     The open never blocks: a FIFO, socket or device planted under a dataset file's name is refused, not
@@ -137,7 +137,7 @@ class Rows:
         return f"line {_csv_line_of_row(self.path, int(row))}" if self.csv else f"row {int(row)}"
 
 
-def _data_lines(path: Path):
+def _data_lines(path: Path) -> Iterator[tuple[int, str]]:
     """``(line number, text)`` of every CSV line that is not empty or a ``#`` comment, header first.
 
     Exactly the lines numpy's ``loadtxt`` skips: a line of spaces, or a comment after spaces, is a row it
@@ -180,10 +180,10 @@ def _parse(text: str, kind: str) -> str | None:
             return f"{v} is below -1; labels are 0..C-1, and -1 marks an unlabelled node"
         return None
     try:
-        v = float(text)
+        number = float(text)
     except ValueError:
         return f"{text!r} is not a number"
-    return None if np.isfinite(v) else f"{text!r} is not finite (NaN or infinite)"
+    return None if np.isfinite(number) else f"{text!r} is not finite (NaN or infinite)"
 
 
 def _scan_for_error(path: Path, names: Sequence[str], kinds: Sequence[str]) -> UsageError:

@@ -261,8 +261,8 @@ def _prepare_graphs(*, dataset_key: str, level: str, edges: list[np.ndarray], nu
         if log is not None:
             log(f"existing cache {path} is unusable ({problems[0]}); rebuilding it")
     ensure_writable_dir(path.parent)
-    attrs = {"key": key, "dataset": dataset_key, "level": level, "fingerprint": fingerprint,
-             "params": json.dumps(params, sort_keys=True)}
+    attrs: dict[str, Any] = {"key": key, "dataset": dataset_key, "level": level, "fingerprint": fingerprint,
+                             "params": json.dumps(params, sort_keys=True)}
     if source_folder is not None:
         attrs["source_folder"] = str(source_folder)
     if merged_edge_rows:
