@@ -218,3 +218,25 @@ def test_parquet_row_counts_are_checked_before_reading(tmp_path: Path) -> None:
     assert pq.ParquetFile(p).metadata.num_rows == 10**11
     with pytest.raises(UsageError, match=rf"^{p}: the footer declares 100,000,000,000 rows but its row groups hold 3"):
         read_parquet_columns(p, None)
+
+
+def test_sockets_and_devices_are_named_never_read(tmp_path: Path) -> None:
+    """Each kind of special file is refused by what it is, by the stat check and by the non-blocking open."""
+    import socket
+
+    from xmask_cli.data.tables import check_regular
+
+    sock = socket.socket(socket.AF_UNIX)
+    try:
+        sock.bind(str(tmp_path / "s.npy"))
+        for special, what in ((tmp_path / "s.npy", "a socket"), (Path("/dev/null"), "a character device"),
+                              (tmp_path, "a folder")):
+            expected = rf"^{special}: {what}, not a regular file"
+            with pytest.raises(UsageError, match=expected):
+                check_regular(special)
+            with pytest.raises(UsageError, match=expected):
+                open_regular(special, follow_links=True)
+    finally:
+        sock.close()
+    with pytest.raises(DataNotFoundError):
+        check_regular(tmp_path / "absent")
