@@ -48,8 +48,9 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -85,7 +86,6 @@ def _first_batch(task: Any) -> Any:
 
 def first_step(exp: Any, device: str, loss_rtol: float, grad_rtol: float) -> dict[str, Any]:
     """Loss and gradients of the first training batch on CPU and on ``device`` (same weights, no dropout)."""
-    import torch
 
     from xmask_cli.engine.loop import seed_everything
     from xmask_cli.model.network import XMaskNet

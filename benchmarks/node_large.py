@@ -37,8 +37,8 @@ from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.loop import TrainConfig, fit, seed_everything
-from xmask_cli.engine.tasks.node import NodeTask
 from xmask_cli.engine.splits import node_split
+from xmask_cli.engine.tasks.node import NodeTask
 from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.prepare import prepare_dataset
 

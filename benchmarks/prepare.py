@@ -360,8 +360,8 @@ def load(name: str, data_root: Path, staging: Path, preset: str | None = None,
         ValueError: ``check_baseline`` and the structure holds a section the baseline does not compute.
     """
     import numpy as np
-
     import scipy_baseline as B
+
     from xmask_cli.data.load import load_graphs
     from xmask_cli.data.registry import get_dataset
 

@@ -71,9 +71,10 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -384,10 +385,10 @@ def figure_3(cora: Cora, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def figure_4(args: argparse.Namespace, cache_dir: Path) -> list[dict[str, Any]]:
     import torch
+    from peers import _gin
     from torch_geometric.data import Data
     from torch_geometric.loader import DataLoader
 
-    from peers import _gin
     from xmask_cli.config_resolve import resolve
     from xmask_cli.engine.experiment import Experiment
     from xmask_cli.engine.features import input_features

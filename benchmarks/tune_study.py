@@ -51,8 +51,8 @@ if str(REPO) not in sys.path:
 sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
-
 import peers  # noqa: E402
+
 from xmask_cli.tune.space import Param, suggest  # noqa: E402
 
 #: study name -> (xmask preset, dataset the peers load, peer models)

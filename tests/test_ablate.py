@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from xmask_cli.ablate import CORE_VARIANTS as VARIANTS, parse_variants, run_ablation
+from xmask_cli.ablate import CORE_VARIANTS as VARIANTS
+from xmask_cli.ablate import parse_variants, run_ablation
 from xmask_cli.cli import app
 from xmask_cli.engine import experiment
 from xmask_cli.errors import UsageError

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from tests.cli_helpers import run
 
 import xmask_cli
+from tests.cli_helpers import run
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.errors import ConfigError, UsageError
 

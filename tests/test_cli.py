@@ -8,15 +8,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from tests.cli_helpers import one_error_line, run
 
+from tests.cli_helpers import one_error_line, run
 from xmask_cli.cache import StructureCache
 from xmask_cli.errors import EXIT_CODES
-
-
-
-
-
 
 
 @pytest.mark.parametrize("cmd", [[], ["prepare"], ["presets", "ls"], ["presets", "show"], ["cache", "ls"],
@@ -327,7 +322,7 @@ def test_damaged_hdf5_metadata_is_exit_4_corrupt_in_ls_and_rebuilt(tmp_path):
     # The root group's local heap: its free-list offset sits 16 bytes after the "HEAP" signature.
     data[data.find(b"HEAP") + 16] ^= 0xFF  # h5py then fails with "bad heap free list"
     path.write_bytes(bytes(data))
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017  (any error h5py raises on the damaged heap will do)
         with h5py.File(path, "r") as f:
             f.visit(lambda name: None)
     r = run("-f", "json", "cache", "verify", "--cache-dir", c)

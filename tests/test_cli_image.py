@@ -7,12 +7,12 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from tests.cli_helpers import one_error_line, run
 
+from tests.cli_helpers import one_error_line, run
+from tests.engine.conftest import _one_torch_thread  # noqa: F401  (autouse: one torch thread)
 from xmask_cli.ablate import variant_overrides
 from xmask_cli.config_resolve import resolve
 from xmask_cli.errors import UsageError
-from tests.engine.conftest import _one_torch_thread  # noqa: F401  (autouse: one torch thread)
 
 TINY = ["--set", "model.hidden=32", "--set", "model.layers=2", "--set", "train.epochs=2", "--set", "train.lr=3e-3"]
 

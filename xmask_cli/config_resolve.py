@@ -20,9 +20,26 @@ from typing import Any, Literal
 
 import yaml
 
-from xmask_cli.config import (BiasSection, Config, DataConfig, EdgeSection, ImageSection, LargeGraphConfig, LinkSection,
-                              MagneticConfig, ModelSection, NodeSection, PartitionConfig, PowersConfig,
-                              PrepareSection, RrwpConfig, RunSection, SpdConfig, SpectrumConfig, TrainSection)
+from xmask_cli.config import (
+    BiasSection,
+    Config,
+    DataConfig,
+    EdgeSection,
+    ImageSection,
+    LargeGraphConfig,
+    LinkSection,
+    MagneticConfig,
+    ModelSection,
+    NodeSection,
+    PartitionConfig,
+    PowersConfig,
+    PrepareSection,
+    RrwpConfig,
+    RunSection,
+    SpdConfig,
+    SpectrumConfig,
+    TrainSection,
+)
 from xmask_cli.errors import ConfigError, UsageError
 
 

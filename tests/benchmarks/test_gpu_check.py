@@ -13,7 +13,6 @@ import torch
 from tests.benchmarks import load_script
 
 
-
 @pytest.fixture(scope="module")
 def gpu_check():
     return load_script("gpu_check")

@@ -12,7 +12,6 @@ from tests.benchmarks import load_script
 from xmask_cli.engine import splits
 
 
-
 @pytest.fixture(scope="module")
 def peers():
     yield load_script("peers", "peers_under_test")

@@ -33,7 +33,7 @@ def test_truncated_file_is_reported_and_prepare_rebuilds(good_file, tmp_path):
     problems = K.verify(good_file)
     assert problems and "cannot open" in problems[0]
     with pytest.raises(CacheError):
-        K.StructureCache(good_file).file
+        _ = K.StructureCache(good_file).file
     edges, nodes = random_graphs(5, 20)
     logs: list[str] = []
     again = prepare_toy(tmp_path, edges, nodes, log=logs.append)
@@ -57,7 +57,7 @@ def test_older_format_is_reported_and_rebuilt(good_file, tmp_path):
         f.attrs["format_version"] = K.FORMAT_VERSION - 1
     assert any("format version" in p for p in K.verify(good_file))
     with pytest.raises(CacheError, match="format version"):
-        K.StructureCache(good_file).file
+        _ = K.StructureCache(good_file).file
     edges, nodes = random_graphs(5, 20)
     assert not prepare_toy(tmp_path, edges, nodes).cached
     assert K.verify(good_file) == []

@@ -10,10 +10,10 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+
 from tests.cli.test_train_folder import write_tu_set
 from tests.cli_helpers import one_error_line, run
 from tests.data.test_folder import write_folder
-
 from xmask_cli.cache import SOURCE_ATTR
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
 from tests.cli_helpers import run
 from tests.data.test_folder import write_folder
 

@@ -143,7 +143,7 @@ def test_staged_folder_has_every_file_the_loader_reads(name, shared_data, stage)
 
     def files(root: Path) -> set[str]:
         out = set()
-        for folder, dirs, names in os.walk(root, followlinks=True):
+        for folder, _dirs, names in os.walk(root, followlinks=True):
             rel = Path(folder).relative_to(root)
             if rel.parts[:1] == ("processed",):
                 continue

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tests.cli_helpers import one_error_line, run
 
+from tests.cli_helpers import one_error_line, run
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.folder import check_train_classes, find_files, folder_spec, is_folder_ref, load_folder
 from xmask_cli.data.registry import get_dataset
@@ -50,7 +50,8 @@ def write_folder(folder: Path, edges=None, x=None, y=None, *, edge_fmt: str = "c
     elif edge_fmt == "npz":
         np.savez(folder / "edges.npz", src=src, dst=dst)
     else:
-        import pyarrow as pa, pyarrow.parquet as pq  # the test extra installs it
+        import pyarrow as pa
+        import pyarrow.parquet as pq  # the test extra installs it
         pq.write_table(pa.table({"src": src, "dst": dst}), folder / "edges.parquet")
     if x is not False:
         if feat_fmt == "npy":
@@ -62,7 +63,8 @@ def write_folder(folder: Path, edges=None, x=None, y=None, *, edge_fmt: str = "c
                 ",".join(f"f{j}" for j in range(x.shape[1])) + "\n"
                 + "".join(",".join(repr(float(v)) for v in row) + "\n" for row in x))
         else:
-            import pyarrow as pa, pyarrow.parquet as pq  # the test extra installs it
+            import pyarrow as pa
+            import pyarrow.parquet as pq  # the test extra installs it
             pq.write_table(pa.table({f"f{j}": x[:, j] for j in range(x.shape[1])}), folder / "features.parquet")
     if y is not False:
         if label_fmt == "npy":
@@ -72,7 +74,8 @@ def write_folder(folder: Path, edges=None, x=None, y=None, *, edge_fmt: str = "c
         elif label_fmt == "npz":
             np.savez(folder / "labels.npz", y=y)
         else:
-            import pyarrow as pa, pyarrow.parquet as pq  # the test extra installs it
+            import pyarrow as pa
+            import pyarrow.parquet as pq  # the test extra installs it
             pq.write_table(pa.table({"label": y}), folder / "labels.parquet")
     return folder
 

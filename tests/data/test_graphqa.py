@@ -10,8 +10,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from xmask_cli.cli import app
 from xmask_cli.cache import StructureCache
+from xmask_cli.cli import app
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.graphqa import DIRECTED, EDGE_CAP, PATH_CAP, TASKS, TRIANGLE_CAP, GraphQADataset, generate
 from xmask_cli.data.load import graphs_fingerprint, load_graphs

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from tests.cli_helpers import one_error_line, run
 
 N, D, C = 40, 6, 4
@@ -94,6 +95,7 @@ def test_model_receives_what_ogb_reads(arxiv_root, tmp_path: Path, monkeypatch: 
     assert np.allclose(a1, d[:, None] * a * d[None, :], atol=1e-6)
     # The score is OGB's Evaluator on the part's nodes.
     from ogb.nodeproppred import Evaluator
+
     from xmask_cli.model.network import XMaskNet
 
     torch.manual_seed(0)

@@ -10,8 +10,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xmask_cli.data.tables import (Rows, file_digest, open_regular, read_csv_columns, read_npy, read_npz,
-                                   read_parquet_columns)
+from xmask_cli.data.tables import (
+    Rows,
+    file_digest,
+    open_regular,
+    read_csv_columns,
+    read_npy,
+    read_npz,
+    read_parquet_columns,
+)
 from xmask_cli.errors import DataNotFoundError, UsageError
 
 
@@ -68,7 +75,8 @@ def test_npz_names_what_is_missing(tmp_path: Path) -> None:
 
 
 def test_parquet_null_names_the_row(tmp_path: Path) -> None:
-    import pyarrow as pa, pyarrow.parquet as pq  # the test extra installs it
+    import pyarrow as pa
+    import pyarrow.parquet as pq  # the test extra installs it
     p = tmp_path / "labels.parquet"
     pq.write_table(pa.table({"label": pa.array([0, 1, None, 2])}), p)
     with pytest.raises(UsageError, match=rf"^{p} row 2: column label is empty"):
@@ -78,7 +86,8 @@ def test_parquet_null_names_the_row(tmp_path: Path) -> None:
 
 def test_parquet_columns_are_writable(tmp_path: Path) -> None:
     """Arrow's arrays are read-only views; torch warns when it wraps one, so the reader hands out copies."""
-    import pyarrow as pa, pyarrow.parquet as pq  # the test extra installs it
+    import pyarrow as pa
+    import pyarrow.parquet as pq  # the test extra installs it
 
     p = tmp_path / "labels.parquet"
     pq.write_table(pa.table({"label": pa.array([0, 1, 2])}), p)
@@ -200,7 +209,8 @@ def _parquet_claiming(path: Path, which: int, rows: int) -> None:
 def test_parquet_row_counts_are_checked_before_reading(tmp_path: Path) -> None:
     """A footer whose row group claims 10^11 rows over 3 values is refused from its metadata (pyarrow would
     allocate 256 GiB for it); so is a file total that its row groups do not add up to."""
-    import pyarrow as pa, pyarrow.parquet as pq  # the test extra installs it
+    import pyarrow as pa
+    import pyarrow.parquet as pq  # the test extra installs it
 
     p = tmp_path / "f.parquet"
     pq.write_table(pa.table({"a": [1, 2, 3], "b": [0.5, 1.5, 2.5]}), p)

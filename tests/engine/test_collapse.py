@@ -57,8 +57,8 @@ def _train(nci1_200, tmp_path: Path, overrides: list[str], seed: int = 0):
     model_cfg = exp.model_config(task)
     losses: list[float] = []
     train_task(task, model_cfg, _train_config(cfg, seed, "cpu"), tmp_path / "run", log=lambda r: losses.append(r["loss"]))
-    from xmask_cli.model.network import XMaskNet
     from xmask_cli.engine.runs import RunDir
+    from xmask_cli.model.network import XMaskNet
 
     model = XMaskNet(model_cfg)
     model.load_state_dict(RunDir(tmp_path / "run").load_checkpoint(RunDir.LAST)["model"])

@@ -17,8 +17,14 @@ from xmask_cli.config_resolve import resolve
 from xmask_cli.data.graphset import MAX_DEGREE
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine.features import (input_features, node_features, rwse_from_cache, struct_channels,
-                                       structural_features, undirected_degrees)
+from xmask_cli.engine.features import (
+    input_features,
+    node_features,
+    rwse_from_cache,
+    struct_channels,
+    structural_features,
+    undirected_degrees,
+)
 from xmask_cli.prepare import prepare_graphs
 
 STEPS = 6  # walk lengths of the RWSE checked here (the preset's 16 would only make the cache bigger)

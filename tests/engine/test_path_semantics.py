@@ -22,17 +22,27 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from tests.model.semantics import (LOGIT_STD, RTOL, aggregate, assert_same_grads, log_mask, max_rel, numpy_heads,
-                                   rel, run_with_grads, spread_logits)
+from tests.model.semantics import (
+    LOGIT_STD,
+    RTOL,
+    aggregate,
+    assert_same_grads,
+    log_mask,
+    max_rel,
+    numpy_heads,
+    rel,
+    run_with_grads,
+    spread_logits,
+)
 from xmask_cli.cache import StructureCache
 from xmask_cli.cli import app
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.node_batches import NodeBatch
+from xmask_cli.engine.splits import node_split
 from xmask_cli.engine.tasks.node import NodeTask
 from xmask_cli.model.attention_path import PathRefused
-from xmask_cli.engine.splits import node_split
 from xmask_cli.model.network import ModelConfig, XMaskNet, sparse_refusal
 
 #: Powers Â^1, Â^2 only, no SPD / spectra: the structure these tests read, prepared in seconds. The tests pick

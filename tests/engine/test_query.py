@@ -9,13 +9,12 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from xmask_cli.engine.tasks.node import NodeTask
+from tests.engine.tasks.test_node import Toy
 from xmask_cli.engine.query import Support, closure, encode_queries
+from xmask_cli.engine.tasks.node import NodeTask
 from xmask_cli.model.attention import StructuralAttention
 from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.structure.powers import Truncation, adjacency_powers, union_pairs
-
-from tests.engine.tasks.test_node import Toy
 
 N = 3000
 

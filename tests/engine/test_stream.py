@@ -356,8 +356,8 @@ def test_loader_workers_inherit_the_log_cache_instead_of_recomputing(toy: Toy, m
 
 
 def test_log_cache_mb_is_a_validated_train_key_not_saved_with_the_run() -> None:
-    from xmask_cli.errors import ConfigError
     from xmask_cli.engine.loop import TrainConfig
+    from xmask_cli.errors import ConfigError
 
     assert resolve("graph-level").train.log_cache_mb == 512
     assert resolve("graph-level", ["train.log_cache_mb=0"]).train.log_cache_mb == 0

@@ -224,7 +224,7 @@ def test_permutation_equivariance():
 def test_planned_regions_on_token_masks():
     m = _masks()
     regions = m.plan(head_dim=4, max_region_queries=64)
-    for name, regs in regions.items():
+    for _name, regs in regions.items():
         queries = torch.cat([r.queries for r in regs]).sort().values
         assert torch.equal(queries, torch.arange(m.num_tokens))
     # Real nodes -> class tokens is a full block: dense.

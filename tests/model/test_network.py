@@ -51,7 +51,7 @@ def test_config_defaults_and_validation():
     assert cfg.head_powers == (1, 2, 3, 4) and cfg.max_power == 4
     assert cfg.norm == "post" and cfg.mask_scale == "paper" and cfg.readout == "sum" and cfg.task == "graph"
     assert hash(cfg) == hash(ModelConfig(in_dim=3, out_dim=2, head_powers=[1, 2, 3, 4]))
-    with pytest.raises(Exception):
+    with pytest.raises(Exception):  # noqa: B017  (FrozenInstanceError or AttributeError: either says frozen)
         cfg.hidden = 8  # frozen
     for bad in (dict(hidden=10, heads=4), dict(norm="sandwich"), dict(mask_scale="x"), dict(readout="median"),
                 dict(task="pairs"), dict(encoder="gin"), dict(head_powers=[1, 2]), dict(head_powers=[-1, 1, 2, 3]), dict(head_powers=[0, 0, 0, 0]), dict(eps=0.0),

@@ -233,7 +233,7 @@ def test_expert_attention_modes_agree_on_cora_at_trained_scale(cora_tokens):
                 gate.weight.normal_(0, 0.5)
                 gate.bias.normal_(0, 0.5)
             # Every expert of the block scaled alike, until its local logits spread.
-            assert 5.0 <= scale_qk(list(block.attn.attn.values()), lambda: local_std(block, h)) <= 10.0
+            assert 5.0 <= scale_qk(list(block.attn.attn.values()), lambda: local_std(block, h)) <= 10.0  # noqa: B023 (called at once)
             h = block(h, routed=routed)
     target = torch.randn(x0.size(0), 7, generator=torch.Generator().manual_seed(1))
 

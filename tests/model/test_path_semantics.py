@@ -24,8 +24,19 @@ import numpy as np
 import pytest
 import torch
 
-from tests.model.semantics import (LOGIT_STD, RTOL, aggregate, assert_same_grads, cora_union_pairs, log_mask, max_rel,
-                                   numpy_heads, rel, run_with_grads, spread_logits)
+from tests.model.semantics import (
+    LOGIT_STD,
+    RTOL,
+    aggregate,
+    assert_same_grads,
+    cora_union_pairs,
+    log_mask,
+    max_rel,
+    numpy_heads,
+    rel,
+    run_with_grads,
+    spread_logits,
+)
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.model.network import ModelConfig, XMaskNet

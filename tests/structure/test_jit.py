@@ -12,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _read_only(tree: Path) -> None:
-    for folder, dirs, files in os.walk(tree):
+    for folder, _dirs, files in os.walk(tree):
         for name in files:
             p = Path(folder) / name
             p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))

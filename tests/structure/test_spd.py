@@ -5,8 +5,15 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from xmask_cli.structure import (BEYOND, UNREACHABLE, PairDistances, adjacency, connected_components, pair_distance,
-                                 shortest_path_pairs)
+from xmask_cli.structure import (
+    BEYOND,
+    UNREACHABLE,
+    PairDistances,
+    adjacency,
+    connected_components,
+    pair_distance,
+    shortest_path_pairs,
+)
 
 
 def nx_pairs(g: nx.Graph, cutoff: int) -> set[tuple[int, int, int]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import networkx as nx
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from xmask_cli.structure import adjacency, power_pairs, walk_pairs
 from xmask_cli.structure.walks import power_rows
@@ -107,7 +108,7 @@ def test_ball_structure_on_a_block_diagonal_pair_of_graphs():
         ball_structure(block, 3, spd_radius=2)
 
 
-def _block_of_graphs(seed: int) -> tuple[list[nx.Graph], "sp.csr_matrix", np.ndarray]:
+def _block_of_graphs(seed: int) -> tuple[list[nx.Graph], sp.csr_matrix, np.ndarray]:
     """Six random graphs (some disconnected, one with an isolated node) as one block-diagonal matrix."""
     import scipy.sparse as sp
 
@@ -149,8 +150,7 @@ def test_ball_structure_pieces_threads_and_growth_equal_one_pass(monkeypatch):
     """The kernel fills growing buffers; with several threads the block is cut into pieces joined in order.
     Tiny pieces and tiny starting buffers (many regrowths) give the same arrays, bit for bit, as one pass
     with roomy buffers, and both equal networkx and dense matrix powers."""
-    from xmask_cli.structure import ball_structure, normalized_adjacency
-    from xmask_cli.structure import walks
+    from xmask_cli.structure import ball_structure, normalized_adjacency, walks
 
     graphs, block, base = _block_of_graphs(7)
     kw = dict(spd_radius=5, base=base, col_dtype=np.dtype(np.uint16), values_dtype=np.dtype(np.float32))

@@ -104,10 +104,10 @@ def test_a_trial_on_folds_scores_the_inner_holdouts_of_the_first_folds(tmp_path,
 
     import numpy as np
 
-    from xmask_cli.engine.folds import outer_folds
-    from xmask_cli.engine.tasks.graph import graph_labels
     from xmask_cli.data.load import load_graphs
     from xmask_cli.data.registry import get_dataset
+    from xmask_cli.engine.folds import outer_folds
+    from xmask_cli.engine.tasks.graph import graph_labels
 
     setup = replace(_setup(tmp_path, mutag_cache, [0]), cfg=R.resolve("mutag", [*TINY, "data.folds=3"]), folds=2)
     study = optuna.create_study(direction="maximize", pruner=optuna.pruners.NopPruner())

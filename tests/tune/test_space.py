@@ -41,7 +41,7 @@ def test_a_bad_space_fails_before_any_trial_with_the_key_named(tmp_path, entry, 
 
 
 def test_every_shipped_graph_node_and_link_preset_has_a_valid_space():
-    for name, level in (("graph-level", "graph"), ("mutag", "graph"), ("proteins", "graph"), ("node-level", "node"),
+    for name, _level in (("graph-level", "graph"), ("mutag", "graph"), ("proteins", "graph"), ("node-level", "node"),
                         ("cora", "node"), ("citeseer", "node"), ("computers", "node"), ("link-level", "link"),
                         ("cora-link", "link")):
         cfg = R.resolve(name)

@@ -44,8 +44,16 @@ Everything public is importable from ``xmask_cli.cache``.
 """
 from xmask_cli.cache.files import FORMAT_VERSION, cache_key, cache_path, is_stale_temp
 from xmask_cli.cache.inputs import SOURCE_ATTR, InputFingerprints
-from xmask_cli.cache.manage import (CacheInfo, cache_files, clear, dataset_folder, info, is_own_cache_file, listing,
-                                    verify)
+from xmask_cli.cache.manage import (
+                                    CacheInfo,
+                                    cache_files,
+                                    clear,
+                                    dataset_folder,
+                                    info,
+                                    is_own_cache_file,
+                                    listing,
+                                    verify,
+)
 from xmask_cli.cache.reader import StructureCache
 from xmask_cli.cache.writer import CacheWriter
 

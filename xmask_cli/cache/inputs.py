@@ -8,8 +8,9 @@ path to a folder that no symbolic link leads to (xmask follows no link it did no
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import h5py
 
@@ -108,7 +109,7 @@ class InputFingerprints:
     def _reprepare(self, folder: str) -> str:
         return f"prepare it again with `xmask prepare {folder} --force --cache-dir {self.cache_dir}`"
 
-    def _load(self, spec: "DatasetSpec") -> "GraphSet":
+    def _load(self, spec: DatasetSpec) -> GraphSet:
         from xmask_cli.data.load import load_graphs, resolve_data_root
 
         return load_graphs(spec, data_root=resolve_data_root(self.data_root), cache_dir=self.cache_dir, offline=True)

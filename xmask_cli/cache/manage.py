@@ -12,8 +12,16 @@ from typing import Any
 import h5py
 import numpy as np
 
-from xmask_cli.cache.files import (FORMAT_VERSION, H5_ERRORS, HDF5_SIGNATURE, KEY_NAME, TMP_NAME, cache_key,
-                                   is_stale_temp, pid_alive)
+from xmask_cli.cache.files import (
+    FORMAT_VERSION,
+    H5_ERRORS,
+    HDF5_SIGNATURE,
+    KEY_NAME,
+    TMP_NAME,
+    cache_key,
+    is_stale_temp,
+    pid_alive,
+)
 from xmask_cli.data.staging import STAGING_MARKER
 from xmask_cli.errors import CacheError, NotWritableError, UsageError, first_line
 from xmask_cli.fs import refuse_file_as_dir

@@ -68,13 +68,13 @@ class StructureCache:
         # h5py handles cannot be pickled: a worker reopens the file on first use.
         return {"path": self.path, "_f": None, "_mem": {}}
 
-    def __enter__(self) -> "StructureCache":
+    def __enter__(self) -> StructureCache:
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def load_in_memory(self) -> "StructureCache":
+    def load_in_memory(self) -> StructureCache:
         """Read every array once; later accessors then never touch the file."""
         def visit(name: str, obj: Any) -> None:
             if isinstance(obj, h5py.Dataset):

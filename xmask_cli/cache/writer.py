@@ -7,8 +7,9 @@ import json
 import os
 import queue
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import h5py
 import numpy as np
@@ -137,7 +138,7 @@ class CacheWriter:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
-    def __enter__(self) -> "CacheWriter":
+    def __enter__(self) -> CacheWriter:
         self._file = _GuardedFile(self.tmp)
         self._f = h5py.File(self._file, "w")
         for k, v in self._attrs.items():

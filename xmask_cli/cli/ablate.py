@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -10,12 +10,13 @@ from xmask_cli.cli.app import EXIT_HELP, debug, handle_errors, output_for
 from xmask_cli.cli.options import DataOptions, DeviceOpt, FormatOpt, RunOptions, options
 from xmask_cli.render import ablate as render
 
+
 def ablate(
     ctx: typer.Context,
     run: RunOptions = RunOptions(),
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds of every variant: 0-4, 0,2,7 ...")] = "0-4",
-    variants: Annotated[Optional[str], typer.Option("--variants", help="Comma list of full, no-symnorm, no-logmask, no-multihead, one-layer, no-spd, no-rrwp, no-magnetic, no-eigen (the preset without that learned bias), for M3Dphormer presets no-local, no-cluster, no-global, flat-routing, no-routing, and for image presets positional (learned position embeddings, no mask) [default: the core five plus those that apply to the preset; images: full,no-logmask,positional].", show_default=False)] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Ablation folder [default `./ablations/<dataset>-<level>`].", show_default=False)] = None,
+    variants: Annotated[str | None, typer.Option("--variants", help="Comma list of full, no-symnorm, no-logmask, no-multihead, one-layer, no-spd, no-rrwp, no-magnetic, no-eigen (the preset without that learned bias), for M3Dphormer presets no-local, no-cluster, no-global, flat-routing, no-routing, and for image presets positional (learned position embeddings, no mask) [default: the core five plus those that apply to the preset; images: full,no-logmask,positional].", show_default=False)] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Ablation folder [default `./ablations/<dataset>-<level>`].", show_default=False)] = None,
     device: DeviceOpt = "auto",
     data: DataOptions = DataOptions(),
     fmt: FormatOpt = None,

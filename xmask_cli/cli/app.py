@@ -12,8 +12,9 @@ import functools
 import os
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Callable, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -160,7 +161,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def main_callback(
     ctx: typer.Context,
-    fmt: Annotated[Optional[str], typer.Option("--format", "-f", help="Result format: human or json [env XMASK_FORMAT; default human].", show_default=False)] = None,
+    fmt: Annotated[str | None, typer.Option("--format", "-f", help="Result format: human or json [env XMASK_FORMAT; default human].", show_default=False)] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No log lines on stderr.")] = False,
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")

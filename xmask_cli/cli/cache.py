@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,7 +14,7 @@ from xmask_cli.render import cache as render
 
 def cache_ls(
     ctx: typer.Context,
-    dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset.", show_default=False)] = None,
+    dataset: Annotated[str | None, typer.Argument(help="Only this dataset.", show_default=False)] = None,
     cache_dir: CacheDirOpt = None,
     fmt: FormatOpt = None,
 ) -> None:
@@ -41,14 +41,14 @@ def cache_ls(
 
 def cache_verify(
     ctx: typer.Context,
-    target: Annotated[Optional[str], typer.Argument(help="A cache file, or a dataset name (default: all).", show_default=False)] = None,
+    target: Annotated[str | None, typer.Argument(help="A cache file, or a dataset name (default: all).", show_default=False)] = None,
     cache_dir: CacheDirOpt = None,
     check_inputs: Annotated[
         bool, typer.Option("--check-inputs", help="Also reload each dataset (offline; a folder dataset from the folder its cache records) and "
                                               "compare its fingerprint.")
     ] = False,
     data_root: Annotated[
-        Optional[Path], typer.Option("--data-root", help="Data root for --check-inputs [env XMASK_DATA_ROOT].", show_default=False)
+        Path | None, typer.Option("--data-root", help="Data root for --check-inputs [env XMASK_DATA_ROOT].", show_default=False)
     ] = None,
     fmt: FormatOpt = None,
 ) -> None:
@@ -98,7 +98,7 @@ def cache_verify(
 
 def cache_clear(
     ctx: typer.Context,
-    dataset: Annotated[Optional[str], typer.Argument(help="Only this dataset (default: everything).", show_default=False)] = None,
+    dataset: Annotated[str | None, typer.Argument(help="Only this dataset (default: everything).", show_default=False)] = None,
     cache_dir: CacheDirOpt = None,
     fmt: FormatOpt = None,
 ) -> None:

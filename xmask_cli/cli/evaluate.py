@@ -10,6 +10,7 @@ from xmask_cli.cli.options import DataOptions, DeviceOpt, FormatOpt, RunDirArg, 
 from xmask_cli.errors import UsageError
 from xmask_cli.render import evaluate as render
 
+
 def eval_(
     ctx: typer.Context,
     run_dir: RunDirArg,

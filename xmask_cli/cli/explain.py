@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -10,18 +10,19 @@ from xmask_cli.cli.app import EXIT_HELP, handle_errors, output_for
 from xmask_cli.cli.options import DataOptions, DeviceOpt, FormatOpt, RunDirArg, options
 from xmask_cli.render import explain as render
 
+
 def explain(
     ctx: typer.Context,
     run_dir: RunDirArg,
-    graph: Annotated[Optional[list[int]], typer.Option("--graph", help="Graph id (graph-level runs); repeatable.", show_default=False)] = None,
-    node: Annotated[Optional[list[int]], typer.Option("--node", help="Node id (node, link, edge runs): its neighbourhood; repeatable.", show_default=False)] = None,
-    edge: Annotated[Optional[list[str]], typer.Option("--edge", help="U,V node pair (link, edge runs); repeatable.", show_default=False)] = None,
-    image: Annotated[Optional[list[int]], typer.Option("--image", help="Test image index (image runs): the image beside each head's attention over the patch grid; repeatable.", show_default=False)] = None,
-    query_patch: Annotated[Optional[int], typer.Option("--query-patch", min=0, help="Image runs: show this patch's attention row (row-major index) instead of the attention each patch receives, averaged over all queries.", show_default=False)] = None,
+    graph: Annotated[list[int] | None, typer.Option("--graph", help="Graph id (graph-level runs); repeatable.", show_default=False)] = None,
+    node: Annotated[list[int] | None, typer.Option("--node", help="Node id (node, link, edge runs): its neighbourhood; repeatable.", show_default=False)] = None,
+    edge: Annotated[list[str] | None, typer.Option("--edge", help="U,V node pair (link, edge runs); repeatable.", show_default=False)] = None,
+    image: Annotated[list[int] | None, typer.Option("--image", help="Test image index (image runs): the image beside each head's attention over the patch grid; repeatable.", show_default=False)] = None,
+    query_patch: Annotated[int | None, typer.Option("--query-patch", min=0, help="Image runs: show this patch's attention row (row-major index) instead of the attention each patch receives, averaged over all queries.", show_default=False)] = None,
     view: Annotated[str, typer.Option("--view", help="Figures: matrix (layer × kind × head grid), graph (the neighbourhood drawn node-link, one panel per head: the query's attention as node colour and arc width, hop colouring) or all.")] = "all",
-    query: Annotated[Optional[int], typer.Option("--query", min=0, help="Graph view: the node whose attention is drawn [default: node 0 of a graph, the --node itself, U of --edge U,V].", show_default=False)] = None,
-    layer: Annotated[Optional[int], typer.Option("--layer", min=0, help="Graph view: the layer drawn [default: the last].", show_default=False)] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Output folder [default `maps/<name>-<seed>`].", show_default=False)] = None,
+    query: Annotated[int | None, typer.Option("--query", min=0, help="Graph view: the node whose attention is drawn [default: node 0 of a graph, the --node itself, U of --edge U,V].", show_default=False)] = None,
+    layer: Annotated[int | None, typer.Option("--layer", min=0, help="Graph view: the layer drawn [default: the last].", show_default=False)] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Output folder [default `maps/<name>-<seed>`].", show_default=False)] = None,
     max_nodes: Annotated[int, typer.Option("--max-nodes", min=2, help="Largest map kept; bigger targets are cropped to the closest nodes (and say so).")] = 64,
     device: DeviceOpt = "auto",
     data: DataOptions = DataOptions(),

@@ -18,7 +18,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -29,22 +29,22 @@ __all__ = ["CacheDirOpt", "DataOptions", "DataRootOpt", "DatasetOpt", "DeviceOpt
            "PresetOpt", "RunDirArg", "RunOptions", "SetOpt", "options"]
 
 FormatOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option("--format", "-f", help="Result format on stdout: human or json (default: the global --format).",
                  show_default=False),
 ]
-PresetOpt = Annotated[Optional[str], typer.Option("--preset", "-p", help="Preset name (see `xmask presets ls`) or YAML path [env XMASK_PRESETS: extra preset folders; with a dataset and no --preset: the dataset's own preset, else its level's].")]
-DatasetOpt = Annotated[Optional[str], typer.Option("--dataset", "-d", help="Dataset name, or a folder of files (./mygraph: docs/datasets-from-files.md); overrides the preset's data.dataset.", show_default=False)]
+PresetOpt = Annotated[str | None, typer.Option("--preset", "-p", help="Preset name (see `xmask presets ls`) or YAML path [env XMASK_PRESETS: extra preset folders; with a dataset and no --preset: the dataset's own preset, else its level's].")]
+DatasetOpt = Annotated[str | None, typer.Option("--dataset", "-d", help="Dataset name, or a folder of files (./mygraph: docs/datasets-from-files.md); overrides the preset's data.dataset.", show_default=False)]
 SetOpt = Annotated[
-    Optional[list[str]],
+    list[str] | None,
     typer.Option("--set", "-s", help="Dotted override KEY=VALUE, repeatable, typed: ints, floats (1e-30), bools, lists ([1,2]), null; e.g. `--set structure.powers.k=3`."),
 ]
 CacheDirOpt = Annotated[
-    Optional[Path], typer.Option("--cache-dir", help="Cache directory [env XMASK_CACHE; default ./cache].", show_default=False)
+    Path | None, typer.Option("--cache-dir", help="Cache directory [env XMASK_CACHE; default ./cache].", show_default=False)
 ]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto (CUDA when present), cpu, cuda or cuda:N.")]
 DataRootOpt = Annotated[
-    Optional[Path], typer.Option("--data-root", help="Data root holding NAME/raw/... folders [env XMASK_DATA_ROOT].", show_default=False)
+    Path | None, typer.Option("--data-root", help="Data root holding NAME/raw/... folders [env XMASK_DATA_ROOT].", show_default=False)
 ]
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never download: a missing dataset fails at once, naming where it looked [env XMASK_OFFLINE=1].")]
 RunDirArg = Annotated[Path, typer.Argument(help="A run folder, `runs/<name>/<seed>/`.", show_default=False)]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -11,9 +11,10 @@ from xmask_cli.cli.app import EXIT_HELP, handle_errors, output_for
 from xmask_cli.cli.options import DataOptions, FormatOpt, PresetOpt, SetOpt, options
 from xmask_cli.render import prepare as render
 
+
 def prepare(
     ctx: typer.Context,
-    dataset: Annotated[Optional[str], typer.Argument(help="Dataset name (docs/datasets.md), e.g. cora, MUTAG, ogbg-molhiv; or a folder of files, e.g. ./mygraph.", show_default=False)] = None,
+    dataset: Annotated[str | None, typer.Argument(help="Dataset name (docs/datasets.md), e.g. cora, MUTAG, ogbg-molhiv; or a folder of files, e.g. ./mygraph.", show_default=False)] = None,
     preset: PresetOpt = None,
     set_: SetOpt = None,
     workers: Annotated[int, typer.Option("--workers", "-j", min=1, help="Processes: N > 1 computes spectra and partitions in N-1 workers alongside.")] = 1,

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -14,7 +14,7 @@ from xmask_cli.render import runs as render
 def runs_compare(
     ctx: typer.Context,
     dirs: Annotated[list[Path], typer.Argument(help="Run folders (`runs/<name>/<seed>`) or folders of them (`runs/<name>`).", show_default=False)],
-    out: Annotated[Optional[Path], typer.Option("--out", help="Where the plot of the validation curves goes (PNG) [default `runs-compare.png`].", show_default=False)] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Where the plot of the validation curves goes (PNG) [default `runs-compare.png`].", show_default=False)] = None,
     no_plot: Annotated[bool, typer.Option("--no-plot", help="Print the table only.")] = False,
     fmt: FormatOpt = None,
 ) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -13,18 +13,19 @@ from xmask_cli.cli.options import DataOptions, DeviceOpt, FormatOpt, RunOptions,
 from xmask_cli.errors import UsageError
 from xmask_cli.render import train as render
 
+
 def train(
     ctx: typer.Context,
     run: RunOptions = RunOptions(),
-    seed: Annotated[Optional[int], typer.Option("--seed", min=0, help="One seed (default 0).", show_default=False)] = None,
-    seeds: Annotated[Optional[str], typer.Option("--seeds", help="A sweep: 0-4, 0,2,7 or 0-2,9; writes aggregate.json (mean ± std).", show_default=False)] = None,
+    seed: Annotated[int | None, typer.Option("--seed", min=0, help="One seed (default 0).", show_default=False)] = None,
+    seeds: Annotated[str | None, typer.Option("--seeds", help="A sweep: 0-4, 0,2,7 or 0-2,9; writes aggregate.json (mean ± std).", show_default=False)] = None,
     device: DeviceOpt = "auto",
     resume: Annotated[bool, typer.Option("--resume", help="Continue killed runs from their last.pt (finished ones are only re-reported); refused when the config differs in more than train.epochs.")] = False,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run folders' previous runs (without it an existing run is refused).")] = False,
-    runs_dir: Annotated[Optional[Path], typer.Option("--runs-dir", help="Root of run folders [default: the preset's run.root, ./runs].", show_default=False)] = None,
-    name: Annotated[Optional[str], typer.Option("--name", help="Run name: `runs/<name>/<seed>/` [default `<dataset>-<level>`].", show_default=False)] = None,
-    folds: Annotated[Optional[int], typer.Option("--folds", min=2, help="Graph level: Errica et al.'s protocol, K stratified outer folds fixed by the seed, a stratified 10 % holdout of each training part for selection, test once per fold; runs in runs/<name>/<seed>/fold-<i>/, fold files in runs/<name>/<seed>/folds/. Same as --set data.folds=K.", show_default=False)] = None,
-    logger: Annotated[Optional[list[str]], typer.Option("--logger", help="Extra logger, repeatable: tensorboard (event files in each run folder; pip install \"xmask[tensorboard]\"). Same as --set train.loggers=[tensorboard].", show_default=False)] = None,
+    runs_dir: Annotated[Path | None, typer.Option("--runs-dir", help="Root of run folders [default: the preset's run.root, ./runs].", show_default=False)] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Run name: `runs/<name>/<seed>/` [default `<dataset>-<level>`].", show_default=False)] = None,
+    folds: Annotated[int | None, typer.Option("--folds", min=2, help="Graph level: Errica et al.'s protocol, K stratified outer folds fixed by the seed, a stratified 10 % holdout of each training part for selection, test once per fold; runs in runs/<name>/<seed>/fold-<i>/, fold files in runs/<name>/<seed>/folds/. Same as --set data.folds=K.", show_default=False)] = None,
+    logger: Annotated[list[str] | None, typer.Option("--logger", help="Extra logger, repeatable: tensorboard (event files in each run folder; pip install \"xmask[tensorboard]\"). Same as --set train.loggers=[tensorboard].", show_default=False)] = None,
     data: DataOptions = DataOptions(),
     fmt: FormatOpt = None,
 ) -> None:

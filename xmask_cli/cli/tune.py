@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -16,16 +16,16 @@ def tune(
     trials: Annotated[int, typer.Option("--trials", "-n", min=0, help="Trials this process runs (N processes on one study: the sum); with --resume: until the study holds N finished trials.")] = 20,
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds each trial trains; its value is the mean validation metric over them.")] = "0-2",
     final_seeds: Annotated[str, typer.Option("--final-seeds", help="Seeds the best configuration is trained on after the search, test reported once; `none` skips.")] = "0-9",
-    timeout: Annotated[Optional[str], typer.Option("--timeout", help="Start no trial after this long: 90s, 30m, 2h, 1h30m.", show_default=False)] = None,
-    study: Annotated[Optional[str], typer.Option("--study", help="Study name and folder `runs/<study>/` [default `<dataset>-<level>-tune`].", show_default=False)] = None,
-    storage: Annotated[Optional[str], typer.Option("--storage", help="Optuna storage URL shared by parallel processes [default `sqlite:///<runs-dir>/<study>/study.db`].", show_default=False)] = None,
+    timeout: Annotated[str | None, typer.Option("--timeout", help="Start no trial after this long: 90s, 30m, 2h, 1h30m.", show_default=False)] = None,
+    study: Annotated[str | None, typer.Option("--study", help="Study name and folder `runs/<study>/` [default `<dataset>-<level>-tune`].", show_default=False)] = None,
+    storage: Annotated[str | None, typer.Option("--storage", help="Optuna storage URL shared by parallel processes [default `sqlite:///<runs-dir>/<study>/study.db`].", show_default=False)] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue a stopped study up to --trials finished trials; trials its killed process left running are recorded as failed.")] = False,
     sampler_seed: Annotated[int, typer.Option("--sampler-seed", min=0, help="Seed of the TPE sampler (a study is reproducible).")] = 0,
     pruner: Annotated[str, typer.Option("--pruner", help="median (stop trials below the median at the same seed and epoch) or none.")] = "median",
     folds: Annotated[int, typer.Option("--folds", min=0, help="Graph level: score each trial on the inner holdouts (validation) of the first F outer folds of the fold protocol (data.folds, 10 if unset); 0: the dataset's split.")] = 0,
     plots: Annotated[bool, typer.Option("--plots/--no-plots", help="Draw the PNG plots (parallel workers can leave them to one process).")] = True,
     device: DeviceOpt = "auto",
-    runs_dir: Annotated[Optional[Path], typer.Option("--runs-dir", help="Root of study folders [default: the preset's run.root, ./runs].", show_default=False)] = None,
+    runs_dir: Annotated[Path | None, typer.Option("--runs-dir", help="Root of study folders [default: the preset's run.root, ./runs].", show_default=False)] = None,
     data: DataOptions = DataOptions(),
     fmt: FormatOpt = None,
 ) -> None:

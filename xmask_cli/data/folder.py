@@ -43,8 +43,17 @@ from typing import Any
 import numpy as np
 
 from xmask_cli.data.registry import DatasetSpec
-from xmask_cli.data.tables import (Rows, bounded_max_id, check_regular, file_digest, not_regular, read_csv_columns,
-                                   read_npy, read_npz, read_parquet_columns)
+from xmask_cli.data.tables import (
+    Rows,
+    bounded_max_id,
+    check_regular,
+    file_digest,
+    not_regular,
+    read_csv_columns,
+    read_npy,
+    read_npz,
+    read_parquet_columns,
+)
 from xmask_cli.errors import DataNotFoundError, UsageError
 
 __all__ = ["FORMATS", "FolderFiles", "FolderDataset", "find_files", "folder_spec", "load_folder", "is_folder_ref",

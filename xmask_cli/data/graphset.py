@@ -53,7 +53,7 @@ class GraphSet:
         """True when the loader gave the nodes features (``x``); False for e.g. IMDB-BINARY, COLLAB."""
         return len(self.dataset) > 0 and getattr(self.dataset[0], "x", None) is not None
 
-    def feature_info(self) -> "FeatureInfo":
+    def feature_info(self) -> FeatureInfo:
         """Which node features training feeds the model (see :func:`xmask_cli.engine.features.node_features`)."""
         if self.spec.family == "ogbg":
             x = self.dataset[0].x

@@ -29,10 +29,20 @@ import sys
 from pathlib import Path
 
 from xmask_cli.data.graphset import (  # noqa: F401  (re-exported: callers import them from here)
-    MAX_DEGREE, FeatureInfo, GraphSet, degree_width, graph_arrays, graphs_fingerprint, one_hot_degrees,
+    MAX_DEGREE,
+    FeatureInfo,
+    GraphSet,
+    degree_width,
+    graph_arrays,
+    graphs_fingerprint,
+    one_hot_degrees,
 )
 from xmask_cli.data.pyg import (  # noqa: F401
-    ProcessedFileRejected, _construct, _construct_safely, _no_prompt, safe_torch_load,
+    ProcessedFileRejected,
+    _construct,
+    _construct_safely,
+    _no_prompt,
+    safe_torch_load,
 )
 from xmask_cli.data.registry import DatasetSpec
 from xmask_cli.data.staging import STAGE_MANIFEST, STAGING_MARKER, _stage, check_source_files, source_files  # noqa: F401

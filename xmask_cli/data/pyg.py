@@ -5,12 +5,12 @@ import builtins
 import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from xmask_cli.data.registry import DatasetSpec
 from xmask_cli.errors import CacheError, DataNotFoundError, UsageError, first_line
-
 
 
 @contextlib.contextmanager

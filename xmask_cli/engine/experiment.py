@@ -278,11 +278,11 @@ class Experiment:
         offline: bool | None = None,
         workers: int = 1,
         log: Callable[[str], None] = lambda m: None,
-    ) -> "Experiment":
+    ) -> Experiment:
         """Resolve level and metric, load the data and make sure the structure cache exists."""
-        from xmask_cli.fs import ensure_writable_dir
         from xmask_cli.data.folder import source_folder
         from xmask_cli.data.load import load_graphs, resolve_data_root
+        from xmask_cli.fs import ensure_writable_dir
         from xmask_cli.prepare import prepare_graphs
         from xmask_cli.prepare.needs import structure_needed
 

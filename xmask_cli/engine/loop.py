@@ -61,7 +61,7 @@ class TrainConfig(TrainSection):
     NOT_SAVED: ClassVar[frozenset[str]] = frozenset({"loader_workers", "log_cache_mb", "loggers"})
 
     @classmethod
-    def from_section(cls, section: TrainSection, *, seed: int, device: str) -> "TrainConfig":
+    def from_section(cls, section: TrainSection, *, seed: int, device: str) -> TrainConfig:
         """The preset's ``train`` section with the run's seed and device."""
         return cls(**section_fields(section), seed=seed, device=device)
 
@@ -258,7 +258,7 @@ class _Optimisation:
     scaler: Any
 
     @classmethod
-    def build(cls, model: torch.nn.Module, cfg: TrainConfig) -> "_Optimisation":
+    def build(cls, model: torch.nn.Module, cfg: TrainConfig) -> _Optimisation:
         optimizer: torch.optim.Optimizer
         if cfg.optimizer == "adamw" and cfg.decay == "all":
             optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
@@ -558,7 +558,7 @@ def _ddp_backward(ddp: torch.nn.Module, task: Task, batch: Any, real: bool, w: d
     return loss, int(n), ("loss" if bad_ranks else None)
 
 
-def train_task(task: Any, model_cfg: "ModelConfig", train_cfg: TrainConfig, run_dir: RunDir | str | os.PathLike,
+def train_task(task: Any, model_cfg: ModelConfig, train_cfg: TrainConfig, run_dir: RunDir | str | os.PathLike,
                **fit_options: Any) -> dict[str, Any]:
     """Seed, build :class:`XMaskNet` from ``model_cfg`` and train it on ``task`` with :func:`fit`.
 

@@ -84,7 +84,7 @@ class Support:
         return len(self.col)
 
     @classmethod
-    def from_coo(cls, row: np.ndarray, col: np.ndarray, values: np.ndarray, num_nodes: int) -> "Support":
+    def from_coo(cls, row: np.ndarray, col: np.ndarray, values: np.ndarray, num_nodes: int) -> Support:
         """From the cache's ``(row, col, values)`` (rows ascending, as every cache stores them)."""
         row = np.asarray(row, dtype=np.int64)
         if len(row) > 1 and bool((np.diff(row) < 0).any()):

@@ -115,7 +115,7 @@ class RunDir:
 
     # ------------------------------------------------------------ integrity
     @contextlib.contextmanager
-    def lock(self) -> Iterator["RunDir"]:
+    def lock(self) -> Iterator[RunDir]:
         """Hold an exclusive lock on the folder for the ``with`` block (the run's life).
 
         A second process (or a second lock in this one) fails at once instead of

@@ -74,7 +74,7 @@ class Selection:
     bad_epochs: int = 0
 
     @classmethod
-    def from_checkpoint(cls, ckpt: dict[str, Any] | None) -> "Selection":
+    def from_checkpoint(cls, ckpt: dict[str, Any] | None) -> Selection:
         if ckpt is None:
             return cls()
         return cls(ckpt["epoch"] + 1, ckpt["best"], ckpt.get("best_loss"), ckpt["best_epoch"], ckpt["bad_epochs"])

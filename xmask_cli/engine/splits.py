@@ -81,7 +81,7 @@ class Split:
                 "val": self.val.tolist(), "test": self.test.tolist()}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Split":
+    def from_dict(cls, d: dict[str, Any]) -> Split:
         """Inverse of :meth:`to_dict`."""
         return cls(train=np.asarray(d["train"], dtype=np.int64), val=np.asarray(d["val"], dtype=np.int64),
                    test=np.asarray(d["test"], dtype=np.int64), name=str(d["name"]), seed=d.get("seed"))

@@ -98,17 +98,17 @@ class GraphBatch:
     def num_graphs(self) -> int:
         return int(self.index.numel())
 
-    def _apply(self, fn: Any) -> "GraphBatch":
+    def _apply(self, fn: Any) -> GraphBatch:
         extras = None if self.extras is None else {k: fn(v) for k, v in self.extras.items()}
         logp = None if self.log_powers is None else tuple(fn(t) for t in self.log_powers)
         return GraphBatch(x=fn(self.x), mask=fn(self.mask), powers=None if self.powers is None else fn(self.powers),
                           y=fn(self.y), index=fn(self.index), extras=extras, log_powers=logp, log_spec=self.log_spec)
 
-    def to(self, device: torch.device | str, non_blocking: bool = False) -> "GraphBatch":
+    def to(self, device: torch.device | str, non_blocking: bool = False) -> GraphBatch:
         """A copy on ``device``; ``non_blocking`` overlaps the copy when the batch is pinned."""
         return self._apply(lambda t: t.to(device, non_blocking=non_blocking))
 
-    def pin_memory(self) -> "GraphBatch":
+    def pin_memory(self) -> GraphBatch:
         """Page-locked copy; the DataLoader calls this when ``pin_memory=True``."""
         return self._apply(lambda t: t.pin_memory())
 
@@ -185,7 +185,7 @@ class EpochBatches(Dataset):
     any number of workers yields them in the same order as a plain loop.
     """
 
-    def __init__(self, stream: "GraphLevelStream", batches: list[np.ndarray]):
+    def __init__(self, stream: GraphLevelStream, batches: list[np.ndarray]):
         self.stream = stream
         self.batches = batches
 

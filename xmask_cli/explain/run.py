@@ -80,8 +80,8 @@ def explain_run(
     import matplotlib
 
     matplotlib.use("Agg", force=False)  # the figures are built on Figure objects; no GUI backend needed
-    from xmask_cli.fs import ensure_writable_dir
     from xmask_cli.engine.evaluate import load_run, read_run
+    from xmask_cli.fs import ensure_writable_dir
 
     graphs, nodes, images = [int(g) for g in graphs], [int(i) for i in nodes], [int(i) for i in images]
     pairs = [parse_edge(e) for e in edges]

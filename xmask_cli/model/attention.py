@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from xmask_cli.config import ModelSection
+
 # The parameter-free kernels (segment softmax, unmasked chunked attention) live in attention_ops.py.
 from xmask_cli.model.attention_ops import plain_attention, segment_softmax
 from xmask_cli.model.csr_attention import CsrPlan, csr_attention, csr_plan

@@ -39,7 +39,7 @@ class BiasSpec(BiasSection):
     """
 
     @classmethod
-    def of(cls, entry: Any) -> "BiasSpec":
+    def of(cls, entry: Any) -> BiasSpec:
         """A spec from a spec, a config section or a mapping (a saved run's ``model.biases`` entry)."""
         if isinstance(entry, BiasSpec):
             return entry

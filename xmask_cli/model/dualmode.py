@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
 from xmask_cli.model.attention import StructuralAttention
 from xmask_cli.model.attention_ops import segment_softmax
 

@@ -140,7 +140,7 @@ class ModelConfig(ModelSection):
     NOT_SAVED: ClassVar[frozenset[str]] = frozenset({"readout_norm"})
 
     @classmethod
-    def from_section(cls, section: ModelSection, **run: Any) -> "ModelConfig":
+    def from_section(cls, section: ModelSection, **run: Any) -> ModelConfig:
         """The preset's ``model`` section plus what the run adds (``in_dim``, ``out_dim``, ``task``, ...).
 
         ``run`` may also override a section key the engine resolves (e.g. ``encoder='atom'`` for ``auto``).

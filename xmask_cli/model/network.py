@@ -25,11 +25,19 @@ from xmask_cli.model.attention import StructuralAttention
 from xmask_cli.model.bias import DenseStructure, SparseStructure, XLogSMaskBias, read_field
 from xmask_cli.model.bias_stack import BiasStack
 from xmask_cli.model.layers import TransformerBlock
+
+# The hyper-parameters live in model_config.py; re-exported so ``from xmask_cli.model.network import ModelConfig`` works.
+from xmask_cli.model.model_config import (
+    ENCODERS,
+    READOUTS,
+    TASKS,
+    ModelConfig,
+    head_labels,
+    plain_heads,
+    sparse_refusal,
+)
 from xmask_cli.model.packed_path import PackedPath
 from xmask_cli.model.token_path import TokenPath
-# The hyper-parameters live in model_config.py; re-exported so ``from xmask_cli.model.network import ModelConfig`` works.
-from xmask_cli.model.model_config import (ENCODERS, READOUTS, TASKS, ModelConfig, head_labels, plain_heads,
-                                          sparse_refusal)
 
 __all__ = ["ENCODERS", "READOUTS", "TASKS", "ModelConfig", "XMaskNet", "head_labels", "plain_heads", "sparse_refusal"]
 

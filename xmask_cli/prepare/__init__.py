@@ -11,13 +11,24 @@ report), ``dataset`` (a registered dataset or an image grid -> cache).
 """
 # The private names stay importable from here, where tests and callers have used them.
 from xmask_cli.prepare.blocks import (  # noqa: F401
-    _BLOCK_NODES, _PR_SET_PDEATHSIG, _die_with_parent, _run_block, _sigint_ignored, _stop_workers, _worker_init,
-    iter_blocks, plan_blocks,
+    _BLOCK_NODES,
+    _PR_SET_PDEATHSIG,
+    _die_with_parent,
+    _run_block,
+    _sigint_ignored,
+    _stop_workers,
+    _worker_init,
+    iter_blocks,
+    plan_blocks,
 )
 from xmask_cli.prepare.compute import BlockResult, col_dtype, compute_block
 from xmask_cli.prepare.dataset import check_patch, grid_fingerprint, prepare_dataset, prepare_grid, resolve_cache_dir
 from xmask_cli.prepare.graphs import (
-    TRUNCATION_RULE, PrepareSummary, prepare_graphs, structure_params, truncation_report,
+    TRUNCATION_RULE,
+    PrepareSummary,
+    prepare_graphs,
+    structure_params,
+    truncation_report,
 )
 
 __all__ = [

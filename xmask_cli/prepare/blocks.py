@@ -8,10 +8,10 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures import Future
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import numpy as np
 

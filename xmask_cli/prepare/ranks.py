@@ -9,7 +9,8 @@ rank 0 writes it and every rank reads the dataset). The process group is torchru
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -98,7 +99,7 @@ def gathered_blocks(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfi
         i = t + w.rank
         mine = run(units[i]) if i < len(units) else None
         out: list[Any] | None = [None] * w.size if w.rank == 0 else None
-        w.collective(lambda: dist.gather_object(mine, out, dst=0))
+        w.collective(lambda: dist.gather_object(mine, out, dst=0))  # noqa: B023  (run at once, inside the loop)
         if w.rank == 0:
             for j, r in enumerate(out or []):
                 if t + j < len(units):

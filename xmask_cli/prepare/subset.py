@@ -12,8 +12,9 @@ positive diagonal; truncation keeps only entries ``≥ tau`` besides the real ed
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import h5py
 import numpy as np

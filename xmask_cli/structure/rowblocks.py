@@ -12,8 +12,14 @@ import numpy as np
 import scipy.sparse as sp
 
 from xmask_cli.structure.graph import inv_sqrt
-from xmask_cli.structure.powers import (Truncation, _product, normalized_adjacency, random_walk_matrix,
-                                        truncate_rows, with_self_loops)
+from xmask_cli.structure.powers import (
+    Truncation,
+    _product,
+    normalized_adjacency,
+    random_walk_matrix,
+    truncate_rows,
+    with_self_loops,
+)
 
 __all__ = ["PowerRows", "WalkRows", "rows_per_block"]
 

@@ -16,11 +16,11 @@ from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import GraphSet, graphs_fingerprint, load_graphs
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.loop import TrainConfig, fit, seed_everything
-from xmask_cli.engine.tasks.node import NodeTask
 from xmask_cli.engine.runs import RunDir, without_timing
 from xmask_cli.engine.splits import node_split, random_split
+from xmask_cli.engine.tasks.node import NodeTask
 from xmask_cli.model.network import ModelConfig, XMaskNet
-from xmask_cli.prepare import prepare_graphs, prepare_dataset
+from xmask_cli.prepare import prepare_dataset, prepare_graphs
 
 NO_EXTRAS = ["structure.spd.enabled=false", "structure.spectrum.enabled=false"]
 #: Few epochs: each full-graph (2708 nodes) step and evaluation costs about 0.5 s on one busy core,

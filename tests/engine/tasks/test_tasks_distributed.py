@@ -134,9 +134,8 @@ class Steps:
 
 
 def _model(task: Any) -> torch.nn.Module:
-    from xmask_cli.model.network import ModelConfig, XMaskNet
-
     from xmask_cli.engine.tasks.link import LinkTask
+    from xmask_cli.model.network import ModelConfig, XMaskNet
 
     torch.manual_seed(0)
     link = isinstance(task, LinkTask)

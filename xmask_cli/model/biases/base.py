@@ -30,7 +30,7 @@ class LearnedBias(StructuralBias):
     """
 
     @classmethod
-    def from_spec(cls, spec: "BiasSpec", num_heads: int, rrwp_dim: int) -> "LearnedBias":
+    def from_spec(cls, spec: BiasSpec, num_heads: int, rrwp_dim: int) -> LearnedBias:
         """The module for one ``model.biases`` entry serving ``num_heads`` heads.
 
         The default takes ``num_heads`` only; a bias with settings of its own

@@ -61,7 +61,7 @@ class MagneticBias(LearnedBias):
         torch.nn.init.zeros_(self.mlp[2].bias)
 
     @classmethod
-    def from_spec(cls, spec: "BiasSpec", num_heads: int, rrwp_dim: int) -> "MagneticBias":
+    def from_spec(cls, spec: BiasSpec, num_heads: int, rrwp_dim: int) -> MagneticBias:
         """``spec.width`` channels."""
         return cls(num_heads, spec.width)
 

@@ -32,7 +32,7 @@ class RrwpBias(LearnedBias):
         torch.nn.init.zeros_(self.mlp[2].bias)
 
     @classmethod
-    def from_spec(cls, spec: "BiasSpec", num_heads: int, rrwp_dim: int) -> "RrwpBias":
+    def from_spec(cls, spec: BiasSpec, num_heads: int, rrwp_dim: int) -> RrwpBias:
         """The cache's walk channels, ``spec.width`` hidden units."""
         return cls(num_heads, rrwp_dim, spec.width)
 

@@ -44,7 +44,7 @@ class SpdBias(LearnedBias):
         return torch.where(d <= -2, torch.full_like(d, far + 1), b)
 
     @classmethod
-    def from_spec(cls, spec: "BiasSpec", num_heads: int, rrwp_dim: int) -> "SpdBias":
+    def from_spec(cls, spec: BiasSpec, num_heads: int, rrwp_dim: int) -> SpdBias:
         """``spec.max_distance`` buckets."""
         return cls(num_heads, spec.max_distance)
 
