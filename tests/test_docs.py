@@ -146,4 +146,6 @@ def test_readme_commands_are_the_ci_commands() -> None:
     assert second[-3:] == ["pip install torch==2.13.0", 'pip install ".[test]"', "python -m pytest tests"]
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     ci_steps = [re.sub(r"\s--quiet\b", "", line).strip() for line in ci if line.startswith(("pip ", "python -m"))]
-    assert ci_steps == ["pip install torch==2.13.0", "pip install .", 'pip install ".[test]"', "python -m pytest tests"]
+    # Between the install and the tests, CI runs the checks (ruff, mypy, the import direction) from the lint extra.
+    assert ci_steps == ["pip install torch==2.13.0", "pip install .", 'pip install ".[test]"', 'pip install ".[lint]"',
+                        "python -m pytest -q tests/test_architecture.py", "python -m pytest tests"]

@@ -276,7 +276,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
         raise bad
     if origin is list:
         (inner,) = typing.get_args(tp)
-        if dataclasses.is_dataclass(inner):
+        if isinstance(inner, type) and dataclasses.is_dataclass(inner):
             if isinstance(value, dict):  # one mapping stands for a list of one
                 value = [value]
             if not isinstance(value, list):
@@ -332,7 +332,7 @@ def build(cls: type, data: Any, prefix: str = "") -> Any:
             hint = f"did you mean '{prefix + '.' if prefix else ''}{close[0]}'?" if close else f"valid keys: {', '.join(fields)}"
             raise ConfigError(f"unknown key '{full}': {hint}")
         tp = hints[key]
-        if dataclasses.is_dataclass(tp):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             kwargs[key] = build(tp, value, full)
         else:
             kwargs[key] = _coerce(value, tp, full)

@@ -54,4 +54,4 @@ def pid_alive(pid: int) -> bool:
 def is_stale_temp(path: Path) -> bool:
     """A :class:`CacheWriter` temp file whose writer process is gone."""
     m = TMP_NAME.match(path.name)
-    return bool(m) and path.is_file() and not path.is_symlink() and not pid_alive(int(m.group(1)))
+    return m is not None and path.is_file() and not path.is_symlink() and not pid_alive(int(m.group(1)))

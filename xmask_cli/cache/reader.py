@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import h5py
 import numpy as np
@@ -28,7 +28,7 @@ class StructureCache:
         lam, vec = c.spectrum(0)
     """
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
         self._f: h5py.File | None = None
         self._mem: dict[str, np.ndarray] = {}
@@ -98,7 +98,7 @@ class StructureCache:
     def _checked(self, ds: h5py.Dataset, name: str, sl: slice | None) -> np.ndarray:
         """Read ``ds`` (or a slice); a checksum or decompression failure becomes a :class:`CacheError`."""
         try:
-            return ds[()] if sl is None else ds[sl]
+            return cast(np.ndarray, ds[()] if sl is None else ds[sl])
         except (OSError, RuntimeError) as exc:
             raise self._corrupt(name, exc) from exc
 
@@ -126,7 +126,7 @@ class StructureCache:
     # -- metadata
     @property
     def params(self) -> dict[str, Any]:
-        return json.loads(self.file.attrs["params"])
+        return cast(dict[str, Any], json.loads(self.file.attrs["params"]))
 
     @property
     def fingerprint(self) -> str:

@@ -9,6 +9,7 @@ import queue
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import h5py
@@ -134,7 +135,7 @@ class CacheWriter:
         self._f: h5py.File | None = None
         self._buf: dict[str, list[np.ndarray]] = {}
         self._buffered = 0
-        self._jobs: queue.Queue = queue.Queue(maxsize=2)  # bounds memory held by pending slabs
+        self._jobs: queue.Queue[Any] = queue.Queue(maxsize=2)  # bounds memory held by pending slabs
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
@@ -236,7 +237,7 @@ class CacheWriter:
 
         self._submit(job)
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         assert self._f is not None and self._thread is not None
         ok = exc_type is None
         try:

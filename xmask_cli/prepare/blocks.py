@@ -123,7 +123,7 @@ def deferred_interrupt() -> Iterator[Callable[[], None]]:
     check()  # a Ctrl-C after the block's last safe point is raised on the way out, not dropped
 
 
-def _wait(fut: Future, check: Callable[[], None]) -> Any:
+def _wait(fut: Future[Any], check: Callable[[], None]) -> Any:
     """``fut.result()`` that still answers a deferred Ctrl-C while the worker computes."""
     while True:
         check()
@@ -149,7 +149,7 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
     pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _run_block(args: tuple) -> BlockResult:
+def _run_block(args: tuple[Any, ...]) -> BlockResult:
     return compute_block(*args)
 
 
@@ -205,7 +205,7 @@ class UnitRunner:
         self.cdtype = col_dtype(nn)
         self._large: tuple[int, LargeGraph] | None = None
 
-    def task(self, u: Unit) -> tuple:
+    def task(self, u: Unit) -> tuple[Any, ...]:
         """``compute_block`` arguments of a ``small`` or ``graph`` unit."""
         return (self.edges[u.g:u.stop], self.nn[u.g:u.stop], self.cfg, u.kind == "graph", self.level, self.cdtype)
 

@@ -25,7 +25,7 @@ class BlockResult:
     large: np.ndarray
     component: np.ndarray
     pairs: dict[str, dict[str, np.ndarray]] = field(default_factory=dict)  # group -> arrays incl. 'node_counts'
-    eig: dict[str, dict[str, list]] = field(default_factory=dict)  # group -> vals / vecs / method
+    eig: dict[str, dict[str, list[Any]]] = field(default_factory=dict)  # group -> vals / vecs / method
     part: np.ndarray | None = None
     dropped: dict[str, np.ndarray] = field(default_factory=dict)  # group -> [rows, K] share of row mass truncated
     #: False for a block of rows of a large graph: it carries pairs only; the graph's own arrays come after them.
@@ -177,6 +177,7 @@ class LargeGraph:
                 res.pairs["spd"] = _split_pairs(r.astype(np.int64) - start, c, offs, self.cdtype, dist=d)
             if self.walks is not None:
                 walks = self.walks.rows(start, stop)
+                assert self.walk_sums is not None  # computed whenever the walks are
                 res.dropped["rrwp"] = S.dropped_share(walks, self.walk_sums[start:stop])
                 counts, col, vals = S.union_rows(walks, self.cdtype, np.dtype(np.float32))
                 del walks
@@ -203,7 +204,7 @@ def _per_graph(res: BlockResult, a: sp.csr_matrix, edges: list[np.ndarray], nn: 
 
 
 def _per_graph_eigs(lap: sp.csr_matrix, offs: np.ndarray, component: np.ndarray, m: int, full_max: int,
-                    dtype: Any) -> dict[str, list]:
+                    dtype: Any) -> dict[str, list[Any]]:
     """Each graph's stored spectrum, solved per connected component (see :func:`~xmask_cli.structure.graph_spectra`)."""
     vals, vecs, methods = [], [], []
     for lv, vv, how in S.graph_spectra(lap, offs, component, m, full_max_nodes=full_max):

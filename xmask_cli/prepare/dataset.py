@@ -6,6 +6,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -16,7 +17,7 @@ from xmask_cli.prepare.needs import structure_needed
 from xmask_cli.prepare.ranks import RankWorld, rank0_first
 
 
-def resolve_cache_dir(cli_value: str | os.PathLike | None) -> Path:
+def resolve_cache_dir(cli_value: str | os.PathLike[str] | None) -> Path:
     """``--cache-dir`` > ``XMASK_CACHE`` > ``./cache``."""
     return Path(cli_value or os.environ.get("XMASK_CACHE") or "cache").expanduser()
 
@@ -24,7 +25,7 @@ def resolve_cache_dir(cli_value: str | os.PathLike | None) -> Path:
 def prepare_dataset(
     cfg: Config,
     *,
-    data_root: str | os.PathLike | None = None,
+    data_root: str | os.PathLike[str] | None = None,
     cache_dir: Path,
     workers: int = 1,
     force: bool = False,
@@ -55,7 +56,7 @@ def prepare_dataset(
             grid = prepare_grid(dataset_key=spec.key, image_size=(height, width), patch=cfg.image.patch,
                                 connectivity=cfg.image.connectivity, cfg=structure, cache_dir=cache_dir,
                                 force=force, log=log)
-        return w.broadcast(grid)
+        return cast(PrepareSummary, w.broadcast(grid))
     t0 = time.perf_counter()
     with rank0_first(world or RankWorld()):  # with several ranks rank 0 stages the dataset, then the others read it
         graphs = load_graphs(spec, data_root=resolve_data_root(data_root, cfg.data.root), cache_dir=cache_dir,
@@ -76,7 +77,7 @@ def prepare_dataset(
     return summary
 
 
-def grid_fingerprint(image_size: tuple[int, int], patch: int, connectivity: int) -> tuple[str, list, np.ndarray]:
+def grid_fingerprint(image_size: tuple[int, int], patch: int, connectivity: int) -> tuple[str, list[Any], np.ndarray]:
     """``(fingerprint, [edge_index], num_nodes)`` of the patch grid of ``image_size`` images.
 
     The fingerprint hashes the geometry (image size, patch, connectivity) with

@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -204,7 +204,7 @@ def prepare_graphs(
         if w.broadcast(None) == "compute":
             for _ in gathered_blocks(edges, nn, cfg, level, w, budget_bytes=budget):
                 pass
-        return w.broadcast(None)
+        return cast(PrepareSummary, w.broadcast(None))
     said: list[str] = []
 
     def announce(what: str) -> None:

@@ -1,0 +1,281 @@
+"""Import direction: ARCHITECTURE.md's layer diagram, as data, checked over every import of xmask_cli.
+
+An AST walk reads every ``import`` of an ``xmask_cli`` module, at module level and inside functions, and
+fails on an import that points up the diagram, on an import cycle between modules, and on an import
+inside a function that is not in the short list of lazy imports with a reason.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "xmask_cli"
+
+# The diagram: each layer and the layers right below it. A layer may import every layer it reaches
+# through these arrows, and the leaves. Layer = the first name below xmask_cli (``engine`` for
+# ``xmask_cli.engine.tasks.node``; ``api`` for ``xmask_cli.api``).
+BELOW: dict[str, set[str]] = {
+    "__main__": {"cli"},
+    "cli": {"render", "api", "ablate", "explain", "tune"},
+    "render": {"cache"},
+    "api": {"engine"},
+    "transforms": {"prepare"},
+    "nn": {"model"},
+    "ablate": {"engine"},
+    "explain": {"engine"},
+    "tune": {"engine"},
+    "engine": {"prepare", "model"},
+    "prepare": {"cache", "model"},
+    "cache": {"data", "structure"},
+    "model": {"structure"},
+    "data": set(),
+    "structure": set(),
+}
+# Read by every layer; a leaf imports only leaves. (``xmask_cli`` itself: the package's __init__, which
+# holds the version and loads the API's names on first use.)
+LEAVES = {"config", "config_resolve", "errors", "fs", "console", "xmask_cli"}
+
+# Imports that break the diagram today, each (importer, imported module). The test fails on any other,
+# and on an entry here that no longer occurs (so the list only shrinks).
+KNOWN_UPWARD: dict[tuple[str, str], str] = {
+    # config_resolve validates bias names and the tune: section by reading up, lazily.
+    ("xmask_cli.config_resolve", "xmask_cli.model.biases"): "bias names for validation",
+    ("xmask_cli.config_resolve", "xmask_cli.tune.space"): "the tune: section's schema check",
+}
+
+# Known cycles to remove: one edge of each of today's cycles. With these edges taken out the module graph
+# has no cycle; a new cycle fails the test. An entry that no longer occurs fails too.
+KNOWN_CYCLE_EDGES: dict[tuple[str, str], str] = {
+    ("xmask_cli.model.bias_stack", "xmask_cli.model.biases"): "the biases import BiasSpec from bias_stack",
+    ("xmask_cli.data.registry", "xmask_cli.data.folder"): "folder reads the registry; registry loads folders",
+    ("xmask_cli.engine.resume", "xmask_cli.engine.loop"): "resume reads TrainConfig from loop",
+    ("xmask_cli.engine.tasks.graph", "xmask_cli.engine.experiment"): "the task asks experiment.model_needs",
+    ("xmask_cli.engine.tasks.edge", "xmask_cli.engine.experiment"): "the task asks experiment.model_needs",
+    ("xmask_cli.config_resolve", "xmask_cli.tune.space"): "space uses config_resolve's coercion",
+    ("xmask_cli.engine.tasks.node", "xmask_cli.engine.tasks.node_experts"): "NodeTask picks the expert task",
+}
+
+# Imports inside functions are allowed for start-up time (a command loads its library only when it runs,
+# so `xmask --help` does not load torch) and for optional dependencies. Importer modules (or packages,
+# ending in ".") where they are allowed, each with its reason:
+LAZY_ALLOWED: dict[str, str] = {
+    "xmask_cli.cli.": "start-up time: each command imports its library when it runs",
+    "xmask_cli.render.": "start-up time: a renderer is imported by the CLI before any work",
+}
+# Modules with function-level imports of xmask_cli that are neither, to be hoisted (or moved, when they
+# hide a cycle); the test fails on a module not listed here or in LAZY_ALLOWED.
+KNOWN_LAZY: set[str] = {
+    "xmask_cli.ablate", "xmask_cli.api", "xmask_cli.cache.inputs", "xmask_cli.cache.reader",
+    "xmask_cli.config_resolve", "xmask_cli.data.folder", "xmask_cli.data.images", "xmask_cli.data.load",
+    "xmask_cli.data.registry", "xmask_cli.engine.compare", "xmask_cli.engine.evaluate",
+    "xmask_cli.engine.experiment", "xmask_cli.engine.loop", "xmask_cli.engine.pair_structure",
+    "xmask_cli.engine.query", "xmask_cli.engine.resume", "xmask_cli.engine.splits", "xmask_cli.engine.tasks.edge",
+    "xmask_cli.engine.tasks.graph", "xmask_cli.engine.tasks.link", "xmask_cli.engine.tasks.node",
+    "xmask_cli.engine.tasks.node_experts", "xmask_cli.explain.run", "xmask_cli.explain.targets",
+    "xmask_cli.model.network", "xmask_cli.prepare.blocks", "xmask_cli.prepare.compute", "xmask_cli.prepare.dataset",
+    "xmask_cli.prepare.graphs", "xmask_cli.prepare.needs", "xmask_cli.prepare.ranks", "xmask_cli.structure.powers",
+    "xmask_cli.transforms", "xmask_cli.tune.outputs", "xmask_cli.tune.space", "xmask_cli.tune.study",
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str
+    line: int
+    in_function: bool
+
+    def where(self) -> str:
+        return f"{self.importer.replace('.', '/')}.py:{self.line}"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+MODULES = {_module_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _resolve(name: str) -> str:
+    """The module an import of ``name`` loads: ``name`` itself, or the longest module prefix of it."""
+    while name not in MODULES and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return name
+
+
+def _imports(module: str) -> list[Import]:
+    path = MODULES[module]
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    out: list[Import] = []
+
+    def visit(node: ast.AST, in_function: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+            targets: list[str] = []
+            if isinstance(child, ast.Import):
+                targets = [a.name for a in child.names]
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    source = ".".join(base + ([child.module] if child.module else []))
+                else:
+                    source = child.module or ""
+                # `from pkg import sub` loads the submodule pkg.sub when there is one.
+                targets = [f"{source}.{a.name}" if f"{source}.{a.name}" in MODULES else source for a in child.names]
+            for t in targets:
+                if t == "xmask_cli" or t.startswith("xmask_cli."):
+                    out.append(Import(module, _resolve(t), child.lineno, in_function))
+            visit(child, inner)
+
+    visit(tree, False)
+    return out
+
+
+IMPORTS = sorted({i for m in MODULES for i in _imports(m) if i.imported != i.importer}, key=lambda i: (i.where(), i.imported))
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def _reach(start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for below in BELOW.get(todo.pop(), set()):
+            if below not in seen:
+                seen.add(below)
+                todo.append(below)
+    return seen
+
+
+def _allowed(importer: str, imported: str) -> bool:
+    a, b = layer(importer), layer(imported)
+    if a == b:
+        return True
+    if b in LEAVES:
+        return True
+    return a not in LEAVES and b in _reach(a)
+
+
+def test_every_module_is_in_a_layer_and_the_diagram_has_no_cycle():
+    layers = {layer(m) for m in MODULES}
+    unknown = layers - set(BELOW) - LEAVES
+    assert not unknown, f"modules in no layer of the diagram (add them to BELOW or LEAVES): {sorted(unknown)}"
+    for name in BELOW:
+        assert name not in _reach(name), f"the diagram itself has a cycle through {name}"
+
+
+def test_imports_point_down_the_diagram():
+    wrong = [i for i in IMPORTS if not _allowed(i.importer, i.imported) and (i.importer, i.imported) not in KNOWN_UPWARD]
+    assert not wrong, "imports that point up ARCHITECTURE.md's diagram (a layer imports only layers below it):\n" + "\n".join(
+        f"  {i.where()}: {layer(i.importer)} imports {i.imported} ({layer(i.imported)})" for i in wrong)
+    stale = set(KNOWN_UPWARD) - {(i.importer, i.imported) for i in IMPORTS}
+    assert not stale, f"KNOWN_UPWARD lists imports that no longer occur, remove them: {sorted(stale)}"
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each as a list of modules."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                out.append(sorted(comp))
+
+    for v in sorted(edges):
+        if v not in index:
+            strong(v)
+    return out
+
+
+def _path(edges: dict[str, set[str]], comp: list[str]) -> list[str]:
+    """One cycle inside a component, from its first module back to it (breadth first)."""
+    start, members = comp[0], set(comp)
+    prev: dict[str, str] = {}
+    todo = [start]
+    while todo:
+        v = todo.pop(0)
+        for w in sorted(edges.get(v, ())):
+            if w == start:
+                path = [v]
+                while path[-1] != start:
+                    path.append(prev[path[-1]])
+                return [*reversed(path), start]
+            if w in members and w not in prev:
+                prev[w] = v
+                todo.append(w)
+    return comp
+
+
+def test_no_import_cycles():
+    edges: dict[str, set[str]] = {}
+    for i in IMPORTS:
+        if (i.importer, i.imported) not in KNOWN_CYCLE_EDGES:
+            edges.setdefault(i.importer, set()).add(i.imported)
+    cycles = _cycles(edges)
+    assert not cycles, "import cycles (module-level and function-level imports both count):\n" + "\n".join(
+        "  " + " -> ".join(_path(edges, c)) for c in cycles)
+    stale = set(KNOWN_CYCLE_EDGES) - {(i.importer, i.imported) for i in IMPORTS}
+    assert not stale, f"KNOWN_CYCLE_EDGES lists imports that no longer occur, remove them: {sorted(stale)}"
+
+
+def _lazy_allowed(module: str) -> bool:
+    return any(module == k or (k.endswith(".") and module.startswith(k)) for k in LAZY_ALLOWED)
+
+
+def test_imports_inside_functions_only_where_allowed():
+    lazy = [i for i in IMPORTS if i.in_function and not _lazy_allowed(i.importer) and i.importer not in KNOWN_LAZY]
+    assert not lazy, ("imports of xmask_cli inside functions, outside LAZY_ALLOWED (start-up time, optional "
+                      "dependencies): import at module level, or move what both modules share so there is "
+                      "no cycle to hide:\n" + "\n".join(f"  {i.where()}: imports {i.imported}" for i in lazy))
+    stale = KNOWN_LAZY - {i.importer for i in IMPORTS if i.in_function}
+    assert not stale, f"KNOWN_LAZY lists modules without function-level imports, remove them: {sorted(stale)}"
+
+
+def test_the_walk_sees_module_and_function_level_imports():
+    """The walk itself, on two imports whose presence ARCHITECTURE.md describes."""
+    got = {(i.importer, i.imported, i.in_function) for i in IMPORTS}
+    assert ("xmask_cli.cli.app", "xmask_cli", False) in got  # the version, at module level
+    assert any(i.importer.startswith("xmask_cli.cli.") and i.in_function for i in IMPORTS)
+
+
+def test_the_checks_refuse_an_upward_import_and_find_a_cycle():
+    """The rules on hand-made cases: model may not import engine, engine may import model, config nothing above."""
+    assert not _allowed("xmask_cli.model.network", "xmask_cli.engine.loop")
+    assert _allowed("xmask_cli.engine.loop", "xmask_cli.model.network")
+    assert _allowed("xmask_cli.cli.train", "xmask_cli.cache.reader")  # cli -> api -> engine -> prepare -> cache
+    assert not _allowed("xmask_cli.config", "xmask_cli.model.biases")
+    assert not _allowed("xmask_cli.structure.powers", "xmask_cli.data.load")
+    edges = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}
+    assert _cycles(edges) == [["a", "b", "c"]]
+    assert _path(edges, ["a", "b", "c"]) == ["a", "b", "c", "a"]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
