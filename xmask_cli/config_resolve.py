@@ -94,6 +94,8 @@ MAX_YAML_NODES = 10_000
 MAX_YAML_DEPTH = 32
 #: Longest value quoted in an error message.
 MAX_SHOWN = 200
+#: Most outer folds ``data.folds`` may ask for (each is a run per seed): the bound known before any data loads.
+MAX_FOLDS = 10_000
 
 
 def shorten(value: Any, limit: int = MAX_SHOWN) -> str:
@@ -390,6 +392,9 @@ def _check_ranges(obj: Any, prefix: str) -> None:
         need(0 < obj.memory_gb <= 4096, "memory_gb", "must lie in (0, 4096] (GB; tiny values give 256-row blocks)")
     elif isinstance(obj, DataConfig):
         need(obj.folds == 0 or obj.folds >= 2, "folds", "must be 0 (the dataset's split) or >= 2 outer folds")
+        # Each fold is a run folder per seed; the dataset's own bound (its smallest class) is checked once loaded.
+        need(obj.folds <= MAX_FOLDS, "folds", f"must be at most {MAX_FOLDS} (each outer fold needs a graph of "
+             f"every class; the dataset's smallest class is checked when it loads)")
         need(0 <= obj.fold < max(obj.folds, 1), "fold", f"must lie in 0..{max(obj.folds, 1) - 1} (data.folds - 1)")
     elif isinstance(obj, ModelSection):
         need(obj.hidden % obj.heads == 0, "hidden", f"must be a multiple of model.heads ({obj.heads})")

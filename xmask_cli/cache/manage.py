@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from xmask_cli.cache.files import (
     HDF5_SIGNATURE,
     KEY_NAME,
     TMP_NAME,
+    cache_json,
     cache_key,
     is_stale_temp,
     pid_alive,
@@ -92,7 +92,7 @@ def info(path: Path) -> CacheInfo:
                 key=str(f.attrs.get("key", path.stem)),
                 size_bytes=path.stat().st_size,
                 created=str(f.attrs.get("created", "")),
-                params=json.loads(f.attrs.get("params", "{}")),
+                params=cache_json(f.attrs.get("params", "{}"), path, "params"),
                 num_graphs=int(f["graphs/num_nodes"].shape[0]) if "graphs/num_nodes" in f else 0,
             )
     except H5_ERRORS as exc:
@@ -179,7 +179,7 @@ def _problems(f: h5py.File, path: Path, expected_fingerprint: str | None, full: 
     if not bool(f.attrs.get("complete", False)):
         problems.append("incomplete write")
     try:
-        params = json.loads(f.attrs["params"])
+        params = cache_json(f.attrs["params"], path, "params")
         fp = str(f.attrs["fingerprint"])
         if cache_key(fp, params) != path.stem or str(f.attrs.get("key", "")) != path.stem:
             problems.append("file name does not match its recorded key, fingerprint and parameters")

@@ -1,7 +1,6 @@
 """Reading a cache file: :class:`StructureCache`, lazy per-graph reads (or all in memory), errors that say the fix."""
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, cast
@@ -9,7 +8,7 @@ from typing import Any, cast
 import h5py
 import numpy as np
 
-from xmask_cli.cache.files import FORMAT_VERSION, H5_ERRORS
+from xmask_cli.cache.files import FORMAT_VERSION, H5_ERRORS, cache_json
 from xmask_cli.errors import CacheError, first_line
 
 __all__ = ["StructureCache"]
@@ -126,7 +125,7 @@ class StructureCache:
     # -- metadata
     @property
     def params(self) -> dict[str, Any]:
-        return cast(dict[str, Any], json.loads(self.file.attrs["params"]))
+        return cache_json(self.file.attrs.get("params"), self.path, "params")
 
     @property
     def fingerprint(self) -> str:

@@ -13,6 +13,7 @@ from xmask_cli.data.registry import DatasetSpec
 from xmask_cli.data.tables import check_regular, open_regular
 from xmask_cli.errors import NotWritableError, UsageError
 from xmask_cli.fs import atomic_write, open_nofollow, sha256_of
+from xmask_cli.jsonfile import read_json
 
 STAGING_MARKER = ".xmask-staging"  # in <cache_dir>/_pyg: `cache clear` removes only a folder carrying it
 
@@ -83,8 +84,8 @@ def _read_manifest(stamp: Path) -> dict[str, Any] | None:
     if stamp.is_symlink():
         return None
     try:
-        data = json.loads(stamp.read_text())
-    except (OSError, ValueError):
+        data = read_json(stamp, error=UsageError)  # bounded (size, depth); any failure: start afresh
+    except (OSError, UsageError):
         return None
     if not isinstance(data, dict) or data.get("version") != 1 or not isinstance(data.get("files"), dict):
         return None

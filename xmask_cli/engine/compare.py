@@ -65,14 +65,15 @@ def find_runs(paths: Sequence[str | os.PathLike]) -> list[Path]:
 def run_row(path: Path) -> dict[str, Any]:
     """One run's row: ``run_dir, name, seed, dataset, metric, best_epoch, epochs_run, train, val, test, wall_s``
     and ``curve`` (``[[epoch, val metric], ...]`` from ``metrics.jsonl``)."""
-    run = RunDir(path)  # an existing folder (find_runs): nothing is created
-    try:
-        summary = run.read_summary()
-        rows = run.read_metrics()
-    except (OSError, ValueError) as exc:
-        raise RunNotFoundError(f"{path}: summary.json or metrics.jsonl is unreadable ({exc})") from None
+    run = RunDir(path, create=False)  # an existing folder (find_runs)
+    summary = run.read_summary()  # both checked by xmask_cli.jsonfile: a damaged file is exit 6, named
+    rows = run.read_metrics()
     metric = summary.get("metric", "")
     key = f"val_{metric}"
+    for n, r in enumerate(rows, 1):
+        if key in r and (isinstance(r[key], bool) or not isinstance(r[key], (int, float, type(None)))):
+            raise RunNotFoundError(f"{run.path / RunDir.METRICS} row {n} is damaged ('{key}' is not a number); "
+                                   f"restore it, or train again with --overwrite")
     wall = sum(float(r.get("epoch_s", r.get("train_s", 0.0))) for r in rows)
     metrics = summary.get("metrics", {})
     fold = summary.get("fold")
@@ -81,7 +82,7 @@ def run_row(path: Path) -> dict[str, Any]:
             "dataset": summary.get("dataset"), "metric": metric, "best_epoch": summary.get("best_epoch"),
             "epochs_run": summary.get("epochs_run"), "train": metrics.get("train"), "val": metrics.get("val"),
             "test": metrics.get("test"), "wall_s": round(wall, 3),
-            "curve": [[int(r["epoch"]), r[key]] for r in rows if key in r]}
+            "curve": [[r["epoch"], r[key]] for r in rows if key in r]}
 
 
 def plot_compare(rows: Sequence[dict[str, Any]]) -> Any:

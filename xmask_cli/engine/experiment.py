@@ -19,7 +19,7 @@ import contextlib
 import dataclasses
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -222,6 +222,19 @@ def _check_node_struct(cfg: Config, level: str) -> None:
                           f"set structure.rrwp.enabled=true (structure.rrwp.steps sets the walk lengths)")
 
 
+def _check_data(cfg: Config, level: str, graphs: Any) -> None:
+    """The checks that need the loaded dataset, run before its structure is prepared or a run folder made.
+
+    Raises:
+        ConfigError: ``data.folds`` more than the graphs, or than the smallest class holds.
+    """
+    if cfg.data.folds and level == "graph":
+        from xmask_cli.engine.folds import check_fold_count
+        from xmask_cli.engine.tasks.graph import graph_labels
+
+        check_fold_count(graph_labels(graphs), cfg.data.folds)
+
+
 def _check_splittable(path: str, rows: int, fractions: list[float]) -> None:
     """Every part with a positive fraction gets a row, before any structure is computed."""
     from xmask_cli.engine.tasks.edge import edge_regression_split
@@ -322,6 +335,7 @@ class Experiment:
 
             # Applied on access: every reader of dataset[i].x (all task levels) sees rows summing to 1.
             graphs.dataset.transform = NormalizeFeatures()
+        _check_data(cfg, level, graphs)  # before prepare, before any run folder
         exp = cls(cfg, level, metric, spec.name, graphs=graphs, cache_dir=cache_dir, log=log)
         if task_level.structure == "dataset":
             # Pair tasks ("train-edges") prepare the structure of their training edges per split seed instead.
@@ -387,6 +401,44 @@ def _fold_experiment(exp: Experiment, seed: int, fold: int, root: Path, write: b
         write_fold_files(outer_folds(graph_labels(exp.graphs), exp.cfg.data.folds, seed), root / str(seed) / "folds")
     cfg = dataclasses.replace(exp.cfg, data=dataclasses.replace(exp.cfg.data, fold=fold))
     return dataclasses.replace(exp, cfg=cfg)
+
+
+def _planned_runs(root: Path, seeds: list[int], n_folds: int) -> Iterator[tuple[int, int | None, RunDir]]:
+    """``(seed, fold or None, run folder)`` of every run of a sweep, in training order; no folder is made."""
+    for seed in seeds:
+        if not n_folds:
+            yield seed, None, RunDir(root / str(seed), create=False)
+        for i in range(n_folds):
+            yield seed, i, RunDir(root / str(seed) / f"fold-{i}", create=False)
+
+
+def _existing_runs(root: Path, seeds: list[int], n_folds: int) -> list[RunDir]:
+    """The planned run folders that exist already, found on disk (the cost is what is there, not the plan's)."""
+    out = []
+    for seed in seeds:
+        folder = root / str(seed)
+        if not folder.is_dir():
+            continue
+        if not n_folds:
+            out.append(RunDir(folder, create=False))
+            continue
+        found = (re.fullmatch(r"fold-(0|[1-9]\d*)", entry.name) for entry in os.scandir(folder) if entry.is_dir())
+        out += [RunDir(folder / m.group(0), create=False)
+                for m in sorted(filter(None, found), key=lambda m: int(m.group(1))) if int(m.group(1)) < n_folds]
+    return out
+
+
+def _check_planned(existing: list[RunDir], replace: bool) -> None:
+    """Refuse a sweep, before any work, when a planned folder that exists is locked by another process or
+    (without ``--resume`` / ``--overwrite``: ``replace``) holds a run. Creates nothing."""
+    for run in existing:
+        run.check_free()
+    if not replace:
+        taken = [run for run in existing if run.has_run_files()]
+        if taken:
+            raise UsageError(f"run folder {taken[0].path} exists"
+                             + (f" (and {len(taken) - 1} more)" if len(taken) > 1 else "")
+                             + "; use --resume to continue it or --overwrite to replace it")
 
 
 def run_name(cfg: Config, level: str | None = None) -> str:
@@ -457,29 +509,29 @@ def train_seeds(
     level, _ = check_config(cfg)
     cfg = _with_folder_ref(cfg)
     root = Path(run_root or cfg.run.root) / run_name(cfg, level)
+    if max_folds is not None and (isinstance(max_folds, bool) or not isinstance(max_folds, int) or max_folds < 1):
+        raise UsageError(f"max_folds: expected an int >= 1 or None, got {max_folds!r}")
     n_folds = min(cfg.data.folds, max_folds or cfg.data.folds)
-    # (seed, fold or None, run folder) of every run, in training order.
-    jobs = [(seed, None, RunDir(root / str(seed))) for seed in seeds] if not n_folds else [
-        (seed, i, RunDir(root / str(seed) / f"fold-{i}")) for seed in seeds for i in range(n_folds)]
-    summaries, run_dirs = [], [run for _, _, run in jobs]
+    summaries: list[dict[str, Any]] = []
+    jobs: list[tuple[int, int | None, RunDir]] = []  # the runs started so far, in training order
     # Under torchrun: one process group for every seed; only rank 0 locks, reads and writes run folders.
     with distributed.session(device) as (w, device), contextlib.ExitStack() as held:
         if w.main:
-            # Every seed's folder is locked and checked before any work: a clash fails at once.
-            for run in run_dirs:
-                held.enter_context(run.lock())
-            if not (resume or overwrite):
-                taken = [run for run in run_dirs if run.has_run_files()]
-                if taken:
-                    raise UsageError(f"run folder {taken[0].path} exists"
-                                     + (f" (and {len(taken) - 1} more)" if len(taken) > 1 else "")
-                                     + "; use --resume to continue it or --overwrite to replace it")
+            # Every planned folder that exists is checked before any work, so a clash fails at once.
+            _check_planned(_existing_runs(root, seeds, n_folds), resume or overwrite)
         if w.distributed and not w.main:
             distributed.barrier(w)  # rank 0 prepares a missing cache first; the others then read it
         exp = Experiment.load(cfg, cache_dir=cache_dir, data_root=data_root, offline=offline, log=log)
         if w.distributed and w.main:
             distributed.barrier(w)
-        for seed, fold, run in jobs:
+        # Planned lazily (Experiment.load has checked data.folds against the labels): nothing is created
+        # here, a run makes (and locks) its folder when it starts.
+        for seed, fold, run in _planned_runs(root, seeds, n_folds):
+            jobs.append((seed, fold, run))
+            if w.main:
+                # Made and locked as the run starts, held to the end of the sweep: a second train into any
+                # folder this one has started fails at once (train_task refuses a folder that holds a run).
+                held.enter_context(run.lock())
             run_exp = exp if fold is None else _fold_experiment(exp, seed, fold, root, write=w.main)
             seed_everything(seed)
             task = run_exp.task(seed, device)
@@ -498,6 +550,7 @@ def train_seeds(
             log(f"seed {seed}{'' if fold is None else f' fold {fold}'}: best epoch {summary['best_epoch']}, "
                 + ", ".join(f"{p} {exp.metric} {summary['metrics'][p]:.4f}" for p in PARTS if p in summary['metrics'])
                 + ("" if stall is None else f"; input stall {100 * stall:.1f} % of training time (waiting for batches)"))
+        run_dirs = [run for _, _, run in jobs]
         agg = aggregate(run_dirs) if w.main else None
         result = {"name": exp.run_name(), "dataset": exp.dataset, "level": exp.level, "metric": exp.metric,
                   "features": exp.features(),

@@ -22,9 +22,13 @@ import numpy as np
 
 from xmask_cli.engine.runs import write_text
 from xmask_cli.engine.splits import Split
-from xmask_cli.errors import ConfigError
+from xmask_cli.errors import ConfigError, RunNotFoundError
+from xmask_cli.jsonfile import OptionalInt, read_json
 
-__all__ = ["HOLDOUT", "outer_folds", "fold_name", "write_fold_files", "read_fold_file"]
+#: The fields of a fold file that :func:`read_fold_file` reads, with their types.
+FOLD_FIELDS = {"fold": int, "folds": int, "train": list[int], "val": list[int], "test": list[int]}
+
+__all__ = ["HOLDOUT", "check_fold_count", "outer_folds", "fold_name", "write_fold_files", "read_fold_file"]
 
 #: Share of each outer training part held out for early stopping and selection.
 HOLDOUT = 0.1
@@ -35,18 +39,14 @@ def fold_name(i: int, k: int) -> str:
     return f"fold-{i}-of-{k}"
 
 
-def outer_folds(labels: Any, k: int, seed: int, holdout: float = HOLDOUT) -> list[Split]:
-    """The K splits of the protocol: ``test`` = outer fold i, ``val`` = a stratified ``holdout`` of the rest.
-
-    Uses scikit-learn's ``StratifiedKFold(k, shuffle=True, random_state=seed)`` for the outer folds and
-    ``train_test_split(..., stratify=..., random_state=seed)`` for each holdout.
+def check_fold_count(labels: Any, k: int) -> np.ndarray:
+    """``labels`` as one class per graph, once ``k`` folds are known to fit them (the check a sweep runs
+    before it makes any run folder).
 
     Raises:
-        ConfigError: ``k < 2``, multi-label ``labels``, or a class with fewer than ``k`` graphs
-            (it could not appear in every fold): a setting the user chose, exit 2.
+        ConfigError: ``k < 2``, multi-label ``labels``, more folds than graphs, or a class with fewer
+            than ``k`` graphs (it could not appear in every fold): a setting the user chose, exit 2.
     """
-    from sklearn.model_selection import StratifiedKFold, train_test_split
-
     y = np.asarray(labels.detach().cpu().numpy() if hasattr(labels, "detach") else labels)
     if y.ndim == 2 and y.shape[1] == 1:
         y = y.reshape(-1)
@@ -55,10 +55,28 @@ def outer_folds(labels: Any, k: int, seed: int, holdout: float = HOLDOUT) -> lis
                           f"{y.shape}")
     if k < 2:
         raise ConfigError(f"data.folds must be >= 2, got {k}")
+    if k > len(y):
+        raise ConfigError(f"data.folds={k}: the dataset has {len(y)} graphs, fewer than the {k} folds; "
+                          f"use --folds {len(y)} or fewer")
     counts = np.unique(y, return_counts=True)[1]
     if counts.min() < k:
         raise ConfigError(f"data.folds={k}: the smallest class has {counts.min()} graphs, fewer than the {k} folds; "
                           f"use --folds {counts.min()} or fewer")
+    return y
+
+
+def outer_folds(labels: Any, k: int, seed: int, holdout: float = HOLDOUT) -> list[Split]:
+    """The K splits of the protocol: ``test`` = outer fold i, ``val`` = a stratified ``holdout`` of the rest.
+
+    Uses scikit-learn's ``StratifiedKFold(k, shuffle=True, random_state=seed)`` for the outer folds and
+    ``train_test_split(..., stratify=..., random_state=seed)`` for each holdout.
+
+    Raises:
+        ConfigError: what :func:`check_fold_count` refuses.
+    """
+    from sklearn.model_selection import StratifiedKFold, train_test_split
+
+    y = check_fold_count(labels, k)
     outer = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
     splits = []
     for i, (rest, test) in enumerate(outer.split(np.zeros(len(y)), y)):
@@ -85,7 +103,14 @@ def write_fold_files(folds: list[Split], folder: Path) -> list[Path]:
 
 
 def read_fold_file(path: Path) -> Split:
-    """One fold file back as a :class:`Split`."""
-    d = json.loads(Path(path).read_text())
+    """One fold file back as a :class:`Split`.
+
+    Raises:
+        RunNotFoundError: the file is missing or damaged (exit 6, naming it).
+    """
+    try:
+        d = read_json(path, fields=FOLD_FIELDS, optional={"seed": OptionalInt})
+    except FileNotFoundError:
+        raise RunNotFoundError(f"{path} is missing; not a complete fold run") from None
     return Split(np.asarray(d["train"]), np.asarray(d["val"]), np.asarray(d["test"]),
                  name=fold_name(int(d["fold"]), int(d["folds"])), seed=d.get("seed"))

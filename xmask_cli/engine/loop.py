@@ -31,6 +31,7 @@ from xmask_cli.engine.resume import check_resumable, rng_state, set_rng_state
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.watch import RunWatch
 from xmask_cli.errors import DivergedError, UsageError
+from xmask_cli.jsonfile import parse_checked
 
 if TYPE_CHECKING:
     from xmask_cli.model.network import ModelConfig
@@ -321,7 +322,8 @@ def _open_run(run: RunDir, config: dict[str, Any], resume: bool, overwrite: bool
     if resume and run.has_checkpoint(RunDir.LAST):
         ckpt = run.load_checkpoint(RunDir.LAST)
         # The config the checkpoint was trained with (older checkpoints: config.json).
-        saved = json.loads(ckpt["config"]) if isinstance(ckpt.get("config"), str) else run.load_config()
+        saved = (parse_checked(ckpt["config"], f"the config saved in {run.path / RunDir.LAST}")
+                 if isinstance(ckpt.get("config"), str) else run.load_config())
         check_resumable(run, saved, now)
         run.truncate_metrics(ckpt["epoch"] + 1)
         run.save_config(config)  # the same run; only the epoch budget may have changed

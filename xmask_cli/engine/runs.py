@@ -28,7 +28,7 @@ import io
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ import torch
 
 from xmask_cli.errors import RunNotFoundError, UsageError, first_line
 from xmask_cli.fs import DISK_FULL, atomic_write, open_nofollow, refuse_links, write_failed
+from xmask_cli.jsonfile import Number, OptionalInt, read_json, read_json_lines
 
 #: What to do after a run stopped on a full disk (every file is written whole or not at all, so it resumes).
 _RESUME_HINT = "free some space, then run the same command again (with --resume a run goes on where it stopped)"
@@ -44,6 +45,14 @@ _RESUME_HINT = "free some space, then run the same command again (with --resume 
 
 __all__ = ["RunDir", "aggregate", "write_bytes", "write_json", "write_text", "TIMING_KEYS", "input_stall",
            "without_timing"]
+
+#: The fields of ``summary.json`` and of a ``metrics.jsonl`` row that readers use, with their types: a file
+#: without them (or with others there) is damaged (:mod:`xmask_cli.jsonfile`).
+SUMMARY_FIELDS = {"metrics": Mapping[str, Number]}
+SUMMARY_OPTIONAL = {"metric": str, "dataset": (str, type(None)), "level": str, "seed": int, "best_epoch": OptionalInt,
+                    "epochs_run": int, "fold": OptionalInt, "folds": int, "run_dir": str}
+METRICS_FIELDS = {"epoch": int}
+METRICS_OPTIONAL = {name: (int, float, type(None)) for name in ("epoch_s", "train_s", "input_stall", "loss")}
 
 #: Keys of a metrics row that are wall-clock measurements (never reproducible, so resume checks leave them out).
 TIMING_KEYS = ("train_s", "epoch_s", "input_stall")
@@ -84,6 +93,11 @@ def write_bytes(path: Path, data: bytes) -> None:
     _atomic_write(Path(path), lambda f: f.write(data))
 
 
+def _holder(fd: int) -> str:
+    """The pid a lock file's holder wrote into it (``unknown`` if none)."""
+    return os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+
+
 class RunDir:
     """One run folder; created on first use.
 
@@ -104,11 +118,19 @@ class RunDir:
     #: :meth:`remove_run_files`.
     FILES = (LAST, BEST, SUMMARY, CURVES, METRICS, CONFIG)
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(self, path: str | os.PathLike, *, create: bool = True):
         self.path = Path(path)
         # Folders made here, innermost first: a run that never wrote a file leaves none behind.
-        self._made = [p for p in (self.path, *self.path.parents) if not p.exists()]
+        self._made: list[Path] = []
+        if create:
+            self.make()
+
+    def make(self) -> None:
+        """Create the folder (and missing parents); :meth:`lock` does it, so a planned run makes its folder
+        only when it starts."""
+        made = [p for p in (self.path, *self.path.parents) if not p.exists()]
         self.path.mkdir(parents=True, exist_ok=True)
+        self._made = made + [p for p in self._made if p not in made]
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.path)!r})"
@@ -127,16 +149,15 @@ class RunDir:
         """
         path = self.path / self.LOCK
         while True:
-            self.path.mkdir(parents=True, exist_ok=True)
+            self.make()
             self.refuse_links()
             fd = open_nofollow(path, os.O_RDWR | os.O_CREAT)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                holder = _holder(fd)
                 os.close(fd)
-                raise UsageError(f"run folder {self.path} is in use by another xmask process (pid {holder}); "
-                                 f"wait for it to finish or pick another --name") from None
+                raise self._in_use(holder) from None
             try:
                 if os.stat(path).st_ino == os.fstat(fd).st_ino:
                     break
@@ -156,6 +177,31 @@ class RunDir:
                     except OSError:
                         break
             os.close(fd)  # closing the descriptor releases the lock
+
+    def _in_use(self, holder: str) -> UsageError:
+        return UsageError(f"run folder {self.path} is in use by another xmask process (pid {holder}); "
+                          f"wait for it to finish or pick another --name")
+
+    def check_free(self) -> None:
+        """Refuse (UsageError) an existing folder that another holder has locked; creates nothing.
+
+        What a sweep checks of every planned folder that exists before any work (each run takes
+        :meth:`lock` itself when it starts). A folder that does not exist, or has no ``.lock``, is free.
+        """
+        path = self.path / self.LOCK
+        if not self.path.is_dir():
+            return
+        self.refuse_links()
+        try:
+            fd = open_nofollow(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise self._in_use(_holder(fd)) from None
+        finally:
+            os.close(fd)  # releases the probe's lock at once
 
     def refuse_links(self) -> None:
         """Refuse (UsageError, exit 2, naming the path) this folder if any of its own files is a symbolic link."""
@@ -193,15 +239,9 @@ class RunDir:
         """
         path = self.path / self.CONFIG
         try:
-            config = json.loads(path.read_text())
+            return read_json(path)
         except FileNotFoundError:
             raise RunNotFoundError(f"{path} is missing; not a complete run folder") from None
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            raise RunNotFoundError(f"{path} is damaged ({first_line(exc)}); restore it, or train again "
-                                   f"with --overwrite") from None
-        if not isinstance(config, dict):
-            raise RunNotFoundError(f"{path} is damaged (not a JSON object); restore it, or train again with --overwrite")
-        return config
 
     # -------------------------------------------------------------- metrics
     def append_metrics(self, row: dict[str, Any]) -> None:
@@ -225,9 +265,10 @@ class RunDir:
     def read_metrics(self) -> list[dict[str, Any]]:
         """All epoch rows written so far (empty if none)."""
         path = self.path / self.METRICS
-        if not path.exists():
+        try:
+            return read_json_lines(path, fields=METRICS_FIELDS, optional=METRICS_OPTIONAL)
+        except FileNotFoundError:
             return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def truncate_metrics(self, num_epochs: int) -> None:
         """Keep the rows of epochs ``< num_epochs`` only.
@@ -284,7 +325,16 @@ class RunDir:
         _atomic_write(self.path / self.SUMMARY, lambda f: f.write(_json_bytes(summary)))
 
     def read_summary(self) -> dict[str, Any]:
-        return json.loads((self.path / self.SUMMARY).read_text())
+        """``summary.json``, checked to hold the fields readers use (:data:`SUMMARY_FIELDS`).
+
+        Raises:
+            RunNotFoundError: the file is missing or damaged (exit 6, naming it).
+        """
+        path = self.path / self.SUMMARY
+        try:
+            return read_json(path, fields=SUMMARY_FIELDS, optional=SUMMARY_OPTIONAL)
+        except FileNotFoundError:
+            raise RunNotFoundError(f"{path} is missing; the run has not finished") from None
 
 
 def aggregate(run_dirs: Iterable[RunDir | str | os.PathLike]) -> dict[str, dict[str, Any]]:

@@ -11,6 +11,7 @@ from typing import Any, cast
 import numpy as np
 
 from xmask_cli.cache import CacheWriter, StructureCache, cache_key, cache_path, verify
+from xmask_cli.cache.files import cache_json
 from xmask_cli.config import StructureConfig
 from xmask_cli.errors import CacheError
 from xmask_cli.fs import ensure_writable_dir
@@ -97,12 +98,12 @@ def truncation_report(cache: StructureCache) -> dict[str, Any]:
 
 def _truncation_report(large_graphs: int, truncation: str, dropped_mass: dict[str, str]) -> dict[str, Any]:
     """:func:`truncation_report` from the values written: the ``truncation`` and ``dropped_mass`` JSON attributes."""
-    trunc = json.loads(truncation)
+    trunc = cache_json(truncation, "the cache", "powers/truncation")
     out: dict[str, Any] = {"large_graphs": large_graphs, "tau": trunc["tau"], "topk": trunc["topk"],
                            "rule": trunc["rule"]}
     for group, label, first in (("powers", "k", 1), ("rrwp", "step", 0)):
         if group in dropped_mass:
-            d = json.loads(dropped_mass[group])
+            d = cache_json(dropped_mass[group], "the cache", f"{group}/dropped_mass")
             out[group] = {label: list(range(first, first + len(d["mean"]))), **d}
     return out
 

@@ -20,7 +20,8 @@ import h5py
 import numpy as np
 
 from xmask_cli.cache import CacheWriter, verify
-from xmask_cli.cache.files import H5_ERRORS
+from xmask_cli.cache.files import H5_ERRORS, cache_json
+from xmask_cli.errors import CacheError
 
 __all__ = ["covers", "derive", "find_superset"]
 
@@ -64,8 +65,8 @@ def find_superset(folder: Path, fingerprint: str, need: dict[str, Any], exclude:
             with h5py.File(p, "r") as f:
                 if str(f.attrs.get("fingerprint", "")) != fingerprint or not bool(f.attrs.get("complete", False)):
                     continue
-                have = json.loads(f.attrs["params"])
-        except (*H5_ERRORS, json.JSONDecodeError):
+                have = cache_json(f.attrs["params"], p, "params")
+        except (*H5_ERRORS, CacheError):
             continue
         if covers(have, need) and not verify(p, fingerprint, full=False):
             found.append((_held(have), p.name, p))
@@ -109,7 +110,7 @@ def _powers_attrs(attrs: h5py.AttributeManager, k: int) -> dict[str, Any]:
     out = dict(attrs)
     out["k"] = k
     if "dropped_mass" in out:
-        d = json.loads(out["dropped_mass"])
+        d = cache_json(out["dropped_mass"], "the source cache", "powers/dropped_mass")
         d["mean"], d["max"] = d["mean"][:k], d["max"][:k]
         out["dropped_mass"] = json.dumps(d)
     return out
