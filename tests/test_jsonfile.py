@@ -8,8 +8,17 @@ import threading
 import pytest
 
 from xmask_cli.errors import CacheError, RunNotFoundError
-from xmask_cli.jsonfile import (MAX_DEPTH, Damaged, Number, OptionalInt, _depth, parse_checked, parse_json, read_json,
-                                read_json_lines)
+from xmask_cli.jsonfile import (
+    MAX_DEPTH,
+    Damaged,
+    Number,
+    OptionalInt,
+    _depth,
+    parse_checked,
+    parse_json,
+    read_json,
+    read_json_lines,
+)
 
 
 def _nested(depth: int) -> object:

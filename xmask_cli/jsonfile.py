@@ -11,7 +11,7 @@ nesting depth before a value is built (Python's parser recurses: 100,000 nested 
 
 Example::
 
-    summary = read_json(run / "summary.json", fields={"metrics": Mapping[str, Number]})
+    summary = read_json(run / "summary.json", fields={"metrics": MapOf(Number)})
 """
 from __future__ import annotations
 
@@ -28,15 +28,15 @@ import numpy as np
 
 from xmask_cli.errors import RunNotFoundError, XmaskError
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "Damaged", "Number", "OptionalInt", "check_fields", "parse_checked", "parse_json",
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "Damaged", "MapOf", "Number", "OptionalInt", "check_fields", "parse_checked", "parse_json",
            "read_json", "read_json_lines"]
 
 #: Largest JSON file (or attribute text) read back, and deepest nesting of arrays and objects. xmask's own
 #: files nest 5 deep; the largest are fold files and metrics of long runs (a few MB).
 MAX_BYTES = 64 * 1024 * 1024
 MAX_DEPTH = 64
-#: Field types :func:`check_fields` understands beside plain types: a number (int or float, not bool),
-#: an int or None, and ``Mapping[str, T]`` (checked per value).
+#: Field types :func:`check_fields` understands beside plain types and tuples of them: a number (int or
+#: float, never bool), an int or None; :class:`MapOf`, ``list[T]`` and ``dict[str, T]`` check every value.
 Number = (int, float)
 OptionalInt = (int, type(None))
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -100,7 +100,16 @@ def _json_kind(value: Any) -> str:
     return ("an " if kind[0] in "aeiou" else "a ") + kind
 
 
+class MapOf:
+    """A field type: a JSON object whose values are all ``value`` (a type or a tuple of types)."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+
 def _fits(value: Any, want: Any) -> bool:
+    if isinstance(want, MapOf):
+        return isinstance(value, dict) and all(isinstance(k, str) and _fits(v, want.value) for k, v in value.items())
     if isinstance(want, tuple):
         return isinstance(value, want) and not (isinstance(value, bool) and bool not in want)
     if isinstance(want, type):
@@ -172,7 +181,7 @@ def _read_bytes(path: Path, max_bytes: int) -> bytes:
     return data
 
 
-def read_json(path: str | os.PathLike, expect: type | tuple[type, ...] = dict, *,
+def read_json(path: str | os.PathLike[str], expect: type | tuple[type, ...] = dict, *,
               fields: Mapping[str, Any] | None = None, optional: Mapping[str, Any] | None = None,
               error: type[XmaskError] = RunNotFoundError, hint: str = _HINT, max_bytes: int = MAX_BYTES,
               max_depth: int = MAX_DEPTH) -> Any:
@@ -204,7 +213,7 @@ def _file_bytes(path: Path, max_bytes: int, error: type[XmaskError], hint: str) 
         raise error(f"{path} is damaged or unreadable ({reason}); {hint}") from None
 
 
-def read_json_lines(path: str | os.PathLike, *, fields: Mapping[str, Any] | None = None,
+def read_json_lines(path: str | os.PathLike[str], *, fields: Mapping[str, Any] | None = None,
                     optional: Mapping[str, Any] | None = None, error: type[XmaskError] = RunNotFoundError,
                     hint: str = _HINT, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> list[dict[str, Any]]:
     """Every non-blank line of ``path`` as a JSON object, each checked as :func:`read_json` checks a file.

@@ -8,6 +8,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from xmask_cli.errors import CacheError
+from xmask_cli.jsonfile import parse_checked
+
 __all__ = ["FORMAT_VERSION", "H5_ERRORS", "HDF5_SIGNATURE", "KEY_NAME", "TMP_NAME", "cache_key", "cache_path",
            "is_stale_temp", "pid_alive"]
 
@@ -57,15 +60,14 @@ def is_stale_temp(path: Path) -> bool:
     return m is not None and path.is_file() and not path.is_symlink() and not pid_alive(int(m.group(1)))
 
 
-def cache_json(value: Any, path: str | os.PathLike, attr: str) -> dict[str, Any]:
+def cache_json(value: Any, path: str | os.PathLike[str], attr: str) -> dict[str, Any]:
     """A JSON-object attribute (``params``, ``truncation``, ``dropped_mass``) of the cache file ``path``, read
     through the bounded reader (:mod:`xmask_cli.jsonfile`).
 
     Raises:
         CacheError: the attribute is missing, not JSON text, too large or deep, or not an object (exit 4).
     """
-    from xmask_cli.errors import CacheError
-    from xmask_cli.jsonfile import parse_checked
-
-    return parse_checked(value, f"cache {path} (attribute {attr})", dict, error=CacheError,
-                         hint="run `xmask cache verify`, then `xmask prepare ... --force` to rebuild it")
+    parsed: dict[str, Any] = parse_checked(value, f"cache {path} (attribute {attr})", dict, error=CacheError,
+                                           hint="run `xmask cache verify`, then `xmask prepare ... --force` to "
+                                                "rebuild it")
+    return parsed

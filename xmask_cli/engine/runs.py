@@ -28,7 +28,7 @@ import io
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ import torch
 
 from xmask_cli.errors import RunNotFoundError, UsageError, first_line
 from xmask_cli.fs import DISK_FULL, atomic_write, open_nofollow, refuse_links, write_failed
-from xmask_cli.jsonfile import Number, OptionalInt, read_json, read_json_lines
+from xmask_cli.jsonfile import MapOf, Number, OptionalInt, read_json, read_json_lines
 
 #: What to do after a run stopped on a full disk (every file is written whole or not at all, so it resumes).
 _RESUME_HINT = "free some space, then run the same command again (with --resume a run goes on where it stopped)"
@@ -48,7 +48,7 @@ __all__ = ["RunDir", "aggregate", "write_bytes", "write_json", "write_text", "TI
 
 #: The fields of ``summary.json`` and of a ``metrics.jsonl`` row that readers use, with their types: a file
 #: without them (or with others there) is damaged (:mod:`xmask_cli.jsonfile`).
-SUMMARY_FIELDS = {"metrics": Mapping[str, Number]}
+SUMMARY_FIELDS = {"metrics": MapOf(Number)}
 SUMMARY_OPTIONAL = {"metric": str, "dataset": (str, type(None)), "level": str, "seed": int, "best_epoch": OptionalInt,
                     "epochs_run": int, "fold": OptionalInt, "folds": int, "run_dir": str}
 METRICS_FIELDS = {"epoch": int}
