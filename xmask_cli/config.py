@@ -240,6 +240,10 @@ class NodeSection:
     dense_max_nodes: int = 5000  # auto: full-graph dense attention up to this many nodes, query batches above
     query_batch: int = 0  # query mode: training queries per step (0: all training nodes, one full-batch step)
     query_chunk_pairs: int = 524288  # query mode: pairs per attention chunk (bounds memory; numbers unchanged)
+    # full graph, sparse attention: hold features with under 5 % non-zero entries (bag-of-words) as a sparse
+    # tensor: the encoder is a sparse product and input dropout draws on the stored entries only (the same
+    # distribution as dense dropout, other draws)
+    sparse_features: bool = False
 
 
 @dataclass(frozen=True)

@@ -372,7 +372,7 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
         the graph (of its graph in ``batch``).
 
         Args:
-            x: ``[N, F]`` node features (one graph or a disjoint union).
+            x: ``[N, F]`` node features (one graph or a disjoint union), dense or a sparse COO tensor (:meth:`embed`).
             edge_index: ``[2, E]`` attended pairs, row = query, col = key.
             values: ``[E, K]`` ``Â^1..Â^K`` at each pair; may be None when ``use_bias=False``.
             return_terms: also return every layer's attention terms (``[E, H]`` per
@@ -399,7 +399,7 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
             refusal = sparse_refusal(self.cfg)
             if refusal is not None:
                 raise ValueError(f"sparse attention path refused: {refusal}")
-        h = self.encoder(self._drop_input(x))
+        h = self.embed(x)  # dense features as encoder(dropout(x)); sparse ones as a sparse product
         xlog = None
         if self.bias is not None:
             if values is None:

@@ -89,6 +89,8 @@ class NodeTask:
             training node in one step, a full-batch gradient).
         query_chunk_pairs: pair budget of one attention chunk in ``query`` mode
             (bounds the pair tensors; the numbers do not depend on it).
+        sparse_features: hold the features as a sparse tensor on the sparse full-graph path when under
+            :data:`SPARSE_FEATURES` of their entries are non-zero (``node.sparse_features``).
         dense_only: why the model cannot run on a sparse path
             (:func:`~xmask_cli.model.model_config.sparse_refusal`), or None: then
             full-graph attention is dense, and query and partition batches are refused.
@@ -118,7 +120,7 @@ class NodeTask:
                  dense_max_nodes: int = NodeSection.dense_max_nodes, seed: int = 0, device: torch.device | str = "cpu",
                  parts_per_batch: int = 1, attention: str = "auto", needs: Iterable[str] = (),
                  query_batch: int = 0, query_chunk_pairs: int = CHUNK_PAIRS,
-                 dense_only: str | None = None, node_struct: str = "none"):
+                 dense_only: str | None = None, node_struct: str = "none", sparse_features: bool = False):
         if attention not in ATTENTIONS:
             raise ValueError(f"node attention must be one of {ATTENTIONS}, got {attention!r}")
         if mode not in MODES:
@@ -197,6 +199,11 @@ class NodeTask:
         self.attention = "sparse" if self.mode == "query" else full_graph_attention(
             attention, self.num_nodes, len(self._col), self.device, self.dense_max_nodes,
             dense_only if "full" in (self.mode, self.eval_mode) else None)
+        # The full graph's features as a sparse tensor (node.sparse_features), for the sparse full-graph path.
+        self._x_sparse: Tensor | None = None
+        if sparse_features and self.attention == "sparse" and "full" in (self.mode, self.eval_mode):
+            if int(torch.count_nonzero(self.x)) < SPARSE_FEATURES * self.x.numel():
+                self._x_sparse = self.x.to_sparse().coalesce()
         self._full: NodeBatch | None = None
         if "full" in (self.mode, self.eval_mode):
             self._full = self._whole_batch(row)
@@ -380,6 +387,8 @@ class NodeTask:
                                device=self.device, stats=self.query_stats, output=attention_output)
             return h if attention_output else model.head(h)
         x = self.x if batch.nodes is None else self.x[batch.nodes]
+        if batch.nodes is None and batch.edge_index is not None and self._x_sparse is not None:
+            x = self._x_sparse  # the whole graph, sparse path: only the stored entries are encoded
         x = x.to(self.device, non_blocking=True)
         extras = None if batch.extras is None else {k: v.to(self.device) for k, v in batch.extras.items()}
         if batch.powers is not None:
@@ -457,4 +466,5 @@ def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = N
     return cls(exp.cache_path, exp.graphs, split, exp.metric, mode=n.mode, subgraph_size=n.subgraph_size,
                subgraphs_per_epoch=n.subgraphs_per_epoch, dense_max_nodes=n.dense_max_nodes, seed=seed, device=device,
                attention=n.attention, needs=model_needs(cfg), query_batch=n.query_batch,
-               query_chunk_pairs=n.query_chunk_pairs, dense_only=dense_only, node_struct=cfg.model.node_struct)
+               query_chunk_pairs=n.query_chunk_pairs, dense_only=dense_only, node_struct=cfg.model.node_struct,
+               sparse_features=n.sparse_features)
