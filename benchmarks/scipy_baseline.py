@@ -7,7 +7,8 @@ plain scipy / numpy calls (no numba, no batching of graphs):
   ``D^-1/2`` as ``1 / sqrt(d)``, see :func:`_inv_sqrt`); ``Â^1..Â^K`` by whole
   sparse products on their union support. Graphs above ``large.min_nodes`` take
   the same truncation as the cache (``Â`` whole; for ``k >= 2`` the product with
-  ``Â``, then per row: diagonal and real edges kept, others below ``tau``
+  ``Â`` whose rows longer than ``large.fanout`` keep their diagonal and largest
+  entries (:func:`cap`), then per row: diagonal and real edges kept, others below ``tau``
   dropped, the largest others up to ``topk`` per row, ties to the smaller
   column), written here as a vectorised numpy rule over the whole matrix, and
   the same dropped-mass shares (mat-vecs against exact row sums);
@@ -103,15 +104,37 @@ def truncate(m: sp.csr_matrix, protect: sp.csr_matrix, tau: float, topk: int) ->
     return sp.csr_matrix((vals[keep], m.indices[keep], indptr), shape=m.shape)
 
 
-def _powers(a: sp.csr_matrix, k: int, large: bool, tau: float, topk: int) -> tuple[list[sp.csr_matrix], np.ndarray | None]:
+def cap(m: sp.csr_matrix, fanout: int) -> sp.csr_matrix:
+    """The right-hand factor of the cache's products: a row of ``Â`` with more than ``fanout`` entries keeps its
+    diagonal and then its largest entries (equal values: the smaller column), ``fanout`` in all; one stable sort
+    over the long rows' entries."""
+    m = m.tocsr()
+    m.sort_indices()
+    n = m.shape[0]
+    counts = np.diff(m.indptr)
+    if fanout <= 0 or not (counts > fanout).any():
+        return m
+    rows = np.repeat(np.arange(n, dtype=np.int64), counts)
+    c = np.flatnonzero((counts > fanout)[rows])
+    order = c[np.lexsort((-m.data[c], m.indices[c] != rows[c], rows[c]))]
+    r = rows[order]
+    keep = np.ones(m.nnz, dtype=bool)
+    keep[order[np.arange(len(order)) - np.searchsorted(r, r) >= fanout]] = False
+    out = sp.csr_matrix((m.data[keep], m.indices[keep], np.concatenate([[0], np.cumsum(keep)])[m.indptr]), shape=m.shape)
+    return out
+
+
+def _powers(a: sp.csr_matrix, k: int, large: bool, tau: float, topk: int,
+            fanout: int = 0) -> tuple[list[sp.csr_matrix], np.ndarray | None]:
     n = a.shape[0]
     ai = (a + sp.identity(n, format="csr")).tocsr()
     d = _inv_sqrt(np.asarray(ai.sum(axis=1)).ravel())
     a_hat = (sp.diags(d) @ ai @ sp.diags(d)).tocsr()
     a_hat.sort_indices()
+    right = cap(a_hat, fanout) if large else a_hat
     out = [a_hat]
     for _ in range(1, k):
-        nxt = (out[-1] @ a_hat).tocsr()
+        nxt = (out[-1] @ right).tocsr()
         out.append(truncate(nxt, a_hat, tau, topk) if large else nxt)
     dropped = None
     if large:
@@ -194,7 +217,7 @@ def baseline_graph(edge_index: np.ndarray, n: int, s: Any) -> dict[str, Any]:
     large = n > s.large.min_nodes
     out: dict[str, Any] = {"n": n, "edges": int(a.nnz // 2)}
     out["component"] = csgraph.connected_components(a, directed=False)[1]
-    mats, dropped = _powers(a, s.powers.k, large, s.large.tau, s.large.topk)
+    mats, dropped = _powers(a, s.powers.k, large, s.large.tau, s.large.topk, s.large.fanout)
     out["powers"] = _union(mats)
     out["dropped"] = dropped
     if s.spd.enabled:

@@ -44,6 +44,7 @@ import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import networkx as nx  # noqa: E402
+import scipy.sparse as sp  # noqa: E402
 
 from tests.model.graphs import a_hat_of  # noqa: E402
 from xmask_cli.cache import StructureCache  # noqa: E402
@@ -78,10 +79,12 @@ def _recorded(path: str) -> tuple[dict, np.ndarray]:
 
 
 def test_star_hub_keeps_every_edge_and_dropped_mass_is_recorded(tmp_path):
+    # The tau / top-k rule alone (no fan-out cap); the cap on a star: test_star_under_a_fanout_cap_...
     leaves, K, topk = 500, 3, 128
     n = leaves + 1
     edges = np.stack([np.zeros(leaves, dtype=np.int64), np.arange(1, n)])
-    s = _prepare_large(tmp_path, edges, n, f"structure.powers.k={K}", f"structure.large.topk={topk}")
+    s = _prepare_large(tmp_path, edges, n, f"structure.powers.k={K}", f"structure.large.topk={topk}",
+                       "structure.large.fanout=0")
     rec, stored = _recorded(s.path)
     a_hat = a_hat_of(edges, n)
 
@@ -110,6 +113,54 @@ def test_star_hub_keeps_every_edge_and_dropped_mass_is_recorded(tmp_path):
     assert rec["max"][1] == pytest.approx(373 / 1002 / leaf_row, rel=1e-9)
     assert rec["mean"][1] == pytest.approx(373 / 1002 / leaf_row * leaves / n, rel=1e-9)
     assert s.truncation["powers"]["mean"] == rec["mean"] and s.truncation["large_graphs"] == 1
+
+
+def test_star_under_a_fanout_cap_prepares_the_documented_rule(tmp_path):
+    """A 4,000-leaf star under fanout 8: the hub passes mass on to itself and leaves 1..7 only. The stored
+    powers equal the rule computed here by scipy products and a row loop; the cap is recorded."""
+    leaves, K, topk, fanout = 4000, 3, 16, 8
+    n = leaves + 1
+    edges = np.stack([np.zeros(leaves, dtype=np.int64), np.arange(1, n)])
+    s = _prepare_large(tmp_path, edges, n, f"structure.powers.k={K}", f"structure.large.topk={topk}",
+                       f"structure.large.fanout={fanout}", "structure.large.tau=0")
+    assert s.truncation["fanout"] == fanout and s.truncation["capped_rows"] == 1  # the hub alone
+    a = sp.csr_matrix((np.ones(2 * leaves), (np.r_[edges[0], edges[1]], np.r_[edges[1], edges[0]])), shape=(n, n))
+    d = 1.0 / np.sqrt(np.asarray(a.sum(1)).ravel() + 1.0)
+    a_hat = sp.csr_matrix(sp.diags(d) @ (a + sp.identity(n)) @ sp.diags(d))
+    # cap(Â): the hub's row keeps itself and its 7 neighbours of smallest degree (all 1: the smallest ids).
+    right = a_hat.tolil()
+    right[0, fanout:] = 0.0
+    right = sp.csr_matrix(right)
+    right.eliminate_zeros()
+    ref = a_hat
+    with StructureCache(s.path) as c:
+        for k in range(1, K):
+            prod = sp.csr_matrix(ref @ right)
+            rr, cc, vv = [], [], []
+            for i in range(n):  # trunc: Â's support, then the largest others (ties: smaller id) up to topk
+                lo, hi = prod.indptr[i], prod.indptr[i + 1]
+                val = dict(zip(prod.indices[lo:hi].tolist(), prod.data[lo:hi].tolist()))
+                safe = [j for j in val if j == i or j == 0 or i == 0]
+                others = sorted((j for j in val if j not in safe), key=lambda j: (-val[j], j))
+                keep = safe + others[: max(0, topk - len(safe))]
+                rr += [i] * len(keep)
+                cc += keep
+                vv += [val[j] for j in keep]
+            ref = sp.csr_matrix((vv, (rr, cc)), shape=(n, n))
+            for i in (0, 1, 5, fanout, 2500, leaves):
+                got = np.zeros(n)
+                lo, hi = c.file["powers/indptr"][i], c.file["powers/indptr"][i + 1]
+                got[c.file["powers/col"][lo:hi].astype(np.int64)] = c.file["powers/values"][lo:hi, k]
+                np.testing.assert_allclose(got, ref[i].toarray().ravel(), rtol=1e-6, atol=0)
+    # By hand, Â^2 of a leaf i >= 8 under the cap: itself 1/4, the hub (1/2 + 1/4001)/sqrt(8002), leaves 1..7 at
+    # 1/8002 each; the 3,992 other leaves get nothing through the capped hub row.
+    row = np.zeros(n)
+    with StructureCache(s.path) as c:
+        lo, hi = c.file["powers/indptr"][2500], c.file["powers/indptr"][2501]
+        row[c.file["powers/col"][lo:hi].astype(np.int64)] = c.file["powers/values"][lo:hi, 1]
+    want = np.zeros(n)
+    want[2500], want[0], want[1:fanout] = 1 / 4, (1 / 2 + 1 / 4001) / np.sqrt(8002), 1 / 8002
+    np.testing.assert_allclose(row, want, rtol=1e-6, atol=0)
 
 
 def test_truncation_report_of_a_fresh_build_equals_the_one_read_back(tmp_path):
@@ -577,3 +628,20 @@ def test_cora_cache_is_bit_identical_at_one_and_two_threads(tmp_path):
         assert a[name].dtype == b[name].dtype and a[name].shape == b[name].shape, name
         assert a[name].tobytes() == b[name].tobytes(), f"{name} differs between 1 and 2 threads"
     assert {k: str(v) for k, v in a_attrs.items()} == {k: str(v) for k, v in b_attrs.items()}
+
+
+def test_the_fanout_cap_is_part_of_the_cache_key():
+    """A file made under another cap (or before the cap existed: no ``fanout`` in its parameters) holds other
+    values on hub graphs: it gets another key and never serves a request as a superset."""
+    from xmask_cli.cache import cache_key
+    from xmask_cli.prepare.subset import covers
+
+    def params(*sets: str) -> dict:
+        return structure_params(resolve("node-level", list(sets)).structure, "node")
+
+    base, other = params(), params("structure.large.fanout=16")
+    assert base["large"]["fanout"] == 128 and other["large"]["fanout"] == 16
+    assert cache_key("fp", base) != cache_key("fp", other)
+    old = json.loads(json.dumps(base))
+    del old["large"]["fanout"]
+    assert covers(base, base) and not covers(old, base) and not covers(other, base)

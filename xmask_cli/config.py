@@ -87,6 +87,9 @@ class LargeGraphConfig:
     min_nodes: int = 5000
     tau: float = 1e-6  # drop power entries below tau after every product
     topk: int = 128  # keep at most topk entries per row of every power (0: all)
+    # Right-hand factor of every product: a row of more than fanout entries (a hub) keeps its diagonal and its
+    # fanout - 1 lowest-degree neighbours, so prepare's cost is bounded whatever the degrees (0: no cap).
+    fanout: int = 128
     spd_radius: int = 2  # SPD only up to this many hops
 
 

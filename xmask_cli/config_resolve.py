@@ -356,7 +356,7 @@ _AT_LEAST: dict[type, dict[str, int | tuple[int, str]]] = {
                   "query_chunk_pairs": 1},
     LinkSection: {"num_neg_per_pos": 1},
     ImageSection: {"patch": 1},
-    LargeGraphConfig: {"tau": 0, "topk": 0, "spd_radius": 1},
+    LargeGraphConfig: {"tau": 0, "topk": 0, "fanout": (0, "0: no cap"), "spd_radius": 1},
 }
 #: Closed ranges, per section: key -> ``(low, high)``.
 _WITHIN: dict[type, dict[str, tuple[int, int]]] = {

@@ -42,6 +42,8 @@ class AddLogSMask(BaseTransform):
             (``structure.large.min_nodes``).
         tau: large graphs: drop entries of ``k >= 2`` below ``tau``.
         topk: large graphs: keep at most ``topk`` entries per row of ``k >= 2`` (0: all).
+        fanout: large graphs: a node of degree ``>= fanout`` passes mass on to its ``fanout - 1`` lowest-degree
+            neighbours only in each product (0: no cap; ``structure.large.fanout``).
         attr: prefix of the two attributes written.
 
     Example::
@@ -53,14 +55,14 @@ class AddLogSMask(BaseTransform):
 
     def __init__(self, k: int = PowersConfig.k, *, normalization: str = PowersConfig.normalization,
                  large_min_nodes: int = LargeGraphConfig.min_nodes, tau: float = LargeGraphConfig.tau,
-                 topk: int = LargeGraphConfig.topk, attr: str = "logsmask"):
+                 topk: int = LargeGraphConfig.topk, fanout: int = LargeGraphConfig.fanout, attr: str = "logsmask"):
         from xmask_cli.config_resolve import build
 
         # Checked like a preset's structure section (the same ranges and messages); only the powers are computed.
         self.structure: StructureConfig = build(StructureConfig, {
             "powers": {"k": k, "normalization": normalization},
             "spd": {"enabled": False}, "spectrum": {"enabled": False},
-            "large": {"min_nodes": large_min_nodes, "tau": tau, "topk": topk},
+            "large": {"min_nodes": large_min_nodes, "tau": tau, "topk": topk, "fanout": fanout},
         }, "structure")
         self.attr = attr
 
@@ -90,4 +92,4 @@ class AddLogSMask(BaseTransform):
     def __repr__(self) -> str:
         p, lg = self.structure.powers, self.structure.large
         return (f"{type(self).__name__}(k={p.k}, normalization={p.normalization!r}, large_min_nodes={lg.min_nodes}, "
-                f"tau={lg.tau}, topk={lg.topk})")
+                f"tau={lg.tau}, topk={lg.topk}, fanout={lg.fanout})")

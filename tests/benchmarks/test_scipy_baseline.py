@@ -3,6 +3,7 @@ notices when it does not."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -44,8 +45,10 @@ def graphs():
 @pytest.fixture(scope="module")
 def structure():
     # The 260- and 230-node graphs count as large here: truncation (tau, top-k) and the SPD radius apply.
+    # fanout 6: the rows of the nodes of degree 6 or more are capped in the right-hand factor.
     return resolve("graph-level", ["structure.large.min_nodes=200", "structure.large.topk=12",
-                                   "structure.large.tau=1e-3", "structure.spectrum.num_eigs=6"]).structure
+                                   "structure.large.tau=1e-3", "structure.large.fanout=6",
+                                   "structure.spectrum.num_eigs=6"]).structure
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +56,7 @@ def cache(graphs, structure, tmp_path_factory):
     edges, nn = graphs
     s = prepare_graphs(dataset_key="tiny", level="graph", edges=edges, num_nodes=nn, fingerprint="t",
                        cfg=structure, cache_dir=tmp_path_factory.mktemp("cache"), force=True)
-    assert s.truncation["large_graphs"] == 2
+    assert s.truncation["large_graphs"] == 2 and s.truncation["capped_rows"] > 0
     return s.path
 
 
@@ -115,6 +118,13 @@ def test_another_row_cap_is_not_the_same_output(B, graphs, structure, cache) -> 
                                     "structure.large.tau=1e-3", "structure.spectrum.num_eigs=6"]).structure
     probs = B.check_equal(B.baseline_all(*graphs, other), cache)
     assert any("powers on other pairs" in p for p in probs)
+
+
+def test_another_fanout_is_not_the_same_output(B, graphs, structure, cache) -> None:
+    # Without the fan-out cap the baseline computes other powers: the check must notice.
+    other = dataclasses.replace(structure, large=dataclasses.replace(structure.large, fanout=0))
+    probs = B.check_equal(B.baseline_all(*graphs, other), cache)
+    assert any("powers" in p for p in probs)
 
 
 def test_truncate_matches_a_row_by_row_rule(B) -> None:

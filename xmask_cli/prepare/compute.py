@@ -30,6 +30,8 @@ class BlockResult:
     dropped: dict[str, np.ndarray] = field(default_factory=dict)  # group -> [rows, K] share of row mass truncated
     #: False for a block of rows of a large graph: it carries pairs only; the graph's own arrays come after them.
     complete: bool = True
+    #: Rows of Â the fan-out cap cut in this block's large graphs (hubs: degree >= ``structure.large.fanout``).
+    capped: int = 0
 
 
 def _block_adjacency(edges: list[np.ndarray], nn: np.ndarray, symmetric: bool = True) -> sp.csr_matrix:
@@ -91,7 +93,8 @@ def _compute_block(
     graph_of_node = np.repeat(np.arange(len(nn)), nn)
     edge_counts = (np.bincount(graph_of_node, weights=np.diff(a.indptr), minlength=len(nn)) // 2).astype(np.int64)
     res = BlockResult(num_nodes=nn, num_edges=edge_counts, large=np.full(len(nn), large), component=S.connected_components(a))
-    trunc = S.Truncation(cfg.large.tau, cfg.large.topk) if large else S.Truncation()
+    trunc = S.Truncation(cfg.large.tau, cfg.large.topk, cfg.large.fanout) if large else S.Truncation()
+    res.capped = S.capped_rows(a, trunc) if large else 0
     if "pairs" in parts:
         _pair_groups(res, a, offs, cfg, large, trunc, cdtype)
     if "per-graph" in parts:
@@ -149,7 +152,7 @@ class LargeGraph:
 
         self.n, self.cfg, self.cdtype = int(n), cfg, cdtype
         self.a = _block_adjacency([edges], np.asarray([n], dtype=np.int64))
-        trunc = S.Truncation(cfg.large.tau, cfg.large.topk)
+        trunc = S.Truncation(cfg.large.tau, cfg.large.topk, cfg.large.fanout)
         norm = cfg.powers.normalization
         self.powers = PowerRows(self.a, cfg.powers.k, normalization=norm, truncation=trunc)
         self.power_sums = S.power_row_sums(self.a, cfg.powers.k, normalization=norm)

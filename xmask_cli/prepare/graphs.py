@@ -77,18 +77,21 @@ class _DroppedMass:
 MERGED_ATTR = "merged_edge_rows"
 
 #: The truncation rule as recorded in the cache (see :class:`~xmask_cli.structure.powers.Truncation`).
-TRUNCATION_RULE = ("large graphs only; power 1 (A-hat) kept whole; for k >= 2, P_k = trunc(P_(k-1) A-hat): "
-                   "the diagonal and every real edge (support of A + I) are always kept, other entries with "
-                   "|x| < tau are dropped, then a row keeps its protected entries and the largest others up to "
+TRUNCATION_RULE = ("large graphs only; power 1 (A-hat) kept whole; for k >= 2, P_k = trunc(P_(k-1) cap(A-hat)): "
+                   "cap keeps every row of A-hat with at most fanout entries whole and cuts a longer one (a hub's) "
+                   "to its diagonal and its fanout - 1 largest entries (the neighbours of smallest degree, ties to "
+                   "the smaller id); trunc keeps the diagonal and every real edge (support of A + I), drops other "
+                   "entries with |x| < tau, then a row keeps its protected entries and the largest others up to "
                    "topk entries in total")
 
 
 def truncation_report(cache: StructureCache) -> dict[str, Any]:
     """What truncation did to a cache's large graphs, read from its attributes.
 
-    ``{"large_graphs", "tau", "topk", "rule", "powers": {"k", "rows", "mean", "max"}[, "rrwp": {"step", ...}]}``:
-    per power, the mean and max over the truncated graphs' rows of the share
-    of the row's exact mass that the stored entries miss (0 where nothing was truncated).
+    ``{"large_graphs", "tau", "topk", "fanout", "capped_rows", "rule", "powers": {"k", "rows", "mean", "max"}[,
+    "rrwp": {"step", ...}]}``: per power, the mean and max over the truncated graphs' rows of the share of the
+    row's exact mass that the stored entries miss (0 where nothing was truncated); ``capped_rows``: the hub rows
+    the fan-out cap cut (a file written before the cap existed reads as fanout 0).
     """
     f = cache.file
     dropped = {g: f[g].attrs["dropped_mass"] for g in ("powers", "rrwp") if g in f and "dropped_mass" in f[g].attrs}
@@ -100,6 +103,7 @@ def _truncation_report(large_graphs: int, truncation: str, dropped_mass: dict[st
     """:func:`truncation_report` from the values written: the ``truncation`` and ``dropped_mass`` JSON attributes."""
     trunc = cache_json(truncation, "the cache", "powers/truncation")
     out: dict[str, Any] = {"large_graphs": large_graphs, "tau": trunc["tau"], "topk": trunc["topk"],
+                           "fanout": int(trunc.get("fanout", 0)), "capped_rows": int(trunc.get("capped_rows", 0)),
                            "rule": trunc["rule"]}
     for group, label, first in (("powers", "k", 1), ("rrwp", "step", 0)):
         if group in dropped_mass:
@@ -283,6 +287,7 @@ def _prepare_graphs(*, dataset_key: str, level: str, edges: list[np.ndarray], nu
     comp_offset = 0
     total_edges = 0
     large_graphs = 0
+    capped = 0
     dropped = _DroppedMass()
     # Ctrl-C is raised only between blocks (see deferred_interrupt): never inside numba, LLVM or HDF5.
     with deferred_interrupt() as check, CacheWriter(path, attrs) as w:
@@ -301,6 +306,7 @@ def _prepare_graphs(*, dataset_key: str, level: str, edges: list[np.ndarray], nu
             w.append("graphs/num_edges", r.num_edges)
             w.append("graphs/large", r.large)
             large_graphs += int(np.count_nonzero(r.large))
+            capped += int(r.capped)
             w.append("graphs/node_ptr", node_total + np.cumsum(r.num_nodes))
             node_total += int(r.num_nodes.sum())
             total_edges += int(r.num_edges.sum())
@@ -324,8 +330,8 @@ def _prepare_graphs(*, dataset_key: str, level: str, edges: list[np.ndarray], nu
             if progress is not None:
                 progress(done, len(nn))
         check()  # a Ctrl-C during the last block still stops before the file is marked complete
-        truncation = json.dumps({"tau": cfg.large.tau, "topk": cfg.large.topk, "applies_to": "graphs/large",
-                                 "rule": TRUNCATION_RULE})
+        truncation = json.dumps({"tau": cfg.large.tau, "topk": cfg.large.topk, "fanout": cfg.large.fanout,
+                                 "capped_rows": capped, "applies_to": "graphs/large", "rule": TRUNCATION_RULE})
         masses = {"powers": dropped.attrs("powers", cfg.powers.k)}
         w.set_attrs("powers", k=cfg.powers.k, normalization=cfg.powers.normalization, truncation=truncation,
                     dropped_mass=masses["powers"])

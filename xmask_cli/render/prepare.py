@@ -29,8 +29,10 @@ def truncation_rows(report: dict[str, Any]) -> list[tuple[str, str]]:
     """Human rows for prepare's truncation report: rule and dropped mass per power."""
     if not report.get("large_graphs"):
         return [("truncation", "none (no large graph: every power exact)")]
-    rows = [("truncation", f"tau={report['tau']:g}, topk={report['topk']} on {report['large_graphs']} large graph(s); "
-                           f"Â^1 and real edges kept whole")]
+    fanout = report.get("fanout", 0)
+    cap = f", fanout={fanout} ({report.get('capped_rows', 0)} hub row(s) capped)" if fanout else ", no fan-out cap"
+    rows = [("truncation", f"tau={report['tau']:g}, topk={report['topk']}{cap} on {report['large_graphs']} large "
+                           f"graph(s); Â^1 and real edges kept whole")]
     for group, label, name in (("powers", "k", "dropped Â^k mass"), ("rrwp", "step", "dropped P^k mass")):
         if group in report:
             d = report[group]

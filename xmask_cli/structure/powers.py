@@ -25,9 +25,19 @@ _ROW_BLOCK_NNZ = 8_000_000
 class Truncation:
     """Which entries of a matrix power ``k >= 2`` are kept (large graphs).
 
-    ``P_1 = Â`` whole, and ``P_k = trunc(P_{k-1} @ Â)`` for ``k >= 2``. The
-    protected entries of a row -- its diagonal and its real edges, i.e. the
-    support of ``Â`` (``A + I``) -- are never dropped, by either rule:
+    ``P_1 = M`` whole (``M = Â``), and ``P_k = trunc(P_{k-1} @ cap(M))`` for
+    ``k >= 2``. ``cap(M)`` is ``M`` with every row of more than ``fanout``
+    entries cut to its diagonal and the ``fanout - 1`` neighbours of smallest
+    degree (ties: the smaller node id) -- for ``Â`` these are the row's largest
+    entries, since ``Â_jl = (d_j d_l)^-1/2``. So a hub passes its mass on to at
+    most ``fanout`` nodes per product, and no product expands a hub's whole
+    row into each of its neighbours' rows: a row of ``P_k`` costs at most
+    ``fanout`` multiply-adds per entry of the same row of ``P_{k-1}``.
+    Rows of at most ``fanout`` entries (nodes of degree ``< fanout``) are used
+    whole, so on a graph without such hubs ``cap(M) = M``.
+
+    The protected entries of a row -- its diagonal and its real edges, i.e. the
+    support of ``Â`` (``A + I``) -- are never dropped by ``trunc``:
 
     1. every other entry with ``|x| < tau`` is dropped;
     2. a row with more than ``topk`` entries left keeps its protected entries
@@ -35,26 +45,70 @@ class Truncation:
        (equal values: the smaller column id first). A row with
        ``deg + 1 >= topk`` protected entries keeps exactly those.
 
-    Since ``Â >= 0`` has a positive diagonal, ``(P_{k-1} Â)_ij >= (P_{k-1})_ii
-    Â_ij > 0`` on every edge: the product's support always contains ``Â``'s,
-    so every stored power holds every real edge and the self loop, and the
-    union support any head attends over is never thinner than one hop. Every
-    stored entry is at most the exact ``Â^k`` entry (dropped mass also stops
-    propagating into later powers); the row mass lost, ``1 - (P_k 1)_i /
-    (Â^k 1)_i``, is what prepare records. With ``tau = 0`` and ``topk = 0``
-    every power is exact.
+    Since ``Â >= 0`` has a positive diagonal, which ``cap`` keeps,
+    ``(P_{k-1} cap(Â))_ij >= (P_{k-1})_ij Â_jj > 0`` wherever ``P_{k-1}`` has
+    an entry, so by induction every stored power holds every real edge and the
+    self loop, and the union support any head attends over is never thinner
+    than one hop. Every stored entry is at most the exact ``Â^k`` entry (dropped
+    mass also stops propagating into later powers); the row mass lost, by the
+    cap and by ``trunc`` together, ``1 - (P_k 1)_i / (Â^k 1)_i``, is what
+    prepare records. With ``tau = 0``, ``topk = 0`` and ``fanout = 0`` every
+    power is exact.
 
     Attributes:
         tau: drop unprotected entries with absolute value below ``tau``.
         topk: row budget of rule 2 (0: no budget).
+        fanout: row width of the right-hand factor ``cap(M)`` (0: no cap).
     """
 
     tau: float = 0.0
     topk: int = 0
+    fanout: int = 0
 
     @property
     def exact(self) -> bool:
-        return self.tau <= 0.0 and self.topk <= 0
+        return self.tau <= 0.0 and self.topk <= 0 and self.fanout <= 0
+
+
+def cap_rows(m: sp.spmatrix, fanout: int, deg: np.ndarray) -> sp.csr_matrix:
+    """``cap(m)`` of :class:`Truncation`: every row of more than ``fanout`` stored entries keeps its diagonal
+    (where stored) and then the columns ``l`` of smallest ``(deg[l], l)`` until it holds ``fanout``; other
+    rows whole. ``fanout <= 0`` returns ``m`` (canonical). Columns stay sorted.
+
+    Work is O(entries of the capped rows x log): the rows of the hubs only.
+    """
+    c = canonical(m)
+    if fanout <= 0:
+        return c
+    counts = np.diff(c.indptr)
+    over = counts > fanout
+    if not over.any():
+        return c
+    row = np.repeat(np.arange(c.shape[0], dtype=np.int64), counts)
+    idx = np.flatnonzero(over[row])  # entries of the rows to cap
+    r, col = row[idx], c.indices[idx].astype(np.int64)
+    d = np.asarray(deg)[col]
+    order = np.lexsort((col, d, col != r, r))  # per row: the diagonal, then smallest degree, then smaller id
+    rs = r[order]
+    rank = np.arange(rs.shape[0], dtype=np.int64) - np.searchsorted(rs, rs, side="left")
+    keep = np.ones(c.nnz, dtype=bool)
+    keep[idx[order[rank >= fanout]]] = False
+    kept_before = np.concatenate([[0], np.cumsum(keep, dtype=np.int64)])
+    out = sp.csr_matrix((c.data[keep], c.indices[keep], kept_before[c.indptr]), shape=c.shape)
+    out.has_canonical_format = True  # a subset of sorted, duplicate-free rows
+    return out
+
+
+def degrees(a: sp.spmatrix) -> np.ndarray:
+    """Stored entries per row of a binary adjacency (its degrees, self loops aside): the ranking of :func:`cap_rows`."""
+    return np.diff(a.tocsr().indptr).astype(np.int64)
+
+
+def capped_rows(a: sp.spmatrix, rule: "Truncation") -> int:
+    """How many rows :func:`cap_rows` cuts on ``a``'s ``A + I`` under ``rule`` (nodes of degree ``>= fanout``)."""
+    if rule.fanout <= 0:
+        return 0
+    return int(np.count_nonzero(degrees(a) + 1 > rule.fanout))
 
 
 def with_self_loops(a: sp.spmatrix) -> sp.csr_matrix:
@@ -211,7 +265,8 @@ def adjacency_powers(
             ``N(M) = D_M^-1/2 M D_M^-1/2`` and ``D_M`` the row sums of ``M``:
             raise first, normalize afterwards (the ablation of seed 000 §4.2.3).
         truncation: rule applied after every multiplication (powers ``>= 2``;
-            the first power and the support of ``A + I`` are kept whole).
+            the first power and the support of ``A + I`` are kept whole), with
+            the right-hand factor capped to ``truncation.fanout`` entries per row.
 
     Returns:
         ``k`` CSR matrices, ``out[j]`` approximating the ``(j+1)``-th power
@@ -221,12 +276,14 @@ def adjacency_powers(
         raise ValueError("k must be >= 1")
     if normalization == "sym":
         a_hat = normalized_adjacency(a)
+        right = cap_rows(a_hat, truncation.fanout, degrees(a))
         out = [a_hat]
         for _ in range(1, k):
-            out.append(_product(out[-1], a_hat, truncation, protect=a_hat))
+            out.append(_product(out[-1], right, truncation, protect=a_hat))
         return out
     if normalization == "no-symnorm":
         a_i = with_self_loops(a)
+        right = cap_rows(a_i, truncation.fanout, degrees(a))  # the same columns as cap(Â): Â and A + I share a support
         n = a.shape[0]
         ones = np.ones(n)
         raw = a_i
@@ -234,7 +291,7 @@ def adjacency_powers(
         out = []
         for j in range(1, k + 1):
             if j > 1:
-                raw = (raw @ a_i).tocsr()
+                raw = product_rows(raw, right)
                 row_sum = a_i @ row_sum  # symmetric, so (A+I)^j 1 = (A+I) (A+I)^(j-1) 1
             d = inv_sqrt(row_sum)
             norm = (sp.diags(d) @ raw @ sp.diags(d)).tocsr()
@@ -254,14 +311,15 @@ def adjacency_powers(
 def random_walk_powers(a: sp.spmatrix, steps: int, *, truncation: Truncation = Truncation()) -> list[sp.csr_matrix]:
     """``[I, P, P^2, ..., P^steps]`` with ``P = D^-1 A`` (RRWP input).
 
-    ``truncation`` applies to ``P^k``, ``k >= 2``, as for :func:`adjacency_powers`:
-    ``P`` is kept whole and no later power drops an entry on a real edge or
-    the diagonal (where the walk has one).
+    ``truncation`` applies to ``P^k``, ``k >= 2``, as for :func:`adjacency_powers`
+    (``P_k = trunc(P_{k-1} cap(P))``): ``P`` is kept whole and no later power
+    drops an entry on a real edge or the diagonal (where the walk has one).
     """
     p = random_walk_matrix(a)
+    right = cap_rows(p, truncation.fanout, degrees(a))
     out = [sp.identity(a.shape[0], format="csr"), p]
     for _ in range(1, steps):
-        out.append(_product(out[-1], p, truncation, protect=p))
+        out.append(_product(out[-1], right, truncation, protect=p))
     return out[: steps + 1]
 
 

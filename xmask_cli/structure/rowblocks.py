@@ -1,7 +1,8 @@
 """Rows ``start:stop`` of the (truncated) powers and walk matrices, without forming the whole matrices.
 
-``P_k = trunc(P_{k-1} Â)`` multiplies from the right by ``Â``, and truncation is row-wise: the rows of a block
-of every power need only the same rows of the power before and ``Â`` itself. So a large graph is prepared block
+``P_k = trunc(P_{k-1} cap(Â))`` multiplies from the right by ``cap(Â)`` (held whole, at most ``nnz(Â)``), and
+truncation is row-wise: the rows of a block of every power need only the same rows of the power before and
+``cap(Â)``. So a large graph is prepared block
 by block, in memory bounded by the block, and every row comes out exactly as in
 :func:`~xmask_cli.structure.powers.adjacency_powers` / :func:`~xmask_cli.structure.powers.random_walk_powers`
 (each output row depends on its own input row only; the tests compare the two bit for bit).
@@ -11,10 +12,13 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from xmask_cli.structure.csr_kernels import product_rows
 from xmask_cli.structure.graph import inv_sqrt
 from xmask_cli.structure.powers import (
     Truncation,
     _product,
+    cap_rows,
+    degrees,
     normalized_adjacency,
     random_walk_matrix,
     truncate_rows,
@@ -27,7 +31,8 @@ __all__ = ["PowerRows", "WalkRows", "rows_per_block"]
 class PowerRows:
     """Rows of powers ``1..k`` of the normalized adjacency (as :func:`adjacency_powers`), a block at a time.
 
-    Holds ``Â`` (or ``A + I`` and the exact row sums of ``(A+I)^j`` for ``no-symnorm``): O(nnz + n k).
+    Holds ``Â`` (or ``A + I`` and the exact row sums of ``(A+I)^j`` for ``no-symnorm``) and its capped copy
+    (:func:`~xmask_cli.structure.powers.cap_rows`, the right-hand factor of every product): O(nnz + n k).
     """
 
     def __init__(self, a: sp.spmatrix, k: int, *, normalization: str = "sym", truncation: Truncation = Truncation()):
@@ -47,19 +52,20 @@ class PowerRows:
             self._d = sums
         else:
             raise ValueError(f"unknown normalization {normalization!r}; expected 'sym' or 'no-symnorm'")
+        self.right = cap_rows(self.m, truncation.fanout, degrees(a))
 
     def rows(self, start: int, stop: int) -> list[sp.csr_matrix]:
         """Rows ``start:stop`` of every power, ``k`` CSR matrices ``[stop - start, n]`` (columns sorted)."""
         if self.normalization == "sym":
             out = [self.m[start:stop]]
             for _ in range(1, self.k):
-                out.append(_product(out[-1], self.m, self.truncation, protect=self.m, row_offset=start))
+                out.append(_product(out[-1], self.right, self.truncation, protect=self.m, row_offset=start))
             return out
         raw = self.m[start:stop]
         out = []
         for j in range(1, self.k + 1):
             if j > 1:
-                raw = (raw @ self.m).tocsr()
+                raw = product_rows(raw, self.right)
             d = self._d[j - 1]
             norm = (sp.diags(d[start:stop]) @ raw @ sp.diags(d)).tocsr()
             if j > 1:
@@ -78,6 +84,7 @@ class WalkRows:
 
     def __init__(self, a: sp.spmatrix, steps: int, *, truncation: Truncation = Truncation()):
         self.p = random_walk_matrix(a)
+        self.right = cap_rows(self.p, truncation.fanout, degrees(a))
         self.steps, self.truncation, self.n = int(steps), truncation, int(a.shape[0])
 
     def rows(self, start: int, stop: int) -> list[sp.csr_matrix]:
@@ -86,7 +93,7 @@ class WalkRows:
                               shape=(stop - start, self.n))
         out = [ident, self.p[start:stop]]
         for _ in range(1, self.steps):
-            out.append(_product(out[-1], self.p, self.truncation, protect=self.p, row_offset=start))
+            out.append(_product(out[-1], self.right, self.truncation, protect=self.p, row_offset=start))
         return out[: self.steps + 1]
 
 
