@@ -104,7 +104,7 @@ def degrees(a: sp.spmatrix) -> np.ndarray:
     return np.diff(a.tocsr().indptr).astype(np.int64)
 
 
-def capped_rows(a: sp.spmatrix, rule: "Truncation") -> int:
+def capped_rows(a: sp.spmatrix, rule: Truncation) -> int:
     """How many rows :func:`cap_rows` cuts on ``a``'s ``A + I`` under ``rule`` (nodes of degree ``>= fanout``)."""
     if rule.fanout <= 0:
         return 0
