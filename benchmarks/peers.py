@@ -342,10 +342,11 @@ def run_graph(graphs: Any, data_list: list[Any], seed: int, epochs: int, patienc
     import torch
     from torch_geometric.loader import DataLoader
 
-    from xmask_cli.engine.metrics import accuracy
+    from xmask_cli.engine.metrics import METRICS
     from xmask_cli.engine.splits import graph_split
 
-    split = graph_split("random-8-1-1", graphs.dataset, seed=seed)
+    split = graph_split(graphs.spec.split, graphs.dataset, seed=seed)  # random-8-1-1 for TU sets, OGB's scaffold
+    metric = METRICS[graphs.spec.metric]
     hp = {"lr": 0.01, "weight_decay": GRAPH_WEIGHT_DECAY[_OPTIMIZER[0]], "batch_size": batch_size, **(hp or {})}
     batch_size = int(hp["batch_size"])
     sets = {p: [data_list[int(i)] for i in getattr(split, p)] for p in parts}
@@ -360,7 +361,7 @@ def run_graph(graphs: Any, data_list: list[Any], seed: int, epochs: int, patienc
     sel = _Selector(patience)
 
     def score(part: str) -> float:
-        return accuracy(*_graph_logits(model, eval_loaders[part]))
+        return metric(*_graph_logits(model, eval_loaders[part]))
 
     epoch = -1
     for epoch in range(epochs):
@@ -369,7 +370,7 @@ def run_graph(graphs: Any, data_list: list[Any], seed: int, epochs: int, patienc
             break
     model.load_state_dict(sel.state)
     return {"metrics": {p: score(p) for p in parts}, "best_epoch": sel.best_epoch,
-            "epochs_run": epoch + 1,
+            "epochs_run": epoch + 1, "params": count_parameters(model),
             "split": {"name": split.name, "seed": seed, **dict(zip(("train", "val", "test"), split.sizes()))}}
 
 
@@ -1117,7 +1118,7 @@ def main(argv: list[str] | None = None) -> int:
                 if "GIN" in graph_models:
                     data_list = graph_data_list(graphs)
                     for s in args.seeds:
-                        record("graph", ds, "GIN", "accuracy", s,
+                        record("graph", ds, "GIN", graphs.spec.metric, s,
                                run_graph, graphs, data_list, s, args.graph_epochs, args.graph_patience)
                 if "GPS" in graph_models:
                     budget = preset_budget(ds)
