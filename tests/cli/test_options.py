@@ -45,8 +45,8 @@ def test_data_options_resolve_the_cache_folder_and_the_offline_flag(tmp_path: Pa
 
 
 def test_run_options_choose_as_the_api_does():
-    run = RunOptions(dataset="cora", set_=["model.heads=2"])
-    assert run.choose("train.epochs=3") == choose_preset(None, "cora", ["model.heads=2", "train.epochs=3"])
+    run = RunOptions(dataset="cora", set_=["model.hidden=32"])
+    assert run.choose("train.epochs=3") == choose_preset(None, "cora", ["model.hidden=32", "train.epochs=3"])
     cfg = run.config()
-    assert cfg.data.dataset == "Cora" and cfg.model.heads == 2
+    assert cfg.data.dataset == "Cora" and cfg.model.hidden == 32
     assert RunOptions().choose() == ("graph-level", [])
