@@ -102,7 +102,7 @@ def main() -> int:
     from xmask_cli.data.registry import get_dataset
 
     Path(args.cache_dir).mkdir(parents=True, exist_ok=True)
-    graphs = load_graphs(get_dataset("cora"), data_root=args.data_root, cache_dir=Path(args.cache_dir), offline=True)
+    graphs = load_graphs(get_dataset("cora"), data_root=Path(args.data_root), cache_dir=Path(args.cache_dir), offline=True)
     data = NormalizeFeatures()(graphs.dataset[0])
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
