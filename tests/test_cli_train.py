@@ -157,7 +157,7 @@ def test_corrupt_cache_is_exit_4(sweep, tmp_path):
 
 # ------------------------------------------------------------- other levels
 FAST_STRUCTURE = ["--set", "structure.spd.enabled=false", "--set", "structure.spectrum.enabled=false",
-                  "--set", "structure.powers.k=2", "--set", "model.heads=2", "--set", "model.hidden=16",
+                  "--set", "structure.powers.k=2", "--set", "model.heads=2", "--set", "model.head_powers=[1,2]", "--set", "model.hidden=16",
                   "--set", "model.layers=1", "--set", "train.epochs=2", "--set", "train.warmup_epochs=1"]
 
 
