@@ -184,7 +184,7 @@ def test_cli_trains_whole_graph_query_batches_and_stops_on_validation(tmp_path: 
     r = CliRunner().invoke(app, [
         "--format", "json", "train", "--dataset", "cora", "--device", "cpu", "--runs-dir", str(tmp_path / "runs"),
         "--cache-dir", str(tmp_path / "cache"), "--set", "structure.spd.enabled=false",
-        "--set", "structure.spectrum.enabled=false", "--set", "structure.powers.k=2", "--set", "model.heads=2",
+        "--set", "structure.spectrum.enabled=false", "--set", "structure.powers.k=2", "--set", "model.heads=2", "--set", "model.head_powers=[1,2]",
         "--set", "model.hidden=16", "--set", "structure.partition.parts=0", "--set", "node.mode=query",
         "--set", "node.query_batch=64", "--set", "train.epochs=500", "--set", "train.patience=2",
         "--set", "train.warmup_epochs=1", "--set", "train.lr=2e-2"])
