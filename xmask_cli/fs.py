@@ -5,6 +5,7 @@ import errno
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -12,7 +13,8 @@ from typing import Any, BinaryIO
 
 from xmask_cli.errors import NotWritableError, UsageError
 
-__all__ = ["ensure_writable_dir", "write_failed", "DISK_FULL", "refuse_file_as_dir", "atomic_write", "refuse_links", "open_nofollow"]
+__all__ = ["ensure_writable_dir", "write_failed", "DISK_FULL", "refuse_file_as_dir", "atomic_write", "refuse_links", "open_nofollow",
+           "NotRegularFile", "open_regular_fd"]
 
 
 def ensure_writable_dir(path: Path, what: str = "cache dir", hint: str = "pass --cache-dir or set XMASK_CACHE") -> Path:
@@ -79,6 +81,36 @@ def open_nofollow(path: Path, flags: int, what: str = "run folder") -> int:
             raise UsageError(f"{path} is a symbolic link, which xmask never writes through; remove it "
                              f"(the {what} {Path(path).parent} must hold plain files only)") from None
         raise
+
+
+class NotRegularFile(OSError):
+    """:func:`open_regular_fd` found something other than a regular file; ``mode`` is its ``st_mode``."""
+
+    def __init__(self, path: str | os.PathLike[str], mode: int) -> None:
+        super().__init__(f"{path}: not a regular file")
+        self.mode = mode
+
+
+def open_regular_fd(path: str | os.PathLike[str], *, follow_links: bool = False) -> int:
+    """A read-only descriptor of ``path`` if it is a regular file; by default never through a symbolic link.
+
+    Opened with ``O_NONBLOCK``, so a FIFO planted under a file's name is refused, not waited on; the
+    descriptor is left non-blocking (a regular file reads the same either way).
+
+    Raises:
+        FileNotFoundError: nothing at ``path``.
+        NotRegularFile: a FIFO, device or folder at ``path``.
+        OSError: any other failure of the open (``ELOOP`` for a link not followed, ``ENXIO`` for a socket).
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+    if not follow_links:
+        flags |= getattr(os, "O_NOFOLLOW", 0)
+    fd = os.open(path, flags)
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotRegularFile(path, mode)
+    return fd
 
 
 #: errno values of a write that failed for want of room: reported as :class:`NotWritableError` (exit 5).

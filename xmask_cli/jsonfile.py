@@ -1,4 +1,4 @@
-"""The one reader of the JSON xmask reads back (a leaf: imports nothing of xmask but its errors).
+"""The one reader of the JSON xmask reads back (a leaf: imports nothing of xmask but its errors and fs).
 
 Run files (``config.json``, ``summary.json``, ``metrics.jsonl``), fold index files, a study's
 ``summary.json`` and the JSON text a cache file keeps in its attributes were written by xmask, but
@@ -19,7 +19,6 @@ import errno
 import json
 import os
 import re
-import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Union
@@ -27,6 +26,7 @@ from typing import Any, Union
 import numpy as np
 
 from xmask_cli.errors import RunNotFoundError, XmaskError
+from xmask_cli.fs import NotRegularFile, open_regular_fd
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "Damaged", "MapOf", "Number", "OptionalInt", "check_fields", "parse_checked", "parse_json",
            "read_json", "read_json_lines"]
@@ -165,11 +165,12 @@ def parse_checked(data: Any, where: str, expect: type | tuple[type, ...] = dict,
 
 def _read_bytes(path: Path, max_bytes: int) -> bytes:
     """The file's bytes; only a regular file is read (opened without blocking: a FIFO never hangs)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = open_regular_fd(path)
+    except NotRegularFile:
+        raise Damaged("not a regular file") from None
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise Damaged("not a regular file")
         if st.st_size > max_bytes:
             raise Damaged(f"{st.st_size} bytes, more than the {max_bytes} a JSON file of xmask may hold")
         with os.fdopen(fd, "rb", closefd=False) as f:

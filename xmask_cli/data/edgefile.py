@@ -48,7 +48,15 @@ from pathlib import Path
 
 import numpy as np
 
-from xmask_cli.data.tables import ID_BOUND_FACTOR, MIN_ID_BOUND, bounded_max_id, check_regular, open_regular, read_npy
+from xmask_cli.data.tables import (
+    ID_BOUND_FACTOR,
+    MIN_ID_BOUND,
+    bounded_max_id,
+    check_regular,
+    merge_note,
+    open_regular,
+    read_npy,
+)
 from xmask_cli.errors import DataNotFoundError, UsageError
 from xmask_cli.fs import sha256_of
 
@@ -253,8 +261,7 @@ def load_edge_file(path: str | os.PathLike, features_path: str | os.PathLike | N
     kept_lines = [ln for ln, _, _ in sorted(seen.values(), key=lambda t: t[2])]
     notes: tuple[str, ...] = ()
     if merged:
-        notes = (f"merged {len(merged)} repeated row{'s' if len(merged) > 1 else ''} of {p.name}; first: "
-                 f"line {merged[0][0]} repeats line {merged[0][1]}",)
+        notes = (merge_note(len(merged), p.name, f"line {merged[0][0]}", f"line {merged[0][1]}"),)
 
     x = None
     fpath = None

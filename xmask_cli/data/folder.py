@@ -48,6 +48,7 @@ from xmask_cli.data.tables import (
     bounded_max_id,
     check_regular,
     file_digest,
+    merge_note,
     not_regular,
     read_csv_columns,
     read_npy,
@@ -353,10 +354,7 @@ def _repeated_rows(src: np.ndarray, dst: np.ndarray, w: np.ndarray | None, n: in
     keep = np.ones(src.size, dtype=bool)
     keep[later] = False
     i = int(np.argmin(later))
-    merged = int(later.size)
-    note = (f"merged {merged} repeated row{'s' if merged > 1 else ''} of {rows.path.name}; first: "
-            f"{rows.where(int(later[i]))} repeats {rows.where(int(original[i]))}")
-    return keep, note
+    return keep, merge_note(int(later.size), rows.path.name, rows.where(int(later[i])), rows.where(int(original[i])))
 
 
 def _check_reverse_weights(src: np.ndarray, dst: np.ndarray, w: np.ndarray, n: int, rows: Rows) -> None:

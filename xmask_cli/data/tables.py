@@ -28,9 +28,9 @@ from typing import IO, Any, BinaryIO
 import numpy as np
 
 from xmask_cli.errors import DataNotFoundError, UsageError
-from xmask_cli.fs import sha256_of
+from xmask_cli.fs import NotRegularFile, open_regular_fd, sha256_of
 
-__all__ = ["Rows", "open_regular", "check_regular", "not_regular", "file_kind", "file_digest", "read_npy", "read_npz", "read_csv_columns", "read_parquet_columns",
+__all__ = ["Rows", "merge_note", "open_regular", "check_regular", "not_regular", "file_kind", "file_digest", "read_npy", "read_npz", "read_csv_columns", "read_parquet_columns",
            "PARQUET_HINT", "MIN_ID_BOUND", "ID_BOUND_FACTOR", "bounded_max_id"]
 
 #: Where nothing else gives the node count, node ids must lie below ``max(MIN_ID_BOUND, ID_BOUND_FACTOR * distinct
@@ -40,6 +40,12 @@ ID_BOUND_FACTOR = 10
 
 #: What to do when Parquet is asked for and pyarrow is missing.
 PARQUET_HINT = "reading Parquet needs pyarrow: pip install 'xmask[parquet]' (or pip install pyarrow), or save it as .npz"
+
+
+def merge_note(count: int, name: str, later: str, first: str) -> str:
+    """The one log line for repeated rows merged into their first listing: ``merged 2 repeated rows of
+    edges.csv; first: line 402 repeats line 2`` (``later`` / ``first``: where the first repeat and its original are)."""
+    return f"merged {count} repeated row{'s' if count > 1 else ''} of {name}; first: {later} repeats {first}"
 
 
 def file_kind(mode: int) -> str:
@@ -86,12 +92,10 @@ def open_regular(path: Path | str, *, follow_links: bool = False) -> BinaryIO:
         DataNotFoundError: no such file.
         UsageError: a link (unless followed), a folder, a FIFO, a socket or a device sits at ``path``.
     """
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
-    if not follow_links:
-        flags |= getattr(os, "O_NOFOLLOW", 0)
     try:
-        # O_NONBLOCK: opening a FIFO planted under a dataset name must not wait for a writer.
-        fd = os.open(path, flags)
+        fd = open_regular_fd(path, follow_links=follow_links)
+    except NotRegularFile as exc:
+        raise not_regular(path, exc.mode) from None
     except FileNotFoundError:
         raise DataNotFoundError(f"{path}: no such file") from None
     except OSError as exc:
@@ -100,12 +104,7 @@ def open_regular(path: Path | str, *, follow_links: bool = False) -> BinaryIO:
                              f"(copy the file in)") from None
         if exc.errno == errno.ENXIO:  # a socket (or a device without its driver): never a regular file
             check_regular(path, follow_links=follow_links)
-            raise UsageError(f"{path}: cannot be read ({exc.strerror})") from None
         raise UsageError(f"{path}: cannot be read ({exc.strerror})") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
-        os.close(fd)
-        raise not_regular(path, mode)
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
 

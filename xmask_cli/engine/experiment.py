@@ -491,9 +491,10 @@ def train_seeds(
     ``("train", "val")``: a search never scores test).
 
     With more than one seed an ``aggregate.json`` (mean ± std over seeds of
-    every final metric) is written beside the seed folders. Every seed folder
-    is locked for the whole call (:meth:`RunDir.lock`); a folder that already
-    holds a run needs ``resume`` or ``overwrite``.
+    every final metric) is written beside the seed folders. Before any work every
+    planned folder that exists is checked (locked by another process, or holding a
+    run without ``resume`` / ``overwrite``); each run then makes and locks its folder
+    (:meth:`RunDir.lock`) when it starts, held to the end of the call.
 
     Raises:
         UsageError: a seed folder is locked by another process, or holds a run

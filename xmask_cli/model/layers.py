@@ -25,10 +25,6 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor] | None] = {"none": None, "elu"
                                                             "gelu": F.gelu}
 
 
-def _dropout(x: Tensor, p: float, training: bool) -> Tensor:
-    return F.dropout(x, p, training)
-
-
 class TransformerBlock(torch.nn.Module):
     """Attention and a two-layer FFN, each with a residual and a LayerNorm (each switchable).
 
@@ -113,7 +109,7 @@ class TransformerBlock(torch.nn.Module):
         self.norm1: torch.nn.Module = torch.nn.LayerNorm(dim) if norm != "none" else torch.nn.Identity()
         self.norm2: torch.nn.Module = torch.nn.LayerNorm(dim) if norm != "none" and ffn else torch.nn.Identity()
 
-    def drop_input(self, x: Tensor, drop: Callable[[Tensor, float, bool], Tensor] = _dropout) -> Tensor:
+    def drop_input(self, x: Tensor, drop: Callable[[Tensor, float, bool], Tensor] = F.dropout) -> Tensor:
         """The block's input after ``layer_dropout`` (``x`` itself when it is 0)."""
         return drop(x, self.layer_dropout, self.training) if self.layer_dropout > 0 else x
 
