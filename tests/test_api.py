@@ -80,7 +80,7 @@ def test_load_run_predicts_what_xmask_eval_prints(example):
         assert outputs.shape == (targets.numel(), 2)
         assert METRICS["accuracy"](outputs, targets) == ev["metrics"][part] == loaded.score(part)
     assert loaded.evaluate(("train", "val", "test"))["metrics"] == ev["metrics"]
-    with pytest.raises(UsageError, match="part must be one of train, val, test"):
+    with pytest.raises(UsageError, match="^part: expected one of 'train', 'val', 'test'; got 'all'"):
         loaded.predict("all")
     # The test graphs are the split's test graphs, in its order: their labels are the dataset's.
     split = json.loads((folder / run_dir / "config.json").read_text())["split"]

@@ -36,7 +36,7 @@ BELOW: dict[str, set[str]] = {
 }
 # Read by every layer; a leaf imports only leaves. (``xmask_cli`` itself: the package's __init__, which
 # holds the version and loads the API's names on first use.)
-LEAVES = {"config", "config_resolve", "errors", "fs", "jsonfile", "console", "xmask_cli"}
+LEAVES = {"arguments", "config", "config_resolve", "errors", "fs", "jsonfile", "console", "xmask_cli"}
 
 # Imports that break the diagram today, each (importer, imported module). The test fails on any other,
 # and on an entry here that no longer occurs (so the list only shrinks).

@@ -7,6 +7,7 @@ import torch
 from torch_geometric.data import Batch, Data
 
 from tests.model.graphs import norm_powers
+from xmask_cli.errors import UsageError
 from xmask_cli.model.attention_path import PathRefused, full_graph_attention
 from xmask_cli.model.bias import DenseStructure
 from xmask_cli.model.model_config import ModelConfig
@@ -95,5 +96,5 @@ def test_auto_takes_the_path_a_full_graph_run_takes():
     data = _graph(6, 6, seed=6)
     with pytest.raises(PathRefused, match="outside_support=eps"):
         eps(torch.randn(6, 8), data.logsmask_index, data.logsmask_values)
-    with pytest.raises(ValueError, match="attention must be one of"):
+    with pytest.raises(UsageError, match="^attention: expected one of 'auto', 'dense', 'sparse'; got 'fast'"):
         XLogSMaskAttention(8, 2, attention="fast")

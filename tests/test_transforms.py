@@ -8,7 +8,7 @@ from torch_geometric.data import Batch, Data
 
 from xmask_cli.cache import StructureCache
 from xmask_cli.config import LargeGraphConfig, PowersConfig, StructureConfig
-from xmask_cli.errors import ConfigError
+from xmask_cli.errors import ConfigError, UsageError
 from xmask_cli.prepare import prepare_graphs
 from xmask_cli.transforms import AddLogSMask
 
@@ -83,7 +83,10 @@ def test_the_input_is_not_modified_and_bad_settings_fail_like_a_preset():
     data = Data(edge_index=torch.tensor([[0], [1]]), num_nodes=2)
     out = AddLogSMask(k=2, attr="mask")(data)
     assert "mask_index" in out and "mask_index" not in data
-    with pytest.raises(ConfigError, match="structure.powers.k"):
+    # A wrong type or value names the parameter; a value past a preset's range fails as the preset would.
+    with pytest.raises(UsageError, match="^k: expected an int >= 1; got 0"):
         AddLogSMask(k=0)
-    with pytest.raises(ConfigError, match="structure.powers.normalization"):
+    with pytest.raises(UsageError, match="^normalization: expected one of 'sym', 'no-symnorm'; got 'rw'"):
         AddLogSMask(normalization="rw")
+    with pytest.raises(ConfigError, match="structure.powers.k"):
+        AddLogSMask(k=17)

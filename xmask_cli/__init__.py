@@ -5,7 +5,8 @@ The Python API (docs/python-api.md):
 - :func:`train` -- train one run per seed, as ``xmask train`` (returns what it prints as json);
 - :func:`load_run` -- a run folder read back: model, resolved config, predictions, ``xmask eval``'s metrics;
 - :mod:`xmask_cli.transforms` -- :class:`~xmask_cli.transforms.AddLogSMask`, the structure on a PyG ``Data``;
-- :mod:`xmask_cli.nn` -- :class:`~xmask_cli.nn.XLogSMaskAttention` and :class:`~xmask_cli.nn.XLogSMaskBlock`.
+- :mod:`xmask_cli.nn` -- :class:`~xmask_cli.nn.XLogSMaskAttention` and :class:`~xmask_cli.nn.XLogSMaskBlock`;
+- :class:`XMaskError` and its subclasses (:mod:`xmask_cli.errors`): what every public function raises.
 
 Names load on first use, so ``import xmask_cli`` (and the CLI's start-up) stays cheap.
 """
@@ -28,6 +29,10 @@ _LAZY = {
     "AddLogSMask": "xmask_cli.transforms",
     "XLogSMaskAttention": "xmask_cli.nn",
     "XLogSMaskBlock": "xmask_cli.nn",
+    # The error types, so a caller catches xmask's failures as one type (each carries its CLI exit code).
+    **{name: "xmask_cli.errors" for name in ("XMaskError", "UsageError", "ConfigError", "DataNotFoundError",
+                                             "CacheError", "NotWritableError", "RunNotFoundError",
+                                             "DivergedError")},
 }
 _SUBMODULES = ("transforms", "nn")
 

@@ -22,6 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from xmask_cli import arguments as args
+from xmask_cli.errors import UsageError
+
 if TYPE_CHECKING:  # the heavy modules load on first call: the CLI imports this module at start-up
     import torch
 
@@ -63,8 +66,8 @@ def train(
     config: str | os.PathLike | Config | None = None,
     overrides: Mapping[str, Any] | Sequence[str] | None = None,
     *,
-    dataset: str | None = None,
-    seeds: int | str | Sequence[int] = 0,
+    dataset: str | os.PathLike | None = None,
+    seeds: int | str | Sequence[int] | None = 0,
     device: str = "auto",
     name: str | None = None,
     runs_dir: str | os.PathLike | None = None,
@@ -85,7 +88,7 @@ def train(
             resolved :class:`~xmask_cli.config.Config`; None: ``dataset``'s preset, else graph-level.
         overrides: ``--set`` overrides, as ``["model.hidden=16"]`` or ``{"model.hidden": 16}``.
         dataset: ``--dataset``: overrides ``data.dataset`` (and picks the preset when ``config`` is None).
-        seeds: one seed, a list, or a sweep text such as ``"0-4"`` (``--seeds``).
+        seeds: one seed, a list, or a sweep text such as ``"0-4"`` (``--seeds``); None: seed 0.
         device: ``auto`` (CUDA when present), ``cpu``, ``cuda`` or ``cuda:N``.
         name: run name, ``<runs_dir>/<name>/<seed>/`` (default ``<dataset>-<level>``).
         runs_dir, cache_dir, data_root, offline, resume, overwrite: as the CLI options of the same names.
@@ -99,14 +102,34 @@ def train(
         summary], "aggregate": {part: {"mean", "std"}} }``.
 
     Raises:
-        XmaskError: the CLI's errors (:mod:`xmask_cli.errors`), each with its exit code.
+        UsageError: an argument of the wrong type or value (the message starts with its name), before any work.
+        XMaskError: the CLI's errors (:mod:`xmask_cli.errors`), each with its exit code.
     """
     from xmask_cli.config import Config
     from xmask_cli.config_resolve import resolve
     from xmask_cli.engine.experiment import parse_seeds, resolve_device, train_seeds
     from xmask_cli.prepare import resolve_cache_dir
 
-    seed_list = parse_seeds(",".join(str(int(s)) for s in seeds) if isinstance(seeds, (list, tuple)) else seeds)
+    if not (config is None or isinstance(config, (str, os.PathLike, Config))):
+        raise UsageError(f"config: expected a preset name, a preset YAML path or a Config; got {config!r:.80}")
+    overrides = args.overrides_arg("overrides", overrides)
+    args.optional_path_arg("dataset", dataset)  # a name or a folder; kept as written ("./g" is a folder, "g" a name)
+    dataset = None if dataset is None else os.fspath(dataset)
+    seed_value = args.seeds_arg("seeds", 0 if seeds is None else seeds)
+    device = str(args.str_arg("device", device))
+    name = args.str_arg("name", name, optional=True)
+    runs_root, cache_root = args.optional_path_arg("runs_dir", runs_dir), args.optional_path_arg("cache_dir", cache_dir)
+    data_root = args.optional_path_arg("data_root", data_root)
+    offline = args.bool_arg("offline", offline, optional=True)
+    resume, overwrite = bool(args.bool_arg("resume", resume)), bool(args.bool_arg("overwrite", overwrite))
+    for key, fn in (("log", log), ("on_epoch", on_epoch), ("on_seed_start", on_seed_start)):
+        args.callable_arg(key, fn)
+    with args.as_parameter("seeds", "--seeds"):
+        seed_list = seed_value if isinstance(seed_value, list) else parse_seeds(seed_value)
+        if isinstance(seed_value, list):
+            parse_seeds(",".join(map(str, seed_value)))  # the CLI's bounds: 2^32, count, repeats
+    with args.as_parameter("device", "--device"):
+        device = resolve_device(device)
     texts = _override_texts(overrides, dotted)
     if name is not None:
         texts.append(f"run.name={json.dumps(name)}")
@@ -117,10 +140,8 @@ def train(
     else:
         preset, texts = choose_preset(None if config is None else str(config), dataset, texts)
         cfg = resolve(preset, texts)
-    return train_seeds(cfg, seed_list, device=resolve_device(device),
-                       cache_dir=resolve_cache_dir(None if cache_dir is None else Path(cache_dir)),
-                       data_root=data_root, offline=offline, run_root=None if runs_dir is None else Path(runs_dir),
-                       resume=resume, overwrite=overwrite, log=log, on_epoch=on_epoch, on_seed_start=on_seed_start)
+    return train_seeds(cfg, seed_list, device=device, cache_dir=resolve_cache_dir(cache_root),
+                       data_root=data_root, offline=offline, run_root=runs_root, resume=resume, overwrite=overwrite, log=log, on_epoch=on_epoch, on_seed_start=on_seed_start)
 
 
 @dataclass
@@ -160,12 +181,10 @@ class LoadedRun:
         import torch
 
         from xmask_cli.engine.evaluate import run_precision
-        from xmask_cli.engine.loop import PARTS
         from xmask_cli.engine.precision import autocast
-        from xmask_cli.errors import UsageError
+        from xmask_cli.engine.splits import PARTS
 
-        if part not in PARTS:
-            raise UsageError(f"part must be one of {', '.join(PARTS)}, got '{part}'")
+        part = args.choice_arg("part", part, PARTS)
         outputs = getattr(self._task, "outputs", None)
         if outputs is None:
             raise UsageError(f"a {self.level}-level run has no per-item outputs to predict: use evaluate()")
@@ -175,12 +194,17 @@ class LoadedRun:
 
     def score(self, part: str = "test") -> float:
         """The run's metric on ``part``: the number ``xmask eval --split PART`` prints."""
+        from xmask_cli.engine.splits import PARTS
+
+        part = args.choice_arg("part", part, PARTS)
         return float(self.evaluate((part,))["metrics"][part])
 
     def evaluate(self, parts: Sequence[str] = ("val", "test")) -> dict[str, Any]:
         """What ``xmask --format json eval`` prints: metrics recomputed on ``parts`` beside the recorded ones."""
         from xmask_cli.engine.evaluate import evaluate_loaded
+        from xmask_cli.engine.splits import PARTS
 
+        parts = args.strs_arg("parts", parts, choices=PARTS)
         return evaluate_loaded(self._run, self._saved, self._exp, self._task, self.model, parts=tuple(parts),
                                device=self.device)
 
@@ -202,6 +226,7 @@ def load_run(
         cache_dir, data_root, offline: as the CLI options of the same names.
 
     Raises:
+        UsageError: an argument of the wrong type or value (the message starts with its name).
         RunNotFoundError: not a run folder, or a checkpoint that does not fit its config.
     """
     from xmask_cli.engine.evaluate import load_run as rebuild
@@ -209,10 +234,16 @@ def load_run(
     from xmask_cli.engine.experiment import resolve_device
     from xmask_cli.prepare import resolve_cache_dir
 
-    dev = resolve_device(device)
-    run, saved = read_run(path)
-    exp, task, model = rebuild(run, saved, cache_dir=resolve_cache_dir(None if cache_dir is None else Path(cache_dir)),
-                               data_root=data_root, offline=offline, device=dev, log=log)
+    run_path = args.path_arg("path", path)
+    device = str(args.str_arg("device", device))
+    cache_root, data_root = args.optional_path_arg("cache_dir", cache_dir), args.optional_path_arg("data_root", data_root)
+    offline = args.bool_arg("offline", offline, optional=True)
+    args.callable_arg("log", log)
+    with args.as_parameter("device", "--device"):
+        dev = resolve_device(device)
+    run, saved = read_run(run_path)
+    exp, task, model = rebuild(run, saved, cache_dir=resolve_cache_dir(cache_root), data_root=data_root,
+                               offline=offline, device=dev, log=log)
     return LoadedRun(path=run.path, config=exp.cfg, model=model, level=exp.level,
                      metric=exp.metric, seed=int(saved["train"]["seed"]), device=dev, _run=run, _saved=saved,
                      _exp=exp, _task=task)

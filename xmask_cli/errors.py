@@ -18,13 +18,13 @@ Exit codes (documented in docs/safety.md, in docs/cli.md and in ``xmask --help``
 from __future__ import annotations
 
 
-class XmaskError(Exception):
+class XMaskError(Exception):
     """Base class: ``str(err)`` is the one line shown to the user."""
 
     exit_code = 1
 
 
-class UsageError(XmaskError):
+class UsageError(XMaskError):
     """Bad input: unknown names, malformed values, impossible combinations."""
 
     exit_code = 2
@@ -34,31 +34,31 @@ class ConfigError(UsageError):
     """A preset or ``--set`` override does not fit the schema."""
 
 
-class DataNotFoundError(XmaskError):
+class DataNotFoundError(XMaskError):
     """Raw dataset files are missing and could not be fetched."""
 
     exit_code = 3
 
 
-class CacheError(XmaskError):
+class CacheError(XMaskError):
     """A cache file is unreadable, corrupt, or of another format version."""
 
     exit_code = 4
 
 
-class NotWritableError(XmaskError):
+class NotWritableError(XMaskError):
     """A directory we must write to is not writable."""
 
     exit_code = 5
 
 
-class RunNotFoundError(XmaskError):
+class RunNotFoundError(XMaskError):
     """A run directory is missing, lacks the files ``eval`` / ``explain`` read, or one is damaged."""
 
     exit_code = 6
 
 
-class DivergedError(XmaskError):
+class DivergedError(XMaskError):
     """Training met a non-finite loss (or gradient); the best checkpoint so far is kept."""
 
     exit_code = 7
@@ -83,7 +83,7 @@ def first_line(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
-class PeerFailedError(XmaskError):
+class PeerFailedError(XMaskError):
     """A collective failed: another rank died, was killed or stopped answering (exit code 1)."""
 
     exit_code = 1

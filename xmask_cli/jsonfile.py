@@ -25,7 +25,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from xmask_cli.errors import RunNotFoundError, XmaskError
+from xmask_cli.errors import RunNotFoundError, XMaskError
 from xmask_cli.fs import NotRegularFile, open_regular_fd
 
 __all__ = ["MAX_BYTES", "MAX_DEPTH", "Damaged", "MapOf", "Number", "OptionalInt", "check_fields", "parse_checked", "parse_json",
@@ -144,7 +144,7 @@ def check_fields(obj: Mapping[str, Any], fields: Mapping[str, Any], optional: Ma
 
 def parse_checked(data: Any, where: str, expect: type | tuple[type, ...] = dict, *,
                   fields: Mapping[str, Any] | None = None, optional: Mapping[str, Any] | None = None,
-                  error: type[XmaskError] = RunNotFoundError, hint: str = _HINT, max_bytes: int = MAX_BYTES,
+                  error: type[XMaskError] = RunNotFoundError, hint: str = _HINT, max_bytes: int = MAX_BYTES,
                   max_depth: int = MAX_DEPTH) -> Any:
     """JSON text that is not a file of its own (a cache file's attribute, a checkpoint's saved config),
     checked as :func:`read_json` checks a file.
@@ -184,7 +184,7 @@ def _read_bytes(path: Path, max_bytes: int) -> bytes:
 
 def read_json(path: str | os.PathLike[str], expect: type | tuple[type, ...] = dict, *,
               fields: Mapping[str, Any] | None = None, optional: Mapping[str, Any] | None = None,
-              error: type[XmaskError] = RunNotFoundError, hint: str = _HINT, max_bytes: int = MAX_BYTES,
+              error: type[XMaskError] = RunNotFoundError, hint: str = _HINT, max_bytes: int = MAX_BYTES,
               max_depth: int = MAX_DEPTH) -> Any:
     """The JSON value in ``path``, checked (bounds, top-level type, ``fields`` / ``optional``).
 
@@ -201,7 +201,7 @@ def read_json(path: str | os.PathLike[str], expect: type | tuple[type, ...] = di
                          optional=optional, error=error, hint=hint, max_bytes=max_bytes, max_depth=max_depth)
 
 
-def _file_bytes(path: Path, max_bytes: int, error: type[XmaskError], hint: str) -> bytes:
+def _file_bytes(path: Path, max_bytes: int, error: type[XMaskError], hint: str) -> bytes:
     """:func:`_read_bytes`, a damaged or unreadable file raised as ``error`` (a missing one as itself)."""
     try:
         return _read_bytes(path, max_bytes)
@@ -215,7 +215,7 @@ def _file_bytes(path: Path, max_bytes: int, error: type[XmaskError], hint: str) 
 
 
 def read_json_lines(path: str | os.PathLike[str], *, fields: Mapping[str, Any] | None = None,
-                    optional: Mapping[str, Any] | None = None, error: type[XmaskError] = RunNotFoundError,
+                    optional: Mapping[str, Any] | None = None, error: type[XMaskError] = RunNotFoundError,
                     hint: str = _HINT, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> list[dict[str, Any]]:
     """Every non-blank line of ``path`` as a JSON object, each checked as :func:`read_json` checks a file.
 

@@ -25,7 +25,9 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import to_dense_adj, to_dense_batch
 
+from xmask_cli import arguments as args
 from xmask_cli.config import ModelSection, NodeSection, PowersConfig
+from xmask_cli.errors import UsageError
 from xmask_cli.model.attention import StructuralAttention
 from xmask_cli.model.attention_path import ATTENTIONS, full_graph_attention
 from xmask_cli.model.bias import DenseStructure, SparseStructure, XLogSMaskBias
@@ -43,13 +45,20 @@ class _OnGraph(torch.nn.Module):
     def __init__(self, heads: int, head_powers: Sequence[int] | None, eps: float, outside_support: str,
                  attention: str, dense_max_nodes: int):
         super().__init__()
+        heads = args.int_arg("heads", heads, minimum=1)
+        head_powers = args.ints_arg("head_powers", head_powers, minimum=0)
+        if head_powers is not None and len(head_powers) != heads:
+            raise UsageError(f"head_powers: expected one power per head ({heads}); got {head_powers}")
+        eps = args.float_arg("eps", eps, low=0, high=1, low_open=True, high_open=True)
+        outside_support = args.choice_arg("outside_support", outside_support,
+                                          args.literal_choices(ModelSection, "outside_support"))
+        attention = args.choice_arg("attention", attention, ATTENTIONS)
+        dense_max_nodes = args.int_arg("dense_max_nodes", dense_max_nodes, minimum=0)
         self.log_mask = XLogSMaskBias(heads, head_powers, eps, outside_support)
         fields = {"heads": heads, "use_bias": True, "head_powers": self.log_mask.head_powers,
                   "outside_support": outside_support}
         self.plain_heads = plain_heads(fields)
         self._dense_only = sparse_refusal(fields)
-        if attention not in ATTENTIONS:  # fails here, not at the first forward
-            raise ValueError(f"attention must be one of {ATTENTIONS}, got {attention!r}")
         self.attention_path = attention
         self.dense_max_nodes = int(dense_max_nodes)
 
@@ -83,6 +92,18 @@ class _OnGraph(torch.nn.Module):
         return self.layer(xd, bias, mask)[mask]
 
 
+def _layer_args(dim: int, heads: int, dropout: float, attn_dropout: float, mask_scale: str) -> tuple[
+        int, float, float, str]:
+    """The arguments both modules' layers take, checked (a bad one names itself, exit code 2)."""
+    dim = args.int_arg("dim", dim, minimum=1)
+    if dim % heads:
+        raise UsageError(f"dim: expected a multiple of heads ({heads}); got {dim}")
+    drops = [args.float_arg(k, v, low=0, high=1, high_open=True)
+             for k, v in (("dropout", dropout), ("attn_dropout", attn_dropout))]
+    scale = args.choice_arg("mask_scale", mask_scale, args.literal_choices(ModelSection, "mask_scale"))
+    return dim, drops[0], drops[1], scale
+
+
 class XLogSMaskAttention(_OnGraph):
     r"""Multi-head attention whose head ``h`` adds ``log(Â^{k_h} + eps)`` to its logits.
 
@@ -112,6 +133,7 @@ class XLogSMaskAttention(_OnGraph):
                  outside_support: str = ModelSection.outside_support, attention: str = "auto",
                  dense_max_nodes: int = NodeSection.dense_max_nodes):
         super().__init__(heads, head_powers, eps, outside_support, attention, dense_max_nodes)
+        dim, dropout, attn_dropout, mask_scale = _layer_args(dim, heads, dropout, attn_dropout, mask_scale)
         self.layer = StructuralAttention(dim, heads, dropout, attn_dropout, mask_scale, self.plain_heads)
 
 
@@ -133,5 +155,8 @@ class XLogSMaskBlock(_OnGraph):
                  eps: float = PowersConfig.eps, outside_support: str = ModelSection.outside_support,
                  attention: str = "auto", dense_max_nodes: int = NodeSection.dense_max_nodes):
         super().__init__(heads, head_powers, eps, outside_support, attention, dense_max_nodes)
+        dim, dropout, attn_dropout, mask_scale = _layer_args(dim, heads, dropout, attn_dropout, mask_scale)
+        ffn_mult = args.int_arg("ffn_mult", ffn_mult, minimum=1)
+        norm = args.choice_arg("norm", norm, args.literal_choices(ModelSection, "norm"))
         self.layer = TransformerBlock(dim, heads, ffn_mult, dropout, attn_dropout, norm, mask_scale,
                                       plain_heads=self.plain_heads)

@@ -16,7 +16,9 @@ import numpy as np
 import torch
 from torch_geometric.transforms import BaseTransform
 
+from xmask_cli import arguments as args
 from xmask_cli.config import LargeGraphConfig, PowersConfig, StructureConfig
+from xmask_cli.errors import UsageError
 
 __all__ = ["AddLogSMask"]
 
@@ -58,6 +60,14 @@ class AddLogSMask(BaseTransform):
                  topk: int = LargeGraphConfig.topk, fanout: int = LargeGraphConfig.fanout, attr: str = "logsmask"):
         from xmask_cli.config_resolve import build
 
+        # Types and ranges under the parameters' own names first; the preset rules below then hold.
+        k = args.int_arg("k", k, minimum=1)
+        normalization = args.choice_arg("normalization", normalization,
+                                        args.literal_choices(PowersConfig, "normalization"))
+        large_min_nodes = args.int_arg("large_min_nodes", large_min_nodes, minimum=0)
+        tau = args.float_arg("tau", tau, low=0)
+        topk, fanout = args.int_arg("topk", topk, minimum=0), args.int_arg("fanout", fanout, minimum=0)
+        attr = str(args.str_arg("attr", attr, pattern=r"[A-Za-z_][A-Za-z0-9_]*"))
         # Checked like a preset's structure section (the same ranges and messages); only the powers are computed.
         self.structure: StructureConfig = build(StructureConfig, {
             "powers": {"k": k, "normalization": normalization},
@@ -82,8 +92,8 @@ class AddLogSMask(BaseTransform):
         return np.stack([row, p["col"].astype(np.int64)]), np.ascontiguousarray(p["values"], dtype=np.float32)
 
     def forward(self, data: Any) -> Any:
-        if data.edge_index is None or data.num_nodes is None:
-            raise ValueError("AddLogSMask needs a graph with edge_index and a node count")
+        if getattr(data, "edge_index", None) is None or getattr(data, "num_nodes", None) is None:
+            raise UsageError("data: AddLogSMask needs a graph with edge_index and a node count")
         index, values = self.pairs(data.edge_index.cpu().numpy(), int(data.num_nodes))
         data[f"{self.attr}_index"] = torch.from_numpy(index)
         data[f"{self.attr}_values"] = torch.from_numpy(values)

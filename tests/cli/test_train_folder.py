@@ -81,13 +81,13 @@ def test_edges_only_folder_is_link_level(tmp_path: Path) -> None:
     assert r.exit_code == 2 and "has no node-level task" in r.stderr
 
 
-def write_tu_set(root: Path, name: str = "RINGS") -> Path:
+def write_tu_set(root: Path, name: str = "RINGS", graphs: int = 12) -> Path:
     """A graph set in TU's raw format: 12 graphs, cycles (label 1) and paths (label 0) of 4-7 nodes."""
     raw = root / name / "raw"
     raw.mkdir(parents=True)
     a, indicator, graph_labels, node_labels = [], [], [], []
     first = 1  # TU node ids are 1-based over the whole set
-    for g in range(12):
+    for g in range(graphs):
         size, cycle = 4 + g % 4, g % 2
         ids = list(range(first, first + size))
         pairs = list(zip(ids[:-1], ids[1:])) + ([(ids[-1], ids[0])] if cycle else [])

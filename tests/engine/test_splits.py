@@ -11,7 +11,17 @@ import torch
 
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine.splits import Split, edge_split, graph_split, node_split, random_split
+from xmask_cli.engine.splits import (
+    Split,
+    check_parts,
+    edge_pair_keys,
+    edge_split,
+    graph_split,
+    node_split,
+    random_split,
+    random_split_sizes,
+)
+from xmask_cli.errors import UsageError
 
 
 def assert_partition(split: Split, n: int) -> None:
@@ -47,6 +57,39 @@ def test_random_split_sizes_and_partition(n, fractions, sizes):
     s = random_split(n, fractions, seed=3)
     assert s.sizes() == sizes
     assert_partition(s, n)
+
+
+@pytest.mark.parametrize("fractions", [(0.8, 0.1, 0.1), (0.6, 0.2, 0.2), (0.85, 0.05, 0.1)])
+def test_random_split_sizes_are_the_splits_sizes_for_every_seed(fractions):
+    for n in range(0, 60):
+        sizes = random_split_sizes(n, fractions)
+        assert all(random_split(n, fractions, seed=s).sizes() == sizes for s in (0, 5))
+
+
+def test_check_parts_names_the_empty_parts_and_every_size():
+    check_parts((3, 1, 1), split="random-60-20-20", items="nodes", source="g")  # nothing empty
+    with pytest.raises(UsageError) as e:
+        check_parts((2, 0, 0), split="random-60-20-20", items="nodes", source="/d/g")
+    assert str(e.value).startswith("/d/g: the random-60-20-20 split of 2 nodes leaves no val and no test nodes "
+                                   "(train 2, val 0, test 0)")
+    with pytest.raises(UsageError, match="of 1 graph leaves no val and no test graphs"):
+        check_parts((1, 0, 0), split="random-8-1-1", items="graphs", source="s")
+    with pytest.raises(UsageError, match="leaves no train edges"):
+        check_parts((0, 1, 1), split="edge-85-5-10", items="edges", source="s")
+    # A part the caller does not require may be empty (an edge-regression fraction of 0).
+    check_parts((4, 0, 1), split="rows", items="rows", source="s", required=("train", "test"))
+
+
+def test_edge_pair_keys_count_the_undirected_edges_as_networkx_does():
+    rng = np.random.default_rng(0)
+    ei = rng.integers(0, 30, size=(2, 200))  # repeats, both directions and self loops
+    g = nx.Graph()
+    g.add_nodes_from(range(30))
+    g.add_edges_from((int(u), int(v)) for u, v in ei.T if u != v)
+    keys = edge_pair_keys(ei, 30)
+    assert len(keys) == g.number_of_edges()
+    assert sorted((int(k // 30), int(k % 30)) for k in keys) == sorted(tuple(sorted(e)) for e in g.edges())
+    assert np.all(np.diff(keys) > 0)
 
 
 def test_random_split_deterministic_per_seed():

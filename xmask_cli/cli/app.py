@@ -20,7 +20,7 @@ import typer
 
 from xmask_cli import __version__
 from xmask_cli.console import Output
-from xmask_cli.errors import EXIT_CODES, NotWritableError, UsageError, XmaskError
+from xmask_cli.errors import EXIT_CODES, NotWritableError, UsageError, XMaskError
 from xmask_cli.fs import DISK_FULL, write_failed
 
 EXIT_HELP = "Exit codes: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()) + "."
@@ -129,7 +129,7 @@ def handle_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except typer.Exit:
             raise
-        except XmaskError as exc:
+        except XMaskError as exc:
             if debug():
                 traceback.print_exc()
             typer.echo(f"error: {exc}", err=True)

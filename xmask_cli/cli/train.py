@@ -69,6 +69,10 @@ def train(
         out = dataclasses.replace(out, quiet=True)
     if seed is not None and seeds is not None:
         raise UsageError("give --seed or --seeds, not both")
+    from xmask_cli.engine.experiment import parse_seeds, resolve_device
+
+    # Parsed here so that a bad value is named by its option (--seeds, --device), not the API's keyword.
+    seed_list, device = parse_seeds(seeds if seeds is not None else seed), resolve_device(device)
     tty_bar = not (out.json or out.quiet) and sys.stderr.isatty()
     state: dict[str, Any] = {}
 
@@ -86,7 +90,7 @@ def train(
         loggers = [f"train.loggers=[{','.join(logger)}]"] if logger else []
         fold_set = [] if folds is None else [f"data.folds={folds}"]
         result = train_runs(run.preset, [*(run.set_ or []), *loggers, *fold_set], dataset=run.dataset,
-                            seeds=seeds if seeds is not None else seed, device=device,
+                            seeds=seed_list, device=device,
                             name=name, runs_dir=runs_dir, cache_dir=data.cache(), data_root=data.data_root,
                             offline=data.no_download, resume=resume, overwrite=overwrite, log=out.log,
                             on_epoch=on_epoch, on_seed_start=on_seed_start)

@@ -227,12 +227,41 @@ def _check_data(cfg: Config, level: str, graphs: Any) -> None:
 
     Raises:
         ConfigError: ``data.folds`` more than the graphs, or than the smallest class holds.
+        UsageError: the dataset's split leaves train, val or test empty (a one- or two-node graph), or a
+            link split has fewer non-edges than its negatives need.
     """
     if cfg.data.folds and level == "graph":
         from xmask_cli.engine.folds import check_fold_count
         from xmask_cli.engine.tasks.graph import graph_labels
 
         check_fold_count(graph_labels(graphs), cfg.data.folds)
+    else:
+        _check_split(cfg, level, graphs)
+
+
+def _check_split(cfg: Config, level: str, graphs: Any) -> None:
+    """Each part of the split the tasks will draw holds an item (sizes do not depend on the seed)."""
+    from xmask_cli.engine import splits
+
+    spec, source = graphs.spec, graphs.spec.ref
+    if level == "node":
+        split = splits.node_split(spec.split, graphs.dataset[0], seed=0, dataset=graphs.dataset)
+        splits.check_parts(split.sizes(), split=split.name, items="nodes", source=source)
+    elif level == "graph":
+        split = splits.graph_split(spec.split, graphs.dataset, seed=0)
+        splits.check_parts(split.sizes(), split=split.name, items="graphs", source=source)
+    elif level == "link":
+        data = graphs.dataset[0]
+        n = int(data.num_nodes)
+        pairs = len(splits.edge_pair_keys(data.edge_index.numpy(), n))
+        fractions = tuple(cfg.link.fractions)
+        sizes = splits.random_split_sizes(pairs, fractions)
+        splits.check_parts(sizes, split=splits.split_name("edge-", fractions), items="edges", source=source)
+        need, free = (sizes[1] + sizes[2]) * cfg.link.num_neg_per_pos, n * (n - 1) // 2 - pairs
+        if need > free:
+            raise UsageError(f"{source}: link.num_neg_per_pos={cfg.link.num_neg_per_pos} needs {need} negative "
+                             f"pairs for its {sizes[1] + sizes[2]} val and test edges, but the graph has only "
+                             f"{free} non-edges; lower link.num_neg_per_pos")
 
 
 def _check_splittable(path: str, rows: int, fractions: list[float]) -> None:

@@ -29,6 +29,7 @@ from xmask_cli.engine.metrics import HIGHER_IS_BETTER
 from xmask_cli.engine.precision import autocast, check_precision, grad_scaler
 from xmask_cli.engine.resume import check_resumable, rng_state, set_rng_state
 from xmask_cli.engine.runs import RunDir
+from xmask_cli.engine.splits import PARTS
 from xmask_cli.engine.watch import RunWatch
 from xmask_cli.errors import DivergedError, UsageError
 from xmask_cli.jsonfile import parse_checked
@@ -37,10 +38,6 @@ if TYPE_CHECKING:
     from xmask_cli.model.network import ModelConfig
 
 __all__ = ["TrainConfig", "Task", "fit", "train_task", "seed_everything", "PARTS"]
-
-#: The parts every task scores, in reporting order.
-PARTS = ("train", "val", "test")
-
 
 @dataclass(frozen=True)
 class TrainConfig(TrainSection):

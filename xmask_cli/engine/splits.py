@@ -29,9 +29,13 @@ from typing import Any
 import numpy as np
 
 from xmask_cli.config import LinkSection
+from xmask_cli.errors import UsageError
 
-__all__ = ["Split", "EdgeSplit", "random_split", "node_split", "graph_split", "edge_split", "split_name",
-           "index_batches"]
+#: The parts every task scores, in reporting order.
+PARTS = ("train", "val", "test")
+
+__all__ = ["Split", "EdgeSplit", "random_split", "random_split_sizes", "node_split", "graph_split", "edge_split",
+           "edge_pair_keys", "check_parts", "split_name", "index_batches"]
 
 
 def _as_numpy(x: Any) -> np.ndarray:
@@ -93,6 +97,36 @@ def _check_fractions(fractions: Sequence[float]) -> tuple[float, float, float]:
     return float(fractions[0]), float(fractions[1]), float(fractions[2])
 
 
+def random_split_sizes(n: int, fractions: Sequence[float] = (0.8, 0.1, 0.1)) -> tuple[int, int, int]:
+    """``(train, val, test)`` sizes :func:`random_split` gives ``range(n)``, whatever the seed."""
+    if n < 0:
+        raise ValueError(f"n must be non-negative, got {n}")
+    _, f_val, f_test = _check_fractions(fractions)
+    # The epsilon keeps e.g. 100 * 0.29 = 28.999... from flooring to 28.
+    n_val = math.floor(n * f_val + 1e-9)
+    n_test = math.floor(n * f_test + 1e-9)
+    return n - n_val - n_test, n_val, n_test
+
+
+def check_parts(sizes: tuple[int, int, int], *, split: str, items: str, source: str,
+                required: Sequence[str] = PARTS) -> None:
+    """Refuse a split that leaves a required part empty, before any structure is computed or run folder made.
+
+    Training needs a train part, selection a val part and the report a test part: an empty one would end
+    a run in "metric of an empty set" after prepare. ``items`` names what is split (``nodes``, ``graphs``,
+    ``edges``), ``source`` the dataset.
+
+    Raises:
+        UsageError: a required part is empty; the message names it and gives every part's size.
+    """
+    empty = [part for part, size in zip(PARTS, sizes) if size == 0 and part in required]
+    if empty:
+        shown = ", ".join(f"{part} {size}" for part, size in zip(PARTS, sizes))
+        total = f"{sum(sizes)} {items[:-1] if sum(sizes) == 1 else items}"
+        raise UsageError(f"{source}: the {split} split of {total} leaves no {' and no '.join(empty)} "
+                         f"{items} ({shown}); add {items}, or give a split that puts at least one in each part")
+
+
 def random_split(n: int, fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int = 0,
                  name: str | None = None) -> Split:
     """Seeded random split of ``range(n)`` into train/val/test.
@@ -102,13 +136,7 @@ def random_split(n: int, fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int
     ``numpy.random.default_rng(seed)``: the same ``(n, fractions, seed)`` always
     gives the same split, on any machine.
     """
-    if n < 0:
-        raise ValueError(f"n must be non-negative, got {n}")
-    _, f_val, f_test = _check_fractions(fractions)
-    # The epsilon keeps e.g. 100 * 0.29 = 28.999... from flooring to 28.
-    n_val = math.floor(n * f_val + 1e-9)
-    n_test = math.floor(n * f_test + 1e-9)
-    n_train = n - n_val - n_test
+    n_train, n_val, _ = random_split_sizes(n, fractions)
     perm = np.random.default_rng(seed).permutation(n).astype(np.int64)
     if name is None:
         name = "random-" + "-".join(f"{f:g}" for f in fractions)
@@ -225,6 +253,14 @@ def sample_negatives(count: int, n: int, forbidden: np.ndarray, rng: np.random.G
     return out
 
 
+def edge_pair_keys(edge_index: np.ndarray, num_nodes: int) -> np.ndarray:
+    """Sorted unique keys of the unordered pairs ``{u, v}``, ``u != v``, of ``edge_index`` ``[2, E]``: what
+    :func:`edge_split` splits (self loops are never prediction targets)."""
+    ei = np.asarray(edge_index, dtype=np.int64).reshape(2, -1)
+    # sorted: the split depends on the edge set only, not its storage order
+    return np.unique(pair_keys(ei[0], ei[1], int(num_nodes))[ei[0] != ei[1]])
+
+
 def edge_split(edge_index: Any, num_nodes: int, seed: int = 0,
                fractions: Sequence[float] = tuple(LinkSection().fractions),
                num_neg_per_pos: int = LinkSection.num_neg_per_pos) -> EdgeSplit:
@@ -254,8 +290,7 @@ def edge_split(edge_index: Any, num_nodes: int, seed: int = 0,
         raise ValueError(f"num_neg_per_pos must be at least 1, got {num_neg_per_pos}")
     if ei.size and (ei.min() < 0 or ei.max() >= n):
         raise ValueError(f"edge_index holds node ids outside [0, {n})")
-    keys = pair_keys(ei[0], ei[1], n)[ei[0] != ei[1]]
-    keys = np.unique(keys)  # sorted: the split depends on the edge set only, not its storage order
+    keys = edge_pair_keys(ei, n)
     split = random_split(len(keys), fractions, seed=seed)
 
     def pairs(k: np.ndarray) -> np.ndarray:

@@ -35,7 +35,7 @@ from xmask_cli.config import Config
 from xmask_cli.engine.experiment import check_config, run_name, train_seeds
 from xmask_cli.engine.loop import PARTS, TrainConfig
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
-from xmask_cli.errors import UsageError, XmaskError, first_line
+from xmask_cli.errors import UsageError, XMaskError, first_line
 from xmask_cli.tune.objective import TrialFailed, TrialSetup, best_trial, run_trial
 from xmask_cli.tune.space import Param, check_space, decode, with_values
 
@@ -324,7 +324,7 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
 
     Raises:
         UsageError: no ``tune:`` section, a bad option, or a study made with other settings.
-        XmaskError: no trial completed (the outputs are written first).
+        XMaskError: no trial completed (the outputs are written first).
     """
     from optuna.trial import TrialState
 
@@ -381,7 +381,7 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
                                 plots=opts.plots)
     if not complete:
         reasons = [t.user_attrs.get("fail_reason") for t in study.trials if t.user_attrs.get("fail_reason")]
-        raise XmaskError(f"study '{name}': no trial completed ({len(study.trials)} trial(s)"
+        raise XMaskError(f"study '{name}': no trial completed ({len(study.trials)} trial(s)"
                          + (f"; first failure: {reasons[0]}" if reasons else "") + f"); see {folder / 'trials.csv'}")
     return summary
 
