@@ -37,7 +37,7 @@ def test_output_into_a_closed_pipe_is_no_traceback(args):
     import subprocess
     import sys
 
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.Popen([sys.executable, "-c", "from xmask_cli.cli import main; main()", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     proc.stdout.close()  # the reader is gone before the first write: every write meets EPIPE

@@ -329,7 +329,7 @@ def test_citeseer_spectrum_has_every_zero_and_sixteen_non_zero_pairs(tmp_path, s
 
 
 # --------------------------------------------- worker processes die with prepare
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _children(pid: int) -> list[int]:
