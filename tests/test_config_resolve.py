@@ -36,16 +36,6 @@ def preset_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return d
 
 
-def test_schema_defaults_match_the_pinned_math():
-    cfg = R.resolve(None)
-    assert cfg.structure.powers.k == 4
-    assert cfg.structure.powers.eps == 1e-30
-    assert cfg.structure.powers.normalization == "sym"
-    assert cfg.structure.spd.max_distance == 8
-    assert cfg.structure.magnetic.q == 0.25
-    assert cfg.structure.rrwp.steps == 16
-
-
 def test_extends_merges_deeply_child_wins(preset_dir: Path):
     cfg = R.resolve("child")
     assert cfg.data.dataset == "PROTEINS"

@@ -1,0 +1,40 @@
+"""The config schema: its pinned defaults, the plain-dict and canonical-JSON views, a section's own fields."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from xmask_cli import config_resolve as R
+from xmask_cli.config import Config, ModelSection, StructureConfig, section_fields, to_json
+
+
+def test_schema_defaults_match_the_pinned_math():
+    cfg = R.resolve(None)
+    assert cfg.structure.powers.k == 4
+    assert cfg.structure.powers.eps == 1e-30
+    assert cfg.structure.powers.normalization == "sym"
+    assert cfg.structure.spd.max_distance == 8
+    assert cfg.structure.magnetic.q == 0.25
+    assert cfg.structure.rrwp.steps == 16
+
+
+def test_to_dict_is_nested_plain_data_and_to_json_its_canonical_text():
+    cfg = R.resolve("graph-level", ["structure.powers.k=3", "model.heads=2", "model.hidden=8"])
+    d = cfg.to_dict()
+    assert set(d) == {f.name for f in dataclasses.fields(Config)}
+    assert d["structure"]["powers"]["k"] == 3 and d["model"]["heads"] == 2 and isinstance(d["structure"]["spd"], dict)
+    text = to_json(cfg)
+    assert json.loads(text) == json.loads(json.dumps(d))  # the same content, JSON-typed
+    assert text == json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))  # canonical: sorted, compact
+    # Equal configs give equal text, whatever order their overrides came in; another value another text.
+    same = R.resolve("graph-level", ["model.hidden=8", "model.heads=2", "structure.powers.k=3"])
+    assert to_json(same) == text and to_json(R.resolve("graph-level", ["structure.powers.k=2"])) != text
+
+
+def test_section_fields_keeps_nested_sections_as_objects():
+    s = StructureConfig()
+    got = section_fields(s)
+    assert list(got) == [f.name for f in dataclasses.fields(StructureConfig)]
+    assert got["powers"] is s.powers and dataclasses.is_dataclass(got["powers"])  # asdict would give a dict
+    m = dataclasses.replace(ModelSection(), heads=8)
+    assert section_fields(m)["heads"] == 8 and section_fields(m)["hidden"] == ModelSection.hidden
