@@ -193,3 +193,90 @@ def test_generated_and_training_edge_caches_pass(tmp_path: Path) -> None:
         f.attrs["fingerprint"] = "0" * 64
     r = _verify(cache, "graphqa-node_count")
     assert r.exit_code == 4 and any("other input graphs" in p for p in _problems(r))
+
+
+# ------------------------------------------------- ls, verify, clear
+def test_cache_ls_verify_clear(tmp_path):
+    c = str(tmp_path / "c")
+    path = json.loads(run("-f", "json", "prepare", "mutag", "--cache-dir", c).stdout)["path"]
+    rows = json.loads(run("-f", "json", "cache", "ls", "--cache-dir", c).stdout)
+    assert len(rows) == 1 and rows[0]["dataset"] == "mutag" and rows[0]["num_graphs"] == 188
+    ok = run("-f", "json", "cache", "verify", "--cache-dir", c)
+    assert ok.exit_code == 0 and json.loads(ok.stdout)[0]["ok"]
+    with h5py.File(path, "r+") as f:
+        f.attrs["format_version"] = 0
+    bad = run("-f", "json", "cache", "verify", "--cache-dir", c)
+    assert bad.exit_code == 4
+    report = json.loads(bad.stdout)
+    assert not report[0]["ok"] and "format version" in report[0]["problems"][0]
+    # prepare never crashes on the stale file: it rebuilds it.
+    again = run("-f", "json", "prepare", "mutag", "--cache-dir", c)
+    assert again.exit_code == 0 and not json.loads(again.stdout)["cached"]
+    assert run("cache", "verify", "--cache-dir", c).exit_code == 0
+    cleared = json.loads(run("-f", "json", "cache", "clear", "mutag", "--cache-dir", c).stdout)
+    assert len(cleared["removed"]) == 1
+    assert json.loads(run("-f", "json", "cache", "ls", "--cache-dir", c).stdout) == []
+
+
+def test_verify_check_inputs_recomputes_the_fingerprint(tmp_path, shared_data):
+    c = str(tmp_path / "c")
+    out = json.loads(run("-f", "json", "prepare", "mutag", "--cache-dir", c).stdout)
+    r = run("-f", "json", "cache", "verify", "--cache-dir", c, "--check-inputs", "--data-root", str(shared_data))
+    assert r.exit_code == 0 and json.loads(r.stdout)[0]["ok"]
+    with h5py.File(out["path"], "r+") as f:  # pretend the file came from other graphs
+        f.attrs["fingerprint"] = "0" * 64
+    r = run("-f", "json", "cache", "verify", "--cache-dir", c, "--check-inputs")
+    assert r.exit_code == 4
+    problems = json.loads(r.stdout)[0]["problems"]
+    assert any("other input graphs" in p for p in problems)
+
+
+def test_cache_clear_on_user_folders_deletes_nothing_and_refuses_paths(tmp_path):
+    """`cache clear /some/folder` and `cache clear .. --cache-dir X/sub`."""
+    some = tmp_path / "some" / "folder"
+    some.mkdir(parents=True)
+    x = tmp_path / "X"
+    (x / "sub").mkdir(parents=True)
+    files = [some / "a.h5", some / "b.h5", x / "userdata.h5"]
+    for p in files:
+        with h5py.File(p, "w") as f:
+            f["data"] = np.arange(4)
+    r = run("cache", "clear", str(some), "--cache-dir", str(tmp_path / "cache"))
+    assert r.exit_code == 2 and "not a dataset folder" in one_error_line(r)
+    r = run("cache", "clear", "..", "--cache-dir", str(x / "sub"))
+    assert r.exit_code == 2 and "not a dataset folder" in one_error_line(r)
+    # Pointed at a folder that is no cache at all: runs, removes nothing.
+    r = run("-f", "json", "cache", "clear", "--cache-dir", str(tmp_path / "some"))
+    assert r.exit_code == 0 and json.loads(r.stdout)["removed"] == []
+    assert all(p.is_file() for p in files)
+
+
+def test_cache_clear_removes_the_staging_folder_only_with_its_marker(tmp_path):
+    c = tmp_path / "c"
+    assert run("prepare", "mutag", "--cache-dir", str(c)).exit_code == 0
+    assert (c / "_pyg" / ".xmask-staging").is_file()
+    user = tmp_path / "u"
+    (user / "_pyg").mkdir(parents=True)
+    (user / "_pyg" / "keep.txt").write_text("x")
+    r = run("-f", "json", "cache", "clear", "--cache-dir", str(user))
+    assert r.exit_code == 0 and (user / "_pyg" / "keep.txt").is_file()
+    r = run("-f", "json", "cache", "clear", "--cache-dir", str(c))
+    assert r.exit_code == 0 and str(c / "_pyg") in json.loads(r.stdout)["removed"]
+    assert not (c / "_pyg").exists() and not (c / "mutag").exists()
+    # The raw files the staging folder linked to are untouched.
+    from xmask_cli.data.load import EMBEDDED_ROOT
+    assert (EMBEDDED_ROOT / "MUTAG" / "raw" / "MUTAG_A.txt").is_file()
+
+
+def test_cache_clear_on_a_read_only_mount_is_exit_5(tmp_path, monkeypatch):
+    import errno
+
+    c = str(tmp_path / "c")
+    assert run("prepare", "mutag", "--cache-dir", c).exit_code == 0
+
+    def read_only(self, missing_ok=False):
+        raise OSError(errno.EROFS, "Read-only file system", str(self))
+
+    monkeypatch.setattr(Path, "unlink", read_only)
+    r = run("cache", "clear", "mutag", "--cache-dir", c)
+    assert r.exit_code == 5 and "read-only" in one_error_line(r)

@@ -1,14 +1,17 @@
-"""A large graph prepared in row blocks: the file equals the whole-graph computation, whatever the budget."""
+"""Planning blocks of graphs (a large graph in row blocks: the file equals the whole-graph computation,
+whatever the budget), and the worker processes: they die with prepare, a Ctrl-C waits for a safe point."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.graphset import graphs_fingerprint
-from xmask_cli.prepare import compute_block, prepare_graphs
+from xmask_cli.prepare import compute_block, plan_blocks, prepare_graphs
 from xmask_cli.prepare.blocks import plan_units
 
 _CFG = ["structure.large.min_nodes=500", "structure.large.topk=10", "structure.large.tau=1e-4",
@@ -89,3 +92,282 @@ def test_blocks_are_sized_for_the_walk_matrices_too():
         assert len(rows) == -(-int(nn[1]) // step)
     assert len([u for u in plan_units(edges, nn, with_walks, budget) if u.kind == "rows"]) > \
         len([u for u in plan_units(edges, nn, without, budget) if u.kind == "rows"])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_blocks_cover_every_graph_once_in_order(seed):
+    rng = np.random.default_rng(seed)
+    nn = rng.integers(0, 300, size=200)
+    nn[rng.integers(0, 200, size=3)] = 6000  # a few large graphs among small ones
+    blocks = plan_blocks(nn, large_min=5000, block_nodes=1000)
+    flat = [g for s, e, _ in blocks for g in range(s, e)]
+    assert flat == list(range(200))
+    for s, e, large in blocks:
+        if large:
+            assert e == s + 1 and nn[s] > 5000  # a large graph always goes alone
+        else:
+            assert (nn[s:e] <= 5000).all()
+            assert nn[s:e].sum() <= 1000 or e == s + 1  # only a single graph may exceed the budget
+
+
+# --------------------------------------------- worker processes die with prepare
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of ``pid``, from /proc."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.fixture(scope="module")
+def dd_staged(tmp_path_factory, shared_data) -> Path:
+    """DD's PyG files processed once: each test's prepare then starts its workers within seconds."""
+    from xmask_cli.data.load import load_graphs
+    from xmask_cli.data.registry import get_dataset
+
+    cache = tmp_path_factory.mktemp("dd")
+    load_graphs(get_dataset("DD"), data_root=shared_data, cache_dir=cache, offline=True)
+    return cache / "_pyg"
+
+
+def _start_prepare(tmp_path: Path, shared_data: Path, staged: Path):
+    """`xmask -q prepare DD --workers 2` in its own process group, once its two side processes run
+    (the pool worker and multiprocessing's resource tracker)."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+    import time
+
+    shutil.copytree(staged, tmp_path / "c" / "_pyg", symlinks=True)
+
+    # PYTHONFAULTHANDLER: should the process die of a signal, its Python stacks are in the failure message.
+    env = {**os.environ, "PYTHONPATH": str(REPO), "XMASK_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}
+    # Ctrl-C's default disposition, as at a terminal: a shell's background job (CI runners, nohup)
+    # starts with SIGINT ignored, which a child inherits and Python then never turns into KeyboardInterrupt.
+    code = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); from xmask_cli.cli import main; main()"
+    proc = subprocess.Popen([sys.executable, "-c", code, "-q", "prepare", "DD", "--workers", "2", "--data-root",
+                             str(shared_data), "--cache-dir", str(tmp_path / "c")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True)
+    deadline = time.monotonic() + 90
+    kids: list[int] = []
+    while time.monotonic() < deadline and proc.poll() is None:
+        kids = _children(proc.pid)
+        if len(kids) >= 2:
+            break
+        time.sleep(0.2)
+    if len(kids) < 2:
+        proc.kill()
+        pytest.fail(f"prepare never started its worker processes: {proc.communicate(timeout=30)}")
+    time.sleep(0.5)  # let the worker reach its task
+    return proc, kids
+
+
+def _gone_within(pids: list[int], seconds: float) -> list[int]:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        left = [p for p in pids if _alive(p)]
+        if not left:
+            return []
+        time.sleep(0.2)
+    return [p for p in pids if _alive(p)]
+
+
+def test_kill_9_of_prepare_takes_its_workers_along(tmp_path, shared_data, dd_staged):
+    import os
+    import signal
+
+    proc, kids = _start_prepare(tmp_path, shared_data, dd_staged)
+    try:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        left = _gone_within(kids, 20)
+        assert not left, f"still running after the parent's kill -9: {left}"
+    finally:
+        for p in kids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def test_ctrl_c_of_prepare_is_one_line_exit_130_and_no_worker_left(tmp_path, shared_data, dd_staged):
+    import os
+    import signal
+
+    proc, kids = _start_prepare(tmp_path, shared_data, dd_staged)
+    try:
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
+        out, err = proc.communicate(timeout=60)
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert proc.returncode == 130, err
+        assert len(lines) == 1 and lines[0].startswith("error: interrupted") and "prepare" in lines[0], err
+        assert "Traceback" not in err + out
+        assert not _gone_within(kids, 20)
+        assert not list((tmp_path / "c").rglob("*.h5"))  # nothing under a real name
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for p in kids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+
+
+def _nap(seconds: float) -> float:
+    import time
+
+    time.sleep(seconds)
+    return seconds
+
+
+def test_stopping_the_pool_leaves_no_worker_and_no_pool_thread_behind():
+    """After an interrupt the pool is wound down before the error is reported: a pool thread left
+    running races interpreter exit (concurrent.futures' atexit hook then wrote a 15-line trace after
+    the one error line under load)."""
+    import multiprocessing as mp
+    import threading
+    from concurrent.futures import ProcessPoolExecutor
+
+    from xmask_cli.prepare import _stop_workers
+
+    before = set(threading.enumerate())
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"))
+    fut = pool.submit(_nap, 60.0)
+    procs = []
+    for _ in range(600):  # wait until the worker runs the task
+        procs = list(pool._processes.values())
+        if procs and fut.running():
+            break
+        threading.Event().wait(0.05)
+    _stop_workers(pool)
+    assert all(not p.is_alive() for p in procs)
+    assert set(threading.enumerate()) - before == set()  # the manager thread is gone too
+
+
+@pytest.fixture
+def sigint_default():
+    """Python's own Ctrl-C handler for the test, whatever the runner started with (a shell's background
+    job starts with SIGINT ignored)."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_is_deferred_to_a_safe_point_and_a_second_one_raises_at_once(sigint_default):
+    """Inside ``deferred_interrupt`` a Ctrl-C only sets a flag (so it never lands inside numba, LLVM or
+    HDF5 code); ``check()`` raises it; a second Ctrl-C raises at once; the default handler comes back."""
+    import os
+    import signal
+
+    from xmask_cli.prepare.blocks import deferred_interrupt
+
+    ran_on = False
+    with pytest.raises(KeyboardInterrupt):
+        with deferred_interrupt() as check:
+            check()  # nothing pending: no-op
+            os.kill(os.getpid(), signal.SIGINT)
+            ran_on = sum(range(1000)) > 0  # Python ran its handler by now, and went on
+            check()
+    assert ran_on
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+    with pytest.raises(KeyboardInterrupt):
+        with deferred_interrupt():
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10_000):  # the second one raises here, not at a check
+                pass
+            pytest.fail("the second Ctrl-C did not raise")
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_a_ctrl_c_after_the_last_safe_point_is_raised_on_the_way_out(sigint_default):
+    """A Ctrl-C that lands after the block's last ``check()`` must not be dropped when the block ends."""
+    import os
+    import signal
+
+    from xmask_cli.prepare.blocks import deferred_interrupt
+
+    after = False
+    with pytest.raises(KeyboardInterrupt):
+        with deferred_interrupt() as check:
+            check()
+            os.kill(os.getpid(), signal.SIGINT)
+            sum(range(1000))  # Python runs the handler: a flag, no exception here
+        after = True
+    assert not after
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    with deferred_interrupt() as check:  # and a block without one ends quietly
+        check()
+
+
+def test_a_job_started_with_ctrl_c_ignored_keeps_ignoring_it(sigint_default):
+    import os
+    import signal
+
+    from xmask_cli.prepare.blocks import deferred_interrupt
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        with deferred_interrupt() as check:
+            os.kill(os.getpid(), signal.SIGINT)
+            check()
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_ctrl_c_during_a_block_lets_it_finish_then_stops_before_the_next(tmp_path, monkeypatch, workers, sigint_default):
+    """The interrupt arrives inside the main process's block computation (where numba runs): that
+    block completes, no further block starts, KeyboardInterrupt reaches the caller, nothing is cached."""
+    import os
+    import signal
+
+    from xmask_cli.prepare import blocks
+
+    calls: list[tuple[int, bool]] = []
+    real = blocks.compute_block
+
+    def compute_block(edges, *args):
+        first = not calls
+        calls.append((len(edges), False))
+        if first:
+            os.kill(os.getpid(), signal.SIGINT)
+        out = real(edges, *args)
+        calls[-1] = (calls[-1][0], True)  # reached only if the interrupt did not land inside
+        return out
+
+    # This process's computation only: a side worker imports the module afresh.
+    monkeypatch.setattr(blocks, "compute_block", compute_block)
+    real_plan = blocks.plan_blocks
+    monkeypatch.setattr(blocks, "plan_blocks", lambda nn, large_min: real_plan(nn, large_min, block_nodes=60))  # 3 blocks
+    rng = np.random.default_rng(0)
+    edges = [np.stack([rng.integers(0, 30, 60), rng.integers(0, 30, 60)]) for _ in range(6)]
+    nn = np.full(6, 30)
+    cfg = resolve("graph-level", []).structure
+    with pytest.raises(KeyboardInterrupt):
+        prepare_graphs(dataset_key="toy", level="graph", edges=edges, num_nodes=nn, cfg=cfg, workers=workers,
+                       fingerprint=graphs_fingerprint(edges, nn), cache_dir=tmp_path / "c")
+    assert calls == [(calls[0][0], True)]  # one block (in this process), run to its end; none after it
+    assert not list((tmp_path / "c").rglob("*.h5")) and not list((tmp_path / "c").rglob("*.tmp-*"))
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

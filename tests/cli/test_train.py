@@ -396,7 +396,7 @@ def test_a_second_train_into_a_locked_folder_fails_at_once(tmp_path, warm_cache)
             print("locked", flush=True)
             time.sleep(60)
     """)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert child.stdout.readline().strip() == "locked"

@@ -1,0 +1,89 @@
+"""Resuming a run: the RNG states come back exactly; the config check names what differs and lets through only
+what may change."""
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from xmask_cli.engine.resume import check_resumable, config_diff, new_setting_at_default, rng_state, set_rng_state
+from xmask_cli.errors import UsageError
+
+RUN = SimpleNamespace(path=Path("runs/demo/seed0"))
+
+
+def test_restored_rng_states_draw_what_an_uninterrupted_run_draws():
+    torch.manual_seed(3)
+    np.random.seed(3)
+    np.random.standard_normal()  # numpy's cached second Gaussian is part of the state
+    state = rng_state()
+    want = (torch.rand(5), np.random.rand(5), np.random.standard_normal(3))
+    torch.rand(7), np.random.rand(11)  # the run goes on, drawing more
+    set_rng_state(state)
+    got = (torch.rand(5), np.random.rand(5), np.random.standard_normal(3))
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[2], want[2])
+    assert not torch.equal(torch.rand(5), want[0])  # and the stream moves on from there
+
+
+def test_config_diff_names_each_differing_leaf_by_its_dotted_key():
+    a = {"a": 1, "b": {"c": 2, "d": 3, "e": [1, 2]}, "f": {"g": 1}}
+    b = {"a": 1, "b": {"c": 5, "e": [1, 2]}, "f": 1, "h": None}
+    # b.c changed, b.d gone, f a dict on one side only, h missing on the other (a None is still a value).
+    assert config_diff(a, b) == ["b.c", "b.d", "f", "h"]
+    assert config_diff(a, a) == [] and config_diff({"x": [1, 2]}, {"x": [2, 1]}) == ["x"]
+
+
+def _saved() -> dict:
+    return {"cache_path": "/old/place/abc.h5", "data_root": "/data",
+            "train": {"epochs": 10, "lr": 0.001, "device": "cpu"},
+            "config": {"train": {"epochs": 10, "lr": 0.001, "loggers": []}, "tune": {"trials": 4}}}
+
+
+def test_epochs_device_data_root_loggers_tune_and_the_cache_folder_may_change():
+    now = _saved()
+    now.update(cache_path="/new/place/abc.h5", data_root="/elsewhere")
+    now["train"].update(epochs=50, device="cuda")
+    now["config"]["train"].update(epochs=50, loggers=["tensorboard"])
+    now["config"]["tune"] = {"trials": 99}
+    check_resumable(RUN, _saved(), now)  # no error
+
+
+def test_another_setting_is_refused_naming_it_once():
+    now = _saved()
+    now["train"]["lr"] = 0.01
+    now["config"]["train"]["lr"] = 0.01
+    now["cache_path"] = "/old/place/other.h5"  # another cache file (another key) is another input
+    with pytest.raises(UsageError) as err:
+        check_resumable(RUN, _saved(), now)
+    msg = str(err.value)
+    assert str(RUN.path) in msg and "cache_path, train.lr;" in msg and msg.count("train.lr") == 1
+
+
+def test_a_setting_added_since_passes_at_its_default_only():
+    saved = _saved()
+    saved["config"]["train"].pop("lr")  # a run written before `train.lr` existed
+    now = _saved()
+    assert new_setting_at_default("config.train.lr", saved, now)  # 0.001 is the default
+    check_resumable(RUN, saved, now)
+    now["config"]["train"]["lr"] = 0.5
+    assert not new_setting_at_default("config.train.lr", saved, now)
+    with pytest.raises(UsageError, match="train.lr"):
+        check_resumable(RUN, saved, now)
+    # A key the run has is never "new", and a key without a default is no setting of xmask's.
+    assert not new_setting_at_default("config.train.epochs", saved, now)
+    assert not new_setting_at_default("config.train.no_such_key", saved, {"config": {"train": {"no_such_key": 1}}})
+
+
+def test_more_than_eight_differences_are_counted():
+    saved = {"config": {"model": {f"k{i}": i for i in range(11)}}}
+    now = {"config": {"model": {f"k{i}": -i - 1 for i in range(11)}}}
+    with pytest.raises(UsageError) as err:
+        check_resumable(RUN, saved, now)
+    # Keys in string order (k10 sorts before k2): the first eight named, the other three counted.
+    assert ("in model.k0, model.k1, model.k10, model.k2, model.k3, model.k4, model.k5, model.k6 and 3 more;"
+            in str(err.value))

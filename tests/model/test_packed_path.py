@@ -1,0 +1,173 @@
+"""The packed graph layout (``model.graph_layout: packed``) against the padded one.
+
+The packed path runs the token-wise layers on real rows only and attention per
+group of similar-sized graphs; it must give the padded path's outputs and
+gradients on a realistic batch: 32 PROTEINS graphs of mixed sizes (4 to ~200
+nodes), ``Â^1..Â^4`` from numpy, weights scaled so the logits ``q·k/sqrt(d_h)``
+spread by >= 5 (as after training), ``outside_support: hard``, in training mode
+with dropout (the same seed must draw the same masks on both layouts).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from tests.model.semantics import LOGIT_STD, spread_logits
+from xmask_cli.data.load import load_graphs
+from xmask_cli.data.registry import get_dataset
+from xmask_cli.model.bias import log_powers
+from xmask_cli.model.network import ModelConfig, XMaskNet
+from xmask_cli.model.packing import pack_graphs
+from xmask_cli.structure.graph import adjacency
+from xmask_cli.structure.powers import power_pairs
+
+K = 4
+#: Outputs and gradients of the two layouts agree to this in float32, relative to each tensor's largest
+#: entry (measured: outputs <= 5e-7, gradients <= 3e-6 here; kernels' summation orders differ by machine).
+RTOL = {torch.float32: 1e-5, torch.float64: 1e-10}
+GRAD_RTOL = {torch.float32: 2e-5, torch.float64: 1e-10}
+
+
+@pytest.fixture(scope="module")
+def proteins_batch(shared_data, tmp_path_factory) -> dict:
+    """32 PROTEINS graphs from 4 to ~200 nodes, padded, with numpy ``Â^1..Â^4`` and random SPD-like distances."""
+    graphs = load_graphs(get_dataset("PROTEINS"), data_root=shared_data, cache_dir=tmp_path_factory.mktemp("prot"),
+                         offline=True)
+    sizes = np.asarray(graphs.num_nodes)
+    order = np.argsort(sizes, kind="stable")
+    order = order[sizes[order] <= 200]
+    ids = order[np.linspace(0, len(order) - 1, 32).astype(int)]  # spread over the size range
+    feats = [graphs.dataset[int(i)].x.float() for i in ids]
+    n_max = int(sizes[ids].max())
+    B = len(ids)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.zeros(B, n_max, feats[0].size(1))
+    powers = torch.zeros(B, K, n_max, n_max)
+    mask = torch.zeros(B, n_max, dtype=torch.bool)
+    spd = torch.full((B, n_max, n_max), -2, dtype=torch.long)
+    logp = []
+    for b, (i, f) in enumerate(zip(ids, feats)):
+        n = f.size(0)
+        r, c, v = power_pairs(adjacency(graphs.edge_index[int(i)], n), K)
+        a = np.zeros((K, n, n), dtype=np.float32)
+        a[:, r, c] = np.asarray(v).T
+        x[b, :n], powers[b, :, :n, :n], mask[b, :n] = f + 0.1 * torch.randn(f.shape, generator=gen), \
+            torch.from_numpy(a), True
+        d = torch.randint(-1, 9, (n, n), generator=gen)
+        spd[b, :n, :n] = d.fill_diagonal_(0)
+        logp.append(log_powers(torch.from_numpy(a), 1e-30, "hard", off_diagonal=~torch.eye(n, dtype=torch.bool)))
+    assert len(set(sizes[ids].tolist())) > 20 and n_max > 150
+    return {"x": x, "powers": powers, "mask": mask, "extras": {"spd": spd}, "log_powers": logp,
+            "log_spec": (1e-30, "hard")}
+
+
+def _pair(**kw) -> tuple[XMaskNet, XMaskNet]:
+    """The same weights as a padded and a packed model (the preset's graph-level shape: hidden 64, 4 heads, 2 layers)."""
+    cfg = ModelConfig(in_dim=3, out_dim=2, task="graph", hidden=64, heads=4, layers=2, dropout=0.1,
+                      outside_support="hard", readout_scale=1 / 40, graph_layout="padded", **kw)
+    torch.manual_seed(0)
+    padded = XMaskNet(cfg)
+    with torch.no_grad():
+        for p in padded.parameters():
+            if p.dim() == 2 and p.size(1) == len(padded.cfg.head_powers):  # learned bias tables: non-zero
+                p.normal_(0.0, 1.0)
+    packed = XMaskNet(dataclasses.replace(cfg, graph_layout="packed"))
+    packed.load_state_dict(padded.state_dict())
+    return padded, packed
+
+
+def _run(model: XMaskNet, batch: dict, seed: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    model.train()
+    model.zero_grad()
+    torch.manual_seed(seed)  # both layouts draw their dropout masks from here
+    out = model(batch)
+    weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(5)).to(out.dtype)
+    (out * weight).sum().backward()
+    return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor, floor: float = 0.0) -> float:
+    return float((a - b).abs().max() / max(float(b.abs().max()), floor, 1e-30))
+
+
+@pytest.mark.parametrize("kw, source, dtype", [
+    ({}, "powers", torch.float32),  # the graph-level preset: X-LogSMask only, post-norm, sum readout
+    # The same from the stream's per-graph cached log-powers, in float64: the layouts agree to 1e-10,
+    # the same formula, not a near one.
+    ({}, "log_powers", torch.float64),
+    ({"biases": ({"type": "spd"},), "norm": "pre", "readout": "mean", "head_powers": (1, 0, 2, 4)}, "log_powers",
+     torch.float32),
+    ({"attn_dropout": 0.2, "readout": "max"}, "powers", torch.float32),  # SDPA's dropout: one group, the batch's layout
+])
+def test_packed_equals_padded_outputs_and_gradients(proteins_batch, kw, source, dtype) -> None:
+    padded, packed = _pair(**kw)
+    padded.to(dtype)
+    real = proteins_batch["x"][proteins_batch["mask"]].to(dtype)
+    sample = real[torch.randperm(real.size(0), generator=torch.Generator().manual_seed(1))[:400]]
+    std = spread_logits(padded, sample)  # the q·k spread over pairs of 400 real nodes
+    assert std >= LOGIT_STD
+    packed.to(dtype).load_state_dict(padded.state_dict())
+    batch_padded = {k: proteins_batch[k] for k in ("x", "powers", "mask", "extras")}
+    batch_padded["x"] = batch_padded["x"].to(dtype)
+    batch_packed = dict(batch_padded)
+    if source == "log_powers":
+        batch_packed = {**{k: proteins_batch[k] for k in ("mask", "extras", "log_powers", "log_spec")},
+                        "x": batch_padded["x"]}
+    out_a, grad_a = _run(padded, batch_padded, seed=3)
+    out_b, grad_b = _run(packed, batch_packed, seed=3)
+    assert out_a.dtype == dtype and _rel(out_b, out_a) < RTOL[dtype]
+    assert grad_a.keys() == grad_b.keys()
+    scale = max(float(g.abs().max()) for g in grad_a.values())
+    for name in grad_a:
+        # The key bias's gradient is analytically 0 (softmax ignores a per-row constant): compare it on the
+        # scale of all gradients, every other one on its own.
+        floor = 1e-3 * scale if name.endswith("attn.k.bias") else 0.0
+        assert _rel(grad_b[name], grad_a[name], floor) < GRAD_RTOL[dtype], name
+    if "attn_dropout" not in kw:  # the grouping is exercised, not one padded group
+        assert len(pack_graphs(proteins_batch["mask"]).groups) > 1
+    # Dropout acted (outputs differ from evaluation mode), so equal outputs mean equal masks.
+    packed.eval()
+    with torch.no_grad():
+        assert _rel(packed(batch_packed), out_b) > 1e-3
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
+def test_a_graph_alone_in_its_group_reads_its_cached_log_powers_as_they_are(proteins_batch, dtype) -> None:
+    """The largest graph beside two tiny ones gets a group of its own, whose bias is its cached log-powers
+    without a copy: the same numbers as the padded layout, and the cache is left untouched."""
+    sizes = proteins_batch["mask"].sum(1)
+    big, small = int(sizes.argmax()), sizes.argsort()[:2].tolist()
+    ids = [small[0], big, small[1]]
+    sub = {"x": proteins_batch["x"][ids].to(dtype), "mask": proteins_batch["mask"][ids],
+           "powers": proteins_batch["powers"][ids], "extras": {"spd": proteins_batch["extras"]["spd"][ids]}}
+    logp = [proteins_batch["log_powers"][i] for i in ids]
+    before = [t.clone() for t in logp]
+    groups = pack_graphs(sub["mask"]).groups
+    assert [len(g.sizes) for g in groups] == [1, 2] and int(groups[0].graphs[0]) == 1
+    for kw in ({}, {"mask_scale": "none"}):  # 'none' hands SDPA the cached tensor itself as the mask
+        padded, packed = _pair(**kw)
+        padded.to(dtype)
+        packed.to(dtype).load_state_dict(padded.state_dict())
+        batch_packed = {"x": sub["x"], "mask": sub["mask"], "extras": sub["extras"], "log_powers": logp,
+                        "log_spec": proteins_batch["log_spec"]}
+        out_a, grad_a = _run(padded, {k: sub[k] for k in ("x", "powers", "mask", "extras")}, seed=3)
+        out_b, grad_b = _run(packed, batch_packed, seed=3)
+        assert _rel(out_b, out_a) < RTOL[dtype]
+        scale = max(float(g.abs().max()) for g in grad_a.values())
+        for name in grad_a:
+            floor = 1e-3 * scale if name.endswith("attn.k.bias") else 0.0
+            assert _rel(grad_b[name], grad_a[name], floor) < GRAD_RTOL[dtype], name
+    assert all(torch.equal(a, b) for a, b in zip(logp, before))
+
+
+def test_log_powers_of_another_eps_are_refused(proteins_batch) -> None:
+    _, packed = _pair()
+    batch = {k: proteins_batch[k] for k in ("x", "mask", "log_powers")}
+    with pytest.raises(ValueError, match="eps, outside_support"):
+        packed({**batch, "log_spec": (1e-20, "hard")})
+    padded, _ = _pair()
+    with pytest.raises(ValueError, match="padded layout"):
+        padded({**batch, "log_spec": (1e-30, "hard")})
