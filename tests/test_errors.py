@@ -10,13 +10,13 @@ from xmask_cli.errors import EXIT_CODES, first_line
 
 #: The table of the module's docstring (docs/safety.md, docs/cli.md), by hand.
 DOCUMENTED = {
-    "XmaskError": 1, "UsageError": 2, "ConfigError": 2, "DataNotFoundError": 3, "CacheError": 4,
+    "XMaskError": 1, "UsageError": 2, "ConfigError": 2, "DataNotFoundError": 3, "CacheError": 4,
     "NotWritableError": 5, "RunNotFoundError": 6, "DivergedError": 7, "PeerFailedError": 1,
 }
 
 
 def test_every_error_type_has_its_documented_exit_code():
-    types = {name: t for name, t in vars(errors).items() if isinstance(t, type) and issubclass(t, errors.XmaskError)}
+    types = {name: t for name, t in vars(errors).items() if isinstance(t, type) and issubclass(t, errors.XMaskError)}
     assert set(types) == set(DOCUMENTED)
     for name, t in types.items():
         assert t.exit_code == DOCUMENTED[name], name
