@@ -160,6 +160,9 @@ class ModelSection:
     ffn: bool = True  # each block's feed-forward layer (false: attention-only blocks, as GAT's layers)
     activation: Literal["none", "elu", "relu", "gelu"] = "none"  # applied to every block's output (GAT: elu)
     layer_dropout: float = 0.0  # dropout on the input of every attention layer (blocks and an attention output)
+    # how a block's heads become its output: project = concatenated, then the output projection (a transformer);
+    # concat = concatenated only (GAT's hidden layers)
+    combine: Literal["project", "concat"] = "project"
     mask_scale: Literal["paper", "none"] = "paper"
     outside_support: Literal["hard", "eps"] = "hard"  # pairs with Â^k_ij = 0: hard = -inf on every path; eps = log(eps), dense paths only
     head_powers: list[int] | None = None  # power of Â per head; null: 1..heads
@@ -168,7 +171,9 @@ class ModelSection:
     # (the head's input stays O(1) on large graphs; without it training can collapse); "none": raw sum.
     readout_norm: Literal["size", "none"] = "size"
     use_bias: bool = True  # false: plain attention (the no-logmask ablation)
-    encoder: Literal["auto", "linear", "atom", "patch"] = "auto"  # auto: atom for OGB molecules, patch for images, else linear
+    # auto: atom for OGB molecules, patch for images, else linear; none (node level): the first block's attention
+    # reads the raw features (its q, k, v map them to hidden, as GAT's first layer), no separate encoder
+    encoder: Literal["auto", "linear", "atom", "patch", "none"] = "auto"
     positional: Literal["none", "learned"] = "none"  # image level: learned position embeddings (the ViT arm)
     input_dropout: float = 0.0  # dropout on raw input features (bag-of-words node features overfit without it)
     # structural input channels appended to the node features (graph and node level; engine/features.py):

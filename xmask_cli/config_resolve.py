@@ -450,6 +450,15 @@ def _check_combinations(cfg: Config) -> None:
     if cfg.model.experts and cfg.model.output != "mlp":
         raise ConfigError("model.output=attention is not built for model.experts (M3Dphormer experts attend over "
                           "token masks): set model.output=mlp (or drop model.experts)")
+    if cfg.model.encoder == "none":
+        m = cfg.model
+        clash = [text for text, bad in (("model.residual=true", m.residual), ("model.norm=pre", m.norm == "pre"),
+                                        ("model.experts", bool(m.experts)),
+                                        ("node.sparse_features=true", cfg.node.sparse_features)) if bad]
+        if clash:
+            raise ConfigError(f"model.encoder=none feeds the raw features to the first block, whose input is then "
+                              f"wider than model.hidden: it does not combine with {', '.join(clash)}; drop them "
+                              f"(or use model.encoder=linear)")
     if cfg.model.experts and cfg.node.mode not in EXPERT_NODE_MODES:
         raise ConfigError(f"model.experts (M3Dphormer attention experts) run on the whole graph's tokens, which "
                           f"node.mode={cfg.node.mode} does not give: set node.mode=full (or drop model.experts)")

@@ -29,6 +29,11 @@ SHAPES = {
     "post-nores-relu-out": {"residual": False, "norm": "post", "ffn": True, "activation": "relu",
                             "output": "attention"},
     "none-res": {"residual": True, "norm": "none", "ffn": True, "activation": "none"},
+    # GAT's own shape: no encoder (the first attention reads the raw features), heads concatenated unprojected.
+    "gat-direct": {"encoder": "none", "combine": "concat", "residual": False, "norm": "none", "ffn": False,
+                   "activation": "elu", "output": "attention"},
+    "direct-post-ffn": {"encoder": "none", "combine": "concat", "residual": False, "norm": "post", "ffn": True,
+                        "activation": "relu"},
 }
 
 
@@ -61,7 +66,8 @@ def _act(name: str, x: torch.Tensor) -> torch.Tensor:
 def _hand_block(block: TransformerBlock, x: torch.Tensor, logmask: list[np.ndarray], cfg: dict) -> torch.Tensor:
     """The block as documented: act(sublayers(x)), sublayer = [LN] f [+ x] [LN] by norm and residual."""
     def attend(h: torch.Tensor) -> torch.Tensor:
-        return _lin(_heads(block.attn, h, logmask).reshape(h.shape[0], -1), block.attn.out)
+        joined = _heads(block.attn, h, logmask).reshape(h.shape[0], -1)
+        return joined if cfg["combine"] == "concat" else _lin(joined, block.attn.out)
 
     def ffn(h: torch.Tensor) -> torch.Tensor:
         return _lin(_lin(h, block.ffn[0]).clamp_min(0), block.ffn[3])
@@ -99,9 +105,10 @@ def test_network_equals_a_hand_written_forward(shape: str) -> None:
     model = XMaskNet(cfg).double().eval()
     x, powers = _toy()
     x = x.double()
-    full = {"residual": cfg.residual, "norm": cfg.norm, "ffn": cfg.ffn, "activation": cfg.activation}
+    full = {"residual": cfg.residual, "norm": cfg.norm, "ffn": cfg.ffn, "activation": cfg.activation,
+            "combine": cfg.combine}
     masks = [_log_mask(powers[k - 1]) for k in cfg.head_powers]
-    h = _lin(x, model.encoder)
+    h = x if cfg.encoder == "none" else _lin(x, model.encoder)
     for block in model.blocks:
         h = _hand_block(block, h, masks, full)
     if cfg.output == "attention":
@@ -242,7 +249,7 @@ def test_dense_equals_sparse_on_cora_with_every_switch(cora: Cora, shape: str) -
     out_s, grad_s = _grads(model, cora, lambda m, x: _sparse(m, x, cora))
     assert out_d.shape == (2708, 7)
     assert rel(out_s, out_d) < 1e-8
-    assert grad_d.keys() == grad_s.keys() and "encoder.weight" in grad_d
+    assert grad_d.keys() == grad_s.keys() and ("encoder.weight" in grad_d) == (model.cfg.encoder != "none")
     for name in grad_d:
         if name.endswith("attn.k.bias"):  # q_i·b_k shifts a whole softmax row: analytically 0 on both paths
             top = float(grad_d[name.replace("k.bias", "k.weight")].abs().max())
@@ -284,3 +291,18 @@ def test_sparse_bias_is_reused_and_refreshed() -> None:
         fresh.load_state_dict(model.state_dict())
         torch.testing.assert_close(changed, fresh.forward_sparse(x, ei, values.clone()))
     assert (changed - first).abs().max() > 1e-4
+
+
+def test_encoder_none_reads_the_raw_features_and_concat_has_no_projection() -> None:
+    """encoder=none: no encoder parameters, the first block's q, k, v take in_dim inputs; combine=concat: no
+    output projection. Residual, pre-norm, experts and other tasks are refused with it."""
+    cfg = ModelConfig(in_dim=5, out_dim=3, hidden=8, heads=2, head_powers=(1, 2), layers=2, task="node",
+                      **SHAPES["gat-direct"])
+    model = XMaskNet(cfg)
+    assert not list(model.encoder.parameters())
+    first, second = model.blocks
+    assert first.attn.q.in_features == 5 and second.attn.q.in_features == 8
+    assert first.attn.out is None and second.attn.out is None
+    for bad in ({"residual": True}, {"norm": "pre"}, {"task": "graph", "output": "mlp"}):
+        with pytest.raises(ValueError, match="encoder 'none'"):
+            ModelConfig(in_dim=5, out_dim=3, hidden=8, heads=2, **{**SHAPES["gat-direct"], "task": "node", **bad})

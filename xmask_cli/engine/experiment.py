@@ -185,6 +185,9 @@ def check_config(cfg: Config) -> tuple[str, str]:
     _check_image(cfg, level)
     if cfg.model.experts and level != "node":
         raise ConfigError(f"model.experts (M3Dphormer attention experts) need a node-level task, not {level}")
+    if cfg.model.encoder == "none" and level != "node":
+        raise ConfigError(f"model.encoder=none (the first block reads the raw node features) is for the node "
+                          f"level, not {level}: set model.encoder=auto")
     if cfg.model.output == "attention" and level != "node":
         raise ConfigError(f"model.output=attention (a last attention layer whose heads emit each node's outputs) "
                           f"is for the node level, not {level}: set model.output=mlp")

@@ -38,8 +38,9 @@ MASK_SCALES = ("paper", "none")
 #: and ``gather`` (per-pair ``[E, H, d_h]`` gathers over the union, as PyG's ``TransformerConv``;
 #: what ``return_terms`` always runs, since its terms live on the union pairs).
 SPARSE_KERNELS = ("csr", "gather")
-#: How the heads' aggregates become the output: ``project`` (concatenate, output projection) or ``mean`` over heads.
-COMBINES = ("project", "mean")
+#: How the heads' aggregates become the output: ``project`` (concatenate, output projection), ``concat``
+#: (concatenate only, GAT's hidden layers) or ``mean`` over heads (an attention output layer).
+COMBINES = ("project", "concat", "mean")
 
 
 class StructuralAttention(torch.nn.Module):
@@ -58,8 +59,9 @@ class StructuralAttention(torch.nn.Module):
             needs no such list (their bias is 0 over the whole grid).
         in_dim: width of the input ``x``; default ``dim``.
         combine: how the heads' aggregates ``[..., H, d_h]`` become the output:
-            ``'project'`` (concatenated, then the output projection and dropout)
-            or ``'mean'`` (averaged over heads, ``[..., d_h]``, no projection: the
+            ``'project'`` (concatenated, then the output projection and dropout),
+            ``'concat'`` (concatenated, then dropout: GAT's hidden layers) or
+            ``'mean'`` (averaged over heads, ``[..., d_h]``, no projection: the
             attention output layer, whose heads each emit the outputs, as GAT's last layer).
     """
 
@@ -110,9 +112,10 @@ class StructuralAttention(torch.nn.Module):
 
     def _combine(self, agg: Tensor) -> Tensor:
         """The output of per-head aggregates ``[..., H, d_h]`` (see ``combine``)."""
-        if self.out is None:
+        if self.combine == "mean":
             return agg.mean(-2)
-        return self.dropout(self.out(agg.reshape(*agg.shape[:-2], self.dim)))
+        joined = agg.reshape(*agg.shape[:-2], self.dim)
+        return self.dropout(joined if self.out is None else self.out(joined))
 
     def structural_term(self, bias: Tensor) -> Tensor:
         """The X-LogSMask bias as it enters the logits (scaled by ``1/sqrt(d_h)`` under 'paper')."""

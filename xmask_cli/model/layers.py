@@ -57,6 +57,10 @@ class TransformerBlock(torch.nn.Module):
         attention: a built :class:`StructuralAttention` to use instead of one
             of ``dim`` and ``num_heads`` (the attention output layer's, whose
             width differs from its input's; it then takes no residual, norm or FFN).
+        in_dim: width of the block's input, default ``dim`` (``model.encoder: none``: the first block
+            reads the raw features; it then takes no residual or pre-norm).
+        combine: how the heads become the attention's output (``'project'`` or ``'concat'``; see
+            :class:`StructuralAttention`).
     """
 
     def __init__(
@@ -76,6 +80,8 @@ class TransformerBlock(torch.nn.Module):
         activation: str = ModelSection.activation,
         layer_dropout: float = ModelSection.layer_dropout,
         attention: StructuralAttention | None = None,
+        in_dim: int | None = None,
+        combine: str = ModelSection.combine,
     ):
         super().__init__()
         if norm not in NORMS:
@@ -85,6 +91,9 @@ class TransformerBlock(torch.nn.Module):
         if attention is not None and (residual or norm != "none" or ffn or experts):
             raise ValueError("a block given its attention (the attention output layer) takes no residual, norm, "
                              "FFN or experts")
+        if in_dim not in (None, dim) and (residual or norm == "pre" or experts):
+            raise ValueError(f"a block whose input width ({in_dim}) differs from its width ({dim}) takes no "
+                             f"residual, pre-norm or experts")
         self.norm = norm
         self.residual = bool(residual)
         self.activation = activation
@@ -95,7 +104,8 @@ class TransformerBlock(torch.nn.Module):
         elif experts:
             self.attn = RoutedAttention(dim, num_heads, tuple(experts), dropout, attn_dropout, mask_scale, routing)
         else:
-            self.attn = StructuralAttention(dim, num_heads, dropout, attn_dropout, mask_scale, plain_heads)
+            self.attn = StructuralAttention(dim, num_heads, dropout, attn_dropout, mask_scale, plain_heads,
+                                            in_dim=in_dim, combine=combine)
         self.ffn: torch.nn.Sequential | None = None
         if ffn:
             self.ffn = torch.nn.Sequential(

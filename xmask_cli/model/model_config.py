@@ -27,8 +27,9 @@ READOUTS = ("sum", "mean", "max", "cls")
 #: image: one per image (patch tokens over the shared grid graph).
 TASKS = ("graph", "node", "link", "edge", "image")
 #: linear: ``Linear(in_dim, hidden)`` on float features; atom: OGB's ``AtomEncoder`` on integer atom features;
-#: patch: a strided convolution over ``[B, in_dim, H, W]`` images (:class:`~xmask_cli.model.patch.PatchEncoder`).
-ENCODERS = ("linear", "atom", "patch")
+#: patch: a strided convolution over ``[B, in_dim, H, W]`` images (:class:`~xmask_cli.model.patch.PatchEncoder`);
+#: none: no encoder, the first block's attention reads the raw features (node task).
+ENCODERS = ("linear", "atom", "patch", "none")
 #: Values of ``model.graph_layout`` (graph task): ``packed`` (:mod:`~xmask_cli.model.packing`) or ``padded``.
 GRAPH_LAYOUTS = ("packed", "padded")
 #: Values of ``model.output``: a per-node MLP head, or a last attention layer whose heads emit the outputs.
@@ -73,8 +74,11 @@ class ModelConfig(ModelSection):
         readout_norm: resolved by the engine into ``readout_scale``; the model reads only that.
         use_bias: False drops the structural bias (plain attention, the ablation).
         encoder: ``'linear'``, ``'atom'`` (OGB ``AtomEncoder``; ``in_dim`` is then
-            ignored) or ``'patch'``; ``'auto'`` is ``'patch'`` for the image task,
-            else ``'linear'`` (the engine picks ``'atom'`` for OGB molecules itself).
+            ignored), ``'patch'`` or ``'none'`` (node task: the first block's attention
+            reads the raw features, as GAT's first layer); ``'auto'`` is ``'patch'`` for
+            the image task, else ``'linear'`` (the engine picks ``'atom'`` for OGB molecules itself).
+        combine: ``'project'`` (a block's heads concatenated, then its output
+            projection) or ``'concat'`` (concatenated only, GAT's hidden layers).
         input_dropout: dropout on the raw input features before a linear encoder
             (as GCN/GAT apply to sparse bag-of-words features); 0 disables it.
         biases: learned structural biases (SPD, RRWP, magnetic, eigen) and the
@@ -178,6 +182,11 @@ class ModelConfig(ModelSection):
         object.__setattr__(self, "output_powers", tuple(int(k) for k in out_powers))
         if len(self.output_powers) != self.output_heads or min(self.output_powers) < 1:
             raise ValueError(f"output_powers must be {self.output_heads} powers >= 1, got {list(self.output_powers)}")
+        if self.encoder == "none" and (self.task != "node" or self.experts or self.residual or self.norm == "pre"):
+            raise ValueError("encoder 'none' (the first block reads the raw features) is for the node task, "
+                             "without experts, residual or pre-norm")
+        if self.combine not in ("project", "concat"):
+            raise ValueError(f"combine must be 'project' or 'concat', got {self.combine!r}")
         if self.output == "attention" and self.task != "node":
             raise ValueError(f"output 'attention' (heads that emit each node's outputs) is for the node task, "
                              f"not {self.task!r}")

@@ -114,6 +114,8 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
 
             self.encoder = PatchEncoder(cfg.in_dim, cfg.hidden, cfg.image_size, cfg.patch_size,
                                         cls_token=cfg.readout == "cls", positional=cfg.positional)
+        elif cfg.encoder == "none":  # the first block's q, k, v read the (dropped-out) raw features
+            self.encoder = torch.nn.Identity()
         else:
             self.encoder = torch.nn.Linear(cfg.in_dim, cfg.hidden)
         # Parameter-free, so one instance serves every layer (the bias is computed once per forward).
@@ -125,8 +127,9 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
                 cfg.hidden, cfg.heads, cfg.ffn_mult, cfg.dropout, cfg.attn_dropout, cfg.norm, cfg.mask_scale,
                 experts=tuple(cfg.experts), routing=cfg.routing, plain_heads=cfg.plain_heads,
                 residual=cfg.residual, ffn=cfg.ffn, activation=cfg.activation, layer_dropout=cfg.layer_dropout,
+                in_dim=cfg.in_dim if i == 0 and cfg.encoder == "none" else None, combine=cfg.combine,
             )
-            for _ in range(cfg.layers)
+            for i in range(cfg.layers)
         )
         self.head: torch.nn.Module | None = None
         self.out_block: TransformerBlock | None = None
@@ -151,7 +154,7 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
 
     def _drop_input(self, x: Tensor) -> Tensor:
         # Atom ids are categorical: dropping them to 0 would change the atom, not regularise.
-        if self.cfg.input_dropout > 0 and self.cfg.encoder == "linear":
+        if self.cfg.input_dropout > 0 and self.cfg.encoder in ("linear", "none"):
             return torch.nn.functional.dropout(x, self.cfg.input_dropout, self.training)
         return x
 
@@ -166,7 +169,7 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
         if not x.is_sparse:
             return self.encoder(self._drop_input(x))
         if self.cfg.encoder != "linear":
-            raise ValueError("sparse input features need model.encoder=linear")
+            raise ValueError("sparse input features need model.encoder=linear")  # config_resolve refuses it first
         x = x.coalesce()
         values = x.values()
         if self.cfg.input_dropout > 0 and self.training:
