@@ -9,7 +9,7 @@ from tests.tune.conftest import TINY, tiny_args
 from xmask_cli import config as C
 from xmask_cli import config_resolve as R
 from xmask_cli.errors import ConfigError
-from xmask_cli.tune.space import check_space, decode, parse_space, suggest
+from xmask_cli.tune.space import check_space, decode, parse_space, start_point, suggest
 
 
 @pytest.mark.parametrize("entry, key, words", [
@@ -112,3 +112,21 @@ def test_a_training_override_never_trips_on_the_space_but_tune_checks_it(tmp_pat
     assert r.exit_code == 2
     assert one_error_line(r).startswith("error: tune.model.head_powers: value [1, 2, 3, 4] is not valid: ")
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_start_point_is_the_presets_own_values_inside_the_space():
+    cfg = R.resolve("mutag", ["tune=null", "model.dropout=0.2", "train.lr=0.005", "model.layers=4",
+                              "model.head_powers=[1, 1, 2, 2]", "model.hidden=32",
+                              "tune.model.hidden={int: [16, 64], step: 16}",
+                              "tune.train.lr={float: [1.0e-3, 3.0e-2], log: true}",
+                              "tune.model.dropout={float: [0.0, 0.5], step: 0.1}",
+                              "tune.model.layers={int: [1, 3]}",
+                              "tune.model.head_powers={choice: [[1, 2, 3, 4], [1, 1, 2, 2]]}",
+                              "tune.model.norm={choice: [pre, none]}"])
+    start = start_point(cfg, check_space(cfg))
+    # layers=4 lies outside [1, 3] and norm=post outside its choices: those two are left to the sampler.
+    assert start == {"model.hidden": 32, "train.lr": 0.005, "model.dropout": 0.2,
+                     "model.head_powers": "[1, 1, 2, 2]"}
+    assert decode(check_space(cfg), start)["model.head_powers"] == [1, 1, 2, 2]
+    off_grid = R.resolve("mutag", ["tune=null", "model.dropout=0.25", "tune.model.dropout={float: [0.0, 0.5], step: 0.1}"])
+    assert start_point(off_grid, check_space(off_grid)) == {}

@@ -100,6 +100,15 @@ def test_the_search_never_reads_test_and_poisoned_test_labels_change_nothing(cle
     assert poisoned["final"]["val"] == summary["final"]["val"]
 
 
+def test_trial_0_runs_the_presets_own_values(clean):
+    _, folder, _ = clean
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{folder / 'study.db'}")
+    cfg = R.resolve("mutag", TINY)
+    first = min(study.trials, key=lambda t: t.number)
+    assert first.params == {"train.lr": cfg.train.lr, "model.dropout": cfg.model.dropout}
+    assert any(t.params != first.params for t in study.trials[1:])  # the others are drawn
+
+
 def test_outputs_agree_with_the_study_database(clean):
     summary, folder, _ = clean
     states = db_trials(folder / "study.db")  # read with sqlite3, not through Optuna

@@ -40,7 +40,7 @@ from typing import Any
 from xmask_cli.config_resolve import shorten
 from xmask_cli.errors import ConfigError
 
-__all__ = ["Param", "parse_space", "check_space", "suggest", "decode", "with_values", "FORBIDDEN"]
+__all__ = ["Param", "parse_space", "check_space", "suggest", "decode", "with_values", "start_point", "FORBIDDEN"]
 
 #: Keys no search may change: where runs go, which task and data set a study is about.
 FORBIDDEN = ("run", "task", "data.dataset", "data.root", "data.split", "description", "tune")
@@ -310,6 +310,33 @@ def decode(params: list[Param], raw: dict[str, Any]) -> dict[str, Any]:
 def _tidy(p: Param, value: Any) -> Any:
     # A float grid point is low + k * step in binary floating point (0.30000000000000004): keep 0.3.
     return float(f"{value:.12g}") if p.kind == "float" and p.step is not None else value
+
+
+def _inside(p: Param, value: Any) -> bool:
+    """Whether ``value`` is a point of ``p``'s space (on its grid when it has a step)."""
+    if p.kind == "choice":
+        return _label(value) in p.labels()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not p.low <= value <= p.high:
+        return False
+    if p.step is None:
+        return p.kind == "float" or float(value).is_integer()
+    steps = (value - p.low) / p.step
+    return abs(steps - round(steps)) < 1e-9
+
+
+def start_point(cfg: Any, params: list[Param]) -> dict[str, Any]:
+    """The preset's own values of the searched keys, as Optuna's raw parameters (choices as their labels),
+    for the keys whose value lies in the space: ``xmask tune`` runs this point first, so a study never ends
+    below its preset on validation."""
+    data = cfg.to_dict()
+    out: dict[str, Any] = {}
+    for p in params:
+        node: Any = data
+        for part in p.key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if _inside(p, node):
+            out[p.key] = _label(node) if p.kind == "choice" else node
+    return out
 
 
 def with_values(cfg: Any, values: dict[str, Any], **fixed: Any) -> Any:

@@ -37,7 +37,7 @@ from xmask_cli.engine.loop import PARTS, TrainConfig
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
 from xmask_cli.errors import UsageError, XMaskError, first_line
 from xmask_cli.tune.objective import TrialFailed, TrialSetup, best_trial, run_trial
-from xmask_cli.tune.space import Param, check_space, decode, with_values
+from xmask_cli.tune.space import Param, check_space, decode, start_point, with_values
 
 __all__ = ["TuneOptions", "run_study", "optimize", "make_pruner", "parse_duration", "study_dir", "PRUNERS"]
 
@@ -357,6 +357,10 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
     else:
         todo = opts.trials
         log(f"study '{name}' ({url}): {len(study.trials)} trial(s) so far; running {todo}")
+        start = start_point(cfg, params)
+        if not study.trials and start and todo:
+            study.enqueue_trial(start)  # trial 0 is the preset itself; keys outside the space are drawn
+            log(f"trial 0 runs the preset's own values of {len(start)} of the {len(params)} searched keys")
     setup = TrialSetup(cfg=cfg, params=params, seeds=list(opts.seeds), metric=metric, study_dir=folder,
                        device=opts.device, cache_dir=opts.cache_dir, data_root=opts.data_root, offline=opts.offline,
                        folds=opts.folds)
