@@ -51,7 +51,6 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {
 KNOWN_CYCLE_EDGES: dict[tuple[str, str], str] = {
     ("xmask_cli.model.bias_stack", "xmask_cli.model.biases"): "the biases import BiasSpec from bias_stack",
     ("xmask_cli.data.registry", "xmask_cli.data.folder"): "folder reads the registry; registry loads folders",
-    ("xmask_cli.engine.resume", "xmask_cli.engine.loop"): "resume reads TrainConfig from loop",
     ("xmask_cli.engine.tasks.graph", "xmask_cli.engine.experiment"): "the task asks experiment.model_needs",
     ("xmask_cli.engine.tasks.edge", "xmask_cli.engine.experiment"): "the task asks experiment.model_needs",
     ("xmask_cli.config_resolve", "xmask_cli.tune.space"): "space uses config_resolve's coercion",
@@ -72,7 +71,7 @@ KNOWN_LAZY: set[str] = {
     "xmask_cli.config_resolve", "xmask_cli.data.folder", "xmask_cli.data.images", "xmask_cli.data.load",
     "xmask_cli.data.registry", "xmask_cli.engine.compare", "xmask_cli.engine.evaluate",
     "xmask_cli.engine.experiment", "xmask_cli.engine.loop", "xmask_cli.engine.pair_structure",
-    "xmask_cli.engine.query", "xmask_cli.engine.resume", "xmask_cli.engine.splits", "xmask_cli.engine.tasks.edge",
+    "xmask_cli.engine.query", "xmask_cli.engine.splits", "xmask_cli.engine.tasks.edge",
     "xmask_cli.engine.tasks.graph", "xmask_cli.engine.tasks.link", "xmask_cli.engine.tasks.node",
     "xmask_cli.engine.tasks.node_experts", "xmask_cli.explain.run", "xmask_cli.explain.targets",
     "xmask_cli.model.network", "xmask_cli.prepare.blocks", "xmask_cli.prepare.compute", "xmask_cli.prepare.dataset",

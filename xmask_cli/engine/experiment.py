@@ -28,9 +28,10 @@ import torch
 
 from xmask_cli.config import Config
 from xmask_cli.engine.folds import HOLDOUT
-from xmask_cli.engine.loop import PARTS, TrainConfig, seed_everything
+from xmask_cli.engine.loop import PARTS, seed_everything
 from xmask_cli.engine.runs import RunDir, aggregate, input_stall
 from xmask_cli.engine.tasks import LEVELS
+from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.errors import ConfigError, UsageError
 from xmask_cli.model.biases import bias_entry
 from xmask_cli.model.model_config import bias_needs, head_powers

@@ -33,8 +33,9 @@ from typing import Any
 
 from xmask_cli.config import Config
 from xmask_cli.engine.experiment import check_config, run_name, train_seeds
-from xmask_cli.engine.loop import PARTS, TrainConfig
+from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
+from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.errors import UsageError, XmaskError, first_line
 from xmask_cli.tune.objective import TrialFailed, TrialSetup, best_trial, run_trial
 from xmask_cli.tune.space import Param, check_space, decode, with_values

@@ -23,12 +23,13 @@ from torch import Tensor
 
 from xmask_cli.data.graphset import GraphSet
 from xmask_cli.engine.features import input_features
-from xmask_cli.engine.loop import PARTS, TrainConfig, train_task
+from xmask_cli.engine.loop import PARTS, train_task
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.splits import Split
 from xmask_cli.engine.stream import LOG_CACHE_BYTES, GraphBatch, GraphLevelStream
 from xmask_cli.engine.tasks import LEVELS
+from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
 __all__ = ["GraphTask", "size_readout_scale", "graph_labels", "train_graph_level", "log_mask_of", "CLASSIFICATION_METRICS"]
