@@ -34,7 +34,7 @@ from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.errors import ConfigError, UsageError
 from xmask_cli.model.biases import bias_entry
-from xmask_cli.model.model_config import bias_needs, head_powers
+from xmask_cli.model.model_config import head_powers
 
 __all__ = ["parse_seeds", "resolve_device", "resolve_level", "resolve_metric", "Experiment",
            "train_seeds", "DEFAULT_METRICS"]
@@ -134,11 +134,6 @@ def resolve_metric(cfg: Config, level: str) -> str:
         raise UsageError(f"metric {metric} does not apply to {level}-level tasks; use one of "
                          f"{', '.join(task_level.metrics)}")
     return metric
-
-
-def model_needs(cfg: Config) -> frozenset[str]:
-    """Structure sections the model's learned biases read (batches carry them as extras)."""
-    return bias_needs(cfg.model)
 
 
 def _check_image(cfg: Config, level: str) -> None:
