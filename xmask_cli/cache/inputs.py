@@ -19,7 +19,7 @@ from xmask_cli.errors import DataNotFoundError, UsageError
 
 if TYPE_CHECKING:
     from xmask_cli.data.graphset import GraphSet
-    from xmask_cli.data.registry import DatasetSpec
+    from xmask_cli.data.spec import DatasetSpec
 
 __all__ = ["SOURCE_ATTR", "InputFingerprints", "recorded_folder"]
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from xmask_cli.data.registry import DatasetSpec
+from xmask_cli.data.spec import DatasetSpec
 from xmask_cli.errors import DataNotFoundError, UsageError, first_line
 
 __all__ = ["ImageInfo", "IMAGE_INFO", "ImageSet", "image_info", "load_images", "channel_stats",

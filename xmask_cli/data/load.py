@@ -44,7 +44,7 @@ from xmask_cli.data.pyg import (  # noqa: F401
     _no_prompt,
     safe_torch_load,
 )
-from xmask_cli.data.registry import DatasetSpec
+from xmask_cli.data.spec import DatasetSpec
 from xmask_cli.data.staging import STAGE_MANIFEST, STAGING_MARKER, _stage, check_source_files, source_files  # noqa: F401
 from xmask_cli.data.tables import check_regular
 from xmask_cli.errors import CacheError, DataNotFoundError, NotWritableError, UsageError, first_line

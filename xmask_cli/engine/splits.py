@@ -2,7 +2,7 @@
 
 Every split is plain int64 numpy index arrays so that it can be written into the
 run config (:meth:`Split.to_dict`) and a run can be reproduced from the config
-alone. Split names follow :attr:`xmask_cli.data.registry.DatasetSpec.split`:
+alone. Split names follow :attr:`xmask_cli.data.spec.DatasetSpec.split`:
 
 * ``public``          Planetoid's fixed masks (``data.train_mask`` ...);
 * ``files``           the masks a user's folder gave (``data.train_mask`` ..., :mod:`xmask_cli.data.folder`);
