@@ -22,10 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # the heavy modules load on first call: the CLI imports this module at start-up
-    import torch
+from xmask_cli.config import Config
+from xmask_cli.config_resolve import list_presets, resolve
+from xmask_cli.errors import UsageError
 
-    from xmask_cli.config import Config
+if TYPE_CHECKING:  # the heavy modules load on first call: `import xmask_cli` and the CLI's option parsing stay light
+    import torch
 
 __all__ = ["LoadedRun", "choose_preset", "load_run", "train"]
 
@@ -33,7 +35,6 @@ __all__ = ["LoadedRun", "choose_preset", "load_run", "train"]
 def choose_preset(preset: str | None, dataset: str | None, overrides: Sequence[str] | None) -> tuple[str, list[str]]:
     """Preset and overrides of a run: ``dataset`` overrides data.dataset and, without a preset, picks the
     dataset's own preset (else its level's); the default is graph-level."""
-    from xmask_cli.config_resolve import list_presets
     from xmask_cli.data.registry import get_dataset
 
     out = list(overrides or [])
@@ -101,8 +102,6 @@ def train(
     Raises:
         XmaskError: the CLI's errors (:mod:`xmask_cli.errors`), each with its exit code.
     """
-    from xmask_cli.config import Config
-    from xmask_cli.config_resolve import resolve
     from xmask_cli.engine.experiment import parse_seeds, resolve_device, train_seeds
     from xmask_cli.prepare import resolve_cache_dir
 
@@ -162,7 +161,6 @@ class LoadedRun:
         from xmask_cli.engine.evaluate import run_precision
         from xmask_cli.engine.loop import PARTS
         from xmask_cli.engine.precision import autocast
-        from xmask_cli.errors import UsageError
 
         if part not in PARTS:
             raise UsageError(f"part must be one of {', '.join(PARTS)}, got '{part}'")

@@ -17,6 +17,8 @@ import torch
 from torch_geometric.transforms import BaseTransform
 
 from xmask_cli.config import LargeGraphConfig, PowersConfig, StructureConfig
+from xmask_cli.config_resolve import build
+from xmask_cli.prepare.compute import compute_block
 
 __all__ = ["AddLogSMask"]
 
@@ -56,8 +58,6 @@ class AddLogSMask(BaseTransform):
     def __init__(self, k: int = PowersConfig.k, *, normalization: str = PowersConfig.normalization,
                  large_min_nodes: int = LargeGraphConfig.min_nodes, tau: float = LargeGraphConfig.tau,
                  topk: int = LargeGraphConfig.topk, fanout: int = LargeGraphConfig.fanout, attr: str = "logsmask"):
-        from xmask_cli.config_resolve import build
-
         # Checked like a preset's structure section (the same ranges and messages); only the powers are computed.
         self.structure: StructureConfig = build(StructureConfig, {
             "powers": {"k": k, "normalization": normalization},
@@ -72,8 +72,6 @@ class AddLogSMask(BaseTransform):
 
     def pairs(self, edge_index: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
         """``(index [2, P] int64, values [P, K] float32)`` of one graph, in the cache's order."""
-        from xmask_cli.prepare.compute import compute_block
-
         large = num_nodes > self.structure.large.min_nodes
         res = compute_block([np.asarray(edge_index, dtype=np.int64).reshape(2, -1)], np.array([num_nodes]),
                             self.structure, large, "graph", parts=("pairs",))

@@ -32,6 +32,7 @@ from xmask_cli.engine.train_config import TrainConfig  # re-exported: loop.Train
 from xmask_cli.engine.watch import RunWatch
 from xmask_cli.errors import DivergedError, UsageError
 from xmask_cli.jsonfile import parse_checked
+from xmask_cli.model.network import XMaskNet
 
 if TYPE_CHECKING:
     from xmask_cli.model.network import ModelConfig
@@ -542,8 +543,6 @@ def train_task(task: Any, model_cfg: ModelConfig, train_cfg: TrainConfig, run_di
         ValueError: ``model_cfg`` does not fit a task that states its
             ``(model_task, in_dim, out_dim)``, or anything :func:`fit` raises.
     """
-    from xmask_cli.model.network import XMaskNet  # the model package is heavy; fit() itself does not need it
-
     if hasattr(task, "model_task"):
         want = (task.model_task, task.in_dim, task.out_dim)
         got = (model_cfg.task, model_cfg.in_dim, model_cfg.out_dim)
