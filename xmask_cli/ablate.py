@@ -27,7 +27,8 @@ from typing import Any
 
 from xmask_cli.config import Config
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.experiment import resolve_level, resolve_metric, run_name, train_seeds
+from xmask_cli.engine import experiment
+from xmask_cli.engine.experiment import resolve_level, resolve_metric, run_name
 from xmask_cli.engine.runs import RunDir, write_json, write_text
 from xmask_cli.engine.selection import RULE
 from xmask_cli.errors import UsageError
@@ -204,8 +205,10 @@ def run_ablation(
                     row["reused"].append(seed)
                 else:
                     log(f"ablation {variant}: seed {seed}")
-                    result = train_seeds(cfg, [seed], device=device, cache_dir=cache_dir, data_root=data_root,
-                                         offline=offline, run_root=out_dir / "runs", resume=True, log=log)
+                    # Through the module, read per call: a substitute for train_seeds (tests) is seen.
+                    result = experiment.train_seeds(cfg, [seed], device=device, cache_dir=cache_dir,
+                                                    data_root=data_root, offline=offline, run_root=out_dir / "runs",
+                                                    resume=True, log=log)
                     summary = result["runs"][0]
                 row["runs"][str(seed)] = summary["metrics"]
         except Exception as exc:  # one variant's failure must not hide the others' results
