@@ -80,9 +80,9 @@ def test_set_overrides_are_typed(override, path, expected):
 
 def test_list_values_parse():
     assert R.parse_override("a.b=[1, 2, 3]") == (["a", "b"], [1, 2, 3])
-    assert R._coerce([1, 2], list[int], "x") == [1, 2]
+    assert R.coerce([1, 2], list[int], "x") == [1, 2]
     with pytest.raises(ConfigError, match=r"x\[1\]: expected int"):
-        R._coerce([1, "two"], list[int], "x")
+        R.coerce([1, "two"], list[int], "x")
 
 
 def test_unknown_key_names_the_nearest_valid_key():

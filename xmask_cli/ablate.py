@@ -27,6 +27,10 @@ from typing import Any
 
 from xmask_cli.config import Config
 from xmask_cli.config_resolve import resolve
+from xmask_cli.engine import experiment
+from xmask_cli.engine.experiment import resolve_level, resolve_metric, run_name
+from xmask_cli.engine.runs import RunDir, write_json, write_text
+from xmask_cli.engine.selection import RULE
 from xmask_cli.errors import UsageError
 from xmask_cli.model.biases import BIASES
 
@@ -75,8 +79,6 @@ def default_variants(cfg: Config) -> list[str]:
 
 
 def _is_image(cfg: Config) -> bool:
-    from xmask_cli.engine.experiment import resolve_level
-
     return resolve_level(cfg) == "image"
 
 
@@ -180,9 +182,6 @@ def run_ablation(
         (test mean minus that of ``full``), ``runs`` (per-seed metrics),
         ``reused`` (seeds read back instead of trained).
     """
-    from xmask_cli.engine.experiment import resolve_level, resolve_metric, run_name, train_seeds
-    from xmask_cli.engine.runs import RunDir, write_json, write_text
-
     base = resolve(preset, overrides)
     if base.data.folds:  # a variant's row is one figure per seed: K fold runs would need their own table
         raise UsageError(f"xmask ablate trains each variant on the dataset's split; data.folds={base.data.folds} "
@@ -206,8 +205,10 @@ def run_ablation(
                     row["reused"].append(seed)
                 else:
                     log(f"ablation {variant}: seed {seed}")
-                    result = train_seeds(cfg, [seed], device=device, cache_dir=cache_dir, data_root=data_root,
-                                         offline=offline, run_root=out_dir / "runs", resume=True, log=log)
+                    # Through the module, read per call: a substitute for train_seeds (tests) is seen.
+                    result = experiment.train_seeds(cfg, [seed], device=device, cache_dir=cache_dir,
+                                                    data_root=data_root, offline=offline, run_root=out_dir / "runs",
+                                                    resume=True, log=log)
                     summary = result["runs"][0]
                 row["runs"][str(seed)] = summary["metrics"]
         except Exception as exc:  # one variant's failure must not hide the others' results
@@ -224,8 +225,6 @@ def run_ablation(
     for row in rows:
         ok = full is not None and full["test_mean"] is not None and row["test_mean"] is not None
         row["delta_test"] = row["test_mean"] - full["test_mean"] if ok else None
-
-    from xmask_cli.engine.selection import RULE
 
     result = {"dataset": dataset, "level": level, "metric": metric, "seeds": seeds, "name": name, "selection": RULE,
               "preset": preset, "overrides": overrides, "out_dir": str(out_dir), "rows": rows}

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xmask_cli import arguments as args
+from xmask_cli.config import Config
+from xmask_cli.config_resolve import list_presets, resolve
 from xmask_cli.errors import UsageError
 
-if TYPE_CHECKING:  # the heavy modules load on first call: the CLI imports this module at start-up
+if TYPE_CHECKING:  # the heavy modules load on first call: `import xmask_cli` and the CLI's option parsing stay light
     import torch
-
-    from xmask_cli.config import Config
 
 __all__ = ["LoadedRun", "choose_preset", "load_run", "train"]
 
@@ -36,7 +36,6 @@ __all__ = ["LoadedRun", "choose_preset", "load_run", "train"]
 def choose_preset(preset: str | None, dataset: str | None, overrides: Sequence[str] | None) -> tuple[str, list[str]]:
     """Preset and overrides of a run: ``dataset`` overrides data.dataset and, without a preset, picks the
     dataset's own preset (else its level's); the default is graph-level."""
-    from xmask_cli.config_resolve import list_presets
     from xmask_cli.data.registry import get_dataset
 
     out = list(overrides or [])
@@ -105,8 +104,6 @@ def train(
         UsageError: an argument of the wrong type or value (the message starts with its name), before any work.
         XMaskError: the CLI's errors (:mod:`xmask_cli.errors`), each with its exit code.
     """
-    from xmask_cli.config import Config
-    from xmask_cli.config_resolve import resolve
     from xmask_cli.engine.experiment import parse_seeds, resolve_device, train_seeds
     from xmask_cli.prepare import resolve_cache_dir
 

@@ -3,7 +3,9 @@
 Unknown keys fail with the nearest valid key named, wrong types fail with the
 key and the expected type; :func:`resolve` is the one entry point (preset +
 overrides -> :class:`~xmask_cli.config.Config`). The schema itself is
-:mod:`xmask_cli.config`.
+:mod:`xmask_cli.config`. Checks that need a layer above the leaves (bias types, the ``tune:``
+space) run once that layer has registered them (:func:`register_check`): on import of its module,
+and for every CLI command before it resolves a preset.
 """
 from __future__ import annotations
 
@@ -251,7 +253,8 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _coerce(value: Any, tp: Any, key: str) -> Any:
+def coerce(value: Any, tp: Any, key: str) -> Any:
+    """``value`` as schema type ``tp`` (dataclass lists built and checked); ConfigError naming ``key`` if it is not one."""
     origin = typing.get_origin(tp)
     bad = ConfigError(f"{key}: expected {_type_name(tp)}, got {shorten(value)} ({type(value).__name__})")
     if origin is Literal:
@@ -266,7 +269,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             if a is type(None):
                 continue
             try:
-                return _coerce(value, a, key)
+                return coerce(value, a, key)
             except ConfigError:
                 continue
         raise bad
@@ -288,7 +291,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             value = [value]
         if not isinstance(value, list):
             raise bad
-        return [_coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
+        return [coerce(v, inner, f"{key}[{i}]") for i, v in enumerate(value)]
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -337,7 +340,7 @@ def build(cls: type, data: Any, prefix: str = "") -> Any:
         if isinstance(tp, type) and dataclasses.is_dataclass(tp):
             kwargs[key] = build(tp, value, full)
         else:
-            kwargs[key] = _coerce(value, tp, full)
+            kwargs[key] = coerce(value, tp, full)
     obj = cls(**kwargs)
     _check_ranges(obj, prefix)
     return obj
@@ -420,10 +423,6 @@ def _check_ranges(obj: Any, prefix: str) -> None:
                          f"biases[{i}].{name}", f"must be distinct 1-based indices up to model.{name} ({top})")
         need(len(set(obj.experts)) == len(obj.experts), "experts", "names an expert twice")
         need(not (obj.experts and obj.biases), "experts", "experts take the X-LogSMask term only; drop model.biases")
-    elif isinstance(obj, BiasSection):
-        from xmask_cli.model.biases import BIASES  # the bias registry names the valid types
-
-        need(obj.type in BIASES, "type", f"expected one of {', '.join(repr(k) for k in BIASES)}, got {shorten(obj.type)} (str)")
     elif isinstance(obj, (LinkSection, EdgeSection)):
         need(len(obj.fractions) == 3 and abs(sum(obj.fractions) - 1) < 1e-6 and min(obj.fractions) >= 0,
              "fractions", "must be three non-negative fractions summing to 1")
@@ -434,10 +433,28 @@ def _check_ranges(obj: Any, prefix: str) -> None:
              f"'{obj.name}' is not a run name: one folder name, no '/', '..' or absolute path (use --runs-dir for the location)")
     elif isinstance(obj, Config):
         _check_combinations(obj)
-        if obj.tune:
-            from xmask_cli.tune.space import check_space
+    for section, checks in _CHECKS.items():
+        if isinstance(obj, section):
+            for check in list(checks.values()):
+                check(obj, need)
 
-            check_space(obj)
+
+#: A check a layer above the leaves owns: called with the built section and ``need(cond, key, what)``
+#: (which raises :class:`~xmask_cli.errors.ConfigError` naming ``<section>.<key>``).
+SectionCheck = Callable[[Any, Callable[[bool, str, str], None]], None]
+#: Section type -> its registered checks by name, run after the section's own checks above.
+_CHECKS: dict[type, dict[str, SectionCheck]] = {}
+
+
+def register_check(section: type, name: str, check: SectionCheck) -> None:
+    """Run ``check`` on every ``section`` built from now on; a check registered under ``name`` before is replaced.
+
+    The layers that own knowledge the schema lacks register here rather than being imported from this
+    leaf: the bias registry (:mod:`xmask_cli.model.biases`) checks ``model.biases[].type``, and
+    :mod:`xmask_cli.tune.space` the ``tune:`` section, each when imported; the CLI registers forwarders
+    to both before any command resolves a preset (:mod:`xmask_cli.cli.checks`).
+    """
+    _CHECKS.setdefault(section, {})[name] = check
 
 
 #: Node batching modes that attention experts can run: they attend over the whole graph's tokens at once.

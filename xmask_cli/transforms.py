@@ -18,6 +18,8 @@ from torch_geometric.transforms import BaseTransform
 
 from xmask_cli import arguments as args
 from xmask_cli.config import LargeGraphConfig, PowersConfig, StructureConfig
+from xmask_cli.config_resolve import build
+from xmask_cli.prepare.compute import compute_block
 from xmask_cli.errors import UsageError
 
 __all__ = ["AddLogSMask"]
@@ -58,8 +60,6 @@ class AddLogSMask(BaseTransform):
     def __init__(self, k: int = PowersConfig.k, *, normalization: str = PowersConfig.normalization,
                  large_min_nodes: int = LargeGraphConfig.min_nodes, tau: float = LargeGraphConfig.tau,
                  topk: int = LargeGraphConfig.topk, fanout: int = LargeGraphConfig.fanout, attr: str = "logsmask"):
-        from xmask_cli.config_resolve import build
-
         # Types and ranges under the parameters' own names first; the preset rules below then hold.
         k = args.int_arg("k", k, minimum=1)
         normalization = args.choice_arg("normalization", normalization,
@@ -82,8 +82,6 @@ class AddLogSMask(BaseTransform):
 
     def pairs(self, edge_index: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
         """``(index [2, P] int64, values [P, K] float32)`` of one graph, in the cache's order."""
-        from xmask_cli.prepare.compute import compute_block
-
         large = num_nodes > self.structure.large.min_nodes
         res = compute_block([np.asarray(edge_index, dtype=np.int64).reshape(2, -1)], np.array([num_nodes]),
                             self.structure, large, "graph", parts=("pairs",))

@@ -15,11 +15,14 @@ from typing import TYPE_CHECKING
 import h5py
 
 from xmask_cli.cache.files import H5_ERRORS
+from xmask_cli.data.folder import folder_spec
+from xmask_cli.data.load import load_graphs, resolve_data_root
+from xmask_cli.data.registry import get_dataset
 from xmask_cli.errors import DataNotFoundError, UsageError
 
 if TYPE_CHECKING:
     from xmask_cli.data.graphset import GraphSet
-    from xmask_cli.data.registry import DatasetSpec
+    from xmask_cli.data.spec import DatasetSpec
 
 __all__ = ["SOURCE_ATTR", "InputFingerprints", "recorded_folder"]
 
@@ -89,7 +92,6 @@ class InputFingerprints:
         name = path.parent.name
         if name.endswith(_TRAIN_EDGES):
             return None, []
-        from xmask_cli.data.registry import get_dataset
 
         try:
             spec = get_dataset("graphqa:" + name[len("graphqa-"):] if name.startswith("graphqa-") else name)
@@ -110,14 +112,10 @@ class InputFingerprints:
         return f"prepare it again with `xmask prepare {folder} --force --cache-dir {self.cache_dir}`"
 
     def _load(self, spec: DatasetSpec) -> GraphSet:
-        from xmask_cli.data.load import load_graphs, resolve_data_root
-
         return load_graphs(spec, data_root=resolve_data_root(self.data_root), cache_dir=self.cache_dir, offline=True)
 
     def _folder_fingerprint(self, path: Path, folder: str) -> str:
         """Fingerprint of the recorded ``folder``, read as ``prepare`` read it; one error line if it cannot be."""
-        from xmask_cli.data.folder import folder_spec
-
         where = f"{path} was prepared from the dataset folder {folder}"
         link = _first_link(folder)
         if link is not None:

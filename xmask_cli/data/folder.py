@@ -42,11 +42,13 @@ from typing import Any
 
 import numpy as np
 
-from xmask_cli.data.registry import DatasetSpec
+from xmask_cli.data.graphset import GraphSet
+from xmask_cli.data.spec import DatasetSpec, tu_raw_files
 from xmask_cli.data.tables import (
     Rows,
     bounded_max_id,
     check_regular,
+    csv_header,
     file_digest,
     merge_note,
     not_regular,
@@ -176,8 +178,6 @@ def tu_folder_spec(path: Path) -> DatasetSpec | None:
 
     Loaded by PyG's ``TUDataset`` like the registry's TU sets, with ``<root>`` as the data root.
     """
-    from xmask_cli.data.registry import tu_raw_files
-
     # lexists: the set is recognised by its NAME_A.txt whatever sits there, so a FIFO or folder under that
     # name is named as such (exit 2), not taken for a node folder without an edges file.
     if not os.path.lexists(path / "raw" / f"{path.name}_A.txt"):
@@ -212,8 +212,6 @@ class FolderDataset:
 def _edges(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, Rows]:
     ext = path.suffix.lower()
     if ext == ".csv":
-        from xmask_cli.data.tables import csv_header
-
         with_weight = len(csv_header(path)) == 3
         names, kinds = (["src", "dst", "weight"], ["id", "id", "float"]) if with_weight else (["src", "dst"], ["id"])
         cols, rows = read_csv_columns(path, names, kinds)
@@ -475,8 +473,6 @@ def load_folder(spec: DatasetSpec) -> Any:
     """
     import torch
     from torch_geometric.data import Data
-
-    from xmask_cli.data.graphset import GraphSet
 
     folder = Path(spec.folder)
     files = find_files(folder)

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from xmask_cli.data.registry import DatasetSpec
+from xmask_cli.data.spec import DatasetSpec
 
 
 @dataclass

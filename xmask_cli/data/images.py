@@ -34,8 +34,10 @@ from typing import Any
 
 import numpy as np
 
-from xmask_cli.data.registry import DatasetSpec
+from xmask_cli.data.load import DEFAULT_DATA_ROOT, has_raw_files, is_offline
+from xmask_cli.data.spec import DatasetSpec
 from xmask_cli.errors import DataNotFoundError, UsageError, first_line
+from xmask_cli.fs import ensure_writable_dir
 
 __all__ = ["ImageInfo", "IMAGE_INFO", "ImageSet", "image_info", "load_images", "channel_stats",
            "read_cifar_batch", "CIFAR_URL", "CIFAR_MD5"]
@@ -200,8 +202,6 @@ def _download(url: str, dest: Path, progress: Callable[[str], None]) -> None:
 
 def _fetch_cifar(spec: DatasetSpec, root: Path, progress: Callable[[str], None]) -> None:
     """Download, check and extract the CIFAR-10 archive into ``root`` (its batches land in ``root/<spec.folder>``)."""
-    from xmask_cli.fs import ensure_writable_dir
-
     ensure_writable_dir(root, "data root for the CIFAR-10 download", "pass a writable --data-root")
     archive = root / "cifar-10-python.tar.gz"
     try:
@@ -225,8 +225,6 @@ def _fetch_cifar(spec: DatasetSpec, root: Path, progress: Callable[[str], None])
 
 def _load_cifar10(spec: DatasetSpec, data_root: Path | None, offline: bool,
                   progress: Callable[[str], None]) -> ImageSet:
-    from xmask_cli.data.load import DEFAULT_DATA_ROOT, has_raw_files
-
     looked = [r for r in (data_root, DEFAULT_DATA_ROOT) if r is not None]
     source = next((r for r in looked if has_raw_files(spec, r)), None)
     if source is None:
@@ -262,8 +260,6 @@ def load_images(spec: DatasetSpec, *, data_root: Path | None = None, offline: bo
         DataNotFoundError: CIFAR-10 files missing and offline, the download failed, or a batch is unreadable.
         NotWritableError: the data root cannot take the download.
     """
-    from xmask_cli.data.load import is_offline
-
     if spec.key == "digits":
         return _load_digits(spec)
     if spec.key == "cifar10":

@@ -28,6 +28,7 @@ import os
 import sys
 from pathlib import Path
 
+from xmask_cli.data.folder import load_folder
 from xmask_cli.data.graphset import (  # noqa: F401  (re-exported: callers import them from here)
     MAX_DEGREE,
     FeatureInfo,
@@ -44,7 +45,7 @@ from xmask_cli.data.pyg import (  # noqa: F401
     _no_prompt,
     safe_torch_load,
 )
-from xmask_cli.data.registry import DatasetSpec
+from xmask_cli.data.spec import DatasetSpec
 from xmask_cli.data.staging import STAGE_MANIFEST, STAGING_MARKER, _stage, check_source_files, source_files  # noqa: F401
 from xmask_cli.data.tables import check_regular
 from xmask_cli.errors import CacheError, DataNotFoundError, NotWritableError, UsageError, first_line
@@ -129,7 +130,6 @@ def load_graphs(
         NotWritableError: neither the data root nor the cache dir can take ``processed/``.
     """
     if spec.family == "folder":  # a user's files, read in place
-        from xmask_cli.data.folder import load_folder
 
         return load_folder(spec)
     if spec.family == "graphqa":  # generated from a seed: no files, no download

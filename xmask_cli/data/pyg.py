@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from xmask_cli.data.registry import DatasetSpec
+from xmask_cli.data.spec import DatasetSpec
 from xmask_cli.errors import CacheError, DataNotFoundError, UsageError, first_line
 
 

@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from xmask_cli.data.registry import DatasetSpec
+from xmask_cli.data.spec import DatasetSpec
 from xmask_cli.data.tables import check_regular, open_regular
 from xmask_cli.errors import NotWritableError, UsageError
 from xmask_cli.fs import atomic_write, open_nofollow, sha256_of

@@ -5,7 +5,8 @@ node_experts, link, edge, image), ``features`` (node features of every
 level), ``stream`` (padded graph-level batches), ``node_batches`` and
 ``query`` (node-level batches and query attention), ``pair_structure`` and
 ``mrr`` (what the pair tasks see and how links are ranked), ``loop`` (fit,
-train_task, early stopping on validation, resume), ``experiment`` (config ->
+train_task, early stopping on validation, resume), ``train_config``
+(TrainConfig, the loop's view of ``train``), ``experiment`` (config ->
 task -> runs), ``runs``, ``splits`` and ``metrics``. The package exports the
 graph-level stream; import the rest from their modules.
 """

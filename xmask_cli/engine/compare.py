@@ -18,6 +18,7 @@ from typing import Any
 
 from xmask_cli.engine.runs import RunDir, write_bytes
 from xmask_cli.errors import RunNotFoundError
+from xmask_cli.fs import ensure_writable_dir
 
 __all__ = ["compare_runs", "find_runs", "plot_compare", "run_row"]
 
@@ -118,8 +119,6 @@ def compare_runs(paths: Sequence[str | os.PathLike], out: str | os.PathLike | No
     rows = [run_row(p) for p in find_runs(paths)]
     plot = None
     if out is not None:
-        from xmask_cli.fs import ensure_writable_dir
-
         target = Path(out)
         ensure_writable_dir(target.parent if str(target.parent) else Path("."), "output folder", "pass another --out")
         buf = io.BytesIO()

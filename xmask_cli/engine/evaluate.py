@@ -21,6 +21,7 @@ from xmask_cli.engine.experiment import Experiment
 from xmask_cli.engine.loop import score
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.errors import RunNotFoundError, first_line
+from xmask_cli.model.network import ModelConfig, XMaskNet
 
 __all__ = ["read_run", "load_run", "evaluate_run", "evaluate_loaded", "run_precision"]
 
@@ -57,8 +58,6 @@ def load_run(
     log: Callable[[str], None] = lambda m: None,
 ) -> tuple[Experiment, Any, torch.nn.Module]:
     """Rebuild a run's experiment, task (same seed, same split) and best model, in eval mode."""
-    from xmask_cli.model.network import ModelConfig, XMaskNet
-
     cfg = build(Config, saved["config"])
     exp = Experiment.load(cfg, cache_dir=cache_dir, offline=offline, log=log,
                           data_root=data_root if data_root is not None else saved.get("data_root"))

@@ -27,13 +27,28 @@ from typing import Any
 import torch
 
 from xmask_cli.config import Config
-from xmask_cli.engine.folds import HOLDOUT
-from xmask_cli.engine.loop import PARTS, TrainConfig, seed_everything
-from xmask_cli.engine.runs import RunDir, aggregate, input_stall
+from xmask_cli.data.edgefile import load_edge_file
+from xmask_cli.data.folder import is_folder_ref, source_folder
+from xmask_cli.data.images import image_info, load_images
+from xmask_cli.data.load import load_graphs, resolve_data_root
+from xmask_cli.data.registry import get_dataset
+from xmask_cli.engine import distributed, loop
+from xmask_cli.engine.features import struct_info
+from xmask_cli.engine.folds import HOLDOUT, check_fold_count, outer_folds, write_fold_files
+from xmask_cli.engine.loop import PARTS, seed_everything
+from xmask_cli.engine.runs import RunDir, aggregate, input_stall, write_json
 from xmask_cli.engine.tasks import LEVELS
+from xmask_cli.engine.tasks.edge import edge_regression_split
+from xmask_cli.engine.tasks.graph import graph_labels
+from xmask_cli.engine.train_config import TrainConfig
+from xmask_cli.engine.watch import check_loggers
 from xmask_cli.errors import ConfigError, UsageError
+from xmask_cli.fs import ensure_writable_dir
+from xmask_cli.model.attention_path import PathRefused
 from xmask_cli.model.biases import bias_entry
-from xmask_cli.model.model_config import bias_needs, head_powers
+from xmask_cli.model.model_config import ModelConfig, head_powers, sparse_refusal
+from xmask_cli.prepare import check_patch, prepare_dataset, prepare_graphs
+from xmask_cli.prepare.needs import structure_needed
 
 __all__ = ["parse_seeds", "resolve_device", "resolve_level", "resolve_metric", "Experiment",
            "train_seeds", "DEFAULT_METRICS"]
@@ -99,8 +114,6 @@ def resolve_device(name: str = "auto") -> str:
 
 
 def _spec(cfg: Config) -> Any:
-    from xmask_cli.data.registry import get_dataset
-
     return get_dataset(cfg.data.dataset)
 
 
@@ -133,11 +146,6 @@ def resolve_metric(cfg: Config, level: str) -> str:
         raise UsageError(f"metric {metric} does not apply to {level}-level tasks; use one of "
                          f"{', '.join(task_level.metrics)}")
     return metric
-
-
-def model_needs(cfg: Config) -> frozenset[str]:
-    """Structure sections the model's learned biases read (batches carry them as extras)."""
-    return bias_needs(cfg.model)
 
 
 def _check_image(cfg: Config, level: str) -> None:
@@ -234,9 +242,6 @@ def _check_data(cfg: Config, level: str, graphs: Any) -> None:
             link split has fewer non-edges than its negatives need.
     """
     if cfg.data.folds and level == "graph":
-        from xmask_cli.engine.folds import check_fold_count
-        from xmask_cli.engine.tasks.graph import graph_labels
-
         check_fold_count(graph_labels(graphs), cfg.data.folds)
     else:
         _check_split(cfg, level, graphs)
@@ -269,8 +274,6 @@ def _check_split(cfg: Config, level: str, graphs: Any) -> None:
 
 def _check_splittable(path: str, rows: int, fractions: list[float]) -> None:
     """Every part with a positive fraction gets a row, before any structure is computed."""
-    from xmask_cli.engine.tasks.edge import edge_regression_split
-
     sizes = edge_regression_split(rows, 0, fractions).sizes()
     empty = [part for part, size, f in zip(PARTS, sizes, fractions) if size == 0 and (f > 0 or part == "train")]
     if empty:
@@ -284,8 +287,6 @@ def _train_config(cfg: Config, seed: int, device: str) -> TrainConfig:
 
 def _model_config(cfg: Config, level: str, in_dim: int, out_dim: int, dataset: str, readout_scale: float = 1.0,
                   **image: Any) -> Any:
-    from xmask_cli.model.model_config import ModelConfig
-
     encoder = cfg.model.encoder
     if level == "image":  # image_size and patch_size come with `image`
         encoder = "patch"
@@ -325,12 +326,6 @@ class Experiment:
         log: Callable[[str], None] = lambda m: None,
     ) -> Experiment:
         """Resolve level and metric, load the data and make sure the structure cache exists."""
-        from xmask_cli.data.folder import source_folder
-        from xmask_cli.data.load import load_graphs, resolve_data_root
-        from xmask_cli.fs import ensure_writable_dir
-        from xmask_cli.prepare import prepare_graphs
-        from xmask_cli.prepare.needs import structure_needed
-
         level, metric = check_config(cfg)
         if not Path(cache_dir).is_dir():
             ensure_writable_dir(cache_dir)
@@ -338,8 +333,6 @@ class Experiment:
         # writers check their own folder.
         task_level = LEVELS[level]
         if task_level.data == "edge-file":
-            from xmask_cli.data.edgefile import load_edge_file
-
             data = load_edge_file(cfg.edge.file, cfg.edge.features)
             for note in data.notes:
                 log(note)
@@ -347,9 +340,6 @@ class Experiment:
             return cls(cfg, level, metric, EDGE_FILE_DATASET, edge_data=data, cache_dir=cache_dir, log=log)
         spec = _spec(cfg)
         if task_level.data == "images":
-            from xmask_cli.data.images import image_info, load_images
-            from xmask_cli.prepare import check_patch, prepare_dataset
-
             # A patch that does not divide the image fails before any data is read or downloaded.
             check_patch(spec.key, image_info(spec).shape[1:], cfg.image.patch)
             images = load_images(spec, data_root=resolve_data_root(data_root, cfg.data.root), offline=offline)
@@ -389,16 +379,12 @@ class Experiment:
                 eps``, or a learned bias on a plain head) where only a sparse
                 one fits or one is requested.
         """
-        from xmask_cli.model.attention_path import PathRefused
-
         try:
             return self._task(seed, device)
         except PathRefused as exc:
             raise ConfigError(str(exc)) from None
 
     def _task(self, seed: int, device: str) -> Any:
-        from xmask_cli.model.model_config import sparse_refusal
-
         return LEVELS[self.level].build(self, seed, device, sparse_refusal(self.cfg.model))
 
     def model_config(self, task: Any) -> Any:
@@ -413,8 +399,6 @@ class Experiment:
             return None
         out = info().to_dict()
         if self.cfg.model.node_struct != "none":
-            from xmask_cli.engine.features import struct_info
-
             out["node_struct"] = struct_info(self.graphs, self.cfg.model.node_struct, self.cfg.structure.rrwp.steps)
         return out
 
@@ -427,9 +411,6 @@ def _fold_experiment(exp: Experiment, seed: int, fold: int, root: Path, write: b
     """``exp`` for outer fold ``fold`` (its config records ``data.fold``, which ``eval`` reads back); the
     seed's fold index files are written into ``<root>/<seed>/folds/`` with its first fold."""
     if write and fold == 0:
-        from xmask_cli.engine.folds import outer_folds, write_fold_files
-        from xmask_cli.engine.tasks.graph import graph_labels
-
         write_fold_files(outer_folds(graph_labels(exp.graphs), exp.cfg.data.folds, seed), root / str(seed) / "folds")
     cfg = dataclasses.replace(exp.cfg, data=dataclasses.replace(exp.cfg.data, fold=fold))
     return dataclasses.replace(exp, cfg=cfg)
@@ -485,9 +466,6 @@ def run_name(cfg: Config, level: str | None = None) -> str:
 def _with_folder_ref(cfg: Config) -> Config:
     """``cfg`` with a folder dataset named by its absolute path (however it was given: ``--dataset``, ``--set``,
     a preset, a Config from Python), so the saved config finds the folder from any working directory."""
-    from xmask_cli.data.folder import is_folder_ref
-    from xmask_cli.data.registry import get_dataset
-
     if not is_folder_ref(cfg.data.dataset):
         return cfg
     ref = get_dataset(cfg.data.dataset).ref
@@ -532,10 +510,6 @@ def train_seeds(
         UsageError: a seed folder is locked by another process, or holds a run
             and neither ``resume`` nor ``overwrite`` is given.
     """
-    from xmask_cli.engine import distributed
-    from xmask_cli.engine.loop import train_task
-    from xmask_cli.engine.watch import check_loggers
-
     if resume and overwrite:
         raise UsageError("give --resume or --overwrite, not both")
     check_loggers(cfg.train.loggers)  # a missing logger fails before any data is loaded
@@ -571,9 +545,10 @@ def train_seeds(
             on_seed_start(seed, cfg.train.epochs)
             extra = {"config": run_exp.cfg.to_dict(), "level": exp.level,
                      "data_root": None if data_root is None else str(data_root)}
-            summary = train_task(task, run_exp.model_config(task), _train_config(cfg, seed, device), run,
-                                 extra_config=extra, resume=resume, overwrite=overwrite,
-                                 log=lambda row, s=seed: on_epoch(s, row), parts=parts)
+            # Through the module, read per call: a substitute for train_task (tests) is seen.
+            summary = loop.train_task(task, run_exp.model_config(task), _train_config(cfg, seed, device), run,
+                                      extra_config=extra, resume=resume, overwrite=overwrite,
+                                      log=lambda row, s=seed: on_epoch(s, row), parts=parts)
             summary = {**summary, "level": exp.level, "run_dir": str(run.path),
                        **({} if fold is None else {"fold": fold, "folds": cfg.data.folds})}
             if w.main:
@@ -592,8 +567,6 @@ def train_seeds(
             result["folds"] = {"k": cfg.data.folds, "trained": n_folds, "holdout": HOLDOUT,
                                "per_seed": {str(s): aggregate([r for s2, _, r in jobs if s2 == s]) for s in seeds}}
         if len(run_dirs) > 1 and w.main:
-            from xmask_cli.engine.runs import write_json
-
             root.mkdir(parents=True, exist_ok=True)
             write_json(root / "aggregate.json", {k: v for k, v in result.items() if k != "runs"})
         return result

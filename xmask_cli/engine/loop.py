@@ -16,56 +16,30 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from xmask_cli.config import TrainSection, section_fields
 from xmask_cli.engine import distributed, selection
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
 from xmask_cli.engine.precision import autocast, check_precision, grad_scaler
 from xmask_cli.engine.resume import check_resumable, rng_state, set_rng_state
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.splits import PARTS
+from xmask_cli.engine.train_config import TrainConfig  # re-exported: loop.TrainConfig is its long-standing path
 from xmask_cli.engine.watch import RunWatch
 from xmask_cli.errors import DivergedError, UsageError
 from xmask_cli.jsonfile import parse_checked
+from xmask_cli.model.network import XMaskNet
 
 if TYPE_CHECKING:
     from xmask_cli.model.network import ModelConfig
 
 __all__ = ["TrainConfig", "Task", "fit", "train_task", "seed_everything", "PARTS"]
 
-@dataclass(frozen=True)
-class TrainConfig(TrainSection):
-    """Optimisation settings of one run: the preset's ``train`` section plus what a run adds.
-
-    Every hyper-parameter and its default is :class:`~xmask_cli.config.TrainSection`'s
-    (one schema, documented there); this view adds the run's seed and device.
-    Build it from a config with :meth:`from_section`.
-
-    Attributes:
-        seed: seeds torch, numpy and the batch order.
-        device: ``'cpu'``, ``'cuda'``, ``'cuda:1'`` ...
-    """
-
-    seed: int = 0
-    device: str = "cpu"
-
-    #: Section keys only the tasks read (they do not change a run's numbers): not saved in ``config.json``'s ``train``.
-    NOT_SAVED: ClassVar[frozenset[str]] = frozenset({"loader_workers", "log_cache_mb", "loggers"})
-
-    @classmethod
-    def from_section(cls, section: TrainSection, *, seed: int, device: str) -> TrainConfig:
-        """The preset's ``train`` section with the run's seed and device."""
-        return cls(**section_fields(section), seed=seed, device=device)
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able settings as saved with a run (and compared on resume)."""
-        return {k: v for k, v in asdict(self).items() if k not in self.NOT_SAVED}
 
 
 class Task(Protocol):
@@ -568,8 +542,6 @@ def train_task(task: Any, model_cfg: ModelConfig, train_cfg: TrainConfig, run_di
         ValueError: ``model_cfg`` does not fit a task that states its
             ``(model_task, in_dim, out_dim)``, or anything :func:`fit` raises.
     """
-    from xmask_cli.model.network import XMaskNet  # the model package is heavy; fit() itself does not need it
-
     if hasattr(task, "model_task"):
         want = (task.model_task, task.in_dim, task.out_dim)
         got = (model_cfg.task, model_cfg.in_dim, model_cfg.out_dim)

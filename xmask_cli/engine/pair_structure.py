@@ -37,6 +37,7 @@ from xmask_cli.data.graphset import graphs_fingerprint
 from xmask_cli.engine.extras import GraphExtras, to_tensors
 from xmask_cli.engine.splits import pair_keys
 from xmask_cli.model.attention_path import full_graph_attention
+from xmask_cli.prepare import prepare_graphs, structure_params
 
 __all__ = ["PairStructure", "prepare_pair_structure", "canonical_edges", "structure_fingerprint"]
 
@@ -87,8 +88,6 @@ def prepare_pair_structure(
         level: recorded in the cache (``"link"`` or ``"edge"``).
         log: receives a line when the structure has to be computed.
     """
-    from xmask_cli.prepare import prepare_graphs, structure_params  # prepare imports the heavy structure code
-
     edges = canonical_edges(edge_index, num_nodes)
     nn = np.asarray([int(num_nodes)], dtype=np.int64)
     fingerprint = graphs_fingerprint([edges], nn)

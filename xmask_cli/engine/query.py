@@ -48,6 +48,7 @@ from torch.utils.checkpoint import checkpoint
 
 from xmask_cli.config import NodeSection
 from xmask_cli.model.bias import SparseStructure
+from xmask_cli.model.model_config import sparse_refusal
 
 __all__ = ["Support", "QueryStats", "closure", "encode_queries", "chunks_by_pairs"]
 
@@ -185,8 +186,6 @@ def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: S
     Returns:
         The embeddings in the order of ``queries``.
     """
-    from xmask_cli.model.model_config import sparse_refusal
-
     refusal = sparse_refusal(model.cfg)
     if refusal is not None:
         raise ValueError(f"the query-batch path attends over stored pairs (sparse), which is refused: {refusal}")

@@ -15,7 +15,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from xmask_cli.config import Config
 from xmask_cli.engine.runs import RunDir
+from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.errors import UsageError
 
 
@@ -87,9 +89,6 @@ def new_setting_at_default(key: str, saved: dict[str, Any], now: dict[str, Any])
     leaves at its default: no difference, so older runs still resume."""
     if _lookup(saved, key) is not _MISSING:
         return False
-    from xmask_cli.config import Config
-    from xmask_cli.engine.loop import TrainConfig  # loop.py imports this module: a top-level import is a cycle
-
     defaults = {"train": TrainConfig().to_dict(), "config": Config().to_dict()}
     default = _lookup(json.loads(json.dumps(defaults)), key)
     return default is not _MISSING and default == _lookup(now, key)

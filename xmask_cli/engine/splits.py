@@ -2,7 +2,7 @@
 
 Every split is plain int64 numpy index arrays so that it can be written into the
 run config (:meth:`Split.to_dict`) and a run can be reproduced from the config
-alone. Split names follow :attr:`xmask_cli.data.registry.DatasetSpec.split`:
+alone. Split names follow :attr:`xmask_cli.data.spec.DatasetSpec.split`:
 
 * ``public``          Planetoid's fixed masks (``data.train_mask`` ...);
 * ``files``           the masks a user's folder gave (``data.train_mask`` ..., :mod:`xmask_cli.data.folder`);
@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from xmask_cli.config import LinkSection
+from xmask_cli.data.pyg import safe_torch_load
 from xmask_cli.errors import UsageError
 
 #: The parts every task scores, in reporting order.
@@ -155,8 +156,6 @@ def node_split(spec_split_name: str, data: Any, seed: int = 0, dataset: Any = No
     dataset object) for its ``get_idx_split()``.
     """
     if spec_split_name == "ogb-official":
-        from xmask_cli.data.pyg import safe_torch_load
-
         with safe_torch_load():  # OGB reads split_dict.pt with torch.load when the file exists
             idx = dataset.get_idx_split()
         return Split(idx["train"], idx["valid"], idx["test"], name="ogb-official", seed=None)
@@ -190,8 +189,6 @@ def graph_split(spec_split_name: str, dataset: Any, seed: int = 0) -> Split:
     if spec_split_name == "fixed-8-1-1":  # generated sets: one split whatever the training seed
         return random_split(len(dataset), (0.8, 0.1, 0.1), seed=0, name="fixed-8-1-1")
     if spec_split_name == "scaffold":
-        from xmask_cli.data.pyg import safe_torch_load
-
         with safe_torch_load():  # OGB reads split_dict.pt with torch.load when the file exists
             idx = dataset.get_idx_split()
         return Split(idx["train"], idx["valid"], idx["test"], name="scaffold", seed=None)

@@ -11,14 +11,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from xmask_cli.engine.evaluate import load_run, read_run
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.errors import UsageError
 from xmask_cli.explain.figures import plot_target, save_png
 from xmask_cli.explain.graph_view import graph_view, plot_graph_view
 from xmask_cli.explain.hops import DEFAULT_MAX_DISTANCE, hop_buckets, hop_summary
+from xmask_cli.explain.image import explain_images
 from xmask_cli.explain.record import SingleGraph
 from xmask_cli.explain.store import write_maps
 from xmask_cli.explain.targets import TargetMaps, explain_graph, explain_nodes, parse_edge, target_dict
+from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.model.model_config import effective_powers, head_labels
 
 __all__ = ["VIEWS", "explain_run"]
@@ -80,8 +83,6 @@ def explain_run(
     import matplotlib
 
     matplotlib.use("Agg", force=False)  # the figures are built on Figure objects; no GUI backend needed
-    from xmask_cli.engine.evaluate import load_run, read_run
-    from xmask_cli.fs import ensure_writable_dir
 
     graphs, nodes, images = [int(g) for g in graphs], [int(i) for i in nodes], [int(i) for i in images]
     pairs = [parse_edge(e) for e in edges]
@@ -104,8 +105,6 @@ def explain_run(
         raise UsageError("--view graph, --query and --layer are for graph, node and edge targets; image runs take "
                          "--query-patch")
     if target == "image":
-        from xmask_cli.explain.image import explain_images
-
         exp, task, model = load_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
                                     device=device, log=log)
         meta = {"run_dir": str(run.path), "dataset": exp.dataset, "level": level,

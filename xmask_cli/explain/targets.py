@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from xmask_cli.cache import StructureCache
 from xmask_cli.errors import UsageError
 from xmask_cli.explain.graph_view import crop_edges
 from xmask_cli.explain.hops import distance_rows, hop_mass, layer_masses, neighbourhood
@@ -95,8 +96,6 @@ def explain_graph(model: Any, task: Any, g: int, max_nodes: int, query: int | No
     ``query`` (default node 0): the graph view's query node, and the centre of the crop of a graph above
     ``max_nodes``.
     """
-    from xmask_cli.cache import StructureCache
-
     stream = task.eval_streams["test"]
     device = next(model.parameters()).device
     batch = stream.collate(np.array([g]), dense_powers=True).to(device)
@@ -131,8 +130,6 @@ def explain_nodes(model: Any, source: SingleGraph, kind: str, centre: Sequence[i
 
     ``query`` (default ``centre[0]``): the graph view's query node; it must lie in the target's crop.
     """
-    from xmask_cli.cache import StructureCache
-
     centre = np.asarray(centre, dtype=np.int64)
     ids, rec = source.forward(model, centre)
     with StructureCache(source.cache_path) as cache:

@@ -37,6 +37,7 @@ from xmask_cli.model.model_config import (
     sparse_refusal,
 )
 from xmask_cli.model.packed_path import PackedPath
+from xmask_cli.model.patch import PatchEncoder
 from xmask_cli.model.token_path import TokenPath
 
 __all__ = ["ENCODERS", "READOUTS", "TASKS", "ModelConfig", "XMaskNet", "head_labels", "plain_heads", "sparse_refusal"]
@@ -110,8 +111,6 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
 
             self.encoder = _AtomInput(AtomEncoder(cfg.hidden), cfg.struct_dim, cfg.hidden)
         elif cfg.encoder == "patch":
-            from xmask_cli.model.patch import PatchEncoder
-
             self.encoder = PatchEncoder(cfg.in_dim, cfg.hidden, cfg.image_size, cfg.patch_size,
                                         cls_token=cfg.readout == "cls", positional=cfg.positional)
         elif cfg.encoder == "none":  # the first block's q, k, v read the (dropped-out) raw features

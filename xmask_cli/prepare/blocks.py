@@ -17,6 +17,7 @@ import numpy as np
 
 from xmask_cli.config import StructureConfig
 from xmask_cli.prepare.compute import BlockResult, LargeGraph, col_dtype, compute_block
+from xmask_cli.structure.rowblocks import rows_per_block
 
 _BLOCK_NODES = 16384
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -179,8 +180,6 @@ def plan_units(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig,
 
     A function of the graphs and the parameters only, so every rank of a distributed prepare plans the same.
     """
-    from xmask_cli.structure.rowblocks import rows_per_block
-
     units: list[Unit] = []
     for s, e, large in plan_blocks(nn, cfg.large.min_nodes):
         if not large:

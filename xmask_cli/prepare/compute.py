@@ -14,6 +14,7 @@ import scipy.sparse as sp
 
 from xmask_cli import structure as S
 from xmask_cli.config import StructureConfig
+from xmask_cli.structure.rowblocks import PowerRows, WalkRows
 
 
 @dataclass
@@ -148,8 +149,6 @@ class LargeGraph:
     """
 
     def __init__(self, edges: np.ndarray, n: int, cfg: StructureConfig, cdtype: np.dtype):
-        from xmask_cli.structure.rowblocks import PowerRows, WalkRows
-
         self.n, self.cfg, self.cdtype = int(n), cfg, cdtype
         self.a = _block_adjacency([edges], np.asarray([n], dtype=np.int64))
         trunc = S.Truncation(cfg.large.tau, cfg.large.topk, cfg.large.fanout)

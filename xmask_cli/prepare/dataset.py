@@ -11,10 +11,17 @@ from typing import Any, cast
 import numpy as np
 
 from xmask_cli.config import Config, StructureConfig
+from xmask_cli.data.folder import source_folder
+from xmask_cli.data.graphset import graphs_fingerprint
+from xmask_cli.data.images import image_info
+from xmask_cli.data.load import load_graphs, resolve_data_root
+from xmask_cli.data.registry import get_dataset
+from xmask_cli.errors import UsageError
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.prepare.graphs import PrepareSummary, prepare_graphs
 from xmask_cli.prepare.needs import structure_needed
 from xmask_cli.prepare.ranks import RankWorld, rank0_first
+from xmask_cli.structure.grid import grid_edges, patch_grid
 
 
 def resolve_cache_dir(cli_value: str | os.PathLike[str] | None) -> Path:
@@ -38,16 +45,11 @@ def prepare_dataset(
 
     ``world``: the ranks of a ``torchrun`` prepare, every one calling (see :mod:`~xmask_cli.prepare.ranks`).
     """
-    from xmask_cli.data.folder import source_folder
-    from xmask_cli.data.load import load_graphs, resolve_data_root
-    from xmask_cli.data.registry import get_dataset
-
     spec = get_dataset(cfg.data.dataset)
     structure = structure_needed(cfg, cfg.task.level if cfg.task.level != "auto" else spec.level)
     if not Path(cache_dir).is_dir():  # an existing cache dir is not written to unless something is missing
         ensure_writable_dir(cache_dir)
     if spec.family == "images":  # one grid graph for every image: its geometry alone decides it
-        from xmask_cli.data.images import image_info
 
         w = world or RankWorld()
         grid = None
@@ -89,9 +91,6 @@ def grid_fingerprint(image_size: tuple[int, int], patch: int, connectivity: int)
     """
     import hashlib
 
-    from xmask_cli.data.graphset import graphs_fingerprint
-    from xmask_cli.structure.grid import grid_edges, patch_grid
-
     rows, cols = patch_grid(int(image_size[0]), int(image_size[1]), int(patch))
     edges = [grid_edges(rows, cols, int(connectivity))]
     nodes = np.asarray([rows * cols], dtype=np.int64)
@@ -102,9 +101,6 @@ def grid_fingerprint(image_size: tuple[int, int], patch: int, connectivity: int)
 
 def check_patch(dataset_key: str, image_size: tuple[int, int], patch: int) -> tuple[int, int]:
     """``(rows, cols)`` of the patch grid, or a :class:`UsageError` (exit 2) naming the patch sizes that fit."""
-    from xmask_cli.errors import UsageError
-    from xmask_cli.structure.grid import patch_grid
-
     try:
         return patch_grid(int(image_size[0]), int(image_size[1]), int(patch))
     except ValueError as exc:

@@ -16,6 +16,7 @@ from xmask_cli.config import StructureConfig
 from xmask_cli.errors import CacheError
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.prepare.blocks import DEFAULT_BUDGET, deferred_interrupt, iter_blocks
+from xmask_cli.prepare.ranks import RankWorld, gathered_blocks
 from xmask_cli.prepare.subset import derive, find_superset
 
 
@@ -200,8 +201,6 @@ def prepare_graphs(
     Raises:
         CacheError: something other than a regular file sits at the cache path.
     """
-    from xmask_cli.prepare.ranks import RankWorld, gathered_blocks
-
     w = world if world is not None else RankWorld()
     budget = DEFAULT_BUDGET if memory_gb is None else float(memory_gb) * (1 << 30)
     nn = np.asarray(num_nodes, dtype=np.int64)

@@ -19,7 +19,7 @@ import dataclasses
 
 from xmask_cli.config import Config, PartitionConfig, StructureConfig
 
-__all__ = ["read_powers", "read_sections", "structure_needed"]
+__all__ = ["model_needs", "read_powers", "read_sections", "structure_needed"]
 
 
 def read_powers(cfg: Config) -> int:
@@ -31,13 +31,18 @@ def read_powers(cfg: Config) -> int:
     return max(1, min(max(head_powers(cfg.model)), int(cfg.structure.powers.k)))
 
 
+def model_needs(cfg: Config) -> frozenset[str]:
+    """Structure sections the model's learned biases read (batches carry them as extras)."""
+    from xmask_cli.model.model_config import bias_needs  # the model's own rules
+
+    return bias_needs(cfg.model)
+
+
 def read_sections(cfg: Config, level: str) -> frozenset[str]:
     """Structure sections beyond the powers that the preset reads (``spd``, ``spectrum``, ``magnetic``,
     ``rrwp``, ``partition``)."""
-    from xmask_cli.model.model_config import bias_needs
-
     m = cfg.model
-    needs = set(bias_needs(m))
+    needs = set(model_needs(cfg))
     if "rwse" in m.node_struct.split("+"):
         needs.add("rrwp")
     if level == "node" and cfg.structure.partition.parts > 0:

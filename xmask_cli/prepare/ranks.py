@@ -16,6 +16,7 @@ import numpy as np
 
 from xmask_cli.config import StructureConfig
 from xmask_cli.errors import PeerFailedError
+from xmask_cli.prepare.blocks import DEFAULT_BUDGET, UnitRunner, plan_units
 
 __all__ = ["RankWorld", "gathered_blocks", "rank0_first", "rank_world"]
 
@@ -88,8 +89,6 @@ def gathered_blocks(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfi
     Other ranks yield nothing: they compute their share and hand it to rank 0 round by round.
     """
     import torch.distributed as dist
-
-    from xmask_cli.prepare.blocks import DEFAULT_BUDGET, UnitRunner, plan_units
 
     units = plan_units(edges, nn, cfg, DEFAULT_BUDGET if budget_bytes is None else budget_bytes)
     run = UnitRunner(edges, nn, cfg, level)

@@ -16,6 +16,7 @@ import scipy.sparse as sp
 from xmask_cli.structure.csr_kernels import canonical, product_rows, union_rows
 from xmask_cli.structure.graph import inv_sqrt
 from xmask_cli.structure.jit import numba
+from xmask_cli.structure.walks import ball_pairs, power_rows
 
 # Multiply-adds per row chunk of a product (the unit of work a thread takes).
 _ROW_BLOCK_NNZ = 8_000_000
@@ -412,8 +413,6 @@ def ball_structure(
     ``base``); ``values`` hold ``Â^1..Â^k`` or, for ``no-symnorm``, ``N((A+I)^j)``, computed in
     float64 and rounded once to ``values_dtype``.
     """
-    from xmask_cli.structure.walks import ball_pairs
-
     if normalization not in ("sym", "no-symnorm"):
         raise ValueError(f"unknown normalization {normalization!r}; expected 'sym' or 'no-symnorm'")
     m = normalized_adjacency(a) if normalization == "sym" else with_self_loops(a)
@@ -446,6 +445,4 @@ def power_pairs(a: sp.spmatrix, k: int, *, normalization: str = "sym") -> tuple[
 
 def walk_pairs(a: sp.spmatrix, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Exact ``I, P, ..., P^steps`` (``P = D^-1 A``) as pairs on their union support."""
-    from xmask_cli.structure.walks import power_rows
-
     return power_rows(random_walk_matrix(a), steps, include_identity=True)

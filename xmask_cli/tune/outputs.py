@@ -19,7 +19,9 @@ import yaml
 
 from xmask_cli.config import Config
 from xmask_cli.engine.runs import write_json, write_text
+from xmask_cli.engine.selection import TRIAL_RULE
 from xmask_cli.errors import first_line
+from xmask_cli.tune.objective import best_trial
 from xmask_cli.tune.space import Param, decode
 
 __all__ = ["write_all", "best_yaml", "trials_csv", "write_plots", "PLOTS"]
@@ -126,9 +128,6 @@ def write_all(study: Any, folder: Path, *, name: str, url: str, dataset: str, le
               for s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)}
     best = None
     if counts["complete"]:
-        from xmask_cli.engine.selection import TRIAL_RULE
-        from xmask_cli.tune.objective import best_trial
-
         b = best_trial(study)
         best = {"number": b.number, "value": b.value, "rule": TRIAL_RULE, "val_loss_mean": b.user_attrs.get("val_loss_mean"), "val_std": b.user_attrs.get("val_std"),
                 "val_values": b.user_attrs.get("val_values"), "best_epochs": b.user_attrs.get("best_epochs"),

@@ -34,13 +34,16 @@ import json
 import math
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from xmask_cli.config_resolve import shorten
+from xmask_cli.config import Config
+from xmask_cli.config_resolve import build, coerce, register_check, shorten
 from xmask_cli.errors import ConfigError
 
-__all__ = ["Param", "parse_space", "check_space", "suggest", "decode", "with_values", "start_point", "FORBIDDEN"]
+__all__ = ["Param", "parse_space", "check_space", "check_section", "suggest", "decode", "with_values", "start_point",
+           "FORBIDDEN"]
 
 #: Keys no search may change: where runs go, which task and data set a study is about.
 FORBIDDEN = ("run", "task", "data.dataset", "data.root", "data.split", "description", "tune")
@@ -111,8 +114,6 @@ def _flatten(section: Any, prefix: str = "") -> dict[str, Any]:
 
 def _is_section(key: str) -> bool:
     """Does dotted ``key`` name a section of the schema (``model``, ``structure.powers``)?"""
-    from xmask_cli.config import Config
-
     tp: Any = Config
     for part in key.split("."):
         if not dataclasses.is_dataclass(tp) or part not in {f.name for f in dataclasses.fields(tp)}:
@@ -123,8 +124,6 @@ def _is_section(key: str) -> bool:
 
 def _field_type(key: str) -> Any:
     """The schema type of dotted ``key``; unknown keys fail with the nearest valid one named."""
-    from xmask_cli.config import Config
-
     cls: Any = Config
     parts = key.split(".")
     for i, part in enumerate(parts):
@@ -256,8 +255,6 @@ def check_space(cfg: Any, *, full: bool = False) -> list[Param]:
         ConfigError: as :func:`parse_space`, or a value the key does not accept
             (``tune.<key>: value ... is not valid: ...``).
     """
-    from xmask_cli.config_resolve import _coerce
-
     params = parse_space(cfg.tune)
     keys = {p.key for p in params}
     for p in params:
@@ -265,17 +262,29 @@ def check_space(cfg: Any, *, full: bool = False) -> list[Param]:
         for value in _values_to_probe(p):
             try:
                 if full:
+                    # Lazy: every preset load runs the check below without loading the engine (torch).
                     from xmask_cli.engine.experiment import check_config
 
                     check_config(with_values(cfg, {p.key: value}))
                 else:
-                    _coerce(value, tp, p.key)
+                    coerce(value, tp, p.key)
             except ConfigError as exc:
                 msg = str(exc)
                 if any(other in msg for other in keys - {p.key}):
                     continue  # depends on another searched key: only some combinations fail
                 raise ConfigError(f"tune.{p.key}: value {shorten(value)} is not valid: {msg}") from None
     return params
+
+
+def check_section(cfg: Config, need: Callable[[bool, str, str], None]) -> None:
+    """What every preset load checks of ``cfg.tune`` (:func:`check_space`, not ``full``); ``need`` is unused:
+    the space's errors name ``tune.<key>`` themselves."""
+    if cfg.tune:
+        check_space(cfg)
+
+
+# The schema (a leaf) cannot import tune/: the space hands the schema its check.
+register_check(Config, "tune", check_section)
 
 
 def _set(node: dict[str, Any], parts: list[str], value: Any) -> None:
@@ -347,9 +356,6 @@ def with_values(cfg: Any, values: dict[str, Any], **fixed: Any) -> Any:
     Raises:
         ConfigError: the result does not fit the schema.
     """
-    from xmask_cli.config import Config
-    from xmask_cli.config_resolve import build
-
     data = cfg.to_dict()
     data["tune"] = {}
     data.update(fixed)

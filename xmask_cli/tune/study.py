@@ -33,9 +33,13 @@ from typing import Any
 
 from xmask_cli.config import Config
 from xmask_cli.engine.experiment import check_config, run_name, train_seeds
-from xmask_cli.engine.loop import PARTS, TrainConfig
+from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
+from xmask_cli.engine.resume import config_diff, new_setting_at_default
+from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.errors import UsageError, XMaskError, first_line
+from xmask_cli.fs import open_nofollow, refuse_links
+from xmask_cli.tune import outputs
 from xmask_cli.tune.objective import TrialFailed, TrialSetup, best_trial, run_trial
 from xmask_cli.tune.space import Param, check_space, decode, start_point, with_values
 
@@ -148,8 +152,6 @@ def _identity_diff(saved: dict[str, Any], identity: dict[str, Any], earlier: set
     """Where a study's saved identity differs from this process's (``[]``: the same search). Config keys are
     compared as a run's resume compares them: a setting added to xmask since, left at its default, is no
     difference. An identity from before 2026-12-02 holds a digest, which must be one of ``earlier``."""
-    from xmask_cli.engine.resume import config_diff, new_setting_at_default
-
     diff = [k for k in ("space", "seeds", "metric") if saved.get(k) != identity[k]]
     if "config" not in saved:
         return (["config_sha256"] if saved.get("config_sha256") not in earlier else []) + diff
@@ -166,8 +168,6 @@ STUDY_FILES = (".tune.lock", "study.db", "study.db-journal", "study.db-wal", "st
 @contextlib.contextmanager
 def _folder_lock(folder: Path) -> Iterator[None]:
     """Serialise study creation: two processes creating one SQLite file at once race on its tables."""
-    from xmask_cli.fs import open_nofollow, refuse_links
-
     folder.mkdir(parents=True, exist_ok=True)
     refuse_links(folder, STUDY_FILES, "study folder")
     fd = open_nofollow(folder / ".tune.lock", os.O_RDWR | os.O_CREAT, "study folder")
@@ -328,8 +328,6 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
     """
     from optuna.trial import TrialState
 
-    from xmask_cli.tune import outputs
-
     if opts.trials < 0:
         raise UsageError(f"--trials must be >= 0, got {opts.trials}")
     if opts.pruner not in PRUNERS:
@@ -401,8 +399,6 @@ def _with_folds(cfg: Config, used: int, level: str) -> Config:
         UsageError: F larger than ``data.folds``; ConfigError: folds where they do not apply (not graph level, OGB).
     """
     import dataclasses
-
-    from xmask_cli.engine.experiment import check_config
 
     k = cfg.data.folds or DEFAULT_FOLDS
     if used > k:

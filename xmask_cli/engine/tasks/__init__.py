@@ -42,6 +42,8 @@ class TaskLevel:
         metric_from_dataset: ``task.metric=auto`` reads the dataset's own metric.
         explain_target: what ``xmask explain`` takes: ``graph`` (graph ids),
             ``node`` (node ids and node pairs of one graph) or ``image`` (image ids).
+        experts_module: the module that builds the level's task when the model has attention
+            experts (``model.experts``); None: ``module`` builds it either way.
     """
 
     name: str
@@ -53,9 +55,14 @@ class TaskLevel:
     metrics: tuple[str, ...]
     metric_from_dataset: bool
     explain_target: str
+    experts_module: str | None = None
 
-    def _module(self) -> Any:
-        return import_module(f"{__name__}.{self.module}")  # lazy: a level's imports load only when it runs
+    def _module(self, exp: Any = None) -> Any:
+        """The level's module, or its experts module when ``exp``'s model has attention experts."""
+        name = self.module
+        if self.experts_module and exp is not None and exp.cfg.model.experts:
+            name = self.experts_module
+        return import_module(f"{__name__}.{name}")  # lazy: a level's imports load only when it runs
 
     def task_class(self) -> type:
         """The level's task class (imported on first use)."""
@@ -63,14 +70,14 @@ class TaskLevel:
 
     def build(self, exp: Any, seed: int, device: str, dense_only: str | None) -> Any:
         """The level's task for one seed of ``exp`` (which also draws a random split)."""
-        return self._module().from_experiment(exp, seed, device, dense_only)
+        return self._module(exp).from_experiment(exp, seed, device, dense_only)
 
     def model_fields(self, exp: Any, task: Any) -> dict[str, Any]:
         """What the level's model config takes from the data: ``in_dim``, ``out_dim`` and any level extras.
 
         The module's ``model_fields(exp, task)`` when it has one, else the task's ``in_dim`` / ``out_dim``.
         """
-        own = getattr(self._module(), "model_fields", None)
+        own = getattr(self._module(exp), "model_fields", None)
         if own is not None:
             return own(exp, task)
         return {"in_dim": int(task.in_dim), "out_dim": int(task.out_dim),
@@ -81,7 +88,8 @@ class TaskLevel:
 LEVELS: dict[str, TaskLevel] = {
     "graph": TaskLevel("graph", "graph", "GraphTask", "graphs", "dataset", "accuracy", ("accuracy", "rocauc"),
                        True, "graph"),
-    "node": TaskLevel("node", "node", "NodeTask", "graphs", "dataset", "accuracy", ("accuracy",), True, "node"),
+    "node": TaskLevel("node", "node", "NodeTask", "graphs", "dataset", "accuracy", ("accuracy",), True, "node",
+                      experts_module="node_experts"),
     "link": TaskLevel("link", "link", "LinkTask", "graphs", "train-edges", "mrr", ("mrr",), False, "node"),
     "edge": TaskLevel("edge", "edge", "EdgeTask", "edge-file", "train-edges", "mae", ("mae", "rmse"), False, "node"),
     "image": TaskLevel("image", "image", "ImageTask", "images", "dataset", "accuracy", ("accuracy",), True, "image"),

@@ -34,8 +34,9 @@ from xmask_cli.data.edgefile import EdgeData
 from xmask_cli.engine.features import MAX_DEGREE, one_hot_degree
 from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import METRICS
-from xmask_cli.engine.pair_structure import PairStructure
+from xmask_cli.engine.pair_structure import PairStructure, prepare_pair_structure
 from xmask_cli.engine.splits import Split, index_batches, random_split, split_name
+from xmask_cli.prepare.needs import model_needs, structure_needed
 
 __all__ = ["EdgeTask", "train_edge_index", "edge_regression_split"]
 
@@ -170,10 +171,6 @@ class EdgeTask:
 
 def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> EdgeTask:
     """The edge-regression task of ``exp`` for ``seed``: splits the rows, prepares their training edges' structure."""
-    from xmask_cli.engine.experiment import model_needs
-    from xmask_cli.engine.pair_structure import prepare_pair_structure
-    from xmask_cli.prepare.needs import structure_needed
-
     cfg, data = exp.cfg, exp.edge_data
     split = edge_regression_split(data.edge_index.shape[1], seed, fractions=tuple(cfg.edge.fractions))
     path = prepare_pair_structure(exp.dataset, train_edge_index(data, split), data.num_nodes,

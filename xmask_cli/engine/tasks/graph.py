@@ -22,14 +22,18 @@ import torch
 from torch import Tensor
 
 from xmask_cli.data.graphset import GraphSet
+from xmask_cli.engine.distributed import deal
 from xmask_cli.engine.features import input_features
-from xmask_cli.engine.loop import PARTS, TrainConfig, train_task
+from xmask_cli.engine.folds import outer_folds
+from xmask_cli.engine.loop import PARTS, train_task
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.engine.runs import RunDir
-from xmask_cli.engine.splits import Split
+from xmask_cli.engine.splits import Split, graph_split
 from xmask_cli.engine.stream import LOG_CACHE_BYTES, GraphBatch, GraphLevelStream
 from xmask_cli.engine.tasks import LEVELS
+from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.model.network import ModelConfig, XMaskNet
+from xmask_cli.prepare.needs import model_needs
 
 __all__ = ["GraphTask", "size_readout_scale", "graph_labels", "train_graph_level", "log_mask_of", "CLASSIFICATION_METRICS"]
 
@@ -129,8 +133,6 @@ class GraphTask:
 
         Every rank computes the same bucket order (seed, epoch) and collates only its own buckets.
         """
-        from xmask_cli.engine.distributed import deal
-
         ids = self.train_stream.batches(epoch)
         plan = deal(len(ids), rank, size)
         mine = [ids[i] for i, _ in plan]
@@ -193,13 +195,8 @@ def train_graph_level(
 
 def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> GraphTask:
     """The graph-level task of ``exp`` for ``seed`` (the level registry's builder)."""
-    from xmask_cli.engine.experiment import model_needs
-    from xmask_cli.engine.splits import graph_split
-
     cfg = exp.cfg
     if cfg.data.folds:  # Errica et al.'s protocol: outer fold data.fold of data.folds, fixed by the seed
-        from xmask_cli.engine.folds import outer_folds
-
         split = outer_folds(graph_labels(exp.graphs), cfg.data.folds, seed)[cfg.data.fold]
     else:
         split = graph_split(exp.graphs.spec.split, exp.graphs.dataset, seed=seed)

@@ -39,10 +39,12 @@ import torch
 from torch import Tensor
 
 from xmask_cli.config import LinkSection, NodeSection
+from xmask_cli.engine.features import node_features, one_hot_degree
 from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.mrr import PROTOCOLS, link_mrr
-from xmask_cli.engine.pair_structure import PairStructure
-from xmask_cli.engine.splits import EdgeSplit, index_batches, pair_keys, sample_negatives, split_name
+from xmask_cli.engine.pair_structure import PairStructure, prepare_pair_structure
+from xmask_cli.engine.splits import EdgeSplit, edge_split, index_batches, pair_keys, sample_negatives, split_name
+from xmask_cli.prepare.needs import model_needs, structure_needed
 
 __all__ = ["LinkTask"]
 
@@ -165,12 +167,6 @@ class LinkTask:
 
 def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> LinkTask:
     """The link task of ``exp`` for ``seed``: draws the edge split, prepares its training edges' structure."""
-    from xmask_cli.engine.experiment import model_needs
-    from xmask_cli.engine.features import node_features, one_hot_degree
-    from xmask_cli.engine.pair_structure import prepare_pair_structure
-    from xmask_cli.engine.splits import edge_split
-    from xmask_cli.prepare.needs import structure_needed
-
     cfg, spec = exp.cfg, exp.graphs.spec
     data = exp.graphs.dataset[0]
     split = edge_split(data.edge_index, int(data.num_nodes), seed=seed, fractions=tuple(cfg.link.fractions),

@@ -44,16 +44,20 @@ from torch import Tensor
 
 from xmask_cli.cache import StructureCache
 from xmask_cli.config import NodeSection
+from xmask_cli.data.folder import check_train_classes
 from xmask_cli.data.graphset import GraphSet
+from xmask_cli.engine.distributed import deal
 from xmask_cli.engine.extras import GraphExtras, to_tensors
 from xmask_cli.engine.features import input_features
 from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import METRICS, ogb_node_accuracy
 from xmask_cli.engine.node_batches import NodeBatch, dense_block
 from xmask_cli.engine.query import CHUNK_PAIRS, QueryStats, Support, encode_queries
-from xmask_cli.engine.splits import Split
+from xmask_cli.engine.splits import Split, node_split
 from xmask_cli.engine.tasks import LEVELS
+from xmask_cli.errors import UsageError
 from xmask_cli.model.attention_path import ATTENTIONS, PathRefused, full_graph_attention
+from xmask_cli.prepare.needs import model_needs
 
 __all__ = ["NodeTask", "NodeBatch", "MODES", "NODE_METRICS"]
 
@@ -366,8 +370,6 @@ class NodeTask:
         those with a training node, and slices only its own. The other modes' batches
         are prebuilt or index arrays: each rank deals the epoch's list.
         """
-        from xmask_cli.engine.distributed import deal
-
         if self.mode != "subgraph":
             batches = list(self.train_batches(epoch))
             for i, real in deal(len(batches), rank, size):
@@ -441,22 +443,15 @@ class NodeTask:
         return self._metric(out, y), loss
 
 
-def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> NodeTask:
-    """The node task of ``exp`` for ``seed``: :class:`NodeTask`, or the expert task when ``model.experts`` is set."""
-    from xmask_cli.engine.experiment import model_needs
-    from xmask_cli.engine.splits import node_split
-
+def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None,
+                    task_class: type[NodeTask] | None = None) -> NodeTask:
+    """The node task of ``exp`` for ``seed``, of class ``task_class`` (default :class:`NodeTask`; with
+    ``model.experts`` the level registry builds it through :mod:`~xmask_cli.engine.tasks.node_experts`)."""
+    cls = task_class or NodeTask
     cfg, n = exp.cfg, exp.cfg.node
-    if cfg.model.experts:
-        from xmask_cli.engine.tasks.node_experts import ExpertNodeTask as cls
-    else:
-        cls = NodeTask
     spec = exp.graphs.spec
     split = node_split(spec.split, exp.graphs.dataset[0], seed=seed, dataset=exp.graphs.dataset)
     if spec.family == "folder":
-        from xmask_cli.data.folder import check_train_classes
-        from xmask_cli.errors import UsageError
-
         files = exp.graphs.dataset.files
         if files.get("labels") is None:
             raise UsageError(f"{spec.folder} has no labels file (labels.npy, one int per node, -1 = unlabelled), "

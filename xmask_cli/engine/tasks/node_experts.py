@@ -20,9 +20,11 @@ from torch import Tensor
 
 from xmask_cli.config_resolve import EXPERT_NODE_MODES
 from xmask_cli.engine.node_batches import NodeBatch
+from xmask_cli.engine.tasks import node
 from xmask_cli.engine.tasks.node import NodeTask
+from xmask_cli.model.experts import hierarchical_tokens
 
-__all__ = ["ExpertNodeTask"]
+__all__ = ["ExpertNodeTask", "from_experiment"]
 
 
 class ExpertNodeTask(NodeTask):
@@ -55,8 +57,6 @@ class ExpertNodeTask(NodeTask):
         Local pairs are the support of Â (one hop and self); clusters are the
         cache's METIS parts; class tokens read *training* labels only.
         """
-        from xmask_cli.model.experts import hierarchical_tokens
-
         local = self._values[:, 0] > 0
         edge_index = torch.from_numpy(np.stack([row[local].astype(np.int64), self._col[local]]))
         train = torch.from_numpy(np.flatnonzero(self.train_mask))
@@ -92,3 +92,8 @@ class ExpertNodeTask(NodeTask):
         """``[N, C]`` logits of the node tokens on the CPU."""
         model.eval()
         return self._token_logits(model)[: self.num_nodes].float().cpu()
+
+
+def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> NodeTask:
+    """The node task of ``exp`` for ``seed`` when ``model.experts`` is set (the level registry's builder)."""
+    return node.from_experiment(exp, seed, device, dense_only, task_class=ExpertNodeTask)

@@ -34,15 +34,19 @@ magnetic bias are 0 on the diagonal (a node with itself), as GTLM sets them.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from xmask_cli.config import BiasSection
+from xmask_cli.config_resolve import register_check, shorten
 from xmask_cli.model.biases.base import LearnedBias
 from xmask_cli.model.biases.eigen import EigenBias
 from xmask_cli.model.biases.magnetic import MagneticBias
 from xmask_cli.model.biases.rrwp import RrwpBias
 from xmask_cli.model.biases.spd import SpdBias
 
-__all__ = ["BiasEntry", "BIASES", "LearnedBias", "SpdBias", "RrwpBias", "MagneticBias", "EigenBias", "bias_entry"]
+__all__ = ["BiasEntry", "BIASES", "LearnedBias", "SpdBias", "RrwpBias", "MagneticBias", "EigenBias", "bias_entry",
+           "check_bias_type"]
 
 
 @dataclass(frozen=True)
@@ -84,3 +88,14 @@ def bias_entry(name: str) -> BiasEntry:
     if name not in BIASES:
         raise ValueError(f"bias type must be one of {tuple(BIASES)}, got {name!r}")
     return BIASES[name]
+
+
+def check_bias_type(section: BiasSection, need: Callable[[bool, str, str], None]) -> None:
+    """The config's check of a ``model.biases`` entry: its ``type`` is a registered name (read when it runs,
+    so a bias added to :data:`BIASES` is a valid type at once)."""
+    need(section.type in BIASES, "type",
+         f"expected one of {', '.join(repr(k) for k in BIASES)}, got {shorten(section.type)} (str)")
+
+
+# The schema (a leaf) cannot import the registry: the registry hands the schema its check.
+register_check(BiasSection, "bias type", check_bias_type)

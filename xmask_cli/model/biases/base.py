@@ -5,16 +5,14 @@ A learned bias reads its cached structure from the batch's ``extras`` (see
 ``[B, H, N, N]`` (dense batch) or ``[E, H]`` (one row per attended pair)."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
+from xmask_cli.config import BiasSection
 from xmask_cli.model.bias import StructuralBias, read_field
-
-if TYPE_CHECKING:
-    from xmask_cli.model.bias_stack import BiasSpec
 
 __all__ = ["LearnedBias", "extra", "in_chunks", "finish_dense", "finish_sparse", "CHUNK_FLOATS"]
 
@@ -30,8 +28,11 @@ class LearnedBias(StructuralBias):
     """
 
     @classmethod
-    def from_spec(cls, spec: BiasSpec, num_heads: int, rrwp_dim: int) -> LearnedBias:
+    def from_spec(cls, spec: BiasSection, num_heads: int, rrwp_dim: int) -> LearnedBias:
         """The module for one ``model.biases`` entry serving ``num_heads`` heads.
+
+        ``spec`` is typed as the config's section (the model's :class:`~xmask_cli.model.bias_stack.BiasSpec`
+        is one): a bias reads only its own settings, and the biases stay below ``bias_stack``.
 
         The default takes ``num_heads`` only; a bias with settings of its own
         (``spec.max_distance``, ``spec.width``) or that reads the cache's walk

@@ -1,16 +1,13 @@
 """The magnetic-Laplacian bias (GTLM Appendix A.2): the only learned bias that sees edge direction."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from xmask_cli.config import BiasSection
 from xmask_cli.model.biases.base import LearnedBias, extra, finish_dense, finish_sparse, in_chunks
-
-if TYPE_CHECKING:
-    from xmask_cli.model.bias_stack import BiasSpec
 
 
 class _SetEncoder(torch.nn.Module):
@@ -61,7 +58,7 @@ class MagneticBias(LearnedBias):
         torch.nn.init.zeros_(self.mlp[2].bias)
 
     @classmethod
-    def from_spec(cls, spec: BiasSpec, num_heads: int, rrwp_dim: int) -> MagneticBias:
+    def from_spec(cls, spec: BiasSection, num_heads: int, rrwp_dim: int) -> MagneticBias:
         """``spec.width`` channels."""
         return cls(num_heads, spec.width)
 

@@ -1,16 +1,13 @@
 """The RRWP bias (GRIT / GTLM): a pair's random-walk probabilities through an MLP."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from xmask_cli.config import BiasSection, RrwpConfig
 from xmask_cli.model.biases.base import LearnedBias, extra, finish_dense, finish_sparse, in_chunks
-
-if TYPE_CHECKING:
-    from xmask_cli.model.bias_stack import BiasSpec
 
 
 class RrwpBias(LearnedBias):
@@ -32,7 +29,7 @@ class RrwpBias(LearnedBias):
         torch.nn.init.zeros_(self.mlp[2].bias)
 
     @classmethod
-    def from_spec(cls, spec: BiasSpec, num_heads: int, rrwp_dim: int) -> RrwpBias:
+    def from_spec(cls, spec: BiasSection, num_heads: int, rrwp_dim: int) -> RrwpBias:
         """The cache's walk channels, ``spec.width`` hidden units."""
         return cls(num_heads, rrwp_dim, spec.width)
 

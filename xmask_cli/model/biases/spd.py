@@ -1,16 +1,13 @@
 """The SPD bias (Graphormer / GTLM): a learned scalar per head and hop distance."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from xmask_cli.config import BiasSection
 from xmask_cli.model.biases.base import LearnedBias, extra, finish_dense
-
-if TYPE_CHECKING:
-    from xmask_cli.model.bias_stack import BiasSpec
 
 
 class SpdBias(LearnedBias):
@@ -44,7 +41,7 @@ class SpdBias(LearnedBias):
         return torch.where(d <= -2, torch.full_like(d, far + 1), b)
 
     @classmethod
-    def from_spec(cls, spec: BiasSpec, num_heads: int, rrwp_dim: int) -> SpdBias:
+    def from_spec(cls, spec: BiasSection, num_heads: int, rrwp_dim: int) -> SpdBias:
         """``spec.max_distance`` buckets."""
         return cls(num_heads, spec.max_distance)
 
