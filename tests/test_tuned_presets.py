@@ -100,8 +100,8 @@ def test_mutag_tuned_alias_resolves_to_mutag():
 #: GAT-shaped presets (an attention-only block, an attention output layer) -> (hand preset, the study's
 #: best.yaml copy, the keys the study searched beyond node-level's, as the preset's header states).
 RESHAPED: dict[str, tuple[str, str]] = {
-    "cora": ("cora-hand", "cora-gat/Cora-xmask-best.yaml"),
-    "citeseer": ("citeseer-hand", "citeseer-gat/CiteSeer-xmask-best.yaml"),
+    "cora-residual": ("cora-hand", "cora-gat/Cora-xmask-best.yaml"),
+    "citeseer-residual": ("citeseer-hand", "citeseer-gat/CiteSeer-xmask-best.yaml"),
 }
 #: The shape switches every such study searched.
 SHAPE_KEYS = {"model.residual", "model.norm", "model.output_heads", "model.head_powers", "model.layer_dropout",

@@ -19,8 +19,8 @@ from torch_geometric.transforms import BaseTransform
 from xmask_cli import arguments as args
 from xmask_cli.config import LargeGraphConfig, PowersConfig, StructureConfig
 from xmask_cli.config_resolve import build
-from xmask_cli.prepare.compute import compute_block
 from xmask_cli.errors import UsageError
+from xmask_cli.prepare.compute import compute_block
 
 __all__ = ["AddLogSMask"]
 

@@ -32,7 +32,7 @@ from xmask_cli.data.folder import is_folder_ref, source_folder
 from xmask_cli.data.images import image_info, load_images
 from xmask_cli.data.load import load_graphs, resolve_data_root
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine import distributed, loop
+from xmask_cli.engine import distributed, loop, splits
 from xmask_cli.engine.features import struct_info
 from xmask_cli.engine.folds import HOLDOUT, check_fold_count, outer_folds, write_fold_files
 from xmask_cli.engine.loop import PARTS, seed_everything
@@ -249,8 +249,6 @@ def _check_data(cfg: Config, level: str, graphs: Any) -> None:
 
 def _check_split(cfg: Config, level: str, graphs: Any) -> None:
     """Each part of the split the tasks will draw holds an item (sizes do not depend on the seed)."""
-    from xmask_cli.engine import splits
-
     spec, source = graphs.spec, graphs.spec.ref
     if level == "node":
         split = splits.node_split(spec.split, graphs.dataset[0], seed=0, dataset=graphs.dataset)

@@ -165,6 +165,8 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
         acts on the stored entries only, which is the same distribution as
         dense dropout (a zero stays zero either way).
         """
+        if self.cfg.encoder == "none":  # the first block reads the features themselves (the query path's rows
+            return self._drop_input(x.to_dense() if x.is_sparse else x)  # may come as a sparse block)
         if not x.is_sparse:
             return self.encoder(self._drop_input(x))
         if self.cfg.encoder != "linear":
