@@ -10,6 +10,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
+from tests.model.biases.refs import spd_matrix
 from xmask_cli.cache import StructureCache
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import graphs_fingerprint
@@ -71,14 +72,7 @@ def adjacency(g: int, directed: bool = False) -> np.ndarray:
 
 def ref_spd(g: int) -> np.ndarray:
     n, edges = GRAPHS[g]
-    graph = nx.Graph()
-    graph.add_nodes_from(range(n))
-    graph.add_edges_from(edges)
-    out = np.full((n, n), -2, dtype=np.int64)
-    for i, lengths in nx.all_pairs_shortest_path_length(graph):
-        for j, d in lengths.items():
-            out[i, j] = d if d <= MAX_DIST else -1
-    return out
+    return spd_matrix(n, edges, MAX_DIST)
 
 
 def ref_rrwp(g: int) -> np.ndarray:

@@ -17,12 +17,8 @@ ALL = ("spd", "rrwp", "magnetic", "eigen")
 
 
 # ----------------------------------------------------------------- references
-def ref_extras(n: int, edges: list[tuple[int, int]], max_distance: int = 2, q: float = 0.25) -> dict[str, np.ndarray]:
-    """Dense extras of one graph (edges directed as given; SPD, walks, spectrum undirected)."""
-    a_dir = np.zeros((n, n))
-    for u, v in edges:
-        a_dir[u, v] = 1.0
-    a = np.maximum(a_dir, a_dir.T)
+def spd_matrix(n: int, edges: list[tuple[int, int]], max_distance: int) -> np.ndarray:
+    """``[n, n]`` hop distances by networkx: ``d`` up to ``max_distance``, -1 beyond, -2 unreachable."""
     g = nx.Graph()
     g.add_nodes_from(range(n))
     g.add_edges_from(edges)
@@ -30,6 +26,16 @@ def ref_extras(n: int, edges: list[tuple[int, int]], max_distance: int = 2, q: f
     for i, lengths in nx.all_pairs_shortest_path_length(g):
         for j, d in lengths.items():
             spd[i, j] = d if d <= max_distance else -1
+    return spd
+
+
+def ref_extras(n: int, edges: list[tuple[int, int]], max_distance: int = 2, q: float = 0.25) -> dict[str, np.ndarray]:
+    """Dense extras of one graph (edges directed as given; SPD, walks, spectrum undirected)."""
+    a_dir = np.zeros((n, n))
+    for u, v in edges:
+        a_dir[u, v] = 1.0
+    a = np.maximum(a_dir, a_dir.T)
+    spd = spd_matrix(n, edges, max_distance)
     deg = a.sum(1)
     p = np.divide(a, deg[:, None], out=np.zeros_like(a), where=deg[:, None] > 0)
     rrwp = np.stack([np.linalg.matrix_power(p, s) for s in range(S)])
