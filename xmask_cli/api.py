@@ -226,8 +226,7 @@ def load_run(
         UsageError: an argument of the wrong type or value (the message starts with its name).
         RunNotFoundError: not a run folder, or a checkpoint that does not fit its config.
     """
-    from xmask_cli.engine.evaluate import load_run as rebuild
-    from xmask_cli.engine.evaluate import read_run
+    from xmask_cli.engine.evaluate import read_run, rebuild_run
     from xmask_cli.engine.experiment import resolve_device
     from xmask_cli.prepare import resolve_cache_dir
 
@@ -239,7 +238,7 @@ def load_run(
     with args.as_parameter("device", "--device"):
         dev = resolve_device(device)
     run, saved = read_run(run_path)
-    exp, task, model = rebuild(run, saved, cache_dir=resolve_cache_dir(cache_root), data_root=data_root,
+    exp, task, model = rebuild_run(run, saved, cache_dir=resolve_cache_dir(cache_root), data_root=data_root,
                                offline=offline, device=dev, log=log)
     return LoadedRun(path=run.path, config=exp.cfg, model=model, level=exp.level,
                      metric=exp.metric, seed=int(saved["train"]["seed"]), device=dev, _run=run, _saved=saved,

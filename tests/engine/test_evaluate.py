@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.evaluate import evaluate_run, load_run, read_run, run_precision
+from xmask_cli.engine.evaluate import evaluate_run, read_run, rebuild_run, run_precision
 from xmask_cli.engine.experiment import train_seeds
 from xmask_cli.errors import RunNotFoundError
 
@@ -33,7 +33,7 @@ def test_eval_recomputes_the_recorded_metrics_and_the_accuracy_of_the_outputs(tr
     assert got["metrics"] == got["recorded"] == {p: summary["metrics"][p] for p in ("val", "test")}
     assert (got["dataset"], got["level"], got["seed"], got["run_dir"]) == ("MUTAG", "graph", 0, str(folder))
     run, saved = read_run(folder)
-    _, task, model = load_run(run, saved, cache_dir=cache, offline=True)
+    _, task, model = rebuild_run(run, saved, cache_dir=cache, offline=True)
     assert not model.training
     with torch.no_grad():
         logits, labels = task.outputs(model, "test")
@@ -68,7 +68,7 @@ def test_a_checkpoint_of_another_model_is_refused_naming_both_files(trained, tmp
     (copy / "config.json").write_text(json.dumps(saved))
     run, saved = read_run(copy)
     with pytest.raises(RunNotFoundError, match=r"best\.pt does not fit the model in .*config\.json"):
-        load_run(run, saved, cache_dir=cache, offline=True)
+        rebuild_run(run, saved, cache_dir=cache, offline=True)
 
 
 def test_run_precision_is_the_saved_one_fp32_for_older_runs():

@@ -23,7 +23,7 @@ from xmask_cli.engine.runs import RunDir
 from xmask_cli.errors import RunNotFoundError, first_line
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
-__all__ = ["read_run", "load_run", "evaluate_run", "evaluate_loaded", "run_precision"]
+__all__ = ["read_run", "rebuild_run", "evaluate_run", "evaluate_loaded", "run_precision"]
 
 
 def read_run(run_dir: str | os.PathLike) -> tuple[RunDir, dict[str, Any]]:
@@ -47,7 +47,7 @@ def read_run(run_dir: str | os.PathLike) -> tuple[RunDir, dict[str, Any]]:
     return run, saved
 
 
-def load_run(
+def rebuild_run(
     run: RunDir,
     saved: dict[str, Any],
     *,
@@ -95,14 +95,14 @@ def evaluate_run(
         RunNotFoundError: the folder has no ``config.json`` or ``best.pt``.
     """
     run, saved = read_run(run_dir)
-    exp, task, model = load_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
+    exp, task, model = rebuild_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
                                 device=device, log=log)
     return evaluate_loaded(run, saved, exp, task, model, parts=parts, device=device)
 
 
 def evaluate_loaded(run: RunDir, saved: dict[str, Any], exp: Experiment, task: Any, model: torch.nn.Module, *,
                     parts: tuple[str, ...], device: str) -> dict[str, Any]:
-    """:func:`evaluate_run` of a run already rebuilt by :func:`load_run` (``xmask_cli.load_run`` reuses it)."""
+    """:func:`evaluate_run` of a run already rebuilt by :func:`rebuild_run` (``xmask_cli.load_run`` reuses it)."""
     seed = int(saved["train"]["seed"])
     metrics = {part: score(task, model, part, run_precision(saved), device) for part in parts}
     recorded = run.read_summary()["metrics"] if (run.path / RunDir.SUMMARY).is_file() else {}

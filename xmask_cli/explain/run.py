@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from xmask_cli.engine.evaluate import load_run, read_run
+from xmask_cli.engine.evaluate import read_run, rebuild_run
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.errors import UsageError
 from xmask_cli.explain.figures import plot_target, save_png
@@ -105,7 +105,7 @@ def explain_run(
         raise UsageError("--view graph, --query and --layer are for graph, node and edge targets; image runs take "
                          "--query-patch")
     if target == "image":
-        exp, task, model = load_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
+        exp, task, model = rebuild_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
                                     device=device, log=log)
         meta = {"run_dir": str(run.path), "dataset": exp.dataset, "level": level,
                 "seed": int(saved["train"]["seed"]), "head_powers": list(model.cfg.head_powers),
@@ -127,7 +127,7 @@ def explain_run(
     layers = int(saved.get("model", {}).get("layers", 1))
     if layer is not None and not 0 <= layer < layers:
         raise UsageError(f"--layer {layer}: the run's model has layers 0..{layers - 1}")
-    exp, task, model = load_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
+    exp, task, model = rebuild_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
                                 device=device, log=log)
     level, seed, model_cfg = exp.level, int(saved["train"]["seed"]), model.cfg
     target = LEVELS[level].explain_target
