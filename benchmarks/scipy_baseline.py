@@ -212,7 +212,7 @@ def _spectrum(a: sp.csr_matrix, comp: np.ndarray, m: int, full_max: int) -> tupl
 
 
 def baseline_graph(edge_index: np.ndarray, n: int, s: Any) -> dict[str, Any]:
-    """Everything the cache stores for one graph, from ``s`` (a ``StructureConfig``), by per-graph scipy calls."""
+    """Everything the cache stores for one graph, from ``s`` (a ``StructureSection``), by per-graph scipy calls."""
     a = _adjacency(edge_index, n)
     large = n > s.large.min_nodes
     out: dict[str, Any] = {"n": n, "edges": int(a.nnz // 2)}

@@ -5,7 +5,7 @@ import dataclasses
 import json
 
 from xmask_cli import config_resolve as R
-from xmask_cli.config import Config, ModelSection, StructureConfig, section_fields, to_json
+from xmask_cli.config import Config, ModelSection, StructureSection, section_fields, to_json
 
 
 def test_schema_defaults_match_the_pinned_math():
@@ -32,9 +32,9 @@ def test_to_dict_is_nested_plain_data_and_to_json_its_canonical_text():
 
 
 def test_section_fields_keeps_nested_sections_as_objects():
-    s = StructureConfig()
+    s = StructureSection()
     got = section_fields(s)
-    assert list(got) == [f.name for f in dataclasses.fields(StructureConfig)]
+    assert list(got) == [f.name for f in dataclasses.fields(StructureSection)]
     assert got["powers"] is s.powers and dataclasses.is_dataclass(got["powers"])  # asdict would give a dict
     m = dataclasses.replace(ModelSection(), heads=8)
     assert section_fields(m)["heads"] == 8 and section_fields(m)["hidden"] == ModelSection.hidden

@@ -7,7 +7,7 @@ import torch
 from torch_geometric.data import Batch, Data
 
 from xmask_cli.cache import StructureCache
-from xmask_cli.config import LargeGraphConfig, PowersConfig, StructureConfig
+from xmask_cli.config import LargeGraphSection, PowersSection, StructureSection
 from xmask_cli.errors import ConfigError, UsageError
 from xmask_cli.prepare import prepare_graphs
 from xmask_cli.transforms import AddLogSMask
@@ -53,8 +53,8 @@ def test_pairs_equal_what_the_cache_stores(tmp_path, normalization):
     # Small graphs (exact) and one above large.min_nodes (truncated by tau and topk), in one cache.
     graphs = [_random_graph(12, 20, 0), _random_graph(30, 45, 1), _random_graph(90, 400, 2)]
     nn = np.array([12, 30, 90])
-    large = LargeGraphConfig(min_nodes=60, tau=1e-3, topk=12)
-    cfg = StructureConfig(powers=PowersConfig(k=4, normalization=normalization), large=large)
+    large = LargeGraphSection(min_nodes=60, tau=1e-3, topk=12)
+    cfg = StructureSection(powers=PowersSection(k=4, normalization=normalization), large=large)
     summary = prepare_graphs(dataset_key="toy", level="graph", edges=graphs, num_nodes=nn, fingerprint="toy",
                              cfg=cfg, cache_dir=tmp_path)
     assert summary.truncation["large_graphs"] == 1

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 # --------------------------------------------------------------------- schema
 @dataclass(frozen=True)
-class DataConfig:
+class DataSection:
     """Which dataset, where its files are, which split."""
 
     dataset: str = "cora"
@@ -30,7 +30,7 @@ class DataConfig:
 
 
 @dataclass(frozen=True)
-class PowersConfig:
+class PowersSection:
     """Normalized adjacency powers ``Â^1..Â^K`` (X-LogSMask)."""
 
     k: int = 4
@@ -39,7 +39,7 @@ class PowersConfig:
 
 
 @dataclass(frozen=True)
-class SpdConfig:
+class SpdSection:
     """Shortest-path distances up to ``max_distance`` hops."""
 
     enabled: bool = True
@@ -47,7 +47,7 @@ class SpdConfig:
 
 
 @dataclass(frozen=True)
-class SpectrumConfig:
+class SpectrumSection:
     """Eigenpairs of the symmetric normalized Laplacian."""
 
     enabled: bool = True
@@ -56,7 +56,7 @@ class SpectrumConfig:
 
 
 @dataclass(frozen=True)
-class MagneticConfig:
+class MagneticSection:
     """Eigenpairs of the magnetic Laplacian (directed structure)."""
 
     enabled: bool = False
@@ -65,7 +65,7 @@ class MagneticConfig:
 
 
 @dataclass(frozen=True)
-class RrwpConfig:
+class RrwpSection:
     """Random-walk probabilities ``I, P, ..., P^steps`` with ``P = D^-1 A``."""
 
     enabled: bool = False
@@ -73,7 +73,7 @@ class RrwpConfig:
 
 
 @dataclass(frozen=True)
-class PartitionConfig:
+class PartitionSection:
     """METIS partitions for node-level graphs (0: none)."""
 
     parts: int = 0
@@ -81,7 +81,7 @@ class PartitionConfig:
 
 
 @dataclass(frozen=True)
-class LargeGraphConfig:
+class LargeGraphSection:
     """Rules for graphs with more than ``min_nodes`` nodes: nothing n x n dense."""
 
     min_nodes: int = 5000
@@ -94,16 +94,16 @@ class LargeGraphConfig:
 
 
 @dataclass(frozen=True)
-class StructureConfig:
+class StructureSection:
     """What ``xmask prepare`` computes into the cache."""
 
-    powers: PowersConfig = field(default_factory=PowersConfig)
-    spd: SpdConfig = field(default_factory=SpdConfig)
-    spectrum: SpectrumConfig = field(default_factory=SpectrumConfig)
-    magnetic: MagneticConfig = field(default_factory=MagneticConfig)
-    rrwp: RrwpConfig = field(default_factory=RrwpConfig)
-    partition: PartitionConfig = field(default_factory=PartitionConfig)
-    large: LargeGraphConfig = field(default_factory=LargeGraphConfig)
+    powers: PowersSection = field(default_factory=PowersSection)
+    spd: SpdSection = field(default_factory=SpdSection)
+    spectrum: SpectrumSection = field(default_factory=SpectrumSection)
+    magnetic: MagneticSection = field(default_factory=MagneticSection)
+    rrwp: RrwpSection = field(default_factory=RrwpSection)
+    partition: PartitionSection = field(default_factory=PartitionSection)
+    large: LargeGraphSection = field(default_factory=LargeGraphSection)
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ class PrepareSection:
 
 
 @dataclass(frozen=True)
-class TaskConfig:
+class TaskSection:
     """Which prediction task to train (``level``) and what selects the best epoch (``metric``)."""
 
     level: Literal["auto", "graph", "node", "link", "edge", "image"] = "auto"  # auto: the dataset's default level
@@ -294,10 +294,10 @@ class Config:
     """A resolved preset."""
 
     description: str = ""
-    data: DataConfig = field(default_factory=DataConfig)
-    structure: StructureConfig = field(default_factory=StructureConfig)
+    data: DataSection = field(default_factory=DataSection)
+    structure: StructureSection = field(default_factory=StructureSection)
     prepare: PrepareSection = field(default_factory=PrepareSection)
-    task: TaskConfig = field(default_factory=TaskConfig)
+    task: TaskSection = field(default_factory=TaskSection)
     model: ModelSection = field(default_factory=ModelSection)
     train: TrainSection = field(default_factory=TrainSection)
     node: NodeSection = field(default_factory=NodeSection)

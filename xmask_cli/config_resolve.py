@@ -25,21 +25,21 @@ import yaml
 from xmask_cli.config import (
     BiasSection,
     Config,
-    DataConfig,
+    DataSection,
     EdgeSection,
     ImageSection,
-    LargeGraphConfig,
+    LargeGraphSection,
     LinkSection,
-    MagneticConfig,
+    MagneticSection,
     ModelSection,
     NodeSection,
-    PartitionConfig,
-    PowersConfig,
+    PartitionSection,
+    PowersSection,
     PrepareSection,
-    RrwpConfig,
+    RrwpSection,
     RunSection,
-    SpdConfig,
-    SpectrumConfig,
+    SpdSection,
+    SpectrumSection,
     TrainSection,
 )
 from xmask_cli.errors import ConfigError, UsageError
@@ -348,9 +348,9 @@ def build(cls: type, data: Any, prefix: str = "") -> Any:
 
 #: Plain bounds, per section: key -> lowest value, or ``(lowest, note)``; checked before the rules below.
 _AT_LEAST: dict[type, dict[str, int | tuple[int, str]]] = {
-    SpectrumConfig: {"num_eigs": 1},
-    MagneticConfig: {"num_eigs": 1},
-    PartitionConfig: {"parts": 0},
+    SpectrumSection: {"num_eigs": 1},
+    MagneticSection: {"num_eigs": 1},
+    PartitionSection: {"parts": 0},
     ModelSection: {"hidden": 1, "heads": 1, "layers": 1, "ffn_mult": 1},
     BiasSection: {"max_distance": 1, "width": 1},
     TrainSection: {"epochs": 1, "lr": 0, "weight_decay": 0, "warmup_epochs": 0, "batch_size": 1, "patience": 1,
@@ -359,13 +359,13 @@ _AT_LEAST: dict[type, dict[str, int | tuple[int, str]]] = {
                   "query_chunk_pairs": 1},
     LinkSection: {"num_neg_per_pos": 1},
     ImageSection: {"patch": 1},
-    LargeGraphConfig: {"tau": 0, "topk": 0, "fanout": (0, "0: no cap"), "spd_radius": 1},
+    LargeGraphSection: {"tau": 0, "topk": 0, "fanout": (0, "0: no cap"), "spd_radius": 1},
 }
 #: Closed ranges, per section: key -> ``(low, high)``.
 _WITHIN: dict[type, dict[str, tuple[int, int]]] = {
-    PowersConfig: {"k": (1, 16)},
-    SpdConfig: {"max_distance": (1, 254)},
-    RrwpConfig: {"steps": (1, 64)},
+    PowersSection: {"k": (1, 16)},
+    SpdSection: {"max_distance": (1, 254)},
+    RrwpSection: {"steps": (1, 64)},
 }
 
 
@@ -389,11 +389,11 @@ def _check_ranges(obj: Any, prefix: str) -> None:
             raise ConfigError(f"{prefix}.{key}: {what}")
 
     _check_bounds(obj, need)
-    if isinstance(obj, PowersConfig):
+    if isinstance(obj, PowersSection):
         need(0 < obj.eps < 1, "eps", "must lie in (0, 1)")
     elif isinstance(obj, PrepareSection):
         need(0 < obj.memory_gb <= 4096, "memory_gb", "must lie in (0, 4096] (GB; tiny values give 256-row blocks)")
-    elif isinstance(obj, DataConfig):
+    elif isinstance(obj, DataSection):
         need(obj.folds == 0 or obj.folds >= 2, "folds", "must be 0 (the dataset's split) or >= 2 outer folds")
         # Each fold is a run folder per seed; the dataset's own bound (its smallest class) is checked once loaded.
         need(obj.folds <= MAX_FOLDS, "folds", f"must be at most {MAX_FOLDS} (each outer fold needs a graph of "

@@ -26,7 +26,7 @@ from torch import Tensor
 from torch_geometric.utils import to_dense_adj, to_dense_batch
 
 from xmask_cli import arguments as args
-from xmask_cli.config import ModelSection, NodeSection, PowersConfig
+from xmask_cli.config import ModelSection, NodeSection, PowersSection
 from xmask_cli.errors import UsageError
 from xmask_cli.model.attention import StructuralAttention
 from xmask_cli.model.attention_path import ATTENTIONS, full_graph_attention
@@ -129,7 +129,7 @@ class XLogSMaskAttention(_OnGraph):
     """
 
     def __init__(self, dim: int, heads: int, head_powers: Sequence[int] | None = None, *, dropout: float = 0.0,
-                 attn_dropout: float = 0.0, mask_scale: str = ModelSection.mask_scale, eps: float = PowersConfig.eps,
+                 attn_dropout: float = 0.0, mask_scale: str = ModelSection.mask_scale, eps: float = PowersSection.eps,
                  outside_support: str = ModelSection.outside_support, attention: str = "auto",
                  dense_max_nodes: int = NodeSection.dense_max_nodes):
         super().__init__(heads, head_powers, eps, outside_support, attention, dense_max_nodes)
@@ -152,7 +152,7 @@ class XLogSMaskBlock(_OnGraph):
     def __init__(self, dim: int, heads: int, head_powers: Sequence[int] | None = None, *,
                  ffn_mult: int = ModelSection.ffn_mult, dropout: float = 0.0, attn_dropout: float = 0.0,
                  norm: str = ModelSection.norm, mask_scale: str = ModelSection.mask_scale,
-                 eps: float = PowersConfig.eps, outside_support: str = ModelSection.outside_support,
+                 eps: float = PowersSection.eps, outside_support: str = ModelSection.outside_support,
                  attention: str = "auto", dense_max_nodes: int = NodeSection.dense_max_nodes):
         super().__init__(heads, head_powers, eps, outside_support, attention, dense_max_nodes)
         dim, dropout, attn_dropout, mask_scale = _layer_args(dim, heads, dropout, attn_dropout, mask_scale)

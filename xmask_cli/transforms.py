@@ -17,7 +17,7 @@ import torch
 from torch_geometric.transforms import BaseTransform
 
 from xmask_cli import arguments as args
-from xmask_cli.config import LargeGraphConfig, PowersConfig, StructureConfig
+from xmask_cli.config import LargeGraphSection, PowersSection, StructureSection
 from xmask_cli.config_resolve import build
 from xmask_cli.errors import UsageError
 from xmask_cli.prepare.compute import compute_block
@@ -57,19 +57,19 @@ class AddLogSMask(BaseTransform):
         data.logsmask_index.shape, data.logsmask_values.shape  # [2, P], [P, 3]
     """
 
-    def __init__(self, k: int = PowersConfig.k, *, normalization: str = PowersConfig.normalization,
-                 large_min_nodes: int = LargeGraphConfig.min_nodes, tau: float = LargeGraphConfig.tau,
-                 topk: int = LargeGraphConfig.topk, fanout: int = LargeGraphConfig.fanout, attr: str = "logsmask"):
+    def __init__(self, k: int = PowersSection.k, *, normalization: str = PowersSection.normalization,
+                 large_min_nodes: int = LargeGraphSection.min_nodes, tau: float = LargeGraphSection.tau,
+                 topk: int = LargeGraphSection.topk, fanout: int = LargeGraphSection.fanout, attr: str = "logsmask"):
         # Types and ranges under the parameters' own names first; the preset rules below then hold.
         k = args.int_arg("k", k, minimum=1)
         normalization = args.choice_arg("normalization", normalization,
-                                        args.literal_choices(PowersConfig, "normalization"))
+                                        args.literal_choices(PowersSection, "normalization"))
         large_min_nodes = args.int_arg("large_min_nodes", large_min_nodes, minimum=0)
         tau = args.float_arg("tau", tau, low=0)
         topk, fanout = args.int_arg("topk", topk, minimum=0), args.int_arg("fanout", fanout, minimum=0)
         attr = str(args.str_arg("attr", attr, pattern=r"[A-Za-z_][A-Za-z0-9_]*"))
         # Checked like a preset's structure section (the same ranges and messages); only the powers are computed.
-        self.structure: StructureConfig = build(StructureConfig, {
+        self.structure: StructureSection = build(StructureSection, {
             "powers": {"k": k, "normalization": normalization},
             "spd": {"enabled": False}, "spectrum": {"enabled": False},
             "large": {"min_nodes": large_min_nodes, "tau": tau, "topk": topk, "fanout": fanout},

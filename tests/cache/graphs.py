@@ -6,7 +6,7 @@ from pathlib import Path
 import networkx as nx
 import numpy as np
 
-from xmask_cli.config import StructureConfig
+from xmask_cli.config import StructureSection
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import graphs_fingerprint
 from xmask_cli.prepare import prepare_graphs
@@ -26,7 +26,7 @@ def random_graphs(seed: int = 0, count: int = 12) -> tuple[list[np.ndarray], np.
     return edges, np.array(nodes)
 
 
-def prepare_toy(tmp_path: Path, edges, nodes, cfg: StructureConfig | None = None, level: str = "graph", **kw):
+def prepare_toy(tmp_path: Path, edges, nodes, cfg: StructureSection | None = None, level: str = "graph", **kw):
     return prepare_graphs(dataset_key="toy", level=level, edges=edges, num_nodes=nodes,
                           fingerprint=graphs_fingerprint(edges, nodes), cfg=cfg or resolve("graph-level").structure,
                           cache_dir=tmp_path / "cache", **kw)

@@ -180,12 +180,12 @@ def test_registry_caches_record_no_folder_and_still_check_their_input(tmp_path: 
 def test_generated_and_training_edge_caches_pass(tmp_path: Path) -> None:
     """``graphqa:<task>`` is found from its cache folder name; a link task's training-edge graph (a
     seeded split, no dataset to read again) is checked without its input."""
-    from xmask_cli.config import StructureConfig
+    from xmask_cli.config import StructureSection
     from xmask_cli.engine.pair_structure import prepare_pair_structure
 
     cache = tmp_path / "cache"
     path = _prepare("graphqa:node_count", cache)
-    prepare_pair_structure("cora", np.asarray([[0, 1, 2], [1, 2, 3]]), 5, StructureConfig(), cache_dir=cache)
+    prepare_pair_structure("cora", np.asarray([[0, 1, 2], [1, 2, 3]]), 5, StructureSection(), cache_dir=cache)
     r = _verify(cache)
     assert r.exit_code == 0, r.stdout + r.stderr
     assert len(json.loads(r.stdout)) == 2

@@ -7,15 +7,15 @@ import networkx as nx
 import numpy as np
 
 from xmask_cli.cache import StructureCache
-from xmask_cli.config import PowersConfig, SpdConfig, SpectrumConfig, StructureConfig
+from xmask_cli.config import PowersSection, SpdSection, SpectrumSection, StructureSection
 
 SPD_MAX = 8
 #: Everything on, full spectrum for the small graphs: the leakage checks read every cached group.
-FULL = StructureConfig(powers=PowersConfig(k=3), spd=SpdConfig(enabled=True, max_distance=SPD_MAX),
-                       spectrum=SpectrumConfig(enabled=True, num_eigs=8, full_max_nodes=64))
+FULL = StructureSection(powers=PowersSection(k=3), spd=SpdSection(enabled=True, max_distance=SPD_MAX),
+                       spectrum=SpectrumSection(enabled=True, num_eigs=8, full_max_nodes=64))
 #: Powers only: what training reads, and fast to prepare on Cora.
-POWERS_ONLY = StructureConfig(powers=PowersConfig(k=2), spd=SpdConfig(enabled=False),
-                              spectrum=SpectrumConfig(enabled=False))
+POWERS_ONLY = StructureSection(powers=PowersSection(k=2), spd=SpdSection(enabled=False),
+                              spectrum=SpectrumSection(enabled=False))
 
 
 def random_graph(n: int, p: float, seed: int) -> np.ndarray:

@@ -41,12 +41,12 @@ def test_link_bias_inputs_see_training_edges_only(tmp_path: Path, attention: str
     """What the learned biases read (SPD, RRWP, spectrum) is the training graph's; held-out edges are not adjacent."""
     from dataclasses import replace
 
-    from xmask_cli.config import RrwpConfig
+    from xmask_cli.config import RrwpSection
 
     n = 30
     full = random_graph(n, 0.15, seed=3)
     split = edge_split(full, n, seed=0, fractions=(0.7, 0.1, 0.2))
-    cfg = replace(FULL, rrwp=RrwpConfig(enabled=True, steps=3))
+    cfg = replace(FULL, rrwp=RrwpSection(enabled=True, steps=3))
     path = prepare_pair_structure("toy", split.train_edge_index, n, cfg, tmp_path)
     s = PairStructure(path, split.train_edge_index, n, dense_max_nodes=1000, device=torch.device("cpu"),
                       attention=attention, needs={"spd", "rrwp", "spectrum"})

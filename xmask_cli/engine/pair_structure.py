@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 
 from xmask_cli.cache import StructureCache, cache_key, cache_path
-from xmask_cli.config import StructureConfig
+from xmask_cli.config import StructureSection
 from xmask_cli.data.graphset import graphs_fingerprint
 from xmask_cli.engine.extras import GraphExtras, to_tensors
 from xmask_cli.engine.splits import pair_keys
@@ -66,7 +66,7 @@ def prepare_pair_structure(
     dataset_key: str,
     edge_index: np.ndarray,
     num_nodes: int,
-    cfg: StructureConfig,
+    cfg: StructureSection,
     cache_dir: Path,
     *,
     level: str = "link",

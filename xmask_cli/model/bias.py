@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from xmask_cli.config import PowersConfig
+from xmask_cli.config import PowersSection
 
 #: Values of ``model.outside_support``: ``hard`` (-inf outside a head's stored support) or ``eps`` (``log(eps)``).
 OUTSIDE_SUPPORT = ("hard", "eps")
@@ -124,7 +124,7 @@ class XLogSMaskBias(StructuralBias):
             it gets ``log(eps)``.
     """
 
-    def __init__(self, num_heads: int, head_powers: Sequence[int] | None = None, eps: float = PowersConfig.eps,
+    def __init__(self, num_heads: int, head_powers: Sequence[int] | None = None, eps: float = PowersSection.eps,
                  outside_support: str = "hard"):
         super().__init__()
         if num_heads < 1:

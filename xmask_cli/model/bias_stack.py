@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from xmask_cli.config import BiasSection, RrwpConfig, section_fields
+from xmask_cli.config import BiasSection, RrwpSection, section_fields
 from xmask_cli.model.biases import bias_entry
 
 __all__ = ["BiasSpec", "BiasStack"]
@@ -79,7 +79,7 @@ class BiasStack(torch.nn.Module):
     """
 
     def __init__(self, specs: Sequence[BiasSpec], num_heads: int, num_layers: int,
-                 rrwp_dim: int = RrwpConfig.steps + 1):
+                 rrwp_dim: int = RrwpSection.steps + 1):
         super().__init__()
         self.num_heads, self.num_layers = int(num_heads), int(num_layers)
         self.layers = torch.nn.ModuleList(torch.nn.ModuleList() for _ in range(num_layers))

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from xmask_cli.config import ModelSection, PowersConfig, RrwpConfig, section_fields
+from xmask_cli.config import ModelSection, PowersSection, RrwpSection, section_fields
 from xmask_cli.model.attention import MASK_SCALES
 from xmask_cli.model.bias import OUTSIDE_SUPPORT, read_field
 from xmask_cli.model.bias_stack import BiasSpec
@@ -131,10 +131,10 @@ class ModelConfig(ModelSection):
 
     in_dim: int = field(kw_only=True)
     out_dim: int = field(kw_only=True)
-    eps: float = PowersConfig.eps
+    eps: float = PowersSection.eps
     readout_scale: float = 1.0
     task: str = "graph"
-    rrwp_dim: int = RrwpConfig.steps + 1
+    rrwp_dim: int = RrwpSection.steps + 1
     struct_dim: int = 0
     image_size: Sequence[int] = ()
     patch_size: int = 0

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from xmask_cli.config import StructureConfig
+from xmask_cli.config import StructureSection
 from xmask_cli.prepare.compute import BlockResult, LargeGraph, col_dtype, compute_block
 from xmask_cli.structure.rowblocks import rows_per_block
 
@@ -174,7 +174,7 @@ class Unit:
         return self.stop if self.kind != "rows" else self.g
 
 
-def plan_units(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig,
+def plan_units(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureSection,
                budget_bytes: float = DEFAULT_BUDGET) -> list[Unit]:
     """The units of a dataset: small blocks whole, large graphs as row blocks under ``budget_bytes``.
 
@@ -199,7 +199,7 @@ def plan_units(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig,
 class UnitRunner:
     """Computes units one by one in this process, keeping the state of the large graph being worked on."""
 
-    def __init__(self, edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, level: str):
+    def __init__(self, edges: list[np.ndarray], nn: np.ndarray, cfg: StructureSection, level: str):
         self.edges, self.nn, self.cfg, self.level = edges, nn, cfg, level
         self.cdtype = col_dtype(nn)
         self._large: tuple[int, LargeGraph] | None = None
@@ -223,7 +223,7 @@ class UnitRunner:
         return _run_block((*self.task(u), parts))
 
 
-def iter_blocks(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, level: str, workers: int,
+def iter_blocks(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureSection, level: str, workers: int,
                 check: Callable[[], None] = lambda: None,
                 budget_bytes: float = DEFAULT_BUDGET) -> Iterator[tuple[int, BlockResult]]:
     """Yield ``(graphs_done, result)`` in writing order (see :class:`Unit`); ``check()`` (see

@@ -13,7 +13,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from xmask_cli import structure as S
-from xmask_cli.config import StructureConfig
+from xmask_cli.config import StructureSection
 from xmask_cli.structure.rowblocks import PowerRows, WalkRows
 
 
@@ -63,7 +63,7 @@ def _split_pairs(row: np.ndarray, col: np.ndarray, offs: np.ndarray, cdtype: np.
 def compute_block(
     edges: list[np.ndarray],
     nn: np.ndarray,
-    cfg: StructureConfig,
+    cfg: StructureSection,
     large: bool,
     level: str,
     cdtype: np.dtype = np.dtype(np.int32),
@@ -85,7 +85,7 @@ def compute_block(
 
 
 def _compute_block(
-    edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, large: bool, level: str, cdtype: np.dtype,
+    edges: list[np.ndarray], nn: np.ndarray, cfg: StructureSection, large: bool, level: str, cdtype: np.dtype,
     parts: tuple[str, ...],
 ) -> BlockResult:
     nn = np.asarray(nn, dtype=np.int64)
@@ -103,7 +103,7 @@ def _compute_block(
     return res
 
 
-def _pair_groups(res: BlockResult, a: sp.csr_matrix, offs: np.ndarray, cfg: StructureConfig, large: bool,
+def _pair_groups(res: BlockResult, a: sp.csr_matrix, offs: np.ndarray, cfg: StructureSection, large: bool,
                  trunc: S.Truncation, cdtype: np.dtype) -> None:
     spd_max = cfg.spd.max_distance if cfg.spd.enabled else 0
     if large:  # truncated, iterated sparse products; SPD only within a small radius
@@ -148,7 +148,7 @@ class LargeGraph:
     computation (:func:`compute_block` with ``large=True``), bit for bit.
     """
 
-    def __init__(self, edges: np.ndarray, n: int, cfg: StructureConfig, cdtype: np.dtype):
+    def __init__(self, edges: np.ndarray, n: int, cfg: StructureSection, cdtype: np.dtype):
         self.n, self.cfg, self.cdtype = int(n), cfg, cdtype
         self.a = _block_adjacency([edges], np.asarray([n], dtype=np.int64))
         trunc = S.Truncation(cfg.large.tau, cfg.large.topk, cfg.large.fanout)
@@ -188,7 +188,7 @@ class LargeGraph:
 
 
 def _per_graph(res: BlockResult, a: sp.csr_matrix, edges: list[np.ndarray], nn: np.ndarray, offs: np.ndarray,
-               cfg: StructureConfig, level: str) -> None:
+               cfg: StructureSection, level: str) -> None:
     if cfg.spectrum.enabled:
         lap = S.normalized_laplacian(a)
         res.eig["spectrum"] = _per_graph_eigs(lap, offs, res.component, cfg.spectrum.num_eigs, cfg.spectrum.full_max_nodes,

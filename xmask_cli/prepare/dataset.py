@@ -10,7 +10,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from xmask_cli.config import Config, StructureConfig
+from xmask_cli.config import Config, StructureSection
 from xmask_cli.data.folder import source_folder
 from xmask_cli.data.graphset import graphs_fingerprint
 from xmask_cli.data.images import image_info
@@ -113,7 +113,7 @@ def prepare_grid(
     image_size: tuple[int, int],
     patch: int,
     connectivity: int,
-    cfg: StructureConfig,
+    cfg: StructureSection,
     cache_dir: Path,
     force: bool = False,
     log: Callable[[str], None] | None = None,

@@ -12,7 +12,7 @@ import numpy as np
 
 from xmask_cli.cache import CacheWriter, StructureCache, cache_key, cache_path, verify
 from xmask_cli.cache.files import cache_json
-from xmask_cli.config import StructureConfig
+from xmask_cli.config import StructureSection
 from xmask_cli.errors import CacheError
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.prepare.blocks import DEFAULT_BUDGET, deferred_interrupt, iter_blocks
@@ -20,7 +20,7 @@ from xmask_cli.prepare.ranks import RankWorld, gathered_blocks
 from xmask_cli.prepare.subset import derive, find_superset
 
 
-def structure_params(cfg: StructureConfig, level: str) -> dict[str, Any]:
+def structure_params(cfg: StructureSection, level: str) -> dict[str, Any]:
     """The parameters that decide the cache's content (part of its key).
 
     Disabled sections and settings that prepare does not read (``eps``) are
@@ -160,7 +160,7 @@ def prepare_graphs(
     edges: list[np.ndarray],
     num_nodes: np.ndarray,
     fingerprint: str,
-    cfg: StructureConfig,
+    cfg: StructureSection,
     cache_dir: Path,
     workers: int = 1,
     force: bool = False,
@@ -234,7 +234,7 @@ def prepare_graphs(
 
 
 def _prepare_graphs(*, dataset_key: str, level: str, edges: list[np.ndarray], num_nodes: np.ndarray,
-                    fingerprint: str, cfg: StructureConfig, cache_dir: Path, force: bool, full_check: bool,
+                    fingerprint: str, cfg: StructureSection, cache_dir: Path, force: bool, full_check: bool,
                     progress: Callable[[int, int], None] | None, log: Callable[[str], None] | None,
                     blocks: Callable[[Callable[[], None]], Any], source_folder: str | None = None,
                     merged_edge_rows: int = 0) -> PrepareSummary:

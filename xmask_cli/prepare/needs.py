@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from xmask_cli.config import Config, PartitionConfig, StructureConfig
+from xmask_cli.config import Config, PartitionSection, StructureSection
 
 __all__ = ["model_needs", "read_powers", "read_sections", "structure_needed"]
 
@@ -53,7 +53,7 @@ def read_sections(cfg: Config, level: str) -> frozenset[str]:
     return frozenset(needs)
 
 
-def structure_needed(cfg: Config, level: str) -> StructureConfig:
+def structure_needed(cfg: Config, level: str) -> StructureSection:
     """The structure ``prepare`` computes for ``cfg`` at ``level``.
 
     ``prepare.compute: all`` returns ``cfg.structure`` as it is; ``read`` keeps ``K = read_powers(cfg)``
@@ -65,5 +65,5 @@ def structure_needed(cfg: Config, level: str) -> StructureConfig:
     needs = read_sections(cfg, level)
     off = {name: dataclasses.replace(getattr(s, name), enabled=getattr(s, name).enabled and name in needs)
            for name in ("spd", "spectrum", "magnetic", "rrwp")}
-    part = s.partition if "partition" in needs else PartitionConfig(parts=0, seed=s.partition.seed)
+    part = s.partition if "partition" in needs else PartitionSection(parts=0, seed=s.partition.seed)
     return dataclasses.replace(s, powers=dataclasses.replace(s.powers, k=read_powers(cfg)), partition=part, **off)

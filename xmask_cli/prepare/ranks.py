@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from xmask_cli.config import StructureConfig
+from xmask_cli.config import StructureSection
 from xmask_cli.errors import PeerFailedError
 from xmask_cli.prepare.blocks import DEFAULT_BUDGET, UnitRunner, plan_units
 
@@ -81,7 +81,7 @@ def rank0_first(w: RankWorld) -> Iterator[None]:
             w.barrier()
 
 
-def gathered_blocks(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureConfig, level: str, w: RankWorld,
+def gathered_blocks(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureSection, level: str, w: RankWorld,
                     check: Callable[[], None] = lambda: None,
                     budget_bytes: float | None = None) -> Iterator[tuple[int, Any]]:
     """Compute this rank's units; on rank 0 yield every unit's ``(graphs_done, result)`` in order.

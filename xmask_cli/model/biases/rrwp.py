@@ -6,7 +6,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from xmask_cli.config import BiasSection, RrwpConfig
+from xmask_cli.config import BiasSection, RrwpSection
 from xmask_cli.model.biases.base import LearnedBias, extra, finish_dense, finish_sparse, in_chunks
 
 
@@ -21,7 +21,7 @@ class RrwpBias(LearnedBias):
         width: hidden width.
     """
 
-    def __init__(self, num_heads: int, in_dim: int = RrwpConfig.steps + 1, width: int = BiasSection.width):
+    def __init__(self, num_heads: int, in_dim: int = RrwpSection.steps + 1, width: int = BiasSection.width):
         super().__init__()
         self.num_heads = int(num_heads)
         self.mlp = torch.nn.Sequential(torch.nn.Linear(in_dim, width), torch.nn.ReLU(), torch.nn.Linear(width, num_heads))
