@@ -179,7 +179,7 @@ def flex_check(exp: Any, device: str, steps: int, rtol: float) -> dict[str, Any]
     from torch.nn.attention.flex_attention import flex_attention
 
     from xmask_cli.cache import StructureCache
-    from xmask_cli.model.bias import DenseStructure
+    from xmask_cli.model.logsmask import DenseStructure
     from xmask_cli.model.network import XMaskNet
 
     task = exp.task(0, "cpu")

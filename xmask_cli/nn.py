@@ -3,7 +3,7 @@
 Thin public faces of the modules ``xmask train`` builds: the attention is
 :class:`~xmask_cli.model.attention.StructuralAttention`, the block
 :class:`~xmask_cli.model.layers.TransformerBlock`, the log mask
-:class:`~xmask_cli.model.bias.XLogSMaskBias`, and the path (dense grid or
+:class:`~xmask_cli.model.logsmask.XLogSMaskBias`, and the path (dense grid or
 sparse pairs) is chosen by :func:`~xmask_cli.model.attention_path.full_graph_attention`,
 as a full-graph node run chooses it. They take node features and the pairs
 :class:`~xmask_cli.transforms.AddLogSMask` puts on a ``Data`` (one graph or a
@@ -30,8 +30,8 @@ from xmask_cli.config import ModelSection, NodeSection, PowersSection
 from xmask_cli.errors import UsageError
 from xmask_cli.model.attention import StructuralAttention
 from xmask_cli.model.attention_path import ATTENTIONS, full_graph_attention
-from xmask_cli.model.bias import DenseStructure, SparseStructure, XLogSMaskBias
 from xmask_cli.model.layers import TransformerBlock
+from xmask_cli.model.logsmask import DenseStructure, SparseStructure, XLogSMaskBias
 from xmask_cli.model.model_config import plain_heads, sparse_refusal
 
 __all__ = ["XLogSMaskAttention", "XLogSMaskBlock"]

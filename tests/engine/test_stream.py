@@ -14,7 +14,7 @@ from xmask_cli.cache import StructureCache
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import graphs_fingerprint
 from xmask_cli.engine import GraphBatch, GraphLevelStream, collate, size_buckets
-from xmask_cli.model.bias import XLogSMaskBias
+from xmask_cli.model.logsmask import XLogSMaskBias
 from xmask_cli.prepare import prepare_graphs
 
 NUM_GRAPHS = 40

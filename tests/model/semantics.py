@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from xmask_cli.model.bias import DenseStructure, SparseStructure
+from xmask_cli.model.logsmask import DenseStructure, SparseStructure
 from xmask_cli.model.network import XMaskNet
 
 EPS = 1e-30

@@ -6,7 +6,7 @@ import torch
 
 from tests.model.graphs import EPS, PATH_TRIANGLE, TWO_PARTS, disjoint_union, norm_powers, padded, union_pairs
 from xmask_cli.model.attention import StructuralAttention
-from xmask_cli.model.bias import DenseStructure, SparseStructure, XLogSMaskBias
+from xmask_cli.model.logsmask import DenseStructure, SparseStructure, XLogSMaskBias
 
 DIM, HEADS = 16, 2  # d_h = 8
 

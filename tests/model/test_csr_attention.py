@@ -22,8 +22,8 @@ import torch
 
 from tests.model.semantics import LOGIT_STD, cora_union_pairs, rel
 from xmask_cli.model.attention import StructuralAttention
-from xmask_cli.model.bias import SparseStructure, XLogSMaskBias
 from xmask_cli.model.csr_attention import csr_attention, csr_plan
+from xmask_cli.model.logsmask import SparseStructure, XLogSMaskBias
 
 K = 3
 

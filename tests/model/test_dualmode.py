@@ -190,7 +190,7 @@ REAL_DIM, REAL_HEADS = 32, 2  # d_h = 16
 
 @pytest.fixture(scope="module")
 def cora_pairs(tmp_path_factory):
-    from xmask_cli.model.bias import SparseStructure, XLogSMaskBias
+    from xmask_cli.model.logsmask import SparseStructure, XLogSMaskBias
 
     data, ei, values = cora_union_pairs(tmp_path_factory.mktemp("cora"), 2)
     bias = XLogSMaskBias(REAL_HEADS, (1, 2))(SparseStructure(ei, values))

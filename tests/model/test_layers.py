@@ -3,8 +3,8 @@ import torch
 import torch.nn.functional as F
 
 from tests.model.graphs import PATH_TRIANGLE, TWO_PARTS, disjoint_union, norm_powers, padded, union_pairs
-from xmask_cli.model.bias import DenseStructure, SparseStructure, XLogSMaskBias
 from xmask_cli.model.layers import TransformerBlock
+from xmask_cli.model.logsmask import DenseStructure, SparseStructure, XLogSMaskBias
 
 DIM, HEADS = 16, 2
 

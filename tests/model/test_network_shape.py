@@ -17,8 +17,8 @@ import torch
 
 from tests.model.graphs import adjacency, norm_powers, union_pairs
 from tests.model.semantics import LOGIT_STD, cora_union_pairs, rel, scale_qk
-from xmask_cli.model.bias import SparseStructure
 from xmask_cli.model.layers import TransformerBlock
+from xmask_cli.model.logsmask import SparseStructure
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
 #: Switch sets the tests run (each differs from the defaults in several keys).

@@ -18,7 +18,7 @@ import torch
 from tests.model.semantics import LOGIT_STD, spread_logits
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.model.bias import log_powers
+from xmask_cli.model.logsmask import log_powers
 from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.model.packing import pack_graphs
 from xmask_cli.structure.graph import adjacency

@@ -8,7 +8,7 @@ gradients do not underflow (bf16 has float32's exponent range and needs none).
 What stays in float32 whatever the precision, and where:
 
 - the X-LogSMask term ``log(Â^k + eps)``: computed from the float32 cached
-  powers in :class:`~xmask_cli.model.bias.XLogSMaskBias` (``torch.log`` is not
+  powers in :class:`~xmask_cli.model.logsmask.XLogSMaskBias` (``torch.log`` is not
   an autocast op, so it runs in its input's float32); ``eps = 1e-30`` and
   powers below ``6e-8`` would flush to 0 in float16 and give ``-inf``. The
   finished term (``>= log(eps) ≈ -69``) is representable in bf16/fp16 and is

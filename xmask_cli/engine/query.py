@@ -47,7 +47,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from xmask_cli.config import NodeSection
-from xmask_cli.model.bias import SparseStructure
+from xmask_cli.model.logsmask import SparseStructure
 from xmask_cli.model.model_config import sparse_refusal
 
 __all__ = ["Support", "QueryStats", "closure", "encode_queries", "chunks_by_pairs"]

@@ -27,7 +27,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from xmask_cli.cache import StructureCache
 from xmask_cli.engine.extras import GraphExtras, pad_extras, to_tensors
-from xmask_cli.model.bias import log_powers
+from xmask_cli.model.logsmask import log_powers
 
 #: Default bytes of per-graph log-powers a stream keeps (``train.log_cache_mb``; PROTEINS: 64 MB for all
 #: 1,113 graphs, K=4).
@@ -80,7 +80,7 @@ class GraphBatch:
         index: ``[B]`` long graph ids (rows of the cache).
         extras: structure the learned biases read (``spd``, ``rrwp``, padded
             eigenpairs; see :func:`~xmask_cli.engine.extras.pad_extras`), or None.
-        log_powers: per graph, its ``[K, n_b, n_b]`` :func:`~xmask_cli.model.bias.log_powers`
+        log_powers: per graph, its ``[K, n_b, n_b]`` :func:`~xmask_cli.model.logsmask.log_powers`
             (a stream with ``log_mask`` caches them per graph); ``powers`` is then None.
         log_spec: ``(eps, outside_support)`` the log-powers were taken with.
     """
@@ -218,7 +218,7 @@ class GraphLevelStream:
             reading each batch from the file.
         needs: extra structure sections the batches carry (see :func:`collate`).
         log_mask: ``(eps, outside_support)``: batches carry each graph's
-            log-powers (:func:`~xmask_cli.model.bias.log_powers`), taken once per
+            log-powers (:func:`~xmask_cli.model.logsmask.log_powers`), taken once per
             graph and kept (up to ``log_cache_bytes``), instead of the dense
             powers tensor; what the packed graph layout reads. None: dense powers.
         log_cache_bytes: how many bytes of log-powers the stream keeps; a graph

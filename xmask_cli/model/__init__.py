@@ -1,7 +1,7 @@
 """Model core: structural biases, structure-aware attention, transformer blocks, the full network."""
 from xmask_cli.model.attention import MASK_SCALES, StructuralAttention
-from xmask_cli.model.bias import DenseStructure, SparseStructure, StructuralBias, XLogSMaskBias
 from xmask_cli.model.layers import NORMS, TransformerBlock
+from xmask_cli.model.logsmask import DenseStructure, SparseStructure, StructuralBias, XLogSMaskBias
 from xmask_cli.model.network import READOUTS, TASKS, ModelConfig, XMaskNet
 
 __all__ = [

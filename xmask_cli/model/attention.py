@@ -15,7 +15,7 @@ of pairs only, except for *plain heads* (``plain_heads``: heads with no
 structural mask, ``k_h = 0`` or ``use_bias=False``), which attend over every
 node of the domain through :func:`plain_attention`. A structural bias of
 ``-inf`` (outside a head's stored support, ``outside_support='hard'``, see
-:mod:`~xmask_cli.model.bias`) gives the pair weight exactly 0 on either path,
+:mod:`~xmask_cli.model.logsmask`) gives the pair weight exactly 0 on either path,
 so given the same structure both compute the same numbers to float rounding.
 """
 from __future__ import annotations

@@ -14,12 +14,12 @@ from typing import Any, ClassVar
 
 from xmask_cli.config import ModelSection, PowersSection, RrwpSection, section_fields
 from xmask_cli.model.attention import MASK_SCALES
-from xmask_cli.model.bias import OUTSIDE_SUPPORT, read_field
 from xmask_cli.model.bias_stack import BiasSpec
 from xmask_cli.model.biases import bias_entry
 from xmask_cli.model.dualmode import MODES as DUAL_MODES
 from xmask_cli.model.experts import EXPERTS, ROUTINGS
 from xmask_cli.model.layers import ACTIVATIONS, NORMS
+from xmask_cli.model.logsmask import OUTSIDE_SUPPORT, read_field
 
 #: cls: the class token's output (image level, ``encoder='patch'``); the others pool real nodes / patches.
 READOUTS = ("sum", "mean", "max", "cls")

@@ -22,9 +22,9 @@ from torch import Tensor
 from torch_geometric.utils import scatter
 
 from xmask_cli.model.attention import StructuralAttention
-from xmask_cli.model.bias import DenseStructure, SparseStructure, XLogSMaskBias, read_field
 from xmask_cli.model.bias_stack import BiasStack
 from xmask_cli.model.layers import TransformerBlock
+from xmask_cli.model.logsmask import DenseStructure, SparseStructure, XLogSMaskBias, read_field
 
 # The hyper-parameters live in model_config.py; re-exported so ``from xmask_cli.model.network import ModelConfig`` works.
 from xmask_cli.model.model_config import (

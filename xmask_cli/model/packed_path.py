@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
 
-from xmask_cli.model.bias import DenseStructure
+from xmask_cli.model.logsmask import DenseStructure
 from xmask_cli.model.packing import PackedGraphs, pack_graphs
 
 
@@ -37,7 +37,7 @@ class PackedPath:
         Args:
             x: ``[B, N, F]`` node features; mask: ``[B, N]``, real nodes first in each row.
             powers: ``[B, K, N, N]`` ``Â^1..Â^K``, or None when ``log_powers`` are given.
-            log_powers: per graph, its ``[K, n_b, n_b]`` :func:`~xmask_cli.model.bias.log_powers`
+            log_powers: per graph, its ``[K, n_b, n_b]`` :func:`~xmask_cli.model.logsmask.log_powers`
                 (the graph-level stream caches them); used instead of ``powers``.
             log_spec: ``(eps, outside_support)`` they were taken with; must be the model's.
             extras: dense structure the learned biases read (as :meth:`encode_dense`).

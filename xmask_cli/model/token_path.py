@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from xmask_cli.model.bias import SparseStructure
 from xmask_cli.model.experts import HierarchicalMasks
+from xmask_cli.model.logsmask import SparseStructure
 
 
 class TokenPath:

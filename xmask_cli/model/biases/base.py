@@ -12,7 +12,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from xmask_cli.config import BiasSection
-from xmask_cli.model.bias import StructuralBias, read_field
+from xmask_cli.model.logsmask import StructuralBias, read_field
 
 __all__ = ["LearnedBias", "extra", "in_chunks", "finish_dense", "finish_sparse", "CHUNK_FLOATS"]
 

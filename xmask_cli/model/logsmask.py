@@ -1,4 +1,4 @@
-"""Structural biases: per-head additive terms for the attention logits.
+"""The X-LogSMask term and the structural-bias protocol: per-head additive terms for the attention logits.
 
 Every bias takes one batch and returns what head ``h`` adds to its logits,
 either dense ``[B, H, N, N]`` (padded graph batches) or sparse ``[E, H]``

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from tests.model.graphs import EPS, PATH_TRIANGLE, TWO_PARTS, norm_powers, union_pairs
-from xmask_cli.model.bias import DenseStructure, SparseStructure, XLogSMaskBias
+from xmask_cli.model.logsmask import DenseStructure, SparseStructure, XLogSMaskBias
 
 
 def _dense_batch(dtype=torch.float32):
@@ -98,7 +98,7 @@ def test_power_zero_turns_a_heads_mask_off():
 @pytest.mark.parametrize("outside", ["hard", "eps"])
 def test_log_powers_inplace_is_the_same_numbers_in_the_same_storage(outside):
     """The stream's in-place variant (no second [K, n, n] tensor for a large graph) gives the out-of-place bits."""
-    from xmask_cli.model.bias import log_powers
+    from xmask_cli.model.logsmask import log_powers
 
     gen = torch.Generator().manual_seed(0)
     values = torch.rand(3, 40, 40, generator=gen)
