@@ -121,10 +121,8 @@ def train(
     resume, overwrite = bool(args.bool_arg("resume", resume)), bool(args.bool_arg("overwrite", overwrite))
     for key, fn in (("log", log), ("on_epoch", on_epoch), ("on_seed_start", on_seed_start)):
         args.callable_arg(key, fn)
-    with args.as_parameter("seeds", "--seeds"):
-        seed_list = seed_value if isinstance(seed_value, list) else parse_seeds(seed_value)
-        if isinstance(seed_value, list):
-            parse_seeds(",".join(map(str, seed_value)))  # the CLI's bounds: 2^32, count, repeats
+    with args.as_parameter("seeds", "--seeds"):  # a list goes through the sweep parser too: its bounds and repeats
+        seed_list = parse_seeds(seed_value if isinstance(seed_value, str) else ",".join(map(str, seed_value)))
     with args.as_parameter("device", "--device"):
         device = resolve_device(device)
     texts = _override_texts(overrides, dotted)
