@@ -1,23 +1,31 @@
 """The config schema: one frozen dataclass tree with every key and its default.
 
 A preset resolves to a frozen :class:`Config`; nothing here is global or
-mutable. Reading presets (YAML with ``extends:``), dotted ``--set``
-overrides, type coercion and range checks live in
-:mod:`xmask_cli.config_resolve` (``from xmask_cli.config_resolve import resolve``),
-which imports this schema; nothing here imports it back.
+mutable. Each section checks its own fields (:meth:`~xmask_cli.config_section.Section.check`: bounds, choices and the rules between
+its own keys), raising :class:`~xmask_cli.errors.ConfigError` (exit 2). Rules between sections live in
+:mod:`xmask_cli.config_rules`; reading presets (YAML with ``extends:``), dotted ``--set`` overrides and type
+coercion in :mod:`xmask_cli.config_resolve` (``from xmask_cli.config_resolve import resolve``), which
+imports this schema; nothing here imports either back.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from xmask_cli.config_section import Need, Section
+
+#: Most outer folds ``data.folds`` may ask for (each is a run per seed): the bound known before any data loads.
+MAX_FOLDS = 10_000
 
 # --------------------------------------------------------------------- schema
 @dataclass(frozen=True)
-class DataSection:
+class DataSection(Section):
     """Which dataset, where its files are, which split."""
+
+
 
     dataset: str = "cora"
     root: str | None = None  # data root; --data-root and XMASK_DATA_ROOT take precedence
@@ -28,27 +36,47 @@ class DataSection:
     folds: int = 0
     fold: int = 0  # the outer fold one run trains (train --folds sets it per run; 0..folds-1)
 
+    def _check_own(self, need: Need, at: Callable[[str], str]) -> None:
+        need(self.folds == 0 or self.folds >= 2, "folds", "must be 0 (the dataset's split) or >= 2 outer folds")
+        # Each fold is a run folder per seed; the dataset's own bound (its smallest class) is checked once loaded.
+        need(self.folds <= MAX_FOLDS, "folds", f"must be at most {MAX_FOLDS} (each outer fold needs a graph of "
+             f"every class; the dataset's smallest class is checked when it loads)")
+        need(0 <= self.fold < max(self.folds, 1), "fold",
+             f"must lie in 0..{max(self.folds, 1) - 1} ({at('folds')} - 1)")
+
 
 @dataclass(frozen=True)
-class PowersSection:
+class PowersSection(Section):
     """Normalized adjacency powers ``Â^1..Â^K`` (X-LogSMask)."""
+
+    WITHIN = {"k": (1, 16)}
+
 
     k: int = 4
     normalization: Literal["sym", "no-symnorm"] = "sym"
     eps: float = 1e-30  # used where the log mask is formed, not by prepare
 
+    def _check_own(self, need: Need, at: Callable[[str], str]) -> None:
+        need(0 < self.eps < 1, "eps", "must lie in (0, 1)")
+
 
 @dataclass(frozen=True)
-class SpdSection:
+class SpdSection(Section):
     """Shortest-path distances up to ``max_distance`` hops."""
+
+    WITHIN = {"max_distance": (1, 254)}
+
 
     enabled: bool = True
     max_distance: int = 8
 
 
 @dataclass(frozen=True)
-class SpectrumSection:
+class SpectrumSection(Section):
     """Eigenpairs of the symmetric normalized Laplacian."""
+
+    AT_LEAST = {"num_eigs": 1}
+
 
     enabled: bool = True
     num_eigs: int = 16  # m: lowest non-zero eigenpairs kept (plus every zero pair) for graphs above full_max_nodes
@@ -56,8 +84,11 @@ class SpectrumSection:
 
 
 @dataclass(frozen=True)
-class MagneticSection:
+class MagneticSection(Section):
     """Eigenpairs of the magnetic Laplacian (directed structure)."""
+
+    AT_LEAST = {"num_eigs": 1}
+
 
     enabled: bool = False
     q: float = 0.25
@@ -65,24 +96,33 @@ class MagneticSection:
 
 
 @dataclass(frozen=True)
-class RrwpSection:
+class RrwpSection(Section):
     """Random-walk probabilities ``I, P, ..., P^steps`` with ``P = D^-1 A``."""
+
+    WITHIN = {"steps": (1, 64)}
+
 
     enabled: bool = False
     steps: int = 16
 
 
 @dataclass(frozen=True)
-class PartitionSection:
+class PartitionSection(Section):
     """METIS partitions for node-level graphs (0: none)."""
+
+    AT_LEAST = {"parts": 0}
+
 
     parts: int = 0
     seed: int = 0
 
 
 @dataclass(frozen=True)
-class LargeGraphSection:
+class LargeGraphSection(Section):
     """Rules for graphs with more than ``min_nodes`` nodes: nothing n x n dense."""
+
+    AT_LEAST = {"tau": 0, "topk": 0, "fanout": (0, "0: no cap"), "spd_radius": 1}
+
 
     min_nodes: int = 5000
     tau: float = 1e-6  # drop power entries below tau after every product
@@ -94,7 +134,7 @@ class LargeGraphSection:
 
 
 @dataclass(frozen=True)
-class StructureSection:
+class StructureSection(Section):
     """What ``xmask prepare`` computes into the cache."""
 
     powers: PowersSection = field(default_factory=PowersSection)
@@ -107,7 +147,7 @@ class StructureSection:
 
 
 @dataclass(frozen=True)
-class PrepareSection:
+class PrepareSection(Section):
     """What ``xmask prepare`` computes, and in how much memory.
 
     Attributes:
@@ -121,9 +161,12 @@ class PrepareSection:
     compute: Literal["read", "all"] = "read"
     memory_gb: float = 2.0
 
+    def _check_own(self, need: Need, at: Callable[[str], str]) -> None:
+        need(0 < self.memory_gb <= 4096, "memory_gb", "must lie in (0, 4096] (GB; tiny values give 256-row blocks)")
+
 
 @dataclass(frozen=True)
-class TaskSection:
+class TaskSection(Section):
     """Which prediction task to train (``level``) and what selects the best epoch (``metric``)."""
 
     level: Literal["auto", "graph", "node", "link", "edge", "image"] = "auto"  # auto: the dataset's default level
@@ -131,8 +174,11 @@ class TaskSection:
 
 
 @dataclass(frozen=True)
-class BiasSection:
+class BiasSection(Section):
     """One learned structural bias (``model.biases`` is a list of these; the model's view: ``BiasSpec``)."""
+
+    AT_LEAST = {"max_distance": 1, "width": 1}
+
 
     type: str = "spd"  # a name in xmask_cli.model.biases.BIASES: spd, rrwp, magnetic, eigen
     heads: list[int] | None = None  # 1-based heads it serves; null: all
@@ -142,12 +188,15 @@ class BiasSection:
 
 
 @dataclass(frozen=True)
-class ModelSection:
+class ModelSection(Section):
     """Model hyper-parameters, with their one set of defaults.
 
     The model takes them as :class:`xmask_cli.model.model_config.ModelConfig`, this
     section plus what a run learns from its data (``in_dim``, ``out_dim``, the task).
     """
+
+    AT_LEAST = {"hidden": 1, "heads": 1, "layers": 1, "ffn_mult": 1}
+
 
     hidden: int = 64
     heads: int = 4
@@ -192,9 +241,36 @@ class ModelSection:
     output_heads: int = 1  # output=attention: its heads
     output_powers: list[int] | None = None  # output=attention: power of Â per output head; null: Â^1 for every head
 
+    def _check_own(self, need: Need, at: Callable[[str], str]) -> None:
+        need(self.hidden % self.heads == 0, "hidden", f"must be a multiple of {at('heads')} ({self.heads})")
+        need(0 <= self.dropout < 1 and 0 <= self.attn_dropout < 1 and 0 <= self.input_dropout < 1, "dropout",
+             "dropouts must lie in [0, 1)")
+        need(0 <= self.layer_dropout < 1, "layer_dropout", "must lie in [0, 1)")
+        need(self.output_heads >= 1, "output_heads", "must be >= 1")
+        if self.head_powers is not None:
+            need(len(self.head_powers) == self.heads, "head_powers",
+                 f"must be {self.heads} powers (one power per head, {at('heads')})")
+            need(min(self.head_powers) >= 0 and max(self.head_powers) >= 1, "head_powers",
+                 "must be >= 0 (0: no log mask on that head), at least one >= 1")
+        if self.output_powers is not None:
+            top = max(self.head_powers) if self.head_powers is not None else self.heads
+            need(len(self.output_powers) == self.output_heads and min(self.output_powers) >= 1, "output_powers",
+                 f"must be {self.output_heads} powers >= 1 (one per output head, {at('output_heads')})")
+            need(max(self.output_powers) <= top, "output_powers",
+                 f"powers must lie in 1..{top} (the largest power the blocks read, {at('head_powers')})")
+        for i, b in enumerate(self.biases):
+            for key, top in (("heads", self.heads), ("layers", self.layers)):
+                idx = getattr(b, key)
+                if idx is not None:
+                    need(len(idx) > 0 and min(idx) >= 1 and max(idx) <= top and len(set(idx)) == len(idx),
+                         f"biases[{i}].{key}", f"must be distinct 1-based indices up to {at(key)} ({top})")
+        need(len(set(self.experts)) == len(self.experts), "experts", "must be distinct names (one is named twice)")
+        need(not (self.experts and self.biases), "experts",
+             f"experts take the X-LogSMask term only, not learned biases: drop {at('biases')}")
+
 
 @dataclass(frozen=True)
-class TrainSection:
+class TrainSection(Section):
     """Optimisation; the training loop takes it as :class:`xmask_cli.engine.loop.TrainConfig` (plus seed, device).
 
     Attributes:
@@ -215,6 +291,10 @@ class TrainSection:
             (fp16 with a grad scaler); the log-mask and softmax stay float32
             (:mod:`xmask_cli.engine.precision`).
     """
+
+    AT_LEAST = {"epochs": 1, "lr": 0, "weight_decay": 0, "warmup_epochs": 0, "batch_size": 1, "patience": 1,
+                "loader_workers": 0, "log_cache_mb": (0, "MB; 0 keeps no log-mask")}
+
 
     epochs: int = 100
     lr: float = 1e-3
@@ -238,8 +318,12 @@ class TrainSection:
 
 
 @dataclass(frozen=True)
-class NodeSection:
+class NodeSection(Section):
     """How node-level tasks batch the graph."""
+
+    AT_LEAST = {"subgraph_size": 0, "subgraphs_per_epoch": 1, "query_batch": (0, "0: all training nodes per step"),
+                "query_chunk_pairs": 1}
+
 
     mode: Literal["auto", "full", "subgraph", "query", "partition"] = "auto"  # auto: full up to dense_max_nodes, query above
     attention: Literal["auto", "dense", "sparse"] = "auto"  # full graph: auto = dense on CUDA; on CPU sparse below 15% pair density
@@ -255,26 +339,40 @@ class NodeSection:
 
 
 @dataclass(frozen=True)
-class LinkSection:
+class LinkSection(Section):
     """Link prediction protocol (seeded edge split, fixed negatives)."""
+
+    AT_LEAST = {"num_neg_per_pos": 1}
+
 
     fractions: list[float] = field(default_factory=lambda: [0.85, 0.05, 0.10])
     num_neg_per_pos: int = 1  # fixed val/test negatives per positive
     protocol: Literal["shared", "per-positive"] = "shared"  # MRR: rank against all negatives of the part, or own ones
 
+    def _check_own(self, need: Need, at: Callable[[str], str]) -> None:
+        need(len(self.fractions) == 3 and abs(sum(self.fractions) - 1) < 1e-6 and min(self.fractions) >= 0,
+             "fractions", "must be three non-negative fractions summing to 1")
+
 
 @dataclass(frozen=True)
-class EdgeSection:
+class EdgeSection(Section):
     """Edge regression from an edge-attribute file (``src,dst,target...``)."""
 
     file: str | None = None
     features: str | None = None  # optional node features (.npy or headerless .csv)
     fractions: list[float] = field(default_factory=lambda: [0.8, 0.1, 0.1])
 
+    def _check_own(self, need: Need, at: Callable[[str], str]) -> None:
+        need(len(self.fractions) == 3 and abs(sum(self.fractions) - 1) < 1e-6 and min(self.fractions) >= 0,
+             "fractions", "must be three non-negative fractions summing to 1")
+
 
 @dataclass(frozen=True)
-class ImageSection:
+class ImageSection(Section):
     """Image level: patches of the image form one grid graph shared by every image."""
+
+    AT_LEAST = {"patch": 1}
+
 
     patch: int = 2  # patch side in pixels; must divide the image height and width
     connectivity: Literal[4, 8] = 4  # grid neighbours: edge-sharing patches, or also diagonal ones
@@ -282,11 +380,17 @@ class ImageSection:
 
 
 @dataclass(frozen=True)
-class RunSection:
+class RunSection(Section):
     """Where runs are written: ``<root>/<name>/<seed>/``."""
 
     root: str = "runs"
     name: str | None = None  # null: <dataset>-<level>
+
+    def _check_own(self, need: Need, at: Callable[[str], str]) -> None:
+        if self.name is not None:  # one path segment: a name never reaches outside the runs dir
+            need(self.name not in ("", ".", "..") and "/" not in self.name and "\\" not in self.name
+                 and "\0" not in self.name, "name", f"'{self.name}' is not a run name: one folder name, no '/', "
+                 f"'..' or absolute path (use --runs-dir for the location)")
 
 
 @dataclass(frozen=True)

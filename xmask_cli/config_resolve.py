@@ -22,26 +22,8 @@ from typing import Any, Literal
 
 import yaml
 
-from xmask_cli.config import (
-    BiasSection,
-    Config,
-    DataSection,
-    EdgeSection,
-    ImageSection,
-    LargeGraphSection,
-    LinkSection,
-    MagneticSection,
-    ModelSection,
-    NodeSection,
-    PartitionSection,
-    PowersSection,
-    PrepareSection,
-    RrwpSection,
-    RunSection,
-    SpdSection,
-    SpectrumSection,
-    TrainSection,
-)
+from xmask_cli.config import Config
+from xmask_cli.config_section import Section
 from xmask_cli.errors import ConfigError, UsageError
 
 
@@ -96,8 +78,6 @@ MAX_YAML_NODES = 10_000
 MAX_YAML_DEPTH = 32
 #: Longest value quoted in an error message.
 MAX_SHOWN = 200
-#: Most outer folds ``data.folds`` may ask for (each is a run per seed): the bound known before any data loads.
-MAX_FOLDS = 10_000
 
 
 def shorten(value: Any, limit: int = MAX_SHOWN) -> str:
@@ -346,93 +326,18 @@ def build(cls: type, data: Any, prefix: str = "") -> Any:
     return obj
 
 
-#: Plain bounds, per section: key -> lowest value, or ``(lowest, note)``; checked before the rules below.
-_AT_LEAST: dict[type, dict[str, int | tuple[int, str]]] = {
-    SpectrumSection: {"num_eigs": 1},
-    MagneticSection: {"num_eigs": 1},
-    PartitionSection: {"parts": 0},
-    ModelSection: {"hidden": 1, "heads": 1, "layers": 1, "ffn_mult": 1},
-    BiasSection: {"max_distance": 1, "width": 1},
-    TrainSection: {"epochs": 1, "lr": 0, "weight_decay": 0, "warmup_epochs": 0, "batch_size": 1, "patience": 1,
-                   "loader_workers": 0, "log_cache_mb": (0, "MB; 0 keeps no log-mask")},
-    NodeSection: {"subgraph_size": 0, "subgraphs_per_epoch": 1, "query_batch": (0, "0: all training nodes per step"),
-                  "query_chunk_pairs": 1},
-    LinkSection: {"num_neg_per_pos": 1},
-    ImageSection: {"patch": 1},
-    LargeGraphSection: {"tau": 0, "topk": 0, "fanout": (0, "0: no cap"), "spd_radius": 1},
-}
-#: Closed ranges, per section: key -> ``(low, high)``.
-_WITHIN: dict[type, dict[str, tuple[int, int]]] = {
-    PowersSection: {"k": (1, 16)},
-    SpdSection: {"max_distance": (1, 254)},
-    RrwpSection: {"steps": (1, 64)},
-}
-
-
-def _check_bounds(obj: Any, need: Callable[[bool, str, str], None]) -> None:
-    """The plain bounds of :data:`_AT_LEAST` and :data:`_WITHIN` that apply to ``obj``'s section."""
-    for cls, bounds in _AT_LEAST.items():
-        if isinstance(obj, cls):
-            for key, bound in bounds.items():
-                low, note = bound if isinstance(bound, tuple) else (bound, "")
-                need(getattr(obj, key) >= low, key, f"must be >= {low}" + (f" ({note})" if note else ""))
-    for cls, ranges in _WITHIN.items():
-        if isinstance(obj, cls):
-            for key, (low, high) in ranges.items():
-                need(low <= getattr(obj, key) <= high, key, f"must lie in [{low}, {high}]")
-
-
 def _check_ranges(obj: Any, prefix: str) -> None:
-    """Domain checks a type cannot express."""
+    """A built section's own checks (:meth:`~xmask_cli.config_section.Section.check`), then the checks
+    registered for its type (:func:`register_check`)."""
+    if isinstance(obj, Section):
+        obj.check(prefix)
+    elif isinstance(obj, Config):
+        _check_combinations(obj)
+
     def need(cond: bool, key: str, what: str) -> None:
         if not cond:
             raise ConfigError(f"{prefix}.{key}: {what}")
 
-    _check_bounds(obj, need)
-    if isinstance(obj, PowersSection):
-        need(0 < obj.eps < 1, "eps", "must lie in (0, 1)")
-    elif isinstance(obj, PrepareSection):
-        need(0 < obj.memory_gb <= 4096, "memory_gb", "must lie in (0, 4096] (GB; tiny values give 256-row blocks)")
-    elif isinstance(obj, DataSection):
-        need(obj.folds == 0 or obj.folds >= 2, "folds", "must be 0 (the dataset's split) or >= 2 outer folds")
-        # Each fold is a run folder per seed; the dataset's own bound (its smallest class) is checked once loaded.
-        need(obj.folds <= MAX_FOLDS, "folds", f"must be at most {MAX_FOLDS} (each outer fold needs a graph of "
-             f"every class; the dataset's smallest class is checked when it loads)")
-        need(0 <= obj.fold < max(obj.folds, 1), "fold", f"must lie in 0..{max(obj.folds, 1) - 1} (data.folds - 1)")
-    elif isinstance(obj, ModelSection):
-        need(obj.hidden % obj.heads == 0, "hidden", f"must be a multiple of model.heads ({obj.heads})")
-        need(0 <= obj.dropout < 1 and 0 <= obj.attn_dropout < 1 and 0 <= obj.input_dropout < 1, "dropout",
-             "dropouts must lie in [0, 1)")
-        need(0 <= obj.layer_dropout < 1, "layer_dropout", "must lie in [0, 1)")
-        need(obj.output_heads >= 1, "output_heads", "must be >= 1")
-        if obj.output_powers is not None:
-            top = max(obj.head_powers) if obj.head_powers is not None else obj.heads
-            need(len(obj.output_powers) == obj.output_heads, "output_powers",
-                 f"needs one power per output head (model.output_heads = {obj.output_heads})")
-            need(min(obj.output_powers) >= 1 and max(obj.output_powers) <= top, "output_powers",
-                 f"powers must lie in 1..{top} (the largest power the blocks read, model.head_powers)")
-        if obj.head_powers is not None:
-            need(len(obj.head_powers) == obj.heads, "head_powers", f"needs one power per head ({obj.heads})")
-            need(min(obj.head_powers) >= 0 and max(obj.head_powers) >= 1, "head_powers",
-                 "powers must be >= 0 (0: no log mask on that head), at least one >= 1")
-        for i, b in enumerate(obj.biases):
-            for name, top in (("heads", obj.heads), ("layers", obj.layers)):
-                idx = getattr(b, name)
-                if idx is not None:
-                    need(len(idx) > 0 and min(idx) >= 1 and max(idx) <= top and len(set(idx)) == len(idx),
-                         f"biases[{i}].{name}", f"must be distinct 1-based indices up to model.{name} ({top})")
-        need(len(set(obj.experts)) == len(obj.experts), "experts", "names an expert twice")
-        need(not (obj.experts and obj.biases), "experts", "experts take the X-LogSMask term only; drop model.biases")
-    elif isinstance(obj, (LinkSection, EdgeSection)):
-        need(len(obj.fractions) == 3 and abs(sum(obj.fractions) - 1) < 1e-6 and min(obj.fractions) >= 0,
-             "fractions", "must be three non-negative fractions summing to 1")
-    elif isinstance(obj, RunSection) and obj.name is not None:
-        # One path segment: a name never reaches outside the runs dir.
-        need(obj.name not in ("", ".", "..") and "/" not in obj.name and "\\" not in obj.name
-             and "\0" not in obj.name, "name",
-             f"'{obj.name}' is not a run name: one folder name, no '/', '..' or absolute path (use --runs-dir for the location)")
-    elif isinstance(obj, Config):
-        _check_combinations(obj)
     for section, checks in _CHECKS.items():
         if isinstance(obj, section):
             for check in list(checks.values()):
