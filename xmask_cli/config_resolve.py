@@ -23,6 +23,7 @@ from typing import Any, Literal
 import yaml
 
 from xmask_cli.config import Config
+from xmask_cli.config_rules import check_rules
 from xmask_cli.config_section import Section
 from xmask_cli.errors import ConfigError, UsageError
 
@@ -332,7 +333,7 @@ def _check_ranges(obj: Any, prefix: str) -> None:
     if isinstance(obj, Section):
         obj.check(prefix)
     elif isinstance(obj, Config):
-        _check_combinations(obj)
+        check_rules(obj)  # the rules between its sections (config stage)
 
     def need(cond: bool, key: str, what: str) -> None:
         if not cond:
@@ -360,30 +361,6 @@ def register_check(section: type, name: str, check: SectionCheck) -> None:
     to both before any command resolves a preset (:mod:`xmask_cli.cli.checks`).
     """
     _CHECKS.setdefault(section, {})[name] = check
-
-
-#: Node batching modes that attention experts can run: they attend over the whole graph's tokens at once.
-EXPERT_NODE_MODES = ("auto", "full")
-
-
-def _check_combinations(cfg: Config) -> None:
-    """Settings each valid on its own that the model cannot run together: refused here, naming the keys,
-    rather than when training starts (a preset that extends another inherits keys it may not mean)."""
-    if cfg.model.experts and cfg.model.output != "mlp":
-        raise ConfigError("model.output=attention is not built for model.experts (M3Dphormer experts attend over "
-                          "token masks): set model.output=mlp (or drop model.experts)")
-    if cfg.model.encoder == "none":
-        m = cfg.model
-        clash = [text for text, bad in (("model.residual=true", m.residual), ("model.norm=pre", m.norm == "pre"),
-                                        ("model.experts", bool(m.experts)),
-                                        ("node.sparse_features=true", cfg.node.sparse_features)) if bad]
-        if clash:
-            raise ConfigError(f"model.encoder=none feeds the raw features to the first block, whose input is then "
-                              f"wider than model.hidden: it does not combine with {', '.join(clash)}; drop them "
-                              f"(or use model.encoder=linear)")
-    if cfg.model.experts and cfg.node.mode not in EXPERT_NODE_MODES:
-        raise ConfigError(f"model.experts (M3Dphormer attention experts) run on the whole graph's tokens, which "
-                          f"node.mode={cfg.node.mode} does not give: set node.mode=full (or drop model.experts)")
 
 
 def resolve(preset: str | None = None, overrides: list[str] | None = None, base: dict[str, Any] | None = None) -> Config:

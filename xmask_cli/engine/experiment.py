@@ -27,6 +27,7 @@ from typing import Any
 import torch
 
 from xmask_cli.config import Config
+from xmask_cli.config_rules import check_rules
 from xmask_cli.data.edgefile import load_edge_file
 from xmask_cli.data.folder import is_folder_ref, source_folder
 from xmask_cli.data.images import image_info, load_images
@@ -46,7 +47,7 @@ from xmask_cli.errors import ConfigError, UsageError
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.model.attention_path import PathRefused
 from xmask_cli.model.biases import bias_entry
-from xmask_cli.model.model_config import ModelConfig, head_powers, sparse_refusal
+from xmask_cli.model.model_config import ModelConfig, sparse_refusal
 from xmask_cli.prepare import check_patch, prepare_dataset, prepare_graphs
 from xmask_cli.prepare.needs import structure_needed
 
@@ -148,31 +149,7 @@ def resolve_metric(cfg: Config, level: str) -> str:
     return metric
 
 
-def _check_image(cfg: Config, level: str) -> None:
-    m = cfg.model
-    if level != "image":
-        if m.encoder == "patch" or m.readout == "cls" or m.positional != "none":
-            raise ConfigError(f"model.encoder=patch, model.readout=cls and model.positional are for image datasets "
-                              f"(digits, cifar10), not a {level}-level task")
-        return
-    if m.encoder not in ("auto", "patch"):
-        raise ConfigError(f"model.encoder={m.encoder}: image datasets take the patch encoder (auto or patch)")
-    if m.biases or m.experts:
-        raise ConfigError("the image level takes the X-LogSMask term of the patch grid only: drop model.biases "
-                          "and model.experts")
-
-
 def _check_structure(cfg: Config) -> None:
-    powers = head_powers(cfg.model)
-    if cfg.model.use_bias and max(powers) > cfg.structure.powers.k:
-        raise ConfigError(f"model.head_powers reads Â^{max(powers)} but structure.powers.k is "
-                          f"{cfg.structure.powers.k}: raise structure.powers.k or lower the powers")
-    if cfg.model.experts and cfg.model.use_bias and cfg.model.outside_support == "eps":
-        raise ConfigError("model.outside_support=eps (log(eps) outside the support) needs a dense path over the "
-                          "whole domain; attention experts (model.experts) attend over sparse token masks: use "
-                          "model.outside_support=hard")
-    if cfg.model.experts and "cluster" in cfg.model.experts and cfg.structure.partition.parts < 1:
-        raise ConfigError("model.experts has 'cluster', which reads METIS parts: set structure.partition.parts >= 1")
     for b in cfg.model.biases:
         section = bias_entry(b.type).needs
         if not getattr(cfg.structure, section).enabled:
@@ -183,54 +160,28 @@ def _check_structure(cfg: Config) -> None:
 def check_config(cfg: Config) -> tuple[str, str]:
     """The checks a config passes before any file is touched; returns ``(level, metric)``.
 
+    The rules between sections a run needs (:func:`~xmask_cli.config_rules.check_rules` with the level),
+    then what the bias registry and the dataset's spec know.
+
     Raises:
         UsageError: no such level for the dataset, a metric that does not apply, structure the model
             reads but the cache would not hold.
     """
     level = resolve_level(cfg)
     metric = resolve_metric(cfg, level)
+    check_rules(cfg, level)
     _check_structure(cfg)
-    _check_image(cfg, level)
-    if cfg.model.experts and level != "node":
-        raise ConfigError(f"model.experts (M3Dphormer attention experts) need a node-level task, not {level}")
-    if cfg.model.encoder == "none" and level != "node":
-        raise ConfigError(f"model.encoder=none (the first block reads the raw node features) is for the node "
-                          f"level, not {level}: set model.encoder=auto")
-    if cfg.model.output == "attention" and level != "node":
-        raise ConfigError(f"model.output=attention (a last attention layer whose heads emit each node's outputs) "
-                          f"is for the node level, not {level}: set model.output=mlp")
-    _check_node_struct(cfg, level)
-    _check_folds(cfg, level)
+    _check_folds(cfg)
     return level, metric
 
 
-def _check_folds(cfg: Config, level: str) -> None:
+def _check_folds(cfg: Config) -> None:
     if not cfg.data.folds:
         return
-    if level != "graph":
-        raise ConfigError(f"--folds (data.folds={cfg.data.folds}) is the graph-level protocol (stratified folds of "
-                          f"graphs); a {level}-level task keeps its split: drop --folds")
     spec = _spec(cfg)
     if spec.split == "scaffold":
         raise ConfigError(f"{spec.name} has an official split (OGB scaffold) that results are reported on: "
                           f"drop --folds (data.folds={cfg.data.folds})")
-
-
-#: Levels whose node features may carry ``model.node_struct`` channels: pair tasks would read the degree of
-#: held-out edges (their structure is the training edges'), image patches have no node features of their own.
-NODE_STRUCT_LEVELS = ("graph", "node")
-
-
-def _check_node_struct(cfg: Config, level: str) -> None:
-    ns = cfg.model.node_struct
-    if ns == "none":
-        return
-    if level not in NODE_STRUCT_LEVELS:
-        raise ConfigError(f"model.node_struct={ns} is supported at the {' and '.join(NODE_STRUCT_LEVELS)} levels, "
-                          f"not {level}: set model.node_struct=none")
-    if "rwse" in ns.split("+") and not cfg.structure.rrwp.enabled:
-        raise ConfigError(f"model.node_struct={ns} reads the RWSE from the cached random walks: "
-                          f"set structure.rrwp.enabled=true (structure.rrwp.steps sets the walk lengths)")
 
 
 def _check_data(cfg: Config, level: str, graphs: Any) -> None:

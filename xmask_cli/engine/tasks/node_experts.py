@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from xmask_cli.config_resolve import EXPERT_NODE_MODES
+from xmask_cli.config_rules import check_expert_node_mode
 from xmask_cli.engine.node_batches import NodeBatch
 from xmask_cli.engine.tasks import node
 from xmask_cli.engine.tasks.node import NodeTask
@@ -41,9 +41,7 @@ class ExpertNodeTask(NodeTask):
     experts = True
 
     def __init__(self, *args: Any, mode: str = "auto", **kwargs: Any):
-        if mode not in EXPERT_NODE_MODES:  # resolve refuses it first (exit 2); a guard for direct use
-            raise ValueError(f"attention experts (M3Dphormer) run on the whole graph's tokens: node.mode must be "
-                             f"full or auto, got {mode!r}")
+        check_expert_node_mode(mode)  # resolve refuses it first; the same rule guards direct use
         super().__init__(*args, mode="full", **kwargs)
 
     def _whole_batch(self, row: np.ndarray) -> NodeBatch:

@@ -1,0 +1,215 @@
+"""The rules between config sections: each a small named function, all listed once in :data:`RULES`.
+
+A section's own fields are checked by the section itself (:mod:`xmask_cli.config_section`); what
+lives here are settings each valid on their own that cannot run together (a model switch that needs a
+task level, experts that need the node level and the whole graph, ``model.encoder: none`` against a
+residual). Every rule raises :class:`~xmask_cli.errors.ConfigError` (exit 2) naming the keys.
+
+Two stages: ``config`` rules hold for any use of a config, so building one (``resolve``) runs them;
+``run`` rules say what a training run of it needs (its task level, the structure it reads), so the
+engine runs them once the level is known (``engine.experiment.check_config``). Rules marked
+``model`` hold for the model alone: :class:`~xmask_cli.model.model_config.ModelConfig` runs the same
+functions, so a model built in Python is refused with the same error and message. Checks that need the
+loaded dataset stay in the engine. A leaf: it reads the schema and the errors only.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from xmask_cli.config import Config
+from xmask_cli.errors import ConfigError
+
+__all__ = ["Rule", "RULES", "EXPERT_NODE_MODES", "NODE_STRUCT_LEVELS", "check_rules", "check_model_rules",
+           "check_expert_node_mode"]
+
+#: Node batching modes that attention experts can run: they attend over the whole graph's tokens at once.
+EXPERT_NODE_MODES = ("auto", "full")
+#: Levels whose node features may carry ``model.node_struct`` channels: pair tasks would read the degree of
+#: held-out edges (their structure is the training edges'), image patches have no node features of their own.
+NODE_STRUCT_LEVELS = ("graph", "node")
+
+
+# ------------------------------------------------------------ config stage
+def experts_take_the_mlp_output(cfg: Config, level: str | None) -> None:
+    """Attention experts attend over token masks; the attention output layer is not built for them."""
+    if cfg.model.experts and cfg.model.output != "mlp":
+        raise ConfigError("model.output=attention is not built for model.experts (M3Dphormer experts attend over "
+                          "token masks): set model.output=mlp (or drop model.experts)")
+
+
+def encoder_none_takes_no_residual(cfg: Config, level: str | None) -> None:
+    """Without an encoder the first block's input is the raw features, wider than ``model.hidden``: no
+    residual, pre-norm, experts or sparse feature tensor can take it."""
+    m = cfg.model
+    if m.encoder != "none":
+        return
+    clash = [text for text, bad in (("model.residual=true", m.residual), ("model.norm=pre", m.norm == "pre"),
+                                    ("model.experts", bool(m.experts)),
+                                    ("node.sparse_features=true", cfg.node.sparse_features)) if bad]
+    if clash:
+        raise ConfigError(f"with encoder 'none' (model.encoder=none) the first block reads the raw features, "
+                          f"wider than model.hidden: it does not combine with {', '.join(clash)}; drop them "
+                          f"(or use model.encoder=linear)")
+
+
+def check_expert_node_mode(mode: str) -> None:
+    """Raise unless attention experts can run on node batching mode ``mode`` (the expert node task's guard
+    for direct use calls it too)."""
+    if mode not in EXPERT_NODE_MODES:
+        raise ConfigError(f"model.experts (M3Dphormer attention experts) run on the whole graph's tokens, which "
+                          f"node.mode={mode} does not give: set node.mode=full (or drop model.experts)")
+
+
+def experts_need_full_node_mode(cfg: Config, level: str | None) -> None:
+    """Experts attend over the whole graph's tokens: only full-graph node batching gives them."""
+    if cfg.model.experts:
+        check_expert_node_mode(cfg.node.mode)
+
+
+# ------------------------------------------------------------ run stage
+def head_powers_within_structure_k(cfg: Config, level: str | None) -> None:
+    """A head reads ``Â^k_h``: the cache must hold powers up to the largest ``k_h``."""
+    m = cfg.model
+    top = max(m.head_powers) if m.head_powers is not None else m.heads
+    if m.use_bias and top > cfg.structure.powers.k:
+        raise ConfigError(f"model.head_powers reads Â^{top} but structure.powers.k is "
+                          f"{cfg.structure.powers.k}: raise structure.powers.k or lower the powers")
+
+
+def experts_take_hard_support(cfg: Config, level: str | None) -> None:
+    """``outside_support: eps`` needs a dense path over the whole domain, which token masks are not."""
+    m = cfg.model
+    if m.experts and m.use_bias and m.outside_support == "eps":
+        raise ConfigError("model.outside_support=eps (log(eps) outside the support) needs a dense path over the "
+                          "whole domain; attention experts (model.experts) attend over sparse token masks: use "
+                          "model.outside_support=hard")
+
+
+def cluster_expert_needs_partition(cfg: Config, level: str | None) -> None:
+    """The cluster expert's tokens are METIS parts, which prepare computes only when asked for."""
+    if "cluster" in cfg.model.experts and cfg.structure.partition.parts < 1:
+        raise ConfigError("model.experts has 'cluster', which reads METIS parts: set structure.partition.parts >= 1")
+
+
+def image_switches_need_image_level(cfg: Config, level: str | None) -> None:
+    """The patch encoder, the class-token readout and position embeddings exist only on patch grids."""
+    m = cfg.model
+    if level != "image" and (m.encoder == "patch" or m.readout == "cls" or m.positional != "none"):
+        raise ConfigError(f"model.encoder=patch, model.readout=cls and model.positional are for image datasets "
+                          f"(digits, cifar10), not a {level}-level task")
+
+
+def image_level_takes_patches_only(cfg: Config, level: str | None) -> None:
+    """Images are read by the patch encoder, under the X-LogSMask term of the patch grid alone."""
+    m = cfg.model
+    if level != "image":
+        return
+    if m.encoder not in ("auto", "patch"):
+        raise ConfigError(f"model.encoder={m.encoder}: image datasets take the patch encoder (auto or patch)")
+    if m.biases or m.experts:
+        raise ConfigError("the image level takes the X-LogSMask term of the patch grid only: drop model.biases "
+                          "and model.experts")
+
+
+def experts_need_node_level(cfg: Config, level: str | None) -> None:
+    """Experts route per node over a graph's tokens (M3Dphormer): a node-level model only."""
+    if cfg.model.experts and level != "node":
+        raise ConfigError(f"model.experts (M3Dphormer attention experts) are for node tasks, not a {level}-level "
+                          f"one: drop model.experts")
+
+
+def encoder_none_needs_node_level(cfg: Config, level: str | None) -> None:
+    """Without an encoder the first block reads raw node features: only node-level inputs are those."""
+    if cfg.model.encoder == "none" and level != "node":
+        raise ConfigError(f"encoder 'none' (model.encoder=none: the first block reads the raw node features) is "
+                          f"for the node level, not {level}: set model.encoder=auto")
+
+
+def output_attention_needs_node_level(cfg: Config, level: str | None) -> None:
+    """The attention output layer emits one output per node: a node-level head only."""
+    if cfg.model.output == "attention" and level != "node":
+        raise ConfigError(f"model.output=attention (a last attention layer whose heads emit each node's outputs) "
+                          f"is for the node task, not {level}: set model.output=mlp")
+
+
+def node_struct_needs_node_features(cfg: Config, level: str | None) -> None:
+    """Structural channels join the node features of graph- and node-level tasks only."""
+    ns = cfg.model.node_struct
+    if ns != "none" and level not in NODE_STRUCT_LEVELS:
+        raise ConfigError(f"model.node_struct={ns} is supported at the {' and '.join(NODE_STRUCT_LEVELS)} levels, "
+                          f"not {level}: set model.node_struct=none")
+
+
+def rwse_needs_rrwp(cfg: Config, level: str | None) -> None:
+    """The RWSE channels are read from the cached random walks."""
+    ns = cfg.model.node_struct
+    if "rwse" in ns.split("+") and not cfg.structure.rrwp.enabled:
+        raise ConfigError(f"model.node_struct={ns} reads the RWSE from the cached random walks: "
+                          f"set structure.rrwp.enabled=true (structure.rrwp.steps sets the walk lengths)")
+
+
+def folds_need_graph_level(cfg: Config, level: str | None) -> None:
+    """Outer folds stratify graphs by class: other levels keep their split."""
+    if cfg.data.folds and level != "graph":
+        raise ConfigError(f"--folds (data.folds={cfg.data.folds}) is the graph-level protocol (stratified folds of "
+                          f"graphs); a {level}-level task keeps its split: drop --folds")
+
+
+# ------------------------------------------------------------ the table
+@dataclass(frozen=True)
+class Rule:
+    """One rule: its function (``check(cfg, level)``), its stage, and whether the model alone needs it.
+
+    Attributes:
+        check: raises :class:`ConfigError` when ``cfg`` breaks the rule (``level``: the task level, None
+            at the config stage).
+        stage: ``config`` (any use of a config: run when one is built) or ``run`` (what a training run
+            needs: run with the level, before any file is touched).
+        model: the rule holds for the model alone; :class:`~xmask_cli.model.model_config.ModelConfig`
+            runs it too (with the other sections at their defaults and its task as the level).
+    """
+
+    check: Callable[[Config, str | None], None]
+    stage: Literal["config", "run"]
+    model: bool = False
+
+    @property
+    def name(self) -> str:
+        """The rule's function name, e.g. ``experts_need_node_level``."""
+        return self.check.__name__
+
+
+#: Every rule between sections, in the order they run.
+RULES: tuple[Rule, ...] = (
+    Rule(experts_take_the_mlp_output, "config", model=True),
+    Rule(encoder_none_takes_no_residual, "config", model=True),
+    Rule(experts_need_full_node_mode, "config"),
+    Rule(head_powers_within_structure_k, "run"),
+    Rule(experts_take_hard_support, "run", model=True),
+    Rule(cluster_expert_needs_partition, "run"),
+    Rule(image_switches_need_image_level, "run"),
+    Rule(image_level_takes_patches_only, "run"),
+    Rule(experts_need_node_level, "run", model=True),
+    Rule(encoder_none_needs_node_level, "run", model=True),
+    Rule(output_attention_needs_node_level, "run", model=True),
+    Rule(node_struct_needs_node_features, "run"),
+    Rule(rwse_needs_rrwp, "run"),
+    Rule(folds_need_graph_level, "run"),
+)
+
+
+def check_rules(cfg: Config, level: str | None = None) -> None:
+    """Run the ``config`` rules (``level`` None: what building a config runs) or the ``run`` rules for ``level``."""
+    stage = "config" if level is None else "run"
+    for rule in RULES:
+        if rule.stage == stage:
+            rule.check(cfg, level)
+
+
+def check_model_rules(cfg: Config, level: str) -> None:
+    """Run every rule the model alone needs (both stages), as a model built in Python meets them."""
+    for rule in RULES:
+        if rule.model:
+            rule.check(cfg, level)
