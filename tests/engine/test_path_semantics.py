@@ -177,8 +177,8 @@ def test_plain_heads_on_subgraphs_see_the_subgraph(shared_data: Path, cora_dir: 
     """Subgraph batches slice the cached global powers; plain heads attend over every node of the subgraph."""
     task = _node_task("cora", shared_data, cora_dir, ["structure.partition.parts=0"], mode="subgraph",
                       subgraph_size=700)
-    nodes = task.subgraph_nodes(0, 0)
-    batch = task.subgraph_batch(nodes)
+    nodes = task.batcher.draw(0, 0)
+    batch = task.batcher.batch(nodes)
     dense = StructureCache(task.cache_path).dense_powers(0).astype(np.float64)  # the whole graph's Â^k
     a = dense[:, nodes][:, :, nodes]
     d_h = 16

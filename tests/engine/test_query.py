@@ -173,7 +173,7 @@ def test_task_predictions_equal_the_full_sparse_task(large: Toy) -> None:
     a, b = query.predict(model), full.predict(model)
     assert float((a - b).abs().max()) <= 1e-4 * float(b.abs().max())
     assert query.score(model, "val") == full.score(model, "val")
-    assert query.query_stats.max_chunk_pairs <= max(500, int(np.diff(query._support.indptr).max()))
+    assert query.query_stats.max_chunk_pairs <= max(500, int(np.diff(query.batcher.support.indptr).max()))
 
 
 def test_cli_trains_whole_graph_query_batches_and_stops_on_validation(tmp_path: Path) -> None:

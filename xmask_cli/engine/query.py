@@ -47,7 +47,8 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from xmask_cli.config import NodeSection
-from xmask_cli.model.logsmask import SparseStructure
+from xmask_cli.model.layers import TransformerBlock
+from xmask_cli.model.logsmask import SparseStructure, XLogSMaskBias
 from xmask_cli.model.model_config import sparse_refusal
 
 __all__ = ["Support", "QueryStats", "closure", "encode_queries", "chunks_by_pairs"]
@@ -192,40 +193,22 @@ def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: S
     queries = np.asarray(queries, dtype=np.int64)
     if len(queries) > 1 and bool((np.diff(queries) <= 0).any()):
         raise ValueError("queries must be ascending and distinct")
-    # Plain heads (k_h = 0, use_bias=False) attend over every node: each layer then needs all of them.
-    plain = bool(model.cfg.plain_heads)
     # (block, its X-LogSMask bias, its layer index for learned biases or None): the blocks, then the output layer.
-    layers = [(block, model.bias, i) for i, block in enumerate(model.blocks)]
+    layers: list[tuple[TransformerBlock, XLogSMaskBias | None, int | None]] = [(block, model.bias, i) for i, block in enumerate(model.blocks)]
     if output:
         if model.out_block is None:
             raise ValueError("output=True needs a model with an attention output layer (model.output=attention)")
         layers.append((model.out_block, model.out_bias, None))
+    # Plain heads (k_h = 0, use_bias=False) attend over every node: each layer then needs all of them.
+    plain = bool(model.cfg.plain_heads)
     sets = closure(support, queries, len(layers), whole=plain)
-    grad = torch.is_grad_enabled()
-    local = np.full(support.num_nodes, -1, dtype=np.int64)  # global id -> row of the previous layer's h
-    if stats is not None:
-        stats.set_sizes = [len(s) for s in sets]
-        stats.pairs, stats.max_chunk_pairs, stats.chunks = [], 0, 0
-
-    def encode(rows: Tensor) -> Tensor:
-        if isinstance(x, sp.spmatrix):  # sparse features: only the rows' stored entries are gathered
-            sub = x[rows.numpy()].tocoo()
-            indices = torch.from_numpy(np.stack([sub.row, sub.col]).astype(np.int64))
-            block = torch.sparse_coo_tensor(indices, torch.from_numpy(sub.data.astype(np.float32)), sub.shape,
-                                            check_invariants=False)
-            return model.embed(block.to(device))
-        return model.embed(x[rows].to(device, non_blocking=True))
-
+    stats = stats if stats is not None else QueryStats()
+    stats.set_sizes = [len(s) for s in sets]
+    stats.pairs, stats.max_chunk_pairs, stats.chunks = [], 0, 0
     if not len(queries):
         return torch.zeros(0, model.cfg.out_dim if output else model.cfg.hidden, device=device)
-    s0 = torch.from_numpy(sets[0])
-    if isinstance(x, Tensor):
-        s0 = s0.to(x.device)
-    width = x.shape[1] if not isinstance(x, sp.spmatrix) else x.nnz / max(x.shape[0], 1)
-    big = len(sets[0]) * width > ENCODE_KEEP_FLOATS
-    h = torch.cat([_maybe_checkpoint(encode, s0[i:i + ENCODE_ROWS], recompute=grad and big)
-                   for i in range(0, len(sets[0]), ENCODE_ROWS)])
-
+    h = _encode_rows(model, x, sets[0], device)
+    local = np.full(support.num_nodes, -1, dtype=np.int64)  # global id -> row of the previous layer's h
     for layer, (block, bias_module, learned_layer) in enumerate(layers):
         prev, cur = sets[layer], sets[layer + 1]
         # Dropped once per layer, before its query and key rows are taken: one mask per node, as on the sparse path.
@@ -233,37 +216,68 @@ def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: S
         local[prev] = np.arange(len(prev), dtype=np.int64)
         counts_cur = support.counts(cur)
         spans = chunks_by_pairs(counts_cur, chunk_pairs)
-        outs = []
-        for start, stop in spans:
-            rows = cur[start:stop]
-            pos, counts = support.positions(rows)
-            keys, key_col = np.unique(support.col[pos], return_inverse=True)  # the chunk's keys only
-            q_row = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
-            edge_index = torch.from_numpy(np.stack([q_row, key_col.reshape(-1).astype(np.int64)])).to(device)
-            # The bias sees global ids: it tells the self pair (i, i) apart by them, which chunk-local
-            # query and key indices (two different numberings) cannot.
-            global_pairs = torch.from_numpy(np.stack([rows[q_row], support.col[pos]])).to(device)
-            values = torch.from_numpy(support.values[pos]).to(device)
-            q_idx = torch.from_numpy(local[rows]).to(h.device)
-            k_idx = torch.from_numpy(local[keys]).to(h.device)
-            if stats is not None:
-                stats.max_chunk_pairs = max(stats.max_chunk_pairs, len(pos))
-                stats.chunks += 1
-
-            def run(h_prev: Tensor, q_idx=q_idx, k_idx=k_idx, edge_index=edge_index, values=values,
-                    global_pairs=global_pairs, block=block, bias_module=bias_module,
-                    learned_layer=learned_layer) -> Tensor:
-                xlog = None if bias_module is None else bias_module(
-                    SparseStructure(edge_index=global_pairs, values=values))
-                learned = None if learned_layer is None else model._learned(learned_layer, None,
-                                                                            edge_index=edge_index)
-                # With plain heads h_prev holds every node, in id order: their keys.
-                return block.forward_pairs(h_prev[q_idx], h_prev[k_idx], edge_index, xlog,
-                                           plain_keys=h_prev if plain else None, learned=learned)
-
-            outs.append(_maybe_checkpoint(run, h, recompute=grad and len(spans) > 1))
-        if stats is not None:
-            stats.pairs.append(int(counts_cur.sum()))
+        run = _LayerRun(model, block, bias_module, learned_layer, plain)
+        outs = [_maybe_checkpoint(run, h, *_chunk(support, cur[start:stop], local, device, h.device, stats),
+                                  recompute=torch.is_grad_enabled() and len(spans) > 1) for start, stop in spans]
+        stats.pairs.append(int(counts_cur.sum()))
         local[prev] = -1
         h = torch.cat(outs)
     return h
+
+
+def _encode_rows(model: torch.nn.Module, x: Tensor | sp.csr_matrix, rows: np.ndarray,
+                 device: torch.device | str) -> Tensor:
+    """``[len(rows), hidden]`` encoded features of ``rows``, in blocks of :data:`ENCODE_ROWS`."""
+
+    def encode(block_rows: Tensor) -> Tensor:
+        if isinstance(x, sp.spmatrix):  # sparse features: only the rows' stored entries are gathered
+            sub = x[block_rows.numpy()].tocoo()
+            indices = torch.from_numpy(np.stack([sub.row, sub.col]).astype(np.int64))
+            block = torch.sparse_coo_tensor(indices, torch.from_numpy(sub.data.astype(np.float32)), sub.shape,
+                                            check_invariants=False)
+            return model.embed(block.to(device))
+        return model.embed(x[block_rows].to(device, non_blocking=True))
+
+    ids = torch.from_numpy(rows)
+    if isinstance(x, Tensor):
+        ids = ids.to(x.device)
+    width = x.shape[1] if not isinstance(x, sp.spmatrix) else x.nnz / max(x.shape[0], 1)
+    recompute = torch.is_grad_enabled() and len(rows) * width > ENCODE_KEEP_FLOATS
+    return torch.cat([_maybe_checkpoint(encode, ids[i:i + ENCODE_ROWS], recompute=recompute)
+                      for i in range(0, len(rows), ENCODE_ROWS)])
+
+
+def _chunk(support: Support, rows: np.ndarray, local: np.ndarray, device: torch.device | str,
+           h_device: torch.device, stats: QueryStats) -> tuple[Tensor, ...]:
+    """``(q_idx, k_idx, edge_index, values, global_pairs)`` of one chunk of query ``rows``, its keys only."""
+    pos, counts = support.positions(rows)
+    keys, key_col = np.unique(support.col[pos], return_inverse=True)  # the chunk's keys only
+    q_row = np.repeat(np.arange(len(rows), dtype=np.int64), counts)
+    edge_index = torch.from_numpy(np.stack([q_row, key_col.reshape(-1).astype(np.int64)])).to(device)
+    # The bias sees global ids: it tells the self pair (i, i) apart by them, which chunk-local
+    # query and key indices (two different numberings) cannot.
+    global_pairs = torch.from_numpy(np.stack([rows[q_row], support.col[pos]])).to(device)
+    values = torch.from_numpy(support.values[pos]).to(device)
+    stats.max_chunk_pairs = max(stats.max_chunk_pairs, len(pos))
+    stats.chunks += 1
+    return (torch.from_numpy(local[rows]).to(h_device), torch.from_numpy(local[keys]).to(h_device), edge_index,
+            values, global_pairs)
+
+
+class _LayerRun:
+    """One layer's attention over one chunk's pairs, from the previous layer's ``h`` (checkpointable)."""
+
+    def __init__(self, model: torch.nn.Module, block: TransformerBlock, bias_module: XLogSMaskBias | None,
+                 learned_layer: int | None, plain: bool):
+        self.model, self.block, self.bias_module, self.learned_layer, self.plain = (
+            model, block, bias_module, learned_layer, plain)
+
+    def __call__(self, h_prev: Tensor, q_idx: Tensor, k_idx: Tensor, edge_index: Tensor, values: Tensor,
+                 global_pairs: Tensor) -> Tensor:
+        xlog = None if self.bias_module is None else self.bias_module(
+            SparseStructure(edge_index=global_pairs, values=values))
+        learned = None if self.learned_layer is None else self.model._learned(self.learned_layer, None,
+                                                                               edge_index=edge_index)
+        # With plain heads h_prev holds every node, in id order: their keys.
+        return self.block.forward_pairs(h_prev[q_idx], h_prev[k_idx], edge_index, xlog,
+                                        plain_keys=h_prev if self.plain else None, learned=learned)

@@ -92,17 +92,17 @@ def test_subgraph_slices_global_powers(small: Toy) -> None:
     assert task.mode == "subgraph" and task.describe()["node"]["mode"] == "subgraph"
     dense = small.powers()
     for epoch, i in ((0, 0), (3, 1)):
-        nodes = task.subgraph_nodes(epoch, i)
+        nodes = task.batcher.draw(epoch, i)
         assert len(nodes) == 30 and np.array_equal(nodes, np.unique(nodes))
-        batch = task.subgraph_batch(nodes)
+        batch = task.batcher.batch(nodes)
         # The subgraph keeps the GLOBAL Â^k between its nodes (paths through outside nodes count).
         np.testing.assert_allclose(batch.powers[0].numpy(), dense[:, nodes][:, :, nodes], atol=1e-6)
         assert np.array_equal(batch.nodes[batch.targets].numpy(), nodes[task.train_mask[nodes]])
     # The draw is a function of (seed, epoch, i): reproducible, and different across epochs.
-    assert np.array_equal(task.subgraph_nodes(3, 1), task.subgraph_nodes(3, 1))
-    assert not np.array_equal(task.subgraph_nodes(3, 1), task.subgraph_nodes(4, 1))
+    assert np.array_equal(task.batcher.draw(3, 1), task.batcher.draw(3, 1))
+    assert not np.array_equal(task.batcher.draw(3, 1), task.batcher.draw(4, 1))
     drawn = [b.nodes.numpy() for b in task.train_batches(3)]
-    assert np.array_equal(drawn[1], task.subgraph_nodes(3, 1))
+    assert np.array_equal(drawn[1], task.batcher.draw(3, 1))
 
 
 def test_full_mode_uses_cached_dense_powers(small: Toy) -> None:

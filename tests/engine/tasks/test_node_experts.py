@@ -215,7 +215,7 @@ def test_loss_counts_the_class_tokens(cora: Cora, task: NodeTask):
     loss, count = task.loss(model, batch)
     assert count == 140
     with torch.no_grad():
-        logits = task._token_logits(model).double().numpy()
+        logits = task.batcher.forward(model, batch).double().numpy()
     masks = task.tokens["masks"]
     N, P, C = masks.num_nodes, masks.num_parts, masks.num_classes
     train = np.flatnonzero(np.isin(np.arange(N), cora.split.train))

@@ -22,8 +22,8 @@ def _task_and_model(tmp_path: Path, sparse: bool):
 def test_sparse_features_give_the_dense_numbers_in_evaluation(tmp_path: Path) -> None:
     dense_task, model = _task_and_model(tmp_path, False)
     sparse_task, _ = _task_and_model(tmp_path, True)
-    assert dense_task._x_sparse is None and sparse_task._x_sparse is not None
-    assert sparse_task._x_sparse.is_sparse and sparse_task._x_sparse.shape == (2708, 1433)
+    assert dense_task.batcher.x_sparse is None and sparse_task.batcher.x_sparse is not None
+    assert sparse_task.batcher.x_sparse.is_sparse and sparse_task.batcher.x_sparse.shape == (2708, 1433)
     torch.testing.assert_close(sparse_task.predict(model), dense_task.predict(model), rtol=1e-5, atol=1e-6)
     # Training: input dropout acts on the stored entries; a gradient reaches the encoder through the sparse product.
     model.train()

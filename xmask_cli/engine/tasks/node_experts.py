@@ -12,6 +12,7 @@ Example::
 """
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -19,12 +20,13 @@ import torch
 from torch import Tensor
 
 from xmask_cli.config_rules import check_expert_node_mode
-from xmask_cli.engine.node_batches import NodeBatch
+from xmask_cli.engine.node_batches import NodeBatch, NodeBatcher, NodeGraph
 from xmask_cli.engine.tasks import node
 from xmask_cli.engine.tasks.node import NodeTask
 from xmask_cli.model.experts import hierarchical_tokens
+from xmask_cli.model.network import XMaskNet
 
-__all__ = ["ExpertNodeTask", "from_experiment"]
+__all__ = ["ExpertNodeTask", "TokenBatcher", "from_experiment"]
 
 
 class ExpertNodeTask(NodeTask):
@@ -44,31 +46,57 @@ class ExpertNodeTask(NodeTask):
         check_expert_node_mode(mode)  # resolve refuses it first; the same rule guards direct use
         super().__init__(*args, mode="full", **kwargs)
 
-    def _whole_batch(self, row: np.ndarray) -> NodeBatch:
+    def _batcher(self, graph: NodeGraph, mode: str, sparse_features: bool) -> NodeBatcher:
         self.attention = "experts"
-        self.tokens = self._token_batch(row)
-        return NodeBatch(nodes=None, targets=torch.from_numpy(np.flatnonzero(self.train_mask)))
-
-    def _token_batch(self, row: np.ndarray) -> dict[str, Any]:
-        """M3Dphormer tokens: masks, pooled token features and Â^1..Â^K at the local pairs (moved once).
-
-        Local pairs are the support of Â (one hop and self); clusters are the
-        cache's METIS parts; class tokens read *training* labels only.
-        """
-        local = self._values[:, 0] > 0
-        edge_index = torch.from_numpy(np.stack([row[local].astype(np.int64), self._col[local]]))
-        train = torch.from_numpy(np.flatnonzero(self.train_mask))
         try:
             part = self._partition()
         except ValueError:  # no METIS parts cached: one cluster (the config refuses a cluster expert without parts)
-            part, self._num_parts = np.zeros(self.num_nodes, dtype=np.int64), 1
-        masks = hierarchical_tokens(self.num_nodes, edge_index.to(self.device), torch.from_numpy(part),
-                                    train, self.y[train], self.out_dim, num_parts=self._num_parts)
-        # Pooled where the masks live (their index tensors are on self.device).
-        return {"masks": masks, "x": masks.pool(self.x.to(self.device)),
-                "values": torch.from_numpy(np.ascontiguousarray(self._values[local])).to(self.device), "regions": {}}
+            part = np.zeros(self.num_nodes, dtype=np.int64)
+        return TokenBatcher(graph, part, self.y, self.out_dim)
 
-    def _token_logits(self, model: torch.nn.Module) -> Tensor:
+    @property
+    def tokens(self) -> dict[str, Any]:
+        """The token masks, pooled token features, powers at the local pairs and planned dual-mode regions."""
+        if not isinstance(self.batcher, TokenBatcher):
+            raise TypeError("an expert node task batches tokens")
+        return self.batcher.tokens
+
+    def loss(self, model: torch.nn.Module, batch: NodeBatch) -> tuple[Tensor, int]:
+        """Cross-entropy over the training nodes plus the class tokens (their virtual labels), as M3Dphormer."""
+        masks = self.tokens["masks"]
+        out = self.batcher.forward(model, batch)
+        idx = torch.cat([batch.targets.to(self.device), masks.class_tokens])
+        target = torch.cat([self.y[batch.targets].to(self.device), masks.virtual_labels])
+        return torch.nn.functional.cross_entropy(out[idx], target), int(batch.targets.numel())
+
+
+class TokenBatcher(NodeBatcher):
+    """The whole graph's M3Dphormer tokens, one batch per epoch: masks, pooled token features and
+    Â^1..Â^K at the local pairs, built once on the graph's device.
+
+    Local pairs are the support of Â (one hop and self); clusters are the
+    cache's METIS parts (``part``); class tokens read *training* labels only.
+    """
+
+    def __init__(self, graph: NodeGraph, part: np.ndarray, y: Tensor, out_dim: int):
+        super().__init__(graph)
+        self.num_nodes = graph.num_nodes
+        local = graph.values[:, 0] > 0
+        edge_index = torch.from_numpy(np.stack([graph.rows()[local], graph.col[local]]))
+        train = graph.targets()
+        num_parts = int(part.max()) + 1 if part.size else 0
+        masks = hierarchical_tokens(self.num_nodes, edge_index.to(self.device), torch.from_numpy(part),
+                                    train, y[train], out_dim, num_parts=num_parts)
+        # Pooled where the masks live (their index tensors are on the device).
+        self.tokens: dict[str, Any] = {
+            "masks": masks, "x": masks.pool(self.x.to(self.device)), "regions": {},
+            "values": torch.from_numpy(np.ascontiguousarray(graph.values[local])).to(self.device)}
+        self._batch = NodeBatch(nodes=None, targets=train)
+
+    def train_batches(self, epoch: int) -> Iterator[NodeBatch]:
+        yield self._batch
+
+    def forward(self, model: XMaskNet, batch: NodeBatch) -> Tensor:
         """``[N + P + C, C]`` logits of every token (regions planned once per head width)."""
         t = self.tokens
         head_dim = model.cfg.hidden // model.cfg.heads
@@ -77,19 +105,9 @@ class ExpertNodeTask(NodeTask):
         return model.forward_tokens(t["x"], t["masks"], t["values"] if model.cfg.use_bias else None,
                                     regions=t["regions"].get(head_dim))
 
-    def loss(self, model: torch.nn.Module, batch: NodeBatch) -> tuple[Tensor, int]:
-        """Cross-entropy over the training nodes plus the class tokens (their virtual labels), as M3Dphormer."""
-        masks = self.tokens["masks"]
-        out = self._token_logits(model)
-        idx = torch.cat([batch.targets.to(self.device), masks.class_tokens])
-        target = torch.cat([self.y[batch.targets].to(self.device), masks.virtual_labels])
-        return torch.nn.functional.cross_entropy(out[idx], target), int(batch.targets.numel())
-
-    @torch.no_grad()
-    def predict(self, model: torch.nn.Module) -> Tensor:
+    def predict(self, model: XMaskNet) -> Tensor:
         """``[N, C]`` logits of the node tokens on the CPU."""
-        model.eval()
-        return self._token_logits(model)[: self.num_nodes].float().cpu()
+        return self.forward(model, self._batch)[: self.num_nodes].float().cpu()
 
 
 def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> NodeTask:
