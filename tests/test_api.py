@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -58,7 +59,7 @@ def test_the_example_equals_the_clis_numbers(example, tmp_path):
     r = run("--format", "json", "train", *CLI_ARGS, "--device", "cpu", "--runs-dir", str(tmp_path / "runs"),
             "--cache-dir", str(folder / "cache"))
     assert r.exit_code == 0, r.stderr
-    cli, api = json.loads(r.stdout), example["result"]
+    cli, api = json.loads(r.stdout), example["result"].to_json()
     assert [x["metrics"] for x in api["runs"]] == [x["metrics"] for x in cli["runs"]]  # exactly, every part
     assert [x["best_epoch"] for x in api["runs"]] == [x["best_epoch"] for x in cli["runs"]]
     assert api["aggregate"] == cli["aggregate"]
@@ -68,7 +69,7 @@ def test_the_example_equals_the_clis_numbers(example, tmp_path):
 
 def test_load_run_predicts_what_xmask_eval_prints(example):
     folder, loaded = example["folder"], example["run"]
-    run_dir = example["result"]["runs"][0]["run_dir"]
+    run_dir = example["result"].runs[0].run_dir
     r = run("--format", "json", "eval", str(folder / run_dir), "--split", "all", "--device", "cpu",
             "--cache-dir", str(folder / "cache"))
     assert r.exit_code == 0, r.stderr
@@ -79,7 +80,9 @@ def test_load_run_predicts_what_xmask_eval_prints(example):
         outputs, targets = loaded.predict(part)
         assert outputs.shape == (targets.numel(), 2)
         assert METRICS["accuracy"](outputs, targets) == ev["metrics"][part] == loaded.score(part)
-    assert loaded.evaluate(("train", "val", "test"))["metrics"] == ev["metrics"]
+    evaluated = loaded.evaluate(("train", "val", "test"))
+    assert evaluated.metrics == ev["metrics"] and evaluated.config_sha256 == ev["config_sha256"]
+    assert evaluated["metrics"] == ev["metrics"]  # dict access: compatibility
     with pytest.raises(UsageError, match="^part: expected one of 'train', 'val', 'test'; got 'all'"):
         loaded.predict("all")
     # The test graphs are the split's test graphs, in its order: their labels are the dataset's.
@@ -95,13 +98,13 @@ def test_the_model_example_runs():
 
 
 def test_override_forms_resolve_alike_and_errors_are_the_clis(tmp_path):
-    from xmask_cli.api import _override_texts
+    from xmask_cli.api import _overrides
     from xmask_cli.config_resolve import resolve
 
-    forms = [_override_texts(["model.heads=2", "run.name=007"], {}),
-             _override_texts({"model.heads": 2, "run.name": "007"}, {}),
-             _override_texts(None, {"model__heads": 2, "run__name": "007"})]
-    configs = [resolve("graph-level", texts) for texts in forms]
+    forms = [_overrides(["model.heads=2", "run.name=007"], {}),
+             _overrides({"model.heads": 2, "run.name": "007"}, {}),
+             _overrides(None, {"model__heads": 2, "run__name": "007"})]
+    configs = [resolve("graph-level", steps) for steps in forms]
     assert configs[1] == configs[2] and configs[1].model.heads == 2
     # A Python string stays a string (the --set text 007 is YAML's 7); nothing else differs.
     assert configs[1].run.name == "007" and configs[0].run.name == "7"
@@ -110,6 +113,51 @@ def test_override_forms_resolve_alike_and_errors_are_the_clis(tmp_path):
     assert bad.value.exit_code == 2  # what `xmask train --set model.hiden=16` exits with
     with pytest.raises(UsageError, match="range 4-2 is empty"):
         xmask_cli.train("graph-level", seeds="4-2", cache_dir=tmp_path, runs_dir=tmp_path)
+
+
+def test_python_values_pass_through_unparsed(monkeypatch):
+    from xmask_cli import config_resolve
+    from xmask_cli.api import _overrides, _resolve_config
+
+    def no_text(text):
+        raise AssertionError(f"a Python value was written as --set text and parsed back: {text}")
+
+    monkeypatch.setattr(config_resolve, "parse_override", no_text)
+    biases = [{"type": "spd", "max_distance": 3}]
+    cfg = _resolve_config("graph-level", None, "a=b: c", _overrides(
+        {"model.biases": biases, "structure.spd.enabled": True, "train.lr": np.float32(0.5)},
+        {"model__head_powers": (1, 2, 3, 4), "model__hidden": np.int64(16), "edge__file": Path("x.csv")}))
+    assert cfg.run.name == "a=b: c" and cfg.model.hidden == 16 and cfg.model.head_powers == [1, 2, 3, 4]
+    assert [b.type for b in cfg.model.biases] == ["spd"] and cfg.model.biases[0].max_distance == 3
+    assert cfg.train.lr == 0.5 and cfg.edge.file == "x.csv" and cfg.structure.spd.enabled is True
+    biases[0]["type"] = "rrwp"  # the caller's list is not the config's
+    assert cfg.model.biases[0].type == "spd"
+
+
+@pytest.mark.parametrize("key, value, text", [
+    ("model.hidden", "wide", "model.hidden=wide"),
+    ("model.hiden", 16, "model.hiden=16"),
+    ("train.epochs", 2.5, "train.epochs=2.5"),
+    ("model.heads", True, "model.heads=true"),
+    ("train.lr", float("nan"), "train.lr=.nan"),
+    ("model.norm", "mid", "model.norm=mid"),
+])
+def test_a_python_value_fails_as_its_set_text_does(key, value, text):
+    from xmask_cli.config_resolve import resolve
+
+    with pytest.raises(ConfigError) as as_text:
+        resolve("graph-level", [text])
+    with pytest.raises(ConfigError) as as_value:
+        resolve("graph-level", [(key, value)])
+    assert str(as_value.value).split(", got")[0] == str(as_text.value).split(", got")[0]
+    assert as_value.value.exit_code == as_text.value.exit_code == 2
+
+
+def test_text_and_values_apply_in_order():
+    from xmask_cli.config_resolve import resolve
+
+    assert resolve("graph-level", ["model.hidden=16", ("model.hidden", 32)]).model.hidden == 32
+    assert resolve("graph-level", [("model.hidden", 32), "model.hidden=16"]).model.hidden == 16
 
 
 def test_import_is_cheap_and_all_names_resolve():

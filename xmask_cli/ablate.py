@@ -33,6 +33,7 @@ from xmask_cli.engine.runs import RunDir, write_json, write_text
 from xmask_cli.engine.selection import RULE
 from xmask_cli.errors import UsageError
 from xmask_cli.model.biases import BIASES
+from xmask_cli.results import RunSummary
 
 __all__ = ["VARIANTS", "CORE_VARIANTS", "BIAS_VARIANTS", "EXPERT_VARIANTS", "IMAGE_VARIANTS", "default_variants",
            "variant_overrides", "parse_variants", "parse_names", "run_ablation"]
@@ -201,7 +202,7 @@ def run_ablation(
             for seed in seeds:
                 run = RunDir(out_dir / "runs" / f"{name}-{variant}" / str(seed))
                 if (run.path / RunDir.SUMMARY).is_file():
-                    summary = run.read_summary()
+                    summary = RunSummary.from_json(run.read_summary())
                     row["reused"].append(seed)
                 else:
                     log(f"ablation {variant}: seed {seed}")
@@ -209,8 +210,8 @@ def run_ablation(
                     result = experiment.train_seeds(cfg, [seed], device=device, cache_dir=cache_dir,
                                                     data_root=data_root, offline=offline, run_root=out_dir / "runs",
                                                     resume=True, log=log)
-                    summary = result["runs"][0]
-                row["runs"][str(seed)] = summary["metrics"]
+                    summary = result.runs[0]
+                row["runs"][str(seed)] = dict(summary.metrics)
         except Exception as exc:  # one variant's failure must not hide the others' results
             if debug:
                 traceback.print_exc()

@@ -1,7 +1,7 @@
 """Training and trained runs from Python: what ``xmask train`` and ``xmask eval`` do, as functions.
 
-:func:`train` is the function ``xmask train`` calls, so its result is the
-json that command prints (``xmask --format json train ...``) for the same
+:func:`train` is the function ``xmask train`` calls, so its result's ``to_json()`` is
+the json that command prints (``xmask --format json train ...``) for the same
 config and seeds. :func:`load_run` reads a run folder back: its model, its
 resolved config, predictions and the metrics ``xmask eval`` prints.
 
@@ -9,13 +9,14 @@ Example::
 
     import xmask_cli
     result = xmask_cli.train("graph-level", dataset="MUTAG", seeds="0-2", train__epochs=20)
-    print(result["aggregate"]["test"])              # {"mean": ..., "std": ...}
-    run = xmask_cli.load_run(result["runs"][0]["run_dir"])
+    print(result.aggregate["test"].mean)            # and .std, .values: one per seed
+    run = xmask_cli.load_run(result.runs[0].run_dir)
     logits, labels = run.predict("test")
 """
 from __future__ import annotations
 
 import json
+import numbers
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,41 +25,82 @@ from typing import TYPE_CHECKING, Any
 
 from xmask_cli import arguments as args
 from xmask_cli.config import Config
-from xmask_cli.config_resolve import list_presets, resolve
+from xmask_cli.config_resolve import Override, list_presets, resolve
 from xmask_cli.errors import UsageError
 
 if TYPE_CHECKING:  # the heavy modules load on first call: `import xmask_cli` and the CLI's option parsing stay light
     import torch
 
+    from xmask_cli.engine.experiment import Experiment
+    from xmask_cli.engine.runs import RunDir
+    from xmask_cli.results import EvalResult, SweepResult
+
 __all__ = ["LoadedRun", "choose_preset", "load_run", "train"]
+
+
+def _dataset_preset(preset: str | None, dataset: str) -> tuple[str, str]:
+    """The preset a ``dataset`` picks (``preset`` itself when given) and the dataset's reference."""
+    from xmask_cli.data.registry import get_dataset
+
+    spec = get_dataset(dataset)
+    if preset is None:
+        preset = spec.key if spec.key in list_presets() else f"{spec.level}-level"
+    return preset, spec.ref
 
 
 def choose_preset(preset: str | None, dataset: str | None, overrides: Sequence[str] | None) -> tuple[str, list[str]]:
     """Preset and overrides of a run: ``dataset`` overrides data.dataset and, without a preset, picks the
     dataset's own preset (else its level's); the default is graph-level."""
-    from xmask_cli.data.registry import get_dataset
-
     out = list(overrides or [])
     if dataset is not None:
-        spec = get_dataset(dataset)
-        out.insert(0, f"data.dataset={json.dumps(spec.ref)}")  # quoted: a folder path
-        if preset is None:
-            preset = spec.key if spec.key in list_presets() else f"{spec.level}-level"
+        preset, ref = _dataset_preset(preset, dataset)
+        out.insert(0, f"data.dataset={json.dumps(ref)}")  # quoted: a folder path
     return preset or "graph-level", out
 
 
-def _override_texts(overrides: Mapping[str, Any] | Sequence[str] | None, dotted: Mapping[str, Any]) -> list[str]:
-    """``KEY=VALUE`` texts (as ``--set`` takes them) from texts, a mapping of dotted keys, and ``a__b=v`` keywords.
+def _plain(value: Any) -> Any:
+    """A Python value as the schema takes it: a path as its text, a tuple as a list, a numpy number as Python's
+    (as a shell would pass the path, and as YAML has lists only)."""
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+        return int(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value  # anything else: the schema's check names its type
 
-    Python values are written as JSON (a YAML subset), so a string stays a string and a list a list.
-    """
+
+def _overrides(overrides: Mapping[str, Any] | Sequence[str] | None, dotted: Mapping[str, Any]) -> list[Override]:
+    """The overrides in order: ``--set`` texts as given, then ``(dotted key, Python value)`` pairs from a
+    mapping and from ``a__b=v`` keywords; a value is passed through, never written as text and parsed back."""
     if isinstance(overrides, str):
         overrides = [overrides]
-    texts = [] if overrides is None else (
-        [f"{k}={json.dumps(v, default=str)}" for k, v in overrides.items()] if isinstance(overrides, Mapping)
-        else list(overrides))
-    # default=str: a Path (edge__file=Path("x.csv")) is written as its text, as the shell would pass it.
-    return texts + [f"{k.replace('__', '.')}={json.dumps(v, default=str)}" for k, v in dotted.items()]
+    out: list[Override] = []
+    if isinstance(overrides, Mapping):
+        out += [(k, _plain(v)) for k, v in overrides.items()]
+    elif overrides is not None:
+        out += list(overrides)
+    return out + [(k.replace("__", "."), _plain(v)) for k, v in dotted.items()]
+
+
+def _resolve_config(config: str | os.PathLike | Config | None, dataset: str | None, name: str | None,
+                    overrides: list[Override]) -> Config:
+    """The run's config: ``config`` (a preset, a path or a Config) with ``dataset``, the overrides and ``name``."""
+    steps = [*overrides, *([] if name is None else [("run.name", name)])]
+    if isinstance(config, Config):
+        return resolve(None, [*([] if dataset is None else [("data.dataset", dataset)]), *steps],
+                       base=config.to_dict())
+    preset = None if config is None else str(config)
+    if dataset is not None:
+        preset, ref = _dataset_preset(preset, dataset)
+        steps.insert(0, ("data.dataset", ref))
+    return resolve(preset or "graph-level", steps)
 
 
 def train(
@@ -79,13 +121,14 @@ def train(
     on_epoch: Callable[[int, dict[str, Any]], None] = lambda seed, row: None,
     on_seed_start: Callable[[int, int], None] = lambda seed, epochs: None,
     **dotted: Any,
-) -> dict[str, Any]:
-    """Train one run per seed, as ``xmask train`` does; returns what ``xmask --format json train`` prints.
+) -> SweepResult:
+    """Train one run per seed, as ``xmask train`` does; its ``to_json()`` is what ``xmask --format json train`` prints.
 
     Args:
         config: a preset name (``xmask presets ls``), a preset YAML path, or a
             resolved :class:`~xmask_cli.config.Config`; None: ``dataset``'s preset, else graph-level.
-        overrides: ``--set`` overrides, as ``["model.hidden=16"]`` or ``{"model.hidden": 16}``.
+        overrides: ``--set`` overrides, as ``["model.hidden=16"]`` texts or a mapping ``{"model.hidden": 16}``
+            whose Python values are passed through (checked as ``--set`` checks its values).
         dataset: ``--dataset``: overrides ``data.dataset`` (and picks the preset when ``config`` is None).
         seeds: one seed, a list, or a sweep text such as ``"0-4"`` (``--seeds``); None: seed 0.
         device: ``auto`` (CUDA when present), ``cpu``, ``cuda`` or ``cuda:N``.
@@ -97,8 +140,9 @@ def train(
         **dotted: more overrides with ``__`` for the dots: ``model__hidden=16``, ``train__epochs=50``.
 
     Returns:
-        ``{"name", "dataset", "level", "metric", "features", "seeds", "run_root", "runs": [per-seed
-        summary], "aggregate": {part: {"mean", "std"}} }``.
+        a :class:`~xmask_cli.results.SweepResult`: ``name``, ``dataset``, ``level``, ``metric``, ``features``,
+        ``seeds``, ``run_root``, ``runs`` (each run's :class:`~xmask_cli.results.RunSummary`) and ``aggregate``
+        (``{part: MetricStats(mean, std, values)}``); ``result["runs"]`` reads its JSON (compatibility).
 
     Raises:
         UsageError: an argument of the wrong type or value (the message starts with its name), before any work.
@@ -125,16 +169,7 @@ def train(
         seed_list = parse_seeds(seed_value if isinstance(seed_value, str) else ",".join(map(str, seed_value)))
     with args.as_parameter("device", "--device"):
         device = resolve_device(device)
-    texts = _override_texts(overrides, dotted)
-    if name is not None:
-        texts.append(f"run.name={json.dumps(name)}")
-    if isinstance(config, Config):
-        if dataset is not None:
-            texts.insert(0, f"data.dataset={json.dumps(dataset)}")
-        cfg = resolve(None, texts, base=config.to_dict())
-    else:
-        preset, texts = choose_preset(None if config is None else str(config), dataset, texts)
-        cfg = resolve(preset, texts)
+    cfg = _resolve_config(config, dataset, name, _overrides(overrides, dotted))
     return train_seeds(cfg, seed_list, device=device, cache_dir=resolve_cache_dir(cache_root),
                        data_root=data_root, offline=offline, run_root=runs_root, resume=resume, overwrite=overwrite, log=log, on_epoch=on_epoch, on_seed_start=on_seed_start)
 
@@ -157,9 +192,9 @@ class LoadedRun:
     metric: str
     seed: int
     device: str
-    _run: Any = field(repr=False)
+    _run: RunDir = field(repr=False)
     _saved: dict[str, Any] = field(repr=False)
-    _exp: Any = field(repr=False)
+    _exp: Experiment = field(repr=False)
     _task: Any = field(repr=False)
 
     def predict(self, part: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
@@ -192,10 +227,11 @@ class LoadedRun:
         from xmask_cli.engine.splits import PARTS
 
         part = args.choice_arg("part", part, PARTS)
-        return float(self.evaluate((part,))["metrics"][part])
+        return float(self.evaluate((part,)).metrics[part])
 
-    def evaluate(self, parts: Sequence[str] = ("val", "test")) -> dict[str, Any]:
-        """What ``xmask --format json eval`` prints: metrics recomputed on ``parts`` beside the recorded ones."""
+    def evaluate(self, parts: Sequence[str] = ("val", "test")) -> EvalResult:
+        """Metrics recomputed on ``parts`` beside the recorded ones; its ``to_json()`` is what
+        ``xmask --format json eval`` prints."""
         from xmask_cli.engine.evaluate import evaluate_loaded
         from xmask_cli.engine.splits import PARTS
 

@@ -9,13 +9,14 @@ and for every CLI command before it resolves a preset.
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import math
 import os
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -182,19 +183,30 @@ def load_preset_dict(name_or_path: str, *, _seen: tuple[str, ...] = (), _relativ
 
 
 # ----------------------------------------------------------------- overrides
+#: One override: a ``--set`` text ``"KEY=VALUE"`` (the value parsed as YAML), or a ``(dotted key, value)`` pair
+#: whose Python value is taken as it is; both then pass the same schema coercion and checks.
+Override = str | tuple[str, Any]
+
+
+def _key_parts(key: str, shown: str) -> list[str]:
+    """``"a.b"`` -> ``["a", "b"]``; ``shown`` is what an error quotes (the ``--set`` text, or the key)."""
+    parts = key.strip().split(".")
+    if not key.strip():
+        raise ConfigError(f"--set '{shown}': empty key")
+    if any(not p.strip() for p in parts):  # model..heads, .heads, heads.: a typo, never a key
+        raise ConfigError(f"--set '{shown}': empty part in key '{key.strip()}'; keys are dotted names such as model.heads")
+    parts = [p.strip() for p in parts]
+    if parts[0] == "tune" and len(parts) > 2:  # tune's keys are dotted names: tune.model.hidden -> tune["model.hidden"]
+        parts = ["tune", ".".join(parts[1:])]
+    return parts
+
+
 def parse_override(text: str) -> tuple[list[str], Any]:
     """``"a.b=v"`` -> (``["a", "b"]``, typed ``v``), values parsed as YAML scalars/lists."""
     if "=" not in text:
         raise ConfigError(f"--set '{text}': expected KEY=VALUE, e.g. --set structure.powers.k=3")
     key, raw = text.split("=", 1)
-    parts = key.strip().split(".")
-    if not key.strip():
-        raise ConfigError(f"--set '{text}': empty key")
-    if any(not p.strip() for p in parts):  # model..heads, .heads, heads.: a typo, never a key
-        raise ConfigError(f"--set '{text}': empty part in key '{key.strip()}'; keys are dotted names such as model.heads")
-    parts = [p.strip() for p in parts]
-    if parts[0] == "tune" and len(parts) > 2:  # tune's keys are dotted names: tune.model.hidden -> tune["model.hidden"]
-        parts = ["tune", ".".join(parts[1:])]
+    parts = _key_parts(key, text)
     try:
         value = load_yaml_bounded(raw) if raw.strip() else ""
     except YamlTooLarge as exc:
@@ -204,11 +216,21 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return parts, value
 
 
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Return ``data`` with every ``--set`` applied (schema checks come later)."""
+def _override_parts(item: Override) -> tuple[list[str], Any]:
+    if isinstance(item, str):
+        return parse_override(item)
+    key, value = item
+    if not isinstance(key, str):
+        raise ConfigError(f"override key {shorten(key)}: expected a dotted name such as model.heads")
+    # A copy: the resolved config must not share a list or mapping the caller may change afterwards.
+    return _key_parts(key, key), copy.deepcopy(value)
+
+
+def apply_overrides(data: dict[str, Any], overrides: Iterable[Override]) -> dict[str, Any]:
+    """Return ``data`` with every override applied in order (schema checks come later)."""
     out = _merge({}, data)
-    for text in overrides:
-        parts, value = parse_override(text)
+    for item in overrides:
+        parts, value = _override_parts(item)
         node = out
         for p in parts[:-1]:
             nxt = node.get(p)
@@ -363,8 +385,14 @@ def register_check(section: type, name: str, check: SectionCheck) -> None:
     _CHECKS.setdefault(section, {})[name] = check
 
 
-def resolve(preset: str | None = None, overrides: list[str] | None = None, base: dict[str, Any] | None = None) -> Config:
-    """Preset name/path (or none: the schema defaults) + ``--set`` overrides -> :class:`Config`."""
+def resolve(preset: str | None = None, overrides: Sequence[Override] | None = None,
+            base: dict[str, Any] | None = None) -> Config:
+    """Preset name/path (or none: ``base``, else the schema defaults) + overrides -> :class:`Config`.
+
+    ``overrides``, applied in order: ``--set`` texts (``"model.hidden=16"``) and ``(dotted key, value)``
+    pairs (``("model.hidden", 16)``: the Python value is not parsed, so ``"007"`` stays a string); either
+    form passes the same coercion and checks, with the same errors.
+    """
     data = load_preset_dict(preset) if preset else dict(base or {})
     data = apply_overrides(data, overrides or [])
     return build(Config, data)

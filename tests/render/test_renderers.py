@@ -1,12 +1,14 @@
 """Human renderers on hand-made results: every number shown as the result holds it, rows where they belong."""
 from __future__ import annotations
 
+import dataclasses
 import io
 from pathlib import Path
 
 from rich.console import Console
 
 from xmask_cli.render import ablate, evaluate, explain, train
+from xmask_cli.results import EvalResult, MetricStats, RunSummary, SweepResult
 
 
 def _text(render, *args) -> str:
@@ -27,22 +29,23 @@ def test_explain_prints_each_heads_hop_masses_and_the_files():
     assert lines[-2:] == ["maps: out/maps.h5", "figure: out/graph_0.png"]
 
 
-def _run(seed: int, test: float) -> dict:
-    return {"seed": seed, "best_epoch": 3, "epochs_run": 5, "metrics": {"train": 1.0, "val": 0.5, "test": test}}
+def _run(seed: int, test: float) -> RunSummary:
+    return RunSummary(seed=seed, best_epoch=3, epochs_run=5, metrics={"train": 1.0, "val": 0.5, "test": test})
 
 
 def test_train_adds_the_mean_row_only_over_several_seeds():
-    one = {"dataset": "MUTAG", "level": "graph", "metric": "accuracy", "run_root": "runs/x", "runs": [_run(0, 0.75)]}
+    one = SweepResult(name="x", dataset="MUTAG", level="graph", metric="accuracy", features=None, seeds=(0,),
+                      run_root="runs/x", runs=(_run(0, 0.75),), aggregate=None)
     text = _text(train.human, one)
     assert "0.7500" in text and "mean ± std" not in text
-    agg = {p: {"mean": 0.5, "std": 0.25} for p in ("train", "val", "test")}
-    two = {**one, "runs": [_run(0, 0.75), _run(1, 0.25)], "aggregate": agg}
+    agg = {p: MetricStats(mean=0.5, std=0.25, values=(0.75, 0.25)) for p in ("train", "val", "test")}
+    two = dataclasses.replace(one, seeds=(0, 1), runs=(_run(0, 0.75), _run(1, 0.25)), aggregate=agg)
     assert "0.5000 ± 0.2500" in _text(train.human, two)
 
 
 def test_eval_shows_the_recorded_value_or_a_dash():
-    result = {"dataset": "MUTAG", "level": "graph", "seed": 0, "run_dir": "runs/x/0", "metric": "accuracy",
-              "metrics": {"val": 0.5, "test": 0.625}, "recorded": {"val": 0.5, "test": None}}
+    result = EvalResult(dataset="MUTAG", level="graph", seed=0, run_dir="runs/x/0", metric="accuracy",
+                        metrics={"val": 0.5, "test": 0.625}, recorded={"val": 0.5, "test": None}, config_sha256="0" * 16)
     text = _text(evaluate.human, result, ("val", "test"))
     assert "0.5000 (recorded 0.5000)" in text and "0.6250 (recorded -)" in text
 

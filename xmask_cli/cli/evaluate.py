@@ -40,7 +40,7 @@ def eval_(
     result = evaluate_run(run_dir, parts=parts, device=resolve_device(device), cache_dir=data.cache(),
                           data_root=data.data_root, offline=data.no_download, log=out.log)
 
-    out.result(result, lambda con: render.human(con, result, parts))
+    out.result(result.to_json(), lambda con: render.human(con, result, parts))
 
 
 def register(app: typer.Typer) -> None:

@@ -96,7 +96,7 @@ def train(
                             on_epoch=on_epoch, on_seed_start=on_seed_start)
 
     if rank == 0:
-        out.result(result, lambda con: render.human(con, result))
+        out.result(result.to_json(), lambda con: render.human(con, result))
 
 
 def register(app: typer.Typer) -> None:

@@ -22,6 +22,7 @@ from xmask_cli.engine.loop import score
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.errors import RunNotFoundError, first_line
 from xmask_cli.model.network import ModelConfig, XMaskNet
+from xmask_cli.results import EvalResult
 
 __all__ = ["read_run", "rebuild_run", "evaluate_run", "evaluate_loaded", "run_precision"]
 
@@ -86,7 +87,7 @@ def evaluate_run(
     data_root: str | os.PathLike | None = None,
     offline: bool | None = None,
     log: Callable[[str], None] = lambda m: None,
-) -> dict[str, Any]:
+) -> EvalResult:
     """Reload a run's config and best checkpoint and recompute its metrics on ``parts``.
 
     Returns the recomputed metrics next to the ones ``summary.json`` recorded.
@@ -101,11 +102,11 @@ def evaluate_run(
 
 
 def evaluate_loaded(run: RunDir, saved: dict[str, Any], exp: Experiment, task: Any, model: torch.nn.Module, *,
-                    parts: tuple[str, ...], device: str) -> dict[str, Any]:
+                    parts: tuple[str, ...], device: str) -> EvalResult:
     """:func:`evaluate_run` of a run already rebuilt by :func:`rebuild_run` (``xmask_cli.load_run`` reuses it)."""
     seed = int(saved["train"]["seed"])
     metrics = {part: score(task, model, part, run_precision(saved), device) for part in parts}
     recorded = run.read_summary()["metrics"] if (run.path / RunDir.SUMMARY).is_file() else {}
-    return {"run_dir": str(run.path), "dataset": exp.dataset, "level": exp.level, "metric": exp.metric, "seed": seed,
-            "metrics": metrics, "recorded": {p: recorded.get(p) for p in parts},
-            "config_sha256": hashlib.sha256(json.dumps(saved, sort_keys=True).encode()).hexdigest()[:16]}
+    return EvalResult(run_dir=str(run.path), dataset=exp.dataset, level=exp.level, metric=exp.metric, seed=seed,
+                      metrics=metrics, recorded={p: recorded.get(p) for p in parts},
+                      config_sha256=hashlib.sha256(json.dumps(saved, sort_keys=True).encode()).hexdigest()[:16])

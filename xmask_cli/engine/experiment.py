@@ -11,7 +11,7 @@ Example::
 
     cfg = resolve("graph-level", ["train.epochs=50"])
     result = train_seeds(cfg, seeds=[0, 1, 2], device="cpu", cache_dir=Path("cache"))
-    print(result["aggregate"]["test"])
+    print(result.aggregate["test"].mean, result.aggregate["test"].std)
 """
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ from xmask_cli.model.biases import bias_entry
 from xmask_cli.model.model_config import ModelConfig, sparse_refusal
 from xmask_cli.prepare import check_patch, prepare_dataset, prepare_graphs
 from xmask_cli.prepare.needs import structure_needed
+from xmask_cli.results import FoldsSummary, RunSummary, SweepResult, stats_of
 
 __all__ = ["parse_seeds", "resolve_device", "resolve_level", "resolve_metric", "Experiment",
            "train_seeds", "DEFAULT_METRICS"]
@@ -437,7 +438,7 @@ def train_seeds(
     on_seed_start: Callable[[int, int], None] = lambda seed, epochs: None,
     parts: tuple[str, ...] = PARTS,
     max_folds: int | None = None,
-) -> dict[str, Any]:
+) -> SweepResult:
     """Train one run per seed into ``<run_root>/<name>/<seed>/``; returns summaries and the aggregate.
 
     With ``data.folds`` = K (graph level), one run per seed and outer fold into
@@ -468,7 +469,7 @@ def train_seeds(
     if max_folds is not None and (isinstance(max_folds, bool) or not isinstance(max_folds, int) or max_folds < 1):
         raise UsageError(f"max_folds: expected an int >= 1 or None, got {max_folds!r}")
     n_folds = min(cfg.data.folds, max_folds or cfg.data.folds)
-    summaries: list[dict[str, Any]] = []
+    summaries: list[RunSummary] = []
     jobs: list[tuple[int, int | None, RunDir]] = []  # the runs started so far, in training order
     # Under torchrun: one process group for every seed; only rank 0 locks, reads and writes run folders.
     with distributed.session(device) as (w, device), contextlib.ExitStack() as held:
@@ -498,24 +499,24 @@ def train_seeds(
             summary = loop.train_task(task, run_exp.model_config(task), _train_config(cfg, seed, device), run,
                                       extra_config=extra, resume=resume, overwrite=overwrite,
                                       log=lambda row, s=seed: on_epoch(s, row), parts=parts)
-            summary = {**summary, "level": exp.level, "run_dir": str(run.path),
-                       **({} if fold is None else {"fold": fold, "folds": cfg.data.folds})}
+            summary = RunSummary.from_json({**summary, "level": exp.level, "run_dir": str(run.path),
+                                            **({} if fold is None else {"fold": fold, "folds": cfg.data.folds})},
+                                           strict=True)
             if w.main:
-                run.write_summary(summary)
+                run.write_summary(summary.to_json())
             summaries.append(summary)
             stall = input_stall(run.read_metrics()) if w.main else None  # other ranks never read the run folder
-            log(f"seed {seed}{'' if fold is None else f' fold {fold}'}: best epoch {summary['best_epoch']}, "
-                + ", ".join(f"{p} {exp.metric} {summary['metrics'][p]:.4f}" for p in PARTS if p in summary['metrics'])
+            log(f"seed {seed}{'' if fold is None else f' fold {fold}'}: best epoch {summary.best_epoch}, "
+                + ", ".join(f"{p} {exp.metric} {summary.metrics[p]:.4f}" for p in PARTS if p in summary.metrics)
                 + ("" if stall is None else f"; input stall {100 * stall:.1f} % of training time (waiting for batches)"))
         run_dirs = [run for _, _, run in jobs]
-        agg = aggregate(run_dirs) if w.main else None
-        result = {"name": exp.run_name(), "dataset": exp.dataset, "level": exp.level, "metric": exp.metric,
-                  "features": exp.features(),
-                  "seeds": seeds, "run_root": str(root), "runs": summaries, "aggregate": agg}
+        folds = None
         if n_folds and w.main:
-            result["folds"] = {"k": cfg.data.folds, "trained": n_folds, "holdout": HOLDOUT,
-                               "per_seed": {str(s): aggregate([r for s2, _, r in jobs if s2 == s]) for s in seeds}}
+            folds = FoldsSummary(cfg.data.folds, n_folds, HOLDOUT, {
+                str(s): stats_of(aggregate([r for s2, _, r in jobs if s2 == s])) for s in seeds})
+        result = SweepResult(exp.run_name(), exp.dataset, exp.level, exp.metric, exp.features(), tuple(seeds),
+                             str(root), tuple(summaries), stats_of(aggregate(run_dirs)) if w.main else None, folds)
         if len(run_dirs) > 1 and w.main:
             root.mkdir(parents=True, exist_ok=True)
-            write_json(root / "aggregate.json", {k: v for k, v in result.items() if k != "runs"})
+            write_json(root / "aggregate.json", result.aggregate_json())
         return result

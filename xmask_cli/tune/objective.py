@@ -120,19 +120,20 @@ def run_trial(trial: Any, setup: TrialSetup, *, log: Callable[[str], None] = lam
         raise TrialFailed(f"{type(exc).__name__}: {first_line(exc)}") from None
     finally:
         _drop_checkpoints(setup.study_dir / "trials" / f"trial-{trial.number:04d}")
-    agg = result["aggregate"]
-    val = agg["val"]
-    if not all(math.isfinite(v) for v in val["values"]):
-        raise TrialFailed(f"validation {setup.metric} is not finite on some seed: {val['values']}")
-    trial.set_user_attr("val_values", val["values"])
-    trial.set_user_attr("val_std", val["std"])
+    if result.aggregate is None:  # only a distributed run's other ranks have no aggregate; tune runs one process
+        raise TrialFailed("the sweep returned no aggregate")
+    val = result.aggregate["val"]
+    if not all(math.isfinite(v) for v in val.values):
+        raise TrialFailed(f"validation {setup.metric} is not finite on some seed: {list(val.values)}")
+    trial.set_user_attr("val_values", list(val.values))
+    trial.set_user_attr("val_std", val.std)
     # What breaks ties between trials (selection.TRIAL_RULE): each seed's validation loss at its kept epoch.
-    losses = [(r.get("selection") or {}).get("val_loss") for r in result["runs"]]
+    losses = [(r.selection or {}).get("val_loss") for r in result.runs]
     trial.set_user_attr("val_loss_mean", sum(losses) / len(losses) if losses and None not in losses else None)
-    trial.set_user_attr("train_mean", agg["train"]["mean"])
-    trial.set_user_attr("best_epochs", [r["best_epoch"] for r in result["runs"]])
-    trial.set_user_attr("run_root", result["run_root"])
-    return float(val["mean"])
+    trial.set_user_attr("train_mean", result.aggregate["train"].mean)
+    trial.set_user_attr("best_epochs", [r.best_epoch for r in result.runs])
+    trial.set_user_attr("run_root", result.run_root)
+    return float(val.mean)
 
 
 def best_trial(study: Any) -> Any:

@@ -376,8 +376,9 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
             final_cfg = best_config(cfg, params, best, root=str(folder), name="final")
             res = train_seeds(final_cfg, list(opts.final_seeds), device=opts.device, cache_dir=opts.cache_dir,
                               data_root=opts.data_root, offline=opts.offline, overwrite=True, parts=PARTS, log=log)
-            final = {"trial": best.number, "seeds": list(opts.final_seeds), "run_root": res["run_root"],
-                     **{p: res["aggregate"][p] for p in PARTS}}
+            agg = res.aggregate or {}  # None only on a distributed run's other ranks
+            final = {"trial": best.number, "seeds": list(opts.final_seeds), "run_root": res.run_root,
+                     **{p: agg[p].to_json() for p in PARTS}}
     summary = outputs.write_all(study, folder, name=name, url=url, dataset=cfg.data.dataset, level=level, metric=metric, params=params,
                                 opts=opts, ran=ran, best_cfg=best_cfg, final=final, log=log,
                                 plots=opts.plots)
