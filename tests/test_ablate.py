@@ -12,6 +12,7 @@ from xmask_cli.ablate import parse_variants, run_ablation
 from xmask_cli.cli import app
 from xmask_cli.engine import experiment
 from xmask_cli.errors import UsageError
+from xmask_cli.results import AblationResult
 
 TINY = ["model.hidden=8", "model.heads=2", "model.layers=2", "train.epochs=2", "train.warmup_epochs=1",
         "structure.spd.enabled=false", "structure.spectrum.enabled=false"]
@@ -50,6 +51,8 @@ def test_table_numbers_and_files(ablation):
     csv_lines = (root / "abl" / "ablation.csv").read_text().splitlines()
     assert csv_lines[0].startswith("variant,status,metric") and len(csv_lines) == 1 + len(VARIANTS)
     assert json.loads((root / "abl" / "ablation.json").read_text())["rows"] == json.loads(json.dumps(result["rows"]))
+    saved = AblationResult.from_json(json.loads((root / "abl" / "ablation.json").read_text()))
+    assert saved == result and saved.rows[0].variant == "full"  # the file reads back to the result
     # The runs are train's: the same selection rule, recorded in the table and in every run's summary.
     from xmask_cli.engine.selection import RULE
 

@@ -10,8 +10,8 @@ Example::
 
     result = run_ablation("node-level", ["data.dataset=cora"], seeds=[0, 1, 2],
                           out_dir=Path("ablations/cora"), cache_dir=Path("cache"))
-    for row in result["rows"]:
-        print(row["variant"], row["test_mean"], row["delta_test"])
+    for row in result.rows:
+        print(row.variant, row.test_mean, row.delta_test)
 """
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ import os
 import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from xmask_cli.config import Config
 from xmask_cli.config_resolve import resolve
@@ -33,7 +32,7 @@ from xmask_cli.engine.runs import RunDir, write_json, write_text
 from xmask_cli.engine.selection import RULE
 from xmask_cli.errors import UsageError
 from xmask_cli.model.biases import BIASES
-from xmask_cli.results import RunSummary
+from xmask_cli.results import AblationResult, AblationRow, RunSummary
 
 __all__ = ["VARIANTS", "CORE_VARIANTS", "BIAS_VARIANTS", "EXPERT_VARIANTS", "IMAGE_VARIANTS", "default_variants",
            "variant_overrides", "parse_variants", "parse_names", "run_ablation"]
@@ -118,12 +117,12 @@ def variant_overrides(variant: str, cfg: Config) -> list[str]:
         if variant == "no-routing":
             return ["model.routing=none"]
         name = variant[3:]
-        kept = [e for e in cfg.model.experts if e != name]
-        if len(kept) == len(cfg.model.experts):
+        experts = [e for e in cfg.model.experts if e != name]
+        if len(experts) == len(cfg.model.experts):
             raise UsageError(f"variant '{variant}': the preset has no {name} expert")
-        if not kept:
+        if not experts:
             raise UsageError(f"variant '{variant}': removing the only expert leaves no attention")
-        return [f"model.experts=[{','.join(kept)}]"]
+        return [f"model.experts=[{','.join(experts)}]"]
     raise UsageError(f"unknown ablation variant '{variant}': choose from {', '.join(VARIANTS)}")
 
 
@@ -173,15 +172,14 @@ def run_ablation(
     device: str = "cpu",
     log: Callable[[str], None] = lambda m: None,
     debug: bool = False,
-) -> dict[str, Any]:
+) -> AblationResult:
     """Train every variant over ``seeds``; write ``ablation.csv`` / ``ablation.json`` in ``out_dir``.
 
     Returns:
-        ``{"dataset", "level", "metric", "seeds", "rows": [...]}``; a row holds
-        ``variant``, ``description``, ``status`` (``ok`` or ``failed``),
-        ``error``, ``val_mean/std``, ``test_mean/std`` and ``delta_test``
-        (test mean minus that of ``full``), ``runs`` (per-seed metrics),
-        ``reused`` (seeds read back instead of trained).
+        an :class:`~xmask_cli.results.AblationResult` (its ``to_json()`` is ``ablation.json``): one
+        :class:`~xmask_cli.results.AblationRow` per variant with ``status`` (``ok`` or ``failed``),
+        ``error``, ``val_mean/std``, ``test_mean/std``, ``delta_test`` (test mean minus that of
+        ``full``), ``runs`` (per-seed metrics) and ``reused`` (seeds read back instead of trained).
     """
     base = resolve(preset, overrides)
     if base.data.folds:  # a variant's row is one figure per seed: K fold runs would need their own table
@@ -193,49 +191,59 @@ def run_ablation(
     dataset = base.data.dataset if level != "edge" else "edges"
     name = run_name(base, level)  # <dataset>-<level>: a folder dataset's name, never its path
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, Any]] = []
-    for variant in variants:
-        row: dict[str, Any] = {"variant": variant, "description": VARIANTS[variant], "status": "ok", "error": None,
-                               "runs": {}, "reused": []}
-        try:
-            cfg = resolve(preset, [*overrides, *variant_overrides(variant, base), f"run.name={name}-{variant}"])
-            for seed in seeds:
-                run = RunDir(out_dir / "runs" / f"{name}-{variant}" / str(seed))
-                if (run.path / RunDir.SUMMARY).is_file():
-                    summary = RunSummary.from_json(run.read_summary())
-                    row["reused"].append(seed)
-                else:
-                    log(f"ablation {variant}: seed {seed}")
-                    # Through the module, read per call: a substitute for train_seeds (tests) is seen.
-                    result = experiment.train_seeds(cfg, [seed], device=device, cache_dir=cache_dir,
-                                                    data_root=data_root, offline=offline, run_root=out_dir / "runs",
-                                                    resume=True, log=log)
-                    summary = result.runs[0]
-                row["runs"][str(seed)] = dict(summary.metrics)
-        except Exception as exc:  # one variant's failure must not hide the others' results
-            if debug:
-                traceback.print_exc()
-            row["status"] = "failed"
-            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            log(f"ablation {variant} failed: {row['error']}")
-        for part in ("val", "test"):
-            mean, std = _stats([m[part] for m in row["runs"].values()])
-            row[f"{part}_mean"], row[f"{part}_std"] = mean, std
-        rows.append(row)
-    full = next((r for r in rows if r["variant"] == "full"), None)
-    for row in rows:
-        ok = full is not None and full["test_mean"] is not None and row["test_mean"] is not None
-        row["delta_test"] = row["test_mean"] - full["test_mean"] if ok else None
-
-    result = {"dataset": dataset, "level": level, "metric": metric, "seeds": seeds, "name": name, "selection": RULE,
-              "preset": preset, "overrides": overrides, "out_dir": str(out_dir), "rows": rows}
-    write_json(out_dir / "ablation.json", result)
+    rows = [_variant_row(variant, preset, overrides, base, name, seeds, out_dir=out_dir, cache_dir=cache_dir,
+                         data_root=data_root, offline=offline, device=device, log=log, debug=debug)
+            for variant in variants]
+    full = next((r for r in rows if r.variant == "full"), None)
+    rows = [dataclasses.replace(row, delta_test=_delta(row, full)) for row in rows]
+    result = AblationResult(dataset=dataset, level=level, metric=metric, seeds=tuple(seeds), name=name, selection=RULE,
+                            preset=preset, overrides=tuple(overrides), out_dir=str(out_dir), rows=tuple(rows))
+    write_json(out_dir / "ablation.json", result.to_json())
     buf = io.StringIO()
     writer = csv.writer(buf)
     writer.writerow(["variant", "status", "metric", "seeds", "val_mean", "val_std", "test_mean", "test_std",
                      "delta_test", "error"])
     for r in rows:
-        writer.writerow([r["variant"], r["status"], metric, len(r["runs"]), r["val_mean"], r["val_std"],
-                         r["test_mean"], r["test_std"], r["delta_test"], r["error"] or ""])
+        writer.writerow([r.variant, r.status, metric, len(r.runs), r.val_mean, r.val_std,
+                         r.test_mean, r.test_std, r.delta_test, r.error or ""])
     write_text(out_dir / "ablation.csv", buf.getvalue())
     return result
+
+
+def _delta(row: AblationRow, full: AblationRow | None) -> float | None:
+    """``row``'s test mean minus that of ``full`` (None where either has none)."""
+    if full is None or full.test_mean is None or row.test_mean is None:
+        return None
+    return row.test_mean - full.test_mean
+
+
+def _variant_row(variant: str, preset: str | None, overrides: list[str], base: Config, name: str, seeds: list[int],
+                 *, out_dir: Path, cache_dir: Path, data_root: str | os.PathLike | None, offline: bool | None,
+                 device: str, log: Callable[[str], None], debug: bool) -> AblationRow:
+    """One variant over ``seeds`` (finished runs read back); a failure is kept in the row, not raised."""
+    runs: dict[str, dict[str, float]] = {}
+    reused: list[int] = []
+    error = None
+    try:
+        cfg = resolve(preset, [*overrides, *variant_overrides(variant, base), f"run.name={name}-{variant}"])
+        for seed in seeds:
+            run = RunDir(out_dir / "runs" / f"{name}-{variant}" / str(seed))
+            if (run.path / RunDir.SUMMARY).is_file():
+                summary = RunSummary.from_json(run.read_summary())
+                reused.append(seed)
+            else:
+                log(f"ablation {variant}: seed {seed}")
+                # Through the module, read per call: a substitute for train_seeds (tests) is seen.
+                summary = experiment.train_seeds(cfg, [seed], device=device, cache_dir=cache_dir, data_root=data_root,
+                                                 offline=offline, run_root=out_dir / "runs", resume=True,
+                                                 log=log).runs[0]
+            runs[str(seed)] = dict(summary.metrics)
+    except Exception as exc:  # one variant's failure must not hide the others' results
+        if debug:
+            traceback.print_exc()
+        error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        log(f"ablation {variant} failed: {error}")
+    (val_mean, val_std), (test_mean, test_std) = (_stats([m[part] for m in runs.values()]) for part in ("val", "test"))
+    return AblationRow(variant=variant, description=VARIANTS[variant], status="ok" if error is None else "failed",
+                       error=error, runs=runs, reused=tuple(reused), val_mean=val_mean, val_std=val_std,
+                       test_mean=test_mean, test_std=test_std)

@@ -8,7 +8,7 @@ from pathlib import Path
 from rich.console import Console
 
 from xmask_cli.render import ablate, evaluate, explain, train
-from xmask_cli.results import EvalResult, MetricStats, RunSummary, SweepResult
+from xmask_cli.results import AblationResult, AblationRow, EvalResult, MetricStats, RunSummary, SweepResult
 
 
 def _text(render, *args) -> str:
@@ -51,10 +51,11 @@ def test_eval_shows_the_recorded_value_or_a_dash():
 
 
 def test_ablate_reports_failed_variants_in_their_row():
-    rows = [{"variant": "full", "val_mean": 0.5, "val_std": 0.0, "test_mean": 0.75, "test_std": 0.125,
-             "delta_test": 0.0, "status": "ok"},
-            {"variant": "no-logmask", "val_mean": None, "test_mean": None, "delta_test": None, "status": "failed",
-             "error": "boom"}]
-    text = _text(ablate.human, {"dataset": "MUTAG", "level": "graph", "metric": "accuracy", "rows": rows}, "0-1",
-                 Path("abl"))
+    rows = (AblationRow(variant="full", description="the preset as is", val_mean=0.5, val_std=0.0, test_mean=0.75,
+                        test_std=0.125, delta_test=0.0, status="ok", error=None, runs={}, reused=()),
+            AblationRow(variant="no-logmask", description="no mask", val_mean=None, val_std=None, test_mean=None,
+                        test_std=None, delta_test=None, status="failed", error="boom", runs={}, reused=()))
+    result = AblationResult(dataset="MUTAG", level="graph", metric="accuracy", seeds=(0, 1), name="mutag-graph",
+                            selection="val", preset="graph-level", overrides=(), out_dir="abl", rows=rows)
+    text = _text(ablate.human, result, "0-1", Path("abl"))
     assert "0.7500 ± 0.1250" in text and "+0.0000" in text and "failed: boom" in text

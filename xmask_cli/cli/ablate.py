@@ -54,7 +54,7 @@ def ablate(
                           offline=data.no_download, device=resolve_device(device), log=output.log,
                           debug=debug())
 
-    output.result(result, lambda con: render.human(con, result, seeds, folder))
+    output.result(result.to_json(), lambda con: render.human(con, result, seeds, folder))
 
 
 def register(app: typer.Typer) -> None:
