@@ -252,12 +252,9 @@ class ModelSection(Section):
                  f"must be {self.heads} powers (one power per head, {at('heads')})")
             need(min(self.head_powers) >= 0 and max(self.head_powers) >= 1, "head_powers",
                  "must be >= 0 (0: no log mask on that head), at least one >= 1")
-        if self.output_powers is not None:
-            top = max(self.head_powers) if self.head_powers is not None else self.heads
+        if self.output_powers is not None:  # their upper bound is config_rules.output_powers_within_head_powers
             need(len(self.output_powers) == self.output_heads and min(self.output_powers) >= 1, "output_powers",
                  f"must be {self.output_heads} powers >= 1 (one per output head, {at('output_heads')})")
-            need(max(self.output_powers) <= top, "output_powers",
-                 f"powers must lie in 1..{top} (the largest power the blocks read, {at('head_powers')})")
         for i, b in enumerate(self.biases):
             for key, top in (("heads", self.heads), ("layers", self.layers)):
                 idx = getattr(b, key)

@@ -54,6 +54,16 @@ def encoder_none_takes_no_residual(cfg: Config, level: str | None) -> None:
                           f"(or use model.encoder=linear)")
 
 
+def output_powers_within_head_powers(cfg: Config, level: str | None) -> None:
+    """Prepare caches the powers the blocks' heads read (``prepare.needs.read_powers``): an output head
+    reading a larger one would find none in the cache (the model alone takes it)."""
+    m = cfg.model
+    top = max(m.head_powers) if m.head_powers is not None else m.heads
+    if m.output_powers is not None and max(m.output_powers) > top:
+        raise ConfigError(f"model.output_powers: powers must lie in 1..{top} (the largest power the blocks read, "
+                          f"model.head_powers)")
+
+
 def check_expert_node_mode(mode: str) -> None:
     """Raise unless attention experts can run on node batching mode ``mode`` (the expert node task's guard
     for direct use calls it too)."""
@@ -91,6 +101,14 @@ def cluster_expert_needs_partition(cfg: Config, level: str | None) -> None:
     """The cluster expert's tokens are METIS parts, which prepare computes only when asked for."""
     if "cluster" in cfg.model.experts and cfg.structure.partition.parts < 1:
         raise ConfigError("model.experts has 'cluster', which reads METIS parts: set structure.partition.parts >= 1")
+
+
+def query_mode_takes_no_learned_biases(cfg: Config, level: str | None) -> None:
+    """Query batches carry ``Â^k`` at each query's pairs only, not what a learned bias reads (SPD, walks, ...)."""
+    if level == "node" and cfg.node.mode == "query" and cfg.model.biases:
+        types = ", ".join(b.type for b in cfg.model.biases)
+        raise ConfigError(f"node.mode=query does not carry learned pair biases (model.biases: {types}): use "
+                          f"node.mode=partition or full")
 
 
 def image_switches_need_image_level(cfg: Config, level: str | None) -> None:
@@ -186,11 +204,13 @@ RULES: tuple[Rule, ...] = (
     Rule(experts_take_the_mlp_output, "config", model=True),
     Rule(encoder_none_takes_no_residual, "config", model=True),
     Rule(experts_need_full_node_mode, "config"),
+    Rule(output_powers_within_head_powers, "config"),
     Rule(head_powers_within_structure_k, "run"),
     Rule(experts_take_hard_support, "run", model=True),
     Rule(cluster_expert_needs_partition, "run"),
+    Rule(query_mode_takes_no_learned_biases, "run"),
     Rule(image_switches_need_image_level, "run"),
-    Rule(image_level_takes_patches_only, "run"),
+    Rule(image_level_takes_patches_only, "run", model=True),
     Rule(experts_need_node_level, "run", model=True),
     Rule(encoder_none_needs_node_level, "run", model=True),
     Rule(output_attention_needs_node_level, "run", model=True),

@@ -30,8 +30,10 @@ class UsageError(XMaskError):
     exit_code = 2
 
 
-class ConfigError(UsageError):
-    """A preset or ``--set`` override does not fit the schema."""
+class ConfigError(UsageError, ValueError):
+    """A config does not fit the schema or its rules: a preset, a ``--set`` override, or a run view
+    (``ModelConfig``) built in Python. Also a ``ValueError`` (a value out of its domain), so code that
+    catches ``ValueError`` from a model config goes on catching it."""
 
 
 class DataNotFoundError(XMaskError):

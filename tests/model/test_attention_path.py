@@ -54,12 +54,12 @@ def test_sparse_refusal_names_the_setting() -> None:
 def test_experts_refuse_eps() -> None:
     """M3Dphormer's experts attend over sparse token masks: outside_support=eps is refused (exit 2 from train)."""
     from xmask_cli.config_resolve import resolve
-    from xmask_cli.engine.experiment import _check_structure
+    from xmask_cli.engine.experiment import check_config
     from xmask_cli.errors import ConfigError
     from xmask_cli.model.model_config import ModelConfig
 
     with pytest.raises(ConfigError, match="model.outside_support=eps"):
-        _check_structure(resolve("m3d-cora", ["model.outside_support=eps"]))
-    _check_structure(resolve("m3d-cora", []))  # hard: fine
+        check_config(resolve("m3d-cora", ["model.outside_support=eps"]))
+    check_config(resolve("m3d-cora", []))  # hard: fine
     with pytest.raises(ValueError, match="outside_support"):
         ModelConfig(in_dim=4, out_dim=2, task="node", experts=("local",), outside_support="eps")

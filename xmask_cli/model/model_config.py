@@ -12,14 +12,13 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from xmask_cli.config import ModelSection, PowersSection, RrwpSection, section_fields
-from xmask_cli.model.attention import MASK_SCALES
+from xmask_cli.config import Config, ModelSection, PowersSection, RrwpSection, section_fields
+from xmask_cli.config_rules import check_model_rules
+from xmask_cli.config_section import needer
+from xmask_cli.errors import ConfigError
 from xmask_cli.model.bias_stack import BiasSpec
 from xmask_cli.model.biases import bias_entry
-from xmask_cli.model.dualmode import MODES as DUAL_MODES
-from xmask_cli.model.experts import EXPERTS, ROUTINGS
-from xmask_cli.model.layers import ACTIVATIONS, NORMS
-from xmask_cli.model.logsmask import OUTSIDE_SUPPORT, read_field
+from xmask_cli.model.logsmask import read_field
 
 #: cls: the class token's output (image level, ``encoder='patch'``); the others pool real nodes / patches.
 READOUTS = ("sum", "mean", "max", "cls")
@@ -156,82 +155,43 @@ class ModelConfig(ModelSection):
         return {k: v for k, v in asdict(self).items() if k not in self.NOT_SAVED}
 
     def __post_init__(self) -> None:
-        for name in ("in_dim", "out_dim", "hidden", "heads", "layers", "ffn_mult"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0 <= int(self.struct_dim) < int(self.in_dim):  # the dataset's own columns come first
-            raise ValueError(f"struct_dim must be in [0, in_dim), got {self.struct_dim} (in_dim {self.in_dim})")
-        if self.hidden % self.heads:
-            raise ValueError(f"hidden {self.hidden} must be a multiple of heads {self.heads}")
-        if self.encoder == "auto":  # frozen: normalise through object.__setattr__
+        """Check the fields this view adds; the section's own fields and the rules the model alone needs
+        are checked by the same code that checks a preset (one error type, :class:`ConfigError`, exit 2)."""
+        # frozen: normalise through object.__setattr__; tuples keep the config hashable.
+        object.__setattr__(self, "biases", tuple(BiasSpec.of(b) for b in self.biases))
+        object.__setattr__(self, "experts", tuple(self.experts))
+        self.check("")  # ModelSection's own checks, keys named as this view names them ("hidden must be ...")
+        need = needer("")
+        for name in ("in_dim", "out_dim"):
+            need(int(getattr(self, name)) >= 1, name, f"must be >= 1, got {getattr(self, name)}")
+        # the dataset's own columns come first
+        need(0 <= int(self.struct_dim) < int(self.in_dim), "struct_dim",
+             f"must be in [0, in_dim), got {self.struct_dim} (in_dim {self.in_dim})")
+        need(self.task in TASKS, "task", f"must be one of {TASKS}, got {self.task!r}")
+        need(self.eps > 0, "eps", f"must be > 0, got {self.eps}")
+        need(self.readout_scale > 0 and math.isfinite(self.readout_scale), "readout_scale",
+             f"must be a finite number > 0, got {self.readout_scale}")
+        if self.encoder == "auto":
             object.__setattr__(self, "encoder", "patch" if self.task == "image" else "linear")
-        for name, allowed in (("norm", NORMS), ("mask_scale", MASK_SCALES), ("readout", READOUTS), ("task", TASKS),
-                              ("encoder", ENCODERS), ("outside_support", OUTSIDE_SUPPORT),
-                              ("activation", tuple(ACTIVATIONS)), ("output", OUTPUTS)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         powers = range(1, self.heads + 1) if self.head_powers is None else self.head_powers
-        # frozen: normalise through object.__setattr__; a tuple keeps the config hashable.
         object.__setattr__(self, "head_powers", tuple(int(k) for k in powers))
-        if len(self.head_powers) != self.heads or min(self.head_powers) < 0 or max(self.head_powers) < 1:
-            raise ValueError(f"head_powers must be {self.heads} powers >= 0 (0: no log mask), at least one >= 1, "
-                             f"got {list(self.head_powers)}")
-        if int(self.output_heads) < 1:
-            raise ValueError(f"output_heads must be >= 1, got {self.output_heads}")
         out_powers = [1] * int(self.output_heads) if self.output_powers is None else self.output_powers
         object.__setattr__(self, "output_powers", tuple(int(k) for k in out_powers))
-        if len(self.output_powers) != self.output_heads or min(self.output_powers) < 1:
-            raise ValueError(f"output_powers must be {self.output_heads} powers >= 1, got {list(self.output_powers)}")
-        if self.encoder == "none" and (self.task != "node" or self.experts or self.residual or self.norm == "pre"):
-            raise ValueError("encoder 'none' (the first block reads the raw features) is for the node task, "
-                             "without experts, residual or pre-norm")
-        if self.combine not in ("project", "concat"):
-            raise ValueError(f"combine must be 'project' or 'concat', got {self.combine!r}")
-        if self.output == "attention" and self.task != "node":
-            raise ValueError(f"output 'attention' (heads that emit each node's outputs) is for the node task, "
-                             f"not {self.task!r}")
-        if not 0 <= self.layer_dropout < 1:
-            raise ValueError(f"layer_dropout must lie in [0, 1), got {self.layer_dropout}")
-        specs = tuple(BiasSpec.of(b) for b in self.biases)
-        object.__setattr__(self, "biases", specs)
-        object.__setattr__(self, "experts", tuple(self.experts))
-        if self.experts:
-            if self.output != "mlp":
-                raise ValueError("attention experts take the MLP output head (model.output=mlp)")
-            if set(self.experts) - set(EXPERTS) or len(set(self.experts)) != len(self.experts):
-                raise ValueError(f"experts must be distinct names from {EXPERTS}, got {list(self.experts)}")
-            if self.task != "node":
-                raise ValueError(f"attention experts (M3Dphormer) are for node tasks, not {self.task!r}")
-            if self.biases:
-                raise ValueError("attention experts take the X-LogSMask term only, not learned biases")
-            if self.outside_support == "eps" and self.use_bias:
-                raise ValueError("model.outside_support=eps (log(eps) outside the support) needs a dense path over "
-                                 "the whole domain; attention experts attend over sparse token masks: use "
-                                 "model.outside_support=hard")
-        if self.routing not in ROUTINGS:
-            raise ValueError(f"routing must be one of {ROUTINGS}, got {self.routing!r}")
-        if self.expert_attention not in DUAL_MODES:
-            raise ValueError(f"expert_attention must be one of {DUAL_MODES}, got {self.expert_attention!r}")
-        if self.graph_layout not in GRAPH_LAYOUTS:
-            raise ValueError(f"graph_layout must be one of {GRAPH_LAYOUTS}, got {self.graph_layout!r}")
-        if not 0 <= self.input_dropout < 1:
-            raise ValueError(f"input_dropout must lie in [0, 1), got {self.input_dropout}")
-        if not self.eps > 0:
-            raise ValueError(f"eps must be > 0, got {self.eps}")
         object.__setattr__(self, "image_size", tuple(int(s) for s in self.image_size))
+        self._check_image()
+        check_model_rules(Config(model=self), self.task)
+
+    def _check_image(self) -> None:
+        """The patch encoder, the image task and the image's size go together (run fields)."""
         image = self.encoder == "patch"
         if image != (self.task == "image"):
-            raise ValueError(f"encoder 'patch' and task 'image' go together, got encoder {self.encoder!r}, "
-                             f"task {self.task!r}")
+            raise ConfigError(f"encoder 'patch' and task 'image' go together, got encoder {self.encoder!r}, "
+                              f"task {self.task!r}")
         if image and (len(self.image_size) != 2 or self.patch_size < 1):
-            raise ValueError(f"encoder 'patch' needs image_size (H, W) and patch_size >= 1, got "
-                             f"{list(self.image_size)} and {self.patch_size}")
+            raise ConfigError(f"encoder 'patch' needs image_size (H, W) and patch_size >= 1, got "
+                              f"{list(self.image_size)} and {self.patch_size}")
         if not image and (self.readout == "cls" or self.positional != "none"):
-            raise ValueError("readout 'cls' and positional embeddings are for the image level (encoder 'patch')")
-        if image and (self.biases or self.experts):
-            raise ValueError("the image level takes the X-LogSMask term only, not learned biases or experts")
-        if not (self.readout_scale > 0 and math.isfinite(self.readout_scale)):
-            raise ValueError(f"readout_scale must be a finite number > 0, got {self.readout_scale}")
+            raise ConfigError("readout 'cls' and positional embeddings are for the image level (encoder 'patch')")
 
     @property
     def max_power(self) -> int:
