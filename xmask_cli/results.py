@@ -25,14 +25,14 @@ from typing import Any
 
 from xmask_cli.jsonfile import Damaged, MapOf, Number, OptionalInt, check_fields
 
-__all__ = ["AblationResult", "AblationRow", "EvalResult", "FoldsSummary", "MetricStats", "RunSummary", "SweepResult",
-           "stats_of"]
+__all__ = ["AblationResult", "AblationRow", "EvalResult", "FoldsSummary", "JsonItems", "MetricStats", "RunSummary",
+           "SweepResult", "stats_of"]
 
 _NONE = type(None)
 
 
-class _JsonItems:
-    """``result[key]``: the key of :meth:`to_json` (compatibility with the plain-dict results)."""
+class JsonItems:
+    """A result with :meth:`to_json`; ``result[key]`` reads that JSON (compatibility with the plain-dict results)."""
 
     def to_json(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -56,7 +56,7 @@ def _unknown(cls: type, data: Mapping[str, Any], strict: bool) -> None:
 
 
 @dataclass(frozen=True)
-class MetricStats(_JsonItems):
+class MetricStats(JsonItems):
     """Mean and population standard deviation (``ddof=0``; 0 for one run) of one metric over runs."""
 
     mean: float
@@ -88,7 +88,7 @@ _SUMMARY_WHEN_SET = ("processes", "level", "run_dir", "fold", "folds")
 
 
 @dataclass(frozen=True)
-class RunSummary(_JsonItems):
+class RunSummary(JsonItems):
     """One run's result, scored on its best state by validation: what ``summary.json`` holds.
 
     Attributes:
@@ -141,7 +141,7 @@ class RunSummary(_JsonItems):
 
 
 @dataclass(frozen=True)
-class FoldsSummary(_JsonItems):
+class FoldsSummary(JsonItems):
     """A ``data.folds`` sweep: K, the folds trained per seed, the holdout share, each seed's fold statistics."""
 
     k: int
@@ -162,7 +162,7 @@ class FoldsSummary(_JsonItems):
 
 
 @dataclass(frozen=True)
-class SweepResult(_JsonItems):
+class SweepResult(JsonItems):
     """One run per seed (and outer fold): what ``xmask --format json train`` prints.
 
     Attributes:
@@ -219,7 +219,7 @@ class SweepResult(_JsonItems):
 
 
 @dataclass(frozen=True)
-class EvalResult(_JsonItems):
+class EvalResult(JsonItems):
     """A run's metrics recomputed from its best checkpoint: what ``xmask --format json eval`` prints.
 
     Attributes:
@@ -256,7 +256,7 @@ class EvalResult(_JsonItems):
 
 
 @dataclass(frozen=True)
-class AblationRow(_JsonItems):
+class AblationRow(JsonItems):
     """One variant of an ablation over the seeds.
 
     Attributes:
@@ -305,7 +305,7 @@ class AblationRow(_JsonItems):
 
 
 @dataclass(frozen=True)
-class AblationResult(_JsonItems):
+class AblationResult(JsonItems):
     """Every variant over the seeds: what ``ablation.json`` holds and ``xmask --format json ablate`` prints.
 
     Attributes:

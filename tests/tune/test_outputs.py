@@ -75,7 +75,8 @@ def test_write_all_writes_every_file_and_a_summary_naming_the_best_trial(tmp_pat
     s = write_all(study, tmp_path / "out", name="s1", url="sqlite:///x.db", dataset="MUTAG", level="graph",
                   metric="acc", params=PARAMS, opts=opts, ran=2, best_cfg=cfg, final=None, plots=False)
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["best.yaml", "summary.json", "trials.csv"]
-    assert json.loads((tmp_path / "out" / "summary.json").read_text()) == json.loads(json.dumps(s))
+    assert json.loads((tmp_path / "out" / "summary.json").read_text()) == json.loads(json.dumps(s.to_json()))
+    assert s.best is not None and s.best.number == 2 and s.trials.complete == 3  # read by attribute
     assert s["trials"] == {"total": 4, "ran_now": 2, "complete": 3, "pruned": 0, "fail": 1, "running": 0}
     assert s["best"]["number"] == 2 and s["best"]["value"] == 0.9
     assert s["best"]["params"] == {"model.head_powers": [1, 2], "model.hidden": 32, "train.lr": 0.3}

@@ -59,7 +59,7 @@ def tune(
                        resume=resume, sampler_seed=sampler_seed, pruner=pruner, plots=plots, folds=folds, device=resolve_device(device),
                        cache_dir=data.cache(), data_root=data.data_root, offline=data.no_download)
     result = run_study(cfg, opts, log=out.log)
-    out.result(result, lambda con: human_report(con, result))
+    out.result(result.to_json(), lambda con: human_report(con, result))
 
 
 def register(app: typer.Typer) -> None:

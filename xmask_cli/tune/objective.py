@@ -129,7 +129,8 @@ def run_trial(trial: Any, setup: TrialSetup, *, log: Callable[[str], None] = lam
     trial.set_user_attr("val_std", val.std)
     # What breaks ties between trials (selection.TRIAL_RULE): each seed's validation loss at its kept epoch.
     losses = [(r.selection or {}).get("val_loss") for r in result.runs]
-    trial.set_user_attr("val_loss_mean", sum(losses) / len(losses) if losses and None not in losses else None)
+    known = [float(v) for v in losses if v is not None]
+    trial.set_user_attr("val_loss_mean", sum(known) / len(known) if known and len(known) == len(losses) else None)
     trial.set_user_attr("train_mean", result.aggregate["train"].mean)
     trial.set_user_attr("best_epochs", [r.best_epoch for r in result.runs])
     trial.set_user_attr("run_root", result.run_root)

@@ -11,7 +11,8 @@ import json
 import os
 import tempfile
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +22,95 @@ from xmask_cli.config import Config
 from xmask_cli.engine.runs import write_json, write_text
 from xmask_cli.engine.selection import TRIAL_RULE
 from xmask_cli.errors import first_line
+from xmask_cli.results import JsonItems, MetricStats
 from xmask_cli.tune.objective import best_trial
 from xmask_cli.tune.space import Param, decode
 
-__all__ = ["write_all", "best_yaml", "trials_csv", "write_plots", "PLOTS"]
+__all__ = ["write_all", "best_yaml", "trials_csv", "write_plots", "PLOTS", "BestTrial", "FinalScores", "StudySummary",
+           "TrialCounts"]
 
 #: Plot file -> Optuna matplotlib function name.
 PLOTS = {"optimization_history.png": "plot_optimization_history",
          "param_importances.png": "plot_param_importances",
          "parallel_coordinate.png": "plot_parallel_coordinate"}
+
+
+@dataclass(frozen=True)
+class TrialCounts(JsonItems):
+    """The study's trials by state, and how many this call ran."""
+
+    total: int
+    ran_now: int
+    complete: int
+    pruned: int
+    fail: int
+    running: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"total": self.total, "ran_now": self.ran_now, "complete": self.complete, "pruned": self.pruned,
+                "fail": self.fail, "running": self.running}
+
+
+@dataclass(frozen=True)
+class BestTrial(JsonItems):
+    """The best complete trial (:func:`~xmask_cli.tune.objective.best_trial`): its value (mean validation
+    metric), the rule that chose it, its per-seed record and its searched values."""
+
+    number: int
+    value: float
+    rule: str
+    val_loss_mean: float | None
+    val_std: float | None
+    val_values: list[float] | None
+    best_epochs: list[int] | None
+    params: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"number": self.number, "value": self.value, "rule": self.rule, "val_loss_mean": self.val_loss_mean,
+                "val_std": self.val_std, "val_values": self.val_values, "best_epochs": self.best_epochs,
+                "params": dict(self.params)}
+
+
+@dataclass(frozen=True)
+class FinalScores(JsonItems):
+    """The best configuration trained on the final seeds: mean ± std of each part (test reported once)."""
+
+    trial: int
+    seeds: tuple[int, ...]
+    run_root: str
+    parts: Mapping[str, MetricStats]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"trial": self.trial, "seeds": list(self.seeds), "run_root": self.run_root,
+                **{p: stats.to_json() for p, stats in self.parts.items()}}
+
+
+@dataclass(frozen=True)
+class StudySummary(JsonItems):
+    """What a study leaves in ``summary.json`` and ``xmask --format json tune`` prints (its :meth:`to_json`)."""
+
+    study: str
+    storage: str
+    folder: str
+    dataset: str
+    level: str
+    metric: str
+    direction: str
+    space: Mapping[str, Any]
+    seeds: tuple[int, ...]
+    sampler: Mapping[str, Any]
+    pruner: str
+    trials: TrialCounts
+    best: BestTrial | None
+    final: FinalScores | None
+    files: Mapping[str, bool | str]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"study": self.study, "storage": self.storage, "folder": self.folder, "dataset": self.dataset,
+                "level": self.level, "metric": self.metric, "direction": self.direction, "space": dict(self.space),
+                "seeds": list(self.seeds), "sampler": dict(self.sampler), "pruner": self.pruner,
+                "trials": self.trials.to_json(), "best": None if self.best is None else self.best.to_json(),
+                "final": None if self.final is None else self.final.to_json(), "files": dict(self.files)}
 
 
 def best_yaml(best_cfg: Config, *, study: str, trial: int, value: float, metric: str, seeds: list[int]) -> str:
@@ -118,8 +199,8 @@ def write_plots(study: Any, folder: Path, log: Callable[[str], None] = lambda m:
 
 
 def write_all(study: Any, folder: Path, *, name: str, url: str, dataset: str, level: str, metric: str, params: list[Param],
-              opts: Any, ran: int, best_cfg: Config | None, final: dict[str, Any] | None,
-              log: Callable[[str], None] = lambda m: None, plots: bool = True) -> dict[str, Any]:
+              opts: Any, ran: int, best_cfg: Config | None, final: FinalScores | None,
+              log: Callable[[str], None] = lambda m: None, plots: bool = True) -> StudySummary:
     """Write every output of the study into ``folder``; returns the summary (``summary.json``)."""
     from optuna.trial import TrialState
 
@@ -127,52 +208,50 @@ def write_all(study: Any, folder: Path, *, name: str, url: str, dataset: str, le
     counts = {s.name.lower(): len(study.get_trials(deepcopy=False, states=(s,)))
               for s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)}
     best = None
-    if counts["complete"]:
+    if counts["complete"] and best_cfg is not None:
         b = best_trial(study)
-        best = {"number": b.number, "value": b.value, "rule": TRIAL_RULE, "val_loss_mean": b.user_attrs.get("val_loss_mean"), "val_std": b.user_attrs.get("val_std"),
-                "val_values": b.user_attrs.get("val_values"), "best_epochs": b.user_attrs.get("best_epochs"),
-                "params": decode(params, b.params)}
+        best = BestTrial(number=b.number, value=b.value, rule=TRIAL_RULE, val_loss_mean=b.user_attrs.get("val_loss_mean"),
+                         val_std=b.user_attrs.get("val_std"), val_values=b.user_attrs.get("val_values"),
+                         best_epochs=b.user_attrs.get("best_epochs"), params=decode(params, b.params))
         write_text(folder / "best.yaml", best_yaml(best_cfg, study=name, trial=b.number, value=b.value,
                                                    metric=metric, seeds=list(opts.seeds)))
     write_text(folder / "trials.csv", trials_csv(study, params))
-    plots = write_plots(study, folder, log) if plots else {f: "skipped: not asked for" for f in PLOTS}
-    summary = {
-        "study": name, "storage": url, "folder": str(folder), "dataset": dataset,
-        "level": level, "metric": metric, "direction": study.direction.name.lower(),
-        "space": {p.key: p.to_dict() for p in params}, "seeds": list(opts.seeds),
-        "sampler": {"name": "TPESampler", "seed": opts.sampler_seed}, "pruner": opts.pruner,
-        "trials": {"total": len(study.trials), "ran_now": ran, **counts}, "best": best, "final": final,
-        "files": {"best.yaml": best is not None, "trials.csv": True, "summary.json": True, **plots},
-    }
-    write_json(folder / "summary.json", summary)
+    plotted = write_plots(study, folder, log) if plots else {f: "skipped: not asked for" for f in PLOTS}
+    files: dict[str, bool | str] = {"best.yaml": best is not None, "trials.csv": True, "summary.json": True, **plotted}
+    summary = StudySummary(
+        study=name, storage=url, folder=str(folder), dataset=dataset, level=level, metric=metric,
+        direction=study.direction.name.lower(), space={p.key: p.to_dict() for p in params}, seeds=tuple(opts.seeds),
+        sampler={"name": "TPESampler", "seed": opts.sampler_seed}, pruner=opts.pruner,
+        trials=TrialCounts(total=len(study.trials), ran_now=ran, **counts), best=best, final=final, files=files)
+    write_json(folder / "summary.json", summary.to_json())
     return summary
 
 
-def human_report(con: Any, summary: dict[str, Any]) -> None:
+def human_report(con: Any, summary: StudySummary) -> None:
     """The study's result as tables on a rich console (stdout)."""
     from rich.table import Table
 
-    t, m = summary["trials"], summary["metric"]
-    head = Table(title=f"study {summary['study']} ({summary['dataset']}, {summary['level']}, {m}) -> "
-                       f"{summary['folder']}", title_justify="left", show_header=False)
+    t, m = summary.trials, summary.metric
+    head = Table(title=f"study {summary.study} ({summary.dataset}, {summary.level}, {m}) -> "
+                       f"{summary.folder}", title_justify="left", show_header=False)
     head.add_column(style="bold")
     head.add_column()
-    head.add_row("trials", f"{t['total']} ({t['complete']} complete, {t['pruned']} pruned, {t['fail']} failed; "
-                           f"{t['ran_now']} run now)")
-    best = summary["best"]
+    head.add_row("trials", f"{t.total} ({t.complete} complete, {t.pruned} pruned, {t.fail} failed; "
+                           f"{t.ran_now} run now)")
+    best = summary.best
     if best:
-        head.add_row("best trial", f"#{best['number']}: val {m} {best['value']:.4f} ± {best['val_std']:.4f} "
-                                   f"over seeds {','.join(map(str, summary['seeds']))}")
-        for k, v in best["params"].items():
+        head.add_row("best trial", f"#{best.number}: val {m} {best.value:.4f} ± {best.val_std:.4f} "
+                                   f"over seeds {','.join(map(str, summary.seeds))}")
+        for k, v in best.params.items():
             head.add_row(f"  {k}", json.dumps(v) if isinstance(v, (list, dict)) else str(v))
     con.print(head)
-    final = summary["final"]
+    final = summary.final
     if final:
-        ft = Table(title=f"best configuration on final seeds {','.join(map(str, final['seeds']))} "
-                         f"({len(final['seeds'])} seeds, mean ± population std)", title_justify="left")
+        ft = Table(title=f"best configuration on final seeds {','.join(map(str, final.seeds))} "
+                         f"({len(final.seeds)} seeds, mean ± population std)", title_justify="left")
         for col in ("train", "val", "test"):
             ft.add_column(col, justify="right")
-        ft.add_row(*(f"{final[p]['mean']:.4f} ± {final[p]['std']:.4f}" for p in ("train", "val", "test")))
+        ft.add_row(*(f"{final.parts[p].mean:.4f} ± {final.parts[p].std:.4f}" for p in ("train", "val", "test")))
         con.print(ft)
-    files = ", ".join(f for f, ok in summary["files"].items() if ok is True or ok == "written")
+    files = ", ".join(f for f, ok in summary.files.items() if ok is True or ok == "written")
     con.print(f"files: {files}", markup=False)

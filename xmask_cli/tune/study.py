@@ -4,7 +4,7 @@ Example::
 
     cfg = resolve("mutag", ["train.epochs=20"])
     result = run_study(cfg, TuneOptions(trials=20, seeds=[0, 1, 2], final_seeds=list(range(10))))
-    print(result["best"]["value"], result["final"]["test"])
+    print(result.best.value, result.final.parts["test"].mean)
 
 The study lives in ``<runs>/<study>/``: ``study.db`` (SQLite, unless
 ``storage`` names another Optuna storage URL), one folder per trial under
@@ -317,10 +317,10 @@ def best_config(cfg: Config, params: list[Param], best: Any, **run: Any) -> Conf
     return with_values(cfg, decode(params, best.params), run=run)
 
 
-def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = lambda m: None) -> outputs.StudySummary:
     """Search ``cfg.tune`` on validation, write the study's outputs, train the best on ``final_seeds``.
 
-    Returns the summary that ``summary.json`` holds (see :func:`xmask_cli.tune.outputs.summarise`).
+    Returns the summary (:class:`~xmask_cli.tune.outputs.StudySummary`; its ``to_json()`` is ``summary.json``).
 
     Raises:
         UsageError: no ``tune:`` section, a bad option, or a study made with other settings.
@@ -366,7 +366,8 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
                    sampler_seed=opts.sampler_seed, timeout_s=opts.timeout_s, metric=metric, log=log)
 
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-    final, best_cfg = None, None
+    final: outputs.FinalScores | None = None
+    best_cfg: Config | None = None
     if complete:
         best = best_trial(study)
         best_cfg = best_config(cfg, params, best, root=cfg.run.root, name=f"{name}-best")
@@ -377,8 +378,8 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
             res = train_seeds(final_cfg, list(opts.final_seeds), device=opts.device, cache_dir=opts.cache_dir,
                               data_root=opts.data_root, offline=opts.offline, overwrite=True, parts=PARTS, log=log)
             agg = res.aggregate or {}  # None only on a distributed run's other ranks
-            final = {"trial": best.number, "seeds": list(opts.final_seeds), "run_root": res.run_root,
-                     **{p: agg[p].to_json() for p in PARTS}}
+            final = outputs.FinalScores(trial=best.number, seeds=tuple(opts.final_seeds), run_root=res.run_root,
+                                        parts={p: agg[p] for p in PARTS})
     summary = outputs.write_all(study, folder, name=name, url=url, dataset=cfg.data.dataset, level=level, metric=metric, params=params,
                                 opts=opts, ran=ran, best_cfg=best_cfg, final=final, log=log,
                                 plots=opts.plots)
