@@ -3,7 +3,8 @@
 Unknown keys fail with the nearest valid key named, wrong types fail with the
 key and the expected type; :func:`resolve` is the one entry point (preset +
 overrides -> :class:`~xmask_cli.config.Config`). The schema itself is
-:mod:`xmask_cli.config`. Checks that need a layer above the leaves (bias types, the ``tune:``
+:mod:`xmask_cli.config` (each section checks its own fields), the rules between sections
+:mod:`xmask_cli.config_rules`; building a config runs both. Checks that need a layer above the leaves (bias types, the ``tune:``
 space) run once that layer has registered them (:func:`register_check`): on import of its module,
 and for every CLI command before it resolves a preset.
 """
@@ -345,17 +346,18 @@ def build(cls: type, data: Any, prefix: str = "") -> Any:
         else:
             kwargs[key] = coerce(value, tp, full)
     obj = cls(**kwargs)
-    _check_ranges(obj, prefix)
+    _check_built(obj, prefix)
     return obj
 
 
-def _check_ranges(obj: Any, prefix: str) -> None:
-    """A built section's own checks (:meth:`~xmask_cli.config_section.Section.check`), then the checks
+def _check_built(obj: Any, prefix: str) -> None:
+    """A built section's own checks (:meth:`~xmask_cli.config_section.Section.check`) or, for the whole
+    config, the rules between its sections (:mod:`xmask_cli.config_rules`, config stage); then the checks
     registered for its type (:func:`register_check`)."""
     if isinstance(obj, Section):
         obj.check(prefix)
     elif isinstance(obj, Config):
-        check_rules(obj)  # the rules between its sections (config stage)
+        check_rules(obj)
 
     def need(cond: bool, key: str, what: str) -> None:
         if not cond:

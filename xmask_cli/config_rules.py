@@ -14,7 +14,7 @@ loaded dataset stay in the engine. A leaf: it reads the schema and the errors on
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -22,7 +22,7 @@ from xmask_cli.config import Config
 from xmask_cli.errors import ConfigError
 
 __all__ = ["Rule", "RULES", "EXPERT_NODE_MODES", "NODE_STRUCT_LEVELS", "check_rules", "check_model_rules",
-           "check_expert_node_mode"]
+           "check_expert_node_mode", "check_query_mode_biases"]
 
 #: Node batching modes that attention experts can run: they attend over the whole graph's tokens at once.
 EXPERT_NODE_MODES = ("auto", "full")
@@ -103,12 +103,18 @@ def cluster_expert_needs_partition(cfg: Config, level: str | None) -> None:
         raise ConfigError("model.experts has 'cluster', which reads METIS parts: set structure.partition.parts >= 1")
 
 
+def check_query_mode_biases(mode: str, biases: Sequence[str]) -> None:
+    """Raise if query batches (``mode``) would have to carry learned biases (``biases``, named); the node
+    task's guard for direct use calls it too."""
+    if mode == "query" and biases:
+        raise ConfigError(f"node.mode=query does not carry learned pair biases (model.biases: "
+                          f"{', '.join(biases)}): use node.mode=partition or full")
+
+
 def query_mode_takes_no_learned_biases(cfg: Config, level: str | None) -> None:
     """Query batches carry ``Â^k`` at each query's pairs only, not what a learned bias reads (SPD, walks, ...)."""
-    if level == "node" and cfg.node.mode == "query" and cfg.model.biases:
-        types = ", ".join(b.type for b in cfg.model.biases)
-        raise ConfigError(f"node.mode=query does not carry learned pair biases (model.biases: {types}): use "
-                          f"node.mode=partition or full")
+    if level == "node":
+        check_query_mode_biases(cfg.node.mode, [b.type for b in cfg.model.biases])
 
 
 def image_switches_need_image_level(cfg: Config, level: str | None) -> None:

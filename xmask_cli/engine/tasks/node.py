@@ -43,6 +43,7 @@ from torch import Tensor
 
 from xmask_cli.cache import StructureCache
 from xmask_cli.config import NodeSection
+from xmask_cli.config_rules import check_query_mode_biases
 from xmask_cli.data.folder import check_train_classes
 from xmask_cli.data.graphset import GraphSet
 from xmask_cli.engine.extras import GraphExtras
@@ -288,9 +289,7 @@ def _check_arguments(attention: str, mode: str, metric: str, subgraphs_per_epoch
         raise ValueError(f"node-level training supports {NODE_METRICS}, got {metric!r}")
     if subgraphs_per_epoch < 1 or parts_per_batch < 1:
         raise ValueError("subgraphs_per_epoch and parts_per_batch must be >= 1")
-    if needs and mode == "query":
-        raise ValueError(f"node.mode=query does not carry learned pair biases ({sorted(needs)}): use "
-                         f"node.mode=partition or full")
+    check_query_mode_biases(mode, sorted(needs))  # check_config refuses it first; the same rule guards direct use
     if query_batch < 0 or query_chunk_pairs < 1:
         raise ValueError(f"query_batch must be >= 0 and query_chunk_pairs >= 1, got {query_batch}, "
                          f"{query_chunk_pairs}")
