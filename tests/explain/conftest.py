@@ -5,7 +5,7 @@ import pytest
 
 from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.experiment import train_seeds
-from xmask_cli.explain import explain_run
+from xmask_cli.explain import ExplainRequest, explain_run
 
 
 @pytest.fixture(scope="session")
@@ -15,5 +15,5 @@ def mutag(tmp_path_factory) -> dict:
     cfg = resolve("graph-level", ["model.hidden=16", "model.layers=2", "model.heads=2", "train.epochs=2"])
     train_seeds(cfg, [0], device="cpu", cache_dir=root / "cache", run_root=root / "runs")
     run = root / "runs" / "mutag-graph" / "0"
-    result = explain_run(run, graphs=[0, 5], out_dir=root / "out", cache_dir=root / "cache")
+    result = explain_run(run, ExplainRequest(graphs=[0, 5]), out_dir=root / "out", cache_dir=root / "cache")
     return {"root": root, "run": run, "result": result}

@@ -9,7 +9,7 @@ import pytest
 
 from xmask_cli.config_resolve import resolve
 from xmask_cli.errors import UsageError
-from xmask_cli.explain import explain_run
+from xmask_cli.explain import ExplainRequest, explain_run
 from xmask_cli.explain import run as run_module
 from xmask_cli.explain.graph_view import graph_layout
 from xmask_cli.structure.spd import BEYOND
@@ -42,8 +42,8 @@ def _mutag_graph(mutag: dict, g: int) -> nx.Graph:
 
 def test_graph_view_draws_the_recorded_row_on_the_datasets_graph(mutag, monkeypatch, tmp_path):
     seen = _captured(monkeypatch)
-    result = explain_run(mutag["run"], graphs=[5], out_dir=tmp_path / "g", cache_dir=mutag["root"] / "cache",
-                         view="graph", query=3, layer=0)
+    result = explain_run(mutag["run"], ExplainRequest(graphs=[5], view="graph", query=3, layer=0), out_dir=tmp_path / "g",
+                         cache_dir=mutag["root"] / "cache")
     (view, d_max), = seen
     assert result["files"]["figures"] == {}  # --view graph: no matrix grid
     png = result["files"]["graph_figures"]["graph_5"]
@@ -79,8 +79,8 @@ def test_default_figure_set_has_both_views_and_the_default_query_is_node_0(mutag
 
 def test_a_cropped_graph_is_centred_on_the_query(mutag, monkeypatch, tmp_path):
     seen = _captured(monkeypatch)
-    result = explain_run(mutag["run"], graphs=[0], out_dir=tmp_path / "c", cache_dir=mutag["root"] / "cache",
-                         view="graph", query=9, max_nodes=6)
+    result = explain_run(mutag["run"], ExplainRequest(graphs=[0], view="graph", query=9, max_nodes=6), out_dir=tmp_path / "c",
+                         cache_dir=mutag["root"] / "cache")
     (view, _), = seen
     g = _mutag_graph(mutag, 0)
     sp = nx.single_source_shortest_path_length(g, 9)
@@ -93,11 +93,11 @@ def test_a_cropped_graph_is_centred_on_the_query(mutag, monkeypatch, tmp_path):
 def test_refusals(mutag, tmp_path):
     kw = {"out_dir": tmp_path / "bad", "cache_dir": mutag["root"] / "cache"}
     with pytest.raises(UsageError, match="--layer 2"):
-        explain_run(mutag["run"], graphs=[0], layer=2, **kw)
+        explain_run(mutag["run"], ExplainRequest(graphs=[0], layer=2), **kw)
     with pytest.raises(UsageError, match="--query 500"):
-        explain_run(mutag["run"], graphs=[0], query=500, **kw)
+        explain_run(mutag["run"], ExplainRequest(graphs=[0], query=500), **kw)
     with pytest.raises(UsageError, match="--view"):
-        explain_run(mutag["run"], graphs=[0], view="pie", **kw)
+        explain_run(mutag["run"], ExplainRequest(graphs=[0], view="pie"), **kw)
 
 
 def test_cli_view_graph(mutag, tmp_path):

@@ -11,7 +11,7 @@ import torch
 from tests.explain.runs import graph_batch, reload_model
 from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.experiment import train_seeds
-from xmask_cli.explain import explain_run
+from xmask_cli.explain import ExplainRequest, explain_run
 from xmask_cli.explain.record import KINDS
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
@@ -96,7 +96,7 @@ def test_learned_biases_are_labelled_and_recorded(tmp_path):
             "model.biases=[{type: spd, heads: [2]}, {type: eigen, layers: [2]}]"]
     train_seeds(resolve("graph-level", over), [0], device="cpu", cache_dir=tmp_path / "cache", run_root=tmp_path / "runs")
     run = tmp_path / "runs" / "mutag-graph" / "0"
-    result = explain_run(run, graphs=[3], out_dir=tmp_path / "out", cache_dir=tmp_path / "cache")
+    result = explain_run(run, ExplainRequest(graphs=[3]), out_dir=tmp_path / "out", cache_dir=tmp_path / "cache")
     assert result["head_biases"] == [["Â^1", "Â^2 + SPD"], ["Â^1 + Eigen", "Â^2 + SPD + Eigen"]]
     assert result["hop_summary"]["layer_1"]["head_1"]["bias"] == "Â^2 + SPD + Eigen"
 

@@ -4,17 +4,17 @@ from __future__ import annotations
 import pytest
 
 from xmask_cli.errors import UsageError
-from xmask_cli.explain import explain_run
+from xmask_cli.explain import ExplainRequest, explain_run
 
 
 def test_usage_errors(mutag):
     root = mutag["root"]
     with pytest.raises(UsageError, match="out of range"):
-        explain_run(mutag["run"], graphs=[10_000], out_dir=root / "bad", cache_dir=root / "cache")
+        explain_run(mutag["run"], ExplainRequest(graphs=[10_000]), out_dir=root / "bad", cache_dir=root / "cache")
     with pytest.raises(UsageError, match="graph-level"):
-        explain_run(mutag["run"], nodes=[0], out_dir=root / "bad", cache_dir=root / "cache")
+        explain_run(mutag["run"], ExplainRequest(nodes=[0]), out_dir=root / "bad", cache_dir=root / "cache")
     with pytest.raises(UsageError, match="nothing to explain"):
-        explain_run(mutag["run"], out_dir=root / "bad", cache_dir=root / "cache")
+        explain_run(mutag["run"], ExplainRequest(), out_dir=root / "bad", cache_dir=root / "cache")
     # An expert (M3Dphormer) run has no single attention per head to record: refused before loading anything.
     import json
     import shutil
@@ -25,7 +25,7 @@ def test_usage_errors(mutag):
     saved["level"], saved["model"]["experts"] = "node", ["local", "global"]
     (expert_run / "config.json").write_text(json.dumps(saved))
     with pytest.raises(UsageError, match="M3Dphormer"):
-        explain_run(expert_run, nodes=[0], out_dir=root / "bad", cache_dir=root / "cache")
+        explain_run(expert_run, ExplainRequest(nodes=[0]), out_dir=root / "bad", cache_dir=root / "cache")
 
 
 def test_cli_explain_json_and_errors(mutag, tmp_path):
@@ -67,7 +67,7 @@ def test_a_run_without_the_log_mask_reports_k_0_in_its_summary_and_its_maps(muta
     assert saved["model"]["head_powers"] and any(k > 0 for k in saved["model"]["head_powers"])
     saved["model"]["use_bias"] = False  # no parameter depends on it: the weights load as they are
     (run / "config.json").write_text(json.dumps(saved))
-    out = explain_run(run, graphs=[5], out_dir=tmp_path / "maps", cache_dir=mutag["root"] / "cache")
+    out = explain_run(run, ExplainRequest(graphs=[5]), out_dir=tmp_path / "maps", cache_dir=mutag["root"] / "cache")
     summary = out["targets"][0]["hop_summary"]
     assert {head["k"] for layer in summary.values() for head in layer.values()} == {0}
     with h5py.File(tmp_path / "maps" / "maps.h5", "r") as f:
@@ -77,3 +77,15 @@ def test_a_run_without_the_log_mask_reports_k_0_in_its_summary_and_its_maps(muta
     # The trained run itself (use_bias: true) reports its configured powers in both places.
     ref = next(t for t in mutag["result"]["targets"] if t["name"] == "graph_5")["hop_summary"]
     assert [h["k"] for h in ref["layer_0"].values()] == saved["model"]["head_powers"][:len(ref["layer_0"])]
+
+
+def test_a_request_is_normalised_and_checked_before_any_run_is_read():
+    """ExplainRequest holds tuples of ints and refuses what needs no run to refuse."""
+    request = ExplainRequest(graphs=["2"], edges=["3,9", (4, 5)])
+    assert request.graphs == (2,) and request.edges == ((3, 9), (4, 5)) and request.nodes == ()
+    with pytest.raises(UsageError, match="nothing to explain"):
+        ExplainRequest()
+    with pytest.raises(UsageError, match="--max-nodes 1"):
+        ExplainRequest(nodes=[0], max_nodes=1)
+    with pytest.raises(UsageError, match="--edge"):
+        ExplainRequest(edges=["3"])

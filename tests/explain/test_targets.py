@@ -9,12 +9,13 @@ import pytest
 
 from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.experiment import train_seeds
-from xmask_cli.explain import explain_run
+from xmask_cli.explain import ExplainRequest, explain_run
 
 
 def test_large_graph_target_is_cropped(mutag):
     root = mutag["root"]
-    result = explain_run(mutag["run"], graphs=[0], out_dir=root / "small", cache_dir=root / "cache", max_nodes=5)
+    result = explain_run(mutag["run"], ExplainRequest(graphs=[0], max_nodes=5), out_dir=root / "small",
+                         cache_dir=root / "cache")
     t = result["targets"][0]
     assert t["cropped"] and t["num_nodes"] == 5 and t["node_ids"][0] == 0 and t["cropped_from"] > 5
     with h5py.File(result["files"]["maps"]) as f:
@@ -39,8 +40,8 @@ def test_node_target_on_cora_is_cropped(tmp_path):
                            "train.epochs=1", "structure.spectrum.enabled=false", "structure.partition.parts=0"])
     train_seeds(cfg, [0], device="cpu", cache_dir=tmp_path / "cache", run_root=tmp_path / "runs")
     run = tmp_path / "runs" / "cora-node" / "0"
-    result = explain_run(run, nodes=[0], edges=["3,9"], out_dir=tmp_path / "out", cache_dir=tmp_path / "cache",
-                         max_nodes=32)
+    result = explain_run(run, ExplainRequest(nodes=[0], edges=["3,9"], max_nodes=32), out_dir=tmp_path / "out",
+                         cache_dir=tmp_path / "cache")
     node, edge = result["targets"]
     assert node["cropped"] and node["cropped_from"] == 2708 and len(node["node_ids"]) == 32
     assert node["node_ids"][0] == 0 and edge["cropped_from"] == 2708 and {3, 9} <= set(edge["node_ids"])

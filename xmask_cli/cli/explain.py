@@ -54,14 +54,15 @@ def explain(
         xmask explain runs/digits-image/0 --image 3 --query-patch 5
     """
     from xmask_cli.engine.experiment import resolve_device
-    from xmask_cli.explain import explain_run
+    from xmask_cli.explain import ExplainRequest, explain_run
 
     output = output_for(ctx, fmt)
     folder = out or Path("maps") / f"{run_dir.resolve().parent.name}-{run_dir.resolve().name}"
-    result = explain_run(run_dir, graphs=graph or (), nodes=node or (), edges=edge or (), out_dir=folder,
-                         cache_dir=data.cache(), data_root=data.data_root, device=resolve_device(device),
-                         max_nodes=max_nodes, offline=data.no_download, log=output.log,
-                         images=image or (), query_patch=query_patch, query=query, view=view.lower(), layer=layer)
+    request = ExplainRequest(graphs=graph or (), nodes=node or (), edges=edge or (), images=image or (),
+                             max_nodes=max_nodes, query_patch=query_patch, query=query, view=view.lower(),
+                             layer=layer)
+    result = explain_run(run_dir, request, out_dir=folder, cache_dir=data.cache(), data_root=data.data_root,
+                         device=resolve_device(device), offline=data.no_download, log=output.log)
 
     output.result(result, lambda con: render.human(con, result, folder))
 

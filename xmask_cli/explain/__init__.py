@@ -56,9 +56,9 @@ from xmask_cli.explain.figures import plot_target, save_png
 from xmask_cli.explain.graph_view import GraphView, graph_view, plot_graph_view
 from xmask_cli.explain.hops import hop_buckets, hop_summary
 from xmask_cli.explain.record import KINDS, record_terms
-from xmask_cli.explain.run import explain_run
+from xmask_cli.explain.run import ExplainRequest, explain_run
 from xmask_cli.explain.store import write_maps
 from xmask_cli.explain.targets import TargetMaps
 
-__all__ = ["GraphView", "KINDS", "TargetMaps", "explain_run", "graph_view", "plot_graph_view", "hop_buckets", "hop_summary", "plot_target", "record_terms",
+__all__ = ["ExplainRequest", "GraphView", "KINDS", "TargetMaps", "explain_run", "graph_view", "plot_graph_view", "hop_buckets", "hop_summary", "plot_target", "record_terms",
            "save_png", "write_maps"]

@@ -1,4 +1,9 @@
-"""``explain_run``: the library entry of ``xmask explain`` (checks, loads the run, records, writes, plots).
+"""``explain_run``: the library entry of ``xmask explain``, in three stages.
+
+Target selection (:func:`_target_kind`: does the request fit the run's level, before any data loads),
+recording (:func:`_record_graphs`, :func:`_record_nodes`: ids checked against the data, one forward per
+target) and output (:func:`_write_outputs`: ``maps.h5`` and the figures). Image runs take their own
+recorder, :func:`~xmask_cli.explain.image.explain_images`.
 
 Files written to ``out_dir``: ``maps.h5`` (see :func:`~xmask_cli.explain.store.write_maps`), one
 ``<target>.png`` grid per target (see :func:`~xmask_cli.explain.figures.plot_target`) and one
@@ -8,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,50 +30,82 @@ from xmask_cli.explain.targets import TargetMaps, explain_graph, explain_nodes, 
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.model.model_config import effective_powers, head_labels
 
-__all__ = ["VIEWS", "explain_run"]
+__all__ = ["VIEWS", "ExplainRequest", "explain_run"]
 
 #: Figure sets of ``--view``.
 VIEWS = ("all", "matrix", "graph")
 
 
-def explain_run(
-    run_dir: str | os.PathLike,
-    *,
-    graphs: Sequence[int] = (),
-    nodes: Sequence[int] = (),
-    edges: Sequence[Any] = (),
-    out_dir: str | os.PathLike,
-    cache_dir: Path,
-    data_root: str | os.PathLike | None = None,
-    device: str = "cpu",
-    max_nodes: int = 64,
-    offline: bool | None = None,
-    log: Callable[[str], None] = lambda m: None,
-    images: Sequence[int] = (),
-    query_patch: int | None = None,
-    query: int | None = None,
-    view: str = "all",
-    layer: int | None = None,
-) -> dict[str, Any]:
-    """Record, save and plot the attention terms of a run's best checkpoint on the given targets.
+def _quiet(message: str) -> None:
+    """The default progress log: says nothing."""
 
-    Args:
-        run_dir: ``runs/<name>/<seed>`` (``config.json`` and ``best.pt``).
+
+@dataclass(frozen=True)
+class ExplainRequest:
+    """What ``xmask explain`` records and draws: the targets, the crop and the figures.
+
+    Built from any sequences (ids as ints, edges as ``(u, v)`` pairs or ``"U,V"`` strings); the fields hold
+    tuples of ints. A request with no target, or ``max_nodes`` below 2, is refused here, before any run is read.
+
+    Attributes:
         graphs: graph ids (graph-level runs).
         nodes: node ids (node-, link- and edge-level runs).
-        edges: ``(u, v)`` pairs or ``"U,V"`` strings (node-, link- and edge-level runs).
-        out_dir: where ``maps.h5`` and ``<target>.png`` go (created).
-        cache_dir, data_root, offline: as for :func:`~xmask_cli.engine.evaluate.evaluate_run`.
-        device: torch device of the forward.
-        max_nodes: most nodes a map keeps (neighbourhood crop; graphs above it are cropped too).
-        log: progress lines.
+        edges: ``(u, v)`` pairs (node-, link- and edge-level runs).
         images: test-image indices (image-level runs; see :mod:`xmask_cli.explain.image`).
+        max_nodes: most nodes a map keeps (neighbourhood crop; graphs above it are cropped too).
         query_patch: image runs: one query patch's attention row instead of the mean over queries.
         query: the graph view's query node (default: node 0 of a graph, the node of a node target, ``u`` of an
             edge ``u,v``); on a graph larger than ``max_nodes`` the crop is centred on it.
         view: which figures: ``matrix`` (the layer × kind × head grid), ``graph`` (the neighbourhood drawn
             node-link, see :mod:`~xmask_cli.explain.graph_view`) or ``all``; ``maps.h5`` is written for each.
         layer: the layer the graph view draws (default: the last one).
+
+    Raises:
+        UsageError: no target, ``max_nodes < 2`` or an edge that is not a pair of ints.
+    """
+
+    graphs: Sequence[int] = ()
+    nodes: Sequence[int] = ()
+    edges: Sequence[Any] = ()
+    images: Sequence[int] = ()
+    max_nodes: int = 64
+    query_patch: int | None = None
+    query: int | None = None
+    view: str = "all"
+    layer: int | None = None
+
+    def __post_init__(self) -> None:
+        # Frozen: the normalised tuples are set once, here.
+        object.__setattr__(self, "graphs", tuple(int(g) for g in self.graphs))
+        object.__setattr__(self, "nodes", tuple(int(i) for i in self.nodes))
+        object.__setattr__(self, "images", tuple(int(i) for i in self.images))
+        object.__setattr__(self, "edges", tuple(parse_edge(e) for e in self.edges))
+        if not (self.graphs or self.nodes or self.edges or self.images):
+            raise UsageError("nothing to explain: give at least one --graph I, --node I, --edge U,V or --image I")
+        if self.max_nodes < 2:
+            raise UsageError(f"--max-nodes {self.max_nodes}: must be at least 2")
+
+
+def explain_run(
+    run_dir: str | os.PathLike,
+    request: ExplainRequest,
+    *,
+    out_dir: str | os.PathLike,
+    cache_dir: Path,
+    data_root: str | os.PathLike | None = None,
+    device: str = "cpu",
+    offline: bool | None = None,
+    log: Callable[[str], None] = _quiet,
+) -> dict[str, Any]:
+    """Record, save and plot the attention terms of a run's best checkpoint on the request's targets.
+
+    Args:
+        run_dir: ``runs/<name>/<seed>`` (``config.json`` and ``best.pt``).
+        request: the targets, the crop and the figures (:class:`ExplainRequest`).
+        out_dir: where ``maps.h5`` and ``<target>.png`` go (created).
+        cache_dir, data_root, offline: as for :func:`~xmask_cli.engine.evaluate.evaluate_run`.
+        device: torch device of the forward.
+        log: progress lines.
 
     Returns:
         JSON-able ``{"run_dir", "dataset", "level", "seed", "targets": [{"name", "kind", "target",
@@ -78,103 +116,119 @@ def explain_run(
 
     Raises:
         RunNotFoundError: ``run_dir`` is not a run.
-        UsageError: no target, a target that does not fit the run's level or is out of range.
+        UsageError: a target that does not fit the run's level or is out of range.
     """
     import matplotlib
 
     matplotlib.use("Agg", force=False)  # the figures are built on Figure objects; no GUI backend needed
 
-    graphs, nodes, images = [int(g) for g in graphs], [int(i) for i in nodes], [int(i) for i in images]
-    pairs = [parse_edge(e) for e in edges]
-    if not (graphs or nodes or pairs or images):
-        raise UsageError("nothing to explain: give at least one --graph I, --node I, --edge U,V or --image I")
-    if max_nodes < 2:
-        raise UsageError(f"--max-nodes {max_nodes}: must be at least 2")
     run, saved = read_run(run_dir)
+    target = _target_kind(request, run_dir, saved)
+    exp, task, model = rebuild_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
+                                   device=device, log=log)
+    cfg = model.cfg
+    meta = {"run_dir": str(run.path), "dataset": exp.dataset, "level": exp.level,
+            "seed": int(saved["train"]["seed"]), "head_powers": list(cfg.head_powers), "use_bias": bool(cfg.use_bias)}
+    if target == "image":
+        meta = {**meta, "level": saved.get("level"), "positional": cfg.positional, "head_biases": head_labels(cfg),
+                "mask_scale": cfg.mask_scale}
+        out = ensure_writable_dir(Path(out_dir), "output folder", "pass another --out")
+        return explain_images(model, task, request.images, query_patch=request.query_patch, out_dir=out,
+                              connectivity=exp.cfg.image.connectivity, meta=meta, log=log)
+    if LEVELS[exp.level].explain_target == "graph":
+        results, d_max = _record_graphs(request, exp.dataset, model, task, log)
+    else:
+        results, d_max = _record_nodes(request, exp.level, model, task, log)
+    out = ensure_writable_dir(Path(out_dir), "output folder", "pass another --out")
+    meta = {**meta, "head_biases": head_labels(cfg), "mask_scale": cfg.mask_scale, "max_nodes": int(request.max_nodes)}
+    return _write_outputs(results, d_max, request, cfg, out, meta)
+
+
+def _target_kind(request: ExplainRequest, run_dir: str | os.PathLike, saved: dict[str, Any]) -> str | None:
+    """What the run's level is explained on (``graph``, ``node``, ``image``; LEVELS), checked against the request.
+
+    Every check here reads only ``config.json``: a target that does not fit the run fails before any data loads.
+    """
     level = saved.get("level")
-    # What the level's runs are explained on (engine.tasks.LEVELS): graph ids, node ids/pairs of one graph, images.
     target = LEVELS[level].explain_target if isinstance(level, str) and level in LEVELS else None
-    if (target == "image") != bool(images) or (images and (graphs or nodes or pairs)):
+    r = request
+    if (target == "image") != bool(r.images) or (r.images and (r.graphs or r.nodes or r.edges)):
         raise UsageError(f"{run_dir} has level '{level}': --image I needs an image-level run, and an image-level "
                          f"run takes --image I only")
-    if query_patch is not None and target != "image":
+    if r.query_patch is not None and target != "image":
         raise UsageError("--query-patch is for image-level runs (with --image I)")
-    if view not in VIEWS:
-        raise UsageError(f"--view {view}: expected one of {', '.join(VIEWS)}")
-    if target == "image" and (view == "graph" or query is not None or layer is not None):
-        raise UsageError("--view graph, --query and --layer are for graph, node and edge targets; image runs take "
-                         "--query-patch")
+    if r.view not in VIEWS:
+        raise UsageError(f"--view {r.view}: expected one of {', '.join(VIEWS)}")
     if target == "image":
-        exp, task, model = rebuild_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
-                                    device=device, log=log)
-        meta = {"run_dir": str(run.path), "dataset": exp.dataset, "level": level,
-                "seed": int(saved["train"]["seed"]), "head_powers": list(model.cfg.head_powers),
-                "use_bias": bool(model.cfg.use_bias), "positional": model.cfg.positional,
-                "head_biases": head_labels(model.cfg), "mask_scale": model.cfg.mask_scale}
-        out = ensure_writable_dir(Path(out_dir), "output folder", "pass another --out")
-        return explain_images(model, task, images, query_patch=query_patch, out_dir=out,
-                              connectivity=exp.cfg.image.connectivity, meta=meta, log=log)
-    # Checked before loading any data: a wrong target fails at once.
-    if target == "graph" and (nodes or pairs):
+        if r.view == "graph" or r.query is not None or r.layer is not None:
+            raise UsageError("--view graph, --query and --layer are for graph, node and edge targets; image runs "
+                             "take --query-patch")
+        return target
+    if target == "graph" and (r.nodes or r.edges):
         raise UsageError(f"{run_dir} is a graph-level run: --node/--edge need a node-, link- or edge-level run; "
                          f"use --graph I")
-    if target == "node" and graphs:
+    if target == "node" and r.graphs:
         raise UsageError(f"{run_dir} is a {level}-level run on one graph: --graph needs a graph-level run; "
                          f"use --node I or --edge U,V")
     if saved.get("model", {}).get("experts"):
         raise UsageError(f"{run_dir} uses M3Dphormer attention experts: explain records single-attention heads; "
                          f"read the per-token routing with XMaskNet.routing_weights instead")
     layers = int(saved.get("model", {}).get("layers", 1))
-    if layer is not None and not 0 <= layer < layers:
-        raise UsageError(f"--layer {layer}: the run's model has layers 0..{layers - 1}")
-    exp, task, model = rebuild_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
-                                device=device, log=log)
-    level, seed, model_cfg = exp.level, int(saved["train"]["seed"]), model.cfg
-    target = LEVELS[level].explain_target
+    if r.layer is not None and not 0 <= r.layer < layers:
+        raise UsageError(f"--layer {r.layer}: the run's model has layers 0..{layers - 1}")
+    return target
 
-    results: list[TargetMaps] = []
-    d_max = DEFAULT_MAX_DISTANCE
-    if target == "graph":
-        count = len(task.eval_streams["test"].features)
-        for g in graphs:
-            if not 0 <= g < count:
-                raise UsageError(f"--graph {g}: out of range, {exp.dataset} has graphs 0..{count - 1}")
-        for g in graphs:
-            t, d_max = explain_graph(model, task, g, max_nodes, query)
-            results.append(t)
-            log(f"recorded {t.describe()}")
-    else:
-        source = SingleGraph(task, level)
-        n = source.num_nodes
-        for i in nodes:
-            if not 0 <= i < n:
-                raise UsageError(f"--node {i}: out of range, the graph has nodes 0..{n - 1}")
-        for u, v in pairs:
-            if not (0 <= u < n and 0 <= v < n):
-                raise UsageError(f"--edge {u},{v}: out of range, the graph has nodes 0..{n - 1}")
-        targets = [("node", [i]) for i in nodes] + [("edge", list(e)) for e in pairs]
-        for kind, centre in targets:
-            t, d_max = explain_nodes(model, source, kind, centre, max_nodes, query)
-            results.append(t)
-            log(f"recorded {t.describe()}")
 
-    out = ensure_writable_dir(Path(out_dir), "output folder", "pass another --out")
-    meta = {"run_dir": str(run.path), "dataset": exp.dataset, "level": level, "seed": seed,
-            "head_powers": list(model_cfg.head_powers), "use_bias": bool(model_cfg.use_bias),
-            "head_biases": head_labels(model_cfg),
-            "mask_scale": model_cfg.mask_scale, "max_nodes": int(max_nodes)}
+def _record_graphs(request: ExplainRequest, dataset: str, model: Any, task: Any,
+                   log: Callable[[str], None]) -> tuple[list[TargetMaps], int]:
+    """The maps of each requested graph (ids checked first) and the hop cut-off they were measured with."""
+    count = len(task.eval_streams["test"].features)
+    for g in request.graphs:
+        if not 0 <= g < count:
+            raise UsageError(f"--graph {g}: out of range, {dataset} has graphs 0..{count - 1}")
+    results, d_max = [], DEFAULT_MAX_DISTANCE
+    for g in request.graphs:
+        t, d_max = explain_graph(model, task, g, request.max_nodes, request.query)
+        results.append(t)
+        log(f"recorded {t.describe()}")
+    return results, d_max
+
+
+def _record_nodes(request: ExplainRequest, level: str, model: Any, task: Any,
+                  log: Callable[[str], None]) -> tuple[list[TargetMaps], int]:
+    """The maps of each requested node, then each edge, on the run's one graph (ids checked first)."""
+    source = SingleGraph(task, level)
+    n = source.num_nodes
+    for i in request.nodes:
+        if not 0 <= i < n:
+            raise UsageError(f"--node {i}: out of range, the graph has nodes 0..{n - 1}")
+    for u, v in request.edges:
+        if not (0 <= u < n and 0 <= v < n):
+            raise UsageError(f"--edge {u},{v}: out of range, the graph has nodes 0..{n - 1}")
+    targets = [("node", [i]) for i in request.nodes] + [("edge", list(e)) for e in request.edges]
+    results, d_max = [], DEFAULT_MAX_DISTANCE
+    for kind, centre in targets:
+        t, d_max = explain_nodes(model, source, kind, centre, request.max_nodes, request.query)
+        results.append(t)
+        log(f"recorded {t.describe()}")
+    return results, d_max
+
+
+def _write_outputs(results: list[TargetMaps], d_max: int, request: ExplainRequest, cfg: Any, out: Path,
+                   meta: dict[str, Any]) -> dict[str, Any]:
+    """Write ``maps.h5`` and the requested figures of ``results``; return the JSON-able result."""
     buckets = hop_buckets(d_max)
-    ks, labels = effective_powers(model_cfg), head_labels(model_cfg)
+    ks, labels = effective_powers(cfg), head_labels(cfg)
     summary = hop_summary(results, ks, labels, buckets)
-    maps_path = write_maps(out / "maps.h5", results, model_cfg, {**meta, "hop_summary": summary})
+    maps_path = write_maps(out / "maps.h5", results, cfg, {**meta, "hop_summary": summary})
     figures, graph_figures, rows = {}, {}, []
-    shown = len(results[0].maps) - 1 if layer is None else layer
+    shown = len(results[0].maps) - 1 if request.layer is None else request.layer
     for t in results:
         row = target_dict(t, ks, labels, buckets)
-        if view in ("matrix", "all"):
-            fig, _ = plot_target(t, model_cfg)
+        if request.view in ("matrix", "all"):
+            fig, _ = plot_target(t, cfg)
             figures[t.name] = str(save_png(fig, out / f"{t.name}.png"))
-        if view in ("graph", "all"):
+        if request.view in ("graph", "all"):
             fig = plot_graph_view(graph_view(t, shown), labels[shown],
                                   f"{t.describe()} · attention of node {t.query}, layer {shown}", d_max)
             graph_figures[t.name] = str(save_png(fig, out / f"{t.name}_graph.png", dpi=100))
