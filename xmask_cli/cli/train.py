@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -74,29 +75,38 @@ def train(
     # Parsed here so that a bad value is named by its option (--seeds, --device), not the API's keyword.
     seed_list, device = parse_seeds(seeds if seeds is not None else seed), resolve_device(device)
     tty_bar = not (out.json or out.quiet) and sys.stderr.isatty()
-    state: dict[str, Any] = {}
 
     with out.progress("train", total=None) as bar:
-        def on_seed_start(s: int, epochs: int) -> None:
-            state["epochs"], state["every"] = epochs, max(1, epochs // 10)
-            bar(0, epochs)
-
-        def on_epoch(s: int, row: dict[str, Any]) -> None:
-            bar(row["epoch"] + 1, state["epochs"])
-            if not tty_bar and (row["epoch"] % state["every"] == 0):
-                vals = " ".join(f"{k} {v:.4f}" for k, v in row.items() if k.startswith("val_") and v is not None)
-                out.log(f"seed {s} epoch {row['epoch']}: loss {row['loss']:.4f} {vals}")
-
+        progress = _EpochProgress(bar, out.log, log_lines=not tty_bar)
         loggers = [f"train.loggers=[{','.join(logger)}]"] if logger else []
         fold_set = [] if folds is None else [f"data.folds={folds}"]
         result = train_runs(run.preset, [*(run.set_ or []), *loggers, *fold_set], dataset=run.dataset,
                             seeds=seed_list, device=device,
                             name=name, runs_dir=runs_dir, cache_dir=data.cache(), data_root=data.data_root,
                             offline=data.no_download, resume=resume, overwrite=overwrite, log=out.log,
-                            on_epoch=on_epoch, on_seed_start=on_seed_start)
+                            on_epoch=progress.on_epoch, on_seed_start=progress.on_seed_start)
 
     if rank == 0:
         out.result(result.to_json(), lambda con: render.human(con, result))
+
+
+
+class _EpochProgress:
+    """The training callbacks: the progress bar per epoch, and (without a terminal bar) a log line every tenth."""
+
+    def __init__(self, bar: Callable[[int, int], None], log: Callable[[str], None], *, log_lines: bool) -> None:
+        self.bar, self.log, self.log_lines = bar, log, log_lines
+        self.epochs, self.every = 0, 1
+
+    def on_seed_start(self, s: int, epochs: int) -> None:
+        self.epochs, self.every = epochs, max(1, epochs // 10)
+        self.bar(0, epochs)
+
+    def on_epoch(self, s: int, row: dict[str, Any]) -> None:
+        self.bar(row["epoch"] + 1, self.epochs)
+        if self.log_lines and row["epoch"] % self.every == 0:
+            vals = " ".join(f"{k} {v:.4f}" for k, v in row.items() if k.startswith("val_") and v is not None)
+            self.log(f"seed {s} epoch {row['epoch']}: loss {row['loss']:.4f} {vals}")
 
 
 def register(app: typer.Typer) -> None:

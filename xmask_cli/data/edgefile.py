@@ -48,6 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
+from xmask_cli.data.binary_tables import read_npy
 from xmask_cli.data.tables import (
     ID_BOUND_FACTOR,
     MIN_ID_BOUND,
@@ -55,7 +56,6 @@ from xmask_cli.data.tables import (
     check_regular,
     merge_note,
     open_regular,
-    read_npy,
 )
 from xmask_cli.errors import DataNotFoundError, UsageError
 from xmask_cli.fs import sha256_of
@@ -214,6 +214,26 @@ def load_edge_file(path: str | os.PathLike, features_path: str | os.PathLike | N
         raise UsageError(f"{p}: unknown edge-file extension {p.suffix!r}; use .csv (comma), .tsv (tab) "
                          f"or .txt (whitespace)")
     rows = _rows(p, DELIMITERS[suffix])
+    names = _target_names(p, rows)
+    edges = _edge_rows(p, rows, names)
+    notes: tuple[str, ...] = ()
+    if edges.merged:
+        notes = (merge_note(len(edges.merged), p.name, f"line {edges.merged[0][0]}", f"line {edges.merged[0][1]}"),)
+    x, fpath, fsha = None, None, None
+    if features_path is None:
+        num_nodes = _bounded_node_count(p, edges)
+    else:
+        fp = _existing(features_path, "features file")
+        x = _features_for(fp, p, edges)
+        num_nodes = int(x.shape[0])
+        fpath, fsha = str(fp), file_sha256(fp)
+    return EdgeData(edge_index=np.stack([edges.src, edges.dst]), targets=edges.targets.astype(np.float32),
+                    num_nodes=num_nodes, x=x, target_names=names, path=str(p), features_path=fpath,
+                    sha256=file_sha256(p), features_sha256=fsha, merged_rows=len(edges.merged), notes=notes)
+
+
+def _target_names(p: Path, rows: list[tuple[int, list[str]]]) -> tuple[str, ...]:
+    """The target columns' names, from the header row ``src,dst,<target>...`` (checked, as is one edge row)."""
     if not rows:
         raise UsageError(f"{p}: empty file; expected a header row 'src,dst,<target>...' and one row per edge")
     header_line, header = rows[0]
@@ -225,13 +245,34 @@ def load_edge_file(path: str | os.PathLike, features_path: str | os.PathLike | N
         raise UsageError(f"{p}:{header_line}: target column names must be non-empty and unique, got {list(names)}")
     if len(rows) == 1:
         raise UsageError(f"{p}: no edge rows after the header")
+    return names
 
+
+@dataclass
+class _EdgeRows:
+    """The edge rows of a file as parsed: one per pair, and the lines they came from."""
+
+    src: np.ndarray
+    dst: np.ndarray
+    targets: np.ndarray  # [E, targets] float64
+    kept_lines: list[int]  # the file line of each kept row
+    merged: list[tuple[int, int]]  # (line, line it repeats)
+
+
+def _edge_rows(p: Path, rows: list[tuple[int, list[str]]], names: tuple[str, ...]) -> _EdgeRows:
+    """Parse the rows after the header; a pair given again with the same targets is merged into its first row.
+
+    Raises:
+        UsageError: a row with the wrong width or a bad field, a pair given in both directions, or again with
+            other targets.
+    """
+    header = rows[0][1]
     width = len(header)
     src = np.empty(len(rows) - 1, dtype=np.int64)
     dst = np.empty(len(rows) - 1, dtype=np.int64)
     targets = np.empty((len(rows) - 1, len(names)), dtype=np.float64)
     seen: dict[tuple[int, int], tuple[int, int, int]] = {}  # pair -> (line, src, index in the arrays)
-    merged: list[tuple[int, int]] = []  # (line, line it repeats)
+    merged: list[tuple[int, int]] = []
     r = 0
     for line, fields in rows[1:]:
         if len(fields) != width:
@@ -257,33 +298,26 @@ def load_edge_file(path: str | os.PathLike, features_path: str | os.PathLike | N
         src[r], dst[r] = u, v
         targets[r] = values
         r += 1
-    src, dst, targets = src[:r], dst[:r], targets[:r]
     kept_lines = [ln for ln, _, _ in sorted(seen.values(), key=lambda t: t[2])]
-    notes: tuple[str, ...] = ()
-    if merged:
-        notes = (merge_note(len(merged), p.name, f"line {merged[0][0]}", f"line {merged[0][1]}"),)
+    return _EdgeRows(src[:r], dst[:r], targets[:r], kept_lines, merged)
 
-    x = None
-    fpath = None
-    fsha = None
-    if features_path is None:
-        # Every id up to the largest becomes a node: a 10-row file naming node 10^8 would allocate gigabytes.
-        max_id = bounded_max_id(src, dst, lambda edge: f"{p}:{kept_lines[edge]}",
-                                f" in the file (without a features file ids must lie below max({MIN_ID_BOUND}, "
-                                f"{ID_BOUND_FACTOR} x distinct ids) = {{bound}})",
-                                "or give edge.features with one row per node id")
-    else:
-        max_id = int(max(src.max(), dst.max()))
-    num_nodes = max_id + 1
-    if features_path is not None:
-        fp = _existing(features_path, "features file")
-        x = _load_features(fp)
-        if x.shape[0] < max_id + 1:
-            worst = int(np.argmax(np.maximum(src, dst)))
-            raise UsageError(f"{fp}: {x.shape[0]} feature rows but {p}:{kept_lines[worst]} uses node id {max_id}; "
-                             f"need one row per node id 0..{max_id}")
-        num_nodes = int(x.shape[0])
-        fpath, fsha = str(fp), file_sha256(fp)
-    return EdgeData(edge_index=np.stack([src, dst]), targets=targets.astype(np.float32), num_nodes=num_nodes, x=x,
-                    target_names=names, path=str(p), features_path=fpath, sha256=file_sha256(p),
-                    features_sha256=fsha, merged_rows=len(merged), notes=notes)
+
+def _bounded_node_count(p: Path, edges: _EdgeRows) -> int:
+    """Nodes of a file without features: every id up to the largest, which must lie below the id bound."""
+    # Every id up to the largest becomes a node: a 10-row file naming node 10^8 would allocate gigabytes.
+    max_id = bounded_max_id(edges.src, edges.dst, lambda edge: f"{p}:{edges.kept_lines[edge]}",
+                            f" in the file (without a features file ids must lie below max({MIN_ID_BOUND}, "
+                            f"{ID_BOUND_FACTOR} x distinct ids) = {{bound}})",
+                            "or give edge.features with one row per node id")
+    return max_id + 1
+
+
+def _features_for(fp: Path, p: Path, edges: _EdgeRows) -> np.ndarray:
+    """The features file's rows, which must cover every node id the edge file ``p`` names."""
+    max_id = int(max(edges.src.max(), edges.dst.max()))
+    x = _load_features(fp)
+    if x.shape[0] < max_id + 1:
+        worst = int(np.argmax(np.maximum(edges.src, edges.dst)))
+        raise UsageError(f"{fp}: {x.shape[0]} feature rows but {p}:{edges.kept_lines[worst]} uses node id {max_id}; "
+                         f"need one row per node id 0..{max_id}")
+    return x

@@ -107,21 +107,58 @@ def _hop_label(d: int, d_max: int) -> str:
     return f">={d_max}" if d == BEYOND else ("unreachable" if d == UNREACHABLE else str(d))
 
 
-def plot_graph_view(view: GraphView, labels: Sequence[str], title: str, d_max: int) -> Any:
-    """The figure: a hop panel, then one attention panel per head (``labels[h]``: head h's bias label)."""
-    import networkx as nx
-    from matplotlib import colormaps
-    from matplotlib.colors import ListedColormap, Normalize
-    from matplotlib.figure import Figure
-    from matplotlib.lines import Line2D
+@dataclass
+class _Canvas:
+    """What every panel of one figure draws with: the graph, its layout, the id labels and their sizes."""
 
-    heads, m = view.weights.shape
+    g: Any  # networkx.Graph of the view's edges
+    pos: dict[int, np.ndarray]
+    ids: dict[int, str]
+    font: float
+    node_size: float
+
+    def base(self, ax: Any) -> None:
+        """The view's edges, grey, on an axis-free, square panel."""
+        import networkx as nx
+
+        nx.draw_networkx_edges(self.g, self.pos, ax=ax, edge_color="0.65", width=1.0)
+        ax.set_axis_off()
+        ax.set_aspect("equal")
+
+    def ring(self, ax: Any, node: int) -> None:
+        """The red ring that marks the query node."""
+        import networkx as nx
+
+        nx.draw_networkx_nodes(self.g, self.pos, nodelist=[node], ax=ax, node_color="none",
+                               node_size=self.node_size * 2.2, edgecolors="red", linewidths=2.0)
+
+
+def _canvas(view: GraphView) -> _Canvas:
+    """The graph of ``view``, its layout and label sizes."""
+    import networkx as nx
+
+    m = len(view.node_ids)
     pos_arr = graph_layout(view)
-    pos = {i: pos_arr[i] for i in range(m)}
     g = nx.Graph()
     g.add_nodes_from(range(m))
-    edges = list(zip(view.edges[0].tolist(), view.edges[1].tolist()))
-    g.add_edges_from(edges)
+    g.add_edges_from(zip(view.edges[0].tolist(), view.edges[1].tolist()))
+    ids = {i: str(int(view.node_ids[i])) for i in range(m)}
+    chars = max((len(v) for v in ids.values()), default=1)
+    font = 7 if m <= 30 else 5.5
+    # Circles wide enough for the longest id (Cora's run to four digits) at the label's font size.
+    node_size = max(260 if m <= 30 else 170, (font * 0.62 * chars + 4) ** 2)
+    return _Canvas(g, {i: pos_arr[i] for i in range(m)}, ids, font, node_size)
+
+
+def plot_graph_view(view: GraphView, labels: Sequence[str], title: str, d_max: int) -> Any:
+    """The figure: a hop panel, then one attention panel per head (``labels[h]``: head h's bias label)."""
+    from matplotlib import colormaps
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import Normalize
+    from matplotlib.figure import Figure
+
+    heads, m = view.weights.shape
+    canvas = _canvas(view)
     side = 4.2 if m <= 30 else 5.4
     panels = heads + 1
     cols = panels if panels <= 3 else 3  # rows of three: panels stay large enough to read the ids
@@ -131,74 +168,75 @@ def plot_graph_view(view: GraphView, labels: Sequence[str], title: str, d_max: i
     for ax in grid[panels:]:
         ax.set_axis_off()
     axes = grid[:panels]
-    ids = {i: str(int(view.node_ids[i])) for i in range(m)}
-    chars = max((len(v) for v in ids.values()), default=1)
-    font = 7 if m <= 30 else 5.5
-    # Circles wide enough for the longest id (Cora's run to four digits) at the label's font size.
-    node_size = max(260 if m <= 30 else 170, (font * 0.62 * chars + 4) ** 2)
-
-    def base(ax: Any) -> None:
-        nx.draw_networkx_edges(g, pos, ax=ax, edge_color="0.65", width=1.0)
-        ax.set_axis_off()
-        ax.set_aspect("equal")
-
-    # Hop panel: a discrete colour per distance (beyond the cut-off and unreachable last).
-    codes = view.hops.astype(np.int64)
-    levels = sorted(set(codes.tolist()), key=lambda d: (d < 0, d if d >= 0 else -d))
-    index = np.array([levels.index(int(d)) for d in codes])
-    tab = colormaps["tab10"]
-    hop_cmap = ListedColormap([tab(i % 10) for i in range(len(levels))])
-    ax = axes[0]
-    base(ax)
-    nx.draw_networkx_nodes(g, pos, ax=ax, node_color=index.tolist(), cmap=hop_cmap, vmin=-0.5,
-                           vmax=len(levels) - 0.5, node_size=node_size, edgecolors="black", linewidths=0.5)
-    nx.draw_networkx_nodes(g, pos, nodelist=[view.query], ax=ax, node_color="none", node_size=node_size * 2.2,
-                           edgecolors="red", linewidths=2.0)
-    nx.draw_networkx_labels(g, pos, labels=ids, ax=ax, font_size=font)
-    ax.legend(handles=[Line2D([], [], marker="o", linestyle="", markerfacecolor=hop_cmap(i), markeredgecolor="black",
-                              label=f"{_hop_label(d, d_max)} hop{'s' if d != 1 else ''}")
-                       for i, d in enumerate(levels)], fontsize=7, loc="lower left", frameon=False,
-              title="from the query", title_fontsize=7)
-    ax.set_title(f"hop distance from node {ids[view.query]} (red ring)", fontsize=8)
-
+    _hop_panel(axes[0], canvas, view, d_max)
     # Attention panels: one colour scale for the figure, so heads compare.
     w = view.weights
     top = float(w.max()) if w.size and w.max() > 0 else 1.0
     norm = Normalize(vmin=0.0, vmax=top)
     cmap = colormaps["viridis"]
-    others = [j for j in range(m) if j != view.query]
     for h in range(heads):
-        ax = axes[h + 1]
-        base(ax)
-        row = w[h]
-        # Arcs query -> node, widest and brightest for the largest weight; drawn faint first, strong on top.
-        order = sorted((j for j in others if row[j] > 0), key=lambda j: row[j])
-        arcs = [(view.query, j) for j in order]
-        if arcs:
-            nx.draw_networkx_edges(nx.DiGraph(arcs), pos, edgelist=arcs, ax=ax,
-                                   width=[0.4 + 5.0 * row[j] / top for j in order],
-                                   edge_color=[cmap(norm(row[j])) for j in order], alpha=0.85, arrows=True,
-                                   arrowstyle="-|>", arrowsize=7, connectionstyle="arc3,rad=0.18",
-                                   node_size=node_size)
-        attended = [j for j in range(m) if row[j] > 0]
-        silent = [j for j in range(m) if row[j] <= 0]
-        nx.draw_networkx_nodes(g, pos, nodelist=attended, ax=ax, node_color=[row[j] for j in attended], cmap=cmap,
-                               vmin=0.0, vmax=top, node_size=node_size, edgecolors="black", linewidths=0.5)
-        if silent:
-            nx.draw_networkx_nodes(g, pos, nodelist=silent, ax=ax, node_color="white", node_size=node_size,
-                                   edgecolors="0.5", linewidths=0.8)
-        nx.draw_networkx_nodes(g, pos, nodelist=[view.query], ax=ax, node_color="none", node_size=node_size * 2.2,
-                               edgecolors="red", linewidths=2.0)
-        light = {j: ids[j] for j in range(m) if row[j] > 0 and norm(row[j]) < 0.6}
-        dark = {j: ids[j] for j in range(m) if j not in light}
-        nx.draw_networkx_labels(g, pos, labels=light, ax=ax, font_size=font, font_color="white")
-        nx.draw_networkx_labels(g, pos, labels=dark, ax=ax, font_size=font, font_color="black")
-        shown = row.sum()
-        ax.set_title(f"L{view.layer} head {h} · {labels[h]}\nself {row[view.query]:.2f} · max other "
-                     f"{max((row[j] for j in others), default=0.0):.2f} · drawn mass {shown:.2f}", fontsize=8)
-    from matplotlib.cm import ScalarMappable
-
+        _attention_panel(axes[h + 1], canvas, view, h, labels[h], norm, cmap)
     fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=list(axes[1:]), fraction=0.02, pad=0.01,
                  label="attention from the query (node fill, arc colour and width)")
     fig.suptitle(title, fontsize=9)
     return fig
+
+
+def _hop_panel(ax: Any, canvas: _Canvas, view: GraphView, d_max: int) -> None:
+    """The first panel: a discrete colour per hop distance (beyond the cut-off and unreachable last)."""
+    import networkx as nx
+    from matplotlib import colormaps
+    from matplotlib.colors import ListedColormap
+    from matplotlib.lines import Line2D
+
+    codes = view.hops.astype(np.int64)
+    levels = sorted(set(codes.tolist()), key=lambda d: (d < 0, d if d >= 0 else -d))
+    index = np.array([levels.index(int(d)) for d in codes])
+    tab = colormaps["tab10"]
+    hop_cmap = ListedColormap([tab(i % 10) for i in range(len(levels))])
+    canvas.base(ax)
+    nx.draw_networkx_nodes(canvas.g, canvas.pos, ax=ax, node_color=index.tolist(), cmap=hop_cmap, vmin=-0.5,
+                           vmax=len(levels) - 0.5, node_size=canvas.node_size, edgecolors="black", linewidths=0.5)
+    canvas.ring(ax, view.query)
+    nx.draw_networkx_labels(canvas.g, canvas.pos, labels=canvas.ids, ax=ax, font_size=canvas.font)
+    ax.legend(handles=[Line2D([], [], marker="o", linestyle="", markerfacecolor=hop_cmap(i), markeredgecolor="black",
+                              label=f"{_hop_label(d, d_max)} hop{'s' if d != 1 else ''}")
+                       for i, d in enumerate(levels)], fontsize=7, loc="lower left", frameon=False,
+              title="from the query", title_fontsize=7)
+    ax.set_title(f"hop distance from node {canvas.ids[view.query]} (red ring)", fontsize=8)
+
+
+def _attention_panel(ax: Any, canvas: _Canvas, view: GraphView, h: int, label: str, norm: Any, cmap: Any) -> None:
+    """Head ``h``'s panel: the query's attention as node fill and as arcs query -> node (colour and width)."""
+    import networkx as nx
+
+    g, pos, ids, node_size = canvas.g, canvas.pos, canvas.ids, canvas.node_size
+    m = len(ids)
+    top = norm.vmax
+    others = [j for j in range(m) if j != view.query]
+    canvas.base(ax)
+    row = view.weights[h]
+    # Arcs query -> node, widest and brightest for the largest weight; drawn faint first, strong on top.
+    order = sorted((j for j in others if row[j] > 0), key=lambda j: row[j])
+    arcs = [(view.query, j) for j in order]
+    if arcs:
+        nx.draw_networkx_edges(nx.DiGraph(arcs), pos, edgelist=arcs, ax=ax,
+                               width=[0.4 + 5.0 * row[j] / top for j in order],
+                               edge_color=[cmap(norm(row[j])) for j in order], alpha=0.85, arrows=True,
+                               arrowstyle="-|>", arrowsize=7, connectionstyle="arc3,rad=0.18",
+                               node_size=node_size)
+    attended = [j for j in range(m) if row[j] > 0]
+    silent = [j for j in range(m) if row[j] <= 0]
+    nx.draw_networkx_nodes(g, pos, nodelist=attended, ax=ax, node_color=[row[j] for j in attended], cmap=cmap,
+                           vmin=0.0, vmax=top, node_size=node_size, edgecolors="black", linewidths=0.5)
+    if silent:
+        nx.draw_networkx_nodes(g, pos, nodelist=silent, ax=ax, node_color="white", node_size=node_size,
+                               edgecolors="0.5", linewidths=0.8)
+    canvas.ring(ax, view.query)
+    light = {j: ids[j] for j in range(m) if row[j] > 0 and norm(row[j]) < 0.6}
+    dark = {j: ids[j] for j in range(m) if j not in light}
+    nx.draw_networkx_labels(g, pos, labels=light, ax=ax, font_size=canvas.font, font_color="white")
+    nx.draw_networkx_labels(g, pos, labels=dark, ax=ax, font_size=canvas.font, font_color="black")
+    shown = row.sum()
+    ax.set_title(f"L{view.layer} head {h} · {label}\nself {row[view.query]:.2f} · max other "
+                 f"{max((row[j] for j in others), default=0.0):.2f} · drawn mass {shown:.2f}", fontsize=8)

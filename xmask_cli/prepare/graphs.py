@@ -238,33 +238,27 @@ def _prepare_graphs(*, dataset_key: str, level: str, edges: list[np.ndarray], nu
                     progress: Callable[[int, int], None] | None, log: Callable[[str], None] | None,
                     blocks: Callable[[Callable[[], None]], Any], source_folder: str | None = None,
                     merged_edge_rows: int = 0) -> PrepareSummary:
-    """:func:`prepare_graphs` in the process that writes; ``blocks(check)`` yields the computed units."""
+    """:func:`prepare_graphs` in the process that writes; ``blocks(check)`` yields the computed units.
+
+    In order: an existing file that checks out is kept, a superset cache serves a derived file, else
+    every block is computed and written.
+    """
     t0 = time.perf_counter()
     params = structure_params(cfg, level)
     key = cache_key(fingerprint, params)
     path = cache_path(cache_dir, dataset_key, key)
     nn = np.asarray(num_nodes, dtype=np.int64)
-    if path.is_symlink() or (path.exists() and not path.is_file()):
-        # Not something xmask wrote (a folder, a link): never delete it, never write a temp file for nothing.
-        raise CacheError(f"cache path {path} is not a regular file (a {'link' if path.is_symlink() else 'folder'} "
-                         f"is in the way); move it away, or use another --cache-dir")
+
+    def summary(cached: bool, edges_total: int, report: dict[str, Any], **extra: Any) -> PrepareSummary:
+        return PrepareSummary(dataset_key, str(path), key, cached, len(nn), int(nn.sum()), edges_total,
+                              path.stat().st_size, round(time.perf_counter() - t0, 3), params, report, **extra)
+
+    _refuse_foreign_path(path)
     if path.exists() and not force:
-        # Trust an existing file only once it checks out: its key, fingerprint, dataset and format
-        # (cheap), and with full_check every chunk's checksum too.
-        problems = verify(path, fingerprint, full=full_check, expected_dataset=dataset_key)
-        if not problems:
-            try:
-                with StructureCache(path) as c:
-                    edges_total = int(c.read_array("graphs/num_edges").sum())
-                    report = truncation_report(c)
-                    merged = int(c.file.attrs.get(MERGED_ATTR, 0))
-                return PrepareSummary(dataset_key, str(path), key, True, len(nn), int(nn.sum()), edges_total,
-                                      path.stat().st_size, round(time.perf_counter() - t0, 3), params, report,
-                                      merged_edge_rows=merged)
-            except (CacheError, OSError, KeyError, ValueError, RuntimeError) as exc:
-                problems = [str(exc).splitlines()[0] if str(exc) else type(exc).__name__]
-        if log is not None:
-            log(f"existing cache {path} is unusable ({problems[0]}); rebuilding it")
+        kept = _existing_cache(path, fingerprint, dataset_key, full_check, log)
+        if kept is not None:
+            edges_total, report, merged = kept
+            return summary(True, edges_total, report, merged_edge_rows=merged)
     ensure_writable_dir(path.parent)
     attrs: dict[str, Any] = {"key": key, "dataset": dataset_key, "level": level, "fingerprint": fingerprint,
                              "params": json.dumps(params, sort_keys=True)}
@@ -278,68 +272,123 @@ def _prepare_graphs(*, dataset_key: str, level: str, edges: list[np.ndarray], nu
         with StructureCache(path) as c:
             edges_total = int(c.read_array("graphs/num_edges").sum())
             report = truncation_report(c)
-        return PrepareSummary(dataset_key, str(path), key, False, len(nn), int(nn.sum()), edges_total,
-                              path.stat().st_size, round(time.perf_counter() - t0, 3), params, report,
-                              served_from=str(src), merged_edge_rows=int(merged_edge_rows))
-    ptrs: dict[str, int] = {}
-    vptr: dict[str, list[int]] = {}
-    comp_offset = 0
-    total_edges = 0
-    large_graphs = 0
-    capped = 0
-    dropped = _DroppedMass()
+        return summary(False, edges_total, report, served_from=str(src), merged_edge_rows=int(merged_edge_rows))
+    total_edges, report = _write_blocks(path, attrs, cfg, blocks, progress, len(nn))
+    return summary(False, total_edges, report, merged_edge_rows=int(merged_edge_rows))
+
+
+def _refuse_foreign_path(path: Path) -> None:
+    """Refuse a cache path that holds something xmask did not write (a folder, a link).
+
+    Such a path is never deleted, and no temp file is written for nothing.
+    """
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise CacheError(f"cache path {path} is not a regular file (a {'link' if path.is_symlink() else 'folder'} "
+                         f"is in the way); move it away, or use another --cache-dir")
+
+
+def _existing_cache(path: Path, fingerprint: str, dataset_key: str, full_check: bool,
+                    log: Callable[[str], None] | None) -> tuple[int, dict[str, Any], int] | None:
+    """``(edges, truncation report, merged edge rows)`` of an existing file that checks out, else ``None``.
+
+    An existing file is trusted only once it checks out: its key, fingerprint, dataset and format
+    (cheap), and with ``full_check`` every chunk's checksum too. An unusable one is logged (and rebuilt).
+    """
+    problems = verify(path, fingerprint, full=full_check, expected_dataset=dataset_key)
+    if not problems:
+        try:
+            with StructureCache(path) as c:
+                edges_total = int(c.read_array("graphs/num_edges").sum())
+                report = truncation_report(c)
+                merged = int(c.file.attrs.get(MERGED_ATTR, 0))
+            return edges_total, report, merged
+        except (CacheError, OSError, KeyError, ValueError, RuntimeError) as exc:
+            problems = [str(exc).splitlines()[0] if str(exc) else type(exc).__name__]
+    if log is not None:
+        log(f"existing cache {path} is unusable ({problems[0]}); rebuilding it")
+    return None
+
+
+class _BlockAppender:
+    """Appends computed blocks to a cache file: the running offsets and counts the file's pointers need."""
+
+    def __init__(self, w: CacheWriter) -> None:
+        self.w = w
+        self.ptrs: dict[str, int] = {}
+        self.vptr: dict[str, list[int]] = {}
+        self.comp_offset = 0
+        self.node_total = 0
+        self.total_edges = 0
+        self.large_graphs = 0
+        self.capped = 0
+        self.dropped = _DroppedMass()
+        w.append("graphs/node_ptr", np.zeros(1, dtype=np.int64))
+
+    def add(self, r: Any) -> None:
+        """One block: the rows of a large graph (pairs only), or whole graphs."""
+        w = self.w
+        for group, share in r.dropped.items():
+            self.dropped.add(group, share, r.complete)
+        if not r.complete:  # rows of a large graph: pairs only
+            _append_pairs(w, r, self.ptrs)
+            # Large slabs already: hand them over now, so that the writer works while the next block is computed.
+            w.flush()
+            return
+        self.dropped.flush()
+        w.append("graphs/num_nodes", r.num_nodes)
+        w.append("graphs/num_edges", r.num_edges)
+        w.append("graphs/large", r.large)
+        self.large_graphs += int(np.count_nonzero(r.large))
+        self.capped += int(r.capped)
+        w.append("graphs/node_ptr", self.node_total + np.cumsum(r.num_nodes))
+        self.node_total += int(r.num_nodes.sum())
+        self.total_edges += int(r.num_edges.sum())
+        w.append("nodes/component", r.component + self.comp_offset)
+        self.comp_offset += int(r.component.max()) + 1 if r.component.size else 0
+        if r.part is not None:
+            w.append("nodes/part", r.part)
+        _append_pairs(w, r, self.ptrs)
+        for group, e in r.eig.items():
+            self._add_eigenpairs(group, e)
+
+    def _add_eigenpairs(self, group: str, e: dict[str, Any]) -> None:
+        """One block's eigenvalues and eigenvectors of ``group``, with their pointers."""
+        w, vptr = self.w, self.vptr
+        if group not in vptr:
+            vptr[group] = [0, 0]
+            w.append(f"{group}/val_ptr", np.zeros(1, dtype=np.int64))
+            w.append(f"{group}/vec_ptr", np.zeros(1, dtype=np.int64))
+        w.append(f"{group}/val_ptr", vptr[group][0] + np.cumsum([v.shape[0] for v in e["vals"]]))
+        w.append(f"{group}/vec_ptr", vptr[group][1] + np.cumsum([v.shape[0] for v in e["vecs"]]))
+        vptr[group][0] += sum(v.shape[0] for v in e["vals"])
+        vptr[group][1] += sum(v.shape[0] for v in e["vecs"])
+        w.append(f"{group}/eigvals", np.concatenate(e["vals"]) if e["vals"] else np.zeros(0))
+        w.append(f"{group}/eigvecs", np.concatenate(e["vecs"]))
+        w.append(f"{group}/method", np.asarray(e["methods"], dtype="S16"))
+
+
+def _write_blocks(path: Path, attrs: dict[str, Any], cfg: StructureSection,
+                  blocks: Callable[[Callable[[], None]], Any], progress: Callable[[int, int], None] | None,
+                  num_graphs: int) -> tuple[int, dict[str, Any]]:
+    """Compute and write every block to ``path``; ``(total edges, truncation report)``."""
     # Ctrl-C is raised only between blocks (see deferred_interrupt): never inside numba, LLVM or HDF5.
     with deferred_interrupt() as check, CacheWriter(path, attrs) as w:
-        w.append("graphs/node_ptr", np.zeros(1, dtype=np.int64))
-        node_total = 0
+        out = _BlockAppender(w)
         for done, r in blocks(check):
-            for group, share in r.dropped.items():
-                dropped.add(group, share, r.complete)
-            if not r.complete:  # rows of a large graph: pairs only
-                _append_pairs(w, r, ptrs)
-                # Large slabs already: hand them over now, so that the writer works while the next block is computed.
-                w.flush()
-                continue
-            dropped.flush()
-            w.append("graphs/num_nodes", r.num_nodes)
-            w.append("graphs/num_edges", r.num_edges)
-            w.append("graphs/large", r.large)
-            large_graphs += int(np.count_nonzero(r.large))
-            capped += int(r.capped)
-            w.append("graphs/node_ptr", node_total + np.cumsum(r.num_nodes))
-            node_total += int(r.num_nodes.sum())
-            total_edges += int(r.num_edges.sum())
-            w.append("nodes/component", r.component + comp_offset)
-            comp_offset += int(r.component.max()) + 1 if r.component.size else 0
-            if r.part is not None:
-                w.append("nodes/part", r.part)
-            _append_pairs(w, r, ptrs)
-            for group, e in r.eig.items():
-                if group not in vptr:
-                    vptr[group] = [0, 0]
-                    w.append(f"{group}/val_ptr", np.zeros(1, dtype=np.int64))
-                    w.append(f"{group}/vec_ptr", np.zeros(1, dtype=np.int64))
-                w.append(f"{group}/val_ptr", vptr[group][0] + np.cumsum([v.shape[0] for v in e["vals"]]))
-                w.append(f"{group}/vec_ptr", vptr[group][1] + np.cumsum([v.shape[0] for v in e["vecs"]]))
-                vptr[group][0] += sum(v.shape[0] for v in e["vals"])
-                vptr[group][1] += sum(v.shape[0] for v in e["vecs"])
-                w.append(f"{group}/eigvals", np.concatenate(e["vals"]) if e["vals"] else np.zeros(0))
-                w.append(f"{group}/eigvecs", np.concatenate(e["vecs"]))
-                w.append(f"{group}/method", np.asarray(e["methods"], dtype="S16"))
-            if progress is not None:
-                progress(done, len(nn))
+            out.add(r)
+            if r.complete and progress is not None:
+                progress(done, num_graphs)
         check()  # a Ctrl-C during the last block still stops before the file is marked complete
         truncation = json.dumps({"tau": cfg.large.tau, "topk": cfg.large.topk, "fanout": cfg.large.fanout,
-                                 "capped_rows": capped, "applies_to": "graphs/large", "rule": TRUNCATION_RULE})
-        masses = {"powers": dropped.attrs("powers", cfg.powers.k)}
+                                 "capped_rows": out.capped, "applies_to": "graphs/large", "rule": TRUNCATION_RULE})
+        masses = {"powers": out.dropped.attrs("powers", cfg.powers.k)}
         w.set_attrs("powers", k=cfg.powers.k, normalization=cfg.powers.normalization, truncation=truncation,
                     dropped_mass=masses["powers"])
         if cfg.rrwp.enabled:
-            masses["rrwp"] = dropped.attrs("rrwp", cfg.rrwp.steps + 1)
+            masses["rrwp"] = out.dropped.attrs("rrwp", cfg.rrwp.steps + 1)
             w.set_attrs("rrwp", dropped_mass=masses["rrwp"])
         if cfg.spd.enabled:
             w.set_attrs("spd", max_distance=cfg.spd.max_distance, large_radius=min(cfg.spd.max_distance, cfg.large.spd_radius))
     # From the values just written: no second open of the file.
-    report = _truncation_report(large_graphs, truncation, masses)
-    return PrepareSummary(dataset_key, str(path), key, False, len(nn), int(nn.sum()), total_edges, path.stat().st_size,
-                          round(time.perf_counter() - t0, 3), params, report, merged_edge_rows=int(merged_edge_rows))
+    return out.total_edges, _truncation_report(out.large_graphs, truncation, masses)
+

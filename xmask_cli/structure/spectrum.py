@@ -289,19 +289,7 @@ def graph_spectra(
     graph_c = graph_of_node[first]
     want_all = np.diff(offs)[graph_c] <= full_max_nodes
     lp = sp.csr_matrix(lap)[perm][:, perm].tocsr() if n_total else sp.csr_matrix(lap)
-    k = m + 2  # m + 1 non-zero pairs per component decide the global cut; +1 for its zero pair
-    dense_max = max(full_max_nodes, k, DENSE_MAX)
-    pairs: list[tuple[np.ndarray, np.ndarray]] = [None] * len(sizes)  # type: ignore[list-item]
-    methods = ["dense"] * len(sizes)
-    small = sizes <= dense_max
-    for sel, mm in ((want_all & small, None), (~want_all & small, k)):
-        idx = np.flatnonzero(sel)
-        for i, r in zip(idx, block_eigenpairs(lp, starts[idx], sizes[idx], m=mm, full_max_nodes=0)):
-            pairs[i] = r
-    for i in np.flatnonzero(~small):
-        s, e = starts[i], starts[i] + sizes[i]
-        lv, vv, how = lowest_eigenpairs(lp[s:e, s:e], k, full_max_nodes=0)
-        pairs[i], methods[i] = (lv, vv), how
+    pairs, methods = _component_eigenpairs(lp, starts, sizes, want_all, m, full_max_nodes)
 
     order_c = np.lexsort((first, -sizes))  # structure first (size), node id only among equal sizes
     rank_c = np.empty_like(order_c)
@@ -315,18 +303,7 @@ def graph_spectra(
         lam = np.concatenate([np.real(pairs[c][0]) for c in cs]) if len(cs) else np.zeros(0)
         cid = np.concatenate([np.full(len(pairs[c][0]), c) for c in cs]) if len(cs) else np.zeros(0, np.int64)
         j = np.concatenate([np.arange(len(pairs[c][0])) for c in cs]) if len(cs) else np.zeros(0, np.int64)
-        zero = lam <= ZERO_TOL
-        zsel = np.flatnonzero(zero)[np.lexsort((j[zero], rank_c[cid[zero]]))]
-        nsel = np.flatnonzero(~zero)[np.lexsort((j[~zero], rank_c[cid[~zero]], lam[~zero]))]
-        if n > full_max_nodes and len(nsel) > m:
-            nz = lam[nsel]
-            cut = m
-            if m > 0 and nz[m] - nz[m - 1] <= TIE_TOL:  # an eigenspace straddles the cut: leave it out whole
-                cut = m - 1
-                while cut > 0 and nz[cut] - nz[cut - 1] <= TIE_TOL:
-                    cut -= 1
-            nsel = nsel[:cut]
-        keep = np.concatenate([zsel, nsel])
+        keep = _kept_pairs(lam, rank_c[cid], j, m if n > full_max_nodes else None)
         vecs = np.zeros((n, len(keep)), dtype=np.result_type(lap.dtype, np.float64))
         col = np.arange(len(keep))
         for c in np.unique(cid[keep]):
@@ -336,3 +313,47 @@ def graph_spectra(
         how = max((methods[c] for c in cs), key=_METHOD_RANK.get, default="dense")
         out.append((lam[keep], vecs, how))
     return out
+
+
+def _component_eigenpairs(lp: sp.csr_matrix, starts: np.ndarray, sizes: np.ndarray, want_all: np.ndarray, m: int,
+                          full_max_nodes: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[str]]:
+    """Each component's eigenpairs (all of them where ``want_all``, else the lowest ``m + 2``) and its method.
+
+    ``lp`` holds the components as consecutive diagonal blocks (``starts``, ``sizes``). Small components go
+    through :func:`block_eigenpairs` together; the others one by one through :func:`lowest_eigenpairs`.
+    """
+    k = m + 2  # m + 1 non-zero pairs per component decide the global cut; +1 for its zero pair
+    dense_max = max(full_max_nodes, k, DENSE_MAX)
+    pairs: list[tuple[np.ndarray, np.ndarray]] = [None] * len(sizes)  # type: ignore[list-item]
+    methods = ["dense"] * len(sizes)
+    small = sizes <= dense_max
+    for sel, mm in ((want_all & small, None), (~want_all & small, k)):
+        idx = np.flatnonzero(sel)
+        for i, r in zip(idx, block_eigenpairs(lp, starts[idx], sizes[idx], m=mm, full_max_nodes=0)):
+            pairs[i] = r
+    for i in np.flatnonzero(~small):
+        s, e = starts[i], starts[i] + sizes[i]
+        lv, vv, how = lowest_eigenpairs(lp[s:e, s:e], k, full_max_nodes=0)
+        pairs[i], methods[i] = (lv, vv), how
+    return pairs, methods
+
+
+def _kept_pairs(lam: np.ndarray, rank: np.ndarray, j: np.ndarray, m: int | None) -> np.ndarray:
+    """Positions of one graph's stored pairs, in stored order: the zero pairs, then the lowest non-zero ones.
+
+    ``lam``, ``rank`` (its component's rank) and ``j`` (its index inside the component) describe each pair of
+    the graph's components. ``m``: keep at most ``m`` non-zero pairs, never splitting an eigenspace at the cut
+    (``None``: keep all).
+    """
+    zero = lam <= ZERO_TOL
+    zsel = np.flatnonzero(zero)[np.lexsort((j[zero], rank[zero]))]
+    nsel = np.flatnonzero(~zero)[np.lexsort((j[~zero], rank[~zero], lam[~zero]))]
+    if m is not None and len(nsel) > m:
+        nz = lam[nsel]
+        cut = m
+        if m > 0 and nz[m] - nz[m - 1] <= TIE_TOL:  # an eigenspace straddles the cut: leave it out whole
+            cut = m - 1
+            while cut > 0 and nz[cut] - nz[cut - 1] <= TIE_TOL:
+                cut -= 1
+        nsel = nsel[:cut]
+    return np.concatenate([zsel, nsel])
