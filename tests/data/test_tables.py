@@ -10,15 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from xmask_cli.data.tables import (
-    Rows,
-    file_digest,
-    open_regular,
-    read_csv_columns,
-    read_npy,
-    read_npz,
-    read_parquet_columns,
-)
+from xmask_cli.data.binary_tables import read_npy, read_npz, read_parquet_columns
+from xmask_cli.data.tables import Rows, file_digest, open_regular, read_csv_columns
 from xmask_cli.errors import DataNotFoundError, UsageError
 
 

@@ -24,7 +24,9 @@ The format (docs/datasets-from-files.md is the user's guide)::
   change to any of them gives a new cache key.
 
 Every inconsistency is a one-line :class:`~xmask_cli.errors.UsageError` (exit 2)
-naming the file and row (see :mod:`xmask_cli.data.tables`).
+naming the file and row (see :mod:`xmask_cli.data.tables`). Each file is read by
+:mod:`~xmask_cli.data.folder_read`; the checks across files and rows are in
+:mod:`~xmask_cli.data.folder_checks`.
 
 Example::
 
@@ -42,20 +44,17 @@ from typing import Any
 
 import numpy as np
 
+from xmask_cli.data.binary_tables import read_npz
+from xmask_cli.data.folder_checks import check_ids, check_reverse_weights, check_train_classes, repeated_rows
+from xmask_cli.data.folder_read import read_edges, read_features, read_index_file, read_labels
 from xmask_cli.data.graphset import GraphSet
 from xmask_cli.data.spec import DatasetSpec, tu_raw_files
 from xmask_cli.data.tables import (
     Rows,
     bounded_max_id,
     check_regular,
-    csv_header,
     file_digest,
-    merge_note,
     not_regular,
-    read_csv_columns,
-    read_npy,
-    read_npz,
-    read_parquet_columns,
 )
 from xmask_cli.errors import DataNotFoundError, UsageError
 
@@ -208,170 +207,6 @@ class FolderDataset:
         return self._data if self.transform is None else self.transform(self._data.clone())
 
 
-# ---------------------------------------------------------------- readers
-def _edges(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, Rows]:
-    ext = path.suffix.lower()
-    if ext == ".csv":
-        with_weight = len(csv_header(path)) == 3
-        names, kinds = (["src", "dst", "weight"], ["id", "id", "float"]) if with_weight else (["src", "dst"], ["id"])
-        cols, rows = read_csv_columns(path, names, kinds)
-        return cols[0], cols[1], (cols[2] if with_weight else None), rows
-    arrays = read_npz(path, ["src", "dst"], ["weight"]) if ext == ".npz" else \
-        read_parquet_columns(path, ["src", "dst"], ["weight"])
-    rows = Rows(path)
-    src, dst = (_int_column(arrays[k], path, k, rows, "id") for k in ("src", "dst"))
-    if src.shape != dst.shape:
-        raise UsageError(f"{path}: src has {src.size} values, dst {dst.size}; one per edge in both")
-    w = arrays.get("weight")
-    if w is not None:
-        w = _float_column(w, path, "weight", src.size, rows)
-    return src, dst, w, rows
-
-
-def _int_column(a: np.ndarray, path: Path, name: str, rows: Rows, kind: str) -> np.ndarray:
-    """A 1-D integer column (whole floats accepted) checked for range: ids >= 0, labels >= -1."""
-    a = np.asarray(a)
-    if a.ndim != 1:
-        raise UsageError(f"{path}: {name} must be one-dimensional, got shape {list(a.shape)}")
-    if a.dtype.kind == "f":
-        whole = np.isfinite(a) & (a == np.round(a))
-        if not whole.all():
-            bad = int(np.flatnonzero(~whole)[0])
-            raise UsageError(f"{rows.at(bad)}: {name} {a[bad]!r} is not an integer"
-                             + ("; use -1 for an unlabelled node" if kind == "label" else ""))
-    elif a.dtype.kind not in "iub":
-        raise UsageError(f"{path}: {name} must hold integers, got dtype {a.dtype}")
-    a = a.astype(np.int64, copy=False)
-    low = 0 if kind == "id" else -1
-    bad = np.flatnonzero(a < low)
-    if bad.size:
-        what = "node ids are 0-based" if kind == "id" else "labels are 0..C-1, and -1 marks an unlabelled node"
-        raise UsageError(f"{rows.at(bad[0])}: {name} {int(a[bad[0]])} is below {low}; {what}")
-    return a
-
-
-def _float_column(a: np.ndarray, path: Path, name: str, size: int, rows: Rows) -> np.ndarray:
-    a = np.asarray(a)
-    if a.ndim != 1 or a.size != size or a.dtype.kind not in "iuf":
-        raise UsageError(f"{path}: {name} must be {size} numbers (one per edge), got shape {list(a.shape)} "
-                         f"dtype {a.dtype}")
-    a = a.astype(np.float64)
-    bad = np.flatnonzero(~np.isfinite(a) | (a <= 0))
-    if bad.size:
-        raise UsageError(f"{rows.at(bad[0])}: {name} {a[bad[0]]!r} must be a finite number > 0")
-    return a
-
-
-def _features(path: Path) -> np.ndarray:
-    ext = path.suffix.lower()
-    rows = Rows(path, csv=ext == ".csv")
-    if ext == ".npy":
-        x = read_npy(path)
-    elif ext == ".npz":
-        x = read_npz(path, ["x"])["x"]
-    elif ext == ".csv":
-        cols, rows = read_csv_columns(path, None, ["float"])
-        x = np.stack(cols, axis=1)
-    else:
-        cols = read_parquet_columns(path, None)
-        bad = [k for k, v in cols.items() if np.asarray(v).dtype.kind not in "iufb"]
-        if bad:
-            raise UsageError(f"{path}: column {bad[0]} is not numeric; every column of a features file is one feature")
-        x = np.stack([np.asarray(v) for v in cols.values()], axis=1)
-    if x.ndim == 1:
-        x = x[:, None]
-    if x.ndim != 2:
-        raise UsageError(f"{path}: features must be an [n, d] array, got shape {list(x.shape)}")
-    if x.dtype.kind not in "iufb":
-        raise UsageError(f"{path}: features must be numeric, got dtype {x.dtype}")
-    x = x.astype(np.float32, copy=False)
-    finite = np.isfinite(x)
-    if not finite.all():
-        r, c = (int(v[0]) for v in np.nonzero(~finite))
-        raise UsageError(f"{rows.at(r)}: feature column {c} is {x[r, c]} (NaN or infinite); features must be finite")
-    return x
-
-
-def _labels(path: Path) -> np.ndarray:
-    ext = path.suffix.lower()
-    if ext == ".csv":
-        (y,), _ = read_csv_columns(path, ["label"], ["label"])
-        return y
-    a = read_npy(path) if ext == ".npy" else read_npz(path, ["y"])["y"] if ext == ".npz" else \
-        read_parquet_columns(path, ["label"])["label"]
-    if a.ndim == 2 and a.shape[1] == 1:
-        a = a[:, 0]
-    return _int_column(a, path, "label", Rows(path), "label")
-
-
-def _index_file(path: Path) -> tuple[np.ndarray, Rows]:
-    if path.suffix.lower() == ".csv":
-        (idx,), rows = read_csv_columns(path, ["node"], ["id"])
-        return idx, rows
-    rows, a = Rows(path), read_npy(path)
-    if a.ndim == 2 and a.shape[1] == 1:
-        a = a[:, 0]
-    return _int_column(a, path, "node id", rows, "id"), rows
-
-
-# ---------------------------------------------------------------- checks
-def _check_ids(ids: np.ndarray, n: int, rows: Rows, name: str, why_n: str) -> None:
-    bad = np.flatnonzero(ids >= n)
-    if bad.size:
-        raise UsageError(f"{rows.at(bad[0])}: {name} {int(ids[bad[0]])} is out of range: the graph has {n} nodes "
-                         f"({why_n}), ids 0..{n - 1}")
-
-
-def _repeated_rows(src: np.ndarray, dst: np.ndarray, w: np.ndarray | None, n: int,
-                   rows: Rows) -> tuple[np.ndarray | None, str | None]:
-    """Which rows to keep when every later copy of a ``(src, dst)`` row is merged into its first:
-    ``(keep mask, log line)``, or ``(None, None)`` when no row repeats.
-
-    An edge list from a log, a join or an export repeats rows; a repeated row is the same edge, so the
-    first one stands for all (file order kept). With weights, the copies must carry the row's weight.
-
-    Raises:
-        UsageError: two copies of one row with different weights (both lines named).
-    """
-    keys = src * n + dst
-    if not (np.diff(np.sort(keys)) == 0).any():  # the common case: one sort, no index arrays
-        return None, None
-    order = np.argsort(keys, kind="stable")  # stable: of equal keys, the earlier row first
-    ks = keys[order]
-    starts = np.ones(ks.size, dtype=bool)
-    starts[1:] = ks[1:] != ks[:-1]
-    first = order[np.flatnonzero(starts)][np.cumsum(starts) - 1]  # per sorted position: its group's first row
-    later, original = order[~starts], first[~starts]
-    if w is not None:
-        clash = np.flatnonzero(w[later] != w[original])
-        if clash.size:
-            i = clash[np.argmin(later[clash])]
-            r, f = int(later[i]), int(original[i])
-            raise UsageError(f"{rows.at(r)}: edge ({int(src[r])}, {int(dst[r])}) has weight {w[r]} but the same row "
-                             f"{rows.at(f)} has {w[f]}; a repeated row is merged only when its weight is the same")
-    keep = np.ones(src.size, dtype=bool)
-    keep[later] = False
-    i = int(np.argmin(later))
-    return keep, merge_note(int(later.size), rows.path.name, rows.where(int(later[i])), rows.where(int(original[i])))
-
-
-def _check_reverse_weights(src: np.ndarray, dst: np.ndarray, w: np.ndarray, n: int, rows: Rows) -> None:
-    """Both directions of a pair carry the same weight (repeated rows, if any, already checked to agree)."""
-    keys = src * n + dst
-    order = np.argsort(keys, kind="stable")
-    ks = keys[order]
-    rev = dst * n + src
-    pos = np.searchsorted(ks, rev)
-    pos = np.minimum(pos, len(ks) - 1)
-    has = ks[pos] == rev
-    partner = order[pos]
-    bad = np.flatnonzero(has & (w[partner] != w))
-    if bad.size:
-        r = int(bad[0])
-        raise UsageError(f"{rows.at(r)}: edge ({int(src[r])}, {int(dst[r])}) has weight {w[r]} but its reverse "
-                         f"{rows.at(int(partner[r]))} has {w[partner[r]]}; an edge is one pair with one weight")
-
-
 def _split_masks(files: FolderFiles, n: int, y: np.ndarray | None) -> dict[str, np.ndarray]:
     """``train``/``val``/``test`` boolean masks from index files or masks.npz, checked."""
     if y is None or not files.has_split:
@@ -392,8 +227,8 @@ def _split_masks(files: FolderFiles, n: int, y: np.ndarray | None) -> dict[str, 
     else:
         for part in ("train", "val", "test"):
             path = files.paths[part]
-            idx, rows = _index_file(path)
-            _check_ids(idx, n, rows, "node id", "rows of the node files")
+            idx, rows = read_index_file(path)
+            check_ids(idx, n, rows, "node id", "rows of the node files")
             order = np.argsort(idx, kind="stable")
             same = np.flatnonzero(idx[order][1:] == idx[order][:-1])
             if same.size:
@@ -423,24 +258,6 @@ def _split_masks(files: FolderFiles, n: int, y: np.ndarray | None) -> dict[str, 
             at_b = rb.at(int(np.flatnonzero(ib == node)[0])) if files.get("masks") is None else f"{rb.path} {b}"
             raise UsageError(f"{at_b}: node {node} is in both {a} ({at_a}) and {b}; the parts must not overlap")
     return masks
-
-
-def check_train_classes(y: np.ndarray, train: np.ndarray, labels_path: Path | str, split_what: str) -> None:
-    """Every class ``0..max label`` has a node in ``train``; else one line naming the labels file.
-
-    Raises:
-        UsageError: a class without a training node (or without any labelled node).
-    """
-    y = np.asarray(y).reshape(-1)
-    num_classes = int(y.max()) + 1 if y.size and y.max() >= 0 else 0
-    have = np.bincount(y[train][y[train] >= 0], minlength=num_classes)
-    missing = np.flatnonzero(have == 0)
-    if missing.size:
-        c = int(missing[0])
-        anywhere = bool((y == c).any())
-        detail = "" if anywhere else f"; no node has label {c} at all (labels must be 0..{num_classes - 1})"
-        raise UsageError(f"{labels_path}: class {c} has no node in the training split ({split_what}){detail}; "
-                         f"every class needs a training node")
 
 
 def _node_count(x: np.ndarray | None, y: np.ndarray | None, files: FolderFiles, src: np.ndarray,
@@ -476,17 +293,17 @@ def load_folder(spec: DatasetSpec) -> Any:
 
     folder = Path(spec.folder)
     files = find_files(folder)
-    src, dst, w, rows = _edges(files.paths["edges"])
+    src, dst, w, rows = read_edges(files.paths["edges"])
     if src.size == 0:
         raise UsageError(f"{files.paths['edges']}: no edges; the graph needs at least one")
-    x = _features(files.paths["features"]) if "features" in files.paths else None
-    y = _labels(files.paths["labels"]) if "labels" in files.paths else None
+    x = read_features(files.paths["features"]) if "features" in files.paths else None
+    y = read_labels(files.paths["labels"]) if "labels" in files.paths else None
     n, why_n = _node_count(x, y, files, src, dst, rows)
-    _check_ids(src, n, rows, "src", why_n)
-    _check_ids(dst, n, rows, "dst", why_n)
-    keep, merged_note = _repeated_rows(src, dst, w, n, rows)
+    check_ids(src, n, rows, "src", why_n)
+    check_ids(dst, n, rows, "dst", why_n)
+    keep, merged_note = repeated_rows(src, dst, w, n, rows)
     if w is not None:
-        _check_reverse_weights(src, dst, w, n, rows)  # on the file's rows, so that a message names the right line
+        check_reverse_weights(src, dst, w, n, rows)  # on the file's rows, so that a message names the right line
     merged = 0
     if keep is not None:
         merged = int(src.size - np.count_nonzero(keep))
