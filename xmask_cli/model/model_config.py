@@ -16,8 +16,8 @@ from xmask_cli.config import Config, ModelSection, PowersSection, RrwpSection, s
 from xmask_cli.config_rules import check_model_rules
 from xmask_cli.config_section import needer
 from xmask_cli.errors import ConfigError
-from xmask_cli.model.bias_stack import BiasSpec
 from xmask_cli.model.biases import bias_entry
+from xmask_cli.model.biases.stack import BiasSpec
 from xmask_cli.model.logsmask import read_field
 
 #: cls: the class token's output (image level, ``encoder='patch'``); the others pool real nodes / patches.

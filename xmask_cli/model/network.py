@@ -22,7 +22,7 @@ from torch import Tensor
 from torch_geometric.utils import scatter
 
 from xmask_cli.model.attention import StructuralAttention
-from xmask_cli.model.bias_stack import BiasStack
+from xmask_cli.model.biases.stack import BiasStack
 from xmask_cli.model.layers import TransformerBlock
 from xmask_cli.model.logsmask import DenseStructure, SparseStructure, XLogSMaskBias, read_field
 

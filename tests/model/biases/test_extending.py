@@ -15,8 +15,8 @@ import torch
 
 from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.experiment import train_seeds
-from xmask_cli.model.bias_stack import BiasSpec
 from xmask_cli.model.biases import BIASES, BiasEntry
+from xmask_cli.model.biases.stack import BiasSpec
 from xmask_cli.model.network import ModelConfig, XMaskNet, head_labels
 from xmask_cli.prepare.needs import model_needs
 

@@ -11,8 +11,8 @@ import torch
 
 from tests.model.biases.refs import ALL, DIRECTED, TWO_COMP, K, S, all_pairs, pad, randomize, ref_extras, sparse
 from tests.model.graphs import norm_powers
-from xmask_cli.model.bias_stack import BiasSpec, BiasStack
 from xmask_cli.model.biases import MagneticBias, RrwpBias, SpdBias
+from xmask_cli.model.biases.stack import BiasSpec, BiasStack
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
 

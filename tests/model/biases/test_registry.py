@@ -8,8 +8,8 @@ from xmask_cli.config import Config
 from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.extras import EXTRA_SECTIONS
 from xmask_cli.errors import ConfigError
-from xmask_cli.model.bias_stack import BiasSpec, BiasStack
 from xmask_cli.model.biases import BIASES, EigenBias, LearnedBias, MagneticBias, RrwpBias, SpdBias
+from xmask_cli.model.biases.stack import BiasSpec, BiasStack
 
 
 def test_entries_are_consistent():

@@ -8,7 +8,7 @@ head labels) read it from there. Adding a bias is one file in this folder (a
 docs/extending.md.
 
 Each module serves ``num_heads`` heads (a subset of the attention's heads;
-:class:`~xmask_cli.model.bias_stack.BiasStack` places them) and reads one kind
+:class:`~xmask_cli.model.biases.stack.BiasStack` places them) and reads one kind
 of cached structure from the batch's ``extras``:
 
 =============  ==========================================  =================================

@@ -31,8 +31,8 @@ class LearnedBias(StructuralBias):
     def from_spec(cls, spec: BiasSection, num_heads: int, rrwp_dim: int) -> LearnedBias:
         """The module for one ``model.biases`` entry serving ``num_heads`` heads.
 
-        ``spec`` is typed as the config's section (the model's :class:`~xmask_cli.model.bias_stack.BiasSpec`
-        is one): a bias reads only its own settings, and the biases stay below ``bias_stack``.
+        ``spec`` is typed as the config's section (the model's :class:`~xmask_cli.model.biases.stack.BiasSpec`
+        is one): a bias reads only its own settings, and the biases stay below ``biases.stack``.
 
         The default takes ``num_heads`` only; a bias with settings of its own
         (``spec.max_distance``, ``spec.width``) or that reads the cache's walk

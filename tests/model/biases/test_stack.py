@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 
 from tests.model.biases.refs import DIRECTED, S, all_pairs, pad, randomize, ref_extras, sparse
-from xmask_cli.model.bias_stack import BiasSpec, BiasStack
+from xmask_cli.model.biases.stack import BiasSpec, BiasStack
 
 
 # ------------------------------------------------------------------ BiasStack
