@@ -32,7 +32,7 @@ from xmask_cli.engine.runs import RunDir, write_json, write_text
 from xmask_cli.engine.selection import RULE
 from xmask_cli.errors import UsageError
 from xmask_cli.model.biases import BIASES
-from xmask_cli.results import AblationResult, AblationRow, RunSummary
+from xmask_cli.results import AblationResult, AblationRow
 
 __all__ = ["VARIANTS", "CORE_VARIANTS", "BIAS_VARIANTS", "EXPERT_VARIANTS", "IMAGE_VARIANTS", "default_variants",
            "variant_overrides", "parse_variants", "parse_names", "run_ablation"]
@@ -229,7 +229,7 @@ def _variant_row(variant: str, preset: str | None, overrides: list[str], base: C
         for seed in seeds:
             run = RunDir(out_dir / "runs" / f"{name}-{variant}" / str(seed))
             if (run.path / RunDir.SUMMARY).is_file():
-                summary = RunSummary.from_json(run.read_summary())
+                summary = run.read_summary()
                 reused.append(seed)
             else:
                 log(f"ablation {variant}: seed {seed}")

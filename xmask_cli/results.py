@@ -1,8 +1,8 @@
 """What training and evaluation return: frozen result types with ``to_json()`` and ``from_json()``.
 
 A run's summary (``summary.json``), a sweep over seeds (what ``xmask train`` prints; its
-``aggregate.json`` is the same without ``runs``), an evaluation (``xmask eval``) and an ablation
-(``xmask ablate``, ``ablation.json``). ``to_json()``
+``aggregate.json`` is the same without ``runs``), an evaluation (``xmask eval``), an ablation
+(``xmask ablate``, ``ablation.json``) and a comparison of finished runs (``xmask runs compare``). ``to_json()``
 gives the JSON that command prints and that file holds; ``from_json()`` reads it back, checking each
 field's type (:func:`~xmask_cli.jsonfile.check_fields`: a wrong one raises
 :class:`~xmask_cli.jsonfile.Damaged`). A leaf below the engine: renderers read these types without
@@ -25,8 +25,8 @@ from typing import Any
 
 from xmask_cli.jsonfile import Damaged, MapOf, Number, OptionalInt, check_fields
 
-__all__ = ["AblationResult", "AblationRow", "EvalResult", "FoldsSummary", "JsonItems", "MetricStats", "RunSummary",
-           "SweepResult", "stats_of"]
+__all__ = ["AblationResult", "AblationRow", "CompareResult", "EvalResult", "FoldsSummary", "JsonItems", "MetricStats", "RunRow",
+           "RunSummary", "SUMMARY_FIELDS", "SUMMARY_OPTIONAL", "SweepResult", "stats_of"]
 
 _NONE = type(None)
 
@@ -78,9 +78,9 @@ def stats_of(data: Mapping[str, Mapping[str, Any]]) -> dict[str, MetricStats]:
     return {str(k): MetricStats.from_json(v) for k, v in _mapping(data, "an aggregate").items()}
 
 
-#: summary.json's fields: the required ones, then the optional ones with their types.
-_SUMMARY_FIELDS = {"metrics": MapOf(Number)}
-_SUMMARY_OPTIONAL = {"dataset": (str, _NONE), "metric": str, "seed": int, "best_epoch": OptionalInt,
+#: summary.json's fields: the required ones, then the optional ones with their types (what a reader checks).
+SUMMARY_FIELDS = {"metrics": MapOf(Number)}
+SUMMARY_OPTIONAL = {"dataset": (str, _NONE), "metric": str, "seed": int, "best_epoch": OptionalInt,
                      "epochs_run": int, "stopped_early": bool, "split": dict, "selection": dict, "processes": int,
                      "level": str, "run_dir": str, "fold": OptionalInt, "folds": int}
 #: Keys written only when they hold a value (a distributed run's process count, a sweep's fold).
@@ -134,7 +134,7 @@ class RunSummary(JsonItems):
         Raises:
             Damaged: ``metrics`` missing, or a field of another type than xmask writes.
         """
-        check_fields(_mapping(data, "a run summary"), _SUMMARY_FIELDS, _SUMMARY_OPTIONAL)
+        check_fields(_mapping(data, "a run summary"), SUMMARY_FIELDS, SUMMARY_OPTIONAL)
         _unknown(cls, data, strict)
         known = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
@@ -344,3 +344,45 @@ class AblationResult(JsonItems):
         _unknown(cls, data, strict=True)
         return cls(**{**data, "seeds": tuple(data["seeds"]), "overrides": tuple(data["overrides"]),
                       "rows": tuple(AblationRow.from_json(r) for r in data["rows"])})
+
+
+@dataclass(frozen=True)
+class RunRow(JsonItems):
+    """One finished run of ``xmask runs compare``: its summary's numbers, its wall time and validation curve.
+
+    Attributes:
+        run_dir, name, seed, fold: the run folder, its name (``<name>/<seed>[/fold-<i>]``), seed and fold.
+        dataset, metric, best_epoch, epochs_run, train, val, test: from its ``summary.json``.
+        wall_s: the epochs' ``epoch_s`` summed (``train_s`` where a row has no ``epoch_s``).
+        curve: ``(epoch, val metric)`` of each ``metrics.jsonl`` row that holds it.
+    """
+
+    run_dir: str
+    name: str
+    seed: int | None
+    fold: int | None
+    dataset: str | None
+    metric: str
+    best_epoch: int | None
+    epochs_run: int | None
+    train: float | None
+    val: float | None
+    test: float | None
+    wall_s: float
+    curve: tuple[tuple[int, float | None], ...]
+
+    def to_json(self, curve: bool = True) -> dict[str, Any]:
+        """The row as JSON; ``curve=False`` leaves the curve out (what the command prints)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "curve"}
+        return {**out, "curve": [list(point) for point in self.curve]} if curve else out
+
+
+@dataclass(frozen=True)
+class CompareResult(JsonItems):
+    """``xmask runs compare``: one :class:`RunRow` per finished run, and the plot's path (None: no plot)."""
+
+    runs: tuple[RunRow, ...]
+    plot: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"runs": [r.to_json(curve=False) for r in self.runs], "plot": self.plot}

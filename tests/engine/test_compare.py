@@ -40,6 +40,8 @@ def test_rows_equal_the_summaries(runs):
         assert (row["train"], row["val"], row["test"]) == tuple(summary["metrics"][p] for p in ("train", "val", "test"))
         assert row["wall_s"] == pytest.approx(sum(m["epoch_s"] for m in metrics), abs=1e-3)
         assert row["metric"] == "mae" and "curve" not in row
+    rows = result.runs  # read by attribute: the curve is the metrics' validation column
+    assert [list(p) for p in rows[0].curve] == rows[0].to_json()["curve"] and rows[0].curve[0][0] == 0
 
 
 def test_fold_runs_are_found_in_numeric_order_and_named(runs, tmp_path):
@@ -75,7 +77,7 @@ def test_cli_json_equals_the_library_and_refusals(runs, tmp_path):
     r = run("runs", "compare", str(runs / "toy-a"), str(runs / "toy-b"), "--format", "json", "--out",
             str(tmp_path / "c.png"))
     assert r.exit_code == 0, r.stderr
-    assert json.loads(r.stdout) == compare_runs([runs / "toy-a", runs / "toy-b"], tmp_path / "c.png")
+    assert json.loads(r.stdout) == compare_runs([runs / "toy-a", runs / "toy-b"], tmp_path / "c.png").to_json()
     human = run("runs", "compare", str(runs / "toy-a"), "--no-plot")
     assert human.exit_code == 0 and "toy-a/0" in human.stdout and "toy-a/1" in human.stdout
     r = run("runs", "compare", str(tmp_path / "nothing"))

@@ -35,7 +35,7 @@ def runs_compare(
 
     output = output_for(ctx, fmt)
     result = compare_runs(dirs, None if no_plot else (out or Path("runs-compare.png")))
-    output.result(result, lambda con: render.compare(con, result))
+    output.result(result.to_json(), lambda con: render.compare(con, result))
 
 
 def register(app: typer.Typer) -> None:

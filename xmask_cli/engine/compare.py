@@ -19,6 +19,7 @@ from typing import Any
 from xmask_cli.engine.runs import RunDir, write_bytes
 from xmask_cli.errors import RunNotFoundError
 from xmask_cli.fs import ensure_writable_dir
+from xmask_cli.results import CompareResult, RunRow
 
 __all__ = ["compare_runs", "find_runs", "plot_compare", "run_row"]
 
@@ -63,44 +64,41 @@ def find_runs(paths: Sequence[str | os.PathLike]) -> list[Path]:
     return found
 
 
-def run_row(path: Path) -> dict[str, Any]:
-    """One run's row: ``run_dir, name, seed, dataset, metric, best_epoch, epochs_run, train, val, test, wall_s``
-    and ``curve`` (``[[epoch, val metric], ...]`` from ``metrics.jsonl``)."""
+def run_row(path: Path) -> RunRow:
+    """One run's row: its summary's numbers, its wall time and its validation curve (:class:`RunRow`)."""
     run = RunDir(path, create=False)  # an existing folder (find_runs)
     summary = run.read_summary()  # both checked by xmask_cli.jsonfile: a damaged file is exit 6, named
     rows = run.read_metrics()
-    metric = summary.get("metric", "")
+    metric = summary.metric or ""
     key = f"val_{metric}"
     for n, r in enumerate(rows, 1):
         if key in r and (isinstance(r[key], bool) or not isinstance(r[key], (int, float, type(None)))):
             raise RunNotFoundError(f"{run.path / RunDir.METRICS} row {n} is damaged ('{key}' is not a number); "
                                    f"restore it, or train again with --overwrite")
     wall = sum(float(r.get("epoch_s", r.get("train_s", 0.0))) for r in rows)
-    metrics = summary.get("metrics", {})
-    fold = summary.get("fold")
-    name = path.parent.name if fold is None else path.parent.parent.name  # <name>/<seed>[/fold-<i>]
-    return {"run_dir": str(path), "name": name, "seed": summary.get("seed"), "fold": fold,
-            "dataset": summary.get("dataset"), "metric": metric, "best_epoch": summary.get("best_epoch"),
-            "epochs_run": summary.get("epochs_run"), "train": metrics.get("train"), "val": metrics.get("val"),
-            "test": metrics.get("test"), "wall_s": round(wall, 3),
-            "curve": [[r["epoch"], r[key]] for r in rows if key in r]}
+    metrics = summary.metrics
+    name = path.parent.name if summary.fold is None else path.parent.parent.name  # <name>/<seed>[/fold-<i>]
+    return RunRow(run_dir=str(path), name=name, seed=summary.seed, fold=summary.fold, dataset=summary.dataset,
+                  metric=metric, best_epoch=summary.best_epoch, epochs_run=summary.epochs_run,
+                  train=metrics.get("train"), val=metrics.get("val"), test=metrics.get("test"), wall_s=round(wall, 3),
+                  curve=tuple((r["epoch"], r[key]) for r in rows if key in r))
 
 
-def plot_compare(rows: Sequence[dict[str, Any]]) -> Any:
+def plot_compare(rows: Sequence[RunRow]) -> Any:
     """A matplotlib ``Figure``: every run's validation curve, one panel per metric, selected epochs dotted."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    metrics = list(dict.fromkeys(r["metric"] for r in rows))
+    metrics = list(dict.fromkeys(r.metric for r in rows))
     fig = Figure(figsize=(6.0 * len(metrics), 4.2), layout="constrained")
     axes = fig.subplots(1, len(metrics), squeeze=False)[0]
     for ax, metric in zip(axes, metrics):
-        for r in (r for r in rows if r["metric"] == metric):
-            xs = [e for e, _ in r["curve"]]
-            ys = [v for _, v in r["curve"]]
-            (line,) = ax.plot(xs, ys, label=f"{r['name']}/{r['seed']}")
-            if r["best_epoch"] in xs:
-                ax.plot([r["best_epoch"]], [ys[xs.index(r["best_epoch"])]], marker="o", color=line.get_color())
+        for r in (r for r in rows if r.metric == metric):
+            xs = [e for e, _ in r.curve]
+            ys = [v for _, v in r.curve]
+            (line,) = ax.plot(xs, ys, label=f"{r.name}/{r.seed}")
+            if r.best_epoch in xs:
+                ax.plot([r.best_epoch], [ys[xs.index(r.best_epoch)]], marker="o", color=line.get_color())
         ax.set_xlabel("epoch")
         ax.set_ylabel(f"val {metric}")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -110,11 +108,12 @@ def plot_compare(rows: Sequence[dict[str, Any]]) -> Any:
     return fig
 
 
-def compare_runs(paths: Sequence[str | os.PathLike], out: str | os.PathLike | None) -> dict[str, Any]:
+def compare_runs(paths: Sequence[str | os.PathLike], out: str | os.PathLike | None) -> CompareResult:
     """Rows of every finished run under ``paths`` and, when ``out`` is given, the plot written there (PNG).
 
     Returns:
-        ``{"runs": [run_row(...) without "curve", ...], "plot": path or None}``.
+        a :class:`~xmask_cli.results.CompareResult`: the rows (its ``to_json()`` leaves out the curves) and
+        the plot's path or None.
     """
     rows = [run_row(p) for p in find_runs(paths)]
     plot = None
@@ -125,4 +124,4 @@ def compare_runs(paths: Sequence[str | os.PathLike], out: str | os.PathLike | No
         plot_compare(rows).savefig(buf, format="png", dpi=90)
         write_bytes(target, buf.getvalue())
         plot = str(target)
-    return {"runs": [{k: v for k, v in r.items() if k != "curve"} for r in rows], "plot": plot}
+    return CompareResult(runs=tuple(rows), plot=plot)

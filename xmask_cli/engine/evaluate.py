@@ -106,7 +106,7 @@ def evaluate_loaded(run: RunDir, saved: dict[str, Any], exp: Experiment, task: A
     """:func:`evaluate_run` of a run already rebuilt by :func:`rebuild_run` (``xmask_cli.load_run`` reuses it)."""
     seed = int(saved["train"]["seed"])
     metrics = {part: score(task, model, part, run_precision(saved), device) for part in parts}
-    recorded = run.read_summary()["metrics"] if (run.path / RunDir.SUMMARY).is_file() else {}
+    recorded = run.read_summary().metrics if (run.path / RunDir.SUMMARY).is_file() else {}
     return EvalResult(run_dir=str(run.path), dataset=exp.dataset, level=exp.level, metric=exp.metric, seed=seed,
                       metrics=metrics, recorded={p: recorded.get(p) for p in parts},
                       config_sha256=hashlib.sha256(json.dumps(saved, sort_keys=True).encode()).hexdigest()[:16])

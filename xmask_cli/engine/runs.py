@@ -37,7 +37,8 @@ import torch
 
 from xmask_cli.errors import RunNotFoundError, UsageError, first_line
 from xmask_cli.fs import DISK_FULL, atomic_write, open_nofollow, refuse_links, write_failed
-from xmask_cli.jsonfile import MapOf, Number, OptionalInt, read_json, read_json_lines
+from xmask_cli.jsonfile import read_json, read_json_lines
+from xmask_cli.results import SUMMARY_FIELDS, SUMMARY_OPTIONAL, RunSummary
 
 #: What to do after a run stopped on a full disk (every file is written whole or not at all, so it resumes).
 _RESUME_HINT = "free some space, then run the same command again (with --resume a run goes on where it stopped)"
@@ -46,11 +47,8 @@ _RESUME_HINT = "free some space, then run the same command again (with --resume 
 __all__ = ["RunDir", "aggregate", "write_bytes", "write_json", "write_text", "TIMING_KEYS", "input_stall",
            "without_timing"]
 
-#: The fields of ``summary.json`` and of a ``metrics.jsonl`` row that readers use, with their types: a file
-#: without them (or with others there) is damaged (:mod:`xmask_cli.jsonfile`).
-SUMMARY_FIELDS = {"metrics": MapOf(Number)}
-SUMMARY_OPTIONAL = {"metric": str, "dataset": (str, type(None)), "level": str, "seed": int, "best_epoch": OptionalInt,
-                    "epochs_run": int, "fold": OptionalInt, "folds": int, "run_dir": str}
+#: The fields of a ``metrics.jsonl`` row that readers use, with their types: a file without them (or with
+#: others there) is damaged (:mod:`xmask_cli.jsonfile`); ``summary.json``'s are :class:`RunSummary`'s.
 METRICS_FIELDS = {"epoch": int}
 METRICS_OPTIONAL = {name: (int, float, type(None)) for name in ("epoch_s", "train_s", "input_stall", "loss")}
 
@@ -324,15 +322,15 @@ class RunDir:
         """Write ``summary.json`` atomically."""
         _atomic_write(self.path / self.SUMMARY, lambda f: f.write(_json_bytes(summary)))
 
-    def read_summary(self) -> dict[str, Any]:
-        """``summary.json``, checked to hold the fields readers use (:data:`SUMMARY_FIELDS`).
+    def read_summary(self) -> RunSummary:
+        """``summary.json``, each field checked to be of the type xmask writes there (:class:`RunSummary`).
 
         Raises:
             RunNotFoundError: the file is missing or damaged (exit 6, naming it).
         """
         path = self.path / self.SUMMARY
         try:
-            return read_json(path, fields=SUMMARY_FIELDS, optional=SUMMARY_OPTIONAL)
+            return RunSummary.from_json(read_json(path, fields=SUMMARY_FIELDS, optional=SUMMARY_OPTIONAL))
         except FileNotFoundError:
             raise RunNotFoundError(f"{path} is missing; the run has not finished") from None
 
@@ -350,7 +348,7 @@ def aggregate(run_dirs: Iterable[RunDir | str | os.PathLike]) -> dict[str, dict[
     values: dict[str, list[float]] = {}
     for run in run_dirs:
         run = run if isinstance(run, RunDir) else RunDir(run)
-        for key, value in run.read_summary()["metrics"].items():
+        for key, value in run.read_summary().metrics.items():
             values.setdefault(key, []).append(float(value))
     out: dict[str, dict[str, Any]] = {}
     for key, vals in values.items():
