@@ -1,8 +1,8 @@
 """PROTEINS training epoch with 1 and 2 data-parallel processes (gloo, CPU), and the all-reduce share of a step.
 
-Each process uses one torch thread. The 2-process job runs the engine's own
-pieces: ``engine.distributed.wrap`` (DDP), ``shard_batches`` (the size buckets dealt by rank)
-and ``loop._ddp_backward`` (the weighted backward with its per-step item-count all-reduce). The
+Each process uses one torch thread. Both jobs run the engine's own strategy
+(``engine.distributed.make_strategy``); the 2-process one is ``DDPStrategy``: DDP, ``shard_batches``
+(the size buckets dealt by rank) and its weighted backward with its per-step item-count all-reduce. The
 gradient all-reduce is timed by a DDP communication hook (the default all-reduce, each bucket
 timed from the hook's call to its future's completion; buckets overlap the backward, so this is
 the time spent in all-reduce, not all of it exposed); the item-count all-reduce is timed around
@@ -41,6 +41,7 @@ def _experiment(args: argparse.Namespace):
 
 def _worker(rank: int, size: int, init_file: str, args: argparse.Namespace, out_dir: str) -> None:
     from xmask_cli.engine import distributed, loop
+    from xmask_cli.engine.precision import Precision
     from xmask_cli.model.network import XMaskNet
 
     torch.set_num_threads(1)
@@ -55,9 +56,10 @@ def _worker(rank: int, size: int, init_file: str, args: argparse.Namespace, out_
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     comm: list[float] = []  # seconds in gradient all-reduce (per bucket)
     counts: list[float] = []  # seconds in the per-step item-count all-reduce
-    ddp = None
-    if w.distributed:
-        ddp = distributed.wrap(model, "cpu")
+    strategy = distributed.make_strategy(Precision("fp32", "cpu"), torch.device("cpu"))
+    strategy.setup(model)
+    if isinstance(strategy, distributed.DDPStrategy) and strategy.ddp is not None:
+        ddp = strategy.ddp
 
         def timed_allreduce(state, bucket):
             t0 = time.perf_counter()
@@ -77,7 +79,7 @@ def _worker(rank: int, size: int, init_file: str, args: argparse.Namespace, out_
                 return plain_sum(values, device)
             finally:
                 counts.append(time.perf_counter() - t0)
-        distributed.all_sum = timed_sum  # the loop looks it up at call time
+        distributed.all_sum = timed_sum  # the strategy looks it up at call time
 
     epochs = []
     for epoch in range(args.epochs):
@@ -86,14 +88,9 @@ def _worker(rank: int, size: int, init_file: str, args: argparse.Namespace, out_
         model.train()
         steps = 0
         t0 = time.perf_counter()
-        batches = distributed.shard_batches(task, epoch, w) if ddp else ((b, True) for b in task.train_batches(epoch))
-        for batch, real in batches:
+        for batch, real in strategy.batches(task, epoch, 0):
             opt.zero_grad(set_to_none=True)
-            if ddp is None:
-                loss, _ = task.loss(model, batch)
-                loss.backward()
-            else:
-                loop._ddp_backward(ddp, task, batch, real, w, torch.device("cpu"))
+            strategy.backward(task, model, batch, real)
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             opt.step()
             steps += 1

@@ -46,7 +46,8 @@ def main() -> None:
     from xmask_cli import config_resolve as R
     from xmask_cli.data.load import one_hot_degrees
     from xmask_cli.engine.experiment import Experiment, _train_config
-    from xmask_cli.engine.loop import _warmup, seed_everything
+    from xmask_cli.engine.loop import seed_everything
+    from xmask_cli.engine.optimisation import warmup
     from xmask_cli.model.network import XMaskNet
 
     if args.input == "features+degree":
@@ -65,7 +66,7 @@ def main() -> None:
     model = XMaskNet(exp.model_config(task))
     tc = _train_config(cfg, args.seed, "cpu")
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, _warmup(tc.warmup_epochs))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, warmup(tc.warmup_epochs))
 
     pre: list[torch.Tensor] = []
     pooled: list[torch.Tensor] = []

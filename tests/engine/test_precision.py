@@ -9,7 +9,7 @@ import torch
 
 from tests.engine.tasks.test_graph import FAST, Mutag, mutag  # noqa: F401  (module fixture)
 from xmask_cli.engine.features import node_features
-from xmask_cli.engine.precision import autocast, check_precision
+from xmask_cli.engine.precision import Precision, autocast, check_precision
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.tasks.graph import _eval_stream, _predict, graph_labels, train_graph_level
 from xmask_cli.errors import UsageError
@@ -35,6 +35,25 @@ def test_check_precision_refuses_bad_values_with_usage_error() -> None:
         check_precision("fp8", "cpu")
     with pytest.raises(UsageError, match="needs torch.autocast"):
         check_precision("bf16", "meta")  # a device type without autocast
+
+
+def test_precision_scales_only_under_fp16_and_keeps_the_scaler_state() -> None:
+    plain = Precision("bf16", "cpu")
+    assert plain.scaler is None and not plain.skips_overflow and plain.state() == {}
+    with plain.autocast():
+        assert torch.get_autocast_dtype("cpu") == torch.bfloat16 and torch.is_autocast_enabled("cpu")
+    w = torch.nn.Parameter(torch.ones(1))
+    fp16 = Precision("fp16", "cpu")
+    assert fp16.skips_overflow and set(fp16.state()) == {"scaler"}
+    fp16.backward((w * 3).sum())
+    assert float(w.grad) == 3 * fp16.scaler.get_scale()  # the scaled loss's gradient
+    optimizer = torch.optim.SGD([w], lr=0.0)
+    fp16.unscale(optimizer)
+    assert float(w.grad) == 3.0  # its true size, for clipping
+    fp16.step(optimizer)
+    again = Precision("fp16", "cpu")
+    again.load(fp16.state())
+    assert again.state() == fp16.state()
 
 
 def test_log_mask_stays_float32_under_autocast() -> None:

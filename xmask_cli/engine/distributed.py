@@ -5,7 +5,13 @@
 reads them and opens the process group (gloo on CPU, NCCL on CUDA). Without them
 nothing here runs and training is the one-process loop it always was.
 
-The rules :func:`~xmask_cli.engine.loop.fit` follows with ``world > 1``:
+:func:`~xmask_cli.engine.loop.fit` sees one :class:`Strategy` (:func:`make_strategy`):
+:class:`SingleProcess` or :class:`DDPStrategy`. It asks it for the epoch's batches, one batch's
+gradients (under the run's :class:`~xmask_cli.engine.precision.Precision`), sums over processes
+(``reduce``), the main process's values (``broadcast``, ``from_main``) and work for the main
+process only (``on_main``: the run folder); the loop itself never asks for its rank.
+
+The rules :class:`DDPStrategy` follows with ``world > 1``:
 
 * Batches are dealt, not split: every rank builds the same global batch order of an
   epoch (a function of seed and epoch) and takes ``batches[rank::world]``. The last
@@ -28,18 +34,25 @@ import datetime
 import math
 import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import ParamSpec, Protocol, TypeVar, cast
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch import Tensor
 
+from xmask_cli.engine.precision import Precision
 from xmask_cli.errors import PeerFailedError, UsageError
 
 __all__ = ["World", "world", "env_rank", "session", "deal", "shard_batches", "timeout_seconds", "PeerFailedError",
-           "DEFAULT_TIMEOUT_S"]
+           "DEFAULT_TIMEOUT_S", "TrainBatches", "Strategy", "SingleProcess", "DDPStrategy", "make_strategy"]
+
+B = TypeVar("B")
+T = TypeVar("T")
+P = ParamSpec("P")
 
 #: Seconds a collective waits for the other ranks before failing (``XMASK_DIST_TIMEOUT`` overrides). Covers rank 0
 #: preparing a cache or evaluating while the others wait; a dead peer is usually detected at once by gloo / torchrun.
@@ -143,7 +156,20 @@ def deal(total: int, rank: int, size: int) -> list[tuple[int, bool]]:
     return mine + [(pad, False)] * (steps - len(mine))
 
 
-def shard_batches(task: Any, epoch: int, w: World) -> Iterator[tuple[Any, bool]]:
+class TrainBatches(Protocol[B]):
+    """What a strategy needs of a task: the epoch's training batches and one batch's loss (see ``loop.Task``).
+
+    A task may also deal its own batches by rank, ``train_shard(epoch, rank, size)`` (:func:`shard_batches`).
+    """
+
+    def train_batches(self, epoch: int) -> Iterable[B]:
+        """The training batches of ``epoch`` (a function of seed and epoch)."""
+
+    def loss(self, model: torch.nn.Module, batch: B) -> tuple[Tensor, int]:
+        """Mean loss of ``batch`` and how many items it averaged."""
+
+
+def shard_batches(task: TrainBatches[B], epoch: int, w: World) -> Iterator[tuple[B, bool]]:
     """This rank's ``(batch, real)`` of ``epoch``: the task's own ``train_shard`` when it has one.
 
     The generic route builds every batch of the epoch on every rank and keeps its
@@ -177,7 +203,7 @@ class _LossCall(torch.nn.Module):
         super().__init__()
         self.net = net
 
-    def forward(self, fn: Callable[[torch.nn.Module], Any]) -> Any:
+    def forward(self, fn: Callable[[torch.nn.Module], T]) -> T:
         return fn(self.net)
 
 
@@ -207,7 +233,7 @@ def all_sum(values: Iterable[float], device: torch.device | str) -> list[float]:
     return t.tolist()
 
 
-def broadcast(obj: Any, device: torch.device | str) -> Any:
+def broadcast(obj: T, device: torch.device | str) -> T:
     """Rank 0's ``obj`` on every rank (pickled; small things: a metric, a checkpoint)."""
     box = [obj]
     dist.broadcast_object_list(box, src=0, device=torch.device(device) if torch.device(device).type == "cuda" else None)
@@ -228,3 +254,148 @@ def peer_failed(exc: BaseException, w: World) -> PeerFailedError:
     return PeerFailedError(f"rank {w.rank} of {w.size}: a collective failed, another training process died or stopped "
                            f"answering ({first}); the run folder keeps its last finished epoch: rerun the same "
                            f"`xmask train` with --resume (with any number of processes)")
+
+
+class Strategy(ABC):
+    """How :func:`~xmask_cli.engine.loop.fit` trains on this process, whatever the number of processes.
+
+    ``precision`` runs the forwards and scales the backward; ``world`` is this process's place in the job.
+    The loop asks for batches and gradients here, and meets the other processes only through
+    :meth:`reduce`, :meth:`broadcast`, :meth:`on_main` and :meth:`from_main`.
+    """
+
+    def __init__(self, precision: Precision, world: World):
+        self.precision = precision
+        self.world = world
+
+    @property
+    def is_main(self) -> bool:
+        """The process that reads and writes the run folder, scores, and logs."""
+        return self.world.main
+
+    @abstractmethod
+    def setup(self, model: torch.nn.Module) -> None:
+        """Get ``model`` ready to train (after its checkpoint is loaded): DDP wraps it here."""
+
+    @abstractmethod
+    def batches(self, task: TrainBatches[B], epoch: int, seed: int) -> Iterable[tuple[B, bool]]:
+        """This process's ``(batch, real)`` of ``epoch``; a batch that is not real is padding of weight 0."""
+
+    @abstractmethod
+    def backward(self, task: TrainBatches[B], model: torch.nn.Module, batch: B,
+                 real: bool) -> tuple[Tensor, int, str | None]:
+        """Loss and gradients of one batch: ``(mean loss, items, "loss" if a loss was non-finite else None)``.
+
+        With ``"loss"`` no process has gradients to step on; every process gets the same flag.
+        """
+
+    @abstractmethod
+    def reduce(self, values: Sequence[float]) -> list[float]:
+        """``values`` summed over every process."""
+
+    @abstractmethod
+    def broadcast(self, obj: T) -> T:
+        """The main process's ``obj``, on every process."""
+
+    def on_main(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T | None:
+        """``fn(*args, **kwargs)`` on the main process only (files, logs); None elsewhere."""
+        return fn(*args, **kwargs) if self.is_main else None
+
+    def from_main(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(*args, **kwargs)`` computed on the main process only, its value given to every process."""
+        # Elsewhere on_main's None is only a placeholder: broadcast replaces it by the main process's value.
+        return cast(T, self.broadcast(self.on_main(fn, *args, **kwargs)))
+
+
+class SingleProcess(Strategy):
+    """One process: the task's batches, a plain backward, and collectives that return what they are given."""
+
+    def __init__(self, precision: Precision):
+        super().__init__(precision, World())
+
+    def setup(self, model: torch.nn.Module) -> None:
+        """Nothing to do."""
+
+    def batches(self, task: TrainBatches[B], epoch: int, seed: int) -> Iterable[tuple[B, bool]]:
+        return ((b, True) for b in task.train_batches(epoch))
+
+    def backward(self, task: TrainBatches[B], model: torch.nn.Module, batch: B,
+                 real: bool) -> tuple[Tensor, int, str | None]:
+        with self.precision.autocast():
+            loss, n = task.loss(model, batch)
+        if not bool(torch.isfinite(loss.detach()).all()):
+            return loss, n, "loss"
+        self.precision.backward(loss)
+        return loss, n, None
+
+    def reduce(self, values: Sequence[float]) -> list[float]:
+        return list(values)
+
+    def broadcast(self, obj: T) -> T:
+        return obj
+
+
+class DDPStrategy(Strategy):
+    """Data-parallel training over the open process group (the rules in the module docstring).
+
+    Args:
+        device: where collectives put their tensors (the model's device: CPU for gloo, this rank's GPU for NCCL).
+    """
+
+    def __init__(self, precision: Precision, world: World, device: torch.device):
+        super().__init__(precision, world)
+        self.device = device
+        self.ddp: torch.nn.parallel.DistributedDataParallel | None = None
+
+    def _collective(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run a collective; a dead or stuck peer becomes one clear :class:`PeerFailedError`."""
+        try:
+            return fn(*args, **kwargs)
+        except (RuntimeError, ValueError) as exc:  # gloo/NCCL report a lost peer or a timeout as RuntimeError
+            raise peer_failed(exc, self.world) from exc
+
+    def setup(self, model: torch.nn.Module) -> None:
+        """Wrap ``model`` in DDP (which broadcasts rank 0's parameters: every rank starts alike)."""
+        self.ddp = self._collective(wrap, model, self.device)
+
+    def batches(self, task: TrainBatches[B], epoch: int, seed: int) -> Iterable[tuple[B, bool]]:
+        """This rank's share of the epoch (:func:`shard_batches`); dropout seeded by rank and epoch."""
+        torch.manual_seed(epoch_seed(seed, epoch, self.world.rank))
+        return shard_batches(task, epoch, self.world)
+
+    def backward(self, task: TrainBatches[B], model: torch.nn.Module, batch: B,
+                 real: bool) -> tuple[Tensor, int, str | None]:
+        """This rank's share of a global step: loss, backward through DDP, weighted to the step's item mean.
+
+        Returns the rank's mean loss, its item count (0 for padding) and ``"loss"`` when any rank's loss is
+        non-finite (every rank then sees the same flag and acts alike).
+        """
+        ddp = self.ddp
+        if ddp is None:
+            raise RuntimeError("DDPStrategy.setup(model) must run before the first backward")
+        with self.precision.autocast():
+            loss, n = ddp(lambda net: task.loss(net, batch))
+        weight = float(n) if real else 0.0
+        finite = bool(torch.isfinite(loss.detach()).all())
+        items, bad_ranks = self.reduce([weight, 0.0 if finite else 1.0])
+        # DDP averages over ranks: scaled by size * n / N, the average is the mean over the step's N items.
+        scale = self.world.size * weight / items if items > 0 and bad_ranks == 0 else 0.0
+        weighted = torch.nan_to_num(loss) * scale
+        # Always a backward (DDP expects one per forward); a zero scale trains nothing.
+        self._collective(self.precision.backward, weighted)
+        return loss, int(n) if real else 0, ("loss" if bad_ranks else None)
+
+    def reduce(self, values: Sequence[float]) -> list[float]:
+        return self._collective(all_sum, values, self.device)
+
+    def broadcast(self, obj: T) -> T:
+        return self._collective(broadcast, obj, self.device)
+
+
+def make_strategy(precision: Precision, device: torch.device) -> Strategy:
+    """The strategy of this process: :class:`DDPStrategy` over the open process group, else :class:`SingleProcess`.
+
+    ``device``: the model's device, where collectives put their tensors.
+    """
+    w = world()
+    return DDPStrategy(precision, w, device) if w.distributed else SingleProcess(precision)

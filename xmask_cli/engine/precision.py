@@ -30,7 +30,7 @@ import torch
 
 from xmask_cli.errors import UsageError
 
-__all__ = ["PRECISIONS", "autocast", "grad_scaler", "check_precision"]
+__all__ = ["PRECISIONS", "Precision", "autocast", "grad_scaler", "check_precision"]
 
 #: Values of ``train.precision``.
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -71,3 +71,51 @@ def grad_scaler(precision: str, device: str | torch.device) -> torch.amp.GradSca
     if precision != "fp16":
         return None
     return torch.amp.GradScaler(_device_type(device))
+
+
+class Precision:
+    """``train.precision`` on one device: the context forwards run in and, for fp16, the gradient scaler.
+
+    One object for what a training step does differently by precision (scale the loss, unscale before
+    clipping, step through the scaler, keep the scaler's state in ``last.pt``), so the loop never asks which.
+    """
+
+    def __init__(self, precision: str = "fp32", device: str | torch.device = "cpu"):
+        self.name = precision
+        self.device = device
+        self.scaler = grad_scaler(precision, device)
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """:func:`autocast` of this precision and device."""
+        return autocast(self.name, self.device)
+
+    @property
+    def skips_overflow(self) -> bool:
+        """True when a non-finite gradient is the scaler's overflow: it skips the step and lowers its scale."""
+        return self.scaler is not None
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """``loss.backward()``, the loss scaled first under fp16."""
+        (loss if self.scaler is None else self.scaler.scale(loss)).backward()
+
+    def unscale(self, optimizer: torch.optim.Optimizer) -> None:
+        """Bring scaled gradients back to their true size (before clipping reads their norm)."""
+        if self.scaler is not None:
+            self.scaler.unscale_(optimizer)
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        """The optimizer's step (through the scaler, which skips it on an overflow and updates its scale)."""
+        if self.scaler is None:
+            optimizer.step()
+        else:
+            self.scaler.step(optimizer)
+            self.scaler.update()
+
+    def state(self) -> dict[str, Any]:
+        """What a checkpoint keeps: the scaler's state under ``"scaler"`` (nothing without a scaler)."""
+        return {"scaler": self.scaler.state_dict()} if self.scaler is not None else {}
+
+    def load(self, ckpt: dict[str, Any]) -> None:
+        """Take the scaler's state back from ``ckpt`` where both have one."""
+        if self.scaler is not None and "scaler" in ckpt:
+            self.scaler.load_state_dict(ckpt["scaler"])

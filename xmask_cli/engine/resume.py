@@ -1,16 +1,17 @@
-"""What resuming a run needs beyond its weights: the global RNG states, and the config check.
+"""What resuming a run needs beyond its weights: the global RNG states, the config check, the folder opened.
 
 :func:`~xmask_cli.engine.loop.fit` saves :func:`rng_state` in every
 checkpoint and restores it with :func:`set_rng_state`, so a resumed run draws
 the same numbers as an uninterrupted one; :func:`check_resumable` refuses a
 resume whose resolved config differs from the run's saved one in anything but
-:data:`RESUME_MAY_DIFFER` (or a setting added since, left at its default).
+:data:`RESUME_MAY_DIFFER` (or a setting added since, left at its default);
+:func:`open_run` gives the checkpoint to resume from, or a fresh folder.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -19,13 +20,16 @@ from xmask_cli.config import Config
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.errors import UsageError
+from xmask_cli.jsonfile import parse_checked
 
 
 def rng_state() -> dict[str, Any]:
     """Torch and numpy global RNG states as tensors and plain values (``weights_only``-safe)."""
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    state = {"torch": torch.get_rng_state(), "numpy_keys": torch.from_numpy(keys.astype(np.int64)),
-             "numpy_pos": int(pos), "numpy_has_gauss": int(has_gauss), "numpy_cached": float(cached)}
+    # legacy=True (the default): the MT19937 tuple, never the dict form its type also allows.
+    name, keys, pos, has_gauss, cached = cast(tuple[str, np.ndarray, int, int, float],
+                                              np.random.get_state(legacy=True))
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "numpy_keys": torch.from_numpy(keys.astype(np.int64)),
+                             "numpy_pos": int(pos), "numpy_has_gauss": int(has_gauss), "numpy_cached": float(cached)}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
@@ -92,3 +96,32 @@ def new_setting_at_default(key: str, saved: dict[str, Any], now: dict[str, Any])
     defaults = {"train": TrainConfig().to_dict(), "config": Config().to_dict()}
     default = _lookup(json.loads(json.dumps(defaults)), key)
     return default is not _MISSING and default == _lookup(now, key)
+
+
+def open_run(run: RunDir, config: dict[str, Any], resume: bool, overwrite: bool) -> dict[str, Any] | None:
+    """Prepare the run folder (main process only): ``last.pt`` to resume from, or a fresh folder holding
+    ``config.json``.
+
+    Raises:
+        UsageError: the folder holds a run and neither ``resume`` nor ``overwrite`` is given, or ``resume``
+            finds another config.
+    """
+    now = json.loads(json.dumps(config))  # JSON round trip so tuples compare equal to the lists read back
+    if resume and run.has_checkpoint(RunDir.LAST):
+        ckpt = run.load_checkpoint(RunDir.LAST)
+        # The config the checkpoint was trained with (older checkpoints: config.json).
+        saved = (parse_checked(ckpt["config"], f"the config saved in {run.path / RunDir.LAST}")
+                 if isinstance(ckpt.get("config"), str) else run.load_config())
+        check_resumable(run, saved, now)
+        run.truncate_metrics(ckpt["epoch"] + 1)
+        run.save_config(config)  # the same run; only the epoch budget may have changed
+        return ckpt
+    if run.has_run_files():
+        if resume and (run.path / RunDir.CONFIG).is_file():
+            # Killed before its first checkpoint: start over, but only as the same run.
+            check_resumable(run, run.load_config(), now)
+        elif not (resume or overwrite):
+            raise UsageError(f"run folder {run.path} exists; use --resume to continue it or --overwrite to replace it")
+        run.remove_run_files()
+    run.save_config(config)
+    return None

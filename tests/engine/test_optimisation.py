@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from xmask_cli.engine.loop import TrainConfig, _Optimisation, decay_groups
+from xmask_cli.engine.optimisation import Optimisation, decay_groups
+from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.errors import UsageError
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
@@ -16,7 +17,7 @@ def _model() -> XMaskNet:
 
 def _first_step(model: torch.nn.Module, optimizer: str, decay: str, lr: float = 0.01, wd: float = 0.5) -> dict:
     """Parameters after one optimizer step with every gradient set to 0.1 (warm-up off)."""
-    opt = _Optimisation.build(model, TrainConfig(lr=lr, weight_decay=wd, optimizer=optimizer, decay=decay,
+    opt = Optimisation.build(model, TrainConfig(lr=lr, weight_decay=wd, optimizer=optimizer, decay=decay,
                                                  warmup_epochs=0))
     for p in model.parameters():
         p.grad = torch.full_like(p, 0.1)
@@ -64,6 +65,6 @@ def test_groups_split_the_parameters_as_named() -> None:
 
 
 def test_default_is_adamw_over_all_parameters() -> None:
-    opt = _Optimisation.build(_model(), TrainConfig())
+    opt = Optimisation.build(_model(), TrainConfig())
     assert type(opt.optimizer) is torch.optim.AdamW and len(opt.optimizer.param_groups) == 1
     assert opt.optimizer.param_groups[0]["weight_decay"] == TrainConfig().weight_decay
