@@ -127,8 +127,8 @@ def fit(
     train_cfg: TrainConfig,
     run_dir: RunDir | str,
     *,
-    model_config: dict[str, Any],
-    extra_config: dict[str, Any] | None = None,
+    model_config: dict[str, object],
+    extra_config: dict[str, object] | None = None,
     resume: bool = False,
     overwrite: bool = False,
     log: Callable[[MetricsRow], None] = lambda m: None,
@@ -210,8 +210,8 @@ class _EpochStats:
     waited_s: float
 
 
-def _run_config(task: Task, train_cfg: TrainConfig, model_config: dict[str, Any],
-                extra_config: dict[str, Any] | None) -> dict[str, Any]:
+def _run_config(task: Task, train_cfg: TrainConfig, model_config: dict[str, object],
+                extra_config: dict[str, object] | None) -> dict[str, object]:
     """The ``config.json`` of the run (and what ``--resume`` compares)."""
     return {**(extra_config or {}), **task.describe(), "metric": task.metric, "model": model_config,
             "train": train_cfg.to_dict()}
@@ -284,7 +284,7 @@ def _save_best(run: RunDir, model: torch.nn.Module, epoch: int, val: float, val_
 
 
 def _end_epoch(run: RunDir, epoch: int, row: MetricsRow, model: torch.nn.Module, opt: Optimisation,
-               sel: selection.Selection, config: dict[str, Any], log: Callable[[MetricsRow], None]) -> None:
+               sel: selection.Selection, config: dict[str, object], log: Callable[[MetricsRow], None]) -> None:
     """The epoch's metrics row, then ``last.pt`` (everything ``--resume`` needs to go on as if never stopped),
     then ``log``."""
     run.append_metrics(row)
@@ -320,7 +320,7 @@ def _summarize(task: Task, model: torch.nn.Module, run: RunDir, cfg: TrainConfig
 
 
 def _fit(task: Task, model: torch.nn.Module, train_cfg: TrainConfig, run: RunDir, strategy: Strategy, *,
-         model_config: dict[str, Any], extra_config: dict[str, Any] | None, resume: bool, overwrite: bool,
+         model_config: dict[str, object], extra_config: dict[str, object] | None, resume: bool, overwrite: bool,
          log: Callable[[MetricsRow], None], parts: tuple[str, ...]) -> dict[str, Any]:
     """:func:`fit`'s training, without the run folder's figures and loggers: open the run, restore, then per
     epoch train, validate, select and checkpoint; at the end score the best state."""

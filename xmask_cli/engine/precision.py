@@ -59,7 +59,7 @@ def check_precision(precision: str, device: str | torch.device) -> None:
                          f"({str(exc).splitlines()[0]}); use train.precision=fp32 or bf16") from None
 
 
-def autocast(precision: str, device: str | torch.device) -> contextlib.AbstractContextManager[Any]:
+def autocast(precision: str, device: str | torch.device) -> contextlib.AbstractContextManager[None]:
     """The context to run forwards in: ``torch.autocast`` for bf16/fp16, nothing for fp32."""
     if precision == "fp32":
         return contextlib.nullcontext()
@@ -85,7 +85,7 @@ class Precision:
         self.device = device
         self.scaler = grad_scaler(precision, device)
 
-    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+    def autocast(self) -> contextlib.AbstractContextManager[None]:
         """:func:`autocast` of this precision and device."""
         return autocast(self.name, self.device)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypedDict, cast
 
 import numpy as np
 import torch
@@ -23,19 +23,34 @@ from xmask_cli.errors import UsageError
 from xmask_cli.jsonfile import parse_checked
 
 
-def rng_state() -> dict[str, Any]:
+class _NumpyTorchRng(TypedDict):
+    torch: torch.Tensor
+    numpy_keys: torch.Tensor
+    numpy_pos: int
+    numpy_has_gauss: int
+    numpy_cached: float
+
+
+class RngState(_NumpyTorchRng, total=False):
+    """A checkpoint's ``"rng"``: torch's CPU state, numpy's MT19937 state in plain values, and (with CUDA)
+    every GPU's state."""
+
+    cuda: list[torch.Tensor]
+
+
+def rng_state() -> RngState:
     """Torch and numpy global RNG states as tensors and plain values (``weights_only``-safe)."""
     # legacy=True (the default): the MT19937 tuple, never the dict form its type also allows.
     name, keys, pos, has_gauss, cached = cast(tuple[str, np.ndarray, int, int, float],
                                               np.random.get_state(legacy=True))
-    state: dict[str, Any] = {"torch": torch.get_rng_state(), "numpy_keys": torch.from_numpy(keys.astype(np.int64)),
-                             "numpy_pos": int(pos), "numpy_has_gauss": int(has_gauss), "numpy_cached": float(cached)}
+    state: RngState = {"torch": torch.get_rng_state(), "numpy_keys": torch.from_numpy(keys.astype(np.int64)),
+                       "numpy_pos": int(pos), "numpy_has_gauss": int(has_gauss), "numpy_cached": float(cached)}
     if torch.cuda.is_available():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state
 
 
-def set_rng_state(state: dict[str, Any]) -> None:
+def set_rng_state(state: RngState) -> None:
     """Restore what :func:`rng_state` saved (a resumed run draws what an uninterrupted one would)."""
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
@@ -50,7 +65,7 @@ RESUME_MAY_DIFFER = frozenset({"train.epochs", "config.train.epochs", "train.dev
                                "config.train.loggers"})  # loggers watch a run; they never change its numbers
 
 
-def config_diff(a: Any, b: Any, prefix: str = "") -> list[str]:
+def config_diff(a: object, b: object, prefix: str = "") -> list[str]:
     """Dotted keys at which two JSON-like configs differ (a key missing on one side differs)."""
     if isinstance(a, dict) and isinstance(b, dict):
         out: list[str] = []
@@ -61,11 +76,12 @@ def config_diff(a: Any, b: Any, prefix: str = "") -> list[str]:
     return [] if a == b else [prefix]
 
 
-def check_resumable(run: RunDir, saved: dict[str, Any], now: dict[str, Any]) -> None:
+def check_resumable(run: RunDir, saved: dict[str, object], now: dict[str, object]) -> None:
     """Refuse (UsageError) to resume ``run`` when its saved config differs from ``now`` beyond what may change."""
-    def norm(c: dict[str, Any]) -> dict[str, Any]:
+    def norm(c: dict[str, object]) -> dict[str, object]:
         # The cache file's key names its content; the folder it sits in may move.
-        return {**c, "cache_path": Path(c["cache_path"]).name} if isinstance(c.get("cache_path"), str) else c
+        path = c.get("cache_path")
+        return {**c, "cache_path": Path(path).name} if isinstance(path, str) else c
 
     # The preset's tune: section (a search space) does not change what a run trains.
     diff = [k for k in config_diff(norm(saved), norm(now))
@@ -80,7 +96,7 @@ def check_resumable(run: RunDir, saved: dict[str, Any], now: dict[str, Any]) -> 
                          f"resume with the same settings (only train.epochs may change), or start over with --overwrite")
 
 
-def _lookup(tree: Any, key: str) -> Any:
+def _lookup(tree: object, key: str) -> object:
     for part in key.split("."):
         if not isinstance(tree, dict) or part not in tree:
             return _MISSING
@@ -88,7 +104,7 @@ def _lookup(tree: Any, key: str) -> Any:
     return tree
 
 
-def new_setting_at_default(key: str, saved: dict[str, Any], now: dict[str, Any]) -> bool:
+def new_setting_at_default(key: str, saved: dict[str, object], now: dict[str, object]) -> bool:
     """A setting added to xmask after the run was written (absent from its config) that this run
     leaves at its default: no difference, so older runs still resume."""
     if _lookup(saved, key) is not _MISSING:
@@ -98,7 +114,7 @@ def new_setting_at_default(key: str, saved: dict[str, Any], now: dict[str, Any])
     return default is not _MISSING and default == _lookup(now, key)
 
 
-def open_run(run: RunDir, config: dict[str, Any], resume: bool, overwrite: bool) -> dict[str, Any] | None:
+def open_run(run: RunDir, config: dict[str, object], resume: bool, overwrite: bool) -> dict[str, Any] | None:
     """Prepare the run folder (main process only): ``last.pt`` to resume from, or a fresh folder holding
     ``config.json``.
 
