@@ -236,8 +236,8 @@ def train_runs(dataset: str, device: str, epochs: int, args: argparse.Namespace,
     """Train ``dataset`` with xmask's engine for ``epochs`` epochs on ``device``; timing from metrics.jsonl."""
     import torch
 
-    from xmask_cli.engine.experiment import train_seeds
     from xmask_cli.engine.runs import RunDir, input_stall
+    from xmask_cli.engine.sweep import train_seeds
 
     cfg = _config(dataset, [f"train.epochs={epochs}", f"train.patience={epochs}"])
     if device.startswith("cuda"):

@@ -20,8 +20,9 @@ import torch
 
 from xmask_cli.ablate import variant_overrides
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.experiment import parse_seeds, train_seeds
+from xmask_cli.engine.plan import parse_seeds
 from xmask_cli.engine.runs import write_json
+from xmask_cli.engine.sweep import train_seeds
 
 VARIANTS = ("full", "no-logmask", "positional")
 

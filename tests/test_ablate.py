@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from xmask_cli.ablate import CORE_VARIANTS as VARIANTS
 from xmask_cli.ablate import parse_variants, run_ablation
 from xmask_cli.cli import app
-from xmask_cli.engine import experiment
+from xmask_cli.engine import sweep
 from xmask_cli.errors import UsageError
 from xmask_cli.results import AblationResult
 
@@ -69,21 +69,21 @@ def test_rerun_reuses_finished_runs(ablation, monkeypatch):
     def no_training(*a, **k):
         raise AssertionError("a finished run was trained again")
 
-    monkeypatch.setattr(experiment, "train_seeds", no_training)
+    monkeypatch.setattr(sweep, "train_seeds", no_training)
     again = run_ablation("graph-level", TINY, seeds=[0, 1], out_dir=root / "abl", cache_dir=root / "cache")
     assert all(r["reused"] == [0, 1] for r in again["rows"])
     assert [r["test_mean"] for r in again["rows"]] == [r["test_mean"] for r in result["rows"]]
 
 
 def test_a_failing_variant_is_reported_in_its_row(tmp_path, monkeypatch):
-    real = experiment.train_seeds
+    real = sweep.train_seeds
 
     def flaky(cfg, seeds, **kw):
         if not cfg.model.use_bias:
             raise RuntimeError("out of memory (simulated)")
         return real(cfg, seeds, **kw)
 
-    monkeypatch.setattr(experiment, "train_seeds", flaky)
+    monkeypatch.setattr(sweep, "train_seeds", flaky)
     result = run_ablation("graph-level", TINY, seeds=[0], out_dir=tmp_path / "abl", cache_dir=tmp_path / "cache",
                           variants=["no-logmask", "one-layer"])
     rows = {r["variant"]: r for r in result["rows"]}
@@ -142,7 +142,7 @@ def test_bias_variants_drop_exactly_their_bias(tmp_path):
 
 def test_folds_are_refused_before_any_training(tmp_path, monkeypatch):
     """A variant's row is one figure per seed: ``data.folds`` (K runs a seed) exits 2 and trains nothing."""
-    monkeypatch.setattr(experiment, "train_seeds", lambda *a, **k: pytest.fail("trained"))
+    monkeypatch.setattr(sweep, "train_seeds", lambda *a, **k: pytest.fail("trained"))
     r = CliRunner().invoke(app, ["ablate", "--preset", "graph-level", "--set", "data.folds=3", "--seeds", "0",
                                  "--out", str(tmp_path / "abl"), "--cache-dir", str(tmp_path / "cache")])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "data.folds=3" in r.stderr

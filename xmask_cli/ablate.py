@@ -26,8 +26,8 @@ from pathlib import Path
 
 from xmask_cli.config import Config
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine import experiment
-from xmask_cli.engine.experiment import resolve_level, resolve_metric, run_name
+from xmask_cli.engine import sweep
+from xmask_cli.engine.plan import resolve_level, resolve_metric, run_name
 from xmask_cli.engine.runs import RunDir, write_json, write_text
 from xmask_cli.engine.selection import RULE
 from xmask_cli.errors import UsageError
@@ -234,9 +234,9 @@ def _variant_row(variant: str, preset: str | None, overrides: list[str], base: C
             else:
                 log(f"ablation {variant}: seed {seed}")
                 # Through the module, read per call: a substitute for train_seeds (tests) is seen.
-                summary = experiment.train_seeds(cfg, [seed], device=device, cache_dir=cache_dir, data_root=data_root,
-                                                 offline=offline, run_root=out_dir / "runs", resume=True,
-                                                 log=log).runs[0]
+                summary = sweep.train_seeds(cfg, [seed], device=device, cache_dir=cache_dir, data_root=data_root,
+                                            offline=offline, run_root=out_dir / "runs", resume=True,
+                                            log=log).runs[0]
             runs[str(seed)] = dict(summary.metrics)
     except Exception as exc:  # one variant's failure must not hide the others' results
         if debug:

@@ -148,7 +148,8 @@ def train(
         UsageError: an argument of the wrong type or value (the message starts with its name), before any work.
         XMaskError: the CLI's errors (:mod:`xmask_cli.errors`), each with its exit code.
     """
-    from xmask_cli.engine.experiment import parse_seeds, resolve_device, train_seeds
+    from xmask_cli.engine.plan import parse_seeds, resolve_device
+    from xmask_cli.engine.sweep import train_seeds
     from xmask_cli.prepare import resolve_cache_dir
 
     if not (config is None or isinstance(config, (str, os.PathLike, Config))):
@@ -261,7 +262,7 @@ def load_run(
         RunNotFoundError: not a run folder, or a checkpoint that does not fit its config.
     """
     from xmask_cli.engine.evaluate import read_run, rebuild_run
-    from xmask_cli.engine.experiment import resolve_device
+    from xmask_cli.engine.plan import resolve_device
     from xmask_cli.prepare import resolve_cache_dir
 
     run_path = args.path_arg("path", path)

@@ -9,7 +9,7 @@ import pytest
 
 from tests.cli_helpers import full_disk_line, one_error_line, run
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.experiment import train_seeds
+from xmask_cli.engine.sweep import train_seeds
 
 TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "train.epochs=4",
         "--set", "train.warmup_epochs=1", "--set", "train.lr=1e-2"]

@@ -11,7 +11,7 @@ import torch
 
 from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.evaluate import evaluate_run, read_run, rebuild_run, run_precision
-from xmask_cli.engine.experiment import train_seeds
+from xmask_cli.engine.sweep import train_seeds
 from xmask_cli.errors import RunNotFoundError
 
 TINY = ["data.dataset=MUTAG", "model.hidden=8", "model.heads=2", "model.head_powers=[1,2]", "structure.powers.k=2",

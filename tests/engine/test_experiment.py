@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.experiment import parse_seeds, resolve_device, resolve_level, resolve_metric
+from xmask_cli.engine.plan import parse_seeds, resolve_device, resolve_level, resolve_metric
 from xmask_cli.errors import ConfigError, UsageError
 
 

@@ -115,7 +115,7 @@ def test_a_run_started_in_a_folder_another_sweep_holds_is_refused(tmp_path):
 @pytest.mark.parametrize("max_folds", [0, -1, 2.5, True])
 def test_max_folds_must_be_a_positive_int(max_folds, tmp_path):
     from xmask_cli.config_resolve import resolve
-    from xmask_cli.engine.experiment import train_seeds
+    from xmask_cli.engine.sweep import train_seeds
 
     with pytest.raises(UsageError, match="max_folds: expected an int >= 1"):
         train_seeds(resolve("graph-level", ["data.folds=3"]), [0], cache_dir=tmp_path / "c",

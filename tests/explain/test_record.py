@@ -10,7 +10,7 @@ import torch
 
 from tests.explain.runs import graph_batch, reload_model
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.experiment import train_seeds
+from xmask_cli.engine.sweep import train_seeds
 from xmask_cli.explain import ExplainRequest, explain_run
 from xmask_cli.explain.record import KINDS
 from xmask_cli.model.network import ModelConfig, XMaskNet

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.experiment import train_seeds
+from xmask_cli.engine.sweep import train_seeds
 from xmask_cli.explain import ExplainRequest, explain_run
 
 

@@ -53,7 +53,7 @@ def explain(
 
         xmask explain runs/digits-image/0 --image 3 --query-patch 5
     """
-    from xmask_cli.engine.experiment import resolve_device
+    from xmask_cli.engine.plan import resolve_device
     from xmask_cli.explain import ExplainRequest, explain_run
 
     output = output_for(ctx, fmt)

@@ -70,7 +70,7 @@ def train(
         out = dataclasses.replace(out, quiet=True)
     if seed is not None and seeds is not None:
         raise UsageError("give --seed or --seeds, not both")
-    from xmask_cli.engine.experiment import parse_seeds, resolve_device
+    from xmask_cli.engine.plan import parse_seeds, resolve_device
 
     # Parsed here so that a bad value is named by its option (--seeds, --device), not the API's keyword.
     seed_list, device = parse_seeds(seeds if seeds is not None else seed), resolve_device(device)

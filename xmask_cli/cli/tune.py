@@ -47,7 +47,7 @@ def tune(
 
         xmask tune --preset cora --study s --storage postgresql://host/db --trials 20 --final-seeds none
     """
-    from xmask_cli.engine.experiment import parse_seeds, resolve_device
+    from xmask_cli.engine.plan import parse_seeds, resolve_device
     from xmask_cli.tune.outputs import human_report
     from xmask_cli.tune.study import TuneOptions, parse_duration, run_study
 

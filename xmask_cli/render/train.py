@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # the renderer reads attributes; the CLI's start-up loads no 
 
 
 def human(con: Console, result: SweepResult) -> None:
-    """The per-seed table of :func:`~xmask_cli.engine.experiment.train_seeds`'s result."""
+    """The per-seed table of :func:`~xmask_cli.engine.sweep.train_seeds`'s result."""
     t = Table(title=f"{result.dataset} ({result.level}, {result.metric}) -> {result.run_root}",
               title_justify="left")
     for col in ("seed", "best epoch", "epochs", "train", "val", "test"):

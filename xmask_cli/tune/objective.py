@@ -1,6 +1,6 @@
 """One trial of ``xmask tune``: draw a configuration, train it on the search seeds, score validation.
 
-The training is :func:`~xmask_cli.engine.experiment.train_seeds`, the code behind
+The training is :func:`~xmask_cli.engine.sweep.train_seeds`, the code behind
 ``xmask train``, with ``parts=("train", "val")``: the best epoch of each seed is
 chosen on validation as in ``train``, and test is never scored. The trial's value
 is the mean validation metric over the seeds (with ``--folds F``: over the inner
@@ -23,9 +23,9 @@ from typing import Any
 
 from xmask_cli.config import Config
 from xmask_cli.engine import selection
-from xmask_cli.engine.experiment import train_seeds
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
 from xmask_cli.engine.runs import RunDir
+from xmask_cli.engine.sweep import train_seeds
 from xmask_cli.errors import CacheError, DataNotFoundError, NotWritableError, first_line
 from xmask_cli.tune.space import Param, suggest, with_values
 

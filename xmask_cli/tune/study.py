@@ -32,10 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from xmask_cli.config import Config
-from xmask_cli.engine.experiment import check_config, run_name, train_seeds
+from xmask_cli.engine.experiment import check_config
 from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
+from xmask_cli.engine.plan import run_name
 from xmask_cli.engine.resume import config_diff, new_setting_at_default
+from xmask_cli.engine.sweep import train_seeds
 from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.errors import UsageError, XMaskError, first_line
 from xmask_cli.fs import open_nofollow, refuse_links

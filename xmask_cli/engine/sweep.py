@@ -1,0 +1,141 @@
+"""The sweep: one run per seed (and outer fold) of an :class:`~xmask_cli.engine.experiment.Experiment`,
+then the aggregate over them.
+
+This is what ``xmask train``, ``xmask ablate`` and ``xmask tune`` call.
+
+Example::
+
+    cfg = resolve("graph-level", ["train.epochs=50"])
+    result = train_seeds(cfg, seeds=[0, 1, 2], device="cpu", cache_dir=Path("cache"))
+    print(result.aggregate["test"].mean, result.aggregate["test"].std)
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from xmask_cli.config import Config
+from xmask_cli.engine import distributed, loop
+from xmask_cli.engine.experiment import Experiment, _train_config, check_config
+from xmask_cli.engine.folds import HOLDOUT, outer_folds, write_fold_files
+from xmask_cli.engine.loop import PARTS, seed_everything
+from xmask_cli.engine.plan import check_planned, existing_runs, planned_runs, run_name, with_folder_ref
+from xmask_cli.engine.runs import RunDir, aggregate, input_stall, write_json
+from xmask_cli.engine.tasks.graph import graph_labels
+from xmask_cli.engine.watch import check_loggers
+from xmask_cli.errors import UsageError
+from xmask_cli.results import FoldsSummary, RunSummary, SweepResult, stats_of
+
+__all__ = ["train_seeds"]
+
+def _fold_experiment(exp: Experiment, seed: int, fold: int, root: Path, write: bool) -> Experiment:
+    """``exp`` for outer fold ``fold`` (its config records ``data.fold``, which ``eval`` reads back); the
+    seed's fold index files are written into ``<root>/<seed>/folds/`` with its first fold."""
+    if write and fold == 0:
+        write_fold_files(outer_folds(graph_labels(exp.graphs), exp.cfg.data.folds, seed), root / str(seed) / "folds")
+    cfg = dataclasses.replace(exp.cfg, data=dataclasses.replace(exp.cfg.data, fold=fold))
+    return dataclasses.replace(exp, cfg=cfg)
+
+
+def train_seeds(
+    cfg: Config,
+    seeds: list[int],
+    *,
+    device: str = "cpu",
+    cache_dir: Path,
+    data_root: str | os.PathLike | None = None,
+    offline: bool | None = None,
+    run_root: Path | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    log: Callable[[str], None] = lambda m: None,
+    on_epoch: Callable[[int, dict[str, Any]], None] = lambda seed, row: None,
+    on_seed_start: Callable[[int, int], None] = lambda seed, epochs: None,
+    parts: tuple[str, ...] = PARTS,
+    max_folds: int | None = None,
+) -> SweepResult:
+    """Train one run per seed into ``<run_root>/<name>/<seed>/``; returns summaries and the aggregate.
+
+    With ``data.folds`` = K (graph level), one run per seed and outer fold into
+    ``<name>/<seed>/fold-<i>/``, the fold index files in ``<name>/<seed>/folds/``
+    (:mod:`xmask_cli.engine.folds`); ``max_folds`` trains only the first folds
+    (``xmask tune`` scores a trial on their holdouts). The aggregate is then over
+    every (seed, fold) run, and ``folds`` adds each seed's mean ± std over its folds.
+
+    ``parts``: the parts each seed's best state is scored on (``xmask tune`` passes
+    ``("train", "val")``: a search never scores test).
+
+    With more than one seed an ``aggregate.json`` (mean ± std over seeds of
+    every final metric) is written beside the seed folders. Before any work every
+    planned folder that exists is checked (locked by another process, or holding a
+    run without ``resume`` / ``overwrite``); each run then makes and locks its folder
+    (:meth:`RunDir.lock`) when it starts, held to the end of the call.
+
+    Raises:
+        UsageError: a seed folder is locked by another process, or holds a run
+            and neither ``resume`` nor ``overwrite`` is given.
+    """
+    if resume and overwrite:
+        raise UsageError("give --resume or --overwrite, not both")
+    check_loggers(cfg.train.loggers)  # a missing logger fails before any data is loaded
+    level, _ = check_config(cfg)
+    cfg = with_folder_ref(cfg)
+    root = Path(run_root or cfg.run.root) / run_name(cfg, level)
+    if max_folds is not None and (isinstance(max_folds, bool) or not isinstance(max_folds, int) or max_folds < 1):
+        raise UsageError(f"max_folds: expected an int >= 1 or None, got {max_folds!r}")
+    n_folds = min(cfg.data.folds, max_folds or cfg.data.folds)
+    summaries: list[RunSummary] = []
+    jobs: list[tuple[int, int | None, RunDir]] = []  # the runs started so far, in training order
+    # Under torchrun: one process group for every seed; only rank 0 locks, reads and writes run folders.
+    with distributed.session(device) as (w, device), contextlib.ExitStack() as held:
+        if w.main:
+            # Every planned folder that exists is checked before any work, so a clash fails at once.
+            check_planned(existing_runs(root, seeds, n_folds), resume or overwrite)
+        if w.distributed and not w.main:
+            distributed.barrier(w)  # rank 0 prepares a missing cache first; the others then read it
+        exp = Experiment.load(cfg, cache_dir=cache_dir, data_root=data_root, offline=offline, log=log)
+        if w.distributed and w.main:
+            distributed.barrier(w)
+        # Planned lazily (Experiment.load has checked data.folds against the labels): nothing is created
+        # here, a run makes (and locks) its folder when it starts.
+        for seed, fold, run in planned_runs(root, seeds, n_folds):
+            jobs.append((seed, fold, run))
+            if w.main:
+                # Made and locked as the run starts, held to the end of the sweep: a second train into any
+                # folder this one has started fails at once (train_task refuses a folder that holds a run).
+                held.enter_context(run.lock())
+            run_exp = exp if fold is None else _fold_experiment(exp, seed, fold, root, write=w.main)
+            seed_everything(seed)
+            task = run_exp.task(seed, device)
+            on_seed_start(seed, cfg.train.epochs)
+            extra = {"config": run_exp.cfg.to_dict(), "level": exp.level,
+                     "data_root": None if data_root is None else str(data_root)}
+            # Through the module, read per call: a substitute for train_task (tests) is seen.
+            trained = loop.train_task(task, run_exp.model_config(task), _train_config(cfg, seed, device), run,
+                                      extra_config=extra, resume=resume, overwrite=overwrite,
+                                      log=lambda row, s=seed: on_epoch(s, row), parts=parts)
+            summary = RunSummary.from_json({**trained, "level": exp.level, "run_dir": str(run.path),
+                                            **({} if fold is None else {"fold": fold, "folds": cfg.data.folds})},
+                                           strict=True)
+            if w.main:
+                run.write_summary(summary.to_json())
+            summaries.append(summary)
+            stall = input_stall(run.read_metrics()) if w.main else None  # other ranks never read the run folder
+            log(f"seed {seed}{'' if fold is None else f' fold {fold}'}: best epoch {summary.best_epoch}, "
+                + ", ".join(f"{p} {exp.metric} {summary.metrics[p]:.4f}" for p in PARTS if p in summary.metrics)
+                + ("" if stall is None else f"; input stall {100 * stall:.1f} % of training time (waiting for batches)"))
+        run_dirs = [run for _, _, run in jobs]
+        folds = None
+        if n_folds and w.main:
+            folds = FoldsSummary(cfg.data.folds, n_folds, HOLDOUT, {
+                str(s): stats_of(aggregate([r for s2, _, r in jobs if s2 == s])) for s in seeds})
+        result = SweepResult(exp.run_name(), exp.dataset, exp.level, exp.metric, exp.features(), tuple(seeds),
+                             str(root), tuple(summaries), stats_of(aggregate(run_dirs)) if w.main else None, folds)
+        if len(run_dirs) > 1 and w.main:
+            root.mkdir(parents=True, exist_ok=True)
+            write_json(root / "aggregate.json", result.aggregate_json())
+        return result
