@@ -14,12 +14,15 @@ import io
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from xmask_cli.engine.runs import RunDir, write_bytes
+from xmask_cli.engine.runs import MetricsRow, RunDir, write_bytes
 from xmask_cli.errors import RunNotFoundError
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.results import CompareResult, RunRow
+
+if TYPE_CHECKING:  # matplotlib loads when a figure is drawn
+    from matplotlib.figure import Figure
 
 __all__ = ["compare_runs", "find_runs", "plot_compare", "run_row"]
 
@@ -44,7 +47,7 @@ def _finished_below(folder: Path) -> list[Path]:
     return found
 
 
-def find_runs(paths: Sequence[str | os.PathLike]) -> list[Path]:
+def find_runs(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
     """The finished run folders under ``paths`` (each a run, a folder of seed runs, or a seed folder of fold
     runs), in the order given.
 
@@ -64,6 +67,12 @@ def find_runs(paths: Sequence[str | os.PathLike]) -> list[Path]:
     return found
 
 
+def _epoch_wall(row: MetricsRow) -> float:
+    """An epoch's wall time: ``epoch_s`` (training pass and validation), else its training pass ``train_s``."""
+    seconds = row.get("epoch_s", row.get("train_s", 0.0))
+    return 0.0 if seconds is None else float(seconds)
+
+
 def run_row(path: Path) -> RunRow:
     """One run's row: its summary's numbers, its wall time and its validation curve (:class:`RunRow`)."""
     run = RunDir(path, create=False)  # an existing folder (find_runs)
@@ -71,20 +80,25 @@ def run_row(path: Path) -> RunRow:
     rows = run.read_metrics()
     metric = summary.metric or ""
     key = f"val_{metric}"
+    curve: list[tuple[int, float | None]] = []
     for n, r in enumerate(rows, 1):
-        if key in r and (isinstance(r[key], bool) or not isinstance(r[key], (int, float, type(None)))):
+        if key not in r:
+            continue
+        value = r.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float, type(None))):
             raise RunNotFoundError(f"{run.path / RunDir.METRICS} row {n} is damaged ('{key}' is not a number); "
                                    f"restore it, or train again with --overwrite")
-    wall = sum(float(r.get("epoch_s", r.get("train_s", 0.0))) for r in rows)
+        curve.append((r["epoch"], value))
+    wall = sum(_epoch_wall(r) for r in rows)
     metrics = summary.metrics
     name = path.parent.name if summary.fold is None else path.parent.parent.name  # <name>/<seed>[/fold-<i>]
     return RunRow(run_dir=str(path), name=name, seed=summary.seed, fold=summary.fold, dataset=summary.dataset,
                   metric=metric, best_epoch=summary.best_epoch, epochs_run=summary.epochs_run,
                   train=metrics.get("train"), val=metrics.get("val"), test=metrics.get("test"), wall_s=round(wall, 3),
-                  curve=tuple((r["epoch"], r[key]) for r in rows if key in r))
+                  curve=tuple(curve))
 
 
-def plot_compare(rows: Sequence[RunRow]) -> Any:
+def plot_compare(rows: Sequence[RunRow]) -> Figure:
     """A matplotlib ``Figure``: every run's validation curve, one panel per metric, selected epochs dotted."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -108,7 +122,7 @@ def plot_compare(rows: Sequence[RunRow]) -> Any:
     return fig
 
 
-def compare_runs(paths: Sequence[str | os.PathLike], out: str | os.PathLike | None) -> CompareResult:
+def compare_runs(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str] | None) -> CompareResult:
     """Rows of every finished run under ``paths`` and, when ``out`` is given, the plot written there (PNG).
 
     Returns:

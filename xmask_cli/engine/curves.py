@@ -11,9 +11,12 @@ import math
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-from xmask_cli.engine.runs import TIMING_KEYS, write_bytes
+from xmask_cli.engine.runs import TIMING_KEYS, MetricsRow, write_bytes
+
+if TYPE_CHECKING:  # matplotlib loads when a figure is drawn
+    from matplotlib.figure import Figure
 
 __all__ = ["CURVES", "curve_series", "plot_curves", "write_curves"]
 
@@ -23,7 +26,7 @@ CURVES = "curves.png"
 _PART = re.compile(r"^(train|val)_(.+)$")
 
 
-def curve_series(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
+def curve_series(rows: Sequence[MetricsRow]) -> dict[str, dict[str, tuple[list[int], list[float]]]]:
     """``{panel: {series: (epochs, values)}}`` of metrics rows; panels ``loss`` then each metric name.
 
     ``loss`` holds ``train`` (the row's ``loss``) and ``val`` (``val_loss``) where present; a metric ``m`` holds
@@ -48,7 +51,7 @@ def curve_series(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, tuple[li
     return {k: v for k, v in panels.items() if v}
 
 
-def plot_curves(rows: Sequence[dict[str, Any]], best_epoch: int | None, title: str) -> Any:
+def plot_curves(rows: Sequence[MetricsRow], best_epoch: int | None, title: str) -> Figure:
     """A matplotlib ``Figure`` of :func:`curve_series` (one panel each), ``best_epoch`` marked; the caller saves it."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
@@ -75,7 +78,7 @@ def plot_curves(rows: Sequence[dict[str, Any]], best_epoch: int | None, title: s
     return fig
 
 
-def write_curves(path: Path, rows: Sequence[dict[str, Any]], best_epoch: int | None, title: str) -> Path:
+def write_curves(path: Path, rows: Sequence[MetricsRow], best_epoch: int | None, title: str) -> Path:
     """Draw :func:`plot_curves` and write it as PNG at ``path`` atomically (temp name, then rename)."""
     import io
 

@@ -18,7 +18,7 @@ computed on), capped at :data:`MAX_DEGREE` like the featureless fallback;
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TypedDict
 
 import numpy as np
 import torch
@@ -28,7 +28,7 @@ from xmask_cli.cache import StructureCache
 from xmask_cli.data.graphset import MAX_DEGREE, GraphSet, one_hot, one_hot_degrees, one_hot_width
 from xmask_cli.engine.pair_structure import canonical_edges
 
-__all__ = ["node_features", "one_hot_degree", "MAX_DEGREE", "NODE_STRUCT_CHANNELS", "struct_channels",
+__all__ = ["node_features", "one_hot_degree", "MAX_DEGREE", "NODE_STRUCT_CHANNELS", "struct_channels", "StructInfo",
            "undirected_degrees", "rwse_from_cache", "structural_features", "input_features", "struct_info"]
 
 #: The channels ``model.node_struct`` may combine (``"degree+rwse"``: both, in this order).
@@ -89,7 +89,7 @@ def undirected_degrees(edge_index: list[np.ndarray], num_nodes: np.ndarray) -> l
     return np.split(deg, offs[1:-1])
 
 
-def rwse_from_cache(cache_path: str | os.PathLike) -> list[np.ndarray]:
+def rwse_from_cache(cache_path: str | os.PathLike[str]) -> list[np.ndarray]:
     """Per-graph ``[n_g, S]`` float32 ``diag(P^k)``, ``k = 1..S``, from the cache's RRWP pairs.
 
     RRWP stores ``I, P, ..., P^S`` (``P = D^-1 A``) on each node's walk support,
@@ -118,7 +118,7 @@ def rwse_from_cache(cache_path: str | os.PathLike) -> list[np.ndarray]:
 
 
 def structural_features(graphs: GraphSet, node_struct: str,
-                        cache_path: str | os.PathLike | None = None) -> list[Tensor] | None:
+                        cache_path: str | os.PathLike[str] | None = None) -> list[Tensor] | None:
     """Float ``[n_g, S]`` structural channels of every graph (``model.node_struct``), or None for ``'none'``.
 
     ``degree``: one-hot :func:`undirected_degrees` capped at :data:`MAX_DEGREE`
@@ -142,7 +142,7 @@ def structural_features(graphs: GraphSet, node_struct: str,
 
 
 def input_features(graphs: GraphSet, node_struct: str = "none",
-                   cache_path: str | os.PathLike | None = None) -> tuple[list[Tensor], int]:
+                   cache_path: str | os.PathLike[str] | None = None) -> tuple[list[Tensor], int]:
     """``(features, S)``: :func:`node_features` with the ``S`` structural columns appended (last).
 
     The model's encoder reads all of them (a linear encoder on the concatenation;
@@ -156,7 +156,15 @@ def input_features(graphs: GraphSet, node_struct: str = "none",
     return [torch.cat([a, b.to(a.dtype)], dim=1) for a, b in zip(x, s)], int(s[0].size(1))
 
 
-def struct_info(graphs: GraphSet, node_struct: str, rrwp_steps: int) -> dict[str, Any] | None:
+class StructInfo(TypedDict):
+    """What ``model.node_struct`` appends to the node features, as results and logs show it."""
+
+    kind: str
+    dim: int
+    detail: str
+
+
+def struct_info(graphs: GraphSet, node_struct: str, rrwp_steps: int) -> StructInfo | None:
     """What ``model.node_struct`` appends, for logs and results (None for ``'none'``)."""
     channels = struct_channels(node_struct)
     if not channels:

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
+from xmask_cli.engine.metrics import ArrayInput
 from xmask_cli.engine.runs import write_text
 from xmask_cli.engine.splits import Split
 from xmask_cli.errors import ConfigError, RunNotFoundError
@@ -39,7 +39,7 @@ def fold_name(i: int, k: int) -> str:
     return f"fold-{i}-of-{k}"
 
 
-def check_fold_count(labels: Any, k: int) -> np.ndarray:
+def check_fold_count(labels: ArrayInput, k: int) -> np.ndarray:
     """``labels`` as one class per graph, once ``k`` folds are known to fit them (the check a sweep runs
     before it makes any run folder).
 
@@ -65,7 +65,7 @@ def check_fold_count(labels: Any, k: int) -> np.ndarray:
     return y
 
 
-def outer_folds(labels: Any, k: int, seed: int, holdout: float = HOLDOUT) -> list[Split]:
+def outer_folds(labels: ArrayInput, k: int, seed: int, holdout: float = HOLDOUT) -> list[Split]:
     """The K splits of the protocol: ``test`` = outer fold i, ``val`` = a stratified ``holdout`` of the rest.
 
     Uses scikit-learn's ``StratifiedKFold(k, shuffle=True, random_state=seed)`` for the outer folds and

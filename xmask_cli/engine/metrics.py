@@ -11,20 +11,30 @@ model selection which way to compare.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias, Union
 
 import numpy as np
+import numpy.typing as npt
 
-__all__ = ["accuracy", "ogb_node_accuracy", "mae", "rmse", "rocauc", "mrr", "METRICS", "HIGHER_IS_BETTER"]
+if TYPE_CHECKING:  # tensors are read through their methods; the module itself loads without torch
+    import torch
+
+__all__ = ["accuracy", "ogb_node_accuracy", "mae", "rmse", "rocauc", "mrr", "METRICS", "HIGHER_IS_BETTER",
+           "ArrayInput", "Metric"]
+
+#: What a metric reads: a torch tensor (any device; detached and copied to the CPU) or anything numpy reads.
+ArrayInput: TypeAlias = Union["torch.Tensor", npt.ArrayLike]
+#: A metric: ``(prediction, target) -> float``.
+Metric: TypeAlias = Callable[[ArrayInput, ArrayInput], float]
 
 
-def _np(x: Any) -> np.ndarray:
+def _np(x: ArrayInput) -> np.ndarray:
     if hasattr(x, "detach"):
         x = x.detach().cpu().numpy()
     return np.asarray(x)
 
 
-def accuracy(logits_or_pred: Any, y: Any) -> float:
+def accuracy(logits_or_pred: ArrayInput, y: ArrayInput) -> float:
     """Fraction of correct class predictions.
 
     ``logits_or_pred`` is either ``[N, C]`` scores (argmax over the last axis is
@@ -41,7 +51,7 @@ def accuracy(logits_or_pred: Any, y: Any) -> float:
     return float((p == t).mean())
 
 
-def ogb_node_accuracy(name: str) -> Callable[[Any, Any], float]:
+def ogb_node_accuracy(name: str) -> Metric:
     """Accuracy computed by OGB's ``Evaluator(name)`` (ogbn-arxiv, ogbn-products): the leaderboard's number.
 
     Takes what :func:`accuracy` takes (``[N, C]`` logits or ``[N]`` predictions, ``[N]`` or ``[N, 1]``
@@ -51,7 +61,7 @@ def ogb_node_accuracy(name: str) -> Callable[[Any, Any], float]:
 
     evaluator = Evaluator(name)
 
-    def score(logits_or_pred: Any, y: Any) -> float:
+    def score(logits_or_pred: ArrayInput, y: ArrayInput) -> float:
         p, t = _np(logits_or_pred), _np(y).reshape(-1, 1)
         if p.ndim == 2 and p.shape[1] > 1:
             p = p.argmax(axis=-1)
@@ -63,7 +73,7 @@ def ogb_node_accuracy(name: str) -> Callable[[Any, Any], float]:
     return score
 
 
-def _regression_pair(pred: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
+def _regression_pair(pred: ArrayInput, y: ArrayInput) -> tuple[np.ndarray, np.ndarray]:
     p, t = _np(pred).astype(np.float64), _np(y).astype(np.float64)
     # [N] against [N, 1] is the usual off-by-a-dim case; anything else must match exactly.
     if p.size == t.size and p.shape != t.shape:
@@ -73,13 +83,13 @@ def _regression_pair(pred: Any, y: Any) -> tuple[np.ndarray, np.ndarray]:
     return p, t
 
 
-def mae(pred: Any, y: Any) -> float:
+def mae(pred: ArrayInput, y: ArrayInput) -> float:
     """Mean absolute error over all entries."""
     p, t = _regression_pair(pred, y)
     return float(np.abs(p - t).mean())
 
 
-def rmse(pred: Any, y: Any) -> float:
+def rmse(pred: ArrayInput, y: ArrayInput) -> float:
     """Root mean squared error over all entries."""
     p, t = _regression_pair(pred, y)
     return float(np.sqrt(((p - t) ** 2).mean()))
@@ -107,7 +117,7 @@ def _rank_auc(scores: np.ndarray, y: np.ndarray) -> float:
     return float(u / (n_pos * n_neg))
 
 
-def rocauc(scores: Any, y: Any) -> float:
+def rocauc(scores: ArrayInput, y: ArrayInput) -> float:
     """Binary ROC-AUC of ``scores`` against 0/1 labels ``y``.
 
     ``scores`` is ``[N]``, ``[N, 1]`` (one logit or probability per item) or
@@ -141,7 +151,7 @@ def rocauc(scores: Any, y: Any) -> float:
     return float(out["rocauc"])
 
 
-def mrr(pos_scores: Any, neg_scores: Any) -> float:
+def mrr(pos_scores: ArrayInput, neg_scores: ArrayInput) -> float:
     """Mean reciprocal rank of each positive among its own negatives.
 
     ``pos_scores`` is ``[P]``, ``neg_scores`` ``[P, M]`` (row ``i`` holds the
@@ -163,7 +173,7 @@ def mrr(pos_scores: Any, neg_scores: Any) -> float:
     return float((1.0 / rank).mean())
 
 
-METRICS: dict[str, Callable[[Any, Any], float]] = {
+METRICS: dict[str, Metric] = {
     "accuracy": accuracy,
     "mae": mae,
     "rmse": rmse,

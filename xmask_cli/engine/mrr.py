@@ -13,12 +13,11 @@ Rank = 1 + #negatives scored higher + 0.5 * #negatives scored equal
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
 from xmask_cli.config import LinkSection
-from xmask_cli.engine.metrics import mrr
+from xmask_cli.engine.metrics import ArrayInput, mrr
 
 __all__ = ["PROTOCOLS", "link_mrr"]
 
@@ -30,16 +29,16 @@ _MRR_CHUNK = 1 << 22
 
 def _chunked_mrr(pos: np.ndarray, neg_rows: Callable[[slice], np.ndarray], width: int) -> float:
     """Mean of :func:`metrics.mrr` over row chunks (bounded memory; same number as one call)."""
-    p = pos.shape[0]
+    p = int(pos.shape[0])
     step = max(1, _MRR_CHUNK // max(width, 1))
     total = 0.0
     for s in range(0, p, step):
-        sl = slice(s, min(p, s + step))
-        total += mrr(pos[sl], neg_rows(sl)) * (sl.stop - sl.start)
+        stop = min(p, s + step)
+        total += mrr(pos[s:stop], neg_rows(slice(s, stop))) * (stop - s)
     return total / p
 
 
-def link_mrr(pos_scores: Any, neg_scores: Any, protocol: str = LinkSection.protocol,
+def link_mrr(pos_scores: ArrayInput, neg_scores: ArrayInput, protocol: str = LinkSection.protocol,
              num_neg_per_pos: int = LinkSection.num_neg_per_pos) -> float:
     """MRR of ``P`` positives under ``protocol`` (see the module docstring).
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import torch
@@ -35,14 +35,18 @@ from xmask_cli.cache import StructureCache, cache_key, cache_path
 from xmask_cli.config import StructureSection
 from xmask_cli.data.graphset import graphs_fingerprint
 from xmask_cli.engine.extras import GraphExtras, to_tensors
+from xmask_cli.engine.metrics import ArrayInput
 from xmask_cli.engine.splits import pair_keys
 from xmask_cli.model.attention_path import full_graph_attention
 from xmask_cli.prepare import prepare_graphs, structure_params
 
+if TYPE_CHECKING:
+    from xmask_cli.model.network import XMaskNet
+
 __all__ = ["PairStructure", "prepare_pair_structure", "canonical_edges", "structure_fingerprint"]
 
 
-def canonical_edges(edge_index: Any, num_nodes: int) -> np.ndarray:
+def canonical_edges(edge_index: ArrayInput, num_nodes: int) -> np.ndarray:
     """``[2, 2U]`` unique undirected edges (no self loops): sorted pairs ``u < v``, then reversed.
 
     One canonical form, so the cache key (which hashes the edges) and the
@@ -57,7 +61,7 @@ def canonical_edges(edge_index: Any, num_nodes: int) -> np.ndarray:
     return np.concatenate([pairs, pairs[::-1]], axis=1)
 
 
-def structure_fingerprint(edge_index: Any, num_nodes: int) -> str:
+def structure_fingerprint(edge_index: ArrayInput, num_nodes: int) -> str:
     """Fingerprint of the (canonical) graph whose structure a pair task may see."""
     return graphs_fingerprint([canonical_edges(edge_index, num_nodes)], np.asarray([int(num_nodes)]))
 
@@ -112,7 +116,7 @@ class PairStructure:
     ``[P, K]`` (sparse), ``extras`` for the learned biases or None.
     """
 
-    def __init__(self, path: str | os.PathLike, edge_index: np.ndarray, num_nodes: int, dense_max_nodes: int,
+    def __init__(self, path: str | os.PathLike[str], edge_index: np.ndarray, num_nodes: int, dense_max_nodes: int,
                  device: torch.device, attention: str = "auto", needs: Iterable[str] = (),
                  dense_only: str | None = None):
         with StructureCache(path) as c:
@@ -140,7 +144,7 @@ class PairStructure:
                 if extras is not None:
                     self.extras = to_tensors(extras.pairs(row, col), device)
 
-    def encode(self, model: torch.nn.Module, x: Tensor) -> Tensor:
+    def encode(self, model: XMaskNet, x: Tensor) -> Tensor:
         """``[N, hidden]`` embeddings of every node."""
         cfg = getattr(model, "cfg", None)
         if cfg is not None and cfg.use_bias and cfg.max_power > self.k:
@@ -148,4 +152,5 @@ class PairStructure:
                              f"prepare with structure.powers.k >= {cfg.max_power}")
         if self.dense:
             return model.encode_dense(x.unsqueeze(0), self.powers, None, extras=self.extras)[0]
-        return model.encode_sparse(x, self.pairs, self.values, extras=self.extras)
+        # Without return_terms the embeddings come alone.
+        return cast(Tensor, model.encode_sparse(x, self.pairs, self.values, extras=self.extras))

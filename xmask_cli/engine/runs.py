@@ -28,9 +28,9 @@ import io
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, TypedDict, cast
 
 import numpy as np
 import torch
@@ -45,7 +45,7 @@ _RESUME_HINT = "free some space, then run the same command again (with --resume 
 
 
 __all__ = ["RunDir", "aggregate", "write_bytes", "write_json", "write_text", "TIMING_KEYS", "input_stall",
-           "without_timing"]
+           "without_timing", "MetricsRow", "MetricAggregate"]
 
 #: The fields of a ``metrics.jsonl`` row that readers use, with their types: a file without them (or with
 #: others there) is damaged (:mod:`xmask_cli.jsonfile`); ``summary.json``'s are :class:`RunSummary`'s.
@@ -56,27 +56,51 @@ METRICS_OPTIONAL = {name: (int, float, type(None)) for name in ("epoch_s", "trai
 TIMING_KEYS = ("train_s", "epoch_s", "input_stall")
 
 
-def without_timing(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+class _MetricsRowRequired(TypedDict):
+    epoch: int
+
+
+class MetricsRow(_MetricsRowRequired, total=False):
+    """A ``metrics.jsonl`` row as :meth:`RunDir.read_metrics` returns it: the fields it checked
+    (:data:`METRICS_FIELDS`, :data:`METRICS_OPTIONAL`). The row holds more (``lr``, ``val_<metric>``,
+    ``val_loss``, ``best_epoch``, ...): read those with ``.get`` and check their type."""
+
+    epoch_s: float | None
+    train_s: float | None
+    input_stall: float | None
+    loss: float | None
+
+
+class MetricAggregate(TypedDict):
+    """One metric over seeds, as :func:`aggregate` gives it (and ``aggregate.json`` holds it)."""
+
+    mean: float
+    std: float
+    values: list[float]
+
+
+def without_timing(rows: Iterable[Mapping[str, object]]) -> list[dict[str, object]]:
     """Metrics rows without their :data:`TIMING_KEYS` (what a resumed run reproduces exactly)."""
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
 
 
-def input_stall(rows: Iterable[dict[str, Any]]) -> float | None:
+def input_stall(rows: Iterable[MetricsRow]) -> float | None:
     """Share of all training passes' wall time spent waiting for batches (None: no timed epoch)."""
-    timed = [(r["input_stall"] * r["train_s"], r["train_s"]) for r in rows if "input_stall" in r and "train_s" in r]
+    timed = [(stall * t, t) for r in rows
+             if (stall := r.get("input_stall")) is not None and (t := r.get("train_s")) is not None]
     total = sum(t for _, t in timed)
     return sum(w for w, _ in timed) / total if total > 0 else None
 
 
-def _atomic_write(path: Path, write: Any) -> None:
+def _atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     atomic_write(path, write, _RESUME_HINT)
 
 
-def _json_bytes(obj: Any) -> bytes:
+def _json_bytes(obj: object) -> bytes:
     return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
 
 
-def write_json(path: Path, obj: Any) -> None:
+def write_json(path: Path, obj: object) -> None:
     """Write ``obj`` as indented, key-sorted JSON, atomically (temp file, then rename)."""
     _atomic_write(Path(path), lambda f: f.write(_json_bytes(obj)))
 
@@ -116,7 +140,7 @@ class RunDir:
     #: :meth:`remove_run_files`.
     FILES = (LAST, BEST, SUMMARY, CURVES, METRICS, CONFIG)
 
-    def __init__(self, path: str | os.PathLike, *, create: bool = True):
+    def __init__(self, path: str | os.PathLike[str], *, create: bool = True):
         self.path = Path(path)
         # Folders made here, innermost first: a run that never wrote a file leaves none behind.
         self._made: list[Path] = []
@@ -225,24 +249,25 @@ class RunDir:
                 p.unlink(missing_ok=True)
 
     # --------------------------------------------------------------- config
-    def save_config(self, config: dict[str, Any]) -> None:
+    def save_config(self, config: Mapping[str, object]) -> None:
         """Write the resolved config as JSON (atomically)."""
         _atomic_write(self.path / self.CONFIG, lambda f: f.write(_json_bytes(config)))
 
-    def load_config(self) -> dict[str, Any]:
-        """The config written by :meth:`save_config`.
+    def load_config(self) -> dict[str, object]:
+        """The config written by :meth:`save_config` (a JSON object; the caller checks the fields it reads).
 
         Raises:
             RunNotFoundError: the file is missing, not JSON, or not a JSON object.
         """
         path = self.path / self.CONFIG
         try:
-            return read_json(path)
+            config: dict[str, object] = read_json(path)
+            return config
         except FileNotFoundError:
             raise RunNotFoundError(f"{path} is missing; not a complete run folder") from None
 
     # -------------------------------------------------------------- metrics
-    def append_metrics(self, row: dict[str, Any]) -> None:
+    def append_metrics(self, row: Mapping[str, object]) -> None:
         """Append one epoch's metrics as a JSON line."""
         path = self.path / self.METRICS
         data = (json.dumps(row, sort_keys=True) + "\n").encode()
@@ -260,11 +285,12 @@ class RunDir:
         finally:
             os.close(fd)
 
-    def read_metrics(self) -> list[dict[str, Any]]:
+    def read_metrics(self) -> list[MetricsRow]:
         """All epoch rows written so far (empty if none)."""
         path = self.path / self.METRICS
         try:
-            return read_json_lines(path, fields=METRICS_FIELDS, optional=METRICS_OPTIONAL)
+            # The fields MetricsRow names are the ones checked here.
+            return cast("list[MetricsRow]", read_json_lines(path, fields=METRICS_FIELDS, optional=METRICS_OPTIONAL))
         except FileNotFoundError:
             return []
 
@@ -279,7 +305,7 @@ class RunDir:
         _atomic_write(self.path / self.METRICS, lambda f: f.write(data))
 
     # ---------------------------------------------------------- checkpoints
-    def save_checkpoint(self, state: dict[str, Any], name: str = LAST) -> Path:
+    def save_checkpoint(self, state: Mapping[str, object], name: str = LAST) -> Path:
         """``torch.save`` ``state`` to ``<run>/<name>`` atomically; returns the path.
 
         ``state`` must hold only tensors and plain Python values (see the module docstring).
@@ -318,7 +344,7 @@ class RunDir:
         return (self.path / name).is_file()
 
     # -------------------------------------------------------------- summary
-    def write_summary(self, summary: dict[str, Any]) -> None:
+    def write_summary(self, summary: Mapping[str, object]) -> None:
         """Write ``summary.json`` atomically."""
         _atomic_write(self.path / self.SUMMARY, lambda f: f.write(_json_bytes(summary)))
 
@@ -335,7 +361,7 @@ class RunDir:
             raise RunNotFoundError(f"{path} is missing; the run has not finished") from None
 
 
-def aggregate(run_dirs: Iterable[RunDir | str | os.PathLike]) -> dict[str, dict[str, Any]]:
+def aggregate(run_dirs: Iterable[RunDir | str | os.PathLike[str]]) -> dict[str, MetricAggregate]:
     """Mean and standard deviation over seeds of every final metric.
 
     Reads ``summary["metrics"]`` (e.g. ``{"train": .., "val": .., "test": ..}``)
@@ -350,7 +376,7 @@ def aggregate(run_dirs: Iterable[RunDir | str | os.PathLike]) -> dict[str, dict[
         run = run if isinstance(run, RunDir) else RunDir(run)
         for key, value in run.read_summary().metrics.items():
             values.setdefault(key, []).append(float(value))
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, MetricAggregate] = {}
     for key, vals in values.items():
         arr = np.asarray(vals, dtype=np.float64)
         out[key] = {"mean": float(arr.mean()), "std": float(arr.std()), "values": vals}

@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
-__all__ = ["RULE", "TRIAL_RULE", "compare", "best_index", "Selection"]
+__all__ = ["RULE", "TRIAL_RULE", "compare", "best_index", "Selection", "SelectionState"]
 
 #: The rule as ``summary.json`` records it.
 RULE = "best validation metric; ties: lower validation loss, then the later epoch"
@@ -63,6 +63,15 @@ def best_index(history: Sequence[tuple[float, float | None]], higher: bool) -> i
     return best_i
 
 
+class SelectionState(TypedDict):
+    """What ``last.pt`` keeps of a :class:`Selection` (the next epoch is the checkpoint's own ``epoch`` + 1)."""
+
+    best: float | None
+    best_loss: float | None
+    best_epoch: int
+    bad_epochs: int
+
+
 @dataclass
 class Selection:
     """Where a run stands: the next epoch, the best epoch so far by validation, and epochs without improvement."""
@@ -90,7 +99,7 @@ class Selection:
         self.bad_epochs = 0 if why != "tie" else self.bad_epochs + 1
         return True
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> SelectionState:
         """What ``last.pt`` keeps of it."""
         return {"best": self.best, "best_loss": self.best_loss, "best_epoch": self.best_epoch,
                 "bad_epochs": self.bad_epochs}

@@ -24,35 +24,49 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 import numpy as np
 
 from xmask_cli.config import LinkSection
 from xmask_cli.data.pyg import safe_torch_load
+from xmask_cli.engine.metrics import ArrayInput
 from xmask_cli.errors import UsageError
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data, Dataset
 
 #: The parts every task scores, in reporting order.
 PARTS = ("train", "val", "test")
 
 __all__ = ["Split", "EdgeSplit", "random_split", "random_split_sizes", "node_split", "graph_split", "edge_split",
-           "edge_pair_keys", "check_parts", "split_name", "index_batches"]
+           "edge_pair_keys", "check_parts", "split_name", "index_batches", "SplitRecord"]
 
 
-def _as_numpy(x: Any) -> np.ndarray:
+def _as_numpy(x: ArrayInput) -> np.ndarray:
     """Tensor or array-like -> numpy array (torch tensors may live on any device)."""
     if hasattr(x, "detach"):
         x = x.detach().cpu().numpy()
     return np.asarray(x)
 
 
-def _index(x: Any) -> np.ndarray:
+def _index(x: ArrayInput) -> np.ndarray:
     return np.ascontiguousarray(_as_numpy(x), dtype=np.int64).reshape(-1)
 
 
-def _mask_index(mask: Any) -> np.ndarray:
+def _mask_index(mask: ArrayInput) -> np.ndarray:
     """Positions where a boolean mask is set, as sorted int64 indices."""
     return np.flatnonzero(_as_numpy(mask).astype(bool)).astype(np.int64)
+
+
+class SplitRecord(TypedDict):
+    """A :class:`Split` as the run config records it (:meth:`Split.to_dict`)."""
+
+    name: str
+    seed: int | None
+    train: list[int]
+    val: list[int]
+    test: list[int]
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,13 +94,13 @@ class Split:
         """``(len(train), len(val), len(test))``."""
         return len(self.train), len(self.val), len(self.test)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> SplitRecord:
         """Plain-Python form (lists of ints) for saving in the run config."""
         return {"name": self.name, "seed": self.seed, "train": self.train.tolist(),
                 "val": self.val.tolist(), "test": self.test.tolist()}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Split:
+    def from_dict(cls, d: SplitRecord) -> Split:
         """Inverse of :meth:`to_dict`."""
         return cls(train=np.asarray(d["train"], dtype=np.int64), val=np.asarray(d["val"], dtype=np.int64),
                    test=np.asarray(d["test"], dtype=np.int64), name=str(d["name"]), seed=d.get("seed"))
@@ -145,7 +159,7 @@ def random_split(n: int, fractions: Sequence[float] = (0.8, 0.1, 0.1), seed: int
                  name=name, seed=seed)
 
 
-def node_split(spec_split_name: str, data: Any, seed: int = 0, dataset: Any = None) -> Split:
+def node_split(spec_split_name: str, data: Data, seed: int = 0, dataset: Dataset | None = None) -> Split:
     """Node split of one PyG ``Data`` object by the registry's split name.
 
     ``public`` (Planetoid) and ``files`` (a folder's split files) read the
@@ -156,6 +170,8 @@ def node_split(spec_split_name: str, data: Any, seed: int = 0, dataset: Any = No
     dataset object) for its ``get_idx_split()``.
     """
     if spec_split_name == "ogb-official":
+        if dataset is None:
+            raise ValueError("the ogb-official split is the OGB dataset's own: pass dataset")
         with safe_torch_load():  # OGB reads split_dict.pt with torch.load when the file exists
             idx = dataset.get_idx_split()
         return Split(idx["train"], idx["valid"], idx["test"], name="ogb-official", seed=None)
@@ -178,7 +194,7 @@ def node_split(spec_split_name: str, data: Any, seed: int = 0, dataset: Any = No
                      f"or ogb-official")
 
 
-def graph_split(spec_split_name: str, dataset: Any, seed: int = 0) -> Split:
+def graph_split(spec_split_name: str, dataset: Dataset, seed: int = 0) -> Split:
     """Graph split of a PyG / OGB dataset by the registry's split name.
 
     ``random-8-1-1`` draws a seeded 80/10/10 split of the graphs; ``scaffold``
@@ -227,7 +243,8 @@ class EdgeSplit:
 
 def pair_keys(u: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
     """Unique int64 key of the unordered pair ``{u, v}``."""
-    return np.minimum(u, v) * n + np.maximum(u, v)
+    keys: np.ndarray = np.minimum(u, v) * n + np.maximum(u, v)
+    return keys
 
 
 def sample_negatives(count: int, n: int, forbidden: np.ndarray, rng: np.random.Generator) -> np.ndarray:
@@ -258,7 +275,7 @@ def edge_pair_keys(edge_index: np.ndarray, num_nodes: int) -> np.ndarray:
     return np.unique(pair_keys(ei[0], ei[1], int(num_nodes))[ei[0] != ei[1]])
 
 
-def edge_split(edge_index: Any, num_nodes: int, seed: int = 0,
+def edge_split(edge_index: ArrayInput, num_nodes: int, seed: int = 0,
                fractions: Sequence[float] = tuple(LinkSection().fractions),
                num_neg_per_pos: int = LinkSection.num_neg_per_pos) -> EdgeSplit:
     """Seeded link-prediction split of an undirected graph.

@@ -16,9 +16,9 @@ Example::
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import cast
 
 import numpy as np
 import torch
@@ -98,7 +98,7 @@ class GraphBatch:
     def num_graphs(self) -> int:
         return int(self.index.numel())
 
-    def _apply(self, fn: Any) -> GraphBatch:
+    def _apply(self, fn: Callable[[Tensor], Tensor]) -> GraphBatch:
         extras = None if self.extras is None else {k: fn(v) for k, v in self.extras.items()}
         logp = None if self.log_powers is None else tuple(fn(t) for t in self.log_powers)
         return GraphBatch(x=fn(self.x), mask=fn(self.mask), powers=None if self.powers is None else fn(self.powers),
@@ -178,7 +178,7 @@ def collate(
     )
 
 
-class EpochBatches(Dataset):
+class EpochBatches(Dataset[GraphBatch]):
     """Map-style dataset whose item ``i`` is the ``i``-th :class:`GraphBatch` of one epoch.
 
     The batches are fixed up front, so a DataLoader (``batch_size=None``) with
@@ -196,11 +196,17 @@ class EpochBatches(Dataset):
         return self.stream.collate(self.batches[i])
 
 
+def _fresh_seed() -> int:
+    """A seed from the OS's entropy, below ``2**63``."""
+    entropy = np.random.SeedSequence().entropy  # an int when no entropy is given
+    return int(cast(int, entropy) % (1 << 63))
+
+
 def _worker_init(worker_id: int) -> None:
     """Give each worker its own cache handle (HDF5 handles survive neither pickling nor fork)."""
     info = get_worker_info()
     assert info is not None
-    info.dataset.stream._reopen_in_worker()
+    cast(EpochBatches, info.dataset).stream._reopen_in_worker()  # the loader's dataset is always one
 
 
 class GraphLevelStream:
@@ -227,7 +233,7 @@ class GraphLevelStream:
 
     def __init__(
         self,
-        cache_path: str | os.PathLike,
+        cache_path: str | os.PathLike[str],
         features: Sequence[Tensor],
         labels: Tensor,
         indices: Sequence[int] | np.ndarray | Tensor,
@@ -254,7 +260,7 @@ class GraphLevelStream:
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
         # Draw a seed once if none is given, so epoch(e) is at least stable within this stream.
-        self.seed = int(np.random.SeedSequence().entropy % (1 << 63)) if seed is None else int(seed)
+        self.seed = _fresh_seed() if seed is None else int(seed)
         self.load_in_memory = bool(load_in_memory)
         self._epoch = 0
         if self.load_in_memory:
@@ -347,12 +353,11 @@ class GraphLevelStream:
         return EpochBatches(self, self.batches(e))
 
     def loader(self, e: int, num_workers: int = 0, pin_memory: bool | None = None, *,
-               batches: list[np.ndarray] | None = None, **kw: Any) -> DataLoader:
+               batches: list[np.ndarray] | None = None) -> DataLoader[GraphBatch]:
         """A DataLoader over the batches of epoch ``e``, in the same order as :meth:`epoch`.
 
         ``pin_memory`` defaults to whether CUDA is available; ``batches`` (graph ids
-        per batch) replaces the epoch's list, e.g. one rank's share of it; extra
-        keywords go to :class:`~torch.utils.data.DataLoader`.
+        per batch) replaces the epoch's list, e.g. one rank's share of it.
         """
         if pin_memory is None:
             pin_memory = torch.cuda.is_available()
@@ -368,7 +373,6 @@ class GraphLevelStream:
             num_workers=num_workers,
             pin_memory=pin_memory,
             worker_init_fn=_worker_init if num_workers > 0 else None,
-            **kw,
         )
 
     def _reopen_in_worker(self) -> None:

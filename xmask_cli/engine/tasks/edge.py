@@ -117,7 +117,7 @@ class EdgeTask:
         self.pairs = torch.from_numpy(np.ascontiguousarray(data.edge_index)).to(self.device)
         self._parts = {part: torch.from_numpy(getattr(split, part)).to(self.device) for part in PARTS}
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         s, d = self.split, self.data
         rows = hashlib.sha256(b"".join(getattr(s, p).tobytes() for p in PARTS)).hexdigest()
         return {

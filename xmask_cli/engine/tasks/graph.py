@@ -14,13 +14,14 @@ restored state, and only reported.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from xmask_cli.config import Config
 from xmask_cli.data.graphset import GraphSet
 from xmask_cli.engine.distributed import deal
 from xmask_cli.engine.features import input_features
@@ -72,7 +73,7 @@ def _predict(model: XMaskNet, stream: GraphLevelStream, device: torch.device,
 
 
 def _eval_stream(cache_path: str | os.PathLike, features: Sequence[Tensor], labels: Tensor,
-                 indices: Any, batch_size: int, needs: Iterable[str] = (),
+                 indices: np.ndarray, batch_size: int, needs: Iterable[str] = (),
                  log_mask: tuple[float, str] | None = None,
                  log_cache_bytes: int = LOG_CACHE_BYTES) -> GraphLevelStream:
     # Unshuffled: evaluation batches, hence the numbers, are the same at every call.
@@ -114,7 +115,7 @@ class GraphTask:
         self.eval_streams = {part: _eval_stream(cache_path, features, labels, getattr(split, part), batch_size, needs,
                                                 log_mask, log_cache_mb << 20) for part in PARTS}
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {"dataset": self.graphs.spec.name, "cache_path": self.cache_path, "split": self.split.to_dict()}
 
     def split_sizes(self) -> dict[str, int]:
@@ -178,8 +179,8 @@ def train_graph_level(
     run_dir: RunDir | str | os.PathLike,
     metric: str = "accuracy",
     resume: bool = False,
-    log: Callable[[dict[str, Any]], None] = lambda m: None,
-) -> dict[str, Any]:
+    log: Callable[[Mapping[str, object]], None] = lambda m: None,
+) -> dict[str, object]:
     """Train :class:`XMaskNet` on one graph-level split (cross-entropy over size-bucketed batches).
 
     See :func:`~xmask_cli.engine.loop.fit` for selection, checkpoints and resume.
@@ -205,7 +206,7 @@ def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = N
                      node_struct=cfg.model.node_struct, log_mask=log_mask_of(cfg), log_cache_mb=cfg.train.log_cache_mb)
 
 
-def log_mask_of(cfg: Any) -> tuple[float, str] | None:
+def log_mask_of(cfg: Config) -> tuple[float, str] | None:
     """``(eps, outside_support)`` whose per-graph log-powers the stream caches for a packed model, else None.
 
     ``cfg``: the resolved config. Only the packed layout reads them (the padded

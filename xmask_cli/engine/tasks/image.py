@@ -129,7 +129,7 @@ class ImageTask:
         self.out_dim = images.num_classes
         self.image_size = tuple(int(s) for s in images.images.shape[2:])
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         return {"dataset": self.images.spec.name, "cache_path": self.cache_path, "split": self.split.to_dict(),
                 "normalization": {"mean": [float(v) for v in self.mean], "std": [float(v) for v in self.std],
                                   "from": "train"},

@@ -104,7 +104,7 @@ class LinkTask:
         self._eval = {k: (torch.from_numpy(np.ascontiguousarray(p)).to(self.device),
                           torch.from_numpy(np.ascontiguousarray(q)).to(self.device)) for k, (p, q) in parts.items()}
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self) -> dict[str, object]:
         s = self.split
         return {
             "dataset": self.dataset,

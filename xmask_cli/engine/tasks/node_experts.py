@@ -13,7 +13,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 import torch
@@ -23,10 +23,23 @@ from xmask_cli.config_rules import check_expert_node_mode
 from xmask_cli.engine.node_batches import NodeBatch, NodeBatcher, NodeGraph
 from xmask_cli.engine.tasks import node
 from xmask_cli.engine.tasks.node import NodeTask
-from xmask_cli.model.experts import hierarchical_tokens
+from xmask_cli.model.dualmode import Region
+from xmask_cli.model.experts import HierarchicalMasks, hierarchical_tokens
 from xmask_cli.model.network import XMaskNet
 
-__all__ = ["ExpertNodeTask", "TokenBatcher", "from_experiment"]
+__all__ = ["ExpertNodeTask", "ExpertTokens", "TokenBatcher", "from_experiment"]
+
+
+class ExpertTokens(TypedDict):
+    """The whole graph's tokens, built once on the task's device (:attr:`TokenBatcher.tokens`)."""
+
+    masks: HierarchicalMasks
+    #: ``[N + P + C, F]`` pooled token features.
+    x: Tensor
+    #: ``Â^1..Â^K`` at the local pairs.
+    values: Tensor
+    #: Dual-mode regions per head width, planned at first use.
+    regions: dict[int, dict[str, list[Region]]]
 
 
 class ExpertNodeTask(NodeTask):
@@ -55,7 +68,7 @@ class ExpertNodeTask(NodeTask):
         return TokenBatcher(graph, part, self.y, self.out_dim)
 
     @property
-    def tokens(self) -> dict[str, Any]:
+    def tokens(self) -> ExpertTokens:
         """The token masks, pooled token features, powers at the local pairs and planned dual-mode regions."""
         if not isinstance(self.batcher, TokenBatcher):
             raise TypeError("an expert node task batches tokens")
@@ -88,7 +101,7 @@ class TokenBatcher(NodeBatcher):
         masks = hierarchical_tokens(self.num_nodes, edge_index.to(self.device), torch.from_numpy(part),
                                     train, y[train], out_dim, num_parts=num_parts)
         # Pooled where the masks live (their index tensors are on the device).
-        self.tokens: dict[str, Any] = {
+        self.tokens: ExpertTokens = {
             "masks": masks, "x": masks.pool(self.x.to(self.device)), "regions": {},
             "values": torch.from_numpy(np.ascontiguousarray(graph.values[local])).to(self.device)}
         self._batch = NodeBatch(nodes=None, targets=train)
