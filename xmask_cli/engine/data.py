@@ -1,24 +1,140 @@
-"""The checks that need the loaded dataset: run after it is read, before its structure is prepared.
+"""An experiment's data: read through the loader its level's ``data`` kind names, checked, its cache made.
 
-:meth:`~xmask_cli.engine.experiment.Experiment.load` calls them, so a split with an empty part, more
-folds than the labels allow or an edge file too short for its fractions fails before any cache file or
-run folder is made.
+:data:`LOADERS` maps each data kind of the level registry (:attr:`TaskLevel.data
+<xmask_cli.engine.tasks.TaskLevel>`: ``graphs``, ``images``, ``edge-file``) to its loader;
+:func:`load_data` picks one by the level. The checks that need the loaded dataset run here, after it is
+read and before its structure is prepared, so a split with an empty part, more folds than the labels allow
+or an edge file too short for its fractions fails before any cache file or run folder is made.
+
+Example::
+
+    data = load_data(cfg, "graph", LoadOptions(cache_dir=Path("cache")))
+    data.dataset, data.cache_path
 """
 from __future__ import annotations
 
-from typing import Any
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from xmask_cli.config import Config
+from xmask_cli.data.edgefile import EdgeData, load_edge_file
+from xmask_cli.data.folder import source_folder
+from xmask_cli.data.graphset import GraphSet
+from xmask_cli.data.images import ImageSet, image_info, load_images
+from xmask_cli.data.load import load_graphs, resolve_data_root
 from xmask_cli.engine import splits
 from xmask_cli.engine.folds import check_fold_count
+from xmask_cli.engine.plan import EDGE_FILE_DATASET, dataset_spec
 from xmask_cli.engine.splits import PARTS
+from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.engine.tasks.edge import edge_regression_split
 from xmask_cli.engine.tasks.graph import graph_labels
 from xmask_cli.errors import UsageError
+from xmask_cli.prepare import check_patch, prepare_dataset, prepare_graphs
+from xmask_cli.prepare.needs import structure_needed
 
-__all__ = ["check_data", "check_splittable"]
+__all__ = ["LoadOptions", "LoadedData", "Loader", "LOADERS", "load_data", "check_data", "check_splittable"]
 
-def check_data(cfg: Config, level: str, graphs: Any) -> None:
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """Where and how a loader reads: the options of :meth:`Experiment.load <xmask_cli.engine.experiment.Experiment.load>`."""
+
+    cache_dir: Path
+    data_root: str | os.PathLike[str] | None = None
+    offline: bool | None = None
+    workers: int = 1
+    log: Callable[[str], None] = field(default=lambda m: None)
+
+
+@dataclass(frozen=True)
+class LoadedData:
+    """What a loader hands the experiment: the dataset's name, its data and its structure cache (if one).
+
+    Attributes:
+        dataset: the dataset's name (``edges`` for an edge-attribute file).
+        graphs: the graphs (``graphs`` kind) or images (``images`` kind); None for an edge file.
+        cache_path: the structure cache of the whole dataset; None where the task prepares its own
+            (``structure: train-edges`` levels).
+        edge_data: the rows of an edge-attribute file (``edge-file`` kind).
+    """
+
+    dataset: str
+    graphs: GraphSet | ImageSet | None = None
+    cache_path: Path | None = None
+    edge_data: EdgeData | None = None
+
+
+#: A data kind's loader: (config, resolved level, options) -> the loaded data.
+Loader = Callable[[Config, str, LoadOptions], LoadedData]
+
+
+def _prepared(summary_path: str, cached: bool, seconds: float, log: Callable[[str], None]) -> Path:
+    if not cached:
+        log(f"structure cache was missing: prepared {summary_path} in {seconds:.1f}s")
+    return Path(summary_path)
+
+
+def load_edge_data(cfg: Config, level: str, opts: LoadOptions) -> LoadedData:
+    """``edge.file`` (and ``edge.features``) read and checked to split; no cache here (the task makes its own)."""
+    path = cfg.edge.file
+    assert path, "resolve_level gives the edge level only with edge.file set"
+    data = load_edge_file(path, cfg.edge.features)
+    for note in data.notes:
+        opts.log(note)
+    check_splittable(path, data.edge_index.shape[1], cfg.edge.fractions)
+    return LoadedData(EDGE_FILE_DATASET, edge_data=data)
+
+
+def load_image_data(cfg: Config, level: str, opts: LoadOptions) -> LoadedData:
+    """An image set and its patch-grid cache (prepared when missing)."""
+    spec = dataset_spec(cfg)
+    # A patch that does not divide the image fails before any data is read or downloaded.
+    check_patch(spec.key, image_info(spec).shape[1:], cfg.image.patch)
+    images = load_images(spec, data_root=resolve_data_root(opts.data_root, cfg.data.root), offline=opts.offline)
+    summary = prepare_dataset(cfg, data_root=opts.data_root, cache_dir=opts.cache_dir, offline=opts.offline,
+                              log=opts.log)
+    return LoadedData(spec.name, graphs=images,
+                      cache_path=_prepared(summary.path, summary.cached, summary.seconds, opts.log))
+
+
+def load_graph_data(cfg: Config, level: str, opts: LoadOptions) -> LoadedData:
+    """A graph dataset, checked against its split, and its structure cache where the level keeps one."""
+    spec = dataset_spec(cfg)
+    graphs = load_graphs(spec, data_root=resolve_data_root(opts.data_root, cfg.data.root), cache_dir=opts.cache_dir,
+                         offline=opts.offline)
+    for note in graphs.notes:
+        opts.log(note)
+    if cfg.data.normalize_features:
+        from torch_geometric.transforms import NormalizeFeatures
+
+        # Applied on access: every reader of dataset[i].x (all task levels) sees rows summing to 1.
+        graphs.dataset.transform = NormalizeFeatures()
+    check_data(cfg, level, graphs)  # before prepare, before any run folder
+    if LEVELS[level].structure != "dataset":
+        # Pair tasks ("train-edges") prepare the structure of their training edges per split seed instead.
+        return LoadedData(spec.name, graphs=graphs)
+    summary = prepare_graphs(dataset_key=spec.key, level=level, edges=graphs.edge_index,
+                             num_nodes=graphs.num_nodes, fingerprint=graphs.fingerprint(),
+                             cfg=structure_needed(cfg, level), cache_dir=opts.cache_dir, workers=opts.workers,
+                             log=opts.log, memory_gb=cfg.prepare.memory_gb, source_folder=source_folder(spec),
+                             merged_edge_rows=graphs.merged_edge_rows)
+    return LoadedData(spec.name, graphs=graphs,
+                      cache_path=_prepared(summary.path, summary.cached, summary.seconds, opts.log))
+
+
+#: Each data kind of the level registry (``TaskLevel.data``) -> its loader.
+LOADERS: dict[str, Loader] = {"graphs": load_graph_data, "images": load_image_data, "edge-file": load_edge_data}
+
+
+def load_data(cfg: Config, level: str, opts: LoadOptions) -> LoadedData:
+    """The data of ``level`` (resolved), read by the loader its registry row's ``data`` kind names."""
+    return LOADERS[LEVELS[level].data](cfg, level, opts)
+
+
+def check_data(cfg: Config, level: str, graphs: GraphSet) -> None:
     """The checks that need the loaded dataset, run before its structure is prepared or a run folder made.
 
     Raises:
@@ -32,7 +148,7 @@ def check_data(cfg: Config, level: str, graphs: Any) -> None:
         _check_split(cfg, level, graphs)
 
 
-def _check_split(cfg: Config, level: str, graphs: Any) -> None:
+def _check_split(cfg: Config, level: str, graphs: GraphSet) -> None:
     """Each part of the split the tasks will draw holds an item (sizes do not depend on the seed)."""
     spec, source = graphs.spec, graphs.spec.ref
     if level == "node":

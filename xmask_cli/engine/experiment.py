@@ -22,13 +22,9 @@ from typing import Any
 
 from xmask_cli.config import Config
 from xmask_cli.config_rules import check_rules
-from xmask_cli.data.edgefile import load_edge_file
-from xmask_cli.data.folder import source_folder
-from xmask_cli.data.images import image_info, load_images
-from xmask_cli.data.load import load_graphs, resolve_data_root
-from xmask_cli.engine.data import check_data, check_splittable
+from xmask_cli.engine.data import LoadOptions, load_data
 from xmask_cli.engine.features import struct_info
-from xmask_cli.engine.plan import EDGE_FILE_DATASET, dataset_spec, resolve_level, resolve_metric, run_name
+from xmask_cli.engine.plan import dataset_spec, resolve_level, resolve_metric, run_name
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.errors import ConfigError
@@ -36,10 +32,9 @@ from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.model.attention_path import PathRefused
 from xmask_cli.model.biases import bias_entry
 from xmask_cli.model.model_config import ModelConfig, sparse_refusal
-from xmask_cli.prepare import check_patch, prepare_dataset, prepare_graphs
-from xmask_cli.prepare.needs import structure_needed
 
 __all__ = ["Experiment", "check_config"]
+
 
 def _check_structure(cfg: Config) -> None:
     for b in cfg.model.biases:
@@ -126,45 +121,10 @@ class Experiment:
             ensure_writable_dir(cache_dir)
         # No write check of an existing cache dir: a complete cache on a read-only mount serves training;
         # writers check their own folder.
-        task_level = LEVELS[level]
-        if task_level.data == "edge-file":
-            data = load_edge_file(cfg.edge.file, cfg.edge.features)
-            for note in data.notes:
-                log(note)
-            check_splittable(cfg.edge.file, data.edge_index.shape[1], cfg.edge.fractions)
-            return cls(cfg, level, metric, EDGE_FILE_DATASET, edge_data=data, cache_dir=cache_dir, log=log)
-        spec = dataset_spec(cfg)
-        if task_level.data == "images":
-            # A patch that does not divide the image fails before any data is read or downloaded.
-            check_patch(spec.key, image_info(spec).shape[1:], cfg.image.patch)
-            images = load_images(spec, data_root=resolve_data_root(data_root, cfg.data.root), offline=offline)
-            summary = prepare_dataset(cfg, data_root=data_root, cache_dir=cache_dir, offline=offline, log=log)
-            if not summary.cached:
-                log(f"structure cache was missing: prepared {summary.path} in {summary.seconds:.1f}s")
-            return cls(cfg, level, metric, spec.name, graphs=images, cache_path=Path(summary.path),
-                       cache_dir=cache_dir, log=log)
-        graphs = load_graphs(spec, data_root=resolve_data_root(data_root, cfg.data.root), cache_dir=cache_dir,
-                             offline=offline)
-        for note in graphs.notes:
-            log(note)
-        if cfg.data.normalize_features:
-            from torch_geometric.transforms import NormalizeFeatures
-
-            # Applied on access: every reader of dataset[i].x (all task levels) sees rows summing to 1.
-            graphs.dataset.transform = NormalizeFeatures()
-        check_data(cfg, level, graphs)  # before prepare, before any run folder
-        exp = cls(cfg, level, metric, spec.name, graphs=graphs, cache_dir=cache_dir, log=log)
-        if task_level.structure == "dataset":
-            # Pair tasks ("train-edges") prepare the structure of their training edges per split seed instead.
-            summary = prepare_graphs(dataset_key=spec.key, level=level, edges=graphs.edge_index,
-                                     num_nodes=graphs.num_nodes, fingerprint=graphs.fingerprint(),
-                                     cfg=structure_needed(cfg, level), cache_dir=cache_dir, workers=workers,
-                                     log=log, memory_gb=cfg.prepare.memory_gb, source_folder=source_folder(spec),
-                                     merged_edge_rows=graphs.merged_edge_rows)
-            if not summary.cached:
-                log(f"structure cache was missing: prepared {summary.path} in {summary.seconds:.1f}s")
-            exp.cache_path = Path(summary.path)
-        return exp
+        data = load_data(cfg, level, LoadOptions(cache_dir=cache_dir, data_root=data_root, offline=offline,
+                                                 workers=workers, log=log))
+        return cls(cfg, level, metric, data.dataset, graphs=data.graphs, cache_path=data.cache_path,
+                   edge_data=data.edge_data, cache_dir=cache_dir, log=log)
 
     def task(self, seed: int, device: str) -> Any:
         """The level's :class:`~xmask_cli.engine.loop.Task` for ``seed`` (which also draws random splits).
