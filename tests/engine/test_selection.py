@@ -10,6 +10,7 @@ from tests.engine.test_loop import ToyTask
 from xmask_cli.engine import selection
 from xmask_cli.engine.loop import TrainConfig, fit
 from xmask_cli.engine.runs import RunDir
+from xmask_cli.errors import RunNotFoundError
 
 
 def brute_force(history, higher):
@@ -96,3 +97,18 @@ def test_a_loss_tie_break_resets_patience_and_a_full_tie_does_not(tmp_path):
     summary = _fit(script, tmp_path / "r", patience=2)
     assert summary["epochs_run"] == 6 and summary["stopped_early"]
     assert summary["best_epoch"] == 5
+
+
+def test_a_selection_comes_back_from_its_checkpoint_state():
+    sel = selection.Selection(start=0, best=0.75, best_loss=0.4, best_epoch=3, bad_epochs=2)
+    back = selection.Selection.from_checkpoint({"epoch": 5, **sel.state()})
+    assert back == selection.Selection(start=6, best=0.75, best_loss=0.4, best_epoch=3, bad_epochs=2)
+    assert selection.Selection.from_checkpoint(None) == selection.Selection()
+
+
+def test_a_damaged_selection_state_is_refused_naming_it():
+    state = {"epoch": 5, **selection.Selection(best=0.75, best_epoch=3).state()}
+    with pytest.raises(RunNotFoundError, match="selection state"):
+        selection.Selection.from_checkpoint({**state, "best_epoch": "3"})
+    with pytest.raises(RunNotFoundError, match="selection state"):
+        selection.Selection.from_checkpoint({**state, "best": [0.75]})

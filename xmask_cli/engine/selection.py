@@ -12,9 +12,11 @@ Example::
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TypedDict
+
+from xmask_cli.errors import RunNotFoundError
 
 __all__ = ["RULE", "TRIAL_RULE", "compare", "best_index", "Selection", "SelectionState"]
 
@@ -83,10 +85,22 @@ class Selection:
     bad_epochs: int = 0
 
     @classmethod
-    def from_checkpoint(cls, ckpt: dict[str, Any] | None) -> Selection:
+    def from_checkpoint(cls, ckpt: Mapping[str, object] | None) -> Selection:
+        """Where ``last.pt`` left selection (:meth:`state` and the checkpoint's ``epoch``); a fresh run's for None.
+
+        Raises:
+            RunNotFoundError: those fields are not of the types :meth:`state` writes (a damaged checkpoint).
+        """
         if ckpt is None:
             return cls()
-        return cls(ckpt["epoch"] + 1, ckpt["best"], ckpt.get("best_loss"), ckpt["best_epoch"], ckpt["bad_epochs"])
+        epoch, best, best_loss = ckpt["epoch"], ckpt["best"], ckpt.get("best_loss")
+        best_epoch, bad_epochs = ckpt["best_epoch"], ckpt["bad_epochs"]
+        if not (isinstance(epoch, int) and isinstance(best_epoch, int) and isinstance(bad_epochs, int)
+                and (best is None or isinstance(best, (int, float)))
+                and (best_loss is None or isinstance(best_loss, (int, float)))):
+            raise RunNotFoundError("the checkpoint's selection state (epoch, best, best_loss, best_epoch, bad_epochs) "
+                                   "is damaged; train again with --overwrite")
+        return cls(epoch + 1, best, best_loss, best_epoch, bad_epochs)
 
     def update(self, val: float, val_loss: float | None, epoch: int, higher: bool) -> bool:
         """Take ``epoch``'s validation into account (:func:`compare`); True if it is
