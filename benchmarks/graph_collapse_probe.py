@@ -90,7 +90,7 @@ def main() -> None:
         h, pl = torch.cat(pre), torch.cat(pooled)
         model.eval()
         with torch.no_grad():
-            out = torch.cat([model(b) for b in task.eval_streams["train"].epoch(0)])
+            out = torch.cat([model(b.inputs()) for b in task.eval_streams["train"].epoch(0)])
         print(json.dumps({
             "ep": epoch, "loss": round(total / count, 4), "train": round(task.score(model, "train"), 3),
             "val": round(task.score(model, "val"), 3), "gnorm_med": round(float(np.median(norms)), 3),

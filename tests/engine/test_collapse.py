@@ -68,7 +68,7 @@ def _train(nci1_200, tmp_path: Path, overrides: list[str], seed: int = 0):
     outs = []
     with torch.no_grad():
         for batch in task.eval_streams["train"].epoch(0):
-            outs.append(model(batch))
+            outs.append(model(batch.inputs()))
     hook.remove()
     return model_cfg, losses, torch.cat(outs), torch.cat(pre)
 

@@ -61,7 +61,7 @@ def test_defined_outputs_and_finite_gradients(cached, readout):
                                  readout_scale=0.5, dropout=0.0))
     model.eval()
     batch = _batch(cached, feats, [0, 1, 2, 3])
-    out = model(batch)
+    out = model(batch.inputs())
     assert torch.isfinite(out).all()
     rows = {n: i for i, n in enumerate(_order(batch))}  # sizes 2, 0 and 3 (twice): keep the unique ones
     with torch.no_grad():
@@ -69,12 +69,12 @@ def test_defined_outputs_and_finite_gradients(cached, readout):
     torch.testing.assert_close(out[rows[0]], empty_logits[0])
     # Each graph in the padded batch gives what it gives alone (padding and empty neighbours change nothing).
     for g in (0, 1, 2, 3):  # graph 1 alone: a batch of one empty graph
-        alone = model(_batch(cached, feats, [g]))
+        alone = model(_batch(cached, feats, [g]).inputs())
         match = [i for i in range(4) if torch.allclose(out[i], alone[0], atol=1e-5)]
         assert match, f"graph {g}: batched output differs from its output alone"
     # Gradients: finite, in training mode too.
     model.train()
-    loss = torch.nn.functional.cross_entropy(model(batch), batch.y.long())
+    loss = torch.nn.functional.cross_entropy(model(batch.inputs()), batch.y.long())
     loss.backward()
     assert torch.isfinite(loss)
     for name, p in model.named_parameters():

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 
 from tests.model.graphs import PATH_TRIANGLE, TWO_PARTS, adjacency, disjoint_union, norm_powers, padded, union_pairs
 from xmask_cli.engine.stream import GraphBatch
+from xmask_cli.model.batches import DenseBatch, SparseBatch
 from xmask_cli.model.logsmask import DenseStructure, XLogSMaskBias
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
@@ -253,20 +254,25 @@ def test_use_bias_false_ignores_structure(task):
 
 
 @torch.no_grad()
-def test_forward_accepts_graph_batch_and_mappings():
+def test_forward_takes_typed_batches():
     net = _net(graph_layout="padded")  # forward(batch) is then forward_dense itself
     x, powers, mask = _pair_batch()
     gb = GraphBatch(x=x, mask=mask, powers=powers, y=torch.zeros(2), index=torch.arange(2))
     want = net.forward_dense(x, powers, mask)
-    torch.testing.assert_close(net(gb), want, rtol=0, atol=0)
-    torch.testing.assert_close(net({"x": x, "powers": powers, "mask": mask}), want, rtol=0, atol=0)
+    torch.testing.assert_close(net(gb.inputs()), want, rtol=0, atol=0)
+    torch.testing.assert_close(net(DenseBatch(x=x, powers=powers, mask=mask)), want, rtol=0, atol=0)
     # The packed layout (the default) runs other kernels on the same batch: the same numbers to rounding.
     packed = _net(graph_layout="packed")
-    torch.testing.assert_close(packed(gb), want, **TIGHT)
+    torch.testing.assert_close(packed(gb.inputs()), want, **TIGHT)
     edge_index, values = disjoint_union([PATH_TRIANGLE, TWO_PARTS], HEADS)
     batch = torch.cat([torch.zeros(6), torch.ones(8)]).long()
-    sparse = net({"x": torch.cat([x[0, :6], x[1]]), "edge_index": edge_index, "values": values, "batch": batch})
+    sparse = net(SparseBatch(x=torch.cat([x[0, :6], x[1]]), edge_index=edge_index, values=values, batch=batch))
     assert sparse.shape == (2, OUT)
+    torch.testing.assert_close(sparse, net.forward_sparse(torch.cat([x[0, :6], x[1]]), edge_index, values, batch),
+                               rtol=0, atol=0)
+    # A mapping names no path: refused, not probed.
+    with pytest.raises(TypeError, match="DenseBatch"):
+        net({"x": x, "powers": powers, "mask": mask})
 
 
 def test_float32_batch_runs():

@@ -17,6 +17,7 @@ import torch
 
 from tests.model.graphs import adjacency, norm_powers, union_pairs
 from tests.model.semantics import LOGIT_STD, cora_union_pairs, rel, scale_qk
+from xmask_cli.model.batches import SparseBatch
 from xmask_cli.model.layers import TransformerBlock
 from xmask_cli.model.logsmask import SparseStructure
 from xmask_cli.model.network import ModelConfig, XMaskNet
@@ -270,7 +271,7 @@ def test_dense_equals_sparse_in_training_with_layer_and_input_dropout(cora: Cora
     torch.manual_seed(12)
     assert rel(_sparse(model, cora.x, cora), out_d) > 1e-2  # the masks do change the outputs
     with torch.no_grad():
-        assert rel(model.eval()({"x": cora.x, "edge_index": cora.edge_index, "values": cora.values}), out_d) > 1e-2
+        assert rel(model.eval()(SparseBatch(x=cora.x, edge_index=cora.edge_index, values=cora.values)), out_d) > 1e-2
 
 
 def test_sparse_bias_is_reused_and_refreshed() -> None:

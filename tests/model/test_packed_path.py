@@ -18,6 +18,7 @@ import torch
 from tests.model.semantics import LOGIT_STD, spread_logits
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
+from xmask_cli.model.batches import DenseBatch, PackedBatch
 from xmask_cli.model.logsmask import log_powers
 from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.model.packing import pack_graphs
@@ -79,11 +80,19 @@ def _pair(**kw) -> tuple[XMaskNet, XMaskNet]:
     return padded, packed
 
 
+def _typed(batch: dict) -> DenseBatch | PackedBatch:
+    """The model batch of the fixture's fields: per-graph log-powers make a packed one, dense powers a dense one."""
+    if "log_powers" in batch:
+        return PackedBatch(x=batch["x"], mask=batch["mask"], log_powers=tuple(batch["log_powers"]),
+                           log_spec=batch.get("log_spec"), extras=batch.get("extras"))
+    return DenseBatch(x=batch["x"], powers=batch.get("powers"), mask=batch.get("mask"), extras=batch.get("extras"))
+
+
 def _run(model: XMaskNet, batch: dict, seed: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     model.train()
     model.zero_grad()
     torch.manual_seed(seed)  # both layouts draw their dropout masks from here
-    out = model(batch)
+    out = model(_typed(batch))
     weight = torch.randn(out.shape, generator=torch.Generator().manual_seed(5)).to(out.dtype)
     (out * weight).sum().backward()
     return out.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
@@ -131,7 +140,7 @@ def test_packed_equals_padded_outputs_and_gradients(proteins_batch, kw, source, 
     # Dropout acted (outputs differ from evaluation mode), so equal outputs mean equal masks.
     packed.eval()
     with torch.no_grad():
-        assert _rel(packed(batch_packed), out_b) > 1e-3
+        assert _rel(packed(_typed(batch_packed)), out_b) > 1e-3
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["f32", "f64"])
@@ -167,7 +176,7 @@ def test_log_powers_of_another_eps_are_refused(proteins_batch) -> None:
     _, packed = _pair()
     batch = {k: proteins_batch[k] for k in ("x", "mask", "log_powers")}
     with pytest.raises(ValueError, match="eps, outside_support"):
-        packed({**batch, "log_spec": (1e-20, "hard")})
+        packed(_typed({**batch, "log_spec": (1e-20, "hard")}))
     padded, _ = _pair()
     with pytest.raises(ValueError, match="padded layout"):
-        padded({**batch, "log_spec": (1e-30, "hard")})
+        padded(_typed({**batch, "log_spec": (1e-30, "hard")}))

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+from xmask_cli.model.batches import DenseBatch
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
 
@@ -80,7 +81,7 @@ def test_permuting_images_in_a_batch_permutes_the_outputs():
     x = torch.randn(7, 1, 8, 8)
     perm = torch.tensor([3, 0, 6, 1, 5, 2, 4])
     with torch.no_grad():
-        out, out_p = m({"x": x, "powers": POWERS}), m({"x": x[perm], "powers": POWERS})
+        out, out_p = m(DenseBatch(x=x, powers=POWERS)), m(DenseBatch(x=x[perm], powers=POWERS))
     torch.testing.assert_close(out_p, out[perm], rtol=1e-5, atol=1e-5)
 
 
@@ -91,10 +92,10 @@ def test_only_positions_or_the_mask_tell_where_a_patch_is():
     # Without mask and positions attention is a set operation: the class token's output ignores the layout.
     bag = image_model(use_bias=False)
     with torch.no_grad():
-        torch.testing.assert_close(bag({"x": xp, "powers": POWERS}), bag({"x": x, "powers": POWERS}),
+        torch.testing.assert_close(bag(DenseBatch(x=xp, powers=POWERS)), bag(DenseBatch(x=x, powers=POWERS)),
                                    rtol=1e-4, atol=1e-5)
         for m in (image_model(), image_model(use_bias=False, positional="learned")):  # mask, or positions
-            diff = (m({"x": xp, "powers": POWERS}) - m({"x": x, "powers": POWERS})).abs().max()
+            diff = (m(DenseBatch(x=xp, powers=POWERS)) - m(DenseBatch(x=x, powers=POWERS))).abs().max()
             assert diff > 1e-3
 
 
@@ -102,8 +103,8 @@ def test_mean_readout_and_a_batch_of_grid_copies_match_the_broadcast_grid():
     m = image_model(readout="mean")
     x = torch.randn(3, 1, 8, 8)
     with torch.no_grad():
-        shared = m({"x": x, "powers": POWERS})
-        copied = m({"x": x, "powers": POWERS.expand(3, -1, -1, -1).clone()})
+        shared = m(DenseBatch(x=x, powers=POWERS))
+        copied = m(DenseBatch(x=x, powers=POWERS.expand(3, -1, -1, -1).clone()))
     torch.testing.assert_close(shared, copied)
     assert shared.shape == (3, 10)
 

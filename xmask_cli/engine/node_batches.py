@@ -26,6 +26,7 @@ from torch import Tensor
 from xmask_cli.engine.distributed import deal
 from xmask_cli.engine.extras import GraphExtras, to_tensors
 from xmask_cli.engine.query import QueryStats, Support, encode_queries
+from xmask_cli.model.batches import DenseBatch, SparseBatch
 from xmask_cli.model.network import XMaskNet
 
 __all__ = ["NodeBatch", "NodeGraph", "NodeBatcher", "FullBatcher", "SubgraphBatcher", "QueryBatcher",
@@ -212,10 +213,10 @@ class NodeBatcher:
         x = self.features(batch).to(self.device, non_blocking=True)
         extras = None if batch.extras is None else {k: v.to(self.device) for k, v in batch.extras.items()}
         if batch.powers is not None:
-            return model.forward_dense(x.unsqueeze(0), batch.powers.to(self.device, non_blocking=True), extras=extras)[0]
+            return model(DenseBatch(x.unsqueeze(0), batch.powers.to(self.device, non_blocking=True), extras=extras))[0]
         if batch.edge_index is None or batch.values is None:
             raise ValueError("a node batch carries dense powers or sparse pairs")
-        return model.forward_sparse(x, batch.edge_index.to(self.device), batch.values.to(self.device), extras=extras)
+        return model(SparseBatch(x, batch.edge_index.to(self.device), batch.values.to(self.device), extras=extras))
 
     def predict(self, model: XMaskNet) -> Tensor:
         """``[N, C]`` logits of every node on the CPU (the caller sets eval mode and no_grad)."""

@@ -11,7 +11,7 @@ Example::
     for epoch in range(epochs):
         for batch in stream.loader(epoch, num_workers=4):
             batch = batch.to(device, non_blocking=True)
-            out = model(batch)  # reads batch.x, batch.powers, batch.mask (and batch.extras)
+            out = model(batch.inputs())  # a DenseBatch (x, powers, mask, extras) or a PackedBatch (log-powers)
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from xmask_cli.cache import StructureCache
 from xmask_cli.engine.extras import GraphExtras, pad_extras, to_tensors
+from xmask_cli.model.batches import DenseBatch, PackedBatch
 from xmask_cli.model.logsmask import log_powers
 
 #: Default bytes of per-graph log-powers a stream keeps (``train.log_cache_mb``; PROTEINS: 64 MB for all
@@ -103,6 +104,14 @@ class GraphBatch:
         logp = None if self.log_powers is None else tuple(fn(t) for t in self.log_powers)
         return GraphBatch(x=fn(self.x), mask=fn(self.mask), powers=None if self.powers is None else fn(self.powers),
                           y=fn(self.y), index=fn(self.index), extras=extras, log_powers=logp, log_spec=self.log_spec)
+
+    def inputs(self) -> DenseBatch | PackedBatch:
+        """What the model reads: a :class:`PackedBatch` when the stream cached per-graph log-powers, else a
+        :class:`DenseBatch` (the model's ``graph_layout`` then picks dense or packed attention)."""
+        if self.log_powers is not None:
+            return PackedBatch(x=self.x, mask=self.mask, log_powers=self.log_powers, log_spec=self.log_spec,
+                               extras=self.extras)
+        return DenseBatch(x=self.x, powers=self.powers, mask=self.mask, extras=self.extras)
 
     def to(self, device: torch.device | str, non_blocking: bool = False) -> GraphBatch:
         """A copy on ``device``; ``non_blocking`` overlaps the copy when the batch is pinned."""

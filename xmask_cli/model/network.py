@@ -9,8 +9,10 @@ head's stored support weigh 0 on both; plain heads attend over the whole
 graph on both). ``outside_support='eps'`` is the literal dense formula and
 only the dense path computes it: the sparse path refuses it, as it refuses a
 learned bias on a plain head (see :func:`sparse_refusal`). The packed graph
-path (``model/packed_path.py``) and the M3Dphormer token path
-(``model/token_path.py``) are mixins of the same class.
+path (``model/packed_path.py``), the M3Dphormer token path
+(``model/token_path.py``) and the memoised masks (``model/mask_memo.py``) are
+mixins of the same class; :meth:`XMaskNet.forward` takes the typed batches of
+``model/batches.py``.
 """
 from __future__ import annotations
 
@@ -22,9 +24,12 @@ from torch import Tensor
 from torch_geometric.utils import scatter
 
 from xmask_cli.model.attention import StructuralAttention
+from xmask_cli.model.batches import DenseBatch, ModelBatch, PackedBatch, SparseBatch, TokenBatch
 from xmask_cli.model.biases.stack import BiasStack
+from xmask_cli.model.encoders import AtomInput, mlp
 from xmask_cli.model.layers import TransformerBlock
-from xmask_cli.model.logsmask import DenseStructure, SparseStructure, XLogSMaskBias, read_field
+from xmask_cli.model.logsmask import DenseStructure, XLogSMaskBias
+from xmask_cli.model.mask_memo import MaskMemo
 
 # The hyper-parameters live in model_config.py; re-exported so ``from xmask_cli.model.network import ModelConfig`` works.
 from xmask_cli.model.model_config import (
@@ -52,42 +57,7 @@ def _complete(edge_index: Tensor, num_nodes: int, batch: Tensor | None) -> bool:
     return edge_index.size(1) == total
 
 
-_get = read_field  # a config or batch field, from a mapping or an attribute holder
-
-
-class _AtomInput(torch.nn.Module):
-    """OGB ``AtomEncoder`` on padded ``[B, N, 9]`` or flat ``[N, 9]`` integer features.
-
-    With ``struct_dim > 0`` the last ``struct_dim`` columns are float structural
-    channels (``model.node_struct``): a linear map of them is added to the atom embedding.
-    """
-
-    def __init__(self, atom_encoder: torch.nn.Module, struct_dim: int = 0, hidden: int = 0):
-        super().__init__()
-        self.atom = atom_encoder
-        self.struct_dim = int(struct_dim)
-        self.struct = torch.nn.Linear(self.struct_dim, hidden) if self.struct_dim else None
-
-    def forward(self, x: Tensor) -> Tensor:
-        shape = x.shape[:-1]
-        atoms = x[..., :x.size(-1) - self.struct_dim]
-        # Features may arrive as float (padding zeros are valid atom ids, masked later).
-        h = self.atom(atoms.reshape(-1, atoms.size(-1)).long()).view(*shape, -1)
-        if self.struct is not None:
-            h = h + self.struct(x[..., x.size(-1) - self.struct_dim:].float())
-        return h
-
-
-def _mlp_in(in_dim: int, dim: int, out_dim: int, dropout: float) -> torch.nn.Sequential:
-    return torch.nn.Sequential(
-        torch.nn.Linear(in_dim, dim),
-        torch.nn.ReLU(),
-        torch.nn.Dropout(dropout),
-        torch.nn.Linear(dim, out_dim),
-    )
-
-
-class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
+class XMaskNet(PackedPath, TokenPath, MaskMemo, torch.nn.Module):
     """Graph transformer with the X-LogSMask structural bias.
 
     ``Linear(in_dim, hidden)`` -> ``layers`` x :class:`TransformerBlock` (all
@@ -109,7 +79,7 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
         if cfg.encoder == "atom":
             from ogb.graphproppred.mol_encoder import AtomEncoder  # imported lazily: only molecules need it
 
-            self.encoder = _AtomInput(AtomEncoder(cfg.hidden), cfg.struct_dim, cfg.hidden)
+            self.encoder = AtomInput(AtomEncoder(cfg.hidden), cfg.struct_dim, cfg.hidden)
         elif cfg.encoder == "patch":
             self.encoder = PatchEncoder(cfg.in_dim, cfg.hidden, cfg.image_size, cfg.patch_size,
                                         cls_token=cfg.readout == "cls", positional=cfg.positional)
@@ -145,7 +115,7 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
         else:
             # Pair tasks read [h_u * h_v, h_u + h_v]: symmetric in (u, v), as an undirected pair is.
             head_in = 2 * cfg.hidden if cfg.task in ("link", "edge") else cfg.hidden
-            self.head = _mlp_in(head_in, cfg.hidden, cfg.out_dim, cfg.dropout)
+            self.head = mlp(head_in, cfg.hidden, cfg.out_dim, cfg.dropout)
         # Per mask ("blocks", "output"): (powers, mask, dtype, versions, attn_mask) of the last dense forward;
         # see _dense_attn_mask.
         self._mask_memo: dict[str, tuple] = {}
@@ -251,50 +221,6 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
     def head_labels(self, layer: int) -> list[str]:
         """What each head of ``layer`` (0-based) adds to its logits; see :func:`head_labels`."""
         return head_labels(self.cfg)[layer]
-
-    def _dense_attn_mask(self, powers: Tensor | None, mask: Tensor, dtype: torch.dtype,
-                         which: str = "blocks") -> Tensor | None:
-        """The blocks' shared SDPA mask (bias as it enters the logits, ``-inf`` at padded keys).
-
-        Built once per forward, not once per layer. The bias has no parameters,
-        so for the same ``powers`` and ``mask`` tensors, unmodified (full-graph
-        node training feeds the same ones every step), the last mask is reused.
-        ``which='output'``: the attention output layer's mask (its own bias and heads).
-        """
-        bias_module = self.out_bias if which == "output" else self.bias
-        if bias_module is not None and powers is None:
-            raise ValueError("use_bias=True needs `powers` [B, K, N, N]")
-        memo = self._mask_memo.get(which)
-        # Tensor._version counts in-place writes: the only way to see `powers` changed under the same identity
-        # (PyTorch has no public equivalent); a stale mask after powers.mul_() would be silently wrong.
-        version = None if powers is None else powers._version
-        # Powers by identity (an N x N compare would cost what it saves), the small mask by value.
-        if (memo is not None and memo[0] is powers and memo[2] == version and memo[3] == dtype
-                and memo[1].shape == mask.shape and memo[1].device == mask.device and torch.equal(memo[1], mask)):
-            return memo[4]
-        bias = None if bias_module is None else bias_module(DenseStructure(powers=powers, mask=mask))
-        attn = self.out_block.attn if which == "output" and self.out_block is not None else (
-            self.blocks[0].attn if len(self.blocks) else None)
-        attn_mask = attn.dense_mask(bias, mask, dtype) if attn is not None else None
-        # Holding `powers` keeps its id from being reused by another tensor while memoised.
-        self._mask_memo[which] = (powers, mask.clone(), version, dtype, attn_mask)
-        return attn_mask
-
-    def _sparse_bias(self, bias_module: XLogSMaskBias, edge_index: Tensor, values: Tensor, which: str) -> Tensor:
-        """``[E, H]`` X-LogSMask bias at the pairs, reused while ``edge_index`` and ``values`` are the same tensors.
-
-        The bias has no parameters; full-graph sparse training feeds the same pairs every step, and a
-        Cora-sized union (1 M pairs x 8 heads) costs a log and masks per step otherwise. Identity plus
-        ``Tensor._version`` (in-place writes) decide, as for the dense mask (:meth:`_dense_attn_mask`).
-        """
-        memo = self._sparse_memo.get(which)
-        if (memo is not None and memo[0] is edge_index and memo[1] is values
-                and memo[2] == (edge_index._version, values._version)):
-            return memo[3]
-        bias = bias_module(SparseStructure(edge_index=edge_index, values=values))
-        # Holding both inputs keeps their ids from being reused by other tensors while memoised.
-        self._sparse_memo[which] = (edge_index, values, (edge_index._version, values._version), bias)
-        return bias
 
     def _mlp_head(self) -> torch.nn.Module:
         if self.head is None:
@@ -468,29 +394,30 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
         return self._mlp_head()(torch.cat([hu * hv, hu + hv], dim=-1))
 
     # ---------------------------------------------------------------- generic
-    def forward(self, batch: Any) -> Tensor:
-        """Dense forward of a :class:`GraphBatch`-like object or mapping.
+    def forward(self, batch: ModelBatch) -> Tensor:
+        """The forward of the path ``batch``'s type names (:mod:`~xmask_cli.model.batches`).
 
-        Reads ``x``, ``powers``, ``mask`` and ``extras``; an input with ``edge_index``
-        (and ``values``, optional ``batch``) but no ``powers`` goes sparse. A graph
-        task with ``graph_layout='packed'`` runs :meth:`forward_packed` (reading
-        ``log_powers`` and ``log_spec`` too, when the stream cached them).
+        A graph task with ``graph_layout='packed'`` runs a padded batch (dense
+        powers or per-graph log-powers) through :meth:`forward_packed`.
         """
-        x = _get(batch, "x")
-        if x is None:
-            raise ValueError("batch has no `x`")
-        powers = _get(batch, "powers")
-        edge_index = _get(batch, "edge_index")
-        log_powers = _get(batch, "log_powers")
-        if edge_index is None and self.packs():
-            mask = _get(batch, "mask")
-            if mask is None:
-                mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
-            return self.forward_packed(x, mask, powers, log_powers, _get(batch, "log_spec"), extras=_get(batch, "extras"))
-        if powers is None and log_powers is not None and self.bias is not None:
-            raise ValueError("the padded layout (model.graph_layout=padded) needs `powers` [B, K, N, N]; "
-                             "this batch carries per-graph log-powers (a packed stream)")
-        if powers is None and edge_index is not None:
-            return self.forward_sparse(x, edge_index, _get(batch, "values"), _get(batch, "batch"),
-                                       extras=_get(batch, "extras"))
-        return self.forward_dense(x, powers, _get(batch, "mask"), extras=_get(batch, "extras"))
+        if isinstance(batch, SparseBatch):
+            return self.forward_sparse(batch.x, batch.edge_index, batch.values, batch.batch, batch.num_graphs,
+                                       extras=batch.extras)
+        if isinstance(batch, TokenBatch):
+            return self.forward_token_batch(batch)
+        if isinstance(batch, PackedBatch):
+            if self.packs():
+                return self.forward_packed(batch.x, batch.mask, None, batch.log_powers, batch.log_spec,
+                                           extras=batch.extras)
+            if self.bias is not None:
+                raise ValueError("the padded layout (model.graph_layout=padded) needs `powers` [B, K, N, N]; "
+                                 "this batch carries per-graph log-powers (a packed stream)")
+            return self.forward_dense(batch.x, None, batch.mask, extras=batch.extras)
+        if isinstance(batch, DenseBatch):
+            if not self.packs():
+                return self.forward_dense(batch.x, batch.powers, batch.mask, extras=batch.extras)
+            mask = batch.mask if batch.mask is not None else torch.ones(batch.x.shape[:2], dtype=torch.bool,
+                                                                        device=batch.x.device)
+            return self.forward_packed(batch.x, mask, batch.powers, extras=batch.extras)
+        raise TypeError(f"XMaskNet.forward takes a DenseBatch, PackedBatch, SparseBatch or TokenBatch "
+                        f"(xmask_cli.model.batches), got {type(batch).__name__}")

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from xmask_cli.model.batches import TokenBatch
 from xmask_cli.model.experts import HierarchicalMasks
 from xmask_cli.model.logsmask import SparseStructure
 
 
 class TokenPath:
-    """``encode_tokens``, ``forward_tokens``, ``routing_weights`` of :class:`XMaskNet`."""
+    """``encode_tokens``, ``forward_tokens``, ``forward_token_batch``, ``routing_weights`` of :class:`XMaskNet`."""
 
     def encode_tokens(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
                       regions: dict | None = None) -> Tensor:
@@ -56,6 +57,14 @@ class TokenPath:
                        regions: dict | None = None) -> Tensor:
         """``[N + P + C, out_dim]`` logits of every token (see :meth:`encode_tokens`)."""
         return self._mlp_head()(self.encode_tokens(x, masks, local_values, regions))
+
+    def forward_token_batch(self, batch: TokenBatch) -> Tensor:
+        """:meth:`forward_tokens` of a :class:`TokenBatch`; its dual-mode regions planned once per head width."""
+        head_dim = self.cfg.hidden // self.cfg.heads
+        if self.cfg.expert_attention == "dual" and head_dim not in batch.regions:
+            batch.regions[head_dim] = batch.masks.plan(head_dim)
+        return self.forward_tokens(batch.x, batch.masks, batch.values if self.cfg.use_bias else None,
+                                   regions=batch.regions.get(head_dim))
 
     def routing_weights(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
                         regions: dict | None = None) -> list[Tensor]:

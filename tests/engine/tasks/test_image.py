@@ -80,7 +80,7 @@ def digits_task(tmp_path_factory) -> ImageTask:
 def test_every_batch_reads_the_one_cached_grid_tensor(digits_task, monkeypatch):
     calls = []
     monkeypatch.setattr(StructureCache, "dense_powers", lambda *a, **k: calls.append(a))
-    seen = {id(digits_task.inputs(b)["powers"]) for b in digits_task.train_batches(0)}
+    seen = {id(digits_task.inputs(b).powers) for b in digits_task.train_batches(0)}
     assert seen == {id(digits_task.powers)} and not calls  # no structure work per batch
     assert tuple(digits_task.powers.shape) == (1, 4, 16, 16)
 
@@ -89,7 +89,7 @@ def test_batches_are_normalised_with_training_statistics_and_cover_the_split(dig
     batches = list(digits_task.train_batches(3))
     ids = np.concatenate([b.index.numpy() for b in batches])
     np.testing.assert_array_equal(np.sort(ids), digits_task.split.train)
-    x = torch.cat([digits_task.inputs(b)["x"] for b in batches])
+    x = torch.cat([digits_task.inputs(b).x for b in batches])
     assert abs(float(x.mean())) < 1e-4 and abs(float(x.std(unbiased=False)) - 1) < 1e-4
     again = np.concatenate([b.index.numpy() for b in digits_task.train_batches(3)])
     np.testing.assert_array_equal(ids, again)  # (seed, epoch) fixes the order: resume is exact

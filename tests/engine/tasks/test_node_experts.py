@@ -118,16 +118,16 @@ def test_no_label_outside_training_reaches_the_model(cora: Cora, task: NodeTask)
     flipped[train[0]] = (y[train[0]] + 1) % C
 
     base, other, changed = task, cora.task(shuffled), cora.task(flipped)
-    m0, m1, m2 = (t.tokens["masks"] for t in (base, other, changed))
+    m0, m1, m2 = (t.tokens.masks for t in (base, other, changed))
     n = m0.num_tokens
-    assert torch.equal(base.tokens["x"], other.tokens["x"])
+    assert torch.equal(base.tokens.x, other.tokens.x)
     assert torch.equal(m0.global_, m1.global_)
     for name in ("local", "cluster"):
         assert torch.equal(m0.pairs[name], m1.pairs[name])
     out0 = _train_then_predict(base)
     assert torch.equal(out0, _train_then_predict(other))
     # A training label is read: the class tokens' features, the global mask and the outputs move.
-    assert not torch.equal(base.tokens["x"], changed.tokens["x"])
+    assert not torch.equal(base.tokens.x, changed.tokens.x)
     assert not np.array_equal(_pair_keys(m0.global_, n), _pair_keys(m2.global_, n))
     assert not torch.equal(out0, _train_then_predict(changed))
 
@@ -145,7 +145,7 @@ def test_no_label_outside_training_reaches_the_model(cora: Cora, task: NodeTask)
 
 # ---------------------------------------------------------------- masks
 def test_local_mask_is_the_support_of_a_hat_and_clusters_are_metis(cora: Cora, task: NodeTask):
-    masks = task.tokens["masks"]
+    masks = task.tokens.masks
     N = task.num_nodes
     edges = cora.graphs.edge_index[0]
     a = sp.coo_matrix((np.ones(edges.shape[1]), (edges[0], edges[1])), shape=(N, N)).tocsr()
@@ -158,7 +158,7 @@ def test_local_mask_is_the_support_of_a_hat_and_clusters_are_metis(cora: Cora, t
     assert np.array_equal(_pair_keys(given, N), np.sort(row.astype(np.int64) * N + col))
     # Â^1 and Â^2 at the local pairs, for the X-LogSMask term of the local expert.
     gr, gc = given.numpy()
-    values = task.tokens["values"].numpy()
+    values = task.tokens.values.numpy()
     assert values.shape == (given.size(1), 2)
     np.testing.assert_allclose(values[:, 0], np.asarray(a_hat[gr, gc]).ravel(), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(values[:, 1], np.asarray((a_hat @ a_hat)[gr, gc]).ravel(), rtol=1e-4, atol=1e-6)
@@ -176,7 +176,7 @@ def test_local_mask_is_the_support_of_a_hat_and_clusters_are_metis(cora: Cora, t
     assert np.array_equal(token, N + part[node])
     assert np.bincount(node, minlength=N).tolist() == [2] * N  # to its token and back
     # Cluster tokens start as their part's mean features; class tokens as their training nodes' mean.
-    x, tok = task.x.numpy().astype(np.float64), task.tokens["x"].numpy()
+    x, tok = task.x.numpy().astype(np.float64), task.tokens.x.numpy()
     for p in (0, P - 1):
         np.testing.assert_allclose(tok[N + p], x[part == p].mean(0), atol=1e-6)
     train = np.sort(cora.split.train)
@@ -200,11 +200,11 @@ def test_local_mask_keeps_every_real_edge_of_a_truncated_large_graph(cora: Cora,
     assert deg.max() + 1 > 128  # some node has more real edges than the row budget
     a = (a + sp.eye(N)).tocsr()
     row, col = a.nonzero()
-    masks = task.tokens["masks"]
+    masks = task.tokens.masks
     given = masks.local[:, : masks.num_given_local]
     assert np.array_equal(_pair_keys(given, N), np.sort(row.astype(np.int64) * N + col))
     # Â^2 is truncated there, but never on a real edge: positive at every local pair.
-    assert (task.tokens["values"][:, 1] > 0).all()
+    assert (task.tokens.values[:, 1] > 0).all()
     assert summary.truncation["powers"]["max"][1] > 0
 
 
@@ -216,7 +216,7 @@ def test_loss_counts_the_class_tokens(cora: Cora, task: NodeTask):
     assert count == 140
     with torch.no_grad():
         logits = task.batcher.forward(model, batch).double().numpy()
-    masks = task.tokens["masks"]
+    masks = task.tokens.masks
     N, P, C = masks.num_nodes, masks.num_parts, masks.num_classes
     train = np.flatnonzero(np.isin(np.arange(N), cora.split.train))
     rows = np.concatenate([train, N + P + np.arange(C)])

@@ -66,7 +66,7 @@ def _predict(model: XMaskNet, stream: GraphLevelStream, device: torch.device,
     outs, ys, ids = [], [], []
     for batch in stream.epoch(0):
         batch = batch.to(device)
-        outs.append(model(batch).float().cpu())
+        outs.append(model(batch.inputs()).float().cpu())
         ys.append(batch.y.cpu())
         ids.append(batch.index.cpu())
     return (torch.cat(outs), torch.cat(ys)) + ((torch.cat(ids),) if with_index else ())
@@ -148,7 +148,7 @@ class GraphTask:
     def loss(self, model: torch.nn.Module, batch: GraphBatch) -> tuple[Tensor, int]:
         # Pinned batches copy asynchronously; the forward waits on the same stream.
         batch = batch.to(self.device, non_blocking=True)
-        return torch.nn.functional.cross_entropy(model(batch), batch.y.long()), batch.num_graphs
+        return torch.nn.functional.cross_entropy(model(batch.inputs()), batch.y.long()), batch.num_graphs
 
     def outputs(self, model: torch.nn.Module, part: str) -> tuple[Tensor, Tensor]:
         """``(outputs [G, C], labels)`` of the graphs of ``part``, in the split's order."""

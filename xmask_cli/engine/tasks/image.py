@@ -29,6 +29,7 @@ from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.engine.splits import Split
 from xmask_cli.errors import UsageError
+from xmask_cli.model.batches import DenseBatch
 
 __all__ = ["ImageBatch", "ImageTask", "augment_batch", "image_split"]
 
@@ -152,10 +153,10 @@ class ImageTask:
                 b.x = torch.from_numpy(augment_batch(b.x.numpy(), rng))
             yield b
 
-    def inputs(self, batch: ImageBatch) -> dict[str, Tensor]:
+    def inputs(self, batch: ImageBatch) -> DenseBatch:
         """What the model reads: normalised float images on the device and the shared grid powers."""
         x = batch.x.to(self.device, non_blocking=True).float()
-        return {"x": (x - self._mean) / self._std, "powers": self.powers}
+        return DenseBatch(x=(x - self._mean) / self._std, powers=self.powers)
 
     def loss(self, model: torch.nn.Module, batch: ImageBatch) -> tuple[Tensor, int]:
         out = model(self.inputs(batch))

@@ -13,7 +13,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, TypedDict
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,23 +23,11 @@ from xmask_cli.config_rules import check_expert_node_mode
 from xmask_cli.engine.node_batches import NodeBatch, NodeBatcher, NodeGraph
 from xmask_cli.engine.tasks import node
 from xmask_cli.engine.tasks.node import NodeTask
-from xmask_cli.model.dualmode import Region
-from xmask_cli.model.experts import HierarchicalMasks, hierarchical_tokens
+from xmask_cli.model.batches import TokenBatch
+from xmask_cli.model.experts import hierarchical_tokens
 from xmask_cli.model.network import XMaskNet
 
-__all__ = ["ExpertNodeTask", "ExpertTokens", "TokenBatcher", "from_experiment"]
-
-
-class ExpertTokens(TypedDict):
-    """The whole graph's tokens, built once on the task's device (:attr:`TokenBatcher.tokens`)."""
-
-    masks: HierarchicalMasks
-    #: ``[N + P + C, F]`` pooled token features.
-    x: Tensor
-    #: ``Â^1..Â^K`` at the local pairs.
-    values: Tensor
-    #: Dual-mode regions per head width, planned at first use.
-    regions: dict[int, dict[str, list[Region]]]
+__all__ = ["ExpertNodeTask", "TokenBatcher", "from_experiment"]
 
 
 class ExpertNodeTask(NodeTask):
@@ -68,7 +56,7 @@ class ExpertNodeTask(NodeTask):
         return TokenBatcher(graph, part, self.y, self.out_dim)
 
     @property
-    def tokens(self) -> ExpertTokens:
+    def tokens(self) -> TokenBatch:
         """The token masks, pooled token features, powers at the local pairs and planned dual-mode regions."""
         if not isinstance(self.batcher, TokenBatcher):
             raise TypeError("an expert node task batches tokens")
@@ -76,7 +64,7 @@ class ExpertNodeTask(NodeTask):
 
     def loss(self, model: torch.nn.Module, batch: NodeBatch) -> tuple[Tensor, int]:
         """Cross-entropy over the training nodes plus the class tokens (their virtual labels), as M3Dphormer."""
-        masks = self.tokens["masks"]
+        masks = self.tokens.masks
         out = self.batcher.forward(model, batch)
         idx = torch.cat([batch.targets.to(self.device), masks.class_tokens])
         target = torch.cat([self.y[batch.targets].to(self.device), masks.virtual_labels])
@@ -101,9 +89,8 @@ class TokenBatcher(NodeBatcher):
         masks = hierarchical_tokens(self.num_nodes, edge_index.to(self.device), torch.from_numpy(part),
                                     train, y[train], out_dim, num_parts=num_parts)
         # Pooled where the masks live (their index tensors are on the device).
-        self.tokens: ExpertTokens = {
-            "masks": masks, "x": masks.pool(self.x.to(self.device)), "regions": {},
-            "values": torch.from_numpy(np.ascontiguousarray(graph.values[local])).to(self.device)}
+        self.tokens = TokenBatch(x=masks.pool(self.x.to(self.device)), masks=masks,
+                                 values=torch.from_numpy(np.ascontiguousarray(graph.values[local])).to(self.device))
         self._batch = NodeBatch(nodes=None, targets=train)
 
     def train_batches(self, epoch: int) -> Iterator[NodeBatch]:
@@ -111,12 +98,7 @@ class TokenBatcher(NodeBatcher):
 
     def forward(self, model: XMaskNet, batch: NodeBatch) -> Tensor:
         """``[N + P + C, C]`` logits of every token (regions planned once per head width)."""
-        t = self.tokens
-        head_dim = model.cfg.hidden // model.cfg.heads
-        if model.cfg.expert_attention == "dual" and head_dim not in t["regions"]:
-            t["regions"][head_dim] = t["masks"].plan(head_dim)
-        return model.forward_tokens(t["x"], t["masks"], t["values"] if model.cfg.use_bias else None,
-                                    regions=t["regions"].get(head_dim))
+        return model(self.tokens)
 
     def predict(self, model: XMaskNet) -> Tensor:
         """``[N, C]`` logits of the node tokens on the CPU."""
