@@ -14,15 +14,16 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from xmask_cli.config import Config
 from xmask_cli.engine import distributed, loop
+from xmask_cli.engine.distributed import World
 from xmask_cli.engine.experiment import Experiment, _train_config, check_config
 from xmask_cli.engine.folds import HOLDOUT, outer_folds, write_fold_files
-from xmask_cli.engine.loop import PARTS, seed_everything
+from xmask_cli.engine.loop import PARTS, MetricsRow, seed_everything
 from xmask_cli.engine.plan import check_planned, existing_runs, planned_runs, run_name, with_folder_ref
 from xmask_cli.engine.runs import RunDir, aggregate, input_stall, write_json
 from xmask_cli.engine.tasks.graph import graph_labels
@@ -31,6 +32,25 @@ from xmask_cli.errors import UsageError
 from xmask_cli.results import FoldsSummary, RunSummary, SweepResult, stats_of
 
 __all__ = ["train_seeds"]
+
+#: One run of a sweep: its seed, its outer fold (None without folds) and its folder.
+Job = tuple[int, int | None, RunDir]
+
+
+@dataclass(frozen=True)
+class _RunOptions:
+    """What every run of one sweep is trained with (``train_seeds``'s keywords)."""
+
+    device: str
+    root: Path
+    data_root: str | os.PathLike[str] | None
+    resume: bool
+    overwrite: bool
+    parts: tuple[str, ...]
+    log: Callable[[str], None]
+    on_epoch: Callable[[int, MetricsRow], None]
+    on_seed_start: Callable[[int, int], None]
+
 
 def _fold_experiment(exp: Experiment, seed: int, fold: int, root: Path, write: bool) -> Experiment:
     """``exp`` for outer fold ``fold`` (its config records ``data.fold``, which ``eval`` reads back); the
@@ -41,19 +61,90 @@ def _fold_experiment(exp: Experiment, seed: int, fold: int, root: Path, write: b
     return dataclasses.replace(exp, cfg=cfg)
 
 
+def _fold_count(cfg: Config, max_folds: int | None) -> int:
+    """The outer folds each seed trains: ``data.folds``, at most ``max_folds``."""
+    if max_folds is not None and (isinstance(max_folds, bool) or not isinstance(max_folds, int) or max_folds < 1):
+        raise UsageError(f"max_folds: expected an int >= 1 or None, got {max_folds!r}")
+    return min(cfg.data.folds, max_folds or cfg.data.folds)
+
+
+def _load(cfg: Config, w: World, *, cache_dir: Path, data_root: str | os.PathLike[str] | None,
+          offline: bool | None, log: Callable[[str], None]) -> Experiment:
+    """The experiment, loaded by rank 0 first: it prepares a missing cache, the other ranks then read it."""
+    if w.distributed and not w.main:
+        distributed.barrier(w)
+    exp = Experiment.load(cfg, cache_dir=cache_dir, data_root=data_root, offline=offline, log=log)
+    if w.distributed and w.main:
+        distributed.barrier(w)
+    return exp
+
+
+def _locked(jobs: Iterable[Job], held: contextlib.ExitStack, w: World) -> Iterator[Job]:
+    """Each run as it starts, its folder made and locked (rank 0 only) and held to the end of the sweep: a
+    second train into any folder this one has started fails at once (train_task refuses a folder that holds
+    a run)."""
+    for job in jobs:
+        if w.main:
+            held.enter_context(job[2].lock())
+        yield job
+
+
+def _train_run(exp: Experiment, job: Job, w: World, opts: _RunOptions) -> RunSummary:
+    """Train one run of the sweep; its summary written (rank 0) and its line logged."""
+    seed, fold, run = job
+    cfg = exp.cfg
+    run_exp = exp if fold is None else _fold_experiment(exp, seed, fold, opts.root, write=w.main)
+    seed_everything(seed)
+    task = run_exp.task(seed, opts.device)
+    opts.on_seed_start(seed, cfg.train.epochs)
+    extra = {"config": run_exp.cfg.to_dict(), "level": exp.level,
+             "data_root": None if opts.data_root is None else str(opts.data_root)}
+    # Through the module, read per call: a substitute for train_task (tests) is seen.
+    trained = loop.train_task(task, run_exp.model_config(task), _train_config(cfg, seed, opts.device), run,
+                              extra_config=extra, resume=opts.resume, overwrite=opts.overwrite,
+                              log=lambda row: opts.on_epoch(seed, row), parts=opts.parts)
+    summary = RunSummary.from_json({**trained, "level": exp.level, "run_dir": str(run.path),
+                                    **({} if fold is None else {"fold": fold, "folds": cfg.data.folds})},
+                                   strict=True)
+    if w.main:
+        run.write_summary(summary.to_json())
+    stall = input_stall(run.read_metrics()) if w.main else None  # other ranks never read the run folder
+    opts.log(f"seed {seed}{'' if fold is None else f' fold {fold}'}: best epoch {summary.best_epoch}, "
+             + ", ".join(f"{p} {exp.metric} {summary.metrics[p]:.4f}" for p in PARTS if p in summary.metrics)
+             + ("" if stall is None else f"; input stall {100 * stall:.1f} % of training time (waiting for batches)"))
+    return summary
+
+
+def _aggregate(exp: Experiment, seeds: list[int], root: Path, jobs: list[Job], summaries: list[RunSummary],
+               n_folds: int, w: World) -> SweepResult:
+    """The sweep's result: every run's summary and the mean ± std over them (and per seed over its folds);
+    ``aggregate.json`` written beside the seed folders when there is more than one run (rank 0)."""
+    run_dirs = [run for _, _, run in jobs]
+    folds = None
+    if n_folds and w.main:
+        folds = FoldsSummary(exp.cfg.data.folds, n_folds, HOLDOUT, {
+            str(s): stats_of(aggregate([r for s2, _, r in jobs if s2 == s])) for s in seeds})
+    result = SweepResult(exp.run_name(), exp.dataset, exp.level, exp.metric, exp.features(), tuple(seeds),
+                         str(root), tuple(summaries), stats_of(aggregate(run_dirs)) if w.main else None, folds)
+    if len(run_dirs) > 1 and w.main:
+        root.mkdir(parents=True, exist_ok=True)
+        write_json(root / "aggregate.json", result.aggregate_json())
+    return result
+
+
 def train_seeds(
     cfg: Config,
     seeds: list[int],
     *,
     device: str = "cpu",
     cache_dir: Path,
-    data_root: str | os.PathLike | None = None,
+    data_root: str | os.PathLike[str] | None = None,
     offline: bool | None = None,
     run_root: Path | None = None,
     resume: bool = False,
     overwrite: bool = False,
     log: Callable[[str], None] = lambda m: None,
-    on_epoch: Callable[[int, dict[str, Any]], None] = lambda seed, row: None,
+    on_epoch: Callable[[int, MetricsRow], None] = lambda seed, row: None,
     on_seed_start: Callable[[int, int], None] = lambda seed, epochs: None,
     parts: tuple[str, ...] = PARTS,
     max_folds: int | None = None,
@@ -85,57 +176,19 @@ def train_seeds(
     level, _ = check_config(cfg)
     cfg = with_folder_ref(cfg)
     root = Path(run_root or cfg.run.root) / run_name(cfg, level)
-    if max_folds is not None and (isinstance(max_folds, bool) or not isinstance(max_folds, int) or max_folds < 1):
-        raise UsageError(f"max_folds: expected an int >= 1 or None, got {max_folds!r}")
-    n_folds = min(cfg.data.folds, max_folds or cfg.data.folds)
+    n_folds = _fold_count(cfg, max_folds)
     summaries: list[RunSummary] = []
-    jobs: list[tuple[int, int | None, RunDir]] = []  # the runs started so far, in training order
+    jobs: list[Job] = []  # the runs started so far, in training order
     # Under torchrun: one process group for every seed; only rank 0 locks, reads and writes run folders.
     with distributed.session(device) as (w, device), contextlib.ExitStack() as held:
         if w.main:
             # Every planned folder that exists is checked before any work, so a clash fails at once.
             check_planned(existing_runs(root, seeds, n_folds), resume or overwrite)
-        if w.distributed and not w.main:
-            distributed.barrier(w)  # rank 0 prepares a missing cache first; the others then read it
-        exp = Experiment.load(cfg, cache_dir=cache_dir, data_root=data_root, offline=offline, log=log)
-        if w.distributed and w.main:
-            distributed.barrier(w)
+        exp = _load(cfg, w, cache_dir=cache_dir, data_root=data_root, offline=offline, log=log)
+        opts = _RunOptions(device, root, data_root, resume, overwrite, parts, log, on_epoch, on_seed_start)
         # Planned lazily (Experiment.load has checked data.folds against the labels): nothing is created
         # here, a run makes (and locks) its folder when it starts.
-        for seed, fold, run in planned_runs(root, seeds, n_folds):
-            jobs.append((seed, fold, run))
-            if w.main:
-                # Made and locked as the run starts, held to the end of the sweep: a second train into any
-                # folder this one has started fails at once (train_task refuses a folder that holds a run).
-                held.enter_context(run.lock())
-            run_exp = exp if fold is None else _fold_experiment(exp, seed, fold, root, write=w.main)
-            seed_everything(seed)
-            task = run_exp.task(seed, device)
-            on_seed_start(seed, cfg.train.epochs)
-            extra = {"config": run_exp.cfg.to_dict(), "level": exp.level,
-                     "data_root": None if data_root is None else str(data_root)}
-            # Through the module, read per call: a substitute for train_task (tests) is seen.
-            trained = loop.train_task(task, run_exp.model_config(task), _train_config(cfg, seed, device), run,
-                                      extra_config=extra, resume=resume, overwrite=overwrite,
-                                      log=lambda row, s=seed: on_epoch(s, row), parts=parts)
-            summary = RunSummary.from_json({**trained, "level": exp.level, "run_dir": str(run.path),
-                                            **({} if fold is None else {"fold": fold, "folds": cfg.data.folds})},
-                                           strict=True)
-            if w.main:
-                run.write_summary(summary.to_json())
-            summaries.append(summary)
-            stall = input_stall(run.read_metrics()) if w.main else None  # other ranks never read the run folder
-            log(f"seed {seed}{'' if fold is None else f' fold {fold}'}: best epoch {summary.best_epoch}, "
-                + ", ".join(f"{p} {exp.metric} {summary.metrics[p]:.4f}" for p in PARTS if p in summary.metrics)
-                + ("" if stall is None else f"; input stall {100 * stall:.1f} % of training time (waiting for batches)"))
-        run_dirs = [run for _, _, run in jobs]
-        folds = None
-        if n_folds and w.main:
-            folds = FoldsSummary(cfg.data.folds, n_folds, HOLDOUT, {
-                str(s): stats_of(aggregate([r for s2, _, r in jobs if s2 == s])) for s in seeds})
-        result = SweepResult(exp.run_name(), exp.dataset, exp.level, exp.metric, exp.features(), tuple(seeds),
-                             str(root), tuple(summaries), stats_of(aggregate(run_dirs)) if w.main else None, folds)
-        if len(run_dirs) > 1 and w.main:
-            root.mkdir(parents=True, exist_ok=True)
-            write_json(root / "aggregate.json", result.aggregate_json())
-        return result
+        for job in _locked(planned_runs(root, seeds, n_folds), held, w):
+            jobs.append(job)
+            summaries.append(_train_run(exp, job, w, opts))
+        return _aggregate(exp, seeds, root, jobs, summaries, n_folds, w)
