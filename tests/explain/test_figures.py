@@ -8,6 +8,7 @@ import numpy as np
 from tests.explain.runs import graph_batch, reload_model
 from xmask_cli.explain.figures import plot_target
 from xmask_cli.explain.record import KINDS, Recorded, record_terms, to_numpy
+from xmask_cli.model.batches import DenseBatch
 
 
 def test_png_grid(mutag):
@@ -19,7 +20,7 @@ def test_png_grid(mutag):
         assert img.ndim == 3 and img.shape[0] > 100 and img.shape[1] > 100
     model = reload_model(mutag)
     batch, _, n = graph_batch(mutag, 0)
-    _, layers = record_terms(model, batch.x, powers=batch.powers, mask=batch.mask)
+    _, layers = record_terms(model, DenseBatch(batch.x, batch.powers, batch.mask))
     from xmask_cli.explain.targets import TargetMaps
 
     rec = Recorded(n=n, layers=[to_numpy(t, 0) for t in layers])

@@ -8,6 +8,7 @@ import torch
 from tests.model.graphs import adjacency, norm_powers
 from xmask_cli.explain.hops import hop_mass
 from xmask_cli.explain.record import Recorded, record_terms, to_numpy
+from xmask_cli.model.batches import DenseBatch
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
 
@@ -31,7 +32,7 @@ def test_hop_summary_respects_head_power_on_a_path():
     cfg = ModelConfig(in_dim=3, out_dim=2, hidden=8, heads=2, layers=2, mask_scale="none", eps=1e-30, dropout=0.0)
     model = XMaskNet(cfg).eval()
     x = torch.randn(1, n, 3)
-    _, layers = record_terms(model, x, powers=powers, mask=torch.ones(1, n, dtype=torch.bool))
+    _, layers = record_terms(model, DenseBatch(x, powers, torch.ones(1, n, dtype=torch.bool)))
     rec = Recorded(n=n, layers=[to_numpy(t, 0) for t in layers])
     dist = np.abs(np.arange(n)[:, None] - np.arange(n)[None, :])  # path graph hop distances
     masses = hop_mass(rec, np.arange(n), dist, 8)

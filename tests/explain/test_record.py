@@ -13,6 +13,7 @@ from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.sweep import train_seeds
 from xmask_cli.explain import ExplainRequest, explain_run
 from xmask_cli.explain.record import KINDS
+from xmask_cli.model.batches import DenseBatch
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
 
@@ -72,14 +73,14 @@ def test_a_reducing_recorder_sees_each_layers_terms_once_and_keeps_its_result(mu
 
     model = reload_model(mutag)
     batch, _, _ = graph_batch(mutag, 0)
-    h_all, full = record_terms(model, batch.x, powers=batch.powers, mask=batch.mask)
+    h_all, full = record_terms(model, DenseBatch(batch.x, batch.powers, batch.mask))
     seen = []
 
     def reduce(terms):
         seen.append({k: terms[k].clone() for k in KINDS})
         return len(seen)
 
-    h, kept = record_terms(model, batch.x, powers=batch.powers, mask=batch.mask, reduce=reduce)
+    h, kept = record_terms(model, DenseBatch(batch.x, batch.powers, batch.mask), reduce=reduce)
     assert kept == list(range(1, model.cfg.layers + 1))
     torch.testing.assert_close(h, h_all, rtol=0, atol=0)
     for got, want in zip(seen, full):

@@ -47,7 +47,7 @@ def grid_distances(rows: int, cols: int, connectivity: int) -> np.ndarray:
 def _record(model: Any, task: Any, image: int) -> list[np.ndarray]:
     """Per layer ``[H, T, T]`` attention of the model on dataset image ``image``."""
     inputs = task.inputs(task.batch(np.array([image])))
-    _, layers = record_terms(model, inputs.x, powers=inputs.powers)
+    _, layers = record_terms(model, inputs)
     return [t["attention"][0].float().cpu().numpy() for t in layers]
 
 

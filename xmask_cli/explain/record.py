@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from xmask_cli.errors import UsageError
+from xmask_cli.model.batches import DenseBatch, SparseBatch
 
 __all__ = ["KINDS", "Recorded", "SingleGraph", "record_terms", "to_numpy"]
 
@@ -87,27 +88,23 @@ def to_numpy(terms: dict[str, torch.Tensor], index: Any = None) -> dict[str, np.
 
 
 @torch.no_grad()
-def record_terms(model: torch.nn.Module, x: torch.Tensor, *, powers: torch.Tensor | None = None,
-                 mask: torch.Tensor | None = None, edge_index: torch.Tensor | None = None,
-                 values: torch.Tensor | None = None, extras: dict[str, torch.Tensor] | None = None,
+def record_terms(model: torch.nn.Module, batch: DenseBatch | SparseBatch,
                  reduce: Callable[[dict[str, torch.Tensor]], Any] | None = None) -> tuple[torch.Tensor, list[Any]]:
     """Eval-mode forward of ``model`` with every layer's attention terms.
 
-    Dense when ``edge_index`` is None (``x [1, N, F]``, ``powers``, ``mask``), sparse
-    otherwise (``x [N, F]``, ``edge_index``, ``values``); ``extras`` feed the learned
-    biases. Returns ``(h, terms per layer)``. ``reduce`` (dense only): called on each
+    Dense for a :class:`DenseBatch` (``x [1, N, F]``, ``powers``, ``mask``), sparse for a
+    :class:`SparseBatch` (``x [N, F]``, ``edge_index``, ``values``); their ``extras`` feed
+    the learned biases. Returns ``(h, terms per layer)``. ``reduce`` (dense only): called on each
     layer's terms as soon as the layer has run, its result kept instead, so the
     ``[1, H, N, N]`` maps of one layer are gone before the next layer's exist.
     """
     model.eval()
-    if extras is not None:
-        device = x.device
-        extras = {k: v.to(device) for k, v in extras.items()}
-    if edge_index is None:
-        return model.encode_dense(x, powers, mask, return_terms=reduce or True, extras=extras)
+    extras = None if batch.extras is None else {k: v.to(batch.x.device) for k, v in batch.extras.items()}
+    if isinstance(batch, DenseBatch):
+        return model.encode_dense(batch.x, batch.powers, batch.mask, return_terms=reduce or True, extras=extras)
     if reduce is not None:
         raise ValueError("reduce is for the dense forward")
-    return model.encode_sparse(x, edge_index, values, return_terms=True, extras=extras)
+    return model.encode_sparse(batch.x, batch.edge_index, batch.values, return_terms=True, extras=extras)
 
 
 class SingleGraph:
@@ -142,20 +139,20 @@ class SingleGraph:
             b = t.whole_graph_batch() if key == "full" else t.eval_batches[key]
             x = (t.x if b.nodes is None else t.x[b.nodes]).to(device)
             if b.powers is not None:
-                _, layers = record_terms(model, x.unsqueeze(0), powers=b.powers.to(device), extras=b.extras)
+                _, layers = record_terms(model, DenseBatch(x.unsqueeze(0), b.powers.to(device), extras=b.extras))
                 pairs = None
             else:
-                _, layers = record_terms(model, x, edge_index=b.edge_index.to(device), values=b.values.to(device),
-                                         extras=b.extras)
+                _, layers = record_terms(model, SparseBatch(x, b.edge_index.to(device), b.values.to(device),
+                                                            extras=b.extras))
                 pairs = b.edge_index.cpu().numpy()
         else:
             s = t.structure
             x = t.x.to(device)
             if s.dense:
-                _, layers = record_terms(model, x.unsqueeze(0), powers=s.powers, extras=s.extras)
+                _, layers = record_terms(model, DenseBatch(x.unsqueeze(0), s.powers, extras=s.extras))
                 pairs = None
             else:
-                _, layers = record_terms(model, x, edge_index=s.pairs, values=s.values, extras=s.extras)
+                _, layers = record_terms(model, SparseBatch(x, s.pairs, s.values, extras=s.extras))
                 pairs = s.pairs.cpu().numpy()
         if pairs is None:
             rec = Recorded(n=len(ids), layers=[to_numpy(terms, 0) for terms in layers])

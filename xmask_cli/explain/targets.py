@@ -27,6 +27,7 @@ from xmask_cli.errors import UsageError
 from xmask_cli.explain.graph_view import crop_edges
 from xmask_cli.explain.hops import distance_rows, hop_mass, layer_masses, neighbourhood
 from xmask_cli.explain.record import Recorded, SingleGraph, record_terms, to_numpy
+from xmask_cli.model.batches import DenseBatch
 
 __all__ = ["TargetMaps", "explain_graph", "explain_nodes", "parse_edge", "target_dict"]
 
@@ -115,7 +116,7 @@ def explain_graph(model: Any, task: Any, g: int, max_nodes: int, query: int | No
         rec = Recorded(n=n, layers=[to_numpy(terms, (0, slice(None), slice(None, n), slice(None, n)))])
         return rec.crop(sel)[0], hop_mass(rec, everyone, dist, d_max)[0]
 
-    _, layers = record_terms(model, batch.x, powers=batch.powers, mask=batch.mask, extras=batch.extras,
+    _, layers = record_terms(model, DenseBatch(x=batch.x, powers=batch.powers, mask=batch.mask, extras=batch.extras),
                              reduce=reduce)
     t = TargetMaps(name=f"graph_{g}", kind="graph", spec={"graph": g}, node_ids=sel.astype(np.int64),
                    cropped_from=n, maps=[m for m, _ in layers], queries=everyone, source=f"closest to node {q}",
