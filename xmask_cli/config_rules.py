@@ -41,13 +41,12 @@ def experts_take_the_mlp_output(cfg: Config, level: str | None) -> None:
 
 def encoder_none_takes_no_residual(cfg: Config, level: str | None) -> None:
     """Without an encoder the first block's input is the raw features, wider than ``model.hidden``: no
-    residual, pre-norm, experts or sparse feature tensor can take it."""
+    residual, pre-norm or experts can take it."""
     m = cfg.model
     if m.encoder != "none":
         return
     clash = [text for text, bad in (("model.residual=true", m.residual), ("model.norm=pre", m.norm == "pre"),
-                                    ("model.experts", bool(m.experts)),
-                                    ("node.sparse_features=true", cfg.node.sparse_features)) if bad]
+                                    ("model.experts", bool(m.experts))) if bad]
     if clash:
         raise ConfigError(f"with encoder 'none' (model.encoder=none) the first block reads the raw features, "
                           f"wider than model.hidden: it does not combine with {', '.join(clash)}; drop them "

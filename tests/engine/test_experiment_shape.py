@@ -35,7 +35,7 @@ def test_encoder_none_off_the_node_level_is_refused(preset: str) -> None:
     check_config(resolve("node-level", DIRECT))  # the node level takes it
 
 
-@pytest.mark.parametrize("clash", ["model.residual=true", "model.norm=pre", "node.sparse_features=true",
+@pytest.mark.parametrize("clash", ["model.residual=true", "model.norm=pre",
                                    "model.experts=[local]"])
 def test_encoder_none_refuses_what_needs_an_input_as_wide_as_hidden(clash: str) -> None:
     r = run("train", "--preset", "node-level", "--set", "model.encoder=none",

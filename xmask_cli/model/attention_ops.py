@@ -20,6 +20,23 @@ from torch_geometric.utils import scatter
 PLAIN_CHUNK_FLOATS = 1 << 24
 
 
+def feature_dropout(x: Tensor, p: float, training: bool) -> Tensor:
+    """Dropout of node features ``x``, dense or a sparse COO tensor.
+
+    A sparse tensor keeps its pattern and drops its stored values only: a
+    zero stays zero under dense dropout too, so the two draw from the same
+    distribution (not the same random stream) at a fraction of the cost on
+    bag-of-words features.
+    """
+    if p <= 0 or not training:
+        return x
+    if not x.is_sparse:
+        return F.dropout(x, p, True)
+    x = x.coalesce()
+    values = F.dropout(x.values(), p, True)
+    return torch.sparse_coo_tensor(x.indices(), values, x.shape, check_invariants=False)
+
+
 def segment_softmax(logits: Tensor, index: Tensor, num_nodes: int) -> Tensor:
     """Softmax of ``logits [E, H]`` over the pairs of each query (``index [E]``).
 

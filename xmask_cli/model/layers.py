@@ -16,6 +16,7 @@ from torch import Tensor
 
 from xmask_cli.config import ModelSection
 from xmask_cli.model.attention import StructuralAttention
+from xmask_cli.model.attention_ops import feature_dropout
 from xmask_cli.model.experts import RoutedAttention
 from xmask_cli.model.packing import PackedGraphs
 
@@ -119,8 +120,9 @@ class TransformerBlock(torch.nn.Module):
         self.norm1: torch.nn.Module = torch.nn.LayerNorm(dim) if norm != "none" else torch.nn.Identity()
         self.norm2: torch.nn.Module = torch.nn.LayerNorm(dim) if norm != "none" and ffn else torch.nn.Identity()
 
-    def drop_input(self, x: Tensor, drop: Callable[[Tensor, float, bool], Tensor] = F.dropout) -> Tensor:
-        """The block's input after ``layer_dropout`` (``x`` itself when it is 0)."""
+    def drop_input(self, x: Tensor, drop: Callable[[Tensor, float, bool], Tensor] = feature_dropout) -> Tensor:
+        """The block's input after ``layer_dropout`` (``x`` itself when it is 0); a sparse ``x`` (the raw
+        features of ``model.encoder: none``) drops its stored values."""
         return drop(x, self.layer_dropout, self.training) if self.layer_dropout > 0 else x
 
     def _sublayer(self, x: Tensor, f: Callable[[Tensor], Tensor], norm: torch.nn.Module) -> Tensor:

@@ -24,6 +24,7 @@ from torch import Tensor
 from torch_geometric.utils import scatter
 
 from xmask_cli.model.attention import StructuralAttention
+from xmask_cli.model.attention_ops import feature_dropout
 from xmask_cli.model.batches import DenseBatch, ModelBatch, PackedBatch, SparseBatch, TokenBatch
 from xmask_cli.model.biases.stack import BiasStack
 from xmask_cli.model.encoders import AtomInput, mlp
@@ -124,28 +125,27 @@ class XMaskNet(PackedPath, TokenPath, MaskMemo, torch.nn.Module):
     def _drop_input(self, x: Tensor) -> Tensor:
         # Atom ids are categorical: dropping them to 0 would change the atom, not regularise.
         if self.cfg.input_dropout > 0 and self.cfg.encoder in ("linear", "none"):
-            return torch.nn.functional.dropout(x, self.cfg.input_dropout, self.training)
+            return feature_dropout(x, self.cfg.input_dropout, self.training)
         return x
 
-    def embed(self, x: Tensor) -> Tensor:
+    def embed(self, x: Tensor, keep_sparse: bool = False) -> Tensor:
         """Input dropout and encoder of ``[n, F]`` features, dense or a sparse COO tensor.
 
         Sparse bag-of-words features (Coauthor Physics: 0.4 % non-zero of 8,415
         columns) are encoded as a sparse product, ``x @ W^T + b``; dropout then
         acts on the stored entries only, which is the same distribution as
-        dense dropout (a zero stays zero either way).
+        dense dropout (a zero stays zero either way). With ``encoder='none'``
+        the features go to the first block as they are: a sparse ``x`` stays
+        sparse when ``keep_sparse`` (the sparse full-graph path, whose first
+        q, k, v maps read it as a sparse product), else it is made dense.
         """
-        if self.cfg.encoder == "none":  # the first block reads the features themselves (the query path's rows
-            return self._drop_input(x.to_dense() if x.is_sparse else x)  # may come as a sparse block)
+        if self.cfg.encoder == "none":  # the first block's q, k, v read the features themselves
+            return self._drop_input(x if keep_sparse or not x.is_sparse else x.to_dense())
         if not x.is_sparse:
             return self.encoder(self._drop_input(x))
         if self.cfg.encoder != "linear":
             raise ValueError("sparse input features need model.encoder=linear")  # config_resolve refuses it first
-        x = x.coalesce()
-        values = x.values()
-        if self.cfg.input_dropout > 0 and self.training:
-            values = torch.nn.functional.dropout(values, self.cfg.input_dropout, True)
-        x = torch.sparse_coo_tensor(x.indices(), values, x.shape, check_invariants=False)
+        x = self._drop_input(x)
         return torch.sparse.mm(x, self.encoder.weight.t()) + self.encoder.bias
 
     # ------------------------------------------------------------------ dense
@@ -329,7 +329,7 @@ class XMaskNet(PackedPath, TokenPath, MaskMemo, torch.nn.Module):
             refusal = sparse_refusal(self.cfg)
             if refusal is not None:
                 raise ValueError(f"sparse attention path refused: {refusal}")
-        h = self.embed(x)  # dense features as encoder(dropout(x)); sparse ones as a sparse product
+        h = self.embed(x, keep_sparse=True)  # dense features as encoder(dropout(x)); sparse ones as a sparse product
         xlog = None
         if self.bias is not None:
             if values is None:
