@@ -45,7 +45,7 @@ def _direct(tmp_path: Path, sparse: bool, dropout: float):
 def test_encoder_none_reads_sparse_features_as_the_dense_ones(tmp_path: Path) -> None:
     dense_task, model = _direct(tmp_path, False, 0.0)
     sparse_task, _ = _direct(tmp_path, True, 0.0)
-    assert model.cfg.encoder == "none" and dense_task._x_sparse is None and sparse_task._x_sparse is not None
+    assert model.cfg.encoder == "none" and dense_task.batcher.x_sparse is None and sparse_task.batcher.x_sparse is not None
     # Weights at a trained scale (q.k spread of several units), so a difference in the logits would show.
     with torch.no_grad():
         for p in model.parameters():
@@ -68,7 +68,7 @@ def test_encoder_none_reads_sparse_features_as_the_dense_ones(tmp_path: Path) ->
 
 def test_encoder_none_drops_the_stored_features_only(tmp_path: Path) -> None:
     task, model = _direct(tmp_path, True, 0.6)
-    x = task._x_sparse
+    x = task.batcher.x_sparse
     block = model.blocks[0].train()
     dropped = block.drop_input(x).coalesce()
     kept = dropped.values() != 0
