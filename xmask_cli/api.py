@@ -31,7 +31,9 @@ from xmask_cli.errors import UsageError
 if TYPE_CHECKING:  # the heavy modules load on first call: `import xmask_cli` and the CLI's option parsing stay light
     import torch
 
+    from xmask_cli.engine.evaluate import SavedRun
     from xmask_cli.engine.experiment import Experiment
+    from xmask_cli.engine.loop import Task
     from xmask_cli.engine.runs import RunDir
     from xmask_cli.results import EvalResult, SweepResult
 
@@ -194,9 +196,9 @@ class LoadedRun:
     seed: int
     device: str
     _run: RunDir = field(repr=False)
-    _saved: dict[str, Any] = field(repr=False)
+    _saved: SavedRun = field(repr=False)
     _exp: Experiment = field(repr=False)
-    _task: Any = field(repr=False)
+    _task: Task = field(repr=False)
 
     def predict(self, part: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
         """``(outputs, targets)`` of ``part`` (``train``, ``val`` or ``test``) of the run's own split.

@@ -103,3 +103,29 @@ def test_eval_of_a_damaged_run_file_is_exit_6_naming_it(mutag_run, tmp_path, nam
     assert r.exit_code == 6, r.stderr
     line = one_error_line(r)
     assert str(folder / name) in line and needle in line
+
+
+def _damage_best(folder: Path) -> None:
+    run_dir = RunDir(folder)
+    run_dir.save_checkpoint({**run_dir.load_checkpoint(RunDir.BEST), "val": "x"}, RunDir.BEST)
+
+
+def _damage_precision(folder: Path) -> None:
+    saved = json.loads((folder / "config.json").read_text())
+    saved["train"]["precision"] = 16
+    (folder / "config.json").write_text(json.dumps(saved))
+
+
+@pytest.mark.parametrize("name, damage, needle", [
+    ("best.pt", _damage_best, "is damaged ('val' is not a number)"),
+    ("config.json", _damage_precision, "is damaged ('train.precision' is 16"),
+])
+def test_eval_of_a_damaged_field_is_exit_6_naming_the_file(mutag_run, tmp_path, name, damage, needle):
+    src, cache = mutag_run
+    folder = tmp_path / "copy" / "0"
+    shutil.copytree(src, folder)
+    damage(folder)
+    r = run("eval", str(folder), "--device", "cpu", "--cache-dir", str(cache))
+    assert r.exit_code == 6, r.stderr
+    line = one_error_line(r)
+    assert str(folder / name) in line and needle in line

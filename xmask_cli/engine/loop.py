@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from xmask_cli.engine import selection
+from xmask_cli.engine.checkpoint import BestCheckpoint, LastCheckpoint
 from xmask_cli.engine.distributed import Strategy, World, make_strategy
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
 from xmask_cli.engine.optimisation import Optimisation
@@ -217,7 +218,7 @@ def _run_config(task: Task, train_cfg: TrainConfig, model_config: dict[str, obje
             "train": train_cfg.to_dict()}
 
 
-def _restore(ckpt: dict[str, Any] | None, model: torch.nn.Module, opt: Optimisation) -> selection.Selection:
+def _restore(ckpt: LastCheckpoint | None, model: torch.nn.Module, opt: Optimisation) -> selection.Selection:
     """Model, optimisation and RNG states from ``last.pt`` (nothing for a fresh run); where selection stood."""
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
@@ -280,7 +281,8 @@ def _epoch_row(epoch: int, stats: _EpochStats, metric: str, val: float, val_loss
 
 def _save_best(run: RunDir, model: torch.nn.Module, epoch: int, val: float, val_loss: float | None) -> None:
     """``best.pt``: the state selection restores at the end."""
-    run.save_checkpoint({"model": _cpu_state(model), "epoch": epoch, "val": val, "val_loss": val_loss}, RunDir.BEST)
+    best: BestCheckpoint = {"model": _cpu_state(model), "epoch": epoch, "val": val, "val_loss": val_loss}
+    run.save_checkpoint(best, RunDir.BEST)
 
 
 def _end_epoch(run: RunDir, epoch: int, row: MetricsRow, model: torch.nn.Module, opt: Optimisation,
@@ -289,17 +291,19 @@ def _end_epoch(run: RunDir, epoch: int, row: MetricsRow, model: torch.nn.Module,
     then ``log``."""
     run.append_metrics(row)
     # RNG states after the epoch: the next one (dropout) draws exactly what it would have uninterrupted.
-    run.save_checkpoint({
+    # The key order is part of the file's bytes (torch.save pickles the dict in order): keep it.
+    last: LastCheckpoint = {
         "model": _cpu_state(model), **opt.state(), "rng": rng_state(), "epoch": epoch, **sel.state(),
         "config": json.dumps(config, sort_keys=True),  # resume compares against this, not config.json
-    }, RunDir.LAST)
+    }
+    run.save_checkpoint(last, RunDir.LAST)
     log(row)
 
 
 def _summarize(task: Task, model: torch.nn.Module, run: RunDir, cfg: TrainConfig, parts: tuple[str, ...],
                epochs_run: int, stopped_early: bool, w: World) -> dict[str, Any]:
     """Restore the best state by validation (whatever ended the run), score ``parts`` on it, write the summary."""
-    best_ckpt = run.load_checkpoint(RunDir.BEST)
+    best_ckpt = run.load_best()
     model.load_state_dict(best_ckpt["model"])
     metric = task.metric
     metrics = {part: score(task, model, part, cfg.precision, cfg.device) for part in PARTS if part in parts}

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import torch
 
+from xmask_cli.engine.checkpoint import OptimisationState
 from xmask_cli.engine.precision import Precision
 from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.errors import UsageError
@@ -25,7 +25,7 @@ def warmup(warmup_epochs: int) -> Callable[[int], float]:
     return factor
 
 
-def decay_groups(model: torch.nn.Module, decay: str, weight_decay: float) -> list[dict[str, Any]]:
+def decay_groups(model: torch.nn.Module, decay: str, weight_decay: float) -> list[dict[str, object]]:
     """The optimizer's parameter groups: ``weight_decay`` on the parameters ``decay`` names, 0 on the others.
 
     ``all``: every parameter; ``first``: the input encoder and the first block (PyG's GCN example decays
@@ -74,12 +74,12 @@ class Optimisation:
         return cls(optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, warmup(cfg.warmup_epochs)),
                    precision if precision is not None else Precision(cfg.precision, cfg.device))
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> OptimisationState:
         """What ``last.pt`` keeps of them."""
         return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict(),
                 **self.precision.state()}
 
-    def load(self, ckpt: dict[str, Any]) -> None:
+    def load(self, ckpt: OptimisationState) -> None:
         """Take back what :meth:`state` saved."""
         self.optimizer.load_state_dict(ckpt["optimizer"])
         self.scheduler.load_state_dict(ckpt["scheduler"])

@@ -24,10 +24,10 @@ What stays in float32 whatever the precision, and where:
 from __future__ import annotations
 
 import contextlib
-from typing import Any
 
 import torch
 
+from xmask_cli.engine.checkpoint import ScalerState
 from xmask_cli.errors import UsageError
 
 __all__ = ["PRECISIONS", "Precision", "autocast", "grad_scaler", "check_precision"]
@@ -111,11 +111,11 @@ class Precision:
             self.scaler.step(optimizer)
             self.scaler.update()
 
-    def state(self) -> dict[str, Any]:
+    def state(self) -> ScalerState:
         """What a checkpoint keeps: the scaler's state under ``"scaler"`` (nothing without a scaler)."""
         return {"scaler": self.scaler.state_dict()} if self.scaler is not None else {}
 
-    def load(self, ckpt: dict[str, Any]) -> None:
+    def load(self, ckpt: ScalerState) -> None:
         """Take the scaler's state back from ``ckpt`` where both have one."""
         if self.scaler is not None and "scaler" in ckpt:
             self.scaler.load_state_dict(ckpt["scaler"])

@@ -11,31 +11,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, TypedDict, cast
+from typing import cast
 
 import numpy as np
 import torch
 
 from xmask_cli.config import Config
+from xmask_cli.engine.checkpoint import LastCheckpoint, RngState
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.errors import UsageError
 from xmask_cli.jsonfile import parse_checked
-
-
-class _NumpyTorchRng(TypedDict):
-    torch: torch.Tensor
-    numpy_keys: torch.Tensor
-    numpy_pos: int
-    numpy_has_gauss: int
-    numpy_cached: float
-
-
-class RngState(_NumpyTorchRng, total=False):
-    """A checkpoint's ``"rng"``: torch's CPU state, numpy's MT19937 state in plain values, and (with CUDA)
-    every GPU's state."""
-
-    cuda: list[torch.Tensor]
 
 
 def rng_state() -> RngState:
@@ -114,7 +100,7 @@ def new_setting_at_default(key: str, saved: dict[str, object], now: dict[str, ob
     return default is not _MISSING and default == _lookup(now, key)
 
 
-def open_run(run: RunDir, config: dict[str, object], resume: bool, overwrite: bool) -> dict[str, Any] | None:
+def open_run(run: RunDir, config: dict[str, object], resume: bool, overwrite: bool) -> LastCheckpoint | None:
     """Prepare the run folder (main process only): ``last.pt`` to resume from, or a fresh folder holding
     ``config.json``.
 
@@ -124,10 +110,10 @@ def open_run(run: RunDir, config: dict[str, object], resume: bool, overwrite: bo
     """
     now = json.loads(json.dumps(config))  # JSON round trip so tuples compare equal to the lists read back
     if resume and run.has_checkpoint(RunDir.LAST):
-        ckpt = run.load_checkpoint(RunDir.LAST)
+        ckpt = run.load_last()
         # The config the checkpoint was trained with (older checkpoints: config.json).
         saved = (parse_checked(ckpt["config"], f"the config saved in {run.path / RunDir.LAST}")
-                 if isinstance(ckpt.get("config"), str) else run.load_config())
+                 if "config" in ckpt else run.load_config())
         check_resumable(run, saved, now)
         run.truncate_metrics(ckpt["epoch"] + 1)
         run.save_config(config)  # the same run; only the epoch budget may have changed

@@ -14,7 +14,8 @@ A run lives in ``runs/<name>/<seed>/``::
 Checkpoints hold tensors and plain Python values only, so they load with
 ``torch.load(..., weights_only=True)``; every file a reader may see half-written
 (checkpoints, summary) is written to a temporary file in the same folder and
-moved into place with :func:`os.replace`, which is atomic on POSIX and Windows.
+moved into place with :func:`os.replace`, which is atomic on POSIX and Windows. What the two checkpoints
+hold is typed, and checked when read back, in :mod:`~xmask_cli.engine.checkpoint`.
 No file of a run folder is ever opened through a symbolic link: a folder whose own
 files are links is refused (:meth:`RunDir.refuse_links`), and the lock and the
 metrics are opened with ``O_NOFOLLOW``.
@@ -30,11 +31,12 @@ import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, BinaryIO, TypedDict, cast
+from typing import BinaryIO, TypedDict, cast
 
 import numpy as np
 import torch
 
+from xmask_cli.engine.checkpoint import BestCheckpoint, LastCheckpoint, check_best, check_last
 from xmask_cli.errors import RunNotFoundError, UsageError, first_line
 from xmask_cli.fs import DISK_FULL, atomic_write, open_nofollow, refuse_links, write_failed
 from xmask_cli.jsonfile import read_json, read_json_lines
@@ -318,8 +320,9 @@ class RunDir:
         _atomic_write(path, lambda f: f.write(buf.getbuffer()))
         return path
 
-    def load_checkpoint(self, name: str = LAST, map_location: str | torch.device = "cpu") -> dict[str, Any]:
-        """Load ``<run>/<name>`` with ``weights_only=True`` (no arbitrary code runs on load).
+    def load_checkpoint(self, name: str = LAST, map_location: str | torch.device = "cpu") -> dict[str, object]:
+        """Load ``<run>/<name>`` with ``weights_only=True`` (no arbitrary code runs on load); its fields unchecked
+        (:meth:`load_best` and :meth:`load_last` check them).
 
         Raises:
             RunNotFoundError: the file is missing, truncated, or holds anything but tensors and plain values.
@@ -339,6 +342,22 @@ class RunDir:
         if not isinstance(state, dict):
             raise RunNotFoundError(f"checkpoint {path} is not an xmask checkpoint (not a mapping)")
         return state
+
+    def load_best(self) -> BestCheckpoint:
+        """``best.pt``, each field checked to be of the type a run writes there.
+
+        Raises:
+            RunNotFoundError: the file is missing or damaged (exit 6, naming it).
+        """
+        return check_best(self.load_checkpoint(self.BEST), self.path / self.BEST)
+
+    def load_last(self) -> LastCheckpoint:
+        """``last.pt``, each field checked to be of the type a run writes there.
+
+        Raises:
+            RunNotFoundError: the file is missing or damaged (exit 6, naming it).
+        """
+        return check_last(self.load_checkpoint(self.LAST), self.path / self.LAST)
 
     def has_checkpoint(self, name: str = LAST) -> bool:
         return (self.path / name).is_file()

@@ -6,7 +6,7 @@ A module of its own, below both :mod:`~xmask_cli.engine.loop` (which runs with i
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from xmask_cli.config import TrainSection, section_fields
 
@@ -37,6 +37,6 @@ class TrainConfig(TrainSection):
         """The preset's ``train`` section with the run's seed and device."""
         return cls(**section_fields(section), seed=seed, device=device)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         """JSON-able settings as saved with a run (and compared on resume)."""
         return {k: v for k, v in asdict(self).items() if k not in self.NOT_SAVED}

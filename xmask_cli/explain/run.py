@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xmask_cli.engine.evaluate import read_run, rebuild_run
+from xmask_cli.engine.evaluate import SavedRun, read_run, rebuild_run
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.errors import UsageError
 from xmask_cli.explain.figures import plot_target, save_png
@@ -144,7 +144,7 @@ def explain_run(
     return _write_outputs(results, d_max, request, cfg, out, meta)
 
 
-def _target_kind(request: ExplainRequest, run_dir: str | os.PathLike, saved: dict[str, Any]) -> str | None:
+def _target_kind(request: ExplainRequest, run_dir: str | os.PathLike[str], saved: SavedRun) -> str | None:
     """What the run's level is explained on (``graph``, ``node``, ``image``; LEVELS), checked against the request.
 
     Every check here reads only ``config.json``: a target that does not fit the run fails before any data loads.
