@@ -33,8 +33,8 @@ if TYPE_CHECKING:  # the heavy modules load on first call: `import xmask_cli` an
 
     from xmask_cli.engine.evaluate import SavedRun
     from xmask_cli.engine.experiment import Experiment
-    from xmask_cli.engine.loop import Task
     from xmask_cli.engine.runs import RunDir
+    from xmask_cli.engine.tasks.base import Task
     from xmask_cli.results import EvalResult, SweepResult
 
 __all__ = ["LoadedRun", "choose_preset", "load_run", "train"]
@@ -198,7 +198,7 @@ class LoadedRun:
     _run: RunDir = field(repr=False)
     _saved: SavedRun = field(repr=False)
     _exp: Experiment = field(repr=False)
-    _task: Task = field(repr=False)
+    _task: Task[Any] = field(repr=False)
 
     def predict(self, part: str = "test") -> tuple[torch.Tensor, torch.Tensor]:
         """``(outputs, targets)`` of ``part`` (``train``, ``val`` or ``test``) of the run's own split.
@@ -218,12 +218,12 @@ class LoadedRun:
         from xmask_cli.engine.splits import PARTS
 
         part = args.choice_arg("part", part, PARTS)
-        outputs = getattr(self._task, "outputs", None)
-        if outputs is None:
-            raise UsageError(f"a {self.level}-level run has no per-item outputs to predict: use evaluate()")
         self.model.eval()
         with torch.no_grad(), autocast(run_precision(self._saved), self.device):
-            return outputs(self.model, part)
+            outputs = self._task.outputs(self.model, part)
+        if outputs is None:
+            raise UsageError(f"a {self.level}-level run has no per-item outputs to predict: use evaluate()")
+        return outputs
 
     def score(self, part: str = "test") -> float:
         """The run's metric on ``part``: the number ``xmask eval --split PART`` prints."""

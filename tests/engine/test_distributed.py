@@ -22,6 +22,7 @@ import torch.distributed as dist
 from tests.cli_helpers import run
 from tests.engine.ranks import spawn_ranks
 from xmask_cli.engine.distributed import deal, epoch_seed
+from xmask_cli.engine.tasks.base import Task
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "train.warmup_epochs=1",
@@ -94,7 +95,7 @@ def test_graph_shards_are_the_epoch_buckets_dealt_by_rank(mutag, size):
 
 # ---------------------------------------- 2 ranks x B == 1 process x 2B
 
-class FixedGraphBatches:
+class FixedGraphBatches(Task):
     """MUTAG graphs in fixed batches (``groups`` of graph ids), the graph task's cross-entropy loss."""
 
     metric = "accuracy"

@@ -8,10 +8,11 @@ import torch
 
 from xmask_cli.engine.loop import TrainConfig, fit
 from xmask_cli.engine.runs import RunDir
+from xmask_cli.engine.tasks.base import Task
 from xmask_cli.errors import DivergedError, UsageError
 
 
-class ToyTask:
+class ToyTask(Task):
     """Fit ``w·x + b`` to 1; ``poison`` maps ``(epoch, batch)`` to a non-finite ``"loss"`` or ``"grad"``."""
 
     metric = "mae"

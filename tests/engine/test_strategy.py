@@ -12,13 +12,25 @@ import torch.distributed as dist
 from tests.engine.ranks import spawn_ranks
 from xmask_cli.engine.distributed import DDPStrategy, SingleProcess, make_strategy
 from xmask_cli.engine.precision import Precision
+from xmask_cli.engine.tasks.base import Task
 
 
-class Lines:
+class Lines(Task[int]):
     """Batches ``0 .. count-1`` of 2 items each; the loss of batch ``b`` is ``(w - b)²`` (NaN for ``bad``)."""
+
+    metric = "mae"
 
     def __init__(self, count: int, bad: int | None = None):
         self.count, self.bad = count, bad
+
+    def describe(self) -> dict[str, int]:
+        return {"count": self.count}
+
+    def split_sizes(self) -> dict[str, int]:
+        return {"train": 2 * self.count, "val": 0, "test": 0}
+
+    def score(self, model: torch.nn.Module, part: str) -> float:
+        return 0.0
 
     def train_batches(self, epoch: int) -> list[int]:
         return list(range(self.count))

@@ -28,7 +28,7 @@ from xmask_cli.engine import splits
 from xmask_cli.engine.folds import check_fold_count
 from xmask_cli.engine.plan import EDGE_FILE_DATASET, dataset_spec
 from xmask_cli.engine.splits import PARTS
-from xmask_cli.engine.tasks import LEVELS
+from xmask_cli.engine.tasks import LEVELS, DataKind
 from xmask_cli.engine.tasks.edge import edge_regression_split
 from xmask_cli.engine.tasks.graph import graph_labels
 from xmask_cli.errors import UsageError
@@ -126,7 +126,7 @@ def load_graph_data(cfg: Config, level: str, opts: LoadOptions) -> LoadedData:
 
 
 #: Each data kind of the level registry (``TaskLevel.data``) -> its loader.
-LOADERS: dict[str, Loader] = {"graphs": load_graph_data, "images": load_image_data, "edge-file": load_edge_data}
+LOADERS: dict[DataKind, Loader] = {"graphs": load_graph_data, "images": load_image_data, "edge-file": load_edge_data}
 
 
 def load_data(cfg: Config, level: str, opts: LoadOptions) -> LoadedData:

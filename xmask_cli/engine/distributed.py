@@ -157,33 +157,23 @@ def deal(total: int, rank: int, size: int) -> list[tuple[int, bool]]:
 
 
 class TrainBatches(Protocol[B]):
-    """What a strategy needs of a task: the epoch's training batches and one batch's loss (see ``loop.Task``).
-
-    A task may also deal its own batches by rank, ``train_shard(epoch, rank, size)`` (:func:`shard_batches`).
-    """
+    """What a strategy needs of a task (the :class:`~xmask_cli.engine.tasks.base.Task` contract's training side):
+    the epoch's training batches, a rank's share of them and one batch's loss."""
 
     def train_batches(self, epoch: int) -> Iterable[B]:
         """The training batches of ``epoch`` (a function of seed and epoch)."""
+
+    def train_shard(self, epoch: int, rank: int, size: int) -> Iterator[tuple[B, bool]]:
+        """Rank ``rank``'s ``(batch, real)`` of ``epoch`` among ``size`` ranks (``Task.train_shard``)."""
 
     def loss(self, model: torch.nn.Module, batch: B) -> tuple[Tensor, int]:
         """Mean loss of ``batch`` and how many items it averaged."""
 
 
 def shard_batches(task: TrainBatches[B], epoch: int, w: World) -> Iterator[tuple[B, bool]]:
-    """This rank's ``(batch, real)`` of ``epoch``: the task's own ``train_shard`` when it has one.
-
-    The generic route builds every batch of the epoch on every rank and keeps its
-    share: right for any task (the order is a function of seed and epoch), and
-    cheap where batches are prebuilt or tiny (link and edge pairs, images). Tasks
-    whose batches are costly to build (graph level, node subgraphs) deal the batch
-    *ids* first, in ``train_shard``.
-    """
-    if hasattr(task, "train_shard"):
-        yield from task.train_shard(epoch, w.rank, w.size)
-        return
-    batches = list(task.train_batches(epoch))
-    for i, real in deal(len(batches), w.rank, w.size):
-        yield batches[i], real
+    """This rank's ``(batch, real)`` of ``epoch``: the task's ``train_shard`` (by default every rank builds the
+    epoch's batches and keeps its share, :func:`deal`; tasks whose batches are costly to build deal ids first)."""
+    yield from task.train_shard(epoch, w.rank, w.size)
 
 
 def epoch_seed(seed: int, epoch: int, rank: int) -> int:

@@ -18,8 +18,9 @@ import torch
 from xmask_cli.config import Config
 from xmask_cli.config_resolve import build
 from xmask_cli.engine.experiment import Experiment
-from xmask_cli.engine.loop import Task, score
+from xmask_cli.engine.loop import score
 from xmask_cli.engine.runs import RunDir
+from xmask_cli.engine.tasks.base import Task
 from xmask_cli.errors import RunNotFoundError, first_line
 from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.results import EvalResult
@@ -96,12 +97,12 @@ def rebuild_run(
     offline: bool | None = None,
     device: str = "cpu",
     log: Callable[[str], None] = lambda m: None,
-) -> tuple[Experiment, Task, torch.nn.Module]:
+) -> tuple[Experiment, Task[Any], torch.nn.Module]:
     """Rebuild a run's experiment, task (same seed, same split) and best model, in eval mode."""
     cfg: Config = build(Config, saved["config"])
     exp = Experiment.load(cfg, cache_dir=cache_dir, offline=offline, log=log,
                           data_root=data_root if data_root is not None else saved.get("data_root"))
-    task: Task = exp.task(int(saved["train"]["seed"]), device)
+    task: Task[Any] = exp.task(int(saved["train"]["seed"]), device)
     try:
         # ModelConfig takes its own keywords' types; a config.json that does not fit fails here, as a best.pt does.
         model = XMaskNet(ModelConfig(**cast("dict[str, Any]", saved["model"]))).to(device)
@@ -141,7 +142,7 @@ def evaluate_run(
     return evaluate_loaded(run, saved, exp, task, model, parts=parts, device=device)
 
 
-def evaluate_loaded(run: RunDir, saved: SavedRun, exp: Experiment, task: Task, model: torch.nn.Module, *,
+def evaluate_loaded(run: RunDir, saved: SavedRun, exp: Experiment, task: Task[Any], model: torch.nn.Module, *,
                     parts: tuple[str, ...], device: str) -> EvalResult:
     """:func:`evaluate_run` of a run already rebuilt by :func:`rebuild_run` (``xmask_cli.load_run`` reuses it)."""
     seed = int(saved["train"]["seed"])

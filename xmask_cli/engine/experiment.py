@@ -2,7 +2,7 @@
 
 :meth:`Experiment.load` resolves the task level and metric, checks the config, loads the dataset, makes
 sure the structure cache exists (preparing it when it does not, and saying so); :meth:`Experiment.task`
-builds the level's :class:`~xmask_cli.engine.loop.Task` for one seed (through the level registry,
+builds the level's :class:`~xmask_cli.engine.tasks.base.Task` for one seed (through the level registry,
 :data:`~xmask_cli.engine.tasks.LEVELS`) and :meth:`Experiment.model_config` its model's config. The
 sweep over seeds is :func:`~xmask_cli.engine.sweep.train_seeds`.
 
@@ -22,10 +22,14 @@ from typing import Any
 
 from xmask_cli.config import Config
 from xmask_cli.config_rules import check_rules
+from xmask_cli.data.edgefile import EdgeData
+from xmask_cli.data.graphset import GraphSet
+from xmask_cli.data.images import ImageSet
 from xmask_cli.engine.data import LoadOptions, load_data
 from xmask_cli.engine.features import struct_info
 from xmask_cli.engine.plan import dataset_spec, resolve_level, resolve_metric, run_name
 from xmask_cli.engine.tasks import LEVELS
+from xmask_cli.engine.tasks.base import Task
 from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.errors import ConfigError
 from xmask_cli.fs import ensure_writable_dir
@@ -76,7 +80,7 @@ def _train_config(cfg: Config, seed: int, device: str) -> TrainConfig:
 
 
 def _model_config(cfg: Config, level: str, in_dim: int, out_dim: int, dataset: str, readout_scale: float = 1.0,
-                  **image: Any) -> Any:
+                  **image: int | tuple[int, int]) -> ModelConfig:
     encoder = cfg.model.encoder
     if level == "image":  # image_size and patch_size come with `image`
         encoder = "patch"
@@ -98,9 +102,9 @@ class Experiment:
     level: str
     metric: str
     dataset: str
-    graphs: Any = None
+    graphs: GraphSet | ImageSet | None = None
     cache_path: Path | None = None
-    edge_data: Any = None
+    edge_data: EdgeData | None = None
     cache_dir: Path = Path("cache")
     log: Callable[[str], None] = lambda m: None
 
@@ -126,8 +130,8 @@ class Experiment:
         return cls(cfg, level, metric, data.dataset, graphs=data.graphs, cache_path=data.cache_path,
                    edge_data=data.edge_data, cache_dir=cache_dir, log=log)
 
-    def task(self, seed: int, device: str) -> Any:
-        """The level's :class:`~xmask_cli.engine.loop.Task` for ``seed`` (which also draws random splits).
+    def task(self, seed: int, device: str) -> Task[Any]:
+        """The level's :class:`~xmask_cli.engine.tasks.base.Task` for ``seed`` (which also draws random splits).
 
         Raises:
             ConfigError: the model needs a dense path (``model.outside_support:
@@ -139,20 +143,19 @@ class Experiment:
         except PathRefused as exc:
             raise ConfigError(str(exc)) from None
 
-    def _task(self, seed: int, device: str) -> Any:
+    def _task(self, seed: int, device: str) -> Task[Any]:
         return LEVELS[self.level].build(self, seed, device, sparse_refusal(self.cfg.model))
 
-    def model_config(self, task: Any) -> Any:
+    def model_config(self, task: Task[Any]) -> ModelConfig:
         """The :class:`ModelConfig` this experiment's model takes on ``task`` (dimensions from the level's task)."""
         fields = LEVELS[self.level].model_fields(self, task)
         return _model_config(self.cfg, self.level, dataset=self.dataset, **fields)
 
     def features(self) -> dict[str, Any] | None:
         """The node features the model reads (``GraphSet.feature_info``); None for image sets and edge files."""
-        info = getattr(self.graphs, "feature_info", None)
-        if info is None:
+        if not isinstance(self.graphs, GraphSet):
             return None
-        out = info().to_dict()
+        out = self.graphs.feature_info().to_dict()
         if self.cfg.model.node_struct != "none":
             out["node_struct"] = struct_info(self.graphs, self.cfg.model.node_struct, self.cfg.structure.rrwp.steps)
         return out

@@ -1,6 +1,6 @@
 """The one training loop every task level shares.
 
-A :class:`Task` knows its data (batches, loss, metric); :func:`fit` knows
+A :class:`~xmask_cli.engine.tasks.base.Task` knows its data (batches, loss, metric); :func:`fit` knows
 optimisation, validation-only selection, checkpoints and resume. Node,
 link, edge and graph tasks differ only in their :class:`Task`.
 
@@ -17,7 +17,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import torch
@@ -32,6 +32,7 @@ from xmask_cli.engine.precision import Precision, autocast, check_precision
 from xmask_cli.engine.resume import open_run, rng_state, set_rng_state
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.splits import PARTS
+from xmask_cli.engine.tasks.base import Task
 from xmask_cli.engine.train_config import TrainConfig  # re-exported: loop.TrainConfig is its long-standing path
 from xmask_cli.engine.watch import RunWatch
 from xmask_cli.errors import DivergedError
@@ -40,36 +41,11 @@ from xmask_cli.model.network import XMaskNet
 if TYPE_CHECKING:
     from xmask_cli.model.network import ModelConfig
 
-__all__ = ["TrainConfig", "Task", "MetricsRow", "fit", "train_task", "seed_everything", "PARTS"]
+__all__ = ["TrainConfig", "MetricsRow", "fit", "train_task", "seed_everything", "PARTS"]
 
 T = TypeVar("T")
 #: One epoch's line of ``metrics.jsonl`` (numbers; None where JSON would need a NaN).
 MetricsRow = dict[str, float | None]
-
-
-class Task(Protocol):
-    """What :func:`fit` needs from a task level.
-
-    Attributes:
-        metric: name in :data:`xmask_cli.engine.metrics.METRICS` used for selection.
-    """
-
-    metric: str
-
-    def describe(self) -> dict[str, Any]:
-        """JSON-able identity of the data side (dataset, split, ...): saved, and compared on resume."""
-
-    def split_sizes(self) -> dict[str, int]:
-        """Number of scored items (nodes, graphs, pairs) per part."""
-
-    def train_batches(self, epoch: int) -> Iterable[Any]:
-        """The training batches of ``epoch``; a function of (seed, epoch) only, so resume is exact."""
-
-    def loss(self, model: torch.nn.Module, batch: Any) -> tuple[Tensor, int]:
-        """Mean loss of ``batch`` (on the task's device) and how many items it averaged."""
-
-    def score(self, model: torch.nn.Module, part: str) -> float:
-        """``metric`` on ``part`` (``train``/``val``/``test``); called in eval mode under ``no_grad``."""
 
 
 def seed_everything(seed: int) -> None:
@@ -98,14 +74,12 @@ def score(task: Task, model: torch.nn.Module, part: str, precision: str = "fp32"
 @torch.no_grad()
 def score_and_loss(task: Task, model: torch.nn.Module, part: str, precision: str = "fp32",
                    device: str = "cpu") -> tuple[float, float]:
-    """``(metric, mean loss)`` on ``part`` from one pass (``task.evaluate``); the loss is NaN for a task
-    without ``evaluate`` (selection then breaks metric ties by the later epoch)."""
+    """``(metric, mean loss)`` on ``part`` from one pass (``task.evaluate``); the loss is NaN for a task that
+    keeps ``Task.evaluate``'s default (selection then breaks metric ties by the later epoch)."""
     model.eval()
     with autocast(precision, device):
-        if hasattr(task, "evaluate"):
-            val, loss = task.evaluate(model, part)
-            return float(val), float(loss)
-        return float(task.score(model, part)), float("nan")
+        val, loss = task.evaluate(model, part)
+        return float(val), float(loss)
 
 
 def timed_batches(batches: Iterable[T], waited: list[float]) -> Iterator[T]:
@@ -356,7 +330,7 @@ def _fit(task: Task, model: torch.nn.Module, train_cfg: TrainConfig, run: RunDir
     return strategy.from_main(_summarize, task, model, run, train_cfg, parts, epoch + 1, stopped_early, strategy.world)
 
 
-def train_task(task: Any, model_cfg: ModelConfig, train_cfg: TrainConfig, run_dir: RunDir | str | os.PathLike,
+def train_task(task: Task, model_cfg: ModelConfig, train_cfg: TrainConfig, run_dir: RunDir | str | os.PathLike,
                **fit_options: Any) -> dict[str, Any]:
     """Seed, build :class:`XMaskNet` from ``model_cfg`` and train it on ``task`` with :func:`fit`.
 
@@ -367,7 +341,7 @@ def train_task(task: Any, model_cfg: ModelConfig, train_cfg: TrainConfig, run_di
         ValueError: ``model_cfg`` does not fit a task that states its
             ``(model_task, in_dim, out_dim)``, or anything :func:`fit` raises.
     """
-    if hasattr(task, "model_task"):
+    if task.model_task is not None:
         want = (task.model_task, task.in_dim, task.out_dim)
         got = (model_cfg.task, model_cfg.in_dim, model_cfg.out_dim)
         if want != got:

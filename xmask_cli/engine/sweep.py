@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from xmask_cli.config import Config
+from xmask_cli.data.graphset import GraphSet
 from xmask_cli.engine import distributed, loop
 from xmask_cli.engine.distributed import World
 from xmask_cli.engine.experiment import Experiment, _train_config, check_config
@@ -56,6 +57,7 @@ def _fold_experiment(exp: Experiment, seed: int, fold: int, root: Path, write: b
     """``exp`` for outer fold ``fold`` (its config records ``data.fold``, which ``eval`` reads back); the
     seed's fold index files are written into ``<root>/<seed>/folds/`` with its first fold."""
     if write and fold == 0:
+        assert isinstance(exp.graphs, GraphSet), "folds are graph-level (config_rules), whose data is a GraphSet"
         write_fold_files(outer_folds(graph_labels(exp.graphs), exp.cfg.data.folds, seed), root / str(seed) / "folds")
     cfg = dataclasses.replace(exp.cfg, data=dataclasses.replace(exp.cfg.data, fold=fold))
     return dataclasses.replace(exp, cfg=cfg)

@@ -112,7 +112,7 @@ class SingleGraph:
 
     def __init__(self, task: Any, level: str):
         self.task, self.level = task, level
-        self.num_nodes = int(task.num_nodes) if hasattr(task, "num_nodes") else int(task.x.size(0))
+        self.num_nodes = int(task.num_nodes)  # node, link and edge tasks: the graph's node count
         self.cache_path = task.cache_path
         self._memo: dict[Any, tuple[np.ndarray, Recorded]] = {}
 

@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from tests.engine.ranks import spawn_ranks
+from xmask_cli.engine.tasks.base import Task
 
 #: Pairs per attention chunk: a 30-70 query batch runs its two layers in 3-30 chunks.
 CHUNK = 40_000
@@ -102,7 +103,7 @@ def _union(a: Any, b: Any) -> Any:
     return NodeBatch(nodes=nodes, targets=torch.arange(len(nodes)))
 
 
-class Steps:
+class Steps(Task):
     """Fixed training batches around a real node or link task; a list batch is one step over several
     pieces, its loss their item-weighted mean (what DDP's weighted average gives)."""
 

@@ -1,4 +1,4 @@
-"""Edge regression: one target vector per row of an edge file, as a :class:`~xmask_cli.engine.loop.Task`.
+"""Edge regression: one target vector per row of an edge file, as a :class:`~xmask_cli.engine.tasks.base.Task`.
 
 One row of an edge file (:mod:`xmask_cli.data.edgefile`) is one target
 vector. Rows are split with :func:`edge_regression_split`; only the training
@@ -23,7 +23,6 @@ import hashlib
 import os
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -36,6 +35,7 @@ from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.engine.pair_structure import PairStructure, prepare_pair_structure
 from xmask_cli.engine.splits import Split, index_batches, random_split, split_name
+from xmask_cli.engine.tasks.base import ExperimentView, Task
 from xmask_cli.prepare.needs import model_needs, structure_needed
 
 __all__ = ["EdgeTask", "train_edge_index", "edge_regression_split"]
@@ -64,7 +64,7 @@ def _fractions_of(split: Split) -> list[float]:
     return [s / total for s in split.sizes()]
 
 
-class EdgeTask:
+class EdgeTask(Task[Tensor]):
     """Edge regression: one target vector per row of an edge file (see the module docstring).
 
     Attributes:
@@ -93,6 +93,7 @@ class EdgeTask:
         self.metric, self.seed, self.batch_size = metric, int(seed), int(batch_size)
         self.dataset, self.cache_path, self.data, self.split = dataset, str(cache_path), data, split
         self.device = torch.device(device)
+        self.num_nodes = n
         train_ei = train_edge_index(data, split)
         self.structure = PairStructure(cache_path, train_ei, n, dense_max_nodes, self.device, needs=needs,
                                     dense_only=dense_only)
@@ -169,7 +170,7 @@ class EdgeTask:
         return METRICS[self.metric](pred, y), loss
 
 
-def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> EdgeTask:
+def from_experiment(exp: ExperimentView, seed: int, device: str, dense_only: str | None = None) -> EdgeTask:
     """The edge-regression task of ``exp`` for ``seed``: splits the rows, prepares their training edges' structure."""
     cfg, data = exp.cfg, exp.edge_data
     split = edge_regression_split(data.edge_index.shape[1], seed, fractions=tuple(cfg.edge.fractions))

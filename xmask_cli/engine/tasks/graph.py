@@ -1,4 +1,4 @@
-"""Graph-level classification as a :class:`~xmask_cli.engine.loop.Task`: size-bucketed batches from the cache.
+"""Graph-level classification as a :class:`~xmask_cli.engine.tasks.base.Task`: size-bucketed batches from the cache.
 
 Example::
 
@@ -32,6 +32,7 @@ from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.splits import Split, graph_split
 from xmask_cli.engine.stream import LOG_CACHE_BYTES, GraphBatch, GraphLevelStream
 from xmask_cli.engine.tasks import LEVELS
+from xmask_cli.engine.tasks.base import ExperimentView, Task
 from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.prepare.needs import model_needs
@@ -81,8 +82,8 @@ def _eval_stream(cache_path: str | os.PathLike, features: Sequence[Tensor], labe
                             load_in_memory=True, needs=needs, log_mask=log_mask, log_cache_bytes=log_cache_bytes)
 
 
-class GraphTask:
-    """Graph-level classification over a cached dataset, as a :class:`~xmask_cli.engine.loop.Task`.
+class GraphTask(Task[GraphBatch]):
+    """Graph-level classification over a cached dataset, as a :class:`~xmask_cli.engine.tasks.base.Task`.
 
     Training batches are size-bucketed and shuffled by ``(seed, epoch)``;
     evaluation batches are unshuffled, so the numbers are the same at every call.
@@ -194,7 +195,7 @@ def train_graph_level(
     return train_task(task, model_cfg, train_cfg, run_dir, resume=resume, log=log)
 
 
-def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> GraphTask:
+def from_experiment(exp: ExperimentView, seed: int, device: str, dense_only: str | None = None) -> GraphTask:
     """The graph-level task of ``exp`` for ``seed`` (the level registry's builder)."""
     cfg = exp.cfg
     if cfg.data.folds:  # Errica et al.'s protocol: outer fold data.fold of data.folds, fixed by the seed
@@ -218,7 +219,7 @@ def log_mask_of(cfg: Config) -> tuple[float, str] | None:
     return float(cfg.structure.powers.eps), str(m.outside_support)
 
 
-def model_fields(exp: Any, task: GraphTask) -> dict[str, Any]:
+def model_fields(exp: ExperimentView, task: GraphTask) -> dict[str, Any]:
     """Model dimensions of a graph-level run: feature width (structural channels included), classes, the sum
     readout's size scale."""
     m = exp.cfg.model

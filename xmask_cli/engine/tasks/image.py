@@ -28,6 +28,7 @@ from xmask_cli.data.images import ImageSet, channel_stats
 from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.engine.splits import Split
+from xmask_cli.engine.tasks.base import ExperimentView, Task
 from xmask_cli.errors import UsageError
 from xmask_cli.model.batches import DenseBatch
 
@@ -87,8 +88,8 @@ def augment_batch(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
-class ImageTask:
-    """Image classification over the shared patch grid, as a :class:`~xmask_cli.engine.loop.Task`.
+class ImageTask(Task[ImageBatch]):
+    """Image classification over the shared patch grid, as a :class:`~xmask_cli.engine.tasks.base.Task`.
 
     Training batches are a permutation of the training images drawn from
     ``(seed, epoch)`` (so resume is exact); evaluation batches are the split's
@@ -185,14 +186,14 @@ class ImageTask:
         return METRICS[self.metric](out, y), loss
 
 
-def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> ImageTask:
+def from_experiment(exp: ExperimentView, seed: int, device: str, dense_only: str | None = None) -> ImageTask:
     """The image task of ``exp`` for ``seed`` (the level registry's builder)."""
     cfg = exp.cfg
     return ImageTask(exp.cache_path, exp.graphs, image_split(exp.graphs, seed), exp.metric, cfg.train.batch_size, seed,
                      device, augment=cfg.image.augment)
 
 
-def model_fields(exp: Any, task: ImageTask) -> dict[str, Any]:
+def model_fields(exp: ExperimentView, task: ImageTask) -> dict[str, Any]:
     """Model dimensions of an image run: patch features, classes, and the image and patch sizes."""
     return {"in_dim": task.in_dim, "out_dim": task.out_dim, "image_size": task.image_size,
             "patch_size": exp.cfg.image.patch}

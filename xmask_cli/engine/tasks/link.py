@@ -1,4 +1,4 @@
-"""Link prediction on one graph whose structure is its training edges, as a :class:`~xmask_cli.engine.loop.Task`.
+"""Link prediction on one graph whose structure is its training edges, as a :class:`~xmask_cli.engine.tasks.base.Task`.
 
 Pairs are scored with :meth:`XMaskNet.score_pairs` on node embeddings of the
 training-edge graph (:class:`~xmask_cli.engine.pair_structure.PairStructure`:
@@ -32,7 +32,6 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -44,6 +43,7 @@ from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.mrr import PROTOCOLS, link_mrr
 from xmask_cli.engine.pair_structure import PairStructure, prepare_pair_structure
 from xmask_cli.engine.splits import EdgeSplit, edge_split, index_batches, pair_keys, sample_negatives, split_name
+from xmask_cli.engine.tasks.base import ExperimentView, Task
 from xmask_cli.prepare.needs import model_needs, structure_needed
 
 __all__ = ["LinkTask"]
@@ -55,7 +55,7 @@ def _expected_sizes(total: int, fractions: Sequence[float]) -> tuple[int, int, i
     return total - n_val - n_test, n_val, n_test
 
 
-class LinkTask:
+class LinkTask(Task[tuple[Tensor, Tensor]]):
     """Link prediction on one graph whose structure is its training edges (see the module docstring).
 
     Attributes:
@@ -165,7 +165,7 @@ class LinkTask:
         return link_mrr(s_pos, s_neg, self.protocol, self.split.num_neg_per_pos), loss
 
 
-def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> LinkTask:
+def from_experiment(exp: ExperimentView, seed: int, device: str, dense_only: str | None = None) -> LinkTask:
     """The link task of ``exp`` for ``seed``: draws the edge split, prepares its training edges' structure."""
     cfg, spec = exp.cfg, exp.graphs.spec
     data = exp.graphs.dataset[0]

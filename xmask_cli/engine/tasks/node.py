@@ -62,6 +62,7 @@ from xmask_cli.engine.node_batches import (
 from xmask_cli.engine.query import CHUNK_PAIRS, QueryStats
 from xmask_cli.engine.splits import Split, node_split
 from xmask_cli.engine.tasks import LEVELS
+from xmask_cli.engine.tasks.base import ExperimentView, Task
 from xmask_cli.errors import UsageError
 from xmask_cli.model.attention_path import ATTENTIONS, PathRefused, full_graph_attention
 from xmask_cli.prepare.needs import model_needs
@@ -74,8 +75,8 @@ MODES = ("auto", "full", "subgraph", "query", "partition")
 NODE_METRICS = LEVELS["node"].metrics
 
 
-class NodeTask:
-    """Node classification on one cached graph, as a :class:`~xmask_cli.engine.loop.Task`.
+class NodeTask(Task[NodeBatch]):
+    """Node classification on one cached graph, as a :class:`~xmask_cli.engine.tasks.base.Task`.
 
     Args:
         cache_path: structure cache of the dataset (``xmask prepare``).
@@ -315,7 +316,7 @@ def _modes(mode: str, num_nodes: int, dense_max_nodes: int, needs: bool, subgrap
     return train, evaluation
 
 
-def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None,
+def from_experiment(exp: ExperimentView, seed: int, device: str, dense_only: str | None = None,
                     task_class: type[NodeTask] | None = None) -> NodeTask:
     """The node task of ``exp`` for ``seed``, of class ``task_class`` (default :class:`NodeTask`; with
     ``model.experts`` the level registry builds it through :mod:`~xmask_cli.engine.tasks.node_experts`)."""

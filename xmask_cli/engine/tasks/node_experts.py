@@ -22,6 +22,7 @@ from torch import Tensor
 from xmask_cli.config_rules import check_expert_node_mode
 from xmask_cli.engine.node_batches import NodeBatch, NodeBatcher, NodeGraph
 from xmask_cli.engine.tasks import node
+from xmask_cli.engine.tasks.base import ExperimentView
 from xmask_cli.engine.tasks.node import NodeTask
 from xmask_cli.model.batches import TokenBatch
 from xmask_cli.model.experts import hierarchical_tokens
@@ -105,6 +106,6 @@ class TokenBatcher(NodeBatcher):
         return self.forward(model, self._batch)[: self.num_nodes].float().cpu()
 
 
-def from_experiment(exp: Any, seed: int, device: str, dense_only: str | None = None) -> NodeTask:
+def from_experiment(exp: ExperimentView, seed: int, device: str, dense_only: str | None = None) -> NodeTask:
     """The node task of ``exp`` for ``seed`` when ``model.experts`` is set (the level registry's builder)."""
     return node.from_experiment(exp, seed, device, dense_only, task_class=ExpertNodeTask)
