@@ -12,7 +12,7 @@ ENGINE = Path(__file__).resolve().parents[1] / "xmask_cli" / "engine"
 
 #: Functions under xmask_cli/engine whose signature mentions Any. Lower it when a signature is typed;
 #: never raise it (type the new code instead).
-BUDGET = 25
+BUDGET = 18
 
 
 def _mentions_any(annotation: ast.expr | None) -> bool:
