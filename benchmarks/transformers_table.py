@@ -102,26 +102,26 @@ def xmask_params(run_dir: Path) -> int:
                    if v.is_floating_point() and "running_" not in k))
 
 
-def run_prepare(ds: str, data_root: Path, cache: Path, log_dir: Path) -> dict[str, Any]:
-    """``xmask prepare <ds> --preset <ds>`` in a child: the CLI's JSON (seconds, size_bytes, key, cached) and the
-    child's peak RSS."""
+def run_prepare(ds: str, data_root: Path, cache: Path, log_dir: Path, preset: str | None = None) -> dict[str, Any]:
+    """``xmask prepare <ds> --preset <preset>`` (default: the dataset's own preset) in a child: the CLI's JSON
+    (seconds, size_bytes, key, cached) and the child's peak RSS."""
     base = [sys.executable, "-m", "xmask_cli", "--format", "json"]
     env = {**_threads_env(), "XMASK_CACHE": str(cache), "XMASK_DATA_ROOT": str(data_root)}
-    prep = run_child(base + ["prepare", ds, "--preset", ds.lower()], env, log_dir / f"{ds}-xmask-prepare.log")
+    prep = run_child(base + ["prepare", ds, "--preset", preset or ds.lower()], env, log_dir / f"{ds}-xmask-prepare.log")
     if prep["rc"] != 0:
         return {"status": "failed", "reason": f"xmask prepare exited {prep['rc']}", "prepare": prep}
     return {"status": "ok", **json.loads(prep.pop("stdout")), "child": prep}
 
 
 def run_xmask(ds: str, seeds: str, data_root: Path, cache: Path, epochs: int | None, log_dir: Path,
-              prepared: Path | None = None) -> dict[str, Any]:
-    """``xmask prepare`` then ``xmask train --preset <ds> --seeds ...``, each a child process. When the cache
-    was filled earlier by ``transformers_table.py prepare`` (``prepared``: its JSON, the same cache key), the
-    prepare figures are that measured run's."""
-    preset = ds.lower()
+              prepared: Path | None = None, preset: str | None = None) -> dict[str, Any]:
+    """``xmask prepare`` then ``xmask train --preset <preset> --seeds ...`` (default: the dataset's own preset),
+    each a child process. When the cache was filled earlier by ``transformers_table.py prepare`` (``prepared``:
+    its JSON, the same cache key), the prepare figures are that measured run's."""
+    preset = preset or ds.lower()
     base = [sys.executable, "-m", "xmask_cli", "--format", "json"]
     env = {**_threads_env(), "XMASK_CACHE": str(cache), "XMASK_DATA_ROOT": str(data_root)}
-    pj = run_prepare(ds, data_root, cache, log_dir)
+    pj = run_prepare(ds, data_root, cache, log_dir, preset)
     if pj["status"] != "ok":
         return pj
     prep = pj.pop("child")
@@ -215,7 +215,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     logs.mkdir(exist_ok=True)
     ds = args.dataset
     epochs, probes, skips = parse_pairs(args.peer_epochs), parse_pairs(args.probe), parse_pairs(args.skip)
-    sides = ([] if args.no_xmask else ["xmask"]) + [p for p in args.peers.split(",") if p]
+    mine = f"xmask-{args.xmask_preset}" if args.xmask_preset else "xmask"  # another preset: a row of its own
+    sides = ([] if args.no_xmask else [mine]) + [p for p in args.peers.split(",") if p]
     for side in sides:
         dest = args.out_dir / f"{ds}-{side}.json"
         if dest.exists() and not args.overwrite:
@@ -225,9 +226,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         if side in skips:
             src = args.out_dir / f"{skips[side]}-{side}.json"
             row = gps_memory_estimate({**json.loads(src.read_text()), "dataset": skips[side]}, ds)
-        elif side == "xmask":
+        elif side == mine:
             row = run_xmask(ds, args.seeds, args.data_root, args.cache, args.xmask_epochs, logs,
-                            args.out_dir / "prepare" / f"{ds}.json")
+                            args.out_dir / "prepare" / f"{ds}.json", preset=args.xmask_preset)
             if args.xmask_probe and row["status"] == "ok":  # a few epochs: time and memory only
                 row["status"], row["probe"] = "probe", args.xmask_epochs
         else:
@@ -261,8 +262,10 @@ def table(rows: list[dict[str, Any]]) -> str:
             "cache MB", "peak RSS MB", "s / epoch", "params", "note"]
     lines = ["| " + " | ".join(head) + " |", "|---|---|---|---|---:|---:|---:|---:|---:|---|"]
     order = {d: i for i, d in enumerate(NODE_SETS + GRAPH_SETS)}
-    rows = sorted(rows, key=lambda r: (order.get(r["dataset"], 99), SIDES.index(r["side"]) if r["side"] in SIDES
-                                       else 99))
+    def rank(side: str) -> float:  # another xmask preset's row right after xmask's own
+        return SIDES.index(side) if side in SIDES else 0.5 if side.startswith("xmask-") else 99
+
+    rows = sorted(rows, key=lambda r: (order.get(r["dataset"], 99), rank(r["side"])))
     for r in rows:
         b = r.get("budget") or {}
         run = f"{r['epochs_run_mean']:.0f}" if r.get("epochs_run_mean") is not None else "–"
@@ -322,7 +325,7 @@ def cmd_speed(args: argparse.Namespace) -> int:
     logs.mkdir(exist_ok=True)
     rounds = []
     for i in range(args.rounds):
-        x = run_xmask(args.dataset, "0", args.data_root, args.cache, args.epochs, logs)
+        x = run_xmask(args.dataset, "0", args.data_root, args.cache, args.epochs, logs, preset=args.preset)
         peer = run_peer(args.dataset, args.peer, "0", args.data_root, None, args.epochs, logs)
         rounds.append({"round": i, "xmask_s_per_epoch": x.get("seconds_per_epoch"),
                        "peer_s_per_epoch": peer.get("seconds_per_epoch"), "xmask_peak_rss_mb": x.get("peak_rss_mb"),
@@ -330,12 +333,14 @@ def cmd_speed(args: argparse.Namespace) -> int:
                        if "train" in x else None})
         print(json.dumps(rounds[-1]), file=sys.stderr, flush=True)
     ratio = [r["xmask_s_per_epoch"] / r["peer_s_per_epoch"] for r in rounds]
-    res = {"dataset": args.dataset, "peer": args.peer, "epochs": args.epochs, "rounds": rounds,
+    res = {"dataset": args.dataset, "preset": args.preset or args.dataset.lower(), "peer": args.peer,
+           "epochs": args.epochs, "rounds": rounds,
            "xmask_s_per_epoch": float(np.median([r["xmask_s_per_epoch"] for r in rounds])),
            "peer_s_per_epoch": float(np.median([r["peer_s_per_epoch"] for r in rounds])),
            "ratio_median": float(np.median(ratio)), "ratios": ratio,
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    dest = args.out_dir / "speed" / f"{args.dataset}-xmask-vs-{args.peer}.json"
+    own = f"-{args.preset}" if args.preset else ""
+    dest = args.out_dir / "speed" / f"{args.dataset}-xmask{own}-vs-{args.peer}.json"
     dest.parent.mkdir(exist_ok=True)
     dest.write_text(json.dumps(res, indent=2) + "\n")
     print(json.dumps({k: v for k, v in res.items() if k != "rounds"}))
@@ -353,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--peer-epochs", action="append", default=[], metavar="NAME=E",
                    help="cut a peer's epoch budget (default: the xmask preset's train.epochs)")
     r.add_argument("--xmask-epochs", type=int, default=None, help="cut xmask's train.epochs")
+    r.add_argument("--xmask-preset", default=None,
+                   help="train this preset instead of the dataset's own; its row is xmask-<preset>")
     r.add_argument("--xmask-probe", action="store_true",
                    help="with --xmask-epochs: a timing run (the table shows no accuracy for it)")
     r.add_argument("--probe", action="append", default=[], metavar="NAME=K",
@@ -376,6 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     sp.add_argument("--peer", required=True)
     sp.add_argument("--epochs", type=int, default=10)
     sp.add_argument("--rounds", type=int, default=3)
+    sp.add_argument("--preset", default=None, help="xmask's preset (default: the dataset's own)")
     sp.add_argument("--data-root", type=Path, default=Path(os.environ.get("XMASK_DATA_ROOT")
                                                                or REPO.parent / "shared" / "datasets"))
     sp.add_argument("--cache", type=Path, default=Path(os.environ.get("XMASK_CACHE") or "/tmp/xmask-table-cache"))

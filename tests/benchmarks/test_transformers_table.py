@@ -74,3 +74,11 @@ def test_table_rows(tt):
                                "129,863 |")
     assert "| Cora | GPS | probe only |" in lines[3] and "probe: 1 epochs timed" in lines[3]
     assert "| Computers | GPS | not run |" in lines[4] and "needs ~113 GB" in lines[4]
+
+
+def test_another_preset_row_follows_xmask_own(tt):
+    def row(side: str) -> dict:
+        return {"dataset": "Computers", "side": side, "status": "ok", "seeds": [0], "test": {"mean": 0.9, "std": 0.0}}
+
+    lines = tt.table([row("SGFormer"), row("xmask-computers-full"), row("xmask")]).splitlines()[2:]
+    assert [ln.split(" | ")[1] for ln in lines] == ["xmask", "xmask-computers-full", "SGFormer"]
