@@ -40,12 +40,13 @@ REPO = Path(__file__).resolve().parents[1]
 THREADS = {v: "1" for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
 
 
-def xmask_epoch(preset: str, epochs: int, data_root: str, cache_dir: str, runs: Path) -> float:
+def xmask_epoch(preset: str, epochs: int, data_root: str, cache_dir: str, runs: Path, sets: list[str]) -> float:
     """Median ``epoch_s`` of one ``xmask train`` run (first epoch left out)."""
     env = {**os.environ, **THREADS, "XMASK_CACHE": cache_dir}
     cmd = [sys.executable, "-m", "xmask_cli", "train", "--preset", preset, "--seeds", "0", "--data-root", data_root,
            "--runs-dir", str(runs), "--overwrite", "--set", f"train.epochs={epochs}",
            "--set", f"train.patience={epochs}", "--set", "run.name=speed", "--format", "json"]
+    cmd += [a for kv in sets for a in ("--set", kv)]
     subprocess.run(cmd, check=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     lines = (runs / "speed" / "0" / "metrics.jsonl").read_text().splitlines()
     times = [json.loads(ln)["epoch_s"] for ln in lines if '"epoch_s"' in ln][1:]
@@ -89,6 +90,8 @@ def gat_epoch(data, epochs: int) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--preset", default="cora")
+    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                    help="an override of xmask's preset (repeatable), e.g. node.sparse_features=true")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--epochs", type=int, default=60)
     ap.add_argument("--data-root", required=True)
@@ -111,14 +114,15 @@ def main() -> int:
             order = ("xmask", "gat") if r % 2 == 0 else ("gat", "xmask")
             for side in order:
                 if side == "xmask":
-                    sides[side] = xmask_epoch(args.preset, args.epochs, args.data_root, args.cache_dir, Path(tmp))
+                    sides[side] = xmask_epoch(args.preset, args.epochs, args.data_root, args.cache_dir, Path(tmp),
+                                              args.sets)
                 else:
                     sides[side] = gat_epoch(data, args.epochs)
             load = os.getloadavg()[0]
             rows.append({"round": r, **sides, "ratio": sides["xmask"] / sides["gat"], "load1": load})
             print(f"| {r} | {sides['xmask']:.4f} | {sides['gat']:.4f} | {sides['xmask'] / sides['gat']:.2f} | "
                   f"{load:.2f} |", flush=True)
-    summary = {"preset": args.preset, "epochs": args.epochs, "rounds": rows,
+    summary = {"preset": args.preset, "set": args.sets, "epochs": args.epochs, "rounds": rows,
                "xmask_s": statistics.median(r["xmask"] for r in rows),
                "gat_s": statistics.median(r["gat"] for r in rows),
                "ratio": statistics.median(r["ratio"] for r in rows)}
