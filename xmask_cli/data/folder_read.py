@@ -45,7 +45,7 @@ def int_column(a: np.ndarray, path: Path, name: str, rows: Rows, kind: str) -> n
         whole = np.isfinite(a) & (a == np.round(a))
         if not whole.all():
             bad = int(np.flatnonzero(~whole)[0])
-            raise UsageError(f"{rows.at(bad)}: {name} {a[bad]!r} is not an integer"
+            raise UsageError(f"{rows.at(bad)}: {name} {float(a[bad])!r} is not an integer"
                              + ("; use -1 for an unlabelled node" if kind == "label" else ""))
     elif a.dtype.kind not in "iub":
         raise UsageError(f"{path}: {name} must hold integers, got dtype {a.dtype}")
@@ -67,7 +67,7 @@ def float_column(a: np.ndarray, path: Path, name: str, size: int, rows: Rows) ->
     a = a.astype(np.float64)
     bad = np.flatnonzero(~np.isfinite(a) | (a <= 0))
     if bad.size:
-        raise UsageError(f"{rows.at(bad[0])}: {name} {a[bad[0]]!r} must be a finite number > 0")
+        raise UsageError(f"{rows.at(bad[0])}: {name} {float(a[bad[0]])!r} must be a finite number > 0")
     return a
 
 
