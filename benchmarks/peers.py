@@ -593,11 +593,11 @@ def preset_name(dataset: str) -> str:
     return dataset.lower()
 
 
-def preset_budget(dataset: str) -> dict[str, int]:
-    """``train.epochs``, ``train.patience`` and ``train.batch_size`` of the dataset's xmask preset."""
+def preset_budget(dataset: str, preset: str | None = None) -> dict[str, int]:
+    """``train.epochs``, ``train.patience`` and ``train.batch_size`` of the dataset's xmask preset (or ``preset``)."""
     from xmask_cli.config_resolve import resolve
 
-    t = resolve(preset_name(dataset)).train
+    t = resolve(preset or preset_name(dataset)).train
     return {"epochs": int(t.epochs), "patience": int(t.patience), "batch_size": int(t.batch_size)}
 
 

@@ -144,7 +144,7 @@ def run_xmask(ds: str, seeds: str, data_root: Path, cache: Path, epochs: int | N
         runs.append({"seed": r["seed"], "metrics": r["metrics"], "best_epoch": r["best_epoch"],
                      "epochs_run": r["epochs_run"]})
     test = np.array([r["metrics"]["test"] for r in runs])
-    budget = _peers().preset_budget(ds)
+    budget = _peers().preset_budget(ds, preset)
     return {"status": "ok", "metric": tj["metric"], "seeds": [r["seed"] for r in runs],
             "test": {"mean": float(test.mean()), "std": float(test.std()), "values": test.tolist()},
             "seconds_per_epoch": float(np.median(epoch_s)), "epochs_run_mean": float(np.mean(
