@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import signal
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch.multiprocessing as mp
+
+#: A run of ranks ends within this (the tests' take seconds; minutes at a load of 10 on 2 cores).
+JOIN_SECONDS = 600
 
 
 def spawn_ranks(main: Callable[..., None], payload: Any, tmp_path: Path, size: int = 2) -> Path:
@@ -25,7 +29,7 @@ def spawn_ranks(main: Callable[..., None], payload: Any, tmp_path: Path, size: i
         out = tmp_path / f"attempt{attempt}"
         out.mkdir()  # the file:// rendezvous needs its folder
         try:
-            mp.spawn(main, args=(size, str(out / "rendezvous"), payload, str(out / "ddp")), nprocs=size, join=True)
+            _run(main, (size, str(out / "rendezvous"), payload, str(out / "ddp")), size)
         except mp.ProcessExitedException as exc:
             if attempt == attempts or exc.signal_name != signal.Signals.SIGABRT.name:
                 raise
@@ -33,3 +37,16 @@ def spawn_ranks(main: Callable[..., None], payload: Any, tmp_path: Path, size: i
             continue
         return out / "ddp"
     raise AssertionError("unreachable")
+
+
+def _run(main: Callable[..., None], args: tuple[Any, ...], size: int) -> None:
+    """``size`` processes of ``main(rank, *args)``, joined within :data:`JOIN_SECONDS`: a rank that hangs
+    fails the test, naming the ranks still alive, instead of holding the whole suite until CI's limit."""
+    ctx = mp.start_processes(main, args=args, nprocs=size, join=False, start_method="spawn")
+    deadline = time.monotonic() + JOIN_SECONDS
+    while not ctx.join(timeout=5):
+        if time.monotonic() > deadline:
+            alive = [rank for rank, proc in enumerate(ctx.processes) if proc.is_alive()]
+            for proc in ctx.processes:
+                proc.kill()
+            raise AssertionError(f"ranks {alive} of {size} still running after {JOIN_SECONDS} s: killed")

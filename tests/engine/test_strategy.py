@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 from pathlib import Path
 
@@ -68,29 +69,38 @@ def _rank_main(rank: int, size: int, init_file: str, payload: None, out: str) ->
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=size,
                             timeout=datetime.timedelta(seconds=120))
     try:
-        strategy = make_strategy(Precision("fp32", "cpu"), torch.device("cpu"))
-        calls: list[int] = []
-        got = {
-            "ddp": isinstance(strategy, DDPStrategy), "main": strategy.is_main,
-            "batches": list(strategy.batches(Lines(3), epoch=0, seed=0)),
-            "reduce": strategy.reduce([rank + 0.5, 1.0]),
-            "broadcast": strategy.broadcast(f"from {rank}"),
-            "on_main": strategy.on_main(calls.append, rank),
-            "from_main": strategy.from_main(lambda: calls.append(rank) or f"rank {rank}'s"),
-        }
-        model = _line()
-        strategy.setup(model)
-        steps = []
-        for batch, real in strategy.batches(Lines(3), epoch=0, seed=0):
-            model.weight.grad = None
-            loss, n, bad = strategy.backward(Lines(3), model, batch, real)
-            steps.append([float(loss.detach()), n, bad, float(model.weight.grad)])
-        _, _, bad = strategy.backward(Lines(3, bad=0), model, 0 if rank == 0 else 1, True)
-        got.update(calls=calls, steps=steps, bad=bad)
-        Path(out).mkdir(parents=True, exist_ok=True)
-        (Path(out) / f"rank{rank}.json").write_text(json.dumps(got))
+        _exercise(rank, out)
     finally:
+        # The DDP wrapper is gone with _exercise's frame, while the group is still registered: freed later,
+        # its reducer would run the gloo group's destructor holding the GIL, which joins a gloo thread that
+        # waits for the GIL (a teardown deadlock of torch's, pytorch/pytorch#56297).
+        gc.collect()
         dist.destroy_process_group()
+
+
+def _exercise(rank: int, out: str) -> None:
+    """Every strategy call on this rank; writes what it saw to ``out/rank<r>.json``."""
+    strategy = make_strategy(Precision("fp32", "cpu"), torch.device("cpu"))
+    calls: list[int] = []
+    got = {
+        "ddp": isinstance(strategy, DDPStrategy), "main": strategy.is_main,
+        "batches": list(strategy.batches(Lines(3), epoch=0, seed=0)),
+        "reduce": strategy.reduce([rank + 0.5, 1.0]),
+        "broadcast": strategy.broadcast(f"from {rank}"),
+        "on_main": strategy.on_main(calls.append, rank),
+        "from_main": strategy.from_main(lambda: calls.append(rank) or f"rank {rank}'s"),
+    }
+    model = _line()
+    strategy.setup(model)
+    steps = []
+    for batch, real in strategy.batches(Lines(3), epoch=0, seed=0):
+        model.weight.grad = None
+        loss, n, bad = strategy.backward(Lines(3), model, batch, real)
+        steps.append([float(loss.detach()), n, bad, float(model.weight.grad)])
+    _, _, bad = strategy.backward(Lines(3, bad=0), model, 0 if rank == 0 else 1, True)
+    got.update(calls=calls, steps=steps, bad=bad)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    (Path(out) / f"rank{rank}.json").write_text(json.dumps(got))
 
 
 @pytest.mark.slow
