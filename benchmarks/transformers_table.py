@@ -133,7 +133,8 @@ def run_xmask(ds: str, seeds: str, data_root: Path, cache: Path, epochs: int | N
     cmd = base[:3] + ["train", "--preset", preset, "--seeds", seeds, "--runs-dir", str(runs_dir), "--format", "json"]
     if epochs:
         cmd += ["--set", f"train.epochs={epochs}"]
-    train = run_child(cmd, env, log_dir / f"{ds}-xmask-train.log")
+    own = "" if preset == ds.lower() else f"-{preset}"  # another preset's log beside the dataset's own
+    train = run_child(cmd, env, log_dir / f"{ds}-xmask{own}-train.log")
     if train["rc"] != 0:
         return {"status": "failed", "reason": f"xmask train exited {train['rc']}", "train": train}
     tj = json.loads(train.pop("stdout"))
@@ -273,7 +274,7 @@ def table(rows: list[dict[str, Any]]) -> str:
         pre = r.get("prepare_seconds", r.get("precompute_seconds"))
         note = r.get("note") or r.get("reason") or ""
         if r["status"] == "probe":
-            unit = "batches" if r["dataset"] in GRAPH_SETS and r["side"] != "xmask" else "epochs"
+            unit = "batches" if r["dataset"] in GRAPH_SETS and not r["side"].startswith("xmask") else "epochs"
             note = (note + "; " if note else "") + f"probe: {r.get('probe')} {unit} timed"
             if r.get("seconds_per_epoch") and b.get("epochs"):
                 hours = r["seconds_per_epoch"] * b["epochs"] / 3600
@@ -325,8 +326,16 @@ def cmd_speed(args: argparse.Namespace) -> int:
     logs.mkdir(exist_ok=True)
     rounds = []
     for i in range(args.rounds):
-        x = run_xmask(args.dataset, "0", args.data_root, args.cache, args.epochs, logs, preset=args.preset)
-        peer = run_peer(args.dataset, args.peer, "0", args.data_root, None, args.epochs, logs)
+        def mine() -> dict[str, Any]:
+            return run_xmask(args.dataset, "0", args.data_root, args.cache, args.epochs, logs, preset=args.preset)
+
+        def theirs() -> dict[str, Any]:
+            return run_peer(args.dataset, args.peer, "0", args.data_root, None, args.epochs, logs)
+
+        if i % 2 == 0:  # xmask first on even rounds, the peer first on odd ones: load falls on both alike
+            x, peer = mine(), theirs()
+        else:
+            peer, x = theirs(), mine()
         rounds.append({"round": i, "xmask_s_per_epoch": x.get("seconds_per_epoch"),
                        "peer_s_per_epoch": peer.get("seconds_per_epoch"), "xmask_peak_rss_mb": x.get("peak_rss_mb"),
                        "peer_peak_rss_mb": peer.get("peak_rss_mb"), "load": x["train"]["load_before"]

@@ -58,11 +58,12 @@ def explain(
 
     output = output_for(ctx, fmt)
     folder = out or Path("maps") / f"{run_dir.resolve().parent.name}-{run_dir.resolve().name}"
+    dev = resolve_device(device)  # a bad --device is reported before what to explain is checked
     request = ExplainRequest(graphs=graph or (), nodes=node or (), edges=edge or (), images=image or (),
                              max_nodes=max_nodes, query_patch=query_patch, query=query, view=view.lower(),
                              layer=layer)
     result = explain_run(run_dir, request, out_dir=folder, cache_dir=data.cache(), data_root=data.data_root,
-                         device=resolve_device(device), offline=data.no_download, log=output.log)
+                         device=dev, offline=data.no_download, log=output.log)
 
     output.result(result, lambda con: render.human(con, result, folder))
 

@@ -17,7 +17,7 @@ from typing import IO, Any
 import numpy as np
 
 from xmask_cli.data.tables import open_regular
-from xmask_cli.errors import UsageError
+from xmask_cli.errors import UsageError, first_line
 
 __all__ = ["PARQUET_HINT", "read_npy", "read_npz", "read_parquet_columns"]
 
@@ -46,7 +46,7 @@ def _npy_header(fh: IO[bytes], where: str) -> tuple[tuple[int, ...], bool, np.dt
         else:  # 3.0 is written only for structured arrays with non-Latin-1 field names: never a numeric array
             raise ValueError(f".npy format version {version[0]}.{version[1]} is not read; save a plain numeric array")
     except (ValueError, OSError, EOFError) as exc:
-        raise UsageError(f"{where}: not a readable .npy array ({_first(exc)})") from None
+        raise UsageError(f"{where}: not a readable .npy array ({first_line(exc)})") from None
     if dtype.hasobject:
         raise UsageError(f"{where}: the array holds Python objects (dtype {dtype}), which xmask never unpickles; "
                          f"save a numeric array")
@@ -80,7 +80,7 @@ def read_npy(path: Path, *, follow_links: bool = False) -> np.ndarray:
         try:
             return np.load(fh, allow_pickle=False)
         except (ValueError, OSError, EOFError) as exc:
-            raise UsageError(f"{path}: not a readable .npy array ({_first(exc)})") from None
+            raise UsageError(f"{path}: not a readable .npy array ({first_line(exc)})") from None
 
 
 def _npz_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> np.ndarray:
@@ -138,7 +138,7 @@ def read_npz(path: Path, names: Sequence[str], optional: Sequence[str] = ()) -> 
             raise
         except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, KeyError, NotImplementedError,
                 RuntimeError) as exc:
-            raise UsageError(f"{path}: not a readable .npz archive ({_first(exc)})") from None
+            raise UsageError(f"{path}: not a readable .npz archive ({first_line(exc)})") from None
 
 
 def read_parquet_columns(path: Path, names: Sequence[str] | None,
@@ -157,12 +157,12 @@ def read_parquet_columns(path: Path, names: Sequence[str] | None,
         try:
             pf = pq.ParquetFile(fh)
         except Exception as exc:  # pyarrow raises its own error types for a damaged file
-            raise UsageError(f"{path}: not a readable Parquet file ({_first(exc)})") from None
+            raise UsageError(f"{path}: not a readable Parquet file ({first_line(exc)})") from None
         _check_parquet_counts(pf.metadata, path, size)
         try:
             table = pf.read()
         except Exception as exc:
-            raise UsageError(f"{path}: not a readable Parquet file ({_first(exc)})") from None
+            raise UsageError(f"{path}: not a readable Parquet file ({first_line(exc)})") from None
     have = list(table.column_names)
     if names is None:
         wanted = have
@@ -185,7 +185,7 @@ def read_parquet_columns(path: Path, names: Sequence[str] | None,
             # Arrow hands out read-only views; torch warns on those, so the caller gets its own copy.
             out[name.lower() if names is not None else name] = values if values.flags.writeable else values.copy()
         except Exception as exc:  # nested or non-numeric types
-            raise UsageError(f"{path}: column {name} is not a plain numeric column ({_first(exc)})") from None
+            raise UsageError(f"{path}: column {name} is not a plain numeric column ({first_line(exc)})") from None
     return out
 
 
@@ -232,8 +232,3 @@ def _check_parquet_counts(md: Any, path: Path, size: int) -> None:
         raise UsageError(f"{path}: declares {total:,} rows of {md.num_columns} columns "
                          f"(about {need / 2**30:,.1f} GiB decoded), more than this machine's "
                          f"{memory / 2**30:,.1f} GiB of memory")
-
-
-def _first(exc: BaseException) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else ""
-    return text or type(exc).__name__

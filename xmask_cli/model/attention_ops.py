@@ -34,7 +34,8 @@ def feature_dropout(x: Tensor, p: float, training: bool) -> Tensor:
         return F.dropout(x, p, True)
     x = x.coalesce()
     values = F.dropout(x.values(), p, True)
-    return torch.sparse_coo_tensor(x.indices(), values, x.shape, check_invariants=False)
+    # Same (coalesced) indices: marked so, or every reader would sort them again.
+    return torch.sparse_coo_tensor(x.indices(), values, x.shape, check_invariants=False, is_coalesced=True)
 
 
 def segment_softmax(logits: Tensor, index: Tensor, num_nodes: int) -> Tensor:

@@ -13,7 +13,7 @@ import numpy as np
 from xmask_cli.cache import CacheWriter, StructureCache, cache_key, cache_path, verify
 from xmask_cli.cache.files import cache_json
 from xmask_cli.config import StructureSection
-from xmask_cli.errors import CacheError
+from xmask_cli.errors import CacheError, first_line
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.prepare.blocks import DEFAULT_BUDGET, deferred_interrupt, iter_blocks
 from xmask_cli.prepare.ranks import RankWorld, gathered_blocks
@@ -303,7 +303,7 @@ def _existing_cache(path: Path, fingerprint: str, dataset_key: str, full_check: 
                 merged = int(c.file.attrs.get(MERGED_ATTR, 0))
             return edges_total, report, merged
         except (CacheError, OSError, KeyError, ValueError, RuntimeError) as exc:
-            problems = [str(exc).splitlines()[0] if str(exc) else type(exc).__name__]
+            problems = [first_line(exc)]
     if log is not None:
         log(f"existing cache {path} is unusable ({problems[0]}); rebuilding it")
     return None
