@@ -11,7 +11,11 @@ the same pairs, timed interleaved in one process (``train_speed.interleaved``:
 warm-up, then rounds alternating the order), medians reported:
 
 - ``csr``: ``forward_sparse`` with the CSR kernel (each head over its own
-  support: ``sampled_addmm``, segment softmax, CSR @ dense);
+  support) on the CPU's default implementation, the fused compiled kernels
+  (``model/csr_fused.py``: one pass over each row's entries);
+- ``csr_torch``: the same kernel on ``torch.sparse`` primitives
+  (``sampled_addmm``, segment softmax, CSR @ dense; the implementation on
+  other devices), asserted to give the same outputs as ``csr`` first;
 - ``gather``: the same model with ``sparse_kernel='gather'`` (the kernel
   before: ``[E, H, d_h]`` gathers per pair, as TransformerConv);
 - ``transformerconv``: the same layout with PyG ``TransformerConv`` over the
@@ -70,13 +74,22 @@ def measure(cora: Cora, k: int, args: argparse.Namespace, peers: bool, every_hea
     cfg = ModelConfig(in_dim=cora.x.size(1), out_dim=cora.num_classes, hidden=args.hidden, heads=args.heads,
                       layers=args.layers, task="node", head_powers=head_powers)
     torch.manual_seed(0)
-    csr, gather, dense = XMaskNet(cfg), XMaskNet(cfg), XMaskNet(cfg)
+    csr, csr_torch, gather, dense = XMaskNet(cfg), XMaskNet(cfg), XMaskNet(cfg), XMaskNet(cfg)
     for m in gather.modules():
         if hasattr(m, "sparse_kernel"):
             m.sparse_kernel = "gather"
+    csr_torch.load_state_dict(csr.state_dict())
+    for m in csr_torch.modules():
+        if hasattr(m, "csr_impl"):
+            m.csr_impl = "sparse"
+    with torch.no_grad():  # the same outputs on both implementations, or the timing compares nothing
+        a, b = csr.eval().forward_sparse(cora.x, pairs, values), csr_torch.eval().forward_sparse(cora.x, pairs, values)
+        assert float((a - b).abs().max()) <= 1e-4 * float(b.abs().max()), "csr implementations disagree"
+    csr.train(), csr_torch.train()
     x1 = cora.x.unsqueeze(0)
     sides = {
         "csr": _step_fn(csr, lambda: csr.forward_sparse(cora.x, pairs, values), cora.y, cora.train),
+        "csr_torch": _step_fn(csr_torch, lambda: csr_torch.forward_sparse(cora.x, pairs, values), cora.y, cora.train),
         "dense": _step_fn(dense, lambda: dense.forward_dense(x1, powers)[0], cora.y, cora.train),
     }
     if peers:
@@ -89,7 +102,7 @@ def measure(cora: Cora, k: int, args: argparse.Namespace, peers: bool, every_hea
            "pairs_per_head": per_head, "head_powers": list(head_powers),
            "median_s": {n: v["median_s"] for n, v in t.items()}, "runs": {n: v["runs"] for n, v in t.items()}}
     med = row["median_s"]
-    for other in ("gather", "transformerconv", "dense"):
+    for other in ("csr_torch", "gather", "transformerconv", "dense"):
         if other in med:
             row[f"{other}_over_csr"] = med[other] / med["csr"]
             rounds = [a / b for a, b in zip(t[other]["runs"], t["csr"]["runs"])]
@@ -99,8 +112,9 @@ def measure(cora: Cora, k: int, args: argparse.Namespace, peers: bool, every_hea
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    lines = ["| K | union pairs | density | pairs per head | csr s | gather s | TransformerConv s | dense s | "
-             "TConv / csr | gather / csr | dense / csr |", "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| K | union pairs | density | pairs per head | csr s | csr (torch.sparse) s | gather s | "
+             "TransformerConv s | dense s | csr torch.sparse / fused | TConv / csr | gather / csr | dense / csr |",
+             "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
 
     def f(r: dict, key: str, fmt: str) -> str:
         # ratio of medians, and in brackets the median of the per-round ratios (robust to load bursts)
@@ -111,8 +125,9 @@ def table(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         m = r["median_s"]
         lines.append(f"| 1..{r['K']}{' (every head Â^K)' if r.get('every_head_max') else ''} | {r['pairs']:,} | {100 * r['density']:.2f} % | {r['pairs_per_head']} | "
-                     f"{m['csr']:.3f} | {m.get('gather', float('nan')):.3f} | "
+                     f"{m['csr']:.3f} | {m['csr_torch']:.3f} | {m.get('gather', float('nan')):.3f} | "
                      f"{m.get('transformerconv', float('nan')):.3f} | {m['dense']:.3f} | "
+                     f"{f(r, 'csr_torch_over_csr', '.2f')} | "
                      f"{f(r, 'transformerconv_over_csr', '.2f')} | {f(r, 'gather_over_csr', '.2f')} | "
                      f"{f(r, 'dense_over_csr', '.2f')} |")
     return "\n".join(lines)

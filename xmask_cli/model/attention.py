@@ -101,6 +101,9 @@ class StructuralAttention(PairAttention, torch.nn.Module):
         self.dropout = torch.nn.Dropout(dropout)
         #: Kernel of the sparse path (:data:`~xmask_cli.model.pair_attention.SPARSE_KERNELS`); tests and benchmarks compare the two.
         self.sparse_kernel = "csr"
+        #: Implementation of the ``csr`` kernel (:data:`~xmask_cli.model.csr_attention.CSR_IMPLS`): ``auto`` runs
+        #: the fused compiled kernels on the CPU and ``torch.sparse`` elsewhere; tests compare the two.
+        self.csr_impl = "auto"
         # The last CSR pattern (pairs, finiteness, plan): full-graph training feeds the same pairs every step.
         self._csr_memo: dict | None = None
         # (bias, its version/dtype/heads, pairs, their version, plan, picked terms) of the last parameter-free bias.

@@ -16,7 +16,11 @@ left out of that head's pattern: each head runs over its own support only
 (on Cora ``Â^1`` holds 1 % of the union of ``Â^1..Â^4``).
 
 The heads are stacked block-diagonally into one ``(H·Nq) x (H·Nk)`` CSR
-matrix, so one call of each primitive serves every head:
+matrix. On the CPU the default implementation is a pair of fused compiled
+kernels over that pattern (:mod:`~xmask_cli.model.csr_fused`: each row's
+logits, softmax and weighted sum in one pass instead of a dozen tensors of
+``P`` entries written and read back); elsewhere, and with ``impl='sparse'``, one call of each
+``torch.sparse`` primitive serves every head:
 ``torch.sparse.sampled_addmm`` for the logits on the pattern, a segment
 softmax over the CSR rows, and CSR @ dense for the values; the backward
 (hand-written, :class:`_CsrAttention`) uses the same three, plus the
@@ -35,7 +39,12 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-__all__ = ["CsrPlan", "csr_plan", "csr_attention"]
+from xmask_cli.model.csr_fused import fused_backward, fused_forward
+
+__all__ = ["CSR_IMPLS", "CsrPlan", "csr_plan", "csr_attention"]
+
+#: Implementations of :func:`csr_attention` (see its ``impl``).
+CSR_IMPLS = ("auto", "fused", "sparse")
 
 
 @dataclass
@@ -143,7 +152,15 @@ class _CsrAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q: Tensor, k: Tensor, v: Tensor, term: Tensor, plan: CsrPlan, scale: float,
-                dropout_p: float) -> Tensor:
+                dropout_p: float, fused: bool) -> Tensor:
+        ctx.plan, ctx.scale, ctx.fused, ctx.dropout_p = plan, scale, fused, dropout_p
+        if fused:
+            # The seed comes from torch's generator: torch.manual_seed repeats the dropout draws.
+            seed = int(torch.randint(0, 2**62, (1,)).item()) if dropout_p > 0 else 0
+            out, a = fused_forward(plan.crow, plan.col, term, q, k, v, scale, dropout_p, seed)
+            ctx.seed = seed
+            ctx.save_for_backward(q, k, v, a)
+            return out
         M, Nk = plan.n_heads * plan.n_query, plan.n_heads * plan.n_key
         s = torch.sparse.sampled_addmm(_csr(plan.crow, plan.col, term, (M, Nk)), q, k.t(),
                                        beta=1.0, alpha=scale).values()
@@ -155,13 +172,17 @@ class _CsrAttention(torch.autograd.Function):
             w = a * keep
         out = _csr(plan.crow, plan.col, w, (M, Nk)) @ v
         ctx.save_for_backward(q, k, v, a, keep)
-        ctx.plan, ctx.scale = plan, scale
         return out
 
     @staticmethod
     def backward(ctx, grad_out: Tensor):
-        q, k, v, a, keep = ctx.saved_tensors
         plan, scale = ctx.plan, ctx.scale
+        if ctx.fused:
+            q, k, v, a = ctx.saved_tensors
+            dq, dk, dv, d_s = fused_backward(plan.crow, plan.col, a, q, k, v, grad_out, scale, ctx.dropout_p,
+                                             ctx.seed, plan.n_heads)
+            return dq, dk, dv, d_s, None, None, None, None
+        q, k, v, a, keep = ctx.saved_tensors
         M, Nk = plan.n_heads * plan.n_query, plan.n_heads * plan.n_key
         grad_out = grad_out.contiguous()
         pattern = _csr(plan.crow, plan.col, a, (M, Nk))
@@ -179,11 +200,12 @@ class _CsrAttention(torch.autograd.Function):
             dq = (_csr(plan.crow, plan.col, d_s, (M, Nk)) @ k).mul_(scale)
         if ctx.needs_input_grad[1]:
             dk = (_csr(crow_t, col_t, d_s.index_select(0, perm_t), (Nk, M)) @ q).mul_(scale)
-        return dq, dk, dv, d_s, None, None, None
+        return dq, dk, dv, d_s, None, None, None, None
 
 
 def csr_attention(q: Tensor, k: Tensor, v: Tensor, term: Tensor | None, plan: CsrPlan, heads: tuple[int, ...],
-                  scale: float, dropout_p: float = 0.0, picked: Tensor | None = None) -> Tensor:
+                  scale: float, dropout_p: float = 0.0, picked: Tensor | None = None,
+                  impl: str = "auto") -> Tensor:
     """Aggregate ``[Nq, len(heads), d_h]`` of ``heads`` over their own supports (autograd-capable).
 
     Args:
@@ -195,7 +217,15 @@ def csr_attention(q: Tensor, k: Tensor, v: Tensor, term: Tensor | None, plan: Cs
         dropout_p: dropout on the attention weights (0 in evaluation).
         picked: ``term`` already taken at the plan's entries (``[P]``, ``term.reshape(-1)[plan.pick]``);
             ``term`` is then ignored (a caller reusing one parameter-free term across steps).
+        impl: ``fused`` (the compiled CPU kernels of :mod:`~xmask_cli.model.csr_fused`), ``sparse`` (the
+            ``torch.sparse`` primitives, any device) or ``auto`` (fused on the CPU, sparse elsewhere).
+            Both compute the same numbers; attention dropout draws its masks differently.
     """
+    if impl not in CSR_IMPLS:
+        raise ValueError(f"impl must be one of {CSR_IMPLS}, got {impl!r}")
+    fused = impl == "fused" or (impl == "auto" and q.device.type == "cpu")
+    if fused and q.device.type != "cpu":
+        raise ValueError("the fused CSR kernels run on the CPU only: use impl='sparse' on another device")
     dtype = torch.promote_types(q.dtype, torch.float32)
     S, nq, nk, d = len(heads), plan.n_query, plan.n_key, q.size(-1)
     idx = torch.tensor(heads, dtype=torch.long, device=q.device)
@@ -210,5 +240,5 @@ def csr_attention(q: Tensor, k: Tensor, v: Tensor, term: Tensor | None, plan: Cs
     else:
         vals = term.to(dtype).reshape(-1).index_select(0, plan.pick)
     with torch.autocast(device_type=q.device.type, enabled=False):
-        out = _CsrAttention.apply(stack(q, nq), stack(k, nk), stack(v, nk), vals, plan, scale, dropout_p)
+        out = _CsrAttention.apply(stack(q, nq), stack(k, nk), stack(v, nk), vals, plan, scale, dropout_p, fused)
     return out.view(S, nq, d).transpose(0, 1)

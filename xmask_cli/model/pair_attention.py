@@ -36,6 +36,7 @@ class PairAttention:
     attn_dropout: float
     plain_heads: tuple[int, ...]
     sparse_kernel: str
+    csr_impl: str
     training: bool
     q: torch.nn.Linear
     k: torch.nn.Linear
@@ -206,7 +207,8 @@ class PairAttention:
             self._term_memo = ((bias, (bias._version, dtype, heads), edge_index, edge_index._version, plan, picked)
                                if fixed and bias is not None else None)
         part = csr_attention(q, k, v, None, plan, heads, 1.0 / math.sqrt(self.head_dim),
-                             dropout_p=self.attn_dropout if self.training else 0.0, picked=picked)
+                             dropout_p=self.attn_dropout if self.training else 0.0, picked=picked,
+                             impl=self.csr_impl)
         if len(heads) == H:
             return part
         return agg.index_copy(1, torch.tensor(heads, dtype=torch.long, device=q.device), part)
