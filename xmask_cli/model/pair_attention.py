@@ -18,6 +18,7 @@ from torch import Tensor
 
 from xmask_cli.model.attention_ops import plain_attention, segment_softmax
 from xmask_cli.model.csr_attention import CsrPlan, csr_attention, csr_plan
+from xmask_cli.model.sparse_linear import sparse_linears
 
 __all__ = ["SPARSE_KERNELS", "PairAttention"]
 
@@ -126,9 +127,14 @@ class PairAttention:
             ``aggregate`` ``[Nq, H, d_h]``).
         """
         shape = (self.num_heads, self.head_dim)
-        q = self.q(x_query).view(-1, *shape)  # [Nq, H, d_h]
-        k = self.k(x_key).view(-1, *shape)  # [Nk, H, d_h]
-        v = self.v(x_key).view(-1, *shape)
+        if x_query.is_sparse and x_key is x_query:  # bag-of-words features: one CSR product for q, k and v
+            maps = (self.q, self.k, self.v)
+            q, k, v = (t.view(-1, *shape) for t in sparse_linears(x_query, [m.weight for m in maps],
+                                                                  [m.bias for m in maps]))
+        else:
+            q = self.q(x_query).view(-1, *shape)  # [Nq, H, d_h]
+            k = self.k(x_key).view(-1, *shape)  # [Nk, H, d_h]
+            v = self.v(x_key).view(-1, *shape)
         plain = self.plain_heads and not complete
         if plain and plain_keys is None:
             raise ValueError("this attention has plain heads (k_h = 0 or use_bias=False), which attend over "
