@@ -1,10 +1,12 @@
 """``xmask tune`` as separate processes: a study killed with SIGKILL resumes, two processes share one SQLite study."""
 from __future__ import annotations
 
+import os
 import re
 import signal
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -94,3 +96,58 @@ def test_two_processes_share_one_sqlite_study(tmp_path, mutag_cache):
     assert len(params) == 6 * 2  # two searched keys per trial, none written twice
     lrs = [v for _, k, v in params if k == "train.lr"]
     assert len(set(lrs)) == 6  # the processes drew different configurations
+
+
+def test_resume_fails_only_trials_whose_process_is_gone(tmp_path, monkeypatch):
+    """--resume records a RUNNING trial as failed only when nothing works on it any more: no heartbeat, a
+    dead pid on this host, or a heartbeat older than STALE_AFTER_S; a live process's trial is left to it."""
+    import socket
+
+    import optuna
+    from optuna.trial import TrialState
+
+    from xmask_cli.tune import study as study_mod
+
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'study.db'}")
+    st = optuna.create_study(study_name="s", storage=storage)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    now = time.time()
+    here = socket.gethostname()
+    records = {
+        "no heartbeat": None,
+        "dead pid here": {"host": here, "pid": dead.pid, "at": now},
+        "live pid here": {"host": here, "pid": os.getppid(), "at": now},
+        "old elsewhere": {"host": "another-host", "pid": 1, "at": now - study_mod.STALE_AFTER_S - 5},
+        "fresh elsewhere": {"host": "another-host", "pid": 1, "at": now - 1},
+    }
+    numbers = {}
+    for name, alive in records.items():
+        trial = st.ask()
+        if alive is not None:
+            trial.set_user_attr("alive", alive)
+        numbers[name] = trial.number
+    logs: list[str] = []
+    assert study_mod._fail_stale(st, storage, logs.append) == 3
+    states = {t.number: t.state for t in st.get_trials(deepcopy=False)}
+    for name in ("no heartbeat", "dead pid here", "old elsewhere"):
+        assert states[numbers[name]] == TrialState.FAIL, name
+        assert study_mod._interrupted(st.trials[numbers[name]])
+    for name in ("live pid here", "fresh elsewhere"):
+        assert states[numbers[name]] == TrialState.RUNNING, name
+    assert any("left to it" in m for m in logs)
+
+
+def test_heartbeat_refreshes_the_alive_record(tmp_path, monkeypatch):
+    import optuna
+
+    from xmask_cli.tune import study as study_mod
+
+    monkeypatch.setattr(study_mod, "HEARTBEAT_S", 0.05)
+    st = optuna.create_study(storage=optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'study.db'}"))
+    trial = st.ask()
+    with study_mod._heartbeat(trial):
+        first = st.trials[0].user_attrs["alive"]["at"]
+        time.sleep(0.3)
+        later = st.trials[0].user_attrs["alive"]["at"]
+    assert first < later and st.trials[0].user_attrs["alive"]["pid"] == os.getpid()

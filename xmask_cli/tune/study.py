@@ -25,6 +25,8 @@ import hashlib
 import json
 import os
 import re
+import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -238,19 +240,82 @@ def _open_study(name: str, url: str, direction: str, identity: dict[str, Any], o
     return study, storage
 
 
+#: A running trial's process writes ``alive = {host, pid, at}`` into the trial every this many seconds.
+HEARTBEAT_S = 30.0
+#: ``--resume`` takes a running trial for abandoned when its last heartbeat is older than this.
+STALE_AFTER_S = 4 * HEARTBEAT_S
+
+
+def _alive_record() -> dict[str, Any]:
+    return {"host": socket.gethostname(), "pid": os.getpid(), "at": time.time()}
+
+
+@contextlib.contextmanager
+def _heartbeat(trial: Any) -> Iterator[None]:
+    """Keep ``trial``'s ``alive`` record fresh while the block runs (a thread: the trial itself trains)."""
+    stop = threading.Event()
+    trial.set_user_attr("alive", _alive_record())
+
+    def beat() -> None:
+        while not stop.wait(HEARTBEAT_S):
+            try:
+                trial.set_user_attr("alive", _alive_record())
+            except Exception:  # a storage hiccup must not kill the trial; the next beat retries
+                pass
+
+    thread = threading.Thread(target=beat, name=f"xmask-tune-heartbeat-{trial.number}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def _abandoned(trial: Any, now: float) -> str | None:
+    """Why a RUNNING trial has no live process (None: it is still being worked on, here or elsewhere)."""
+    alive = trial.user_attrs.get("alive")
+    if not isinstance(alive, dict) or not isinstance(alive.get("at"), (int, float)):
+        return "no heartbeat recorded"
+    if alive.get("host") == socket.gethostname() and isinstance(alive.get("pid"), int) \
+            and alive["pid"] != os.getpid() and not _pid_alive(alive["pid"]):
+        return f"its process {alive['pid']} is gone"
+    if now - float(alive["at"]) > STALE_AFTER_S:
+        return f"no heartbeat for {now - float(alive['at']):.0f} s"
+    return None
+
+
 def _fail_stale(study: Any, storage: Any, log: Callable[[str], None]) -> int:
-    """Record trials left RUNNING by a killed process as failed (``--resume``: that process is gone)."""
+    """Record trials left RUNNING by a stopped process as failed (``--resume``); trials that another live
+    process is running (on this host: its pid exists; elsewhere: a heartbeat within :data:`STALE_AFTER_S`)
+    are left to it."""
     from optuna.trial import TrialState
 
     study_id = storage.get_study_id_from_name(study.study_name)
-    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-    for t in stale:
+    now, failed = time.time(), 0
+    for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        why = _abandoned(t, now)
+        if why is None:
+            alive = t.user_attrs["alive"]
+            log(f"trial {t.number}: running in process {alive.get('pid')} on {alive.get('host')}; left to it")
+            continue
         trial_id = storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
         storage.set_trial_user_attr(trial_id, "fail_reason", "interrupted: its process stopped before the trial "
-                                                             "finished (found running at --resume)")
+                                                             f"finished (found running at --resume: {why})")
         storage.set_trial_state_values(trial_id, TrialState.FAIL)
-        log(f"trial {t.number}: was left running by a stopped process; recorded as failed")
-    return len(stale)
+        log(f"trial {t.number}: was left running by a stopped process ({why}); recorded as failed")
+        failed += 1
+    return failed
 
 
 def _interrupted(trial: Any) -> bool:
@@ -290,7 +355,8 @@ def optimize(study: Any, objective: Callable[[Any], float], *, trials: int, samp
         study.sampler = _sampler(sampler_seed, trial.number)  # drawn lazily, in suggest_*: seeded by number
         t0 = time.monotonic()
         try:
-            value = objective(trial)
+            with _heartbeat(trial):
+                value = objective(trial)
         except optuna.TrialPruned as exc:
             study.tell(trial, state=TrialState.PRUNED)
             log(f"trial {trial.number}: {exc} [{time.monotonic() - t0:.1f}s]")
