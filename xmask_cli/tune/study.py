@@ -44,14 +44,14 @@ from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.errors import UsageError, XMaskError, first_line
 from xmask_cli.fs import open_nofollow, refuse_links
 from xmask_cli.tune import outputs
-from xmask_cli.tune.objective import TrialFailed, TrialSetup, best_trial, run_trial
+from xmask_cli.tune.objective import STEP_STRIDE, TrialFailed, TrialSetup, best_trial, run_trial
 from xmask_cli.tune.space import Param, check_space, decode, start_point, with_values
 
 __all__ = ["TuneOptions", "run_study", "optimize", "make_pruner", "parse_duration", "study_dir", "PRUNERS"]
 
 PRUNERS = ("median", "none")
-#: Median pruner: no pruning before this many finished trials, nor in the first seed's first epochs
-#: (Optuna's warm-up counts steps, and later seeds report from step ``i * STEP_STRIDE``).
+#: Median pruner: no pruning before this many finished trials, nor in each seed's first epochs: at least
+#: this many, and the preset's ``train.patience`` when longer (a run slow to start is not a bad run).
 PRUNE_STARTUP_TRIALS = 5
 PRUNE_WARMUP_EPOCHS = 10
 
@@ -209,23 +209,53 @@ def _sampler(seed: int, number: int) -> Any:
     return optuna.samplers.TPESampler(seed=mixed)
 
 
-def make_pruner(name: str) -> Any:
-    """``median`` (the default of ``xmask tune``) or ``none``."""
+def make_pruner(name: str, warmup_epochs: int = PRUNE_WARMUP_EPOCHS) -> Any:
+    """``median`` (the default of ``xmask tune``) or ``none``.
+
+    The median pruner compares a trial with the others at the same seed and epoch, never within a seed's
+    first ``warmup_epochs`` epochs: Optuna's own warm-up counts steps from the first seed only (later seeds
+    report from ``i * STEP_STRIDE``), which would let a slow-starting second seed be cut at its epoch 0.
+    """
     import optuna
 
     if name == "none":
         return optuna.pruners.NopPruner()
-    return optuna.pruners.MedianPruner(n_startup_trials=PRUNE_STARTUP_TRIALS, n_warmup_steps=PRUNE_WARMUP_EPOCHS)
+    return _SeedWarmupPruner(max(0, int(warmup_epochs)))
+
+
+def _seed_warmup_pruner_class() -> type:
+    import optuna
+
+    class SeedWarmupPruner(optuna.pruners.MedianPruner):
+        """:class:`optuna.pruners.MedianPruner` with a warm-up of ``warmup_epochs`` in every seed."""
+
+        def __init__(self, warmup_epochs: int):
+            super().__init__(n_startup_trials=PRUNE_STARTUP_TRIALS, n_warmup_steps=0)
+            self.warmup_epochs = warmup_epochs
+
+        def prune(self, study: Any, trial: Any) -> bool:
+            step = trial.last_step
+            if step is None or step % STEP_STRIDE < self.warmup_epochs:
+                return False
+            return bool(super().prune(study, trial))
+
+    return SeedWarmupPruner
+
+
+def _SeedWarmupPruner(warmup_epochs: int) -> Any:  # noqa: N802 - a class made on first use (optuna loads lazily)
+    return _seed_warmup_pruner_class()(warmup_epochs)
 
 
 def _open_study(name: str, url: str, direction: str, identity: dict[str, Any], opts: TuneOptions,
-                folder: Path, earlier: set[str] | frozenset[str] = frozenset()) -> tuple[Any, Any]:
+                folder: Path, earlier: set[str] | frozenset[str] = frozenset(),
+                warmup: int = PRUNE_WARMUP_EPOCHS) -> tuple[Any, Any]:
     import optuna
 
     with _folder_lock(folder):
         storage = _storage(url, None if opts.storage else folder / "study.db")
         study = optuna.create_study(study_name=name, storage=storage, direction=direction,
-                                    sampler=_sampler(opts.sampler_seed, 0), pruner=make_pruner(opts.pruner),
+                                    sampler=_sampler(opts.sampler_seed, 0),
+                                    pruner=make_pruner(opts.pruner, warmup),
                                     load_if_exists=True)
         saved = study.user_attrs.get("xmask")
         diff = [] if saved is None else _identity_diff(saved, identity, earlier)
@@ -411,8 +441,9 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
     url = opts.storage or f"sqlite:///{folder.resolve() / 'study.db'}"
     direction = "maximize" if HIGHER_IS_BETTER[metric] else "minimize"
     _quiet_optuna()
+    warmup = max(PRUNE_WARMUP_EPOCHS, int(cfg.train.patience))
     study, storage = _open_study(name, url, direction, _identity(cfg, params, opts, metric), opts, folder,
-                                 _earlier_digests(cfg))
+                                 _earlier_digests(cfg), warmup)
     if opts.resume:
         _fail_stale(study, storage, log)
         done = _finished(study)
