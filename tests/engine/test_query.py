@@ -197,7 +197,8 @@ def test_cli_trains_whole_graph_query_batches_and_stops_on_validation(tmp_path: 
     # Patience ended it long before the cap, 2 epochs after the best validation epoch.
     assert run["stopped_early"] and run["epochs_run"] == len(rows) < 500
     vals = [row["val_accuracy"] for row in rows]
-    best = int(np.argmax(vals))  # first maximum: ties keep the earlier epoch
+    # The selection rule: the best validation accuracy, ties by the lower validation loss, then the later epoch.
+    best = max(range(len(rows)), key=lambda i: (vals[i], -rows[i]["val_loss"], i))
     assert run["best_epoch"] == best and len(rows) == best + 1 + 2
     # Selection read validation: the reported state is the best-validation epoch's.
     assert run["metrics"]["val"] == pytest.approx(vals[best])
