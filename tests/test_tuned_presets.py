@@ -179,3 +179,15 @@ def test_gat_shaped_preset_is_the_kept_trial_of_its_study(name: str):
     assert max(tuned["model.head_powers"]) <= tuned["structure.powers.k"]  # every head's power is computed
     assert tuned["model.encoder"] == "none" and tuned["model.combine"] == "concat"
     assert tuned["model.output"] == "attention" and tuned["train.optimizer"] == "adam"
+
+
+def test_computers_gat_is_its_study_best_configuration():
+    """computers-gat holds every setting of the wide Computers study's best trial (its best.yaml copy)."""
+    tuned = _flat(R.resolve("computers-gat").to_dict())
+    best = _flat(yaml.safe_load((STUDY_OUT / "computers-wide" / "Computers-xmask-best.yaml").read_text()))
+    assert {k for k in tuned if k not in _NOT_COMPARED} == {k for k in best if k not in _NOT_COMPARED}
+    for key in tuned:
+        if key not in _NOT_COMPARED:
+            assert tuned[key] == best[key], key
+    assert tuned["model.output"] == "attention" and not tuned["model.residual"] and not tuned["model.ffn"]
+    assert tuned["node.mode"] == "full" and tuned["node.attention"] == "sparse"
