@@ -41,7 +41,7 @@ from torch import Tensor
 
 from xmask_cli.model.csr_fused import fused_backward, fused_forward
 
-__all__ = ["CSR_IMPLS", "CsrPlan", "csr_plan", "csr_attention"]
+__all__ = ["CSR_IMPLS", "CsrPlan", "csr_plan", "csr_attention", "csr_tensor", "crow_of", "transpose_pattern"]
 
 #: Implementations of :func:`csr_attention` (see its ``impl``).
 CSR_IMPLS = ("auto", "fused", "sparse")
@@ -81,18 +81,24 @@ class CsrPlan:
     def transposed(self) -> tuple[Tensor, Tensor, Tensor]:
         """``(perm_t, crow_t, col_t)``: entries in transposed order and the transposed CSR (made once)."""
         if self._transposed is None:
-            perm_t = torch.argsort(self.col, stable=True)  # stable: rows stay sorted within each transposed row
-            crow_t, _ = _crow(self.col.index_select(0, perm_t), self.n_heads * self.n_key)
-            self._transposed = (perm_t, crow_t, self.row.index_select(0, perm_t))
+            self._transposed = transpose_pattern(self.row, self.col, self.n_heads * self.n_key)
         return self._transposed
 
 
-def _crow(sorted_rows: Tensor, n_rows: int) -> tuple[Tensor, Tensor]:
+def crow_of(sorted_rows: Tensor, n_rows: int) -> tuple[Tensor, Tensor]:
     """CSR row pointers and per-row counts of sorted row ids."""
     lengths = torch.bincount(sorted_rows, minlength=n_rows)
     crow = torch.zeros(n_rows + 1, dtype=torch.long, device=sorted_rows.device)
     torch.cumsum(lengths, 0, out=crow[1:])
     return crow, lengths
+
+
+def transpose_pattern(row: Tensor, col: Tensor, n_cols: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``(perm, crow_t, col_t)`` of a row-sorted pattern ``(row, col)``: its entries in transposed order and
+    the transposed CSR (``n_cols`` rows). A stable sort keeps the rows sorted within each transposed row."""
+    perm = torch.argsort(col, stable=True)
+    crow_t, _ = crow_of(col.index_select(0, perm), n_cols)
+    return perm, crow_t, row.index_select(0, perm)
 
 
 def csr_plan(edge_index: Tensor, n_query: int, n_key: int, heads: tuple[int, ...], num_heads: int,
@@ -127,11 +133,12 @@ def csr_plan(edge_index: Tensor, n_query: int, n_key: int, heads: tuple[int, ...
     srow = keep_h * n_query + row.index_select(0, pos)
     scol = keep_h * n_key + col.index_select(0, pos)
     pick = keep_e * num_heads + head_ids.index_select(0, keep_h)
-    crow, lengths = _crow(srow, S * n_query)
+    crow, lengths = crow_of(srow, S * n_query)
     return CsrPlan(n_query, n_key, S, pick, crow, scol, srow, lengths)
 
 
-def _csr(crow: Tensor, col: Tensor, values: Tensor, shape: tuple[int, int]) -> Tensor:
+def csr_tensor(crow: Tensor, col: Tensor, values: Tensor, shape: tuple[int, int]) -> Tensor:
+    """A CSR tensor of a pattern already known valid (no invariant check)."""
     with warnings.catch_warnings():  # "CSR support is in beta": said once per process, not actionable here
         warnings.simplefilter("ignore")
         return torch.sparse_csr_tensor(crow, col, values, shape, check_invariants=False)
@@ -162,7 +169,7 @@ class _CsrAttention(torch.autograd.Function):
             ctx.save_for_backward(q, k, v, a)
             return out
         M, Nk = plan.n_heads * plan.n_query, plan.n_heads * plan.n_key
-        s = torch.sparse.sampled_addmm(_csr(plan.crow, plan.col, term, (M, Nk)), q, k.t(),
+        s = torch.sparse.sampled_addmm(csr_tensor(plan.crow, plan.col, term, (M, Nk)), q, k.t(),
                                        beta=1.0, alpha=scale).values()
         a = _row_softmax(s, plan)
         keep = None
@@ -170,7 +177,7 @@ class _CsrAttention(torch.autograd.Function):
         if dropout_p > 0:
             keep = torch.empty_like(a).bernoulli_(1.0 - dropout_p).div_(1.0 - dropout_p)
             w = a * keep
-        out = _csr(plan.crow, plan.col, w, (M, Nk)) @ v
+        out = csr_tensor(plan.crow, plan.col, w, (M, Nk)) @ v
         ctx.save_for_backward(q, k, v, a, keep)
         return out
 
@@ -185,21 +192,21 @@ class _CsrAttention(torch.autograd.Function):
         q, k, v, a, keep = ctx.saved_tensors
         M, Nk = plan.n_heads * plan.n_query, plan.n_heads * plan.n_key
         grad_out = grad_out.contiguous()
-        pattern = _csr(plan.crow, plan.col, a, (M, Nk))
+        pattern = csr_tensor(plan.crow, plan.col, a, (M, Nk))
         d_w = torch.sparse.sampled_addmm(pattern, grad_out, v.t(), beta=0.0).values()  # dO·v_j on the pattern
         d_a = d_w if keep is None else d_w * keep
         dq = dk = dv = None
         perm_t, crow_t, col_t = plan.transposed()
         if ctx.needs_input_grad[2]:
             w = a if keep is None else a * keep
-            dv = _csr(crow_t, col_t, w.index_select(0, perm_t), (Nk, M)) @ grad_out
+            dv = csr_tensor(crow_t, col_t, w.index_select(0, perm_t), (Nk, M)) @ grad_out
         # Softmax backward per row: a * (dA - Σ_j a_j dA_j).
         row_dot = torch.segment_reduce(a * d_a, "sum", lengths=plan.lengths, unsafe=True)
         d_s = a * (d_a - row_dot.index_select(0, plan.row))
         if ctx.needs_input_grad[0]:
-            dq = (_csr(plan.crow, plan.col, d_s, (M, Nk)) @ k).mul_(scale)
+            dq = (csr_tensor(plan.crow, plan.col, d_s, (M, Nk)) @ k).mul_(scale)
         if ctx.needs_input_grad[1]:
-            dk = (_csr(crow_t, col_t, d_s.index_select(0, perm_t), (Nk, M)) @ q).mul_(scale)
+            dk = (csr_tensor(crow_t, col_t, d_s.index_select(0, perm_t), (Nk, M)) @ q).mul_(scale)
         return dq, dk, dv, d_s, None, None, None, None
 
 

@@ -13,26 +13,15 @@ Shapes:
 """
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from xmask_cli.model.csr_attention import crow_of, csr_tensor, transpose_pattern
+
 __all__ = ["sparse_linears"]
-
-
-def _csr(crow: Tensor, col: Tensor, values: Tensor, shape: tuple[int, int]) -> Tensor:
-    with warnings.catch_warnings():  # "CSR support is in beta": said once per process, not actionable here
-        warnings.simplefilter("ignore")
-        return torch.sparse_csr_tensor(crow, col, values, shape, check_invariants=False)
-
-
-def _crow(sorted_rows: Tensor, n_rows: int) -> Tensor:
-    crow = torch.zeros(n_rows + 1, dtype=torch.long, device=sorted_rows.device)
-    torch.cumsum(torch.bincount(sorted_rows, minlength=n_rows), 0, out=crow[1:])
-    return crow
 
 
 class _CsrLinearF(torch.autograd.Function):
@@ -43,7 +32,7 @@ class _CsrLinearF(torch.autograd.Function):
                 weight: Tensor) -> Tensor:
         ctx.save_for_backward(row, col, values)
         ctx.shape = (n_rows, n_features)
-        x = _csr(_crow(row, n_rows), col, values.to(weight.dtype), (n_rows, n_features))
+        x = csr_tensor(crow_of(row, n_rows)[0], col, values.to(weight.dtype), (n_rows, n_features))
         return x @ weight.t()
 
     @staticmethod
@@ -52,9 +41,8 @@ class _CsrLinearF(torch.autograd.Function):
             return None, None, None, None, None, None
         row, col, values = ctx.saved_tensors
         n_rows, n_features = ctx.shape
-        perm = torch.argsort(col, stable=True)  # stable: rows stay sorted within each transposed row
-        x_t = _csr(_crow(col.index_select(0, perm), n_features), row.index_select(0, perm),
-                   values.index_select(0, perm).to(grad_out.dtype), (n_features, n_rows))
+        perm, crow_t, col_t = transpose_pattern(row, col, n_features)
+        x_t = csr_tensor(crow_t, col_t, values.index_select(0, perm).to(grad_out.dtype), (n_features, n_rows))
         return None, None, None, None, None, (x_t @ grad_out.contiguous()).t()
 
 

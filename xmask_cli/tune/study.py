@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
 import json
 import os
@@ -220,15 +221,16 @@ def make_pruner(name: str, warmup_epochs: int = PRUNE_WARMUP_EPOCHS) -> Any:
 
     if name == "none":
         return optuna.pruners.NopPruner()
-    return _SeedWarmupPruner(max(0, int(warmup_epochs)))
+    return _seed_warmup_pruner()(max(0, int(warmup_epochs)))
 
 
-def _seed_warmup_pruner_class() -> type:
+@functools.cache
+def _seed_warmup_pruner() -> type:
+    """:class:`optuna.pruners.MedianPruner` with a warm-up of ``warmup_epochs`` in every seed (made on first
+    use: optuna loads lazily)."""
     import optuna
 
     class SeedWarmupPruner(optuna.pruners.MedianPruner):
-        """:class:`optuna.pruners.MedianPruner` with a warm-up of ``warmup_epochs`` in every seed."""
-
         def __init__(self, warmup_epochs: int):
             super().__init__(n_startup_trials=PRUNE_STARTUP_TRIALS, n_warmup_steps=0)
             self.warmup_epochs = warmup_epochs
@@ -240,10 +242,6 @@ def _seed_warmup_pruner_class() -> type:
             return bool(super().prune(study, trial))
 
     return SeedWarmupPruner
-
-
-def _SeedWarmupPruner(warmup_epochs: int) -> Any:  # noqa: N802 - a class made on first use (optuna loads lazily)
-    return _seed_warmup_pruner_class()(warmup_epochs)
 
 
 def _open_study(name: str, url: str, direction: str, identity: dict[str, Any], opts: TuneOptions,
