@@ -31,6 +31,8 @@ SWAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
                      "train.batch_size": 32}),
     # the 15-trial Computers study (2026-12-02); its space keeps node-level's one layer (model.layers not searched)
     "computers": ("computers-hand", "15x1/Computers-xmask-best.yaml", _NODE_HAND),
+    # the wide Physics study (2026-12-07): node-level's shape switches at one layer, no plain heads
+    "physics": ("physics-hand", "physics-wide/Physics-xmask-best.yaml", _NODE_HAND),
     "cora-link": ("cora-link-hand", "30x1/Cora-link-xmask-best.yaml",  # the 30-trial study (2026-12-02)
                   {"model.hidden": 64, "model.layers": 1, "model.dropout": 0.3, "model.head_powers": None,
                    "train.lr": 3.0e-3, "train.weight_decay": 5.0e-4}),
