@@ -8,7 +8,7 @@ from torch_geometric.data import Batch, Data
 
 from tests.model.graphs import norm_powers
 from xmask_cli.errors import UsageError
-from xmask_cli.model.attention_path import PathRefused, full_graph_attention
+from xmask_cli.model.attention_path import full_graph_attention
 from xmask_cli.model.logsmask import DenseStructure
 from xmask_cli.model.model_config import ModelConfig
 from xmask_cli.model.network import XMaskNet
@@ -52,7 +52,7 @@ def model() -> XMaskNet:
 def test_block_equals_the_models_layer(model, attention):
     data = _graph(40, 70, seed=1)
     want = model.encode_dense(data.x[None], _dense_powers(data)[None])[0]  # the whole model, dense path
-    block = XLogSMaskBlock(HIDDEN, HEADS, [1, 2, 0, 4], attention=attention).eval()
+    block = XLogSMaskBlock(HIDDEN, HIDDEN, HEADS, [1, 2, 0, 4], attention=attention).eval()
     block.layer.load_state_dict(model.blocks[0].state_dict())
     got = block(model.encoder(data.x), data.logsmask_index, data.logsmask_values)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
@@ -68,7 +68,7 @@ def test_attention_equals_the_models_attention(model, attention):
     mask = torch.ones(1, data.num_nodes, dtype=torch.bool)
     inner = model.blocks[0].attn
     want = inner(h[None], model.bias(DenseStructure(powers=powers, mask=mask)), mask)[0]
-    attn = XLogSMaskAttention(HIDDEN, HEADS, [1, 2, 0, 4], attention=attention).eval()
+    attn = XLogSMaskAttention(HIDDEN, HIDDEN, HEADS, [1, 2, 0, 4], attention=attention).eval()
     attn.layer.load_state_dict(inner.state_dict())
     torch.testing.assert_close(attn(h, data.logsmask_index, data.logsmask_values), want, rtol=1e-5, atol=1e-5)
 
@@ -80,7 +80,7 @@ def test_a_batch_equals_its_graphs_one_by_one(attention, head_powers):
     graphs = [_graph(9, 12, seed=3), _graph(4, 3, seed=4), _graph(13, 20, seed=5)]
     batch = Batch.from_data_list(graphs)
     torch.manual_seed(0)
-    block = XLogSMaskBlock(FEATURES + 3, len(head_powers), head_powers=list(head_powers), attention=attention).eval()
+    block = XLogSMaskBlock(FEATURES + 3, FEATURES + 3, len(head_powers), head_powers=list(head_powers), attention=attention).eval()
     x = torch.nn.functional.pad(batch.x, (0, 3))
     got = block(x, batch.logsmask_index, batch.logsmask_values, batch.batch)
     want = torch.cat([block(torch.nn.functional.pad(g.x, (0, 3)), g.logsmask_index, g.logsmask_values) for g in graphs])
@@ -88,13 +88,13 @@ def test_a_batch_equals_its_graphs_one_by_one(attention, head_powers):
 
 
 def test_auto_takes_the_path_a_full_graph_run_takes():
-    attn = XLogSMaskAttention(8, 2, dense_max_nodes=100)
+    attn = XLogSMaskAttention(8, 8, 2, dense_max_nodes=100)
     for n, pairs, device in [(50, 2000, "cpu"), (50, 100, "cpu"), (150, 20000, "cpu"), (50, 100, "cuda")]:
         assert attn.path(n, pairs, device) == full_graph_attention("auto", n, pairs, device, 100)
     # The literal dense formula (log(eps) outside the support) has no sparse path, as in the CLI.
-    eps = XLogSMaskAttention(8, 2, outside_support="eps", attention="sparse")
+    eps = XLogSMaskAttention(8, 8, 2, outside_support="eps", attention="sparse")
     data = _graph(6, 6, seed=6)
-    with pytest.raises(PathRefused, match="outside_support=eps"):
+    with pytest.raises(UsageError, match="^attention: .*outside_support=eps"):
         eps(torch.randn(6, 8), data.logsmask_index, data.logsmask_values)
     with pytest.raises(UsageError, match="^attention: expected one of 'auto', 'dense', 'sparse'; got 'fast'"):
-        XLogSMaskAttention(8, 2, attention="fast")
+        XLogSMaskAttention(8, 8, 2, attention="fast")
