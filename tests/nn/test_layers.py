@@ -98,3 +98,102 @@ def test_auto_takes_the_path_a_full_graph_run_takes():
         eps(torch.randn(6, 8), data.logsmask_index, data.logsmask_values)
     with pytest.raises(UsageError, match="^attention: expected one of 'auto', 'dense', 'sparse'; got 'fast'"):
         XLogSMaskAttention(8, 8, 2, attention="fast")
+
+
+def _brute_attention(attn: XLogSMaskAttention, x: torch.Tensor, powers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(alpha [H, n, n], out [n, out_channels])`` of a public attention by float64 numpy, from its weights.
+
+    Head h: logits ``(q_i·k_j + log Â^{k_h}_ij) / sqrt(d_h)`` on the support of ``Â^{k_h}`` (``-inf``
+    elsewhere; eps 1e-30 is below float64's resolution next to ``Â`` entries), over every node for a
+    plain head; combine ``concat`` joins the heads, ``mean`` averages them.
+    """
+    inner = attn.layer
+    w = {name: (getattr(inner, name).weight.detach().double().numpy(), getattr(inner, name).bias.detach().double().numpy())
+         for name in ("q", "k", "v")}
+    xs = x.detach().double().numpy()
+    q, k, v = ((xs @ w[m][0].T + w[m][1]).reshape(len(xs), attn.heads, -1) for m in ("q", "k", "v"))
+    d = q.shape[-1]
+    alphas, outs = [], []
+    for h, power in enumerate(attn.head_powers):
+        logits = q[:, h] @ k[:, h].T
+        if power:
+            a = powers[power - 1]
+            with np.errstate(divide="ignore"):
+                logits = np.where(a > 0, logits + np.log(np.where(a > 0, a, 1.0)), -np.inf)
+        logits = logits / np.sqrt(d)
+        e = np.exp(logits - logits.max(1, keepdims=True))
+        alpha = e / e.sum(1, keepdims=True)
+        alphas.append(alpha)
+        outs.append(alpha @ v[:, h])
+    out = np.mean(outs, 0) if attn.layer.combine == "mean" else np.concatenate(outs, 1)
+    return np.stack(alphas), out
+
+
+@pytest.mark.parametrize("attention", ["dense", "sparse"])
+@torch.no_grad()
+def test_attention_weights_are_returned_as_gatconv_returns_them(attention):
+    data = _graph(12, 18, seed=7)
+    torch.manual_seed(3)
+    attn = XLogSMaskAttention(FEATURES, 6, heads=3, head_powers=[1, 0, 3], combine="concat",
+                              attention=attention).eval()
+    for p in attn.parameters():
+        p.mul_(3.0)  # weights as after training: q·k spread over several units
+    out, (pairs, alpha) = attn(data.x, data.logsmask_index, data.logsmask_values, return_attention_weights=True)
+    assert pairs is not None and torch.equal(pairs, data.logsmask_index) and alpha.shape == (pairs.size(1), 3)
+    want_alpha, want_out = _brute_attention(attn, data.x, _dense_powers(data).double().numpy())
+    # Head h of pair (i, j) is head h's weight of key j for query i (heads from 0).
+    np.testing.assert_allclose(alpha.numpy(), want_alpha[:, pairs[0], pairs[1]].T, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(out.numpy(), want_out, rtol=1e-4, atol=1e-5)
+    # Heads with a mask put all their weight on the pairs; the plain head 1 also on nodes beyond them.
+    sums = torch.zeros(12, 3).index_add_(0, pairs[0], alpha)
+    torch.testing.assert_close(sums[:, [0, 2]], torch.ones(12, 2))
+    assert (sums[:, 1] < 1 - 1e-3).any()
+    # The same output without (on the sparse path another kernel: equal to rounding).
+    torch.testing.assert_close(attn(data.x, data.logsmask_index, data.logsmask_values), out, rtol=1e-5, atol=1e-6)
+
+
+class _UsersNet(torch.nn.Module):
+    """A user's two-layer node classifier on X-LogSMask attention, called as PyG's explainers call a model."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hidden = XLogSMaskAttention(FEATURES, 8, heads=2, head_powers=[1, 2], combine="concat")
+        self.out = XLogSMaskAttention(8, 3, heads=2, head_powers=[2, 1], combine="mean")
+
+    def forward(self, x: torch.Tensor, edge_index: torch.Tensor, logsmask_values: torch.Tensor) -> torch.Tensor:
+        h = torch.nn.functional.elu(self.hidden(x, edge_index, logsmask_values))
+        return self.out(h, edge_index, logsmask_values)
+
+
+def test_pygs_attention_explainer_reads_the_attention_weights():
+    from torch_geometric.explain import Explainer
+    from torch_geometric.explain.algorithm import AttentionExplainer
+
+    data = _graph(14, 16, seed=8)
+    torch.manual_seed(4)
+    net = _UsersNet().eval()
+    with torch.no_grad():
+        for p in net.parameters():
+            p.mul_(3.0)
+    explainer = Explainer(net, AttentionExplainer(reduce="max"), explanation_type="model", edge_mask_type="object",
+                          model_config={"mode": "multiclass_classification", "task_level": "node",
+                                        "return_type": "raw"})
+    node = 3
+    explanation = explainer(data.x, data.logsmask_index, logsmask_values=data.logsmask_values, index=node)
+    # Independently: each layer's weights by numpy, the max over heads and layers, then only the pairs of
+    # the two-hop ball around the node (two attention layers), as AttentionExplainer keeps for a node.
+    powers = _dense_powers(data).double().numpy()
+    pairs = data.logsmask_index
+    a1, h = _brute_attention(net.hidden, data.x, powers)
+    h = torch.nn.functional.elu(torch.from_numpy(h)).float()
+    a2, _ = _brute_attention(net.out, h, powers)
+    per_pair = np.maximum(a1.max(0), a2.max(0))[pairs[0], pairs[1]]
+    ball = {node}
+    for _ in range(2):
+        ball |= {int(j) for i, j in pairs.T.tolist() if i in ball}
+    inside = np.array([i in ball and j in ball for i, j in pairs.T.tolist()])
+    want = np.where(inside, per_pair, 0.0)
+    assert 0 < inside.sum() < len(inside)  # the ball is a real part of the graph
+    np.testing.assert_allclose(explanation.edge_mask.numpy(), want, rtol=1e-4, atol=1e-6)
+    # No hook left behind: a later forward computes no weights.
+    assert not net.hidden._message_forward_hooks
