@@ -67,7 +67,7 @@ def _bad_inputs(ring: Data) -> list[tuple[str, dict, str]]:
 def test_bad_inputs_name_the_argument_before_any_arithmetic(ring, attention):
     for layer in _layers(attention):
         ran: list[int] = []
-        layer.layer.register_forward_pre_hook(lambda *_: ran.append(1))
+        layer.layer.register_forward_pre_hook(lambda *_, calls=ran: calls.append(1))
         for case, kwargs, said in _bad_inputs(ring):
             with pytest.raises(UsageError, match="^" + said) as err:
                 layer(**kwargs)

@@ -7,31 +7,36 @@ the run's block: same switches, same parameter names and shapes, same outputs.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from xmask_cli import arguments as args
 from xmask_cli.errors import UsageError
+from xmask_cli.model.biases.stack import BiasSpec
 from xmask_cli.model.model_config import ModelConfig
 
 __all__ = ["block_settings", "loaded_run"]
 
 
-def loaded_run(run: Any) -> Any:
-    """``run`` itself when it is a loaded run (has a trained ``model``), else the folder read by ``load_run``."""
+def loaded_run(run: Any, load: Mapping[str, Any]) -> Any:
+    """``run`` itself when it is a loaded run (has a trained ``model``), else the folder read by ``load_run(run,
+    **load)``."""
     if hasattr(run, "model") and isinstance(getattr(run.model, "cfg", None), ModelConfig):
         return run
     if isinstance(run, (str, os.PathLike)):
         from xmask_cli.api import load_run  # the API reads the run (config, best.pt, data) as `xmask eval` does
 
-        return load_run(run)
+        return load_run(run, **load)
     raise UsageError(f"run: expected a run folder or a LoadedRun (xmask_cli.load_run); got {type(run).__name__}")
 
 
-def _powers(cfg: ModelConfig, powers: tuple[int, ...]) -> list[int]:
-    """Per head, its power; 0 (a plain head) for every head of a run without the log mask (``use_bias: false``)."""
-    return [int(k) for k in powers] if cfg.use_bias else [0] * len(powers)
+def _powers(cfg: ModelConfig, powers: Sequence[int] | None) -> list[int]:
+    """Per head, its power (resolved by ModelConfig); 0 (a plain head) for every head of a run without the log
+    mask (``use_bias: false``)."""
+    given = [int(k) for k in powers or ()]
+    return given if cfg.use_bias else [0] * len(given)
 
 
 def block_settings(model: Any, layer: int | str) -> tuple[dict[str, Any], torch.nn.Module]:
@@ -52,7 +57,8 @@ def block_settings(model: Any, layer: int | str) -> tuple[dict[str, Any], torch.
     if cfg.experts:
         raise UsageError(f"run: its blocks attend with M3Dphormer's experts ({', '.join(cfg.experts)}; model.experts) "
                          f"over token masks, which XLogSMaskBlock does not compute")
-    served = [b.type for b in cfg.biases if index + 1 in b.placement(cfg.heads, cfg.layers)[1]]
+    specs = [BiasSpec.of(b) for b in cfg.biases]
+    served = [b.type for b in specs if index + 1 in b.placement(cfg.heads, cfg.layers)[1]]
     if served:
         raise UsageError(f"layer: block {index} adds learned {', '.join(served)} biases (model.biases), which read "
                          f"structure AddLogSMask does not compute; XLogSMaskBlock rebuilds blocks without them")

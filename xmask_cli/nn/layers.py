@@ -253,7 +253,7 @@ class XLogSMaskBlock(_OnGraph):
                  dense_max_nodes: int = NodeSection.dense_max_nodes):
         super().__init__(in_channels, out_channels, heads, head_powers, eps, outside_support, attention,
                          dense_max_nodes)
-        ffn, residual = args.bool_arg("ffn", ffn), args.bool_arg("residual", residual)
+        ffn, residual = bool(args.bool_arg("ffn", ffn)), bool(args.bool_arg("residual", residual))
         ffn_mult = args.int_arg("ffn_mult", ffn_mult, minimum=1)
         norm = args.choice_arg("norm", norm, args.literal_choices(ModelSection, "norm"))
         activation = args.choice_arg("activation", activation, tuple(ACTIVATIONS))
@@ -275,12 +275,12 @@ class XLogSMaskBlock(_OnGraph):
                  "ffn_mult": (ffn_mult, 2 * dim * dim * ffn_mult if ffn else 0)}
         self.layer = fits_in_memory(sizes, lambda: TransformerBlock(
             dim, self.heads, ffn_mult, dropout, attn_dropout, norm, mask_scale, plain_heads=self.plain_heads,
-            residual=bool(residual), ffn=bool(ffn), activation=activation, layer_dropout=layer_dropout,
+            residual=residual, ffn=ffn, activation=activation, layer_dropout=layer_dropout,
             in_dim=self.in_channels, combine=combine))
 
     @classmethod
     def from_run(cls, run: Any, layer: int | str = 0, *, attention: str = "auto",
-                 dense_max_nodes: int = NodeSection.dense_max_nodes) -> XLogSMaskBlock:
+                 dense_max_nodes: int = NodeSection.dense_max_nodes, **load: Any) -> XLogSMaskBlock:
         """Block ``layer`` of a trained run, rebuilt with every switch the run used and its trained weights.
 
         Args:
@@ -289,6 +289,8 @@ class XLogSMaskBlock(_OnGraph):
             layer: the block's index, from 0; or ``'output'``, the attention output layer (``model.output:
                 attention``).
             attention, dense_max_nodes: the path choice (they change the cost, not the numbers).
+            load: for a run folder, keywords of :func:`xmask_cli.load_run` (``device``, ``cache_dir``,
+                ``data_root``, ``offline``).
 
         Returns:
             The block in eval mode on the run's device; its outputs are the run's block's.
@@ -297,7 +299,7 @@ class XLogSMaskBlock(_OnGraph):
             UsageError: ``layer`` is not a block of the run, or the block is one this class does not
                 compute (M3Dphormer's experts, learned biases: their structure is not AddLogSMask's).
         """
-        loaded = loaded_run(run)
+        loaded = loaded_run(run, load)
         settings, weights = block_settings(loaded.model, layer)
         block = cls(**settings, attention=attention, dense_max_nodes=dense_max_nodes)
         block.layer.load_state_dict(weights.state_dict())
