@@ -87,6 +87,16 @@ def test_a_block_too_large_for_memory_names_its_setting():
         XLogSMaskAttention(10**10, 8, 2)
 
 
+def test_a_dense_grid_too_large_for_memory_is_refused_before_it_is_made():
+    # 300,000 nodes padded to one dense grid: terabytes. Refused by name; the sparse path is the way.
+    n = 300_000
+    index = torch.stack([torch.arange(n), torch.arange(n)])
+    attn = XLogSMaskAttention(4, 4, 2, attention="dense")
+    with pytest.raises(UsageError, match=r"^attention: the dense path pads 1 graph\(s\) to 300000 nodes, .* GiB of "
+                                         r"grids, more than this machine's .* GiB; use attention='sparse'$"):
+        attn(torch.randn(n, 4), index, torch.ones(n, 2))
+
+
 def test_bad_settings_name_themselves():
     cases = [
         (lambda: XLogSMaskAttention(8, 6, 4), r"out_channels: expected a multiple of heads \(4\)"),

@@ -197,3 +197,20 @@ def test_pygs_attention_explainer_reads_the_attention_weights():
     np.testing.assert_allclose(explanation.edge_mask.numpy(), want, rtol=1e-4, atol=1e-6)
     # No hook left behind: a later forward computes no weights.
     assert not net.hidden._message_forward_hooks
+
+
+@pytest.mark.parametrize("attention", ["dense", "sparse"])
+@torch.no_grad()
+def test_a_batchs_attention_weights_are_its_graphs_weights(attention):
+    graphs = [_graph(9, 12, seed=3), _graph(4, 3, seed=4), _graph(13, 20, seed=5)]
+    batch = Batch.from_data_list(graphs)
+    torch.manual_seed(5)
+    block = XLogSMaskBlock(FEATURES, FEATURES, 1, [2], attention=attention).eval()
+    _, (pairs, alpha) = block(batch.x, batch.logsmask_index, batch.logsmask_values, batch.batch,
+                              return_attention_weights=True)
+    assert torch.equal(pairs, batch.logsmask_index)
+    want = torch.cat([block(g.x, g.logsmask_index, g.logsmask_values, return_attention_weights=True)[1][1]
+                      for g in graphs])
+    torch.testing.assert_close(alpha, want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(torch.zeros(batch.num_nodes, 1).index_add_(0, pairs[0], alpha),
+                               torch.ones(batch.num_nodes, 1))

@@ -15,7 +15,7 @@ from torch import Tensor
 
 from xmask_cli.errors import UsageError, first_line
 
-__all__ = ["graph_inputs", "fits_in_memory", "check_state"]
+__all__ = ["graph_inputs", "fits_in_memory", "dense_fits", "check_state", "compare_switches"]
 
 def _shape(t: Any) -> str:
     if not isinstance(t, Tensor):
@@ -114,6 +114,15 @@ def fits_in_memory(sizes: Mapping[str, tuple[Any, int]], build: Any) -> Any:
     except (RuntimeError, MemoryError, OverflowError) as exc:
         raise UsageError(f"{name}: the layer's weights ({total:.3g}) could not be allocated "
                          f"({first_line(exc)[:120]}); got {name}={value}") from None
+
+
+def dense_fits(num_graphs: int, largest: int, heads: int, powers: int) -> None:
+    """Refuse a dense path whose padded grids (powers, log mask, logits: float32) exceed this machine's memory."""
+    need = 4 * num_graphs * largest * largest * (powers + 2 * heads)
+    limit = _memory_bytes()
+    if limit and need > limit:
+        raise UsageError(f"attention: the dense path pads {num_graphs} graph(s) to {largest} nodes, {need / 2**30:.3g} "
+                         f"GiB of grids, more than this machine's {limit / 2**30:.3g} GiB; use attention='sparse'")
 
 
 def check_state(module: torch.nn.Module, state_dict: Mapping[str, Any], prefix: str, strict: bool) -> None:

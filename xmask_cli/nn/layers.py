@@ -27,7 +27,7 @@ from xmask_cli.model.attention_path import ATTENTIONS, PathRefused, full_graph_a
 from xmask_cli.model.layers import ACTIVATIONS, TransformerBlock
 from xmask_cli.model.logsmask import DenseStructure, SparseStructure, XLogSMaskBias
 from xmask_cli.model.model_config import plain_heads, sparse_refusal
-from xmask_cli.nn.checks import check_state, compare_switches, fits_in_memory, graph_inputs
+from xmask_cli.nn.checks import check_state, compare_switches, dense_fits, fits_in_memory, graph_inputs
 from xmask_cli.nn.from_run import block_settings, loaded_run
 
 __all__ = ["XLogSMaskAttention", "XLogSMaskBlock"]
@@ -123,6 +123,7 @@ class _OnGraph(MessagePassing):
             out = self._run(terms, weights, x, bias, edge_index=index, groups=batch)
             alpha = terms.get("attention")
         else:
+            dense_fits(num_graphs, largest, self.heads, values.size(1))
             xd, mask = to_dense_batch(x, batch)
             bias = None
             if self.log_mask is not None:
