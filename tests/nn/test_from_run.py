@@ -8,6 +8,7 @@ preset's stand-in (tests/test_presets_train.py) at ``model.hidden=8``; blocks th
 from __future__ import annotations
 
 import functools
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -148,3 +149,20 @@ def test_a_runs_block_loaded_into_other_switches_fails(runs):
     XLogSMaskBlock(**switches).load_state_dict(block.state_dict())  # the run's own switches load
     with pytest.raises(UsageError, match="^state_dict: recorded under other switches .*residual False"):
         XLogSMaskBlock(**{**switches, "residual": True}).load_state_dict(block.state_dict())
+
+
+@pytest.mark.parametrize("attention", ["dense", "sparse"])
+@torch.no_grad()
+def test_a_model_without_the_log_mask_is_rebuilt_with_plain_heads(attention):
+    """``model.use_bias: false`` (no shipped node or graph preset has it): every head plain, over every node."""
+    torch.manual_seed(6)
+    net = XMaskNet(ModelConfig(in_dim=5, out_dim=3, hidden=8, heads=2, layers=2, use_bias=False, task="node")).eval()
+    loaded = SimpleNamespace(model=net)  # what from_run reads of a LoadedRun
+    data = AddLogSMask(k=2)(Data(x=torch.randn(9, 5), edge_index=torch.tensor([[0, 1, 2, 5], [1, 2, 3, 6]]),
+                                 num_nodes=9))
+    h = net.embed(data.x)
+    for layer in range(2):
+        block = XLogSMaskBlock.from_run(loaded, layer, attention=attention)
+        assert block.head_powers == (0, 0) and block.log_mask is None
+        h = block(h, data.logsmask_index, data.logsmask_values)
+    torch.testing.assert_close(h, net.encode_dense(data.x[None], None)[0], rtol=1e-4, atol=1e-5)
