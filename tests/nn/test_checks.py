@@ -153,6 +153,12 @@ def test_a_model_blocks_weights_without_their_switches_are_refused():
     public = XLogSMaskBlock(WIDTH, WIDTH, 2)
     with pytest.raises(UsageError, match=r"^state_dict: _extra_state, the record .* XLogSMaskBlock\.from_run"):
         public.load_state_dict({f"layer.{k}": v for k, v in model_block.state_dict().items()})
+    # Keys missing under the right record: torch's strict check, raised as a UsageError too.
+    state = public.state_dict()
+    del state["layer.attn.q.weight"]
+    with pytest.raises(UsageError, match=r"^state_dict: .*Missing key\(s\).*layer\.attn\.q\.weight"):
+        public.load_state_dict(state)
+    public.load_state_dict(state, strict=False)  # a partial load as torch allows it
 
 
 def test_inside_a_users_network_the_check_holds():
@@ -163,4 +169,6 @@ def test_inside_a_users_network_the_check_holds():
         theirs.load_state_dict(mine.state_dict())
     theirs[1] = XLogSMaskBlock(WIDTH, WIDTH, 2, norm="pre")
     theirs.load_state_dict(mine.state_dict())  # the same switches load
+    # A partial load that holds nothing of the block (here: the first layer only) passes it by.
+    theirs.load_state_dict({k: v for k, v in mine.state_dict().items() if k.startswith("0.")}, strict=False)
     assert torch.equal(theirs[1].layer.attn.q.weight, mine[1].layer.attn.q.weight)

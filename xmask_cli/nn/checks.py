@@ -125,33 +125,26 @@ def dense_fits(num_graphs: int, largest: int, heads: int, powers: int) -> None:
                          f"GiB of grids, more than this machine's {limit / 2**30:.3g} GiB; use attention='sparse'")
 
 
-def check_state(module: torch.nn.Module, state_dict: Mapping[str, Any], prefix: str, strict: bool) -> None:
+def check_state(module: torch.nn.Module, state_dict: Mapping[str, Any], prefix: str) -> None:
     """Refuse, before any weight is copied, a state dict of another shape or switch set than ``module``'s.
 
-    ``module`` records its switches as its extra state (``<prefix>_extra_state``): a state dict without
-    that record (a trained model's block, or another layer's) is refused under ``strict``.
+    ``module`` records its switches as its extra state (``<prefix>_extra_state``): weights without that
+    record (a trained model's block, or another layer's) are refused. A state dict holding nothing of
+    ``module`` (a partial load of the rest of a network) passes.
     """
-    own = module.state_dict()
     given = {k[len(prefix):]: v for k, v in state_dict.items() if k.startswith(prefix)}
+    if not given:
+        return
+    own = module.state_dict()
     record = given.get("_extra_state")
     if record is None:
-        if strict:
-            raise UsageError(f"state_dict: {prefix}_extra_state, the record of the switches the weights were "
-                             f"trained under, is missing (a trained run's block: use XLogSMaskBlock.from_run(run, "
-                             f"layer))")
-    else:
-        compare_switches(record, own["_extra_state"])
+        raise UsageError(f"state_dict: {prefix}_extra_state, the record of the switches the weights were trained "
+                         f"under, is missing (a trained run's block: use XLogSMaskBlock.from_run(run, layer))")
+    compare_switches(record, own["_extra_state"])
     for key, want in own.items():
         got = given.get(key)
         if isinstance(want, Tensor) and isinstance(got, Tensor) and got.shape != want.shape:
             raise UsageError(f"state_dict: {prefix}{key} is {list(got.shape)}, this layer's is {list(want.shape)}")
-    if strict:
-        missing = sorted(set(own) - set(given))
-        extra = sorted(k for k in set(given) - set(own) if not k.startswith("_"))
-        if missing or extra:
-            what = f"missing {prefix}{missing[0]}" if missing else f"unexpected {prefix}{extra[0]}"
-            raise UsageError(f"state_dict: {what} ({len(missing)} missing, {len(extra)} unexpected keys); "
-                             f"it is another layer's")
 
 
 def compare_switches(recorded: Any, own: Mapping[str, Any]) -> None:

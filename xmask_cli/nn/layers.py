@@ -157,9 +157,16 @@ class _OnGraph(MessagePassing):
     def _load_from_state_dict(self, state_dict: Mapping[str, Any], prefix: str, local_metadata: Any, strict: bool,
                               missing_keys: list[str], unexpected_keys: list[str], error_msgs: list[str]) -> None:
         # Runs first for this module's keys (also inside a user's network): refuse before anything is copied.
-        check_state(self, state_dict, prefix, strict)
+        check_state(self, state_dict, prefix)
         super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys,
                                       error_msgs)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True, assign: bool = False) -> Any:
+        """``torch.nn.Module.load_state_dict``, its failures (missing or unexpected keys) as ``UsageError``."""
+        try:
+            return super().load_state_dict(state_dict, strict=strict, assign=assign)
+        except RuntimeError as exc:
+            raise UsageError(f"state_dict: {' '.join(str(exc).split())[:300]}") from None
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
