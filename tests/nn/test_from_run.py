@@ -1,5 +1,6 @@
-"""XLogSMaskBlock.from_run rebuilds a trained run's block: every distinct block the shipped node and graph presets
-build, trained for one epoch, computes the run's own outputs through the public class, on both paths.
+"""XLogSMaskBlock.from_run (and XLogSMaskAttention.from_run) rebuild a trained run's block (its attention): every
+distinct block the shipped node and graph presets build, trained for one epoch, computes the run's own outputs
+through the public classes, on both paths.
 
 The kinds of block are read off the presets (the switches a block is built from), one run per kind on the
 preset's stand-in (tests/test_presets_train.py) at ``model.hidden=8``; blocks the public class does not compute
@@ -22,9 +23,10 @@ from xmask_cli.config import Config
 from xmask_cli.config_resolve import packaged_presets_dir, resolve
 from xmask_cli.engine.plan import resolve_level
 from xmask_cli.errors import UsageError
+from xmask_cli.model.logsmask import DenseStructure
 from xmask_cli.model.model_config import ModelConfig, plain_heads
 from xmask_cli.model.network import XMaskNet
-from xmask_cli.nn import XLogSMaskBlock
+from xmask_cli.nn import XLogSMaskAttention, XLogSMaskBlock
 from xmask_cli.nn.from_run import block_settings
 from xmask_cli.transforms import AddLogSMask
 
@@ -108,11 +110,19 @@ def test_the_public_blocks_compute_the_runs_outputs(runs, name, attention):
         h = block(h, data.logsmask_index, data.logsmask_values)
     torch.testing.assert_close(h, want, rtol=1e-4, atol=1e-5)
     assert want.abs().max() > 0.1
-    if model.out_block is not None:  # the attention output layer too
-        mask = torch.ones(1, data.num_nodes, dtype=torch.bool)
-        out = XLogSMaskBlock.from_run(run, "output", attention=attention)
-        torch.testing.assert_close(out(h, data.logsmask_index, data.logsmask_values),
-                                   model.output_dense(want[None], powers, mask)[0], rtol=1e-4, atol=1e-5)
+    # The attention alone: the run's first block's attention, with the run's log mask.
+    mask = torch.ones(1, data.num_nodes, dtype=torch.bool)
+    h0 = model.embed(data.x)
+    attn = XLogSMaskAttention.from_run(run, 0, attention=attention)
+    bias = None if model.bias is None else model.bias(DenseStructure(powers=powers, mask=mask))
+    torch.testing.assert_close(attn(h0, data.logsmask_index, data.logsmask_values),
+                               model.blocks[0].attn(h0[None], bias, mask=mask)[0], rtol=1e-4, atol=1e-5)
+    if model.out_block is not None:  # the attention output layer too, as a block and as an attention
+        want_out = model.output_dense(want[None], powers, mask)[0]
+        for cls in (XLogSMaskBlock, XLogSMaskAttention):
+            out = cls.from_run(run, "output", attention=attention)
+            torch.testing.assert_close(out(h, data.logsmask_index, data.logsmask_values), want_out,
+                                       rtol=1e-4, atol=1e-5)
 
 
 def test_a_run_folder_and_its_loaded_run_give_the_same_block(runs):

@@ -11,8 +11,9 @@ when asked for, or when a message hook listens, as PyG's ``AttentionExplainer``'
 """
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
 import torch
 from torch import Tensor
@@ -31,6 +32,8 @@ from xmask_cli.nn.checks import check_state, compare_switches, dense_fits, fits_
 from xmask_cli.nn.from_run import block_settings, loaded_run
 
 __all__ = ["XLogSMaskAttention", "XLogSMaskBlock"]
+
+_Layer = TypeVar("_Layer", bound="_OnGraph")
 
 
 def _dense_pair_weights(attention: Tensor, index: Tensor, batch: Tensor | None) -> Tensor:
@@ -51,6 +54,8 @@ class _OnGraph(MessagePassing):
     """
 
     layer: torch.nn.Module
+    #: What :meth:`from_run` takes of a run's block: the block itself (None) or its attention (``'attn'``).
+    _run_part: ClassVar[str | None] = None
 
     def __init__(self, in_channels: int, out_channels: int, heads: int, head_powers: Sequence[int] | None,
                  eps: float, outside_support: str, attention: str, dense_max_nodes: int):
@@ -146,6 +151,36 @@ class _OnGraph(MessagePassing):
         terms.update(recorded)
         return out
 
+    @classmethod
+    def from_run(cls: type[_Layer], run: Any, layer: int | str = 0, *, attention: str = "auto",
+                 dense_max_nodes: int = NodeSection.dense_max_nodes, **load: Any) -> _Layer:
+        """Block ``layer`` of a trained run (its attention, for :class:`XLogSMaskAttention`), rebuilt with every
+        switch the run used and its trained weights.
+
+        Args:
+            run: a run folder (``runs/<name>/<seed>/``, read by :func:`xmask_cli.load_run`, data and cache
+                included) or a :class:`~xmask_cli.api.LoadedRun`.
+            layer: the block's index, from 0; or ``'output'``, the attention output layer (``model.output:
+                attention``).
+            attention, dense_max_nodes: the path choice (they change the cost, not the numbers).
+            load: for a run folder, keywords of :func:`xmask_cli.load_run` (``device``, ``cache_dir``,
+                ``data_root``, ``offline``).
+
+        Returns:
+            The layer in eval mode on the run's device; its outputs are the run's.
+
+        Raises:
+            UsageError: ``layer`` is not a block of the run, or the block is one these classes do not
+                compute (M3Dphormer's experts, learned biases: their structure is not AddLogSMask's).
+        """
+        settings, block = block_settings(loaded_run(run, load).model, layer)
+        weights = block if cls._run_part is None else getattr(block, cls._run_part)
+        takes = inspect.signature(cls.__init__).parameters  # the attention takes the block's attention keys only
+        built = cls(**{k: v for k, v in settings.items() if k in takes}, attention=attention,
+                    dense_max_nodes=dense_max_nodes)
+        built.layer.load_state_dict(weights.state_dict())
+        return built.to(next(weights.parameters()).device).eval()
+
     # ---------------------------------------------------------------- the switch record
     def get_extra_state(self) -> dict[str, Any]:
         """The switches the weights belong to, saved in every ``state_dict`` (``<prefix>_extra_state``)."""
@@ -209,9 +244,14 @@ class XLogSMaskAttention(_OnGraph):
         attention: ``'auto'``, ``'dense'`` or ``'sparse'`` (``node.attention``).
         dense_max_nodes: above this many nodes ``auto`` goes sparse (``node.dense_max_nodes``).
 
+    :meth:`from_run` rebuilds the attention of a trained run's block.
+
     Attributes:
         layer: the :class:`~xmask_cli.model.attention.StructuralAttention` itself.
+        switches: the settings that change what it computes, as its ``state_dict`` records them.
     """
+
+    _run_part = "attn"
 
     def __init__(self, in_channels: int, out_channels: int, heads: int = 1, head_powers: Sequence[int] | None = None,
                  *, combine: str = "project", dropout: float = 0.0, attn_dropout: float = 0.0,
@@ -249,6 +289,7 @@ class XLogSMaskBlock(_OnGraph):
 
     Attributes:
         layer: the :class:`~xmask_cli.model.layers.TransformerBlock` itself.
+        switches: the settings that change what it computes, as its ``state_dict`` records them.
     """
 
     def __init__(self, in_channels: int, out_channels: int, heads: int = 1, head_powers: Sequence[int] | None = None,
@@ -285,30 +326,3 @@ class XLogSMaskBlock(_OnGraph):
             dim, self.heads, ffn_mult, dropout, attn_dropout, norm, mask_scale, plain_heads=self.plain_heads,
             residual=residual, ffn=ffn, activation=activation, layer_dropout=layer_dropout,
             in_dim=self.in_channels, combine=combine))
-
-    @classmethod
-    def from_run(cls, run: Any, layer: int | str = 0, *, attention: str = "auto",
-                 dense_max_nodes: int = NodeSection.dense_max_nodes, **load: Any) -> XLogSMaskBlock:
-        """Block ``layer`` of a trained run, rebuilt with every switch the run used and its trained weights.
-
-        Args:
-            run: a run folder (``runs/<name>/<seed>/``, read by :func:`xmask_cli.load_run`, data and cache
-                included) or a :class:`~xmask_cli.api.LoadedRun`.
-            layer: the block's index, from 0; or ``'output'``, the attention output layer (``model.output:
-                attention``).
-            attention, dense_max_nodes: the path choice (they change the cost, not the numbers).
-            load: for a run folder, keywords of :func:`xmask_cli.load_run` (``device``, ``cache_dir``,
-                ``data_root``, ``offline``).
-
-        Returns:
-            The block in eval mode on the run's device; its outputs are the run's block's.
-
-        Raises:
-            UsageError: ``layer`` is not a block of the run, or the block is one this class does not
-                compute (M3Dphormer's experts, learned biases: their structure is not AddLogSMask's).
-        """
-        loaded = loaded_run(run, load)
-        settings, weights = block_settings(loaded.model, layer)
-        block = cls(**settings, attention=attention, dense_max_nodes=dense_max_nodes)
-        block.layer.load_state_dict(weights.state_dict())
-        return block.to(next(weights.parameters()).device).eval()
