@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
 import torch
 from torch import Tensor
@@ -139,8 +139,7 @@ class _OnGraph(MessagePassing):
         if alpha is not None and self._message_forward_hooks:
             self.propagate(index, alpha=alpha, size=(x.size(0), x.size(0)))
         if return_attention_weights:
-            assert alpha is not None
-            return out, (index, alpha)
+            return out, (index, cast(Tensor, alpha))  # computed above whenever asked for
         return out
 
     def _run(self, terms: dict[str, Tensor], weights: bool, x: Tensor, bias: Tensor | None, **kw: Any) -> Tensor:
