@@ -25,7 +25,7 @@ from typing import Any
 
 from xmask_cli.jsonfile import Damaged, MapOf, Number, OptionalInt, check_fields
 
-__all__ = ["AblationResult", "AblationRow", "CompareResult", "EvalResult", "FoldsSummary", "JsonItems", "MetricStats", "RunRow",
+__all__ = ["AblationResult", "AblationRow", "CompareResult", "EvalResult", "ExportResult", "FoldsSummary", "JsonItems", "MetricStats", "RunRow",
            "RunSummary", "SUMMARY_FIELDS", "SUMMARY_OPTIONAL", "SweepResult", "stats_of"]
 
 _NONE = type(None)
@@ -253,6 +253,38 @@ class EvalResult(JsonItems):
                             "metrics": MapOf(Number), "recorded": MapOf((int, float, _NONE)), "config_sha256": str})
         _unknown(cls, data, strict=True)
         return cls(**data)
+
+
+@dataclass(frozen=True)
+class ExportResult(JsonItems):
+    """A trained model written as a program for inference: what ``xmask --format json export`` prints.
+
+    Attributes:
+        run_dir, dataset, level: the run read back.
+        out: the file written; to: ``torch`` (a ``torch.export`` program, ``.pt2``) or ``onnx``.
+        path: the attention path the program runs (``dense`` or ``pairs``).
+        inputs: each input's shape (symbols ``B``, ``N``, ``E`` are dynamic); output: the output's shape.
+        export_s: seconds to trace (and translate to ONNX); size_bytes: the file's size.
+        checked: items of the test part the program was run on; max_abs_diff: the largest difference
+            between its outputs and ``xmask eval``'s (None without test items).
+    """
+
+    run_dir: str
+    dataset: str
+    level: str
+    out: str
+    to: str
+    path: str
+    inputs: Mapping[str, list[str | int]]
+    output: list[str | int]
+    export_s: float
+    size_bytes: int
+    checked: int
+    max_abs_diff: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v
+                for f in dataclasses.fields(self)}
 
 
 @dataclass(frozen=True)

@@ -139,7 +139,9 @@ class StructuralAttention(PairAttention, torch.nn.Module):
         """
         # SDPA scales q·k by 1/sqrt(d_h) itself; fold the bias's scaling in here.
         float_mask = self._logit_term(bias, learned, dtype)
-        if mask is not None and not bool(mask.all()):
+        # All real: no padding term. An exported program cannot branch on the mask's values and always adds
+        # it (0 where every node is real: the same numbers).
+        if mask is not None and (torch.compiler.is_exporting() or not bool(mask.all())):
             B, N = mask.shape
             # A graph without real nodes keeps its (padded, never read) keys open: an all -inf row is NaN.
             hide = ~mask & mask.any(1, keepdim=True)

@@ -41,7 +41,8 @@ class MaskMemo:
         bias_module = self.out_bias if which == "output" else self.bias
         if bias_module is not None and powers is None:
             raise ValueError("use_bias=True needs `powers` [B, K, N, N]")
-        memo = self._mask_memo.get(which)
+        exporting = torch.compiler.is_exporting()  # a traced program computes its mask; nothing is memoised
+        memo = None if exporting else self._mask_memo.get(which)
         # Tensor._version counts in-place writes: the only way to see `powers` changed under the same identity
         # (PyTorch has no public equivalent); a stale mask after powers.mul_() would be silently wrong.
         version = None if powers is None else powers._version
@@ -55,8 +56,8 @@ class MaskMemo:
         if attn is not None and not isinstance(attn, StructuralAttention):
             raise ValueError("attention experts attend over their token masks, not a dense padded batch")
         attn_mask = attn.dense_mask(bias, mask, dtype) if attn is not None else None
-        # Holding `powers` keeps its id from being reused by another tensor while memoised.
-        self._mask_memo[which] = (powers, mask.clone(), version, dtype, attn_mask)
+        if not exporting:  # holding `powers` keeps its id from being reused by another tensor while memoised
+            self._mask_memo[which] = (powers, mask.clone(), version, dtype, attn_mask)
         return attn_mask
 
     def _sparse_bias(self, bias_module: XLogSMaskBias, edge_index: Tensor, values: Tensor, which: str) -> Tensor:

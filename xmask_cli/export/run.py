@@ -1,0 +1,191 @@
+"""``xmask export``: a run's best model written as a ``torch.export`` program (or ONNX), checked against eval.
+
+The run is rebuilt as ``xmask eval`` rebuilds it (same data, split and cache); its model is traced on
+one attention path (:mod:`~xmask_cli.export.program`), written atomically, and run on the test part,
+whose outputs are compared with the ones ``xmask eval`` scores.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from xmask_cli.engine.evaluate import read_run, rebuild_run, run_precision
+from xmask_cli.engine.experiment import Experiment
+from xmask_cli.engine.features import input_features
+from xmask_cli.engine.precision import autocast
+from xmask_cli.engine.tasks.graph import GraphTask
+from xmask_cli.engine.tasks.node import NodeTask
+from xmask_cli.errors import UsageError
+from xmask_cli.export.inputs import dense_graph, graph_inputs, pairs_graph
+from xmask_cli.export.program import (
+    FORMATS,
+    PATHS,
+    ExportRefused,
+    ProgramSpec,
+    program_spec,
+    refusal,
+    to_onnx,
+    trace,
+)
+from xmask_cli.fs import atomic_write, ensure_writable_dir
+from xmask_cli.model.network import XMaskNet
+from xmask_cli.results import ExportResult
+
+__all__ = ["META", "export_run", "choose_path", "powers_read"]
+
+#: The name of the program's metadata inside a ``.pt2`` file (``torch.export.load(..., extra_files=...)``).
+META = "xmask.json"
+
+
+def powers_read(model: XMaskNet) -> int:
+    """``K``: the highest power ``Â^k`` any head of ``model`` reads (1 for a model without the X-LogSMask term)."""
+    ks = [k for bias in (model.bias, model.out_bias) if bias is not None for k in bias.head_powers]
+    return max(ks, default=1)
+
+
+def choose_path(level: str, task: object, requested: str) -> str:
+    """The attention path of the program: ``requested``, or (``auto``) the one ``xmask eval`` runs.
+
+    Raises:
+        ExportRefused: a path the run's level or batching has no program for.
+    """
+    if requested not in ("auto", *PATHS):
+        raise UsageError(f"--path must be auto, dense or pairs, got '{requested}'")
+    if level == "graph":
+        if requested == "pairs":
+            raise ExportRefused("graph-level runs export the dense path (padded batches, dynamic graph and node "
+                                "counts); --path pairs is for node-level runs")
+        return "dense"
+    if not isinstance(task, NodeTask):  # refusal() names the other levels first
+        raise ExportRefused(f"a {level}-level run has no exported program")
+    if task.eval_mode == "partition":
+        raise ExportRefused("this run is scored on METIS partition batches (node.mode=partition), attention "
+                            "within each part, which no exported program computes; a node-level run scored on "
+                            "the whole graph (node.mode=full or query) exports (dense or pairs path)")
+    if requested != "auto":
+        return requested
+    return "dense" if task.attention == "dense" else "pairs"
+
+
+def _check_target(out: Path) -> None:
+    """Refuse a link or a folder planted at the output name; make its folder."""
+    if out.is_symlink():
+        raise UsageError(f"{out} is a symbolic link, which xmask never writes through; remove it or pass another --out")
+    if out.is_dir():
+        raise UsageError(f"{out} is a folder; pass a file name as --out")
+    ensure_writable_dir(out.parent, "output folder", "pass another --out")
+
+
+def _inputs(exp: Experiment, task: Any, spec: ProgramSpec, k: int, ids: list[int]) -> list[tuple[list[int], tuple[Tensor, ...]]]:
+    """The program's inputs of graphs ``ids`` (graph level) or of the whole graph (node level: ``ids`` ignored)."""
+    cache = exp.cache_path
+    assert cache is not None  # graph and node levels always have a cache
+    if isinstance(task, GraphTask):
+        features, _ = input_features(exp.graphs, exp.cfg.model.node_struct, cache)  # type: ignore[arg-type]
+        return list(graph_inputs(cache, features, ids, k))
+    build = dense_graph if spec.path == "dense" else pairs_graph
+    return [([], build(cache, task.x, k))]
+
+
+def _example(exp: Experiment, task: Any, spec: ProgramSpec, k: int) -> tuple[Tensor, ...]:
+    """Inputs to trace on: two graphs (or one twice) padded one node past the largest, so that no dynamic
+    axis is 0 or 1 and the padded form is traced; a one-graph dataset's whole graph."""
+    if not isinstance(task, GraphTask):
+        return _inputs(exp, task, spec, k, [])[0][1]
+    train = [int(g) for g in task.split.train[:2]] or [int(g) for g in task.split.test[:2]]
+    ids = (train * 2)[:2]
+    features, _ = input_features(exp.graphs, exp.cfg.model.node_struct, exp.cache_path)  # type: ignore[arg-type]
+    (_, (x, powers, mask)), = graph_inputs(exp.cache_path, features, ids, k)  # type: ignore[arg-type]
+    pad = max(2 - x.size(1), 1)
+    return (torch.nn.functional.pad(x, (0, 0, 0, pad)), torch.nn.functional.pad(powers, (0, pad, 0, pad)),
+            torch.nn.functional.pad(mask, (0, pad)))
+
+
+def _check(program: torch.export.ExportedProgram, exp: Experiment, task: Any, spec: ProgramSpec, k: int,
+           reference: Tensor) -> tuple[int, float | None]:
+    """``(test items, max |program - eval|)`` of the program on the test part."""
+    test = [int(i) for i in task.split.test]
+    if not test:
+        return 0, None
+    module = program.module()
+    with torch.no_grad():
+        if isinstance(task, GraphTask):
+            got = torch.cat([module(*inputs) for _, inputs in _inputs(exp, task, spec, k, test)])
+        else:
+            (_, inputs), = _inputs(exp, task, spec, k, [])
+            out = module(*inputs)
+            got = (out[0] if spec.path == "dense" else out)[torch.tensor(test)]
+    return len(test), float((got.float() - reference.float()).abs().max())
+
+
+def _serialize(program: torch.export.ExportedProgram, to: str, spec: ProgramSpec, meta: dict[str, Any]) -> bytes:
+    if to == "onnx":
+        return to_onnx(program, spec)
+    # The inputs it was traced on would be saved too (Cora's dense powers: 117 MB); the program needs none.
+    program.example_inputs = None  # type: ignore[assignment]
+    buf = io.BytesIO()
+    torch.export.save(program, buf, extra_files={META: json.dumps(meta, sort_keys=True)})
+    return buf.getvalue()
+
+
+def export_run(
+    run_dir: str | os.PathLike[str],
+    *,
+    cache_dir: Path,
+    out: str | os.PathLike[str] | None = None,
+    to: str = "torch",
+    path: str = "auto",
+    data_root: str | os.PathLike[str] | None = None,
+    offline: bool | None = None,
+    log: Callable[[str], None] = lambda m: None,
+) -> ExportResult:
+    """Write a run's best model as an inference program with dynamic graph and node counts.
+
+    Args:
+        run_dir: a run folder, ``runs/<name>/<seed>/``.
+        cache_dir, data_root, offline: where the run's data and structure cache are (as ``xmask eval``).
+        out: the file to write; default ``RUN/model.pt2`` (``model.onnx`` with ``to='onnx'``).
+        to: ``torch`` (a ``torch.export`` program) or ``onnx``.
+        path: ``auto`` (the path ``xmask eval`` runs), ``dense`` or ``pairs`` (node level).
+
+    Raises:
+        ExportRefused: the model or path has no program (experts, learned biases, pair levels, partitions,
+            a trace that fails), or ONNX without its packages (exit 2).
+        RunNotFoundError: not a run folder.
+    """
+    if to not in FORMATS:
+        raise UsageError(f"--to must be torch or onnx, got '{to}'")
+    run, saved = read_run(run_dir)
+    exp, task, model = rebuild_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
+                                   device="cpu", log=log)
+    assert isinstance(model, XMaskNet)
+    reason = refusal(model)
+    if reason is not None:
+        raise ExportRefused(reason)
+    chosen = choose_path(exp.level, task, path)
+    k = powers_read(model)
+    spec = program_spec(chosen, exp.level, model.cfg.in_dim, k, model.cfg.out_dim)
+    target = Path(out) if out is not None else run.path / ("model.onnx" if to == "onnx" else "model.pt2")
+    _check_target(target)
+    log(f"tracing the {chosen} path of {run.path} ({exp.dataset}, {exp.level} level)")
+    start = time.perf_counter()
+    program = trace(model, spec, _example(exp, task, spec, k))
+    meta = {"path": chosen, "level": exp.level, "dataset": exp.dataset, "run": str(run.path),
+            "inputs": spec.shapes, "output": spec.output, "k": k}
+    data = _serialize(program, to, spec, meta)
+    seconds = time.perf_counter() - start
+    atomic_write(target, lambda f: f.write(data), "pass another --out")
+    with torch.no_grad(), autocast(run_precision(saved), "cpu"):
+        reference, _ = task.outputs(model, "test")
+    checked, diff = _check(program, exp, task, spec, k, reference)
+    return ExportResult(run_dir=str(run.path), dataset=exp.dataset, level=exp.level, out=str(target), to=to,
+                        path=chosen, inputs=spec.shapes, output=spec.output, export_s=round(seconds, 3),
+                        size_bytes=len(data), checked=checked, max_abs_diff=diff)
