@@ -19,13 +19,14 @@ PACKAGE = ROOT / "xmask_cli"
 # ``xmask_cli.engine.tasks.node``; ``api`` for ``xmask_cli.api``).
 BELOW: dict[str, set[str]] = {
     "__main__": {"cli"},
-    "cli": {"render", "api", "ablate", "explain", "tune"},
+    "cli": {"render", "api", "ablate", "explain", "export", "tune"},
     "render": {"cache"},
     "api": {"engine"},
     "transforms": {"prepare"},
     "nn": {"model", "api"},
     "ablate": {"engine"},
     "explain": {"engine"},
+    "export": {"engine"},
     "tune": {"engine"},
     "engine": {"prepare", "model"},
     "prepare": {"cache", "model"},

@@ -23,10 +23,10 @@ from torch import Tensor
 
 from xmask_cli.errors import UsageError
 from xmask_cli.model.attention import StructuralAttention
-from xmask_cli.model.network import XMaskNet
+from xmask_cli.model.network import XMaskNet, sparse_refusal
 
 __all__ = ["PATHS", "FORMATS", "ExportRefused", "ProgramSpec", "DenseProgram", "PairsProgram", "refusal",
-           "program_spec", "trace", "to_onnx", "onnx_extra_hint"]
+           "path_refusal", "program_spec", "trace", "to_onnx", "onnx_extra_hint", "require_onnx"]
 
 #: The attention paths an exported program can take.
 PATHS = ("dense", "pairs")
@@ -91,6 +91,12 @@ def refusal(model: XMaskNet) -> str | None:
     return None
 
 
+def path_refusal(model: XMaskNet, path: str) -> str | None:
+    """Why ``model`` has no program on ``path`` (None: it has one)."""
+    why = sparse_refusal(model.cfg) if path == "pairs" else None
+    return None if why is None else f"the pairs path is refused for this model ({why}); --path dense exports it"
+
+
 class DenseProgram(torch.nn.Module):
     """``forward(x [B, N, F], powers [B, K, N, N], mask [B, N])``: the model's dense path, in eval mode."""
 
@@ -123,7 +129,8 @@ class PairsProgram(torch.nn.Module):
 
 def _dims(spec: ProgramSpec) -> dict[str, dict[int, torch.export.Dim]]:
     made: dict[str, torch.export.Dim] = {}
-    return {name: {axis: made.setdefault(dim, torch.export.Dim(dim)) for axis, dim in axes.items()}
+    # At least one graph, node and pair: the kernels' empty-input early returns are then never taken.
+    return {name: {axis: made.setdefault(dim, torch.export.Dim(dim, min=1)) for axis, dim in axes.items()}
             for name, axes in spec.dynamic.items()}
 
 
@@ -155,6 +162,16 @@ def onnx_extra_hint() -> str:
     return f'pip install "{dist}[onnx]"'
 
 
+def require_onnx() -> None:
+    """Refuse (exit 2, naming the ``[onnx]`` extra) when ``onnx`` or ``onnxscript`` is not installed."""
+    try:
+        import onnx  # noqa: F401  (an optional dependency: the [onnx] extra)
+        import onnxscript  # noqa: F401
+    except ImportError as exc:
+        raise ExportRefused(f"--to onnx needs the onnx and onnxscript packages ({exc.name} is missing): "
+                            f"{onnx_extra_hint()}, or export with --to torch") from None
+
+
 def to_onnx(program: torch.export.ExportedProgram, spec: ProgramSpec) -> bytes:
     """The ONNX model (opset of torch's dynamo exporter) of an exported program, serialized.
 
@@ -162,12 +179,7 @@ def to_onnx(program: torch.export.ExportedProgram, spec: ProgramSpec) -> bytes:
         ExportRefused: ``onnx`` / ``onnxscript`` are not installed (the ``[onnx]`` extra), or an operator of
             the program has no ONNX translation.
     """
-    try:
-        import onnx  # noqa: F401  (an optional dependency: the [onnx] extra)
-        import onnxscript  # noqa: F401
-    except ImportError as exc:
-        raise ExportRefused(f"--to onnx needs the onnx and onnxscript packages ({exc.name} is missing): "
-                            f"{onnx_extra_hint()}, or export with --to torch") from None
+    require_onnx()
     quiet = logging.getLogger("torch.onnx")
     level = quiet.level
     try:

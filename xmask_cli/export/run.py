@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from xmask_cli.data.graphset import GraphSet
 from xmask_cli.engine.evaluate import read_run, rebuild_run, run_precision
 from xmask_cli.engine.experiment import Experiment
 from xmask_cli.engine.features import input_features
@@ -30,8 +31,10 @@ from xmask_cli.export.program import (
     PATHS,
     ExportRefused,
     ProgramSpec,
+    path_refusal,
     program_spec,
     refusal,
+    require_onnx,
     to_onnx,
     trace,
 )
@@ -51,7 +54,7 @@ def powers_read(model: XMaskNet) -> int:
     return max(ks, default=1)
 
 
-def choose_path(level: str, task: object, requested: str) -> str:
+def choose_path(level: str, task: GraphTask | NodeTask, requested: str) -> str:
     """The attention path of the program: ``requested``, or (``auto``) the one ``xmask eval`` runs.
 
     Raises:
@@ -64,7 +67,7 @@ def choose_path(level: str, task: object, requested: str) -> str:
             raise ExportRefused("graph-level runs export the dense path (padded batches, dynamic graph and node "
                                 "counts); --path pairs is for node-level runs")
         return "dense"
-    if not isinstance(task, NodeTask):  # refusal() names the other levels first
+    if not isinstance(task, NodeTask):
         raise ExportRefused(f"a {level}-level run has no exported program")
     if task.eval_mode == "partition":
         raise ExportRefused("this run is scored on METIS partition batches (node.mode=partition), attention "
@@ -84,32 +87,37 @@ def _check_target(out: Path) -> None:
     ensure_writable_dir(out.parent, "output folder", "pass another --out")
 
 
-def _inputs(exp: Experiment, task: Any, spec: ProgramSpec, k: int, ids: list[int]) -> list[tuple[list[int], tuple[Tensor, ...]]]:
+def _inputs(exp: Experiment, task: GraphTask | NodeTask, spec: ProgramSpec, k: int,
+            ids: list[int]) -> list[tuple[list[int], tuple[Tensor, ...]]]:
     """The program's inputs of graphs ``ids`` (graph level) or of the whole graph (node level: ``ids`` ignored)."""
-    cache = exp.cache_path
-    assert cache is not None  # graph and node levels always have a cache
+    cache = Path(task.cache_path)
     if isinstance(task, GraphTask):
-        features, _ = input_features(exp.graphs, exp.cfg.model.node_struct, cache)  # type: ignore[arg-type]
-        return list(graph_inputs(cache, features, ids, k))
+        return list(graph_inputs(cache, _features(exp, task), ids, k))
     build = dense_graph if spec.path == "dense" else pairs_graph
     return [([], build(cache, task.x, k))]
 
 
-def _example(exp: Experiment, task: Any, spec: ProgramSpec, k: int) -> tuple[Tensor, ...]:
+def _features(exp: Experiment, task: GraphTask) -> list[Tensor]:
+    """Every graph's input features, as the run's task built them (structural columns appended)."""
+    if not isinstance(exp.graphs, GraphSet):
+        raise ExportRefused(f"a {exp.level}-level run has no exported program")
+    return input_features(exp.graphs, exp.cfg.model.node_struct, task.cache_path)[0]
+
+
+def _example(exp: Experiment, task: GraphTask | NodeTask, spec: ProgramSpec, k: int) -> tuple[Tensor, ...]:
     """Inputs to trace on: two graphs (or one twice) padded one node past the largest, so that no dynamic
     axis is 0 or 1 and the padded form is traced; a one-graph dataset's whole graph."""
     if not isinstance(task, GraphTask):
         return _inputs(exp, task, spec, k, [])[0][1]
     train = [int(g) for g in task.split.train[:2]] or [int(g) for g in task.split.test[:2]]
     ids = (train * 2)[:2]
-    features, _ = input_features(exp.graphs, exp.cfg.model.node_struct, exp.cache_path)  # type: ignore[arg-type]
-    (_, (x, powers, mask)), = graph_inputs(exp.cache_path, features, ids, k)  # type: ignore[arg-type]
+    (_, (x, powers, mask)), = graph_inputs(task.cache_path, _features(exp, task), ids, k)
     pad = max(2 - x.size(1), 1)
     return (torch.nn.functional.pad(x, (0, 0, 0, pad)), torch.nn.functional.pad(powers, (0, pad, 0, pad)),
             torch.nn.functional.pad(mask, (0, pad)))
 
 
-def _check(program: torch.export.ExportedProgram, exp: Experiment, task: Any, spec: ProgramSpec, k: int,
+def _check(program: torch.export.ExportedProgram, exp: Experiment, task: GraphTask | NodeTask, spec: ProgramSpec, k: int,
            reference: Tensor) -> tuple[int, float | None]:
     """``(test items, max |program - eval|)`` of the program on the test part."""
     test = [int(i) for i in task.split.test]
@@ -130,7 +138,7 @@ def _serialize(program: torch.export.ExportedProgram, to: str, spec: ProgramSpec
     if to == "onnx":
         return to_onnx(program, spec)
     # The inputs it was traced on would be saved too (Cora's dense powers: 117 MB); the program needs none.
-    program.example_inputs = None  # type: ignore[assignment]
+    program.example_inputs = None
     buf = io.BytesIO()
     torch.export.save(program, buf, extra_files={META: json.dumps(meta, sort_keys=True)})
     return buf.getvalue()
@@ -163,14 +171,22 @@ def export_run(
     """
     if to not in FORMATS:
         raise UsageError(f"--to must be torch or onnx, got '{to}'")
+    if to == "onnx":
+        require_onnx()  # before the run is rebuilt and traced
     run, saved = read_run(run_dir)
     exp, task, model = rebuild_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
                                    device="cpu", log=log)
-    assert isinstance(model, XMaskNet)
+    if not isinstance(model, XMaskNet):  # rebuild_run builds one; the check narrows the type
+        raise ExportRefused("the run's model is not an XMaskNet")
     reason = refusal(model)
     if reason is not None:
         raise ExportRefused(reason)
+    if not isinstance(task, (GraphTask, NodeTask)):
+        raise ExportRefused(f"a {exp.level}-level run has no exported program")
     chosen = choose_path(exp.level, task, path)
+    reason = path_refusal(model, chosen)
+    if reason is not None:
+        raise ExportRefused(reason)
     k = powers_read(model)
     spec = program_spec(chosen, exp.level, model.cfg.in_dim, k, model.cfg.out_dim)
     target = Path(out) if out is not None else run.path / ("model.onnx" if to == "onnx" else "model.pt2")
@@ -184,7 +200,7 @@ def export_run(
     seconds = time.perf_counter() - start
     atomic_write(target, lambda f: f.write(data), "pass another --out")
     with torch.no_grad(), autocast(run_precision(saved), "cpu"):
-        reference, _ = task.outputs(model, "test")
+        reference = task.outputs(model, "test")[0]
     checked, diff = _check(program, exp, task, spec, k, reference)
     return ExportResult(run_dir=str(run.path), dataset=exp.dataset, level=exp.level, out=str(target), to=to,
                         path=chosen, inputs=spec.shapes, output=spec.output, export_s=round(seconds, 3),

@@ -111,7 +111,8 @@ def plain_attention(
         lse = q.new_full((nq, H), float("-inf"))
         return (out, lse) if return_lse else out
     step = max(1, chunk_floats // max(H * nk, 1))
-    if step >= nq:
+    # A program being exported has symbolic sizes, on which no chunk count can be chosen: one chunk.
+    if torch.compiler.is_exporting() or step >= nq:
         out, lse = rows(0, nq)
     else:
         outs, lses = [], []

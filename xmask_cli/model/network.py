@@ -50,7 +50,13 @@ __all__ = ["ENCODERS", "READOUTS", "TASKS", "ModelConfig", "XMaskNet", "head_lab
 
 
 def _complete(edge_index: Tensor, num_nodes: int, batch: Tensor | None) -> bool:
-    """Whether ``edge_index`` (unique pairs, none across graphs) holds every pair of each graph: ``Σ n_g^2`` of them."""
+    """Whether ``edge_index`` (unique pairs, none across graphs) holds every pair of each graph: ``Σ n_g^2`` of them.
+
+    A program being exported answers False whatever the sizes (it cannot branch on them): the general form then
+    runs, which gives the complete form's numbers wherever :func:`sparse_refusal` lets a model run sparse.
+    """
+    if torch.compiler.is_exporting():
+        return False
     if batch is None:
         total = num_nodes * num_nodes
     else:
