@@ -16,7 +16,8 @@ from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.evaluate import read_run, rebuild_run
 from xmask_cli.engine.features import input_features
 from xmask_cli.engine.sweep import train_seeds
-from xmask_cli.export import META, dense_graph, graph_inputs, pairs_graph
+from xmask_cli.engine.tasks.node import NodeTask
+from xmask_cli.export import META, ExportRefused, choose_path, dense_graph, graph_inputs, pairs_graph
 from xmask_cli.export.run import export_run
 
 TOL = 1e-5
@@ -141,3 +142,18 @@ def test_the_onnx_model_gives_evals_predictions_on_the_test_set(graph_run, tmp_p
     got = np.concatenate([session.run(None, {"x": x.numpy(), "powers": p.numpy(), "mask": m.numpy()})[0]
                           for _, (x, p, m) in graph_inputs(exp.cache_path, features, list(task.split.test), 2, 5)])
     assert np.abs(got - _eval_predictions(folder, cache).numpy()).max() <= TOL
+
+
+def _node_task(eval_mode: str, attention: str) -> NodeTask:
+    """A node task as far as :func:`choose_path` reads it (its scoring mode and attention path)."""
+    task = NodeTask.__new__(NodeTask)
+    task.eval_mode, task.attention = eval_mode, attention
+    return task
+
+
+def test_the_path_is_the_one_eval_runs_unless_asked_and_partitions_are_refused():
+    assert choose_path("node", _node_task("full", "dense"), "auto") == "dense"
+    assert choose_path("node", _node_task("full", "sparse"), "auto") == "pairs"
+    assert choose_path("node", _node_task("query", "sparse"), "dense") == "dense"
+    with pytest.raises(ExportRefused, match=r"METIS partition batches .* node.mode=full or query\) exports"):
+        choose_path("node", _node_task("partition", "sparse"), "pairs")
