@@ -155,5 +155,5 @@ def test_the_path_is_the_one_eval_runs_unless_asked_and_partitions_are_refused()
     assert choose_path("node", _node_task("full", "dense"), "auto") == "dense"
     assert choose_path("node", _node_task("full", "sparse"), "auto") == "pairs"
     assert choose_path("node", _node_task("query", "sparse"), "dense") == "dense"
-    with pytest.raises(ExportRefused, match=r"METIS partition batches .* node.mode=full or query\) exports"):
+    with pytest.raises(ExportRefused, match=r"METIS partition batches .*\(node.mode=full or query\) exports"):
         choose_path("node", _node_task("partition", "sparse"), "pairs")
