@@ -17,7 +17,16 @@ from xmask_cli.engine.evaluate import read_run, rebuild_run
 from xmask_cli.engine.features import input_features
 from xmask_cli.engine.sweep import train_seeds
 from xmask_cli.engine.tasks.node import NodeTask
-from xmask_cli.export import META, ExportRefused, choose_path, dense_graph, graph_inputs, pairs_graph
+from xmask_cli.export import (
+    META,
+    ExportRefused,
+    choose_path,
+    dense_graph,
+    graph_inputs,
+    pairs_graph,
+    read_rows,
+    run_inputs,
+)
 from xmask_cli.export.run import export_run
 
 TOL = 1e-5
@@ -73,6 +82,10 @@ def test_the_graph_program_gives_evals_predictions_on_the_test_set(graph_run, tm
     for size in (3, len(test), 1):
         got = torch.cat([run(*inputs) for _, inputs in graph_inputs(exp.cache_path, features, test, 2, size)])
         assert (got - want).abs().max() <= TOL
+    # The public builder: the same batches, in the split's order.
+    batches = run_inputs(folder, "test", cache_dir=cache, offline=True, batch_size=5)
+    assert [g for ids, _ in batches for g in ids] == test
+    assert (torch.cat([run(*inputs) for _, inputs in batches]) - want).abs().max() <= TOL
     # A node count never seen (60, above MUTAG's largest graph, 28): the same outputs with more padding.
     (_, (x, powers, mask)), = graph_inputs(exp.cache_path, features, test, 2, len(test))
     pad = 60 - x.size(1)
@@ -102,6 +115,9 @@ def test_node_programs_pairs_and_dense_give_evals_predictions_and_take_other_nod
     run_pairs = torch.export.load(tmp_path / "pairs.pt2").module()
     run_dense = torch.export.load(tmp_path / "dense.pt2").module()
     assert (run_pairs(x, edge_index, values)[test] - want).abs().max() <= TOL
+    (ids, inputs), = run_inputs(folder, "test", cache_dir=cache, offline=True)  # the pairs path, as eval runs
+    assert ids == test.tolist() and torch.equal(inputs[1], edge_index)
+    assert (read_rows(run_pairs(*inputs), ids) - want).abs().max() <= TOL
     dense_x, powers, mask = dense_graph(exp.cache_path, task.x, 2)
     assert (run_dense(dense_x, powers, mask)[0, test] - want).abs().max() <= TOL
     assert pairs.max_abs_diff <= TOL and dense.max_abs_diff <= TOL and pairs.checked == len(test)

@@ -18,10 +18,12 @@ import torch
 from torch import Tensor
 
 from xmask_cli.data.graphset import GraphSet
-from xmask_cli.engine.evaluate import read_run, rebuild_run, run_precision
+from xmask_cli.engine.evaluate import SavedRun, read_run, rebuild_run, run_precision
 from xmask_cli.engine.experiment import Experiment
 from xmask_cli.engine.features import input_features
 from xmask_cli.engine.precision import autocast
+from xmask_cli.engine.runs import RunDir
+from xmask_cli.engine.splits import PARTS
 from xmask_cli.engine.tasks.graph import GraphTask
 from xmask_cli.engine.tasks.node import NodeTask
 from xmask_cli.errors import UsageError
@@ -42,7 +44,7 @@ from xmask_cli.fs import atomic_write, ensure_writable_dir
 from xmask_cli.model.network import XMaskNet
 from xmask_cli.results import ExportResult
 
-__all__ = ["META", "export_run", "choose_path", "powers_read"]
+__all__ = ["META", "export_run", "choose_path", "powers_read", "read_rows", "run_inputs"]
 
 #: The name of the program's metadata inside a ``.pt2`` file (``torch.export.load(..., extra_files=...)``).
 META = "xmask.json"
@@ -87,14 +89,15 @@ def _check_target(out: Path) -> None:
     ensure_writable_dir(out.parent, "output folder", "pass another --out")
 
 
-def _inputs(exp: Experiment, task: GraphTask | NodeTask, spec: ProgramSpec, k: int,
-            ids: list[int]) -> list[tuple[list[int], tuple[Tensor, ...]]]:
-    """The program's inputs of graphs ``ids`` (graph level) or of the whole graph (node level: ``ids`` ignored)."""
+def _inputs(exp: Experiment, task: GraphTask | NodeTask, path: str, k: int, ids: list[int],
+            batch_size: int = 32) -> list[tuple[list[int], tuple[Tensor, ...]]]:
+    """The program's inputs of graphs ``ids`` in batches (graph level), or of the whole graph with ``ids`` as
+    the nodes to read (node level)."""
     cache = Path(task.cache_path)
     if isinstance(task, GraphTask):
-        return list(graph_inputs(cache, _features(exp, task), ids, k))
-    build = dense_graph if spec.path == "dense" else pairs_graph
-    return [([], build(cache, task.x, k))]
+        return list(graph_inputs(cache, _features(exp, task), ids, k, batch_size))
+    build = dense_graph if path == "dense" else pairs_graph
+    return [(ids, build(cache, task.x, k))]
 
 
 def _features(exp: Experiment, task: GraphTask) -> list[Tensor]:
@@ -108,7 +111,7 @@ def _example(exp: Experiment, task: GraphTask | NodeTask, spec: ProgramSpec, k: 
     """Inputs to trace on: two graphs (or one twice) padded one node past the largest, so that no dynamic
     axis is 0 or 1 and the padded form is traced; a one-graph dataset's whole graph."""
     if not isinstance(task, GraphTask):
-        return _inputs(exp, task, spec, k, [])[0][1]
+        return _inputs(exp, task, spec.path, k, [])[0][1]
     train = [int(g) for g in task.split.train[:2]] or [int(g) for g in task.split.test[:2]]
     ids = (train * 2)[:2]
     (_, (x, powers, mask)), = graph_inputs(task.cache_path, _features(exp, task), ids, k)
@@ -125,13 +128,14 @@ def _check(program: torch.export.ExportedProgram, exp: Experiment, task: GraphTa
         return 0, None
     module = program.module()
     with torch.no_grad():
-        if isinstance(task, GraphTask):
-            got = torch.cat([module(*inputs) for _, inputs in _inputs(exp, task, spec, k, test)])
-        else:
-            (_, inputs), = _inputs(exp, task, spec, k, [])
-            out = module(*inputs)
-            got = (out[0] if spec.path == "dense" else out)[torch.tensor(test)]
+        outs = [(ids, module(*inputs)) for ids, inputs in _inputs(exp, task, spec.path, k, test)]
+    got = torch.cat([out if isinstance(task, GraphTask) else read_rows(out, ids) for ids, out in outs])
     return len(test), float((got.float() - reference.float()).abs().max())
+
+
+def read_rows(out: Tensor, nodes: list[int]) -> Tensor:
+    """The rows of ``nodes`` in a node-level program's output (``[1, N, C]`` dense, ``[N, C]`` pairs)."""
+    return (out[0] if out.dim() == 3 else out)[torch.tensor(nodes, dtype=torch.long)]
 
 
 def _serialize(program: torch.export.ExportedProgram, to: str, spec: ProgramSpec, meta: dict[str, Any]) -> bytes:
@@ -142,6 +146,55 @@ def _serialize(program: torch.export.ExportedProgram, to: str, spec: ProgramSpec
     buf = io.BytesIO()
     torch.export.save(program, buf, extra_files={META: json.dumps(meta, sort_keys=True)})
     return buf.getvalue()
+
+
+_Loaded = tuple[RunDir, SavedRun, Experiment, "GraphTask | NodeTask", XMaskNet, str]
+
+
+def _load(run_dir: str | os.PathLike[str], path: str, *, cache_dir: Path, data_root: str | os.PathLike[str] | None,
+          offline: bool | None, log: Callable[[str], None]) -> _Loaded:
+    """The run rebuilt as ``xmask eval`` rebuilds it, checked to have a program, and the program's path."""
+    run, saved = read_run(run_dir)
+    exp, task, model = rebuild_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
+                                   device="cpu", log=log)
+    if not isinstance(model, XMaskNet):  # rebuild_run builds one; the check narrows the type
+        raise ExportRefused("the run's model is not an XMaskNet")
+    reason = refusal(model)
+    if reason is not None:
+        raise ExportRefused(reason)
+    if not isinstance(task, (GraphTask, NodeTask)):
+        raise ExportRefused(f"a {exp.level}-level run has no exported program")
+    chosen = choose_path(exp.level, task, path)
+    reason = path_refusal(model, chosen)
+    if reason is not None:
+        raise ExportRefused(reason)
+    return run, saved, exp, task, model, chosen
+
+
+def run_inputs(
+    run_dir: str | os.PathLike[str],
+    part: str = "test",
+    *,
+    cache_dir: Path,
+    path: str = "auto",
+    batch_size: int = 32,
+    data_root: str | os.PathLike[str] | None = None,
+    offline: bool | None = None,
+) -> list[tuple[list[int], tuple[Tensor, ...]]]:
+    """The inputs of a run's exported program for the items of ``part``, built as :func:`export_run` checks them.
+
+    Graph level: batches of ``batch_size`` graphs, each with its graph ids (the output's rows, in order).
+    Node level: the whole graph once, with the part's node ids (the rows to read: :func:`read_rows`).
+
+    Raises:
+        ExportRefused: the run has no program on ``path``; UsageError: an unknown part.
+    """
+    if part not in PARTS:
+        raise UsageError(f"part must be one of {', '.join(PARTS)}, got '{part}'")
+    _, _, exp, task, model, chosen = _load(run_dir, path, cache_dir=cache_dir, data_root=data_root,
+                                           offline=offline, log=lambda m: None)
+    ids = [int(i) for i in getattr(task.split, part)]
+    return _inputs(exp, task, chosen, powers_read(model), ids, batch_size)
 
 
 def export_run(
@@ -173,20 +226,8 @@ def export_run(
         raise UsageError(f"--to must be torch or onnx, got '{to}'")
     if to == "onnx":
         require_onnx()  # before the run is rebuilt and traced
-    run, saved = read_run(run_dir)
-    exp, task, model = rebuild_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
-                                   device="cpu", log=log)
-    if not isinstance(model, XMaskNet):  # rebuild_run builds one; the check narrows the type
-        raise ExportRefused("the run's model is not an XMaskNet")
-    reason = refusal(model)
-    if reason is not None:
-        raise ExportRefused(reason)
-    if not isinstance(task, (GraphTask, NodeTask)):
-        raise ExportRefused(f"a {exp.level}-level run has no exported program")
-    chosen = choose_path(exp.level, task, path)
-    reason = path_refusal(model, chosen)
-    if reason is not None:
-        raise ExportRefused(reason)
+    loaded = _load(run_dir, path, cache_dir=cache_dir, data_root=data_root, offline=offline, log=log)
+    run, saved, exp, task, model, chosen = loaded
     k = powers_read(model)
     spec = program_spec(chosen, exp.level, model.cfg.in_dim, k, model.cfg.out_dim)
     target = Path(out) if out is not None else run.path / ("model.onnx" if to == "onnx" else "model.pt2")
