@@ -147,7 +147,7 @@ def trace(model: XMaskNet, spec: ProgramSpec, example: tuple[Tensor, ...]) -> to
     """
     try:
         with torch.no_grad():
-            return torch.export.export(_module(model, spec.path), example, dynamic_shapes=_dims(spec))
+            return torch.export.export(_module(model, spec.path), example, dynamic_shapes=_dims(spec), strict=False)
     except Exception as exc:  # torch.export's errors have no common base; each names what it could not trace
         first = next((ln.strip() for ln in str(exc).splitlines() if ln.strip()), type(exc).__name__)
         other = "dense" if spec.path == "pairs" else "pairs"

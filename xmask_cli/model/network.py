@@ -45,6 +45,7 @@ from xmask_cli.model.model_config import (
 from xmask_cli.model.packed_path import PackedPath
 from xmask_cli.model.patch import PatchEncoder
 from xmask_cli.model.token_path import TokenPath
+from xmask_cli.model.tracing import exporting
 
 __all__ = ["ENCODERS", "READOUTS", "TASKS", "ModelConfig", "XMaskNet", "head_labels", "plain_heads", "sparse_refusal"]
 
@@ -55,7 +56,7 @@ def _complete(edge_index: Tensor, num_nodes: int, batch: Tensor | None) -> bool:
     A program being exported answers False whatever the sizes (it cannot branch on them): the general form then
     runs, which gives the complete form's numbers wherever :func:`sparse_refusal` lets a model run sparse.
     """
-    if torch.compiler.is_exporting():
+    if exporting():
         return False
     if batch is None:
         total = num_nodes * num_nodes
