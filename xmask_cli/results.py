@@ -266,7 +266,8 @@ class ExportResult(JsonItems):
         inputs: each input's shape (symbols ``B``, ``N``, ``E`` are dynamic); output: the output's shape.
         export_s: seconds to trace (and translate to ONNX); size_bytes: the file's size.
         checked: items of the test part the program was run on; max_abs_diff: the largest difference
-            between its outputs and ``xmask eval``'s (None without test items).
+            between its outputs and ``xmask eval``'s (None without test items); for ``onnx``, of the
+            ``torch.export`` program the ONNX model is translated from.
     """
 
     run_dir: str
