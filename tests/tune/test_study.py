@@ -109,6 +109,20 @@ def test_trial_0_runs_the_presets_own_values(clean):
     assert any(t.params != first.params for t in study.trials[1:])  # the others are drawn
 
 
+def test_trial_0_is_the_preset_also_when_resume_makes_the_study(tmp_path, mutag_cache):
+    """``--resume`` on a study that does not exist yet (how a worker joins): trial 0 is still the preset's."""
+    _study(tmp_path, mutag_cache, trials=2, final=[], plots=False, resume=True)
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 's' / 'study.db'}")
+    cfg = R.resolve("mutag", TINY)
+    first, second = sorted(study.trials, key=lambda t: t.number)
+    assert first.params == {"train.lr": cfg.train.lr, "model.dropout": cfg.model.dropout}
+    assert second.params != first.params
+    # Resumed again with trials in the study: no second copy of the preset is queued.
+    _study(tmp_path, mutag_cache, trials=3, final=[], plots=False, resume=True)
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 's' / 'study.db'}")
+    assert len(study.trials) == 3 and sum(t.params == first.params for t in study.trials) == 1
+
+
 def test_outputs_agree_with_the_study_database(clean):
     summary, folder, _ = clean
     states = db_trials(folder / "study.db")  # read with sqlite3, not through Optuna
