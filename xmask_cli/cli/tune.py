@@ -36,6 +36,7 @@ def tune(
     trained on --final-seeds and test is reported once. The study folder holds
     study.db, best.yaml (`xmask train --preset best.yaml`), trials.csv,
     summary.json and PNG plots; watch it live with `optuna-dashboard sqlite:///runs/<study>/study.db`.
+    A --set on a searched key fixes it: that key is not searched (a note says so).
 
     Examples:
 
