@@ -9,7 +9,7 @@ import pytest
 from tests.cli_helpers import run
 from xmask_cli import config_resolve as R
 from xmask_cli.errors import UsageError
-from xmask_cli.tune.narrow import fixed_keys, narrow_space
+from xmask_cli.tune.narrow import fixed_keys, fixed_note, narrow_space
 from xmask_cli.tune.options import TuneOptions
 from xmask_cli.tune.space import parse_space
 from xmask_cli.tune.study import run_study
@@ -29,12 +29,12 @@ def test_narrow_space_drops_the_fixed_searched_keys_and_says_so():
     cfg = R.resolve("mutag", ["model.hidden=64", "train.lr=0.005"])
     searched = {p.key for p in parse_space(cfg.tune)}
     assert {"model.hidden", "train.lr", "model.layers"} <= searched
-    notes: list[str] = []
-    narrowed, pinned = narrow_space(cfg, ("model.hidden", "train.lr", "data.folds"), notes.append)
+    narrowed, pinned = narrow_space(cfg, ("model.hidden", "train.lr", "data.folds"))
     assert pinned == ["model.hidden", "train.lr"]
     assert {p.key for p in parse_space(narrowed.tune)} == searched - {"model.hidden", "train.lr"}
     assert narrowed.model.hidden == 64 and narrowed.train.lr == 0.005
-    assert [n.split(" fixes")[0] for n in notes] == ["note: --set model.hidden=64", "note: --set train.lr=0.005"]
+    assert [fixed_note(narrowed, k).split(" fixes")[0] for k in pinned] == \
+        ["note: --set model.hidden=64", "note: --set train.lr=0.005"]
     assert narrow_space(cfg, ()) == (cfg, [])
 
 

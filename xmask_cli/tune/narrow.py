@@ -8,14 +8,14 @@ value set is where the search starts (trial 0).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from xmask_cli.config import Config
 from xmask_cli.config_resolve import Override, parse_override, shorten
 from xmask_cli.tune.space import parse_space
 
-__all__ = ["fixed_keys", "narrow_space"]
+__all__ = ["fixed_keys", "narrow_space", "fixed_note"]
 
 
 def _dotted(prefix: str, value: Any) -> list[str]:
@@ -59,18 +59,19 @@ def _value(cfg: Config, key: str) -> Any:
     return node
 
 
-def narrow_space(cfg: Config, fixed: Sequence[str], log: Callable[[str], None] = lambda m: None
-                 ) -> tuple[Config, list[str]]:
-    """``cfg`` with the searched keys among ``fixed`` dropped from its ``tune:`` space (a note each on ``log``),
-    and those keys."""
+def narrow_space(cfg: Config, fixed: Sequence[str]) -> tuple[Config, list[str]]:
+    """``cfg`` with the searched keys among ``fixed`` dropped from its ``tune:`` space, and those keys."""
     if not cfg.tune or not fixed:
         return cfg, []
     params = parse_space(cfg.tune)
     pinned = [p.key for p in params if p.key in set(fixed)]
-    for key in pinned:
-        log(f"note: --set {key}={shorten(_value(cfg, key))} fixes a searched key: {key} is not searched, every "
-            f"trial uses that value (to search it, leave it out of --set or give its range with --set tune.{key}=...)")
     if not pinned:
         return cfg, []
     tune = {p.key: p.to_dict() for p in params if p.key not in pinned}
     return dataclasses.replace(cfg, tune=tune), pinned
+
+
+def fixed_note(cfg: Config, key: str) -> str:
+    """The note on stderr for a searched ``key`` that ``--set`` fixed (once the study's setup is accepted)."""
+    return (f"note: --set {key}={shorten(_value(cfg, key))} fixes a searched key: {key} is not searched, every "
+            f"trial uses that value (to search it, leave it out of --set or give its range with --set tune.{key}=...)")

@@ -42,7 +42,7 @@ from xmask_cli.errors import UsageError, XMaskError
 from xmask_cli.tune import outputs
 from xmask_cli.tune.folder import check_study_folder, folder_lock
 from xmask_cli.tune.identity import earlier_digests, identity, identity_diff
-from xmask_cli.tune.narrow import narrow_space
+from xmask_cli.tune.narrow import fixed_note, narrow_space
 from xmask_cli.tune.objective import TrialSetup, best_trial, epoch_stride, run_trial
 from xmask_cli.tune.options import TuneOptions, parse_duration, study_dir
 from xmask_cli.tune.pruning import PRUNE_WARMUP_EPOCHS, PRUNERS, make_pruner
@@ -108,13 +108,13 @@ def best_config(cfg: Config, params: list[Param], best: Any, **run: Any) -> Conf
     return with_values(cfg, decode(params, best.params), run=run)
 
 
-def _checked(cfg: Config, opts: TuneOptions, log: Callable[[str], None]) -> tuple[Config, list[Param], str, str]:
-    """The options and space checked, ``--set`` keys taken out of it: ``(cfg, params, level, metric)``."""
+def _checked(cfg: Config, opts: TuneOptions) -> tuple[Config, list[Param], str, str, list[str]]:
+    """The options and space checked, ``--set`` keys taken out of it: ``(cfg, params, level, metric, those keys)``."""
     if opts.trials < 0:
         raise UsageError(f"--trials must be >= 0, got {opts.trials}")
     if opts.pruner not in PRUNERS:
         raise UsageError(f"--pruner must be one of {', '.join(PRUNERS)}, got '{opts.pruner}'")
-    cfg, pinned = narrow_space(cfg, opts.fixed, log)
+    cfg, pinned = narrow_space(cfg, opts.fixed)
     params = check_space(cfg, full=True)
     if not params and pinned:
         raise UsageError(f"--set fixes every searched key ({', '.join(pinned)}): nothing is left to search; "
@@ -125,7 +125,7 @@ def _checked(cfg: Config, opts: TuneOptions, log: Callable[[str], None]) -> tupl
     level, metric = check_config(cfg)
     if opts.folds:
         cfg = _with_folds(cfg, opts.folds, level)
-    return cfg, params, level, metric
+    return cfg, params, level, metric, pinned
 
 
 def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = lambda m: None) -> outputs.StudySummary:
@@ -139,7 +139,7 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
         NotWritableError: the study folder cannot be written.
         XMaskError: no trial completed (the outputs are written first).
     """
-    cfg, params, level, metric = _checked(cfg, opts, log)
+    cfg, params, level, metric, pinned = _checked(cfg, opts)
     name, folder = study_dir(cfg, opts)
     check_study_folder(folder)
     url = opts.storage or f"sqlite:///{folder.resolve() / 'study.db'}"
@@ -150,6 +150,8 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
                      start=start_point(cfg, params), stride=stride,
                      warmup=max(PRUNE_WARMUP_EPOCHS, int(cfg.train.patience)))
     study = open_study(name, folder, opts, search, log)
+    for key in pinned:  # said once the study is accepted: a refused setup prints its one error line only
+        log(fixed_note(cfg, key))
     fail_stale(study)
     if opts.resume:
         done = finished(study)
