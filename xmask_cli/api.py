@@ -122,6 +122,7 @@ def train(
     log: Callable[[str], None] = lambda m: None,
     on_epoch: Callable[[int, dict[str, Any]], None] = lambda seed, row: None,
     on_seed_start: Callable[[int, int], None] = lambda seed, epochs: None,
+    on_run_start: Callable[[int, int | None, int], None] = lambda seed, fold, epochs: None,
     **dotted: Any,
 ) -> SweepResult:
     """Train one run per seed, as ``xmask train`` does; its ``to_json()`` is what ``xmask --format json train`` prints.
@@ -138,7 +139,9 @@ def train(
         runs_dir, cache_dir, data_root, offline, resume, overwrite: as the CLI options of the same names.
         log: receives the log lines ``xmask train`` writes to stderr.
         on_epoch: called with ``(seed, metrics row)`` after every epoch.
-        on_seed_start: called with ``(seed, epochs)`` before each seed trains.
+        on_seed_start: called with ``(seed, epochs)`` before each run trains.
+        on_run_start: called with ``(seed, fold, epochs)`` before each run trains (fold None without
+            ``data.folds``).
         **dotted: more overrides with ``__`` for the dots: ``model__hidden=16``, ``train__epochs=50``.
 
     Returns:
@@ -166,7 +169,8 @@ def train(
     data_root = args.optional_path_arg("data_root", data_root)
     offline = args.bool_arg("offline", offline, optional=True)
     resume, overwrite = bool(args.bool_arg("resume", resume)), bool(args.bool_arg("overwrite", overwrite))
-    for key, fn in (("log", log), ("on_epoch", on_epoch), ("on_seed_start", on_seed_start)):
+    for key, fn in (("log", log), ("on_epoch", on_epoch), ("on_seed_start", on_seed_start),
+                    ("on_run_start", on_run_start)):
         args.callable_arg(key, fn)
     with args.as_parameter("seeds", "--seeds"):  # a list goes through the sweep parser too: its bounds and repeats
         seed_list = parse_seeds(seed_value if isinstance(seed_value, str) else ",".join(map(str, seed_value)))
@@ -174,7 +178,8 @@ def train(
         device = resolve_device(device)
     cfg = _resolve_config(config, dataset, name, _overrides(overrides, dotted))
     return train_seeds(cfg, seed_list, device=device, cache_dir=resolve_cache_dir(cache_root),
-                       data_root=data_root, offline=offline, run_root=runs_root, resume=resume, overwrite=overwrite, log=log, on_epoch=on_epoch, on_seed_start=on_seed_start)
+                       data_root=data_root, offline=offline, run_root=runs_root, resume=resume, overwrite=overwrite, log=log, on_epoch=on_epoch, on_seed_start=on_seed_start,
+                       on_run_start=on_run_start)
 
 
 @dataclass

@@ -11,6 +11,7 @@ import typer
 
 from xmask_cli.cli.app import EXIT_HELP, handle_errors, output_for
 from xmask_cli.cli.options import DataOptions, DeviceOpt, FormatOpt, RunOptions, options
+from xmask_cli.console import Bar
 from xmask_cli.errors import UsageError
 from xmask_cli.render import train as render
 
@@ -84,7 +85,7 @@ def train(
                             seeds=seed_list, device=device,
                             name=name, runs_dir=runs_dir, cache_dir=data.cache(), data_root=data.data_root,
                             offline=data.no_download, resume=resume, overwrite=overwrite, log=out.log,
-                            on_epoch=progress.on_epoch, on_seed_start=progress.on_seed_start)
+                            on_epoch=progress.on_epoch, on_run_start=progress.on_run_start)
 
     if rank == 0:
         out.result(result.to_json(), lambda con: render.human(con, result))
@@ -92,21 +93,26 @@ def train(
 
 
 class _EpochProgress:
-    """The training callbacks: the progress bar per epoch, and (without a terminal bar) a log line every tenth."""
+    """The training callbacks: the progress bar per epoch (naming the run, the epoch, the last validation
+    metric and the time left), and (without a terminal bar) a log line every tenth epoch."""
 
-    def __init__(self, bar: Callable[[int, int], None], log: Callable[[str], None], *, log_lines: bool) -> None:
+    def __init__(self, bar: Bar, log: Callable[[str], None], *, log_lines: bool) -> None:
         self.bar, self.log, self.log_lines = bar, log, log_lines
         self.epochs, self.every = 0, 1
 
-    def on_seed_start(self, s: int, epochs: int) -> None:
+    def on_run_start(self, s: int, fold: int | None, epochs: int) -> None:
         self.epochs, self.every = epochs, max(1, epochs // 10)
-        self.bar(0, epochs)
+        self.bar.restart(epochs, f"train seed {s}{'' if fold is None else f' fold {fold}'}", unit="epoch")
 
     def on_epoch(self, s: int, row: dict[str, Any]) -> None:
         self.bar(row["epoch"] + 1, self.epochs)
+        vals = {k: v for k, v in row.items() if k.startswith("val_") and v is not None}
+        # The selection metric (the val_ key that is not the loss) in the bar; the loss only without one.
+        shown = [k for k in vals if k != "val_loss"] or list(vals)
+        self.bar.status(" ".join(f"val {k[4:]} {vals[k]:.4f}" for k in shown[:1]))
         if self.log_lines and row["epoch"] % self.every == 0:
-            vals = " ".join(f"{k} {v:.4f}" for k, v in row.items() if k.startswith("val_") and v is not None)
-            self.log(f"seed {s} epoch {row['epoch']}: loss {row['loss']:.4f} {vals}")
+            text = " ".join(f"{k} {v:.4f}" for k, v in vals.items())
+            self.log(f"seed {s} epoch {row['epoch']}: loss {row['loss']:.4f} {text}")
 
 
 def register(app: typer.Typer) -> None:
