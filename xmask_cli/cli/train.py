@@ -28,6 +28,7 @@ def train(
     name: Annotated[str | None, typer.Option("--name", help="Run name: `runs/<name>/<seed>/` [default `<dataset>-<level>`].", show_default=False)] = None,
     folds: Annotated[int | None, typer.Option("--folds", min=2, help="Graph level: Errica et al.'s protocol, K stratified outer folds fixed by the seed, a stratified 10 % holdout of each training part for selection, test once per fold; runs in `runs/<name>/<seed>/fold-<i>/`, fold files in `runs/<name>/<seed>/folds/`. Same as --set data.folds=K.", show_default=False)] = None,
     logger: Annotated[list[str] | None, typer.Option("--logger", help="Extra logger, repeatable: tensorboard (event files in each run folder; pip install \"xmask[tensorboard]\"). Same as --set train.loggers=[tensorboard].", show_default=False)] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Write and train nothing: print the resolved config, the run folders it would make, the structure cache file it needs (present or to prepare) and an estimate of stored pairs, parameters and peak memory per step (the dataset is read offline).")] = False,
     data: DataOptions = DataOptions(),
     fmt: FormatOpt = None,
 ) -> None:
@@ -61,6 +62,8 @@ def train(
         xmask train --preset proteins --folds 10 --data-root ../shared/datasets --format json > proteins-10fold.json
 
         xmask train --preset node-level --dataset cora --logger tensorboard
+
+        xmask train --preset proteins --seeds 0-4 --data-root ../shared/datasets --dry-run
     """
     from xmask_cli.api import train as train_runs
     from xmask_cli.engine.distributed import env_rank
@@ -75,12 +78,20 @@ def train(
 
     # Parsed here so that a bad value is named by its option (--seeds, --device), not the API's keyword.
     seed_list, device = parse_seeds(seeds if seeds is not None else seed), resolve_device(device)
+    loggers = [f"train.loggers=[{','.join(logger)}]"] if logger else []
+    fold_set = [] if folds is None else [f"data.folds={folds}"]
+    if dry_run:
+        from xmask_cli.api import dry_run as plan_runs
+
+        plan = plan_runs(run.preset, [*(run.set_ or []), *loggers, *fold_set], dataset=run.dataset, seeds=seed_list,
+                         device=device, name=name, runs_dir=runs_dir, cache_dir=data.cache(),
+                         data_root=data.data_root, resume=resume, overwrite=overwrite).to_json()
+        out.result(plan, lambda con: render.dry_run(con, plan))
+        return
     tty_bar = not (out.json or out.quiet) and sys.stderr.isatty()
 
     with out.progress("train", total=None) as bar:
         progress = _EpochProgress(bar, out.log, log_lines=not tty_bar)
-        loggers = [f"train.loggers=[{','.join(logger)}]"] if logger else []
-        fold_set = [] if folds is None else [f"data.folds={folds}"]
         result = train_runs(run.preset, [*(run.set_ or []), *loggers, *fold_set], dataset=run.dataset,
                             seeds=seed_list, device=device,
                             name=name, runs_dir=runs_dir, cache_dir=data.cache(), data_root=data.data_root,
