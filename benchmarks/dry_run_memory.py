@@ -86,7 +86,8 @@ def measure(preset: str, data_root: str | None, cache_dir: str) -> dict:
         """The memory model on this batch: its graphs' sizes (graph level); the whole graph (node level)."""
         if getattr(batch, "mask", None) is None:
             return est.step_bytes
-        shape = graph_batch_shape([int(n) for n in batch.mask.sum(1)], m.heads, m.graph_layout)
+        shape = graph_batch_shape([int(n) for n in batch.mask.sum(1)], m.heads, m.graph_layout,
+                                  est.step.dropped_width)
         return step_bytes(shape, parameters=est.parameters, hidden=m.hidden, layers=m.layers)
 
     batches = list(strategy.batches(task, 0, 0))

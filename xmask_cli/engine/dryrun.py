@@ -159,9 +159,10 @@ def _step_shape(cfg: Config, level: str, graphs: GraphSet, counts: np.ndarray, m
                 device: str) -> StepShape | str:
     """The largest training step's shape, or why there is no estimate for this config."""
     m = cfg.model
+    dropped = _dropped_width(cfg, level, model_cfg)
     if level == "graph":
         sizes = sorted((int(n) for n in graphs.num_nodes), reverse=True)[:cfg.train.batch_size]
-        return graph_batch_shape(sizes, m.heads, m.graph_layout)
+        return graph_batch_shape(sizes, m.heads, m.graph_layout, dropped)
     n = int(graphs.num_nodes[0])
     mode = cfg.node.mode if cfg.node.mode != "auto" else ("full" if n <= cfg.node.dense_max_nodes else "query")
     if mode != "full" or model_cfg.experts:
@@ -170,7 +171,7 @@ def _step_shape(cfg: Config, level: str, graphs: GraphSet, counts: np.ndarray, m
     path = full_graph_attention(cfg.node.attention, n, union, device, cfg.node.dense_max_nodes,
                                 dense_only=sparse_refusal(m))
     if path == "dense":
-        return StepShape(1, n, n * n * m.heads, "dense")
+        return StepShape(1, n, n * n * m.heads, "dense", dropped)
 
     def pairs(k: int) -> int:  # a plain head (k = 0) attends every node
         return n * n if k == 0 else int(counts[0, k - 1])
@@ -180,7 +181,20 @@ def _step_shape(cfg: Config, level: str, graphs: GraphSet, counts: np.ndarray, m
     if model_cfg.output == "attention":
         out_powers: list[int] = list(model_cfg.output_powers or [1] * model_cfg.output_heads)
         entries += sum(pairs(k) for k in out_powers)
-    return StepShape(1, n, entries, "sparse")
+    return StepShape(1, n, entries, "sparse", dropped)
+
+
+def _dropped_width(cfg: Config, level: str, model_cfg: ModelConfig) -> int:
+    """The raw feature columns a dropout draws over (``input_dropout`` before a linear encoder; the first
+    block's ``layer_dropout`` without an encoder); 0 for sparse node features, whose stored entries alone
+    are dropped."""
+    if level == "node" and cfg.node.sparse_features:
+        return 0
+    if model_cfg.encoder == "linear" and model_cfg.input_dropout > 0:
+        return model_cfg.in_dim
+    if model_cfg.encoder == "none" and model_cfg.layer_dropout > 0:
+        return model_cfg.in_dim
+    return 0
 
 
 def dry_run(cfg: Config, seeds: list[int], *, run_root: Path | None, cache_dir: Path,

@@ -18,7 +18,10 @@ weight. ``TOKEN_FLOATS`` (floats of width ``hidden`` a block keeps per node: Q, 
 and its layout copies, residual and norm inputs, the FFN's hidden rows, dropout masks) depends on the
 block's shape; it is measured, not derived: on MUTAG's steps for the graph-level block (attention,
 projection, post-norm residuals, FFN of width 2) and on Cora's for the GAT-shaped sparse block (attention
-only). ``benchmarks/dry_run_memory.py`` checks the figure against measured steps on presets beyond those.
+only). A dropout on the raw features (``input_dropout``, or ``layer_dropout`` where the first block reads
+them: ``encoder: none``) keeps its output and its mask, ``DROPPED_FLOATS`` floats per feature (a dense
+feature matrix; sparse features drop their stored entries only, which the estimate leaves out).
+``benchmarks/dry_run_memory.py`` checks the figure against measured steps on presets beyond those.
 """
 from __future__ import annotations
 
@@ -30,13 +33,15 @@ import scipy.sparse as sp
 from xmask_cli.cache import StructureCache
 from xmask_cli.model.packing import GROUP_CALL_PAIRS, plan_groups
 
-__all__ = ["ENTRY_FLOATS", "TOKEN_FLOATS", "StepShape", "cached_pair_counts", "graph_batch_shape",
+__all__ = ["DROPPED_FLOATS", "ENTRY_FLOATS", "TOKEN_FLOATS", "StepShape", "cached_pair_counts", "graph_batch_shape",
            "hop_pair_counts", "step_bytes"]
 
 #: Floats of width ``hidden`` a block keeps per node during a step, by attention path (measured; see above).
 TOKEN_FLOATS = {"dense": 22.0, "packed": 22.0, "sparse": 5.0}
 #: Floats per attention entry alive during a step, by attention path (see the module docstring).
 ENTRY_FLOATS = {"dense": 2.0, "packed": 2.0, "sparse": 2.0}
+#: Floats a dropout keeps per dropped value: its output, and its mask at one byte (a quarter float).
+DROPPED_FLOATS = 1.25
 #: Bytes of one stored float.
 FLOAT = 4
 
@@ -86,28 +91,32 @@ def cached_pair_counts(cache: StructureCache, k: int) -> np.ndarray:
 @dataclass(frozen=True)
 class StepShape:
     """What the largest training step holds: its graphs, nodes and attention entries (per head, summed over
-    heads) on one path (``dense``, ``packed`` or ``sparse``)."""
+    heads) on one path (``dense``, ``packed`` or ``sparse``); ``dropped_width``: the raw feature columns a
+    dropout draws over per node (0: none)."""
 
     graphs: int
     nodes: int
     entries: int
     path: str
+    dropped_width: int = 0
 
     def to_json(self) -> dict[str, object]:
-        return {"graphs": self.graphs, "nodes": self.nodes, "attention_entries": self.entries, "path": self.path}
+        return {"graphs": self.graphs, "nodes": self.nodes, "attention_entries": self.entries, "path": self.path,
+                "dropped_feature_columns": self.dropped_width}
 
 
-def graph_batch_shape(sizes: list[int], heads: int, layout: str) -> StepShape:
+def graph_batch_shape(sizes: list[int], heads: int, layout: str, dropped_width: int = 0) -> StepShape:
     """A graph-level batch of graphs of ``sizes``: packed (attention groups as the model plans them) or padded."""
     if layout == "packed":
         groups = plan_groups(sizes, GROUP_CALL_PAIRS)
         entries = sum(len(g) * sizes[g[0]] ** 2 for g in groups) * heads
-        return StepShape(len(sizes), int(sum(sizes)), int(entries), "packed")
+        return StepShape(len(sizes), int(sum(sizes)), int(entries), "packed", dropped_width)
     width = max(sizes, default=0)
-    return StepShape(len(sizes), len(sizes) * width, len(sizes) * width * width * heads, "dense")
+    return StepShape(len(sizes), len(sizes) * width, len(sizes) * width * width * heads, "dense", dropped_width)
 
 
 def step_bytes(shape: StepShape, *, parameters: int, hidden: int, layers: int) -> int:
     """Bytes one training step of ``shape`` adds to what is resident before it (see the module docstring)."""
     tokens = TOKEN_FLOATS[shape.path] * layers * shape.nodes * hidden
-    return int(FLOAT * (parameters + tokens + ENTRY_FLOATS[shape.path] * shape.entries))
+    dropped = DROPPED_FLOATS * shape.nodes * shape.dropped_width
+    return int(FLOAT * (parameters + tokens + dropped + ENTRY_FLOATS[shape.path] * shape.entries))
