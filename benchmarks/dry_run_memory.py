@@ -127,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         cmd += ["--data-root", args.data_root] if args.data_root else []
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    print(f"{'preset':12} {'params':>8} {'built':>8} {'measured MB':>12} {'estimate MB':>12} {'gap':>7} "
-          f"{'dry run MB':>11}  ok")
+    print(f"{'preset':12} {'params':>8} {'built':>8} {'measured MiB':>12} {'estimate MiB':>12} {'gap':>7} "
+          f"{'dry run MiB':>11}  ok")
     for r in rows:
         gap = r["estimated_step_bytes"] / r["measured_step_bytes"] - 1
         print(f"{r['preset']:12} {r['parameters']:8d} {r['built_parameters']:8d} "

@@ -6,8 +6,15 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from xmask_cli.engine.estimate import (DROPPED_FLOATS, ENTRY_FLOATS, TOKEN_FLOATS, StepShape, graph_batch_shape,
-                                       hop_pair_counts, step_bytes)
+from xmask_cli.engine.estimate import (
+    DROPPED_FLOATS,
+    ENTRY_FLOATS,
+    TOKEN_FLOATS,
+    StepShape,
+    graph_batch_shape,
+    hop_pair_counts,
+    step_bytes,
+)
 
 
 def _nx_counts(edges: np.ndarray, n: int, k: int) -> list[int]:
