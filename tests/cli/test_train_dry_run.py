@@ -94,3 +94,14 @@ def test_a_dry_run_refuses_what_train_refuses(args, code, needle, tmp_path):
     assert r.exit_code == code, (r.exit_code, r.stderr)
     assert needle in one_error_line(r)
     assert not (tmp_path / "cache").exists()
+
+
+def test_the_python_api_dry_run_is_the_cli_json(tmp_path):
+    import xmask_cli
+
+    r = _dry(tmp_path)
+    assert r.exit_code == 0, r.stderr
+    plan = xmask_cli.dry_run("graph-level", TINY, seeds="0-1", device="cpu", runs_dir=tmp_path / "runs",
+                             cache_dir=tmp_path / "cache")
+    assert json.loads(json.dumps(plan.to_json())) == json.loads(r.stdout)
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "cache").exists()

@@ -11,7 +11,7 @@ import typer
 
 from xmask_cli.cli.app import EXIT_HELP, handle_errors, output_for
 from xmask_cli.cli.options import DataOptions, DeviceOpt, FormatOpt, RunOptions, options
-from xmask_cli.console import Bar
+from xmask_cli.console import Bar, Output
 from xmask_cli.errors import UsageError
 from xmask_cli.render import train as render
 
@@ -79,21 +79,15 @@ def train(
     # Parsed here so that a bad value is named by its option (--seeds, --device), not the API's keyword.
     seed_list, device = parse_seeds(seeds if seeds is not None else seed), resolve_device(device)
     loggers = [f"train.loggers=[{','.join(logger)}]"] if logger else []
-    fold_set = [] if folds is None else [f"data.folds={folds}"]
+    overrides = [*(run.set_ or []), *loggers, *([] if folds is None else [f"data.folds={folds}"])]
     if dry_run:
-        from xmask_cli.api import dry_run as plan_runs
-
-        plan = plan_runs(run.preset, [*(run.set_ or []), *loggers, *fold_set], dataset=run.dataset, seeds=seed_list,
-                         device=device, name=name, runs_dir=runs_dir, cache_dir=data.cache(),
-                         data_root=data.data_root, resume=resume, overwrite=overwrite).to_json()
-        out.result(plan, lambda con: render.dry_run(con, plan))
-        return
+        return _dry_run(out, run.preset, overrides, dataset=run.dataset, seeds=seed_list, device=device, name=name,
+                        runs_dir=runs_dir, cache_dir=data.cache(), data_root=data.data_root, resume=resume,
+                        overwrite=overwrite)
     tty_bar = not (out.json or out.quiet) and sys.stderr.isatty()
-
     with out.progress("train", total=None) as bar:
         progress = _EpochProgress(bar, out.log, log_lines=not tty_bar)
-        result = train_runs(run.preset, [*(run.set_ or []), *loggers, *fold_set], dataset=run.dataset,
-                            seeds=seed_list, device=device,
+        result = train_runs(run.preset, overrides, dataset=run.dataset, seeds=seed_list, device=device,
                             name=name, runs_dir=runs_dir, cache_dir=data.cache(), data_root=data.data_root,
                             offline=data.no_download, resume=resume, overwrite=overwrite, log=out.log,
                             on_epoch=progress.on_epoch, on_run_start=progress.on_run_start)
@@ -101,6 +95,14 @@ def train(
     if rank == 0:
         out.result(result.to_json(), lambda con: render.human(con, result))
 
+
+
+def _dry_run(out: Output, preset: str | None, overrides: list[str], **kwargs: Any) -> None:
+    """``--dry-run``: print what the same ``train`` would make, read and cost (:func:`xmask_cli.api.dry_run`)."""
+    from xmask_cli.api import dry_run
+
+    plan = dry_run(preset, overrides, **kwargs).to_json()
+    out.result(plan, lambda con: render.dry_run(con, plan))
 
 
 class _EpochProgress:
