@@ -29,6 +29,7 @@ from xmask_cli.engine.experiment import _model_config, check_config
 from xmask_cli.engine.features import struct_info
 from xmask_cli.engine.plan import dataset_spec, existing_runs, planned_runs, run_name, with_folder_ref
 from xmask_cli.engine.tasks import LEVELS
+from xmask_cli.engine.watch import check_loggers
 from xmask_cli.model.attention_path import full_graph_attention
 from xmask_cli.model.model_config import ModelConfig, head_powers, sparse_refusal
 from xmask_cli.model.network import XMaskNet
@@ -206,6 +207,7 @@ def dry_run(cfg: Config, seeds: list[int], *, run_root: Path | None, cache_dir: 
         the errors ``train`` raises before any work (a bad config, a dataset not found offline, a split
         that leaves a part empty).
     """
+    check_loggers(cfg.train.loggers)
     level, metric = check_config(cfg)
     cfg = with_folder_ref(cfg)
     root = Path(run_root or cfg.run.root) / run_name(cfg, level)
