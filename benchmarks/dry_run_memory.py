@@ -65,7 +65,7 @@ def measure(preset: str, data_root: str | None, cache_dir: str) -> dict:
     cfg = resolve(preset, ["train.epochs=1", *PRESETS[preset]])
     exp = Experiment.load(cfg, cache_dir=Path(cache_dir), data_root=data_root)  # prepares a missing cache
     plan = dry_run(cfg, [0], run_root=Path(cache_dir) / "runs", cache_dir=Path(cache_dir), data_root=data_root)
-    assert plan.estimate is not None, plan.notes
+    assert plan.estimate is not None and plan.estimate.step is not None, plan.notes
     seed_everything(0)
     task = exp.task(0, "cpu")
     model = XMaskNet(exp.model_config(task))

@@ -105,3 +105,15 @@ def test_the_python_api_dry_run_is_the_cli_json(tmp_path):
                              cache_dir=tmp_path / "cache")
     assert json.loads(json.dumps(plan.to_json())) == json.loads(r.stdout)
     assert not (tmp_path / "runs").exists() and not (tmp_path / "cache").exists()
+
+
+def test_a_mode_outside_the_memory_model_still_gets_pairs_and_parameters(tmp_path):
+    r = run("--format", "json", "train", "--preset", "cora", "--set", "node.mode=query", "--dry-run",
+            "--cache-dir", str(tmp_path / "cache"))
+    assert r.exit_code == 0, r.stderr
+    plan = json.loads(r.stdout)
+    est = plan["estimate"]
+    assert est["largest_step"] is None and est["step_bytes"] is None and est["peak_bytes"] is None
+    assert plan["notes"] == ["no memory estimate for node.mode=query"]
+    # Cora's Â^1 support: 2,708 self pairs and 10,556 directed edges.
+    assert est["pairs_per_power"][0] == 2708 + 10556 and est["parameters"] > 0

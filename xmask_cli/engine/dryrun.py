@@ -71,7 +71,8 @@ class Estimate:
             power's own; ``pairs_from``: ``cache`` (read back) or ``graphs`` (counted from them).
         parameters: the model's parameter count.
         model_state_bytes: weights and optimizer state (resident through training).
-        step: the largest training step (:class:`~xmask_cli.engine.estimate.StepShape`).
+        step: the largest training step (:class:`~xmask_cli.engine.estimate.StepShape`); None where the
+            memory model does not cover the config (the dry run's notes say why).
         step_bytes: what that step adds (gradients and activations); ``peak_bytes``: the two together.
     """
 
@@ -80,17 +81,18 @@ class Estimate:
     pairs_from: str
     parameters: int
     model_state_bytes: int
-    step: StepShape
-    step_bytes: int
+    step: StepShape | None
+    step_bytes: int | None
 
     @property
-    def peak_bytes(self) -> int:
-        return self.model_state_bytes + self.step_bytes
+    def peak_bytes(self) -> int | None:
+        return None if self.step_bytes is None else self.model_state_bytes + self.step_bytes
 
     def to_json(self) -> dict[str, Any]:
         return {"pairs": self.pairs, "pairs_per_power": list(self.pairs_per_power), "pairs_from": self.pairs_from,
                 "parameters": self.parameters, "model_state_bytes": self.model_state_bytes,
-                "largest_step": self.step.to_json(), "step_bytes": self.step_bytes, "peak_bytes": self.peak_bytes}
+                "largest_step": None if self.step is None else self.step.to_json(), "step_bytes": self.step_bytes,
+                "peak_bytes": self.peak_bytes}
 
 
 @dataclass(frozen=True)
@@ -229,13 +231,13 @@ def dry_run(cfg: Config, seeds: list[int], *, run_root: Path | None, cache_dir: 
     counts, source = _pair_counts(cache, graphs, struct.powers.k, cfg)
     model_cfg = _model(cfg, level, graphs)
     params = parameter_count(model_cfg)
-    shape = _step_shape(cfg, level, graphs, counts, model_cfg, device)
-    if isinstance(shape, str):
-        return _with(base, cache=cache, notes=(shape,))
-    step = step_bytes(shape, parameters=params, hidden=cfg.model.hidden, layers=cfg.model.layers)
+    found = _step_shape(cfg, level, graphs, counts, model_cfg, device)
+    shape, notes = (None, (found,)) if isinstance(found, str) else (found, ())
+    step = None if shape is None else step_bytes(shape, parameters=params, hidden=cfg.model.hidden,
+                                                 layers=cfg.model.layers)
     estimate = Estimate(int(counts[:, -1].sum()), tuple(int(c) for c in counts.sum(0)), source, params,
                         4 * params * (1 + _OPTIMIZER_FLOATS), shape, step)
-    return _with(base, cache=cache, estimate=estimate)
+    return _with(base, cache=cache, estimate=estimate, notes=notes)
 
 
 def _with(base: DryRun, **changes: Any) -> DryRun:

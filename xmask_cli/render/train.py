@@ -56,11 +56,12 @@ def dry_run(con: Console, plan: dict[str, Any]) -> None:
         rows = [("stored pairs (Â^1..Â^K union)", f"{est['pairs']:,} ({est['pairs_from']})"),
                 ("pairs per power", ", ".join(f"{p:,}" for p in est["pairs_per_power"])),
                 ("parameters", f"{est['parameters']:,}"),
-                ("weights + optimizer state", human_bytes(est["model_state_bytes"])),
-                ("largest step", f"{step['graphs']} graph(s), {step['nodes']:,} nodes, "
-                                 f"{step['attention_entries']:,} attention entries ({step['path']})"),
-                ("gradients + activations per step", human_bytes(est["step_bytes"])),
-                ("peak memory per step", human_bytes(est["peak_bytes"]))]
+                ("weights + optimizer state", human_bytes(est["model_state_bytes"]))]
+        if step is not None:
+            rows += [("largest step", f"{step['graphs']} graph(s), {step['nodes']:,} nodes, "
+                                      f"{step['attention_entries']:,} attention entries ({step['path']})"),
+                     ("gradients + activations per step", human_bytes(est["step_bytes"])),
+                     ("peak memory per step", human_bytes(est["peak_bytes"]))]
         con.print(kv_table("estimate", rows))
     for note in plan["notes"]:
         con.print(f"note: {note}", markup=False)
