@@ -106,3 +106,14 @@ def test_a_bar_off_a_terminal_takes_every_call_and_draws_nothing(capsys):
         bar(1, 5)
         bar.status("val accuracy 0.5")
     assert capsys.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize("out", [Output(fmt="json"), Output(quiet=True)])
+def test_json_and_quiet_draw_no_bar_on_a_terminal_either(out, monkeypatch):
+    term = _Terminal()
+    monkeypatch.setattr("sys.stderr", term)
+    with out.progress("train", 4) as bar:
+        bar.restart(4, "train seed 0", unit="epoch")
+        bar(2, 4)
+        out.log("seed 0: best epoch 1")
+    assert term.getvalue() == ("" if out.quiet else "seed 0: best epoch 1\n")
