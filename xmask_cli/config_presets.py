@@ -177,7 +177,8 @@ class _Loader:
     """One load of a preset: its files read once each (memoised by resolved path), the graph bounded."""
 
     def __init__(self) -> None:
-        self.merged: dict[str, dict[str, Any]] = {}
+        self.merged: dict[Path, dict[str, Any]] = {}
+        self.files = 0  # files read so far (a file is merged only once its parents are)
 
     def load(self, name: str, relative: Path | None, chain: tuple[Path, ...]) -> dict[str, Any]:
         path = find_preset(name, relative_to=relative)
@@ -190,9 +191,10 @@ class _Loader:
         if len(chain) >= MAX_EXTENDS_DEPTH:
             raise ConfigError(f"{chain[0]}: extends: chains longer than {MAX_EXTENDS_DEPTH} presets "
                               f"(reached {path})")
-        if len(self.merged) >= MAX_PRESET_FILES:
+        if self.files >= MAX_PRESET_FILES:
             raise ConfigError(f"{chain[0]}: extends: reaches more than {MAX_PRESET_FILES} preset files "
                               f"(reached {path})")
+        self.files += 1
         data = read_yaml(path)
         merged: dict[str, Any] = {}
         for parent in _parents(path, data.pop("extends", None)):

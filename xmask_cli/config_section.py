@@ -60,7 +60,8 @@ def _types(cls: type) -> tuple[dict[str, tuple[Any, ...]], dict[str, type]]:
     """Field -> the values its ``Literal`` type allows (of a list's items for ``list[Literal]``), and
     field -> ``int`` / ``float`` for the numeric ones (plain, optional or a list); read once per class."""
     if cls not in _TYPES:
-        choices, numbers = {}, {}
+        choices: dict[str, tuple[Any, ...]] = {}
+        numbers: dict[str, type] = {}
         for name, tp in typing.get_type_hints(cls).items():
             if typing.get_origin(tp) is list:
                 (tp,) = typing.get_args(tp)
