@@ -4,8 +4,7 @@ from __future__ import annotations
 import pytest
 
 from xmask_cli.ablate import BIAS_VARIANTS, variant_overrides
-from xmask_cli.config import BIAS_NEEDS
-from xmask_cli.config import Config
+from xmask_cli.config import BIAS_NEEDS, Config
 from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.extras import EXTRA_SECTIONS
 from xmask_cli.errors import ConfigError
