@@ -51,10 +51,16 @@ def check_space(cfg: Any, *, full: bool = False) -> list[Param]:
             try:
                 check_config(with_values(cfg, {p.key: value}))
             except ConfigError as exc:
-                if exc.keys & (keys - {p.key}):
+                if _involves(exc.keys, keys - {p.key}):
                     continue  # the refusing check reads another searched key: only some combinations fail
                 raise ConfigError(f"tune.{p.key}: value {shorten(value)} is not valid: {exc}") from None
     return params
+
+
+def _involves(read: frozenset[str], searched: set[str]) -> bool:
+    """Whether a check that read ``read`` (dotted keys, a key standing for its subtree: ``structure``,
+    ``model.biases[0].type``) read one of the ``searched`` keys."""
+    return any(r == s or r.startswith((s + ".", s + "[")) or s.startswith(r + ".") for r in read for s in searched)
 
 
 def _set(node: dict[str, Any], parts: list[str], value: Any) -> None:
