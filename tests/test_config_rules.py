@@ -193,3 +193,22 @@ def test_every_check_runs_alike_on_every_entry_point_in_a_fresh_interpreter(tmp_
                 str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"), "--device", "cpu")
         assert r.exit_code == 2 and one_error_line(r) == "error: " + by_resolve[name].removeprefix("ConfigError: ")
     assert not (tmp_path / "runs").exists()
+
+
+def test_encoder_auto_is_resolved_in_one_place_for_the_engine_and_the_model() -> None:
+    """``auto``: the patch encoder on images, the atom encoder on OGB molecules, else linear; the engine's model
+    config and a ModelConfig built in Python agree wherever the dataset is not needed."""
+    from xmask_cli.config_rules import resolve_encoder
+    from xmask_cli.engine.experiment import _model_config
+
+    cases = {("auto", "image", "digits"): "patch", ("auto", "graph", "ogbg-molhiv"): "atom",
+             ("auto", "graph", "OGBG-MOLPCBA"): "atom", ("auto", "graph", "MUTAG"): "linear",
+             ("auto", "node", "cora"): "linear", ("linear", "graph", "ogbg-molhiv"): "linear",
+             ("none", "node", "cora"): "none"}
+    for (encoder, level, dataset), expected in cases.items():
+        assert resolve_encoder(encoder, level, dataset) == expected
+    cfg = resolve("graph-level", ["data.dataset=ogbg-molhiv"])
+    assert _model_config(cfg, "graph", 9, 2, "ogbg-molhiv").encoder == "atom"
+    assert _model_config(resolve("graph-level"), "graph", 9, 2, "MUTAG").encoder == "linear"
+    assert ModelConfig(in_dim=4, out_dim=2, task="graph").encoder == "linear"
+    assert ModelConfig(in_dim=3, out_dim=2, task="image", image_size=(8, 8), patch_size=2).encoder == "patch"
