@@ -59,3 +59,16 @@ def test_the_training_memory_bound_is_a_lower_bound_of_the_models_weights(monkey
     with pytest.raises(ConfigError, match=r"^model\.hidden: 4096 with model\.layers=2 and model\.ffn_mult=2 needs "
                                           r"about 4 GiB .* more than this machine's 1 GiB"):
         C.ModelSection(hidden=4096, heads=4, layers=2, ffn_mult=2).check("model")
+
+
+def test_the_mask_floor_eps_is_a_normal_float32(monkeypatch) -> None:
+    """``structure.powers.eps`` is added in float32 where the log mask is formed: a value float32 holds as a normal
+    number keeps ``log(eps)`` finite (the ``eps`` outside support); below it the sum is 0 and the log -inf."""
+    import numpy as np
+
+    tiny = float(np.finfo(np.float32).tiny)
+    assert np.isfinite(np.log(np.float32(0) + np.float32(tiny)))
+    assert np.float32(1e-50) == 0  # what a smaller eps becomes
+    assert R.resolve(None, [f"structure.powers.eps={tiny!r}"]).structure.powers.eps == tiny
+    with pytest.raises(ConfigError, match=r"^structure\.powers\.eps: must lie in \[1\.175e-38, 1\)"):
+        R.resolve(None, ["structure.powers.eps=1e-50"])

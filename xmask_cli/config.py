@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from xmask_cli.config_section import Need, Section, machine_memory_bytes
+from xmask_cli.config_section import FLOAT32_TINY, Need, Section, machine_memory_bytes
 
 #: Most outer folds ``data.folds`` may ask for (each is a run per seed): the bound known before any data loads.
 MAX_FOLDS = 10_000
@@ -63,7 +63,9 @@ class PowersSection(Section):
     eps: float = 1e-30  # used where the log mask is formed, not by prepare
 
     def _check_own(self, need: Need, at: Callable[[str], str]) -> None:
-        need(0 < self.eps < 1, "eps", "must lie in (0, 1)")
+        # float32 forms the log mask: a smaller eps would be 0 there, and log(0) turns "eps" into "hard"
+        need(FLOAT32_TINY <= self.eps < 1, "eps", f"must lie in [{FLOAT32_TINY:.4g}, 1) (float32's smallest normal "
+             f"number: a smaller eps is 0 where the log mask is formed)")
 
 
 @dataclass(frozen=True)

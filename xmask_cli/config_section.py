@@ -14,13 +14,15 @@ from typing import Any, ClassVar, Literal
 
 from xmask_cli.errors import ConfigError
 
-__all__ = ["FLOAT32_MAX", "INT64_MAX", "Need", "Section", "machine_memory_bytes", "needer"]
+__all__ = ["FLOAT32_MAX", "FLOAT32_TINY", "INT64_MAX", "Need", "Section", "machine_memory_bytes", "needer"]
 
 #: ``need(cond, key, what)``: raises :class:`ConfigError` naming the key when ``cond`` is false.
 Need = Callable[[bool, str, str], None]
 #: Largest finite float32: every float setting reaches torch as a float32 scalar or tensor (the optimizer's
 #: learning rate and weight decay included, whatever ``train.precision`` autocasts the forwards to).
 FLOAT32_MAX = 3.4028234663852886e38
+#: Smallest normal float32 (a positive float below it is subnormal, flushed to 0 by many kernels, or 0 outright).
+FLOAT32_TINY = 1.1754943508222875e-38
 #: Integer settings become int64 tensors or indices.
 INT64_MAX = 2**63 - 1
 
