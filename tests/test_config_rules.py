@@ -159,6 +159,13 @@ _FRESH = textwrap.dedent("""
                 check_config(cfg)
             except Exception as exc:
                 out[name] = f"{type(exc).__name__}: {exc}"
+    elif sys.argv[2] == "cli":
+        from typer.testing import CliRunner
+        from xmask_cli.cli import app
+        for name, (preset, sets) in cases.items():
+            r = CliRunner().invoke(app, ["train", "--preset", preset, *[a for kv in sets for a in ("--set", kv)],
+                                         "--runs-dir", sys.argv[3], "--cache-dir", sys.argv[4], "--device", "cpu"])
+            out[name] = [r.exit_code, r.stderr]
     else:
         import xmask_cli
         for name, (preset, sets) in cases.items():
@@ -181,17 +188,17 @@ def _fresh(entry: str, tmp_path: Path) -> dict[str, Any]:
 
 def test_every_check_runs_alike_on_every_entry_point_in_a_fresh_interpreter(tmp_path: Path) -> None:
     """Each breaking config (the rules, the bias type, the tune space, the dtype and width bounds) is refused
-    with the same ConfigError by ``resolve`` (+ ``check_config``) and by ``xmask_cli.train``, each in a fresh
-    interpreter, and with that line and exit 2 by the CLI; nothing is written."""
+    with the same ConfigError by ``resolve`` (+ ``check_config``), by ``xmask_cli.train`` and, as that one
+    ``error:`` line with exit 2, by ``xmask train``, each in a fresh interpreter; nothing is written."""
     by_resolve = _fresh("resolve", tmp_path)
     assert by_resolve.pop("modules above the schema") == []
     by_api = _fresh("train", tmp_path)
-    for name, (preset, sets) in ALL_BREAKS.items():
+    by_cli = _fresh("cli", tmp_path)
+    for name in ALL_BREAKS:
         assert by_resolve[name].startswith("ConfigError: "), (name, by_resolve[name])
         assert by_api[name] == by_resolve[name], name
-        r = run("train", "--preset", preset, *[a for kv in sets for a in ("--set", kv)], "--runs-dir",
-                str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"), "--device", "cpu")
-        assert r.exit_code == 2 and one_error_line(r) == "error: " + by_resolve[name].removeprefix("ConfigError: ")
+        code, stderr = by_cli[name]
+        assert code == 2 and stderr.strip() == "error: " + by_resolve[name].removeprefix("ConfigError: "), name
     assert not (tmp_path / "runs").exists()
 
 

@@ -3,11 +3,13 @@
 A section's own fields are checked by the section itself (:mod:`xmask_cli.config_section`); what
 lives here are settings each valid on their own that cannot run together (a model switch that needs a
 task level, experts that need the node level and the whole graph, ``model.encoder: none`` against a
-residual). Every rule raises :class:`~xmask_cli.errors.ConfigError` (exit 2) naming the keys.
+residual). Every rule raises :class:`~xmask_cli.errors.ConfigError` (exit 2) naming the keys, and
+declares the keys it reads (:attr:`Rule.keys`, carried by its refusal as :attr:`ConfigError.keys`).
 
 Two stages: ``config`` rules hold for any use of a config, so building one (``resolve``) runs them;
-``run`` rules say what a training run of it needs (its task level, the structure it reads), so the
-engine runs them once the level is known (``engine.experiment.check_config``). Rules marked
+``run`` rules say what a training run of it needs (its task level, the structure it reads, the
+dataset's split), so the engine runs them once the level is known (``engine.experiment.check_config``,
+with :class:`RunFacts`). Rules marked
 ``model`` hold for the model alone: :class:`~xmask_cli.model.model_config.ModelConfig` runs the same
 functions, so a model built in Python is refused with the same error and message. Checks that need the
 loaded dataset stay in the engine. A leaf: it reads the schema and the errors only.
