@@ -23,7 +23,7 @@ BELOW: dict[str, set[str]] = {
     "render": {"cache"},
     "api": {"engine"},
     "transforms": {"prepare"},
-    "nn": {"model"},
+    "nn": {"model", "api"},
     "ablate": {"engine"},
     "explain": {"engine"},
     "tune": {"engine"},
@@ -53,6 +53,8 @@ LAZY_ALLOWED: dict[str, str] = {
     "xmask_cli.data.registry": "start-up time: the registry names GraphQA tasks without loading torch",
     "xmask_cli.prepare.needs": "start-up time: prepare (and its block workers) load no torch; the model's rules "
                                "load when a config is read",
+    "xmask_cli.nn.from_run": "start-up time: from_run of a run folder reads it through the API (load_run: the "
+                             "engine) only when called",
     "xmask_cli.tune.space": "start-up time: the CLI's tune command parses its space without the engine (torch); "
                             "the full check against training's rules loads it",
 }

@@ -25,7 +25,7 @@ def runs_compare(
 
     Examples:
 
-        xmask runs compare runs/mutag-graph runs/mutag-graph-nospd
+        xmask runs compare runs/mutag-graph runs/mutag-graph-k1
 
         xmask runs compare runs/cora-node/0 runs/cora-node/1 --out cora.png
 

@@ -7,7 +7,9 @@ recorder, :func:`~xmask_cli.explain.image.explain_images`.
 
 Files written to ``out_dir``: ``maps.h5`` (see :func:`~xmask_cli.explain.store.write_maps`), one
 ``<target>.png`` grid per target (see :func:`~xmask_cli.explain.figures.plot_target`) and one
-``<target>_graph.png`` graph view per target (see :mod:`~xmask_cli.explain.graph_view`).
+``<target>_q<query>_l<layer>_graph.png`` graph view per target (see :mod:`~xmask_cli.explain.graph_view`):
+the name carries the query node and the layer drawn, so views of one target from several queries or
+layers sit side by side instead of overwriting each other.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from xmask_cli.explain.targets import TargetMaps, explain_graph, explain_nodes, 
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.model.model_config import effective_powers, head_labels
 
-__all__ = ["VIEWS", "ExplainRequest", "explain_run"]
+__all__ = ["VIEWS", "ExplainRequest", "explain_run", "graph_view_name"]
 
 #: Figure sets of ``--view``.
 VIEWS = ("all", "matrix", "graph")
@@ -214,6 +216,11 @@ def _record_nodes(request: ExplainRequest, level: str, model: Any, task: Any,
     return results, d_max
 
 
+def graph_view_name(target: str, query: int, layer: int) -> str:
+    """File name of a target's graph view: the target, the query node and the layer drawn."""
+    return f"{target}_q{query}_l{layer}_graph.png"
+
+
 def _write_outputs(results: list[TargetMaps], d_max: int, request: ExplainRequest, cfg: Any, out: Path,
                    meta: dict[str, Any]) -> dict[str, Any]:
     """Write ``maps.h5`` and the requested figures of ``results``; return the JSON-able result."""
@@ -231,7 +238,7 @@ def _write_outputs(results: list[TargetMaps], d_max: int, request: ExplainReques
         if request.view in ("graph", "all"):
             fig = plot_graph_view(graph_view(t, shown), labels[shown],
                                   f"{t.describe()} · attention of node {t.query}, layer {shown}", d_max)
-            graph_figures[t.name] = str(save_png(fig, out / f"{t.name}_graph.png", dpi=100))
+            graph_figures[t.name] = str(save_png(fig, out / graph_view_name(t.name, int(t.query), shown), dpi=100))
             row["graph_view"] = {"query": int(t.query), "layer": shown, "figure": graph_figures[t.name]}
         rows.append(row)
     return {**meta, "targets": rows,
