@@ -169,9 +169,6 @@ def main_callback(
     ] = False,
 ) -> None:
     """Global options; the help text is _MAIN_HELP."""
-    from xmask_cli.cli.checks import register_config_checks  # start-up time: config_resolve loads YAML
-
-    register_config_checks()
     # No default here: an unset --format must not shadow XMASK_FORMAT (see output_for).
     ctx.obj = {"format": fmt.lower() if fmt else None, "quiet": quiet}
 
