@@ -10,7 +10,7 @@ What is measured, per dataset: the test metric (mean ± population std over
   configuration on the final seeds;
 * ``<peer> tuned``: the peer of ``benchmarks/peers.py`` (GIN for graph sets, GCN and GAT
   for Cora / CiteSeer / Computers, the GCN link encoder for Cora link prediction, its
-  decoder searched too) searched by the same loop (:func:`xmask_cli.tune.study.optimize`:
+  decoder searched too) searched by the same loop (:func:`xmask_cli.tune.search.optimize`:
   TPE seeded per trial number, the same trial and seed budget, the same pruner
   setting) over the space below, scored on validation only (the peer runs
   never compute test during the search), then its best on the final seeds.
@@ -101,22 +101,26 @@ def peer_runner(model: str, dataset: str, data_root: Path, cache_dir: Path, epoc
     return lambda seed, hp, parts: peers.run_node(graphs, model, seed, epochs, patience, hp=hp, parts=parts)["metrics"]
 
 
-def _open_peer_study(folder: Path, name: str, pruner: str, resume: bool, log: Any, fail_stale: bool = True) -> Any:
+def _open_peer_study(folder: Path, name: str, pruner: str, resume: bool, log: Any,
+                     fail_stale_trials: bool = True) -> Any:
     """The peer's Optuna study in ``<folder>/study.db`` (SQLite, as ``xmask tune``'s): a killed run resumes."""
     import optuna
 
-    from xmask_cli.tune.study import _fail_stale, _folder_lock, _storage, make_pruner
+    from xmask_cli.tune.folder import folder_lock
+    from xmask_cli.tune.pruning import make_pruner
+    from xmask_cli.tune.storage import fail_stale, open_storage
 
     if folder.exists() and not resume:
         import shutil
 
         shutil.rmtree(folder)
-    with _folder_lock(folder):  # parallel workers create the SQLite file once
-        storage = _storage(f"sqlite:///{(folder / 'study.db').resolve()}")
+    with folder_lock(folder):  # parallel workers create the SQLite file once
+        storage = open_storage(f"sqlite:///{(folder / 'study.db').resolve()}", log=log)
+        # stride=1: a peer's objective reports no intermediate values (the pruner never sees a step).
         study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
-                                    pruner=make_pruner(pruner), load_if_exists=True)
-    if resume and fail_stale:
-        _fail_stale(study, storage, log)
+                                    pruner=make_pruner(pruner, stride=1), load_if_exists=True)
+    if resume and fail_stale_trials:
+        fail_stale(study)  # trials a killed worker left running (Optuna's heartbeat; optimize repeats it)
     return study
 
 
@@ -156,7 +160,7 @@ def tune_peer(model: str, run: Any, args: argparse.Namespace, folder: Path, metr
     final seeds; the study is ``<folder>/study.db``, continued under ``--resume`` (to ``--trials`` complete
     trials). ``--peer-workers N``: the trials and the final seeds run in N processes of this script at once
     (trial n draws the same values in any process: the sampler is seeded by trial number)."""
-    from xmask_cli.tune.study import optimize
+    from xmask_cli.tune.search import optimize
 
     params = PEER_SPACES[model]
     study = _open_peer_study(folder, f"{folder.name}", args.pruner, args.resume, log)
@@ -187,14 +191,14 @@ def tune_peer(model: str, run: Any, args: argparse.Namespace, folder: Path, metr
 def peer_process(args: argparse.Namespace, cfg: Any, data_name: str, metric: str, log: Any) -> int:
     """``--peer-worker MODEL`` (run ``--trials`` trials on the peer's study) or ``--peer-final MODEL --peer-seed s``
     (train the study's best on seed ``s``, print its val / test as one JSON line)."""
-    from xmask_cli.tune.study import optimize
+    from xmask_cli.tune.search import optimize
 
     model = args.peer_worker or args.peer_final
     preset = DATASETS[args.dataset][0]
     folder = args.work / "runs" / f"{preset}-{model}"
     run = peer_runner(model, data_name, args.data_root, args.work / "cache", args.peer_epochs or cfg.train.epochs,
                       cfg.train.patience)
-    study = _open_peer_study(folder, folder.name, args.pruner, True, log, fail_stale=False)
+    study = _open_peer_study(folder, folder.name, args.pruner, True, log, fail_stale_trials=False)
     if args.peer_worker:
         optimize(study, _peer_objective(PEER_SPACES[model], run, args.seeds), trials=args.trials,
                  sampler_seed=args.sampler_seed, metric=metric, log=lambda m: log(f"[{model}] {m}"))

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from xmask_cli import __version__
+from xmask_cli.cli.options import FlagsGroup
 from xmask_cli.console import Output
 from xmask_cli.errors import EXIT_CODES, NotWritableError, UsageError, XMaskError
 from xmask_cli.fs import DISK_FULL, write_failed
@@ -63,7 +64,7 @@ waits for the other ranks under torchrun).
 _click_exceptions = sys.modules[typer.BadParameter.__module__]
 
 
-class OneLineErrors(typer.core.TyperGroup):
+class OneLineErrors(FlagsGroup):
     """Option-parser errors (``--bogus``, ``--workers 0``) as one ``error:`` line and exit 2, like every
     other xmask error, instead of click's boxed usage text."""
 
@@ -168,9 +169,6 @@ def main_callback(
     ] = False,
 ) -> None:
     """Global options; the help text is _MAIN_HELP."""
-    from xmask_cli.cli.checks import register_config_checks  # start-up time: config_resolve loads YAML
-
-    register_config_checks()
     # No default here: an unset --format must not shadow XMASK_FORMAT (see output_for).
     ctx.obj = {"format": fmt.lower() if fmt else None, "quiet": quiet}
 
@@ -180,7 +178,7 @@ def add_group(app: typer.Typer, name: str, help: str, commands: dict[str, Callab
     :func:`handle_errors` and given the exit-code epilog like every top-level command."""
     from xmask_cli.cli.options import options
 
-    group = typer.Typer(help=help, no_args_is_help=True)
+    group = typer.Typer(cls=FlagsGroup, help=help, no_args_is_help=True)
     for command, fn in commands.items():
         group.command(command, epilog=EXIT_HELP)(handle_errors(options(fn)))
     app.add_typer(group, name=name)

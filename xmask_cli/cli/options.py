@@ -25,8 +25,8 @@ import typer
 if TYPE_CHECKING:
     from xmask_cli.config import Config
 
-__all__ = ["CacheDirOpt", "DataOptions", "DataRootOpt", "DatasetOpt", "DeviceOpt", "FormatOpt", "OfflineOpt",
-           "PresetOpt", "RunDirArg", "RunOptions", "SetOpt", "options"]
+__all__ = ["CacheDirOpt", "DataOptions", "DataRootOpt", "DatasetOpt", "DeviceOpt", "FlagsGroup", "FormatOpt",
+           "OfflineOpt", "PresetOpt", "RunDirArg", "RunOptions", "SetOpt", "options"]
 
 FormatOpt = Annotated[
     str | None,
@@ -48,6 +48,29 @@ DataRootOpt = Annotated[
 ]
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never download: a missing dataset fails at once, naming where it looked [env XMASK_OFFLINE=1].")]
 RunDirArg = Annotated[Path, typer.Argument(help="A run folder, `runs/<name>/<seed>/`.", show_default=False)]
+
+
+def _no_flag_metavar(params: list[Any]) -> list[Any]:
+    """``params`` with every flag's metavar emptied: a flag takes no value, but typer's rich help shows a
+    ``<bool>`` type for it unless its metavar is set (an empty one shows nothing)."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class FlagsGroup(typer.core.TyperGroup):
+    """A command group whose ``--help`` (and each of its commands' ``--help``, ``--help`` itself included)
+    shows no value type on flags."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _no_flag_metavar(super().get_params(ctx))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _no_flag_metavar(command.get_params(ctx))  # the help option too, made and cached by get_params
+        return command
 
 
 @dataclass(frozen=True)

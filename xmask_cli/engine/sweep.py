@@ -51,6 +51,7 @@ class _RunOptions:
     log: Callable[[str], None]
     on_epoch: Callable[[int, MetricsRow], None]
     on_seed_start: Callable[[int, int], None]
+    on_run_start: Callable[[int, int | None, int], None]
 
 
 def _fold_experiment(exp: Experiment, seed: int, fold: int, root: Path, write: bool) -> Experiment:
@@ -99,6 +100,7 @@ def _train_run(exp: Experiment, job: Job, w: World, opts: _RunOptions) -> RunSum
     seed_everything(seed)
     task = run_exp.task(seed, opts.device)
     opts.on_seed_start(seed, cfg.train.epochs)
+    opts.on_run_start(seed, fold, cfg.train.epochs)
     extra = {"config": run_exp.cfg.to_dict(), "level": exp.level,
              "data_root": None if opts.data_root is None else str(opts.data_root)}
     # Through the module, read per call: a substitute for train_task (tests) is seen.
@@ -148,6 +150,7 @@ def train_seeds(
     log: Callable[[str], None] = lambda m: None,
     on_epoch: Callable[[int, MetricsRow], None] = lambda seed, row: None,
     on_seed_start: Callable[[int, int], None] = lambda seed, epochs: None,
+    on_run_start: Callable[[int, int | None, int], None] = lambda seed, fold, epochs: None,
     parts: tuple[str, ...] = PARTS,
     max_folds: int | None = None,
 ) -> SweepResult:
@@ -158,6 +161,9 @@ def train_seeds(
     (:mod:`xmask_cli.engine.folds`); ``max_folds`` trains only the first folds
     (``xmask tune`` scores a trial on their holdouts). The aggregate is then over
     every (seed, fold) run, and ``folds`` adds each seed's mean ± std over its folds.
+
+    ``on_seed_start(seed, epochs)`` and ``on_run_start(seed, fold, epochs)`` (fold None without folds) are
+    called before each run trains, ``on_epoch(seed, row)`` after each of its epochs.
 
     ``parts``: the parts each seed's best state is scored on (``xmask tune`` passes
     ``("train", "val")``: a search never scores test).
@@ -187,7 +193,8 @@ def train_seeds(
             # Every planned folder that exists is checked before any work, so a clash fails at once.
             check_planned(existing_runs(root, seeds, n_folds), resume or overwrite)
         exp = _load(cfg, w, cache_dir=cache_dir, data_root=data_root, offline=offline, log=log)
-        opts = _RunOptions(device, root, data_root, resume, overwrite, parts, log, on_epoch, on_seed_start)
+        opts = _RunOptions(device, root, data_root, resume, overwrite, parts, log, on_epoch, on_seed_start,
+                           on_run_start)
         # Planned lazily (Experiment.load has checked data.folds against the labels): nothing is created
         # here, a run makes (and locks) its folder when it starts.
         for job in _locked(planned_runs(root, seeds, n_folds), held, w):
