@@ -2,18 +2,22 @@
 
 Versions come from the installed distributions' metadata, so reading them imports none of the packages;
 :func:`environment` imports torch and numba for the device and thread counts (a run has both loaded).
-A leaf: it imports nothing of xmask_cli, so the package's ``__init__`` takes its version from here.
+A leaf: it imports only the errors, so the package's ``__init__`` takes its version from here.
 """
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.metadata as md
 import os
 import platform
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["DISTRIBUTION", "OTHER_PACKAGES", "RUN_PACKAGES", "environment", "package_versions", "version_differences", "xmask_version"]
+from xmask_cli.errors import UsageError
+
+__all__ = ["DISTRIBUTION", "OTHER_PACKAGES", "RUN_PACKAGES", "environment", "package_versions", "require_extra", "version_differences",
+           "xmask_version"]
 
 #: The distribution's name on the package index (the command is ``xmask``, the import package ``xmask_cli``;
 #: the index's project ``xmask`` is another tool).
@@ -100,3 +104,16 @@ def version_differences(records: Iterable[tuple[str, object]]) -> dict[str, dict
         for pkg, ver in versions.items():
             seen.setdefault(str(pkg), {}).setdefault(str(ver), []).append(run)
     return {pkg: by_version for pkg, by_version in sorted(seen.items()) if len(by_version) > 1}
+
+
+def require_extra(module: str, extra: str, what: str) -> None:
+    """Import ``module`` (an optional dependency) or refuse what needs it with the command that installs it.
+
+    Raises:
+        UsageError: ``module`` is not installed (exit 2): ``what`` needs it, ``pip install "xmask-cli[extra]"``.
+    """
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise UsageError(f"{what} needs {module.split('.')[0]}, an optional dependency: "
+                         f'pip install "{DISTRIBUTION}[{extra}]"') from None
