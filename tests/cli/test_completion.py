@@ -77,3 +77,24 @@ def test_show_completion_prints_the_shells_script(shell, needle, monkeypatch):
     r = run("--show-completion", shell)
     assert r.exit_code == 0, r.output
     assert needle in r.stdout and "_XMASK_COMPLETE=complete_" + shell in r.stdout
+
+
+@pytest.mark.slow
+def test_bash_completes_through_the_script_it_is_shown(runs_tree, monkeypatch, tmp_path_factory):
+    """The script `--show-completion bash` prints, sourced in a real bash, completes a run folder."""
+    import shutil
+
+    if shutil.which("bash") is None:
+        pytest.skip("no bash on this machine")
+    monkeypatch.setenv("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", "1")
+    script = run("--show-completion", "bash").stdout
+    bin_dir = tmp_path_factory.mktemp("bin")
+    wrapper = bin_dir / "xmask"  # the command as installed: a script named xmask on PATH
+    wrapper.write_text(f"#!{sys.executable}\nfrom xmask_cli.cli import main\nmain()\n")
+    wrapper.chmod(0o755)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    env.pop("_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION", None)
+    probe = script + '\nCOMP_WORDS=(xmask eval runs/a/); COMP_CWORD=2; _xmask_completion xmask\nprintf "%s\\n" "${COMPREPLY[@]}"\n'
+    out = subprocess.run(["bash", "-c", probe], env=env, cwd=runs_tree, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["runs/a/0", "runs/a/1"]
