@@ -14,13 +14,12 @@ Names load on first use, so ``import xmask_cli`` (and the CLI's start-up) stays 
 from __future__ import annotations
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-try:
-    __version__ = version("xmask")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.1.0+src"
+from xmask_cli.versions import xmask_version
+
+# Read from the distribution's metadata (xmask-cli on the package index; 0.1.0+src when not installed).
+__version__ = xmask_version()
 
 #: Public name -> the module that defines it (read by ``__getattr__`` on first use).
 _LAZY = {

@@ -325,7 +325,7 @@ class TrainSection(Section):
     skip_nonfinite: bool = False  # skip batches with a non-finite loss or gradient instead of stopping (exit 7)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # autocast dtype of forwards; fp16 adds a grad scaler
     # extra loggers beside metrics.jsonl and curves.png; tensorboard: event files in the run folder
-    # (pip install "xmask[tensorboard]")
+    # (pip install "xmask-cli[tensorboard]")
     loggers: list[Literal["tensorboard"]] = field(default_factory=list)
 
 

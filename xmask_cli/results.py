@@ -226,7 +226,8 @@ class EvalResult(JsonItems):
         run_dir, dataset, level, metric, seed: the run read back.
         metrics: the recomputed metric of each part asked for; recorded: ``summary.json``'s value of
             each (None where the summary has none).
-        config_sha256: the first 16 hex digits of the SHA-256 of the run's saved ``config.json``.
+        config_sha256: the first 16 hex digits of the SHA-256 of the run's saved ``config.json``, less its
+            ``environment`` (the software, device and threads it ran on).
     """
 
     run_dir: str
@@ -412,10 +413,14 @@ class RunRow(JsonItems):
 
 @dataclass(frozen=True)
 class CompareResult(JsonItems):
-    """``xmask runs compare``: one :class:`RunRow` per finished run, and the plot's path (None: no plot)."""
+    """``xmask runs compare``: one :class:`RunRow` per finished run, the plot's path (None: no plot), and the
+    packages whose versions differ between the runs (``{package: {version: [run folder, ...]}}``, from each
+    run's ``config.json`` ``environment``; empty when they agree or recorded none)."""
 
     runs: tuple[RunRow, ...]
     plot: str | None
+    version_differences: Mapping[str, Mapping[str, list[str]]] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"runs": [r.to_json(curve=False) for r in self.runs], "plot": self.plot}
+        return {"runs": [r.to_json(curve=False) for r in self.runs], "plot": self.plot,
+                "version_differences": {k: dict(v) for k, v in self.version_differences.items()}}

@@ -74,3 +74,18 @@ def test_a_checkpoint_of_another_model_is_refused_naming_both_files(trained, tmp
 def test_run_precision_is_the_saved_one_fp32_for_older_runs():
     assert run_precision({"train": {"precision": "bf16"}}) == "bf16"
     assert run_precision({"train": {}}) == "fp32"
+
+
+def test_the_config_digest_leaves_the_software_record_out():
+    """Two runs of one config on two machines share ``config_sha256``; another setting changes it."""
+    import hashlib
+    import json
+
+    from xmask_cli.engine.evaluate import _config_digest
+
+    saved = {"config": {"model": {"hidden": 16}}, "model": {"hidden": 16}, "train": {"seed": 0}}
+    here = {**saved, "environment": {"versions": {"torch": "2.13.0"}, "threads": {"torch": 2}}}
+    there = {**saved, "environment": {"versions": {"torch": "2.4.1"}, "threads": {"torch": 64}}}
+    want = hashlib.sha256(json.dumps(saved, sort_keys=True).encode()).hexdigest()[:16]
+    assert _config_digest(here) == _config_digest(there) == _config_digest(saved) == want
+    assert _config_digest({**here, "train": {"seed": 1}}) != want

@@ -87,3 +87,38 @@ def test_more_than_eight_differences_are_counted():
     # Keys in string order (k10 sorts before k2): the first eight named, the other three counted.
     assert ("in model.k0, model.k1, model.k10, model.k2, model.k3, model.k4, model.k5, model.k6 and 3 more;"
             in str(err.value))
+
+
+def test_the_software_record_may_change_but_not_a_setting():
+    """config.json's ``environment`` (versions, device, threads) describes the session that wrote it: a resume
+    on another torch or thread count goes on; a setting beside it still counts."""
+    saved = {**_saved(), "environment": {"versions": {"torch": "2.12.0"}, "threads": {"torch": 8}}}
+    now = {**_saved(), "environment": {"versions": {"torch": "2.13.0"}, "threads": {"torch": 2}}}
+    check_resumable(RUN, saved, now)  # no error
+    check_resumable(RUN, _saved(), now)  # a run saved before configs recorded it
+    now["train"] = {**now["train"], "lr": 0.5}
+    with pytest.raises(UsageError, match="train.lr"):
+        check_resumable(RUN, saved, now)
+
+
+def test_config_json_records_the_environment_and_a_resume_rewrites_it(tmp_path):
+    import importlib.metadata as md
+    import json
+    import platform
+
+    from tests.engine.test_loop import ToyTask
+    from xmask_cli.engine.loop import TrainConfig, fit
+
+    cfg = TrainConfig(epochs=2, lr=0.05, warmup_epochs=0, seed=0)
+    fit(ToyTask(), torch.nn.Linear(2, 1), cfg, tmp_path / "run", model_config={"toy": 1})
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    env = saved["environment"]
+    assert env["versions"]["torch"] == md.version("torch") and env["versions"]["scipy"] == md.version("scipy")
+    assert env["versions"]["python"] == platform.python_version()
+    assert env["device"]["name"] == "cpu" and env["threads"]["torch"] == torch.get_num_threads()
+    # Another session (here: another recorded torch) resumes the run and records itself.
+    (tmp_path / "run" / "config.json").write_text(json.dumps({**saved, "environment": {"versions": {"torch": "0"}}}))
+    fit(ToyTask(), torch.nn.Linear(2, 1), TrainConfig(epochs=3, lr=0.05, warmup_epochs=0, seed=0), tmp_path / "run",
+        model_config={"toy": 1}, resume=True)
+    again = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert again["environment"]["versions"] == env["versions"] and again["train"]["epochs"] == 3

@@ -143,12 +143,12 @@ def test_tensorboard_missing_is_exit_2_with_the_install_hint(tmp_path, monkeypat
     from tests.cli_helpers import one_error_line, run
 
     _without_tensorboard(monkeypatch)
-    with pytest.raises(UsageError, match=r'pip install "xmask\[tensorboard\]"'):
+    with pytest.raises(UsageError, match=r'pip install "xmask-cli\[tensorboard\]"'):
         _fit(ToyTask(), tmp_path / "lib", loggers=["tensorboard"])
     r = run("train", "--preset", "graph-level", "--logger", "tensorboard", "--runs-dir", str(tmp_path / "runs"),
             "--cache-dir", str(tmp_path / "cache"), "--device", "cpu")
     assert r.exit_code == 2
-    assert 'pip install "xmask[tensorboard]"' in one_error_line(r)
+    assert 'pip install "xmask-cli[tensorboard]"' in one_error_line(r)
     assert not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()  # refused before any work
 
 

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from xmask_cli.cli.completion import complete_preset, complete_run_dir
+
 if TYPE_CHECKING:
     from xmask_cli.config import Config
 
@@ -33,7 +35,7 @@ FormatOpt = Annotated[
     typer.Option("--format", "-f", help="Result format on stdout: human or json (default: the global --format).",
                  show_default=False),
 ]
-PresetOpt = Annotated[str | None, typer.Option("--preset", "-p", help="Preset name (see `xmask presets ls`) or YAML path [env XMASK_PRESETS: extra preset folders; with a dataset and no --preset: the dataset's own preset, else its level's].")]
+PresetOpt = Annotated[str | None, typer.Option("--preset", "-p", autocompletion=complete_preset, help="Preset name (see `xmask presets ls`) or YAML path [env XMASK_PRESETS: extra preset folders; with a dataset and no --preset: the dataset's own preset, else its level's].")]
 DatasetOpt = Annotated[str | None, typer.Option("--dataset", "-d", help="Dataset name, or a folder of files (./mygraph: docs/datasets-from-files.md); overrides the preset's data.dataset.", show_default=False)]
 SetOpt = Annotated[
     list[str] | None,
@@ -47,7 +49,8 @@ DataRootOpt = Annotated[
     Path | None, typer.Option("--data-root", help="Data root holding NAME/raw/... folders [env XMASK_DATA_ROOT].", show_default=False)
 ]
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never download: a missing dataset fails at once, naming where it looked [env XMASK_OFFLINE=1].")]
-RunDirArg = Annotated[Path, typer.Argument(help="A run folder, `runs/<name>/<seed>/`.", show_default=False)]
+RunDirArg = Annotated[Path, typer.Argument(help="A run folder, `runs/<name>/<seed>/`.", show_default=False,
+                                           autocompletion=complete_run_dir)]
 
 
 def _no_flag_metavar(params: list[Any]) -> list[Any]:

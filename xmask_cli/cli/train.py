@@ -27,7 +27,7 @@ def train(
     runs_dir: Annotated[Path | None, typer.Option("--runs-dir", help="Root of run folders [default: the preset's run.root, ./runs].", show_default=False)] = None,
     name: Annotated[str | None, typer.Option("--name", help="Run name: `runs/<name>/<seed>/` [default `<dataset>-<level>`].", show_default=False)] = None,
     folds: Annotated[int | None, typer.Option("--folds", min=2, help="Graph level: Errica et al.'s protocol, K stratified outer folds fixed by the seed, a stratified 10 % holdout of each training part for selection, test once per fold; runs in `runs/<name>/<seed>/fold-<i>/`, fold files in `runs/<name>/<seed>/folds/`. Same as --set data.folds=K.", show_default=False)] = None,
-    logger: Annotated[list[str] | None, typer.Option("--logger", help="Extra logger, repeatable: tensorboard (event files in each run folder; pip install \"xmask[tensorboard]\"). Same as --set train.loggers=[tensorboard].", show_default=False)] = None,
+    logger: Annotated[list[str] | None, typer.Option("--logger", help="Extra logger, repeatable: tensorboard (event files in each run folder; pip install \"xmask-cli[tensorboard]\"). Same as --set train.loggers=[tensorboard].", show_default=False)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Write and train nothing: print the resolved config, the run folders it would make, the structure cache file it needs (present or to prepare) and an estimate of stored pairs, parameters and peak memory per step (the dataset is read offline).")] = False,
     data: DataOptions = DataOptions(),
     fmt: FormatOpt = None,

@@ -22,7 +22,7 @@ from xmask_cli.errors import UsageError, first_line
 __all__ = ["PARQUET_HINT", "read_npy", "read_npz", "read_parquet_columns"]
 
 #: What to do when Parquet is asked for and pyarrow is missing.
-PARQUET_HINT = "reading Parquet needs pyarrow: pip install 'xmask[parquet]' (or pip install pyarrow), or save it as .npz"
+PARQUET_HINT = "reading Parquet needs pyarrow: pip install 'xmask-cli[parquet]' (or pip install pyarrow), or save it as .npz"
 
 #: The most a deflated zip member can expand (deflate's ceiling is about 1032 : 1), plus room for a tiny one.
 _DEFLATE_RATIO, _DEFLATE_SLACK = 1032, 1 << 10

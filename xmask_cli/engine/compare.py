@@ -6,7 +6,8 @@ order). Each run gives one row: its name (the parent folder), seed, dataset,
 metric, selected epoch, epochs run, the summary's train / val / test metrics
 and its wall time: the epochs' ``epoch_s`` (training pass and validation)
 summed over ``metrics.jsonl`` (a row without ``epoch_s`` counts its training
-pass, ``train_s``).
+pass, ``train_s``). Runs made with different versions of xmask, Python or the packages a run records
+(``config.json``'s ``environment``) are flagged: their numbers may differ for that reason alone.
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from xmask_cli.engine.runs import MetricsRow, RunDir, write_bytes
 from xmask_cli.errors import RunNotFoundError
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.results import CompareResult, RunRow
+from xmask_cli.versions import version_differences
 
 if TYPE_CHECKING:  # matplotlib loads when a figure is drawn
     from matplotlib.figure import Figure
@@ -129,7 +131,8 @@ def compare_runs(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
         a :class:`~xmask_cli.results.CompareResult`: the rows (its ``to_json()`` leaves out the curves) and
         the plot's path or None.
     """
-    rows = [run_row(p) for p in find_runs(paths)]
+    found = find_runs(paths)
+    rows = [run_row(p) for p in found]
     plot = None
     if out is not None:
         target = Path(out)
@@ -138,4 +141,16 @@ def compare_runs(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
         plot_compare(rows).savefig(buf, format="png", dpi=90)
         write_bytes(target, buf.getvalue())
         plot = str(target)
-    return CompareResult(runs=tuple(rows), plot=plot)
+    return CompareResult(runs=tuple(rows), plot=plot, version_differences=_version_differences(found))
+
+
+def _version_differences(found: Sequence[Path]) -> dict[str, dict[str, list[str]]]:
+    """The packages whose versions differ between the runs' ``config.json`` records (runs without one:
+    none to compare); a run whose config cannot be read is left to the commands that need it."""
+    records: list[tuple[str, object]] = []
+    for path in found:
+        try:
+            records.append((str(path), RunDir(path, create=False).load_config().get("environment")))
+        except RunNotFoundError:
+            continue
+    return version_differences(records)

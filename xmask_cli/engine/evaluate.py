@@ -150,4 +150,11 @@ def evaluate_loaded(run: RunDir, saved: SavedRun, exp: Experiment, task: Task[An
     recorded = run.read_summary().metrics if (run.path / RunDir.SUMMARY).is_file() else {}
     return EvalResult(run_dir=str(run.path), dataset=exp.dataset, level=exp.level, metric=exp.metric, seed=seed,
                       metrics=metrics, recorded={p: recorded.get(p) for p in parts},
-                      config_sha256=hashlib.sha256(json.dumps(saved, sort_keys=True).encode()).hexdigest()[:16])
+                      config_sha256=_config_digest(saved))
+
+
+def _config_digest(saved: SavedRun) -> str:
+    """The first 16 hex digits of the SHA-256 of the saved config, less the record of the software it ran on
+    (``environment``: two runs of one config on two machines share the digest)."""
+    config = {k: v for k, v in saved.items() if k != "environment"}
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]

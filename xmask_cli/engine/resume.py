@@ -22,6 +22,7 @@ from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.errors import UsageError
 from xmask_cli.jsonfile import parse_checked
+from xmask_cli.versions import environment
 
 
 def rng_state() -> RngState:
@@ -46,6 +47,9 @@ def set_rng_state(state: RngState) -> None:
 
 
 _MISSING = object()
+#: The key of config.json that records the software, device and threads (:func:`xmask_cli.versions.environment`)
+#: of the session that last wrote it: the first, or the last ``--resume``.
+ENVIRONMENT = "environment"
 #: Keys of a run's config that may change on ``--resume``: the epoch budget, and where it runs.
 RESUME_MAY_DIFFER = frozenset({"train.epochs", "config.train.epochs", "train.device", "data_root",
                                "config.train.loggers"})  # loggers watch a run; they never change its numbers
@@ -69,9 +73,10 @@ def check_resumable(run: RunDir, saved: dict[str, object], now: dict[str, object
         path = c.get("cache_path")
         return {**c, "cache_path": Path(path).name} if isinstance(path, str) else c
 
-    # The preset's tune: section (a search space) does not change what a run trains.
+    # The preset's tune: section (a search space) does not change what a run trains; the software record
+    # (ENVIRONMENT) describes the session that wrote config.json, not the run's settings.
     diff = [k for k in config_diff(norm(saved), norm(now))
-            if k not in RESUME_MAY_DIFFER and not k.startswith("config.tune")
+            if k not in RESUME_MAY_DIFFER and not k.startswith(("config.tune", ENVIRONMENT))
             and not new_setting_at_default(k, saved, now)]
     # A preset key is saved twice (under config. and, for train keys, as the resolved train.): name each once,
     # as the user writes it in --set.
@@ -116,7 +121,7 @@ def open_run(run: RunDir, config: dict[str, object], resume: bool, overwrite: bo
                  if "config" in ckpt else run.load_config())
         check_resumable(run, saved, now)
         run.truncate_metrics(ckpt["epoch"] + 1)
-        run.save_config(config)  # the same run; only the epoch budget may have changed
+        run.save_config(_recorded(config))  # the same run; only the epoch budget may have changed
         return ckpt
     if run.has_run_files():
         if resume and (run.path / RunDir.CONFIG).is_file():
@@ -125,5 +130,12 @@ def open_run(run: RunDir, config: dict[str, object], resume: bool, overwrite: bo
         elif not (resume or overwrite):
             raise UsageError(f"run folder {run.path} exists; use --resume to continue it or --overwrite to replace it")
         run.remove_run_files()
-    run.save_config(config)
+    run.save_config(_recorded(config))
     return None
+
+
+def _recorded(config: dict[str, object]) -> dict[str, object]:
+    """``config`` as config.json holds it: with the software, device and threads it runs on (ENVIRONMENT)."""
+    train = config.get("train")
+    device = train.get("device") if isinstance(train, dict) else None
+    return {**config, ENVIRONMENT: environment(device if isinstance(device, str) else "cpu")}

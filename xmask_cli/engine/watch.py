@@ -93,7 +93,7 @@ def summary_writer_class() -> type[SummaryWriter]:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         raise UsageError('train.loggers names tensorboard, which is not installed; install it with '
-                         'pip install "xmask[tensorboard]" (or drop --logger tensorboard)') from None
+                         'pip install "xmask-cli[tensorboard]" (or drop --logger tensorboard)') from None
     return SummaryWriter
 
 

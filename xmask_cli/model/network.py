@@ -46,6 +46,7 @@ from xmask_cli.model.packed_path import PackedPath
 from xmask_cli.model.patch import PatchEncoder
 from xmask_cli.model.token_path import TokenPath
 from xmask_cli.model.tracing import exporting
+from xmask_cli.versions import require_extra
 
 __all__ = ["ENCODERS", "READOUTS", "TASKS", "ModelConfig", "XMaskNet", "head_labels", "plain_heads", "sparse_refusal"]
 
@@ -85,6 +86,7 @@ class XMaskNet(PackedPath, TokenPath, MaskMemo, torch.nn.Module):
         super().__init__()
         self.cfg = cfg
         if cfg.encoder == "atom":
+            require_extra("ogb", "ogb", "model.encoder=atom (OGB's atom encoder)")
             from ogb.graphproppred.mol_encoder import AtomEncoder  # imported lazily: only molecules need it
 
             self.encoder = AtomInput(AtomEncoder(cfg.hidden), cfg.struct_dim, cfg.hidden)
