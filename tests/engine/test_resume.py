@@ -87,3 +87,32 @@ def test_more_than_eight_differences_are_counted():
     # Keys in string order (k10 sorts before k2): the first eight named, the other three counted.
     assert ("in model.k0, model.k1, model.k10, model.k2, model.k3, model.k4, model.k5, model.k6 and 3 more;"
             in str(err.value))
+
+
+@pytest.mark.parametrize("name", ["last.pt", "best.pt"])
+def test_resume_refuses_a_checkpoint_copied_from_another_run(tmp_path, name):
+    """--resume checks both checkpoints' records against config.json: one copied in from a run of another seed
+    is refused, exit 6, naming the setting and both values, before any epoch; the run's own files stay."""
+    import shutil
+
+    from tests.engine.test_loop import ToyTask
+    from xmask_cli.engine.loop import TrainConfig, fit
+    from xmask_cli.errors import RunNotFoundError
+
+    def train(folder: Path, seed: int, epochs: int, **kw) -> None:
+        torch.manual_seed(seed)
+        fit(ToyTask(), torch.nn.Linear(2, 1), TrainConfig(epochs=epochs, lr=0.05, warmup_epochs=0, seed=seed),
+            folder, model_config={"toy": 1}, **kw)
+
+    train(tmp_path / "a", 0, 2)
+    train(tmp_path / "b", 1, 2)
+    shutil.copy(tmp_path / "b" / name, tmp_path / "a" / name)
+    rows = (tmp_path / "a" / "metrics.jsonl").read_text()
+    with pytest.raises(RunNotFoundError, match=rf"{name} is not this run's checkpoint: it was trained with "
+                                               r"train\.seed = 1, .*config\.json says 0"):
+        train(tmp_path / "a", 0, 4, resume=True)
+    assert (tmp_path / "a" / "metrics.jsonl").read_text() == rows
+    shutil.copy(tmp_path / "b" / name, tmp_path / "b" / "keep")
+    shutil.copy(tmp_path / "b" / "keep", tmp_path / "b" / name)
+    train(tmp_path / "b", 1, 3, resume=True)  # its own checkpoints resume
+    assert len((tmp_path / "b" / "metrics.jsonl").read_text().splitlines()) == 3

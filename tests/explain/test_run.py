@@ -89,3 +89,23 @@ def test_a_request_is_normalised_and_checked_before_any_run_is_read():
         ExplainRequest(nodes=[0], max_nodes=1)
     with pytest.raises(UsageError, match="--edge"):
         ExplainRequest(edges=["3"])
+
+
+@pytest.mark.parametrize("plant", ["read-only", "maps-folder"])
+def test_an_out_that_cannot_take_the_maps_is_refused_before_the_model_runs(mutag, tmp_path, monkeypatch,
+                                                                          read_only_tmpfs, plant):
+    """--out on a read-only mount exits 5, a folder planted at maps.h5 exits 2 naming it, before the run is
+    rebuilt (the model never runs)."""
+    from tests.cli_helpers import one_error_line, run
+    from xmask_cli.explain import run as explain_module
+
+    monkeypatch.setattr(explain_module, "rebuild_run", lambda *a, **k: pytest.fail("the run was rebuilt"))
+    if plant == "read-only":
+        out, code, needle = read_only_tmpfs() / "maps", 5, "read-only file system"
+    else:
+        out = tmp_path / "maps"
+        (out / "maps.h5").mkdir(parents=True)
+        code, needle = 2, f"{out / 'maps.h5'} is a folder, not a file"
+    r = run("explain", str(mutag["run"]), "--graph", "0", "--out", str(out), "--device", "cpu",
+            "--cache-dir", str(mutag["root"] / "cache"))
+    assert r.exit_code == code and needle in one_error_line(r)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 
 from xmask_cli.engine.runs import MetricsRow, RunDir, write_bytes
 from xmask_cli.errors import RunNotFoundError
-from xmask_cli.fs import ensure_writable_dir
+from xmask_cli.fs import ensure_writable_dir, refuse_links
 from xmask_cli.results import CompareResult, RunRow
 
 if TYPE_CHECKING:  # matplotlib loads when a figure is drawn
@@ -149,6 +149,7 @@ def compare_runs(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
     if out is not None:
         target = Path(out)
         ensure_writable_dir(target.parent if str(target.parent) else Path("."), "output folder", "pass another --out")
+        refuse_links(target.parent, (target.name,), "output folder")  # a folder at the plot's name: exit 2
         buf = io.BytesIO()
         plot_compare(rows).savefig(buf, format="png", dpi=90)
         write_bytes(target, buf.getvalue())
