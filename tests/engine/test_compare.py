@@ -109,3 +109,10 @@ def test_non_finite_metrics_are_damaged_not_shown(runs, tmp_path, text):
     (dst / "metrics.jsonl").write_text("\n".join(rows) + "\n")
     with pytest.raises(RunNotFoundError, match="row 2's epoch time"):
         compare_runs([dst], None)
+
+
+def test_a_folder_at_the_plot_s_name_is_exit_2_before_drawing(runs, tmp_path):
+    (tmp_path / "c.png").mkdir()
+    r = run("runs", "compare", str(runs / "toy-a"), "--out", str(tmp_path / "c.png"))
+    assert r.exit_code == 2 and f"{tmp_path / 'c.png'} is a folder, not a file" in one_error_line(r)
+    assert (tmp_path / "c.png").is_dir() and not list((tmp_path / "c.png").iterdir())

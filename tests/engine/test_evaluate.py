@@ -76,6 +76,9 @@ def test_a_checkpoint_of_another_model_is_refused_naming_both_files(trained, tmp
     warned: list[str] = []
     with pytest.raises(RunNotFoundError, match=r"best\.pt does not fit the model in .*config\.json"):
         rebuild_run(run, saved, cache_dir=cache, offline=True, log=warned.append)
+    assert warned == []  # a refusal is one line: the warning comes only with a model that loads
+    shutil.copy(folder / "config.json", copy / "config.json")  # the run's own config: loads, with the warning
+    rebuild_run(*read_run(copy), cache_dir=cache, offline=True, log=warned.append)
     assert len(warned) == 1 and warned[0].startswith("warning: ") and "records no config" in warned[0]
 
 

@@ -60,6 +60,7 @@ def test_a_run_without_the_log_mask_reports_k_0_in_its_summary_and_its_maps(muta
     import shutil
 
     import h5py
+    import torch
 
     run = tmp_path / "plain" / "0"
     shutil.copytree(mutag["run"], run)
@@ -67,6 +68,9 @@ def test_a_run_without_the_log_mask_reports_k_0_in_its_summary_and_its_maps(muta
     assert saved["model"]["head_powers"] and any(k > 0 for k in saved["model"]["head_powers"])
     saved["model"]["use_bias"] = False  # no parameter depends on it: the weights load as they are
     (run / "config.json").write_text(json.dumps(saved))
+    best = torch.load(run / "best.pt", weights_only=True)
+    best["config"] = json.dumps(saved, sort_keys=True)  # as a run trained with use_bias false records it
+    torch.save(best, run / "best.pt")
     out = explain_run(run, ExplainRequest(graphs=[5]), out_dir=tmp_path / "maps", cache_dir=mutag["root"] / "cache")
     summary = out["targets"][0]["hop_summary"]
     assert {head["k"] for layer in summary.values() for head in layer.values()} == {0}

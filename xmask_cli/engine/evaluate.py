@@ -105,7 +105,8 @@ def rebuild_run(
     (:func:`~xmask_cli.engine.resume.check_record`) before any data is loaded.
     """
     best = run.load_best()
-    check_record(run, RunDir.BEST, best.get("config"), cast("dict[str, object]", saved), log)
+    warnings: list[str] = []  # said once the weights are known to fit: a refusal stays one line
+    check_record(run, RunDir.BEST, best.get("config"), cast("dict[str, object]", saved), warnings.append)
     cfg: Config = build(Config, saved["config"])
     exp = Experiment.load(cfg, cache_dir=cache_dir, offline=offline, log=log,
                           data_root=data_root if data_root is not None else saved.get("data_root"))
@@ -118,6 +119,8 @@ def rebuild_run(
         first = first_line(exc)
         raise RunNotFoundError(f"{run.path / RunDir.BEST} does not fit the model in {run.path / RunDir.CONFIG} "
                                f"({first[:200]}); train again with --overwrite") from None
+    for line in warnings:
+        log(line)
     return exp, task, model.eval()
 
 

@@ -95,10 +95,10 @@ def _shown(value: object) -> str:
 
 
 def check_record(run: RunDir, name: str, record: str | None, config: dict[str, object],
-                 warn: Callable[[str], None] = lambda m: None) -> None:
+                 warn: Callable[[str], None] = lambda m: None, against: str = RunDir.CONFIG) -> None:
     """Refuse a checkpoint of ``run`` whose recorded config (``record``: its ``"config"``) is not the run's
-    ``config.json`` (``config``), beyond what ``--resume`` may change: a checkpoint copied in from another run
-    (other seed, head powers, mask scale, data) is never used as this one's.
+    ``config.json`` (``config``; ``against`` names where it was read), beyond what ``--resume`` may change: a
+    checkpoint copied in from another run (other seed, head powers, mask scale, data) is never used as this one's.
 
     A checkpoint written before checkpoints recorded their config (``record`` None) is taken as the run's,
     with one ``warning:`` line through ``warn``.
@@ -109,7 +109,7 @@ def check_record(run: RunDir, name: str, record: str | None, config: dict[str, o
     path = run.path / name
     if record is None:
         warn(f"warning: {path} records no config (written by an older xmask); it is taken to be the run's in "
-             f"{run.path / RunDir.CONFIG}")
+             f"{run.path / against}")
         return
     saved = parse_checked(record, f"the config saved in {path}")
     diff = _differing(saved, config)
@@ -117,7 +117,7 @@ def check_record(run: RunDir, name: str, record: str | None, config: dict[str, o
         key = diff[0]
         more = f" (and {len(diff) - 1} more settings)" if len(diff) > 1 else ""
         raise RunNotFoundError(f"{path} is not this run's checkpoint: it was trained with {key.removeprefix('config.')}"
-                               f" = {_shown(_lookup(_norm(saved), key))}, {run.path / RunDir.CONFIG} says "
+                               f" = {_shown(_lookup(_norm(saved), key))}, {run.path / against} says "
                                f"{_shown(_lookup(_norm(config), key))}{more}; restore the run's own {name}, or train "
                                f"again with --overwrite")
 
@@ -141,13 +141,21 @@ def new_setting_at_default(key: str, saved: dict[str, object], now: dict[str, ob
 
 
 def _check_records(run: RunDir, last_record: str | None) -> None:
-    """``last.pt``'s and ``best.pt``'s records against ``config.json`` (where the folder still has one)."""
-    if not (run.path / RunDir.CONFIG).is_file():
-        return
-    config = run.load_config()
-    check_record(run, RunDir.LAST, last_record, config)
+    """``last.pt``'s record against ``config.json``, and ``best.pt``'s against ``config.json`` (or, where that
+    file is damaged and is to be written anew from ``last.pt``, against ``last.pt``'s record)."""
+    try:
+        config = run.load_config() if (run.path / RunDir.CONFIG).is_file() else None
+    except RunNotFoundError:  # damaged: last.pt's record decides, and config.json is written anew
+        config = None
+    if config is not None:
+        check_record(run, RunDir.LAST, last_record, config)
     if run.has_checkpoint(RunDir.BEST):
-        check_record(run, RunDir.BEST, run.load_best().get("config"), config)
+        if config is not None:
+            check_record(run, RunDir.BEST, run.load_best().get("config"), config)
+        elif last_record is not None:
+            check_record(run, RunDir.BEST, run.load_best().get("config"),
+                         parse_checked(last_record, f"the config saved in {run.path / RunDir.LAST}"),
+                         against=RunDir.LAST)
 
 
 def open_run(run: RunDir, config: dict[str, object], resume: bool, overwrite: bool) -> LastCheckpoint | None:
