@@ -13,7 +13,9 @@ from tests.cli_helpers import one_error_line, run
 from tests.data.test_folder import N, write_folder
 from xmask_cli.data import folder as folder_module
 from xmask_cli.data.binary_tables import declared_rows
-from xmask_cli.data.folder import MAX_FEATURE_NODES, folder_spec, load_folder
+from xmask_cli.data.edgefile import load_edge_file
+from xmask_cli.data.folder import folder_spec, load_folder
+from xmask_cli.data.tables import MAX_FEATURE_NODES
 from xmask_cli.errors import UsageError
 
 #: 2 GiB of float32 features: 2^27 rows of 4 columns.
@@ -124,3 +126,18 @@ def test_a_label_beyond_the_labelled_nodes_is_refused_before_anything_is_sized(t
     write_folder(tmp_path / "h", y=y, label_fmt=fmt)
     with pytest.raises(UsageError, match="no node has label 3"):
         load_folder(folder_spec(str(tmp_path / "h")))
+
+
+def test_an_edge_file_s_features_alone_are_bounded_from_their_header(tmp_path, monkeypatch):
+    """An edge file's features give its node count: a 2^27-row .npy is refused before it is read, and the bound
+    moves with XMASK_MAX_NODES on a small one (whose rows then are the node count)."""
+    (tmp_path / "e.csv").write_text("src,dst,y\n0,1,0.5\n1,2,1.5\n")
+    _sparse_features(tmp_path / "big.npy")
+    with pytest.raises(UsageError, match=rf"big.npy: declares {BIG_ROWS:,} rows"):
+        load_edge_file(tmp_path / "e.csv", tmp_path / "big.npy")
+    np.save(tmp_path / "x.npy", np.ones((5, 2), dtype=np.float32))
+    monkeypatch.setenv("XMASK_MAX_NODES", "4")
+    with pytest.raises(UsageError, match="x.npy: declares 5 rows.*above the 4 nodes"):
+        load_edge_file(tmp_path / "e.csv", tmp_path / "x.npy")
+    monkeypatch.setenv("XMASK_MAX_NODES", "5")
+    assert load_edge_file(tmp_path / "e.csv", tmp_path / "x.npy").x.shape == (5, 2)

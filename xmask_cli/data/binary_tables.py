@@ -83,7 +83,7 @@ def read_npy(path: Path, *, follow_links: bool = False) -> np.ndarray:
             raise UsageError(f"{path}: not a readable .npy array ({first_line(exc)})") from None
 
 
-def declared_rows(path: Path, member: str | None = None) -> int | None:
+def declared_rows(path: Path, member: str | None = None, *, follow_links: bool = False) -> int | None:
     """The row count (first dimension) ``path``'s own header declares, read without any of its data: a
     ``.npy`` header, the header of the ``.npz`` member ``member``, a Parquet footer.
 
@@ -106,7 +106,7 @@ def declared_rows(path: Path, member: str | None = None) -> int | None:
                 raise UsageError(f"{path}: not a readable Parquet file ({first_line(exc)})") from None
     if ext not in (".npy", ".npz"):
         return None
-    with open_regular(path) as fh:
+    with open_regular(path, follow_links=follow_links) as fh:
         if ext == ".npy":
             size = os.fstat(fh.fileno()).st_size
             shape, _, dtype, declared = _npy_header(fh, str(path))

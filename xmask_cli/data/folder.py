@@ -19,7 +19,7 @@ The format (docs/datasets-from-files.md is the user's guide)::
   else ``max id + 1``. The row counts of the node files (features, labels,
   masks) are compared from their headers (NPY, NPZ members, Parquet footer)
   before any file is read; a count given by a features file alone is at most
-  :data:`MAX_FEATURE_NODES` (``XMASK_MAX_NODES`` sets another), and the
+  :data:`~xmask_cli.data.tables.MAX_FEATURE_NODES` (``XMASK_MAX_NODES`` sets another), and the
   largest label is below the number of labelled nodes (every class
   ``0..C-1`` has one) before anything is sized by it.
 * Without split files the node level draws the seeded 60/20/20 split of the
@@ -57,6 +57,7 @@ from xmask_cli.data.spec import DatasetSpec, tu_raw_files
 from xmask_cli.data.tables import (
     Rows,
     bounded_max_id,
+    check_feature_nodes,
     check_regular,
     file_digest,
     not_regular,
@@ -64,7 +65,7 @@ from xmask_cli.data.tables import (
 from xmask_cli.errors import DataNotFoundError, UsageError
 
 __all__ = ["FORMATS", "FolderFiles", "FolderDataset", "find_files", "folder_spec", "load_folder", "is_folder_ref",
-           "FOLDER_SPLIT_FILES", "check_train_classes", "source_folder", "MAX_FEATURE_NODES", "check_declared_rows"]
+           "FOLDER_SPLIT_FILES", "check_train_classes", "source_folder", "check_declared_rows"]
 
 #: File stem -> the extensions it may have (exactly one file per stem).
 FORMATS: dict[str, tuple[str, ...]] = {
@@ -76,10 +77,6 @@ FORMATS: dict[str, tuple[str, ...]] = {
     "test": ("npy", "csv"),
     "masks": ("npz",),
 }
-#: The most nodes a graph may have when its features file alone says how many (no labels file): a header
-#: declares that count, and a wrong one would size the whole graph. The environment's ``XMASK_MAX_NODES``
-#: sets another bound.
-MAX_FEATURE_NODES = 10_000_000
 #: Split name of a folder whose split comes from its files.
 FOLDER_SPLIT_FILES = "files"
 
@@ -216,18 +213,10 @@ class FolderDataset:
         return self._data if self.transform is None else self.transform(self._data.clone())
 
 
-def _max_feature_nodes() -> int:
-    text = os.environ.get("XMASK_MAX_NODES", "").strip()
-    if not text:
-        return MAX_FEATURE_NODES
-    if not text.isdigit() or int(text) < 1:
-        raise UsageError(f"XMASK_MAX_NODES={text!r}: expected a whole number of nodes >= 1")
-    return int(text)
-
-
 def check_declared_rows(files: FolderFiles) -> None:
     """The node files' row counts, as their headers declare them, compared before any file is read: features
-    against labels, the masks against both, and a count from features alone against :data:`MAX_FEATURE_NODES`.
+    against labels, the masks against both, and a count from features alone against
+    :data:`~xmask_cli.data.tables.MAX_FEATURE_NODES`.
 
     Raises:
         UsageError: counts that disagree, or a features file alone declaring more nodes than the bound.
@@ -238,10 +227,8 @@ def check_declared_rows(files: FolderFiles) -> None:
     if nx is not None and ny is not None and nx != ny:
         raise UsageError(f"{paths['labels']}: {ny:,} labels but {paths['features'].name} has {nx:,} rows (as their "
                          f"headers declare); one label per node (-1 for unlabelled)")
-    if nx is not None and "labels" not in paths and nx > (bound := _max_feature_nodes()):
-        raise UsageError(f"{paths['features']}: declares {nx:,} rows, a graph of {nx:,} nodes, above the {bound:,} "
-                         f"nodes a features file alone may give; check the file, or set XMASK_MAX_NODES={nx} if the "
-                         f"graph is that large")
+    if nx is not None and "labels" not in paths:
+        check_feature_nodes(paths["features"], nx)
     n = nx if nx is not None else ny
     if "masks" in paths and ny is not None and n is not None:  # masks are read only beside labels
         for part in ("train", "val", "test"):
