@@ -329,12 +329,9 @@ def load_folder(spec: DatasetSpec) -> Any:
         DataNotFoundError: the folder or its edges file is gone.
         UsageError: any inconsistency, as one line naming the file and row.
     """
-    import torch
-    from torch_geometric.data import Data
-
     folder = Path(spec.folder)
     files = find_files(folder)
-    check_declared_rows(files)  # from the headers, before any file is read
+    check_declared_rows(files)  # from the headers, before any file is read (or torch is loaded)
     src, dst, w, rows = read_edges(files.paths["edges"])
     if src.size == 0:
         raise UsageError(f"{files.paths['edges']}: no edges; the graph needs at least one")
@@ -372,6 +369,9 @@ def load_folder(spec: DatasetSpec) -> Any:
     if w is not None:
         notes.append(f"note: {files.paths['edges'].name} has a weight column: read and checked, but the "
                      f"structure (Â of A + I) uses the unweighted graph")
+    import torch
+    from torch_geometric.data import Data
+
     edge_index = np.stack([src, dst])
     del src, dst
     data = Data(edge_index=torch.from_numpy(edge_index), num_nodes=n)  # shares edge_index's memory
