@@ -116,3 +116,24 @@ def test_resume_refuses_a_checkpoint_copied_from_another_run(tmp_path, name):
     shutil.copy(tmp_path / "b" / "keep", tmp_path / "b" / name)
     train(tmp_path / "b", 1, 3, resume=True)  # its own checkpoints resume
     assert len((tmp_path / "b" / "metrics.jsonl").read_text().splitlines()) == 3
+
+
+def test_check_record_compares_what_the_checkpoint_recorded():
+    """Only the record's own settings count: a field config.json alone holds passes, a recorded one that
+    differs is named with both values, what --resume may change passes, and no record only warns."""
+    import json
+
+    from xmask_cli.engine.resume import check_record
+    from xmask_cli.errors import RunNotFoundError
+
+    saved = _saved()
+    record = json.dumps(saved)
+    check_record(RUN, "best.pt", record, {**saved, "written_by": "xmask 9"})
+    check_record(RUN, "best.pt", record, {**saved, "train": {**saved["train"], "epochs": 99}})
+    other = {**saved, "train": {**saved["train"], "lr": 0.5}}
+    with pytest.raises(RunNotFoundError, match=rf"best.pt is not this run's checkpoint: it was trained with "
+                                               rf"train.lr = {saved['train']['lr']}, .*config.json says 0.5"):
+        check_record(RUN, "best.pt", record, other)
+    warned: list[str] = []
+    check_record(RUN, "best.pt", None, other, warned.append)
+    assert len(warned) == 1 and warned[0].startswith("warning: ") and "records no config" in warned[0]

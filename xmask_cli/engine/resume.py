@@ -112,7 +112,9 @@ def check_record(run: RunDir, name: str, record: str | None, config: dict[str, o
              f"{run.path / against}")
         return
     saved = parse_checked(record, f"the config saved in {path}")
-    diff = _differing(saved, config)
+    # What the checkpoint recorded is compared; a top-level field only config.json holds (written beside the
+    # run's settings, not one of them) is not.
+    diff = [k for k in _differing(saved, config) if k.split(".")[0] in saved]
     if diff:
         key = diff[0]
         more = f" (and {len(diff) - 1} more settings)" if len(diff) > 1 else ""
