@@ -8,10 +8,15 @@ and its wall time: the epochs' ``epoch_s`` (training pass and validation)
 summed over ``metrics.jsonl`` (a row without ``epoch_s`` counts its training
 pass, ``train_s``). Runs made with different versions of xmask, Python or the packages a run records
 (``config.json``'s ``environment``) are flagged: their numbers may differ for that reason alone.
+
+A number read back that is not finite (``NaN``, ``1e999`` in ``summary.json``, an epoch's time in
+``metrics.jsonl``) is refused as damaged (exit 6, naming the file and the field): a row never shows or
+sums such a value as if it were a result.
 """
 from __future__ import annotations
 
 import io
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -19,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from xmask_cli.engine.runs import MetricsRow, RunDir, write_bytes
 from xmask_cli.errors import RunNotFoundError
-from xmask_cli.fs import ensure_writable_dir
+from xmask_cli.fs import ensure_writable_dir, refuse_links
 from xmask_cli.results import CompareResult, RunRow
 from xmask_cli.versions import version_differences
 
@@ -69,9 +74,16 @@ def find_runs(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
     return found
 
 
-def _epoch_wall(row: MetricsRow) -> float:
+def _damaged(path: Path, what: str, value: float) -> RunNotFoundError:
+    return RunNotFoundError(f"{path} is damaged ({what} is {value!r}, not a finite number); restore it, "
+                            f"or train again with --overwrite")
+
+
+def _epoch_wall(row: MetricsRow, path: Path, line: int) -> float:
     """An epoch's wall time: ``epoch_s`` (training pass and validation), else its training pass ``train_s``."""
     seconds = row.get("epoch_s", row.get("train_s", 0.0))
+    if seconds is not None and not math.isfinite(seconds):
+        raise _damaged(path, f"row {line}'s epoch time", float(seconds))
     return 0.0 if seconds is None else float(seconds)
 
 
@@ -91,8 +103,11 @@ def run_row(path: Path) -> RunRow:
             raise RunNotFoundError(f"{run.path / RunDir.METRICS} row {n} is damaged ('{key}' is not a number); "
                                    f"restore it, or train again with --overwrite")
         curve.append((r["epoch"], value))
-    wall = sum(_epoch_wall(r) for r in rows)
+    wall = sum(_epoch_wall(r, run.path / RunDir.METRICS, n) for n, r in enumerate(rows, 1))
     metrics = summary.metrics
+    for part, value in metrics.items():  # json reads NaN, Infinity and 1e999 as floats: never a result
+        if not math.isfinite(value):
+            raise _damaged(run.path / RunDir.SUMMARY, f"metrics.{part}", float(value))
     name = path.parent.name if summary.fold is None else path.parent.parent.name  # <name>/<seed>[/fold-<i>]
     return RunRow(run_dir=str(path), name=name, seed=summary.seed, fold=summary.fold, dataset=summary.dataset,
                   metric=metric, best_epoch=summary.best_epoch, epochs_run=summary.epochs_run,
@@ -137,6 +152,7 @@ def compare_runs(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
     if out is not None:
         target = Path(out)
         ensure_writable_dir(target.parent if str(target.parent) else Path("."), "output folder", "pass another --out")
+        refuse_links(target.parent, (target.name,), "output folder")  # a folder at the plot's name: exit 2
         buf = io.BytesIO()
         plot_compare(rows).savefig(buf, format="png", dpi=90)
         write_bytes(target, buf.getvalue())

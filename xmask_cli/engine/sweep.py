@@ -25,7 +25,7 @@ from xmask_cli.engine.distributed import World
 from xmask_cli.engine.experiment import Experiment, _train_config, check_config
 from xmask_cli.engine.folds import HOLDOUT, outer_folds, write_fold_files
 from xmask_cli.engine.loop import PARTS, MetricsRow, seed_everything
-from xmask_cli.engine.plan import check_planned, existing_runs, planned_runs, run_name, with_folder_ref
+from xmask_cli.engine.plan import check_outputs, check_planned, existing_runs, planned_runs, run_name, with_folder_ref
 from xmask_cli.engine.runs import RunDir, aggregate, input_stall, write_json
 from xmask_cli.engine.tasks.graph import graph_labels
 from xmask_cli.engine.watch import check_loggers
@@ -170,13 +170,15 @@ def train_seeds(
 
     With more than one seed an ``aggregate.json`` (mean ± std over seeds of
     every final metric) is written beside the seed folders. Before any work every
-    planned folder that exists is checked (locked by another process, or holding a
-    run without ``resume`` / ``overwrite``); each run then makes and locks its folder
+    planned folder that exists is checked (locked by another process, not writable, a
+    folder or FIFO under a run file's name, or holding a run without ``resume`` /
+    ``overwrite``), and so is the runs folder; each run then makes and locks its folder
     (:meth:`RunDir.lock`) when it starts, held to the end of the call.
 
     Raises:
-        UsageError: a seed folder is locked by another process, or holds a run
-            and neither ``resume`` nor ``overwrite`` is given.
+        UsageError: a seed folder is locked by another process, holds something other than a file under a
+            run file's name, or holds a run and neither ``resume`` nor ``overwrite`` is given.
+        NotWritableError: the runs folder or a run folder is a file, read-only or not writable.
     """
     if resume and overwrite:
         raise UsageError("give --resume or --overwrite, not both")
@@ -191,6 +193,7 @@ def train_seeds(
     with distributed.session(device) as (w, device), contextlib.ExitStack() as held:
         if w.main:
             # Every planned folder that exists is checked before any work, so a clash fails at once.
+            check_outputs(root, seeds, n_folds)
             check_planned(existing_runs(root, seeds, n_folds), resume or overwrite)
         exp = _load(cfg, w, cache_dir=cache_dir, data_root=data_root, offline=offline, log=log)
         opts = _RunOptions(device, root, data_root, resume, overwrite, parts, log, on_epoch, on_seed_start,
