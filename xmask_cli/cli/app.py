@@ -56,7 +56,8 @@ Environment: XMASK_FORMAT (the default of --format), XMASK_DATA_ROOT (the defaul
 --data-root), XMASK_CACHE (the default of --cache-dir, else ./cache), XMASK_OFFLINE=1 (never
 download, as --offline), XMASK_PRESETS (extra preset folders, `:`-separated, searched first),
 XMASK_DEBUG=1 (show the traceback behind an error), XMASK_DIST_TIMEOUT (seconds a collective
-waits for the other ranks under torchrun).
+waits for the other ranks under torchrun), XMASK_MAX_NODES (the most nodes a dataset folder's
+features file alone may give, 10000000 by default).
 
 """ + EXIT_HELP
 
