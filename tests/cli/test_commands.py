@@ -24,10 +24,10 @@ def _listed(help_text: str) -> list[str]:
 
 def test_help_lists_the_registered_commands_in_their_order():
     out = CliRunner().invoke(cli.app, ["--help"], terminal_width=120).stdout
-    assert _listed(out) == ["prepare", "train", "eval", "ablate", "explain", "tune", "env", "presets", "runs",
-                            "cache"]
+    assert _listed(out) == ["prepare", "train", "eval", "ablate", "explain", "export", "tune", "env", "presets",
+                            "runs", "cache"]
     assert [m.__name__.rsplit(".", 1)[-1] for m in cli.COMMANDS] == ["prepare", "train", "evaluate", "ablate",
-                                                                     "explain", "tune", "env", "presets", "runs",
+                                                                     "explain", "export", "tune", "env", "presets", "runs",
                                                                      "cache"]
 
 
@@ -61,7 +61,7 @@ def test_a_new_command_is_one_module_and_one_entry():
         module.register(app)
     runner = CliRunner()
     assert _listed(runner.invoke(app, ["--help"], terminal_width=120).stdout) == [
-        "prepare", "train", "eval", "ablate", "explain", "hello", "tune", "env", "presets", "runs", "cache"]
+        "prepare", "train", "eval", "ablate", "explain", "hello", "export", "tune", "env", "presets", "runs", "cache"]
     human = runner.invoke(app, ["hello", "ada", "--times", "2"])
     assert human.exit_code == 0 and human.stdout == "hello ada x2\n"
     as_json = runner.invoke(app, ["--format", "json", "hello", "ada"])
