@@ -21,8 +21,9 @@ powers ``Â^1..Â^K``) and ``H`` heads:
   come on top;
 * **activations**: ``N x 4`` bytes times the float32 widths the layers keep for the backward
   (:data:`LAYER_WIDTHS` hidden widths per block plus :data:`FFN_WIDTHS` feed-forward widths, the
-  encoder's and the head's), the dense features' input-dropout copy and mask (``N x F x 5``; sparse
-  features: their stored entries), and the parameters with their gradients and Adam moments (16 bytes each).
+  encoder's and the head's), the features' input-dropout copy and mask (:data:`DROPOUT_BYTES` per dense
+  entry, ``N x F``, or per stored entry of sparse features), and the parameters with their gradients and
+  Adam moments (16 bytes each).
 
 The constants are counted from the code the step runs (:mod:`~xmask_cli.model.csr_attention`, the fused
 CPU kernels, the blocks); a measured Computers step is in docs/training.md.
@@ -36,7 +37,7 @@ import numpy as np
 
 from xmask_cli.config import ModelSection
 
-__all__ = ["ENTRY_BYTES", "DENSE_ENTRY_BYTES", "PAIR_BYTES", "LAYER_WIDTHS", "FFN_WIDTHS", "GIB", "StepShape",
+__all__ = ["ENTRY_BYTES", "DENSE_ENTRY_BYTES", "PAIR_BYTES", "LAYER_WIDTHS", "FFN_WIDTHS", "DROPOUT_BYTES", "GIB", "StepShape",
            "FullStepMemory", "step_shape", "pairs_per_power", "full_step_memory", "auto_mode"]
 
 #: Bytes per attention entry of a sparse layer: the CSR plan's int64 entry index, column and row, and the
@@ -55,6 +56,9 @@ PAIR_BYTES = (16, 4, 4, 16, 1)
 LAYER_WIDTHS = 16
 #: float32 feed-forward widths a block keeps per node: the first linear map, its activation and dropout.
 FFN_WIDTHS = 4
+#: Bytes per feature entry under input dropout: the dropped float32 copy and the float32 mask it was
+#: multiplied by (dropout on the CPU keeps its mask as floats).
+DROPOUT_BYTES = 8
 #: Bytes in one GiB (``node.memory_gb`` counts in GiB, as ``prepare.memory_gb``).
 GIB = 1 << 30
 
@@ -165,8 +169,8 @@ def full_step_memory(num_nodes: int, stored_pairs: int, per_power: Mapping[int, 
         pairs = e * (fixed + per_k * num_powers + per_h * h + n_layers * (per_layer + per_layer_head * h))
     activations = n * 4 * (n_layers * (LAYER_WIDTHS * shape.hidden + FFN_WIDTHS * shape.ffn_width)
                            + 3 * shape.hidden + 2 * shape.out_dim)
-    if shape.input_dropout > 0:  # the dropped copy (float32) and its mask (1 byte)
-        activations += 5 * (n * in_dim if feature_entries is None else int(feature_entries))
+    if shape.input_dropout > 0:
+        activations += DROPOUT_BYTES * (n * in_dim if feature_entries is None else int(feature_entries))
     first = in_dim * shape.hidden * (1 if shape.encoder else 3)  # encoder none: the first q, k, v read F
     params = first + n_layers * (4 * shape.hidden ** 2 + 2 * shape.hidden * shape.ffn_width)
     activations += 16 * params  # weights, gradients, two Adam moments
