@@ -336,17 +336,23 @@ class NodeSection(Section):
     AT_LEAST = {"subgraph_size": 0, "subgraphs_per_epoch": 1, "query_batch": (0, "0: all training nodes per step"),
                 "query_chunk_pairs": 1}
 
-    mode: Literal["auto", "full", "subgraph", "query", "partition"] = "auto"  # auto: full up to dense_max_nodes, query above
+    # auto: full-graph steps while one fits memory_gb (engine/node_memory.py estimates it from the stored pairs
+    # and the model), query batches beyond (partition batches with learned pair biases)
+    mode: Literal["auto", "full", "subgraph", "query", "partition"] = "auto"
     attention: Literal["auto", "dense", "sparse"] = "auto"  # full graph: auto = dense on CUDA; on CPU sparse below 15% pair density
     subgraph_size: int = 0  # nodes per random subgraph (mode subgraph)
     subgraphs_per_epoch: int = 1
-    dense_max_nodes: int = 5000  # auto: full-graph dense attention up to this many nodes, query batches above
+    dense_max_nodes: int = 5000  # full graph, attention auto: an N x N dense grid up to this many nodes, sparse above
+    memory_gb: float = 4.0  # mode auto: GiB one full-graph training step may hold (estimated); batches beyond it
     query_batch: int = 0  # query mode: training queries per step (0: all training nodes, one full-batch step)
     query_chunk_pairs: int = 524288  # query mode: pairs per attention chunk (bounds memory; numbers unchanged)
     # full graph, sparse attention: hold features with under 5 % non-zero entries (bag-of-words) as a sparse
     # tensor: the encoder is a sparse product and input dropout draws on the stored entries only (the same
     # distribution as dense dropout, other draws)
     sparse_features: bool = False
+
+    def _check_own(self, need: Need, at: Callable[[str], str]) -> None:
+        need(0 < self.memory_gb <= 1 << 20, "memory_gb", "must lie in (0, 1048576] (GiB a full-graph step may hold)")
 
 
 @dataclass(frozen=True)

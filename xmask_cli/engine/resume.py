@@ -53,8 +53,9 @@ _MISSING = object()
 #: of the session that last wrote it: the first, or the last ``--resume``.
 ENVIRONMENT = "environment"
 #: Keys of a run's config that may change on ``--resume``: the epoch budget, and where it runs.
+# loggers watch a run and the full-step estimate explains node.mode auto's choice: neither changes its numbers
 RESUME_MAY_DIFFER = frozenset({"train.epochs", "config.train.epochs", "train.device", "data_root",
-                               "config.train.loggers"})  # loggers watch a run; they never change its numbers
+                               "config.train.loggers", "node.full_step_mb"})
 
 
 def config_diff(a: object, b: object, prefix: str = "") -> list[str]:
