@@ -8,12 +8,14 @@ and ``_no_pair_task``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import cast
 
 import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
 
-from xmask_cli.model.logsmask import DenseStructure
+from xmask_cli.model.batches import LogPairs
+from xmask_cli.model.logsmask import DenseStructure, XLogSMaskBias, log_powers as take_log
 from xmask_cli.model.packing import PackedGraphs, pack_graphs
 
 
@@ -26,7 +28,7 @@ class PackedPath:
                 and self.cfg.encoder != "patch")
 
     def encode_packed(self, x: Tensor, mask: Tensor, powers: Tensor | None = None,
-                      log_powers: Sequence[Tensor] | None = None, log_spec: tuple | None = None,
+                      log_powers: LogPairs | Sequence[Tensor] | None = None, log_spec: tuple | None = None,
                       extras: Mapping[str, Tensor] | None = None) -> tuple[Tensor, PackedGraphs]:
         """Embeddings ``[n, hidden]`` of the real nodes of a padded batch, and its packing.
 
@@ -37,8 +39,9 @@ class PackedPath:
         Args:
             x: ``[B, N, F]`` node features; mask: ``[B, N]``, real nodes first in each row.
             powers: ``[B, K, N, N]`` ``Â^1..Â^K``, or None when ``log_powers`` are given.
-            log_powers: per graph, its ``[K, n_b, n_b]`` :func:`~xmask_cli.model.logsmask.log_powers`
-                (the graph-level stream caches them); used instead of ``powers``.
+            log_powers: the batch's :class:`~xmask_cli.model.batches.LogPairs` (what the graph-level stream
+                gives), or per graph its ``[K, n_b, n_b]`` :func:`~xmask_cli.model.logsmask.log_powers`;
+                used instead of ``powers``.
             log_spec: ``(eps, outside_support)`` they were taken with; must be the model's.
             extras: dense structure the learned biases read (as :meth:`encode_dense`).
         """
@@ -64,7 +67,7 @@ class PackedPath:
         return h, packed
 
     def _packed_bias(self, packed: PackedGraphs, mask: Tensor, powers: Tensor | None,
-                     log_powers: Sequence[Tensor] | None, log_spec: tuple | None) -> list[Tensor | None]:
+                     log_powers: LogPairs | Sequence[Tensor] | None, log_spec: tuple | None) -> list[Tensor | None]:
         """Per attention group, the X-LogSMask bias ``[G, H, W, W]`` (0 on padding), or Nones without a bias."""
         if self.bias is None:
             return [None] * len(packed.groups)
@@ -73,6 +76,8 @@ class PackedPath:
             if log_spec is None or (float(log_spec[0]), str(log_spec[1])) != spec:
                 raise ValueError(f"the batch's log-powers were taken with (eps, outside_support) = {log_spec}, "
                                  f"the model needs {spec}")
+            if isinstance(log_powers, LogPairs):
+                return self._bias_from_pairs(packed, log_powers)
             out = []
             for g in packed.groups:
                 if len(g.sizes) == 1:  # a graph alone in its group (the largest ones): its own terms, no copy
@@ -88,12 +93,45 @@ class PackedPath:
         full = self.bias(DenseStructure(powers=powers, mask=mask))  # [B, H, N, N], 0 on padding
         return [full.index_select(0, g.graphs)[:, :, :g.width, :g.width] for g in packed.groups]
 
+    def _bias_from_pairs(self, packed: PackedGraphs, pairs: LogPairs) -> list[Tensor | None]:
+        """Per attention group, ``[G, H, W, W]``: the log value outside the stored support, then the stored pairs'.
+
+        The numbers the per-graph dense log-powers give (the log of a zero is the
+        fill, the diagonal's included), 0 on padding; one scatter per group.
+        """
+        bias = cast(XLogSMaskBias, self.bias)
+        device = pairs.values.device
+        k = pairs.values.size(1)
+        zero = torch.zeros(2, 2, k, dtype=pairs.values.dtype, device=device)
+        off = ~torch.eye(2, dtype=torch.bool, device=device)[:, :, None]
+        # [H] per head: the log of a zero off the diagonal (-inf under 'hard') and on it; 0 on heads without a mask.
+        logs = bias.from_log_powers(take_log(zero, bias.eps, bias.outside_support, off_diagonal=off), axis=2)
+        fill_off, fill_diag = logs[0, 1], logs[0, 0]
+        values = bias.from_log_powers(pairs.values, axis=1)  # [P, H]
+        where = torch.full((packed.num_graphs,), -1, dtype=torch.long, device=device)  # group of each graph
+        slot = torch.zeros(packed.num_graphs, dtype=torch.long, device=device)  # its position in the group
+        for i, g in enumerate(packed.groups):
+            where[g.graphs] = i
+            slot[g.graphs] = torch.arange(len(g.sizes), device=device)
+        pair_group = where[pairs.graph]
+        out: list[Tensor | None] = []
+        for i, g in enumerate(packed.groups):
+            w = g.width
+            real = g.mask[:, :, None] & g.mask[:, None, :]  # [G, W, W]
+            b = torch.where(real[:, None], fill_off.view(1, -1, 1, 1), values.new_zeros(()))
+            b.diagonal(0, 2, 3).copy_(torch.where(g.mask[:, None], fill_diag.view(1, -1, 1), values.new_zeros(())))
+            sel = (pair_group == i).nonzero().squeeze(1)
+            b[slot[pairs.graph[sel]], :, pairs.row[sel], pairs.col[sel]] = values[sel]  # value [P_g, H]
+            assert b.size(2) == w
+            out.append(b)
+        return out
+
     def readout_packed(self, h: Tensor, packed: PackedGraphs) -> Tensor:
         """``[B, hidden]`` sum/mean/max of packed rows ``h [n, hidden]`` per graph (an empty graph gives 0)."""
         return scatter(h, packed.graph, dim=0, dim_size=packed.num_graphs, reduce=self.cfg.readout)
 
     def forward_packed(self, x: Tensor, mask: Tensor, powers: Tensor | None = None,
-                       log_powers: Sequence[Tensor] | None = None, log_spec: tuple | None = None,
+                       log_powers: LogPairs | Sequence[Tensor] | None = None, log_spec: tuple | None = None,
                        extras: Mapping[str, Tensor] | None = None) -> Tensor:
         """Graph task, packed: ``[B, out_dim]``, the numbers of :meth:`forward_dense` (see :meth:`encode_packed`)."""
         self._no_pair_task()
