@@ -54,6 +54,7 @@ class PackedPath:
         bias = self._packed_bias(packed, mask, powers, log_powers, log_spec)
         attn = self.blocks[0].attn if len(self.blocks) else None
         shared = [None if attn is None else attn.dense_mask(b, g.mask, h.dtype) for g, b in zip(packed.groups, bias)]
+        del bias  # the masks hold what attention reads (a large graph's bias is hundreds of MB)
         for i, block in enumerate(self.blocks):
             learned = self._learned(i, extras, mask=mask)
             masks = shared
@@ -97,32 +98,35 @@ class PackedPath:
         """Per attention group, ``[G, H, W, W]``: the log value outside the stored support, then the stored pairs'.
 
         The numbers the per-graph dense log-powers give (the log of a zero is the
-        fill, the diagonal's included), 0 on padding; one scatter per group.
+        fill, the diagonal's included), 0 on padding; one flat scatter per group.
         """
         bias = cast(XLogSMaskBias, self.bias)
-        device = pairs.values.device
-        k = pairs.values.size(1)
-        zero = torch.zeros(2, 2, k, dtype=pairs.values.dtype, device=device)
-        off = ~torch.eye(2, dtype=torch.bool, device=device)[:, :, None]
+        vals = pairs.values
+        k = vals.size(1)
+        zero = torch.zeros(2, 2, k, dtype=vals.dtype, device=vals.device)
+        off = ~torch.eye(2, dtype=torch.bool, device=vals.device)[:, :, None]
         # [H] per head: the log of a zero off the diagonal (-inf under 'hard') and on it; 0 on heads without a mask.
         logs = bias.from_log_powers(take_log(zero, bias.eps, bias.outside_support, off_diagonal=off), axis=2)
         fill_off, fill_diag = logs[0, 1], logs[0, 0]
-        values = bias.from_log_powers(pairs.values, axis=1)  # [P, H]
-        where = torch.full((packed.num_graphs,), -1, dtype=torch.long, device=device)  # group of each graph
-        slot = torch.zeros(packed.num_graphs, dtype=torch.long, device=device)  # its position in the group
+        heads = bias.from_log_powers(vals, axis=1)  # [P, H]
+        where = torch.empty(packed.num_graphs, dtype=torch.long, device=vals.device)  # group of each graph
+        slot = torch.empty(packed.num_graphs, dtype=torch.long, device=vals.device)  # its position in the group
         for i, g in enumerate(packed.groups):
             where[g.graphs] = i
-            slot[g.graphs] = torch.arange(len(g.sizes), device=device)
-        pair_group = where[pairs.graph]
+            slot[g.graphs] = torch.arange(len(g.sizes), device=vals.device)
+        pair_group = where[pairs.graph] if len(packed.groups) > 1 else None
         out: list[Tensor | None] = []
         for i, g in enumerate(packed.groups):
-            w = g.width
-            real = g.mask[:, :, None] & g.mask[:, None, :]  # [G, W, W]
-            b = torch.where(real[:, None], fill_off.view(1, -1, 1, 1), values.new_zeros(()))
-            b.diagonal(0, 2, 3).copy_(torch.where(g.mask[:, None], fill_diag.view(1, -1, 1), values.new_zeros(())))
-            sel = (pair_group == i).nonzero().squeeze(1)
-            b[slot[pairs.graph[sel]], :, pairs.row[sel], pairs.col[sel]] = values[sel]  # value [P_g, H]
-            assert b.size(2) == w
+            w, n_heads = g.width, heads.size(1)
+            real = g.mask[:, None, :, None] & g.mask[:, None, None, :]  # [G, 1, W, W]
+            b = torch.where(real, fill_off.view(1, -1, 1, 1), heads.new_zeros(()))  # [G, H, W, W]
+            b.diagonal(0, 2, 3).copy_(torch.where(g.mask[:, None], fill_diag.view(1, -1, 1), heads.new_zeros(())))
+            sel = None if pair_group is None else (pair_group == i).nonzero().squeeze(1)
+            take = (lambda t: t) if sel is None else (lambda t: t.index_select(0, sel))  # noqa: E731
+            # Flat position of (graph slot, head, row, col) in the contiguous [G, H, W, W] tensor.
+            at = (take(slot[pairs.graph]) * (n_heads * w) + take(pairs.row)) * w + take(pairs.col)
+            at = at[:, None] + torch.arange(n_heads, device=at.device) * (w * w)
+            b.view(-1).index_put_((at.reshape(-1),), take(heads).reshape(-1))
             out.append(b)
         return out
 
