@@ -15,7 +15,8 @@ from torch import Tensor
 from torch_geometric.utils import scatter
 
 from xmask_cli.model.batches import LogPairs
-from xmask_cli.model.logsmask import DenseStructure, XLogSMaskBias, log_powers as take_log
+from xmask_cli.model.logsmask import DenseStructure, XLogSMaskBias
+from xmask_cli.model.logsmask import log_powers as take_log
 from xmask_cli.model.packing import PackedGraphs, pack_graphs
 
 
@@ -115,18 +116,21 @@ class PackedPath:
             where[g.graphs] = i
             slot[g.graphs] = torch.arange(len(g.sizes), device=vals.device)
         pair_group = where[pairs.graph] if len(packed.groups) > 1 else None
+        pair_slot = slot[pairs.graph]
         out: list[Tensor | None] = []
         for i, g in enumerate(packed.groups):
             w, n_heads = g.width, heads.size(1)
             real = g.mask[:, None, :, None] & g.mask[:, None, None, :]  # [G, 1, W, W]
             b = torch.where(real, fill_off.view(1, -1, 1, 1), heads.new_zeros(()))  # [G, H, W, W]
             b.diagonal(0, 2, 3).copy_(torch.where(g.mask[:, None], fill_diag.view(1, -1, 1), heads.new_zeros(())))
-            sel = None if pair_group is None else (pair_group == i).nonzero().squeeze(1)
-            take = (lambda t: t) if sel is None else (lambda t: t.index_select(0, sel))  # noqa: E731
+            p_slot, p_row, p_col, p_heads = pair_slot, pairs.row, pairs.col, heads
+            if pair_group is not None:  # this group's pairs only
+                sel = (pair_group == i).nonzero().squeeze(1)
+                p_slot, p_row, p_col, p_heads = (t.index_select(0, sel) for t in (p_slot, p_row, p_col, p_heads))
             # Flat position of (graph slot, head, row, col) in the contiguous [G, H, W, W] tensor.
-            at = (take(slot[pairs.graph]) * (n_heads * w) + take(pairs.row)) * w + take(pairs.col)
+            at = (p_slot * (n_heads * w) + p_row) * w + p_col
             at = at[:, None] + torch.arange(n_heads, device=at.device) * (w * w)
-            b.view(-1).index_put_((at.reshape(-1),), take(heads).reshape(-1))
+            b.view(-1).index_put_((at.reshape(-1),), p_heads.reshape(-1))
             out.append(b)
         return out
 

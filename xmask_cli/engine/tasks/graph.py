@@ -26,11 +26,11 @@ from xmask_cli.data.graphset import GraphSet
 from xmask_cli.engine.distributed import deal
 from xmask_cli.engine.features import input_features
 from xmask_cli.engine.folds import outer_folds
+from xmask_cli.engine.graph_store import GraphStore
 from xmask_cli.engine.loop import PARTS, train_task
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.splits import Split, graph_split
-from xmask_cli.engine.graph_store import GraphStore
 from xmask_cli.engine.stream import LOG_CACHE_BYTES, GraphBatch, GraphLevelStream
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.engine.tasks.base import ExperimentView, Task
