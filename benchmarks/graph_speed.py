@@ -234,15 +234,23 @@ def child_peak(side: str, dataset: str, args: argparse.Namespace) -> float:
     return float(json.loads(out.stdout.strip().splitlines()[-1])["peak_rss_mb"])
 
 
-def run_child(args: argparse.Namespace) -> int:
-    import resource
+def peak_rss_mb() -> float:
+    """This process's peak resident set, MB: ``VmHWM``, which ``exec`` resets (``ru_maxrss`` keeps the peak of
+    the process that forked it, so a child of a large parent would report the parent's)."""
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    raise RuntimeError("no VmHWM in /proc/self/status")
 
+
+def run_child(args: argparse.Namespace) -> int:
     exp = load_experiment(args.datasets[0], args)
     split = train_split(exp, args.max_train)
     side = (xmask_side if args.child == "xmask" else gin_side)(exp, split)
     side.epoch()
     side.evaluate()
-    print(json.dumps({"peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}))
+    print(json.dumps({"peak_rss_mb": peak_rss_mb()}))
     return 0
 
 
@@ -263,6 +271,12 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def memory_table(rows: list[dict[str, Any]]) -> str:
+    lines = ["| dataset | peak RSS xmask GB | peak RSS GIN GB |", "|---|---|---|"]
+    lines += [f"| {r['dataset']} | {r['peak_rss_gb']['xmask']:.2f} | {r['peak_rss_gb']['gin']:.2f} |" for r in rows]
+    return "\n".join(lines)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--datasets", type=lambda s: s.split(","), default=list(PRESETS))
@@ -272,6 +286,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--threads", default="1", help="threads for torch / numba / BLAS, or 'auto' (xmask's choice)")
     p.add_argument("--load", type=int, default=0, help="busy processes running during the timing")
     p.add_argument("--memory", action="store_true", help="peak RSS of each side in its own child process")
+    p.add_argument("--no-timing", action="store_true", help="with --memory: the peaks only")
     p.add_argument("--set", action="append", default=[], help="preset override KEY=VALUE (both sides read it)")
     p.add_argument("--data-root", type=Path, default=Path(os.environ.get("XMASK_DATA_ROOT", REPO.parent / "shared"
                                                                        / "datasets")))
@@ -297,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     try:
         for dataset in args.datasets:
-            row = {**time_dataset(dataset, args), "load_average_end": list(os.getloadavg())}
+            row = {"dataset": dataset} if args.no_timing else time_dataset(dataset, args)
+            row["load_average_end"] = list(os.getloadavg())
             if args.memory:
                 row["peak_rss_gb"] = {s: child_peak(s, dataset, args) / 1024.0 for s in ("xmask", "gin")}
                 limit = PEAK_GB_MAX.get(dataset)
@@ -316,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
 
     text = json.dumps({"environment": env, "rows": rows}, indent=2) + "\n"
     atomic_write(args.out, lambda f: f.write(text.encode()))
-    print(table(rows))
+    print(memory_table(rows) if args.no_timing else table(rows))
     return 0
 
 
