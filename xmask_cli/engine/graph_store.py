@@ -89,9 +89,9 @@ class GraphStore:
         indptr = np.asarray(cache.read_array("powers/indptr"), dtype=np.int64)
         self.pair_ptr = indptr[node_ptr]
         per_node = np.diff(indptr)
-        local_node = np.arange(len(per_node), dtype=np.int64) - np.repeat(node_ptr[:-1], self.num_nodes)
         small = np.uint16 if int(self.num_nodes.max(initial=0)) <= np.iinfo(np.uint16).max else np.int32
-        self.row = np.repeat(local_node, per_node).astype(small)
+        local_node = (np.arange(len(per_node), dtype=np.int64) - np.repeat(node_ptr[:-1], self.num_nodes)).astype(small)
+        self.row = np.repeat(local_node, per_node)  # repeated in 16 bits: no [P] int64 scratch
         self.col = np.asarray(cache.read_array("powers/col")).astype(small, copy=False)
         # float32 as the dense path scatters them; the log is taken in float32 (1e-30 underflows float16).
         self.values = np.asarray(cache.read_array("powers/values"), dtype=np.float32)
