@@ -14,8 +14,8 @@ validation pass of each; figures are medians and ranges over the rounds, the rat
 per-round ratios. ``--memory`` measures each side's peak RSS in a child process of its own (data load,
 one epoch and one validation pass), so one side's allocations cannot raise the other's peak.
 
-Threads: ``--threads N`` pins torch, numba and BLAS to N threads; ``--threads auto`` leaves them to
-xmask's own choice (``xmask_cli.threads``), as a new user runs it. ``--load N`` runs N busy processes
+Threads: ``--threads N`` pins torch, numba and BLAS to N threads; ``--threads auto`` takes what
+``xmask train`` chooses (``xmask_cli/engine/threads.py``), as a new user runs it. ``--load N`` runs N busy processes
 during the timing (a loaded machine on demand).
 
 Usage (from the repository root)::
@@ -67,8 +67,11 @@ class Side:
 
 
 def pin_threads(threads: str) -> None:
-    """``N``: torch, numba and BLAS on N threads; ``auto``: whatever xmask chooses."""
+    """``N``: torch, numba and BLAS on N threads; ``auto``: what ``xmask train`` chooses for the graph level."""
     if threads == "auto":
+        from xmask_cli.engine.threads import apply_threads, choose_threads, usable_cores
+
+        apply_threads(choose_threads("graph", usable_cores(), os.environ))
         return
     for var in THREAD_ENV:
         os.environ[var] = threads

@@ -7,7 +7,7 @@ and ``_no_pair_task``.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import cast
 
 import torch
@@ -52,9 +52,15 @@ class PackedPath:
         if self.cfg.input_dropout > 0 and self.cfg.encoder == "linear":
             rows = packed.dropout(rows, self.cfg.input_dropout, self.training)
         h = self.encoder(rows)
-        bias = self._packed_bias(packed, mask, powers, log_powers, log_spec)
         attn = self.blocks[0].attn if len(self.blocks) else None
-        shared = [None if attn is None else attn.dense_mask(b, g.mask, h.dtype) for g, b in zip(packed.groups, bias)]
+        scaled = isinstance(log_powers, LogPairs) and attn is not None and self.bias is not None
+        if scaled:  # the term as it enters the logits, scaled at the pairs instead of over each group's grid
+            self._check_log_spec(log_spec)
+            bias = self._bias_from_pairs(packed, cast(LogPairs, log_powers), attn.structural_term)
+        else:
+            bias = self._packed_bias(packed, mask, powers, log_powers, log_spec)
+        shared = [None if attn is None else attn.dense_mask(b, g.mask, h.dtype, scaled=scaled)
+                  for g, b in zip(packed.groups, bias)]
         del bias  # the masks hold what attention reads (a large graph's bias is hundreds of MB)
         for i, block in enumerate(self.blocks):
             learned = self._learned(i, extras, mask=mask)
@@ -74,10 +80,7 @@ class PackedPath:
         if self.bias is None:
             return [None] * len(packed.groups)
         if log_powers is not None:
-            spec = (self.bias.eps, self.bias.outside_support)
-            if log_spec is None or (float(log_spec[0]), str(log_spec[1])) != spec:
-                raise ValueError(f"the batch's log-powers were taken with (eps, outside_support) = {log_spec}, "
-                                 f"the model needs {spec}")
+            self._check_log_spec(log_spec)
             if isinstance(log_powers, LogPairs):
                 return self._bias_from_pairs(packed, log_powers)
             out = []
@@ -95,11 +98,22 @@ class PackedPath:
         full = self.bias(DenseStructure(powers=powers, mask=mask))  # [B, H, N, N], 0 on padding
         return [full.index_select(0, g.graphs)[:, :, :g.width, :g.width] for g in packed.groups]
 
-    def _bias_from_pairs(self, packed: PackedGraphs, pairs: LogPairs) -> list[Tensor | None]:
+    def _check_log_spec(self, log_spec: tuple | None) -> None:
+        """Refuse log-powers taken with another ``(eps, outside_support)`` than the model's term."""
+        bias = cast(XLogSMaskBias, self.bias)
+        spec = (bias.eps, bias.outside_support)
+        if log_spec is None or (float(log_spec[0]), str(log_spec[1])) != spec:
+            raise ValueError(f"the batch's log-powers were taken with (eps, outside_support) = {log_spec}, "
+                             f"the model needs {spec}")
+
+    def _bias_from_pairs(self, packed: PackedGraphs, pairs: LogPairs,
+                         term: Callable[[Tensor], Tensor] = lambda t: t) -> list[Tensor | None]:
         """Per attention group, ``[G, H, W, W]``: the log value outside the stored support, then the stored pairs'.
 
         The numbers the per-graph dense log-powers give (the log of a zero is the
         fill, the diagonal's included), 0 on padding; one flat scatter per group.
+        ``term``: an elementwise map (the attention's scaling) applied to the pairs and
+        the fills before they are laid out, so the grid is never mapped as a whole.
         """
         bias = cast(XLogSMaskBias, self.bias)
         vals = pairs.values
@@ -108,8 +122,8 @@ class PackedPath:
         off = ~torch.eye(2, dtype=torch.bool, device=vals.device)[:, :, None]
         # [H] per head: the log of a zero off the diagonal (-inf under 'hard') and on it; 0 on heads without a mask.
         logs = bias.from_log_powers(take_log(zero, bias.eps, bias.outside_support, off_diagonal=off), axis=2)
-        fill_off, fill_diag = logs[0, 1], logs[0, 0]
-        heads = bias.from_log_powers(vals, axis=1)  # [P, H]
+        fill_off, fill_diag = term(logs[0, 1]), term(logs[0, 0])
+        heads = term(bias.from_log_powers(vals, axis=1))  # [P, H]
         where = torch.empty(packed.num_graphs, dtype=torch.long, device=vals.device)  # group of each graph
         slot = torch.empty(packed.num_graphs, dtype=torch.long, device=vals.device)  # its position in the group
         for i, g in enumerate(packed.groups):
@@ -120,8 +134,9 @@ class PackedPath:
         out: list[Tensor | None] = []
         for i, g in enumerate(packed.groups):
             w, n_heads = g.width, heads.size(1)
-            real = g.mask[:, None, :, None] & g.mask[:, None, None, :]  # [G, 1, W, W]
-            b = torch.where(real, fill_off.view(1, -1, 1, 1), heads.new_zeros(()))  # [G, H, W, W]
+            b = fill_off.view(1, -1, 1, 1).expand(len(g.sizes), -1, w, w).contiguous()  # [G, H, W, W]
+            if g.slots is not None:  # padding in the group: 0 there
+                b.masked_fill_(~(g.mask[:, None, :, None] & g.mask[:, None, None, :]), 0.0)
             b.diagonal(0, 2, 3).copy_(torch.where(g.mask[:, None], fill_diag.view(1, -1, 1), heads.new_zeros(())))
             p_slot, p_row, p_col, p_heads = pair_slot, pairs.row, pairs.col, heads
             if pair_group is not None:  # this group's pairs only
