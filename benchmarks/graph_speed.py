@@ -4,7 +4,7 @@
 For each dataset, xmask is built exactly as ``xmask train --preset <its preset>`` builds it
 (:data:`PRESETS`: the resolved preset, ``Experiment``, its ``GraphTask`` and ``XMaskNet``, the engine's
 optimiser and its own training epoch, ``engine.loop._train_epoch``, which records the input stall).
-The peer is a 5-layer GIN at the same width (hidden 64; PyG ``GINConv``, ``peers._gin``) with the same
+The peer is a 5-layer GIN at the same width (hidden 64; PyG ``GINConv``, ``peers_gnn._gin``) with the same
 input encoder (OGB's ``AtomEncoder`` on molecules, a linear map of the same input columns on TU sets),
 the preset's readout, batch size and split, Adam at the preset's learning rate, the gradient clipped as
 the engine clips. Its batches come from PyG's ``DataLoader`` and its stall is measured alike.
@@ -135,7 +135,7 @@ def xmask_side(exp: Any, split: Any) -> Side:
 def gin_side(exp: Any, split: Any) -> Side:
     """A 5-layer GIN at hidden 64 on the same graphs, input columns (or atom encoder), readout and batches."""
     import torch
-    from peers import _gin
+    from peers_gnn import _gin
     from torch_geometric.data import Data
     from torch_geometric.loader import DataLoader
 

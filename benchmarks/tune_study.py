@@ -8,9 +8,9 @@ What is measured, per dataset: the test metric (mean ± population std over
 * ``X-LogSMask tuned``: ``xmask tune``'s library call (:func:`xmask_cli.tune.study.run_study`) over
   the preset's ``tune:`` space, ``--trials`` trials x ``--seeds`` seeds, then the best
   configuration on the final seeds;
-* ``<peer> tuned``: the peer of ``benchmarks/peers.py`` (GIN for graph sets, GCN and GAT
+* ``<peer> tuned``: the peer of ``benchmarks/peers_gnn.py`` (GIN for graph sets, GCN and GAT
   for Cora / CiteSeer / Computers, the GCN link encoder for Cora link prediction, its
-  decoder searched too) searched by the same loop (:func:`xmask_cli.tune.study.optimize`:
+  decoder searched too) searched by the same loop (:func:`xmask_cli.tune.search.optimize`:
   TPE seeded per trial number, the same trial and seed budget, the same pruner
   setting) over the space below, scored on validation only (the peer runs
   never compute test during the search), then its best on the final seeds.
@@ -51,7 +51,8 @@ if str(REPO) not in sys.path:
 sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
-import peers  # noqa: E402
+import peers_common  # noqa: E402
+import peers_gnn  # noqa: E402
 
 from xmask_cli.tune.space import Param, suggest  # noqa: E402
 
@@ -90,33 +91,37 @@ def _stats(values: list[float]) -> dict[str, Any]:
 
 def peer_runner(model: str, dataset: str, data_root: Path, cache_dir: Path, epochs: int, patience: int):
     """``run(seed, hp, parts) -> metrics`` for one peer on one dataset (data loaded once)."""
-    graphs = peers._load(dataset, data_root, cache_dir)
+    graphs = peers_common.load(dataset, data_root, cache_dir)
     if model == "GIN":
-        data_list = peers.graph_data_list(graphs)
-        return lambda seed, hp, parts: peers.run_graph(graphs, data_list, seed, epochs, patience, hp=hp,
+        data_list = peers_common.graph_data_list(graphs)
+        return lambda seed, hp, parts: peers_gnn.run_graph(graphs, data_list, seed, epochs, patience, hp=hp,
                                                        parts=parts)["metrics"]
     if model == "GCN-link":  # run_link scores only val and test: the search asks val alone
-        return lambda seed, hp, parts: peers.run_link(graphs, "dot", seed, epochs, patience, hp=hp,
+        return lambda seed, hp, parts: peers_gnn.run_link(graphs, "dot", seed, epochs, patience, hp=hp,
                                                       parts=tuple(p for p in parts if p != "train"))["metrics"]
-    return lambda seed, hp, parts: peers.run_node(graphs, model, seed, epochs, patience, hp=hp, parts=parts)["metrics"]
+    return lambda seed, hp, parts: peers_gnn.run_node(graphs, model, seed, epochs, patience, hp=hp, parts=parts)["metrics"]
 
 
-def _open_peer_study(folder: Path, name: str, pruner: str, resume: bool, log: Any, fail_stale: bool = True) -> Any:
+def _open_peer_study(folder: Path, name: str, pruner: str, resume: bool, log: Any,
+                     fail_stale_trials: bool = True) -> Any:
     """The peer's Optuna study in ``<folder>/study.db`` (SQLite, as ``xmask tune``'s): a killed run resumes."""
     import optuna
 
-    from xmask_cli.tune.study import _fail_stale, _folder_lock, _storage, make_pruner
+    from xmask_cli.tune.folder import folder_lock
+    from xmask_cli.tune.pruning import make_pruner
+    from xmask_cli.tune.storage import fail_stale, open_storage
 
     if folder.exists() and not resume:
         import shutil
 
         shutil.rmtree(folder)
-    with _folder_lock(folder):  # parallel workers create the SQLite file once
-        storage = _storage(f"sqlite:///{(folder / 'study.db').resolve()}")
+    with folder_lock(folder):  # parallel workers create the SQLite file once
+        storage = open_storage(f"sqlite:///{(folder / 'study.db').resolve()}", log=log)
+        # stride=1: a peer's objective reports no intermediate values (the pruner never sees a step).
         study = optuna.create_study(study_name=name, storage=storage, direction="maximize",
-                                    pruner=make_pruner(pruner), load_if_exists=True)
-    if resume and fail_stale:
-        _fail_stale(study, storage, log)
+                                    pruner=make_pruner(pruner, stride=1), load_if_exists=True)
+    if resume and fail_stale_trials:
+        fail_stale(study)  # trials a killed worker left running (Optuna's heartbeat; optimize repeats it)
     return study
 
 
@@ -156,7 +161,7 @@ def tune_peer(model: str, run: Any, args: argparse.Namespace, folder: Path, metr
     final seeds; the study is ``<folder>/study.db``, continued under ``--resume`` (to ``--trials`` complete
     trials). ``--peer-workers N``: the trials and the final seeds run in N processes of this script at once
     (trial n draws the same values in any process: the sampler is seeded by trial number)."""
-    from xmask_cli.tune.study import optimize
+    from xmask_cli.tune.search import optimize
 
     params = PEER_SPACES[model]
     study = _open_peer_study(folder, f"{folder.name}", args.pruner, args.resume, log)
@@ -187,14 +192,14 @@ def tune_peer(model: str, run: Any, args: argparse.Namespace, folder: Path, metr
 def peer_process(args: argparse.Namespace, cfg: Any, data_name: str, metric: str, log: Any) -> int:
     """``--peer-worker MODEL`` (run ``--trials`` trials on the peer's study) or ``--peer-final MODEL --peer-seed s``
     (train the study's best on seed ``s``, print its val / test as one JSON line)."""
-    from xmask_cli.tune.study import optimize
+    from xmask_cli.tune.search import optimize
 
     model = args.peer_worker or args.peer_final
     preset = DATASETS[args.dataset][0]
     folder = args.work / "runs" / f"{preset}-{model}"
     run = peer_runner(model, data_name, args.data_root, args.work / "cache", args.peer_epochs or cfg.train.epochs,
                       cfg.train.patience)
-    study = _open_peer_study(folder, folder.name, args.pruner, True, log, fail_stale=False)
+    study = _open_peer_study(folder, folder.name, args.pruner, True, log, fail_stale_trials=False)
     if args.peer_worker:
         optimize(study, _peer_objective(PEER_SPACES[model], run, args.seeds), trials=args.trials,
                  sampler_seed=args.sampler_seed, metric=metric, log=lambda m: log(f"[{model}] {m}"))
@@ -293,13 +298,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", choices=list(DATASETS), default="MUTAG")
     p.add_argument("--trials", type=int, default=10)
-    p.add_argument("--seeds", type=peers.parse_seeds, default=[0, 1])
-    p.add_argument("--final-seeds", type=peers.parse_seeds, default=list(range(10)))
+    p.add_argument("--seeds", type=peers_common.parse_seeds, default=[0, 1])
+    p.add_argument("--final-seeds", type=peers_common.parse_seeds, default=list(range(10)))
     p.add_argument("--sampler-seed", type=int, default=0)
     p.add_argument("--pruner", choices=("none", "median"), default="none")
     p.add_argument("--peer-epochs", type=int, default=None, help="peer epoch budget (default: the preset's train.epochs)")
     p.add_argument("--peers", default=None, help="comma-separated subset of the dataset's peers (default: all)")
-    p.add_argument("--data-root", type=Path, default=peers.DEFAULT_DATA_ROOT)
+    p.add_argument("--data-root", type=Path, default=peers_common.DEFAULT_DATA_ROOT)
     p.add_argument("--work", type=Path, default=REPO / "runs" / "tune_study",
                    help="studies, runs and cache (default: %(default)s, ignored by git)")
     p.add_argument("--threads", type=int, default=None)

@@ -97,6 +97,25 @@ def test_the_model_example_runs():
     assert out.shape == (3, 2) and torch.isfinite(out).all()
 
 
+def test_the_block_recipe_rebuilds_the_runs_block(example, capsys):
+    from torch_geometric.utils import to_dense_adj
+
+    from xmask_cli.model.logsmask import DenseStructure
+
+    run = example["run"]
+    recipe = next(e for e in _examples() if "from_run" in e)
+    namespace: dict = {"__name__": "example", "run": run}
+    exec(compile(recipe, "docs/python-api.md", "exec"), namespace)
+    assert capsys.readouterr().out.strip() == recipe.rsplit("# ", 1)[1].strip()  # the comment is the output
+    graph, h, out = namespace["graph"], namespace["h"], namespace["out"]
+    # The run's own block, on the dense path, with the run's log mask.
+    powers = to_dense_adj(graph.logsmask_index, edge_attr=graph.logsmask_values, max_num_nodes=4).permute(0, 3, 1, 2)
+    mask = torch.ones(1, 4, dtype=torch.bool)
+    with torch.no_grad():
+        want = run.model.blocks[0](h[None], run.model.bias(DenseStructure(powers=powers, mask=mask)), mask)[0]
+    torch.testing.assert_close(out.detach(), want, rtol=1e-5, atol=1e-6)
+
+
 def test_override_forms_resolve_alike_and_errors_are_the_clis(tmp_path):
     from xmask_cli.api import _overrides
     from xmask_cli.config_resolve import resolve

@@ -62,16 +62,18 @@ def test_load_run_and_loaded_run_methods_check_their_arguments(tmp_path: Path):
 
 
 @pytest.mark.parametrize("build, starts", [
-    (lambda: XLogSMaskAttention(10, 3), "dim: expected a multiple of heads (3); got 10"),
-    (lambda: XLogSMaskAttention(8, 0), "heads: expected an int >= 1; got 0"),
-    (lambda: XLogSMaskAttention(8, 2, [1]), "head_powers: expected one power per head (2); got [1]"),
-    (lambda: XLogSMaskAttention(8, 2, [1, -1]), "head_powers: expected a non-empty list of ints >= 0"),
-    (lambda: XLogSMaskAttention(8, 2, dropout=1.0), "dropout: expected a number in [0, 1); got 1.0"),
-    (lambda: XLogSMaskAttention(8, 2, eps=0.0), "eps: expected a number in (0, 1)"),
-    (lambda: XLogSMaskAttention(8, 2, attention="gpu"), "attention: expected one of 'auto', 'dense', 'sparse'"),
-    (lambda: XLogSMaskAttention(8, 2, mask_scale="half"), "mask_scale: expected one of 'paper', 'none'"),
-    (lambda: XLogSMaskBlock(8, 2, norm="mid"), "norm: expected one of 'post', 'pre', 'none'; got 'mid'"),
-    (lambda: XLogSMaskBlock(8, 2, ffn_mult=0), "ffn_mult: expected an int >= 1; got 0"),
+    (lambda: XLogSMaskAttention(10, 10, 3), "out_channels: expected a multiple of heads (3) with combine='project'; got 10"),
+    (lambda: XLogSMaskAttention(8, 8, 0), "heads: expected an int >= 1; got 0"),
+    (lambda: XLogSMaskAttention(8, 8, 2, [1]), "head_powers: expected one power per head (2); got [1]"),
+    (lambda: XLogSMaskAttention(8, 8, 2, [1, -1]), "head_powers: expected a non-empty list of ints >= 0"),
+    (lambda: XLogSMaskAttention(8, 8, 2, dropout=1.0), "dropout: expected a number in [0, 1); got 1.0"),
+    (lambda: XLogSMaskAttention(8, 8, 2, eps=0.0), "eps: expected a number in (0, 1)"),
+    (lambda: XLogSMaskAttention(8, 8, 2, attention="gpu"), "attention: expected one of 'auto', 'dense', 'sparse'"),
+    (lambda: XLogSMaskAttention(8, 8, 2, mask_scale="half"), "mask_scale: expected one of 'paper', 'none'"),
+    (lambda: XLogSMaskBlock(8, 8, 2, norm="mid"), "norm: expected one of 'post', 'pre', 'none'; got 'mid'"),
+    (lambda: XLogSMaskBlock(8, 8, 2, ffn_mult=0), "ffn_mult: expected an int >= 1; got 0"),
+    (lambda: XLogSMaskBlock(8, 8, 2, residual="yes"), "residual: expected"),
+    (lambda: XLogSMaskBlock(8, 8, 2, combine="sum"), "combine: expected one of 'project', 'concat', 'mean'"),
     (lambda: AddLogSMask(k=0), "k: expected an int >= 1; got 0"),
     (lambda: AddLogSMask(k="3"), "k: expected an int >= 1; got '3'"),
     (lambda: AddLogSMask(tau=-1.0), "tau: expected a number in [0, inf)"),
@@ -86,7 +88,7 @@ def test_the_modules_check_their_arguments(build, starts):
 
 def test_good_arguments_still_build_the_same_modules():
     torch.manual_seed(0)
-    attn = XLogSMaskAttention(8, 2, (1, 2), dropout=0.0, eps=1e-6)
+    attn = XLogSMaskAttention(8, 8, 2, (1, 2), dropout=0.0, eps=1e-6)
     assert list(attn.log_mask.head_powers) == [1, 2]
     assert AddLogSMask(k=3).k == 3
 
@@ -95,7 +97,7 @@ def test_the_documented_error_example_prints_what_it_says(capsys, tmp_path: Path
     from tests.test_api import _examples
 
     monkeypatch.chdir(tmp_path)
-    example = _examples()[2]
+    example = next(e for e in _examples() if "except xmask_cli.UsageError" in e)
     exec(compile(example, "docs/python-api.md", "exec"), {})
     printed = capsys.readouterr().out.strip()
     assert printed == example.split("# ", 1)[1].strip()  # the comment beside the print is its output

@@ -8,7 +8,7 @@ from torch_geometric.data import Batch, Data
 
 from xmask_cli.cache import StructureCache
 from xmask_cli.config import LargeGraphSection, PowersSection, StructureSection
-from xmask_cli.errors import ConfigError, UsageError
+from xmask_cli.errors import UsageError
 from xmask_cli.prepare import prepare_graphs
 from xmask_cli.transforms import AddLogSMask
 
@@ -88,5 +88,20 @@ def test_the_input_is_not_modified_and_bad_settings_fail_like_a_preset():
         AddLogSMask(k=0)
     with pytest.raises(UsageError, match="^normalization: expected one of 'sym', 'no-symnorm'; got 'rw'"):
         AddLogSMask(normalization="rw")
-    with pytest.raises(ConfigError, match="structure.powers.k"):
-        AddLogSMask(k=17)
+    for k in (17, 50):  # above a preset's bound: named as this parameter, not as structure.powers.k
+        with pytest.raises(UsageError, match=rf"^k: expected an int in \[1, 16\]; got {k}$"):
+            AddLogSMask(k=k)
+
+
+@pytest.mark.parametrize("edges, n, said", [
+    (torch.tensor([[0, 5], [1, 2]]), 5, r"^data\.edge_index: expected node ids in \[0, 5\) \(5 nodes\); got 5$"),
+    (torch.tensor([[0, -1], [1, 2]]), 5, r"^data\.edge_index: expected node ids in \[0, 5\) \(5 nodes\); got -1$"),
+    (torch.tensor([[0.0, 1.0], [1.0, 2.0]]), 5, r"^data\.edge_index: expected integer node ids \[2, E\]; got float32"),
+    (torch.tensor([0, 1, 2]), 5, r"^data\.edge_index: expected integer node ids \[2, E\]; got int64 \[3\]"),
+])
+def test_edges_that_name_no_node_are_refused(edges, n, said):
+    with pytest.raises(UsageError, match=said):
+        AddLogSMask(k=2)(Data(edge_index=edges, num_nodes=n))
+    # The array entry point checks the same, under its own parameter name.
+    with pytest.raises(UsageError, match="^edge_index: "):
+        AddLogSMask(k=2).pairs(edges.numpy(), n)

@@ -25,6 +25,18 @@ from xmask_cli.prepare.compute import compute_block
 __all__ = ["AddLogSMask"]
 
 
+def _edges(edge_index: Any, n: int, name: str) -> np.ndarray:
+    """``edge_index`` (a tensor or an array) as ``[2, E]`` int64, checked: integer node ids in ``[0, n)``."""
+    edges = edge_index.detach().cpu().numpy() if isinstance(edge_index, torch.Tensor) else edge_index
+    if not isinstance(edges, np.ndarray) or edges.dtype.kind not in "iu" or edges.ndim != 2 or edges.shape[0] != 2:
+        shown = f"{edges.dtype} {list(edges.shape)}" if isinstance(edges, np.ndarray) else type(edges).__name__
+        raise UsageError(f"{name}: expected integer node ids [2, E]; got {shown}")
+    if edges.size and (edges.min() < 0 or edges.max() >= n):
+        bad = int(edges.min()) if edges.min() < 0 else int(edges.max())
+        raise UsageError(f"{name}: expected node ids in [0, {n}) ({n} nodes); got {bad}")
+    return edges.astype(np.int64, copy=False)
+
+
 class AddLogSMask(BaseTransform):
     r"""Adds the normalized adjacency powers of X-LogSMask to a graph, as attended pairs.
 
@@ -62,6 +74,9 @@ class AddLogSMask(BaseTransform):
                  topk: int = LargeGraphSection.topk, fanout: int = LargeGraphSection.fanout, attr: str = "logsmask"):
         # Types and ranges under the parameters' own names first; the preset rules below then hold.
         k = args.int_arg("k", k, minimum=1)
+        low, high = PowersSection.WITHIN["k"]  # a preset's bound, named as this parameter
+        if k > high:
+            raise UsageError(f"k: expected an int in [{low}, {high}]; got {k}")
         normalization = args.choice_arg("normalization", normalization,
                                         args.literal_choices(PowersSection, "normalization"))
         large_min_nodes = args.int_arg("large_min_nodes", large_min_nodes, minimum=0)
@@ -82,9 +97,15 @@ class AddLogSMask(BaseTransform):
 
     def pairs(self, edge_index: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
         """``(index [2, P] int64, values [P, K] float32)`` of one graph, in the cache's order."""
+        num_nodes = args.int_arg("num_nodes", num_nodes, minimum=0)
+        return self._pairs(_edges(edge_index, num_nodes, "edge_index"), num_nodes)
+
+    def _pairs(self, edges: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
         large = num_nodes > self.structure.large.min_nodes
-        res = compute_block([np.asarray(edge_index, dtype=np.int64).reshape(2, -1)], np.array([num_nodes]),
-                            self.structure, large, "graph", parts=("pairs",))
+        try:
+            res = compute_block([edges], np.array([num_nodes]), self.structure, large, "graph", parts=("pairs",))
+        except MemoryError:
+            raise UsageError(f"num_nodes: the powers of a graph of {num_nodes} nodes do not fit in memory") from None
         p = res.pairs["powers"]
         row = np.repeat(np.arange(num_nodes, dtype=np.int64), p["node_counts"])
         return np.stack([row, p["col"].astype(np.int64)]), np.ascontiguousarray(p["values"], dtype=np.float32)
@@ -92,7 +113,8 @@ class AddLogSMask(BaseTransform):
     def forward(self, data: Any) -> Any:
         if getattr(data, "edge_index", None) is None or getattr(data, "num_nodes", None) is None:
             raise UsageError("data: AddLogSMask needs a graph with edge_index and a node count")
-        index, values = self.pairs(data.edge_index.cpu().numpy(), int(data.num_nodes))
+        n = args.int_arg("data.num_nodes", data.num_nodes, minimum=0)
+        index, values = self._pairs(_edges(data.edge_index, n, "data.edge_index"), n)
         data[f"{self.attr}_index"] = torch.from_numpy(index)
         data[f"{self.attr}_values"] = torch.from_numpy(values)
         return data

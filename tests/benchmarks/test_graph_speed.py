@@ -23,7 +23,7 @@ def test_each_dataset_is_timed_on_the_preset_train_picks(graph_speed) -> None:
 @pytest.mark.parametrize("pool, reduce", [("sum", torch.sum), ("mean", torch.mean)])
 def test_gin_peer_pools_as_asked_after_its_encoder(graph_speed, pool, reduce) -> None:
     """5 GIN layers at hidden 64; the readout is the node states' sum or mean, after the input encoder."""
-    from peers import _gin  # benchmarks/ is on the path once the script is loaded
+    from peers_gnn import _gin  # benchmarks/ is on the path once the script is loaded
 
     encoder = torch.nn.Linear(7, 16)
     gin = _gin(16, 2, hidden=graph_speed.GIN_HIDDEN, layers=graph_speed.GIN_LAYERS, encoder=encoder, pool=pool)

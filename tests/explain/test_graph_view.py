@@ -2,6 +2,8 @@
 the dataset's graph (networkx), the layout is deterministic, and the CLI writes the figure."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import h5py
 import networkx as nx
 import numpy as np
@@ -106,5 +108,19 @@ def test_cli_view_graph(mutag, tmp_path):
     r = run("explain", str(mutag["run"]), "--graph", "3", "--view", "graph", "--out", str(tmp_path / "m"),
             "--cache-dir", str(mutag["root"] / "cache"), "--device", "cpu")
     assert r.exit_code == 0, r.stderr
-    assert (tmp_path / "m" / "graph_3_graph.png").is_file() and not (tmp_path / "m" / "graph_3.png").exists()
+    assert (tmp_path / "m" / "graph_3_q0_l1_graph.png").is_file() and not (tmp_path / "m" / "graph_3.png").exists()
     assert "graph view:" in r.stdout and "attention mass by hop distance" in r.stdout  # the hop table stays
+
+
+def test_views_of_one_graph_from_other_queries_and_layers_do_not_overwrite(mutag, tmp_path):
+    """Each (query, layer) view of one target is its own file; the JSON names the file drawn."""
+    kw = {"out_dir": tmp_path / "m", "cache_dir": mutag["root"] / "cache"}
+    drawn = []
+    for query, layer in [(None, None), (7, 0), (7, 1)]:
+        result = explain_run(mutag["run"], ExplainRequest(graphs=[3], view="graph", query=query, layer=layer), **kw)
+        view = result["targets"][0]["graph_view"]
+        expect = (0 if query is None else query, 1 if layer is None else layer)
+        assert (view["query"], view["layer"]) == expect
+        assert Path(view["figure"]).name == f"graph_3_q{expect[0]}_l{expect[1]}_graph.png"
+        drawn.append(view["figure"])
+    assert len(set(drawn)) == 3 and all(Path(f).is_file() for f in drawn)

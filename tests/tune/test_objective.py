@@ -1,4 +1,5 @@
-"""One trial: the intermediate values the pruner sees are each seed's best validation so far, per epoch."""
+"""One trial: the intermediate values (the running mean of the seeds' best validation so far, per epoch), pruning,
+folds, the best trial's choice."""
 from __future__ import annotations
 
 import json
@@ -8,10 +9,8 @@ import pytest
 
 from tests.tune.conftest import TINY
 from xmask_cli import config_resolve as R
-from xmask_cli.errors import UsageError
-from xmask_cli.tune.objective import STEP_STRIDE, TrialSetup, run_trial
-from xmask_cli.tune.space import check_space
-from xmask_cli.tune.study import parse_duration
+from xmask_cli.tune.objective import TrialSetup, epoch_stride, run_trial
+from xmask_cli.tune.space import Param, check_space
 
 
 class _PruneAtStep(optuna.pruners.BasePruner):
@@ -35,7 +34,7 @@ def _running_best(path) -> list[float]:
     return [max(vals[: i + 1]) for i in range(len(vals))]
 
 
-def test_reports_are_each_seeds_best_validation_so_far_at_seed_offset_steps(tmp_path, mutag_cache):
+def test_reports_are_the_running_mean_of_the_seeds_best_validation_at_per_seed_steps(tmp_path, mutag_cache):
     setup = _setup(tmp_path, mutag_cache, [0, 1])
     study = optuna.create_study(direction="maximize", pruner=optuna.pruners.NopPruner())
     trial = study.ask()
@@ -43,16 +42,25 @@ def test_reports_are_each_seeds_best_validation_so_far_at_seed_offset_steps(tmp_
     study.tell(trial, value)
     reported = study.trials[0].intermediate_values
     run = tmp_path / "trials" / "trial-0000"
-    expected = {}
-    for i, seed in enumerate((0, 1)):
-        for epoch, best in enumerate(_running_best(run / str(seed) / "metrics.jsonl")):
-            expected[i * STEP_STRIDE + epoch] = best
+    stride = setup.cfg.train.epochs  # the space does not search train.epochs: the preset's budget
+    seed0, seed1 = (_running_best(run / str(s) / "metrics.jsonl") for s in (0, 1))
+    expected = {e: b for e, b in enumerate(seed0)}  # seed 0 alone
+    expected.update({stride + e: (seed0[-1] + b) / 2 for e, b in enumerate(seed1)})  # seed 0's best and seed 1's so far
     assert reported == pytest.approx(expected, abs=1e-12)
-    # The value is the mean over seeds of the val score of each restored best state (summary.json).
+    assert max(reported) < 2 * stride  # one block of steps per seed: a plot of a few epochs, not of 10^6 steps
+    # The value is the mean over seeds of the val score of each restored best state (summary.json): the last report.
     vals = [json.loads((run / str(s) / "summary.json").read_text())["metrics"]["val"] for s in (0, 1)]
     assert value == pytest.approx(sum(vals) / 2, abs=1e-12)
+    assert reported[max(reported)] == pytest.approx(value, abs=1e-12)
     assert "test" not in json.loads((run / "0" / "summary.json").read_text())["metrics"]
     assert not (run / "0" / "best.pt").exists() and not (run / "0" / "last.pt").exists()  # checkpoints dropped
+
+
+def test_epoch_stride_is_the_largest_epoch_budget_a_trial_can_draw():
+    cfg = R.resolve("mutag", TINY)
+    assert epoch_stride(cfg, check_space(cfg)) == cfg.train.epochs == 3
+    assert epoch_stride(cfg, [Param("train.epochs", "int", low=2, high=50)]) == 50
+    assert epoch_stride(cfg, [Param("train.epochs", "choice", choices=(1, 2))]) == 3  # the preset's is larger
 
 
 def test_a_pruned_trial_stops_training_where_the_pruner_says(tmp_path, mutag_cache):
@@ -64,18 +72,6 @@ def test_a_pruned_trial_stops_training_where_the_pruner_says(tmp_path, mutag_cac
     metrics = tmp_path / "trials" / "trial-0000" / "0" / "metrics.jsonl"
     assert len(metrics.read_text().splitlines()) == 2  # epochs 0 and 1, then stopped (budget: 3)
     assert not (tmp_path / "trials" / "trial-0000" / "1").exists()  # the second seed never started
-
-
-@pytest.mark.parametrize("text, seconds", [("90", 90), ("90s", 90), ("30m", 1800), ("2h", 7200), ("1h30m", 5400),
-                                           ("0.5h", 1800)])
-def test_parse_duration(text, seconds):
-    assert parse_duration(text) == seconds
-
-
-@pytest.mark.parametrize("text", ["", "soon", "2d", "0", "h"])
-def test_parse_duration_refuses(text):
-    with pytest.raises(UsageError, match="--timeout"):
-        parse_duration(text)
 
 
 @pytest.mark.parametrize("direction, values, losses, want", [
@@ -125,6 +121,6 @@ def test_a_trial_on_folds_scores_the_inner_holdouts_of_the_first_folds(tmp_path,
         assert "test" not in summary["metrics"]
         vals.append(summary["metrics"]["val"])
     assert value == pytest.approx(np.mean(vals), abs=1e-12)
-    # Pruning steps: one block per (seed, fold) run.
+    # Pruning steps: one block of train.epochs steps per (seed, fold) run.
     steps = study.trials[0].intermediate_values
-    assert {s // STEP_STRIDE for s in steps} == {0, 1}
+    assert {s // setup.cfg.train.epochs for s in steps} == {0, 1}

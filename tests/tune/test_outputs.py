@@ -100,3 +100,24 @@ def test_plots_need_enough_completed_trials_and_stale_ones_go(tmp_path):
     assert (tmp_path / "optimization_history.png").read_bytes()[:4] == b"\x89PNG"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["optimization_history.png"]  # stale one removed, no temp
     assert logs == [f"plot {f} {status[f]}" for f in ("param_importances.png", "parallel_coordinate.png")]
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_plots_and_files_are_written_with_the_mode_a_plain_open_gives(tmp_path):
+    """PNGs go through the shared atomic writer like every other file: 0644 under umask 022, 0640 under 027
+    (a temp file of their own would stay 0600)."""
+    import os
+
+    cfg = resolve("graph-level", ["model.hidden=32"])
+    opts = SimpleNamespace(seeds=[0, 1], sampler_seed=7, pruner="median")
+    for umask, mode in ((0o022, 0o644), (0o027, 0o640)):
+        before = os.umask(umask)
+        try:
+            out = tmp_path / f"u{umask:o}"
+            write_all(_study([0.8, 0.9, 0.85]), out, name="s", url="u", dataset="MUTAG", level="graph", metric="acc",
+                      params=PARAMS, opts=opts, ran=3, best_cfg=cfg, final=None, plots=True)
+        finally:
+            os.umask(before)
+        modes = {p.name: p.stat().st_mode & 0o777 for p in out.iterdir()}
+        assert set(modes) == {"best.yaml", "trials.csv", "summary.json", *PLOTS}
+        assert set(modes.values()) == {mode}, modes

@@ -1,16 +1,18 @@
-"""``xmask tune`` as separate processes: a study killed with SIGKILL resumes, two processes share one SQLite study."""
+"""``xmask tune`` as separate processes: a study killed with SIGKILL resumes (its running trial failed through
+Optuna's heartbeat), two processes share one SQLite study."""
 from __future__ import annotations
 
-import os
+import csv
 import re
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+from tests.cli_helpers import run
 from tests.tune.conftest import db_trials, subprocess_env, tiny_args, xmask_cmd
+from xmask_cli.tune import storage as storage_mod
 
 
 def _tune(root: Path, cache: Path, *extra: str) -> list[str]:
@@ -27,7 +29,7 @@ def _values(db: Path) -> dict[int, float]:
         con.close()
 
 
-def test_a_study_killed_mid_trial_resumes_and_its_trial_count_continues(tmp_path, mutag_cache):
+def test_a_study_killed_mid_trial_resumes_and_its_trial_count_continues(tmp_path, mutag_cache, monkeypatch):
     db = tmp_path / "s" / "study.db"
     proc = subprocess.Popen(_tune(tmp_path, mutag_cache, "--trials", "8"), env=subprocess_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -52,21 +54,29 @@ def test_a_study_killed_mid_trial_resumes_and_its_trial_count_continues(tmp_path
     done_before = {n: v for n, v in _values(db).items()}
     running = [n for n, s in before if s == "RUNNING"]
     assert done_before and len(running) == 1  # killed inside a trial
+    con = sqlite3.connect(db)
+    beats = con.execute("SELECT COUNT(*) FROM trial_heartbeats h JOIN trials t USING (trial_id) WHERE t.number = ?",
+                        (running[0],)).fetchone()[0]
+    con.close()
+    assert beats == 1  # the killed process recorded Optuna's heartbeat for its trial
 
-    r = subprocess.run(_tune(tmp_path, mutag_cache, "--trials", "8", "--resume"), env=subprocess_env(),
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr
+    # The resuming process takes a heartbeat older than 2 s for a dead process (xmask's default: 120 s).
+    monkeypatch.setattr(storage_mod, "HEARTBEAT_S", 1)
+    monkeypatch.setattr(storage_mod, "GRACE_S", 2)
+    monkeypatch.setenv("XMASK_OFFLINE", "1")
+    time.sleep(3.5)  # SQLite's clock has whole seconds
+    r = run(*_tune(tmp_path, mutag_cache, "--trials", "8", "--resume")[3:])
+    assert r.exit_code == 0, r.stderr
     after = db_trials(db)
     # Up to --trials searched trials in all: the killed one is recorded failed with its reason, and does not
     # count (it says nothing of its configuration), so 8 complete trials follow.
     assert [n for n, _ in after] == list(range(9))
     assert dict(after)[running[0]] == "FAIL"
     assert all(s == "COMPLETE" for n, s in after if n != running[0])
-    con = sqlite3.connect(db)
-    reason = con.execute("SELECT a.value_json FROM trial_user_attributes a JOIN trials t USING (trial_id) "
-                         "WHERE t.number = ? AND a.key = 'fail_reason'", (running[0],)).fetchone()[0]
-    con.close()
-    assert "interrupted" in reason
+    assert f"trial {running[0]}: no heartbeat from its process for over 2 s; recorded as failed" in r.stderr
+    with open(tmp_path / "s" / "trials.csv") as f:
+        reason = {int(row["number"]): row["fail_reason"] for row in csv.DictReader(f)}[running[0]]
+    assert reason.startswith("interrupted: its process stopped")
     # The trials of the killed process are kept as they were; the new ones continue the numbering.
     assert {n: v for n, v in _values(db).items() if n in done_before} == done_before
     resumed = [int(n) for n in re.findall(r"^trial (\d+): val", r.stderr, flags=re.M)]
@@ -96,58 +106,3 @@ def test_two_processes_share_one_sqlite_study(tmp_path, mutag_cache):
     assert len(params) == 6 * 2  # two searched keys per trial, none written twice
     lrs = [v for _, k, v in params if k == "train.lr"]
     assert len(set(lrs)) == 6  # the processes drew different configurations
-
-
-def test_resume_fails_only_trials_whose_process_is_gone(tmp_path, monkeypatch):
-    """--resume records a RUNNING trial as failed only when nothing works on it any more: no heartbeat, a
-    dead pid on this host, or a heartbeat older than STALE_AFTER_S; a live process's trial is left to it."""
-    import socket
-
-    import optuna
-    from optuna.trial import TrialState
-
-    from xmask_cli.tune import study as study_mod
-
-    storage = optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'study.db'}")
-    st = optuna.create_study(study_name="s", storage=storage)
-    dead = subprocess.Popen([sys.executable, "-c", "pass"])
-    dead.wait()
-    now = time.time()
-    here = socket.gethostname()
-    records = {
-        "no heartbeat": None,
-        "dead pid here": {"host": here, "pid": dead.pid, "at": now},
-        "live pid here": {"host": here, "pid": os.getppid(), "at": now},
-        "old elsewhere": {"host": "another-host", "pid": 1, "at": now - study_mod.STALE_AFTER_S - 5},
-        "fresh elsewhere": {"host": "another-host", "pid": 1, "at": now - 1},
-    }
-    numbers = {}
-    for name, alive in records.items():
-        trial = st.ask()
-        if alive is not None:
-            trial.set_user_attr("alive", alive)
-        numbers[name] = trial.number
-    logs: list[str] = []
-    assert study_mod._fail_stale(st, storage, logs.append) == 3
-    states = {t.number: t.state for t in st.get_trials(deepcopy=False)}
-    for name in ("no heartbeat", "dead pid here", "old elsewhere"):
-        assert states[numbers[name]] == TrialState.FAIL, name
-        assert study_mod._interrupted(st.trials[numbers[name]])
-    for name in ("live pid here", "fresh elsewhere"):
-        assert states[numbers[name]] == TrialState.RUNNING, name
-    assert any("left to it" in m for m in logs)
-
-
-def test_heartbeat_refreshes_the_alive_record(tmp_path, monkeypatch):
-    import optuna
-
-    from xmask_cli.tune import study as study_mod
-
-    monkeypatch.setattr(study_mod, "HEARTBEAT_S", 0.05)
-    st = optuna.create_study(storage=optuna.storages.RDBStorage(f"sqlite:///{tmp_path / 'study.db'}"))
-    trial = st.ask()
-    with study_mod._heartbeat(trial):
-        first = st.trials[0].user_attrs["alive"]["at"]
-        time.sleep(0.3)
-        later = st.trials[0].user_attrs["alive"]["at"]
-    assert first < later and st.trials[0].user_attrs["alive"]["pid"] == os.getpid()

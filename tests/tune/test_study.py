@@ -16,6 +16,7 @@ from tests.tune.conftest import TINY, db_trials
 from xmask_cli import config_resolve as R
 from xmask_cli.engine import loop as loop_mod
 from xmask_cli.engine.features import input_features
+from xmask_cli.engine.graph_store import GraphStore
 from xmask_cli.engine.tasks.graph import GraphTask, _eval_stream, graph_labels
 from xmask_cli.tune.study import TuneOptions, run_study
 
@@ -56,7 +57,8 @@ def _poison_test_labels(monkeypatch) -> None:
         test = torch.as_tensor(split.test, dtype=torch.long)
         y[test] = 1 - y[test]
         features, _ = input_features(graphs, node_struct, cache_path)
-        self.eval_streams["test"] = _eval_stream(cache_path, features, y, split.test, batch_size, needs, log_mask)
+        store = GraphStore(cache_path, features, y, log_mask)
+        self.eval_streams["test"] = _eval_stream(cache_path, store, split.test, batch_size, needs)
 
     monkeypatch.setattr(GraphTask, "__init__", init)
 
@@ -107,6 +109,20 @@ def test_trial_0_runs_the_presets_own_values(clean):
     first = min(study.trials, key=lambda t: t.number)
     assert first.params == {"train.lr": cfg.train.lr, "model.dropout": cfg.model.dropout}
     assert any(t.params != first.params for t in study.trials[1:])  # the others are drawn
+
+
+def test_trial_0_is_the_preset_also_when_resume_makes_the_study(tmp_path, mutag_cache):
+    """``--resume`` on a study that does not exist yet (how a worker joins): trial 0 is still the preset's."""
+    _study(tmp_path, mutag_cache, trials=2, final=[], plots=False, resume=True)
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 's' / 'study.db'}")
+    cfg = R.resolve("mutag", TINY)
+    first, second = sorted(study.trials, key=lambda t: t.number)
+    assert first.params == {"train.lr": cfg.train.lr, "model.dropout": cfg.model.dropout}
+    assert second.params != first.params
+    # Resumed again with trials in the study: no second copy of the preset is queued.
+    _study(tmp_path, mutag_cache, trials=3, final=[], plots=False, resume=True)
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path / 's' / 'study.db'}")
+    assert len(study.trials) == 3 and sum(t.params == first.params for t in study.trials) == 1
 
 
 def test_outputs_agree_with_the_study_database(clean):
@@ -223,15 +239,16 @@ def test_joining_a_study_with_other_settings_is_refused_before_any_trial(clean, 
 def _open(folder: Path, overrides: list[str]):
     """Open (or create) study ``s`` in ``folder`` for the tiny MUTAG preset under ``overrides``: what ``run_study``
     does before its first trial."""
+    from xmask_cli.tune.identity import earlier_digests, identity
     from xmask_cli.tune.space import check_space
-    from xmask_cli.tune.study import _earlier_digests, _identity, _open_study
+    from xmask_cli.tune.study import _Search, open_study
 
     cfg = R.resolve("mutag", [*TINY, *overrides])
-    opts = TuneOptions(trials=1, seeds=SEEDS, study="s", runs_dir=folder.parent)
-    identity = _identity(cfg, check_space(cfg, full=True), opts, "accuracy")
-    study, _ = _open_study("s", f"sqlite:///{folder / 'study.db'}", "maximize", identity, opts, folder,
-                           _earlier_digests(cfg))
-    return study
+    opts = TuneOptions(trials=0, seeds=SEEDS, study="s", runs_dir=folder.parent)
+    search = _Search(url=f"sqlite:///{folder / 'study.db'}", direction="maximize",
+                     identity=identity(cfg, check_space(cfg, full=True), SEEDS, "accuracy"),
+                     earlier=earlier_digests(cfg), start={}, stride=3, warmup=10)
+    return open_study("s", folder, opts, search)
 
 
 def _digest_before_2026_12_02(cfg, drop: tuple[str, ...]) -> str:
@@ -341,27 +358,3 @@ def test_tune_help_shows_the_default_storage_with_its_placeholders():
     assert r.exit_code == 0
     assert "sqlite:///<runs-dir>/<study>/study.db" in r.stdout
     assert "runs//study.db" not in r.stdout
-
-
-def test_median_pruner_waits_out_every_seeds_warmup():
-    """No pruning in any seed's first warmup epochs (seed i reports from step i * STEP_STRIDE), the median
-    rule after them."""
-    import optuna
-
-    from xmask_cli.tune.objective import STEP_STRIDE
-    from xmask_cli.tune.study import PRUNE_STARTUP_TRIALS, make_pruner
-
-    study = optuna.create_study(direction="maximize", pruner=make_pruner("median", warmup_epochs=20))
-    for _ in range(PRUNE_STARTUP_TRIALS):  # finished trials at 0.8 on every step of two seeds
-        t = study.ask()
-        for step in [*range(0, 40), *range(STEP_STRIDE, STEP_STRIDE + 40)]:
-            t.report(0.8, step)
-        study.tell(t, 0.8)
-    low = study.ask()
-    verdicts = {}
-    for step in (0, 19, 20, STEP_STRIDE, STEP_STRIDE + 19, STEP_STRIDE + 20):
-        low.report(0.1, step)
-        verdicts[step] = low.should_prune()
-    assert verdicts == {0: False, 19: False, 20: True, STEP_STRIDE: False, STEP_STRIDE + 19: False,
-                        STEP_STRIDE + 20: True}
-    assert not isinstance(make_pruner("none"), type(make_pruner("median")))

@@ -35,11 +35,11 @@ def explain(
     node ids they refer to. Writes OUT/maps.h5 (one dataset per target / layer /
     head / kind, attributes naming the head's power k and bias type), one PNG
     grid per target (rows layers × kinds, columns heads, node ids on the axes)
-    and one graph view per target (TARGET_graph.png: the neighbourhood drawn
-    node-link, nodes coloured by hop distance from the query node, then one
+    and one graph view per target (TARGET_qQUERY_lLAYER_graph.png: the
+    neighbourhood drawn node-link, nodes coloured by hop distance from the query node, then one
     panel per head of --layer with the query's attention to every node as node
     colour and arc colour / width). Prints each head's attention mass by
-    shortest-path distance.
+    shortest-path distance, averaged over every query row of the targets.
 
     Examples:
 

@@ -36,6 +36,7 @@ def tune(
     trained on --final-seeds and test is reported once. The study folder holds
     study.db, best.yaml (`xmask train --preset best.yaml`), trials.csv,
     summary.json and PNG plots; watch it live with `optuna-dashboard sqlite:///runs/<study>/study.db`.
+    A --set on a searched key fixes it: that key is not searched (a note says so).
 
     Examples:
 
@@ -48,8 +49,10 @@ def tune(
         xmask tune --preset cora --study s --storage postgresql://host/db --trials 20 --final-seeds none
     """
     from xmask_cli.engine.plan import parse_seeds, resolve_device
+    from xmask_cli.tune.narrow import fixed_keys
+    from xmask_cli.tune.options import TuneOptions, parse_duration
     from xmask_cli.tune.outputs import human_report
-    from xmask_cli.tune.study import TuneOptions, parse_duration, run_study
+    from xmask_cli.tune.study import run_study
 
     out = output_for(ctx, fmt)
     cfg = run.config()
@@ -57,7 +60,8 @@ def tune(
                        final_seeds=[] if final_seeds.strip().lower() == "none" else parse_seeds(final_seeds),
                        timeout_s=parse_duration(timeout), study=study, storage=storage, runs_dir=runs_dir,
                        resume=resume, sampler_seed=sampler_seed, pruner=pruner, plots=plots, folds=folds, device=resolve_device(device),
-                       cache_dir=data.cache(), data_root=data.data_root, offline=data.no_download)
+                       cache_dir=data.cache(), data_root=data.data_root, offline=data.no_download,
+                       fixed=fixed_keys(run.set_ or []))
     result = run_study(cfg, opts, log=out.log)
     out.result(result.to_json(), lambda con: human_report(con, result))
 

@@ -41,8 +41,8 @@ the cache has no SPD.
 
 Files written to ``out_dir``: ``maps.h5`` (see :func:`write_maps`), one
 ``<target>.png`` grid per target (see :func:`plot_target`) and one
-``<target>_graph.png`` per target: its neighbourhood drawn node-link, one panel
-per head of one layer, the attention of a query node on nodes and arcs (see
+``<target>_q<query>_l<layer>_graph.png`` per target: its neighbourhood drawn
+node-link, one panel per head of one layer, the attention of a query node on nodes and arcs (see
 :mod:`~xmask_cli.explain.graph_view`).
 
 Modules, one job each: :mod:`~xmask_cli.explain.record` (the forward and its

@@ -7,7 +7,9 @@ recorder, :func:`~xmask_cli.explain.image.explain_images`.
 
 Files written to ``out_dir``: ``maps.h5`` (see :func:`~xmask_cli.explain.store.write_maps`), one
 ``<target>.png`` grid per target (see :func:`~xmask_cli.explain.figures.plot_target`) and one
-``<target>_graph.png`` graph view per target (see :mod:`~xmask_cli.explain.graph_view`).
+``<target>_q<query>_l<layer>_graph.png`` graph view per target (see :mod:`~xmask_cli.explain.graph_view`):
+the name carries the query node and the layer drawn, so views of one target from several queries or
+layers sit side by side instead of overwriting each other.
 """
 from __future__ import annotations
 
@@ -27,10 +29,10 @@ from xmask_cli.explain.image import explain_images
 from xmask_cli.explain.record import SingleGraph
 from xmask_cli.explain.store import write_maps
 from xmask_cli.explain.targets import TargetMaps, explain_graph, explain_nodes, parse_edge, target_dict
-from xmask_cli.fs import ensure_writable_dir
+from xmask_cli.fs import check_writable, ensure_writable_dir, refuse_links
 from xmask_cli.model.model_config import effective_powers, head_labels
 
-__all__ = ["VIEWS", "ExplainRequest", "explain_run"]
+__all__ = ["VIEWS", "ExplainRequest", "explain_run", "graph_view_name"]
 
 #: Figure sets of ``--view``.
 VIEWS = ("all", "matrix", "graph")
@@ -124,6 +126,10 @@ def explain_run(
 
     run, saved = read_run(run_dir)
     target = _target_kind(request, run_dir, saved)
+    # Before the model runs: the folder the maps go to can take them (it is made once they are recorded).
+    check_writable(Path(out_dir), "output folder", "pass another --out")
+    if Path(out_dir).is_dir():
+        refuse_links(Path(out_dir), ("maps.h5",), "output folder")
     exp, task, model = rebuild_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
                                    device=device, log=log)
     cfg = model.cfg
@@ -214,6 +220,11 @@ def _record_nodes(request: ExplainRequest, level: str, model: Any, task: Any,
     return results, d_max
 
 
+def graph_view_name(target: str, query: int, layer: int) -> str:
+    """File name of a target's graph view: the target, the query node and the layer drawn."""
+    return f"{target}_q{query}_l{layer}_graph.png"
+
+
 def _write_outputs(results: list[TargetMaps], d_max: int, request: ExplainRequest, cfg: Any, out: Path,
                    meta: dict[str, Any]) -> dict[str, Any]:
     """Write ``maps.h5`` and the requested figures of ``results``; return the JSON-able result."""
@@ -231,7 +242,7 @@ def _write_outputs(results: list[TargetMaps], d_max: int, request: ExplainReques
         if request.view in ("graph", "all"):
             fig = plot_graph_view(graph_view(t, shown), labels[shown],
                                   f"{t.describe()} · attention of node {t.query}, layer {shown}", d_max)
-            graph_figures[t.name] = str(save_png(fig, out / f"{t.name}_graph.png", dpi=100))
+            graph_figures[t.name] = str(save_png(fig, out / graph_view_name(t.name, int(t.query), shown), dpi=100))
             row["graph_view"] = {"query": int(t.query), "layer": shown, "figure": graph_figures[t.name]}
         rows.append(row)
     return {**meta, "targets": rows,

@@ -13,7 +13,9 @@ def human(con: Console, result: dict[str, Any], folder: Path) -> None:
     for t in result["targets"]:
         con.print(f"{t['name']}: {t['target']}")
     buckets = result["hop_buckets"]
-    table = Table(title=f"attention mass by hop distance, {len(result['targets'])} target(s) -> {folder}",
+    # Every query row of every target enters the means (--query picks only the graph view's node).
+    table = Table(title=f"attention mass by hop distance, mean over every query row of "
+                        f"{len(result['targets'])} target(s) -> {folder}",
                   title_justify="left", padding=(0, 1), pad_edge=False, box=None)
     table.add_column("layer head", no_wrap=True)
     table.add_column("k", justify="right")
@@ -21,7 +23,7 @@ def human(con: Console, result: dict[str, Any], folder: Path) -> None:
         table.add_column("unr" if b == "unreachable" else b, justify="right", no_wrap=True)
     for layer, heads in result["hop_summary"].items():
         for head, info in heads.items():
-            label = f"L{layer.split('_')[-1]} h{int(head.split('_')[-1]) + 1}"
+            label = f"L{layer.split('_')[-1]} h{head.split('_')[-1]}"  # numbered from 0, as in maps.h5 and the figures
             table.add_row(label, str(info["k"]), *(f"{info['mass'].get(b, 0.0):.2f}" for b in buckets))
     con.print(table)
     con.print(f"maps: {result['files']['maps']}")

@@ -7,10 +7,14 @@ is the mean validation metric over the seeds (with ``--folds F``: over the inner
 holdouts of the first F outer folds of every seed); the best trial is chosen by
 :func:`best_trial` (ties broken by the mean validation loss, as epochs are).
 
-Pruning: after every epoch of seed number ``i`` (0-based, in ``--seeds`` order),
-the best validation score of that seed so far is reported at step
-``i * STEP_STRIDE + epoch``, so trials compare like with like (same seed, same
-epoch) and a trial can be stopped in any of its seeds.
+Intermediate values: the runs of a trial (its seeds, each seed's folds) train one
+after the other, and run ``i`` owns the steps ``i * stride`` to ``i * stride + stride - 1``
+(``stride``: the largest epoch budget a trial of the study can have, :func:`epoch_stride`).
+After every epoch of run ``i`` the trial reports, at step ``i * stride + epoch``, the mean over
+runs ``0..i`` of each run's best validation score so far (finished runs at their best): a running
+estimate of the trial's value that ends at it. Optuna's dashboard plots these as one curve
+over the trial's runs, and the pruner compares trials at the same step, that is on the same
+seeds up to the same epoch.
 """
 from __future__ import annotations
 
@@ -29,12 +33,10 @@ from xmask_cli.engine.sweep import train_seeds
 from xmask_cli.errors import CacheError, DataNotFoundError, NotWritableError, first_line
 from xmask_cli.tune.space import Param, suggest, with_values
 
-__all__ = ["SEARCH_PARTS", "STEP_STRIDE", "TrialFailed", "TrialSetup", "run_trial", "trial_config", "best_trial"]
+__all__ = ["SEARCH_PARTS", "TrialFailed", "TrialSetup", "run_trial", "trial_config", "best_trial", "epoch_stride"]
 
 #: What a search scores: never test.
 SEARCH_PARTS = ("train", "val")
-#: Pruning steps of seed ``i`` start at ``i * STEP_STRIDE`` (more than any epoch budget).
-STEP_STRIDE = 1_000_000
 #: Errors that no other configuration would escape: they stop the study instead of failing each trial.
 STUDY_ERRORS = (DataNotFoundError, CacheError, NotWritableError)
 
@@ -57,6 +59,17 @@ class TrialSetup:
     data_root: str | os.PathLike | None = None
     offline: bool | None = None
     folds: int = 0  # > 0: train the first F outer folds of data.folds per seed, score their inner holdouts
+    stride: int = 0  # steps per run (its epochs); 0: the config's train.epochs (see epoch_stride)
+
+
+def epoch_stride(cfg: Config, params: list[Param]) -> int:
+    """The steps each run of a trial owns: the largest ``train.epochs`` a trial can draw (the preset's when the
+    space does not search it), so every trial of a study numbers its runs' epochs alike."""
+    budgets = [int(cfg.train.epochs)]
+    for p in params:
+        if p.key == "train.epochs":
+            budgets += [int(c) for c in p.choices] if p.kind == "choice" else [int(p.high or 0)]
+    return max(1, *budgets)
 
 
 def trial_config(setup: TrialSetup, values: dict[str, Any], number: int) -> Config:
@@ -90,28 +103,11 @@ def run_trial(trial: Any, setup: TrialSetup, *, log: Callable[[str], None] = lam
         cfg = trial_config(setup, values, trial.number)
     except Exception as exc:  # values that do not fit together: this trial fails, the study goes on
         raise TrialFailed(f"configuration rejected: {first_line(exc)}") from None
-    higher = HIGHER_IS_BETTER[setup.metric]
-    key = f"val_{setup.metric}"
-    best: dict[int, float] = {}
-    runs = [-1]  # the position of the run (a seed, or a seed's fold) whose epochs arrive
-
-    def on_seed_start(seed: int, epochs: int) -> None:
-        runs[0] += 1  # train_seeds starts its runs one after the other, in order
-
-    def on_epoch(seed: int, row: dict[str, Any]) -> None:
-        i = runs[0]
-        v = float(row[key])
-        if math.isfinite(v) and (i not in best or (v > best[i] if higher else v < best[i])):
-            best[i] = v
-        if prune and i in best:
-            trial.report(best[i], i * STEP_STRIDE + int(row["epoch"]))
-            if trial.should_prune():
-                raise optuna.TrialPruned(f"pruned at seed {seed}, epoch {row['epoch']} (best val {best[i]:.4f})")
-
+    report = _Reporter(trial, setup, prune)
     try:
         result = train_seeds(cfg, setup.seeds, device=setup.device, cache_dir=setup.cache_dir,
                              data_root=setup.data_root, offline=setup.offline, overwrite=True,
-                             parts=SEARCH_PARTS, on_epoch=on_epoch, on_seed_start=on_seed_start, log=log,
+                             parts=SEARCH_PARTS, on_epoch=report.on_epoch, on_seed_start=report.on_seed_start, log=log,
                              max_folds=setup.folds or None)
     except (optuna.TrialPruned, KeyboardInterrupt, *STUDY_ERRORS):
         raise
@@ -135,6 +131,33 @@ def run_trial(trial: Any, setup: TrialSetup, *, log: Callable[[str], None] = lam
     trial.set_user_attr("best_epochs", [r.best_epoch for r in result.runs])
     trial.set_user_attr("run_root", result.run_root)
     return float(val.mean)
+
+
+class _Reporter:
+    """Reports a trial's running value per epoch (see the module's docstring) and asks the pruner."""
+
+    def __init__(self, trial: Any, setup: TrialSetup, prune: bool) -> None:
+        self.trial, self.prune = trial, prune
+        self.stride = setup.stride or epoch_stride(setup.cfg, setup.params)
+        self.key, self.higher = f"val_{setup.metric}", HIGHER_IS_BETTER[setup.metric]
+        self.best: dict[int, float] = {}  # run position -> its best validation score so far
+        self.run = -1  # the position of the run (a seed, or a seed's fold) whose epochs arrive
+
+    def on_seed_start(self, seed: int, epochs: int) -> None:
+        self.run += 1  # train_seeds starts its runs one after the other, in order
+
+    def on_epoch(self, seed: int, row: dict[str, Any]) -> None:
+        import optuna
+
+        i, epoch, v = self.run, int(row["epoch"]), float(row[self.key])
+        if math.isfinite(v) and (i not in self.best or (v > self.best[i] if self.higher else v < self.best[i])):
+            self.best[i] = v
+        if i not in self.best or not 0 <= epoch < self.stride:
+            return
+        running = sum(self.best.values()) / len(self.best)
+        self.trial.report(running, i * self.stride + epoch)
+        if self.prune and self.trial.should_prune():
+            raise optuna.TrialPruned(f"pruned at seed {seed}, epoch {epoch} (running mean val {running:.4f})")
 
 
 def best_trial(study: Any) -> Any:

@@ -1,15 +1,15 @@
 """What a study leaves in its folder: ``best.yaml``, ``trials.csv``, ``summary.json`` and PNG plots.
 
-Every file is written to a temporary name beside it and moved into place
-(:func:`os.replace`), so a reader (or a killed process) never sees half a file.
+Every file (the PNGs included) goes through the shared atomic writer
+(:func:`xmask_cli.fs.atomic_write`): written to a temporary name beside it and moved
+into place, with the mode a plain ``open`` gives (0644 under the usual umask), so a
+reader (or a killed process) never sees half a file.
 """
 from __future__ import annotations
 
 import csv
 import io
 import json
-import os
-import tempfile
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -19,11 +19,12 @@ from typing import Any
 import yaml
 
 from xmask_cli.config import Config
-from xmask_cli.engine.runs import write_json, write_text
+from xmask_cli.engine.runs import write_bytes, write_json, write_text
 from xmask_cli.engine.selection import TRIAL_RULE
 from xmask_cli.errors import first_line
 from xmask_cli.results import JsonItems, MetricStats
 from xmask_cli.tune.objective import best_trial
+from xmask_cli.tune.search import fail_reason
 from xmask_cli.tune.space import Param, decode
 
 __all__ = ["write_all", "best_yaml", "trials_csv", "write_plots", "PLOTS", "BestTrial", "FinalScores", "StudySummary",
@@ -140,19 +141,14 @@ def trials_csv(study: Any, params: list[Param]) -> str:
         w.writerow([t.number, t.state.name, _cell(t.value), _cell(t.user_attrs.get("val_std")),
                     "" if dur is None else f"{dur:.2f}", *(_cell(values.get(k)) for k in keys),
                     _cell(t.user_attrs.get("val_values")), _cell(t.user_attrs.get("best_epochs")),
-                    _cell(t.user_attrs.get("fail_reason"))])
+                    _cell(fail_reason(t))])
     return buf.getvalue()
 
 
 def _save_figure(fig: Any, path: Path) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".png", dir=path.parent)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=100, bbox_inches="tight", format="png")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    buf = io.BytesIO()
+    fig.savefig(buf, dpi=100, bbox_inches="tight", format="png")
+    write_bytes(path, buf.getvalue())
 
 
 def write_plots(study: Any, folder: Path, log: Callable[[str], None] = lambda m: None) -> dict[str, str]:
