@@ -129,9 +129,14 @@ def run_node(graphs: Any, kind: str, seed: int, epochs: int, patience: int, hp: 
 
 
 # ----------------------------------------------------------------- graph
-def _gin(in_dim: int, out_dim: int, hidden: int = 64, layers: int = 3, dropout: float = 0.5) -> Any:
+def _gin(in_dim: int, out_dim: int, hidden: int = 64, layers: int = 3, dropout: float = 0.5,
+         encoder: Any = None, pool: str = "sum") -> Any:
+    """GIN (Xu et al. 2019); ``encoder``: a module run on ``x`` first (its output width ``in_dim``, e.g. OGB's
+    ``AtomEncoder``); ``pool``: ``sum`` or ``mean`` readout."""
     import torch
-    from torch_geometric.nn import GINConv, global_add_pool
+    from torch_geometric.nn import GINConv, global_add_pool, global_mean_pool
+
+    readout = {"sum": global_add_pool, "mean": global_mean_pool}[pool]
 
     def mlp(a: int, b: int) -> torch.nn.Sequential:
         return torch.nn.Sequential(torch.nn.Linear(a, b), torch.nn.BatchNorm1d(b), torch.nn.ReLU(),
@@ -140,14 +145,17 @@ def _gin(in_dim: int, out_dim: int, hidden: int = 64, layers: int = 3, dropout: 
     class GIN(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
+            self.encoder = encoder
             self.convs = torch.nn.ModuleList(GINConv(mlp(in_dim if i == 0 else hidden, hidden)) for i in range(layers))
             self.head = torch.nn.Sequential(torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
                                             torch.nn.Dropout(dropout), torch.nn.Linear(hidden, out_dim))
 
         def forward(self, x: Any, ei: Any, batch: Any, num_graphs: int | None = None) -> Any:
+            if self.encoder is not None:
+                x = self.encoder(x)
             for conv in self.convs:
                 x = conv(x, ei)
-            return self.head(global_add_pool(x, batch, size=num_graphs))
+            return self.head(readout(x, batch, size=num_graphs))
 
     return GIN()
 

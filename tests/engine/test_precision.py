@@ -9,6 +9,7 @@ import torch
 
 from tests.engine.tasks.test_graph import FAST, Mutag, mutag  # noqa: F401  (module fixture)
 from xmask_cli.engine.features import node_features
+from xmask_cli.engine.graph_store import GraphStore
 from xmask_cli.engine.precision import Precision, autocast, check_precision
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.tasks.graph import _eval_stream, _predict, graph_labels, train_graph_level
@@ -87,8 +88,8 @@ def _train(mutag: Mutag, precision: str, path) -> torch.nn.Module:  # noqa: F811
 
 def test_bf16_training_predicts_as_fp32_on_mutag(mutag: Mutag, tmp_path) -> None:  # noqa: F811
     models = {p: _train(mutag, p, tmp_path / p) for p in ("fp32", "bf16")}
-    stream = _eval_stream(mutag.cache_path, node_features(mutag.graphs), graph_labels(mutag.graphs),
-                          np.arange(mutag.graphs.num_graphs), 32, mutag.model_cfg.needs)
+    store = GraphStore(mutag.cache_path, node_features(mutag.graphs), graph_labels(mutag.graphs))
+    stream = _eval_stream(mutag.cache_path, store, np.arange(mutag.graphs.num_graphs), 32, mutag.model_cfg.needs)
     probs = {}
     for p, model in models.items():
         with torch.no_grad(), autocast(p, "cpu"):

@@ -267,92 +267,91 @@ def test_pinned_loader_to_cuda(toy: Toy):
         assert_same(on_gpu.to("cpu"), b)
 
 
-def test_log_mask_stream_caches_each_graphs_log_powers(toy: Toy) -> None:
-    """With ``log_mask``, batches carry per-graph ``log(Â^k + eps)`` (numpy), -inf off the support, taken once."""
+def dense_log(batch: GraphBatch, b: int, n: int) -> np.ndarray:
+    """Graph ``b`` of ``batch``: its ``[K, n, n]`` log-powers laid out from the batch's pairs ('hard' fill)."""
+    lp = batch.log_powers
+    at = (lp.graph == b).numpy()
+    out = np.full((lp.values.size(1), n, n), -np.inf, dtype=np.float32)
+    out[:, np.arange(n), np.arange(n)] = np.log(np.float32(1e-30))  # a zero on the diagonal: log(eps)
+    out[:, lp.row.numpy()[at], lp.col.numpy()[at]] = lp.values.numpy()[at].T
+    return out
+
+
+def test_log_mask_stream_carries_each_graphs_log_powers_at_its_pairs(toy: Toy, monkeypatch) -> None:
+    """With ``log_mask``, batches carry ``log(Â^k + eps)`` (numpy from networkx) at the stored pairs, -inf off
+    the support; the logs are taken once, when the store is built, never per batch."""
+    import xmask_cli.engine.graph_store as store_mod
+
     s = stream(toy, log_mask=(1e-30, "hard"), load_in_memory=True)
+    assert s.store.logged and not s.cache._mem  # the packed path needs no copy of the whole file
+
+    def refuse(*a, **kw):
+        raise AssertionError("a batch took a log again")
+
+    monkeypatch.setattr(store_mod, "log_powers", refuse)
     first = list(s.epoch(0))
     for batch in first:
         assert batch.powers is None and batch.log_spec == (1e-30, "hard")
-        assert len(batch.log_powers) == batch.num_graphs
-        for g, logp in zip(batch.index.tolist(), batch.log_powers):
+        assert batch.log_powers.values.dtype == torch.float32
+        for b, g in enumerate(batch.index.tolist()):
             a = toy.powers(g)
             n = a.shape[-1]
             want = np.log(a + 1e-30)
             want[(np.abs(a) < 1e-12) & ~np.eye(n, dtype=bool)[None]] = -np.inf  # outside the support, self pair kept
-            assert logp.shape == (toy.k, n, n) and logp.dtype == torch.float32
-            assert np.array_equal(np.isinf(logp.numpy()), np.isinf(want))
+            got = dense_log(batch, b, n)
+            assert np.array_equal(np.isinf(got), np.isinf(want))
             fin = np.isfinite(want)
-            np.testing.assert_allclose(logp.numpy()[fin], want[fin], rtol=1e-4, atol=1e-4)
-    # A later epoch reads the cached tensors, not new ones.
-    cached = {int(g): t for b in first for g, t in zip(b.index.tolist(), b.log_powers)}
-    for batch in s.epoch(1):
-        assert all(t is cached[int(g)] for g, t in zip(batch.index.tolist(), batch.log_powers))
-    # Features, mask and labels are those of the dense-powers stream.
+            np.testing.assert_allclose(got[fin], want[fin], rtol=1e-4, atol=1e-4)
+    # Features, mask and labels are those of the dense-powers stream (per-graph loops, the reference).
     dense = stream(toy, load_in_memory=True)
-    for a, b in zip(first, dense.epoch(0)):
+    for a, b in zip(first, dense.epoch(0), strict=True):
         for name in ("x", "mask", "y", "index"):
             assert torch.equal(getattr(a, name), getattr(b, name)), name
     moved = first[0].to("cpu")
-    assert moved.powers is None and len(moved.log_powers) == first[0].num_graphs
+    assert moved.powers is None and torch.equal(moved.log_powers.values, first[0].log_powers.values)
 
 
-def _log_bytes(toy: Toy, g: int) -> int:
-    return toy.k * int(toy.num_nodes[g]) ** 2 * 4
-
-
-def test_log_cache_budget_keeps_what_fits_and_batches_are_the_same(toy: Toy) -> None:
-    """``log_cache_bytes`` bounds what a stream keeps; graphs beyond it are taken per batch, same numbers."""
-    full = stream(toy, log_mask=(1e-30, "hard"), load_in_memory=True)
-    want = {int(g): t for b in full.epoch(0) for g, t in zip(b.index.tolist(), b.log_powers)}
-    order = [int(g) for b in full.batches(0) for g in b]
-    budget = sum(_log_bytes(toy, g) for g in order[:10])  # exactly the first ten graphs an epoch meets
-    for limit, cached in ((0, 0), (budget, 10), (1 << 40, NUM_GRAPHS)):
-        s = stream(toy, log_mask=(1e-30, "hard"), load_in_memory=True, log_cache_bytes=limit)
-        for e in (0, 1):
-            for batch in s.epoch(e):
-                for g, t in zip(batch.index.tolist(), batch.log_powers):
-                    assert torch.equal(t, want[int(g)])
-        assert len(s._log_cache) == cached and s._log_bytes <= limit
-        if cached == 10:
-            assert set(s._log_cache) == set(order[:10])
+def test_log_budget_below_the_pairs_takes_the_log_per_batch_with_the_same_numbers(toy: Toy) -> None:
+    """``log_cache_bytes`` bounds the log values kept; below the pairs' size each batch takes its own, same bits."""
+    full = stream(toy, log_mask=(1e-30, "hard"))
+    tight = stream(toy, log_mask=(1e-30, "hard"), log_cache_bytes=full.store.values.nbytes - 1)
+    assert full.store.logged and not tight.store.logged
+    for e in (0, 1):
+        for a, b in zip(full.epoch(e), tight.epoch(e), strict=True):
+            for name in ("graph", "row", "col", "values"):
+                assert torch.equal(getattr(a.log_powers, name), getattr(b.log_powers, name)), name
     with pytest.raises(ValueError, match="log_cache_bytes"):
         stream(toy, log_mask=(1e-30, "hard"), log_cache_bytes=-1)
 
 
-def test_loader_workers_inherit_the_log_cache_instead_of_recomputing(toy: Toy, monkeypatch) -> None:
-    """Workers start anew every epoch: the stream fills its log cache before forking them, so no worker
-    takes a log again (here a worker that tried would fail), and its batches equal the in-process ones."""
+def test_loader_workers_read_the_store_without_taking_a_log(toy: Toy, monkeypatch) -> None:
+    """Forked workers inherit the store: none takes a log, and their batches equal the in-process ones."""
     import multiprocessing
 
-    import xmask_cli.engine.stream as stream_mod
+    import xmask_cli.engine.graph_store as store_mod
 
     if multiprocessing.get_start_method(allow_none=True) not in (None, "fork"):
-        pytest.skip("workers inherit the cache by fork; this interpreter spawns them")
+        pytest.skip("workers inherit the store by fork; this interpreter spawns them")
     s = stream(toy, log_mask=(1e-30, "hard"))
-    expected = list(stream(toy, log_mask=(1e-30, "hard"), load_in_memory=True).epoch(3))
-    real = stream_mod.log_powers
-    calls: list[int] = []
-
-    def counted(*a, **kw):
-        calls.append(1)
-        return real(*a, **kw)
-
-    monkeypatch.setattr(stream_mod, "log_powers", counted)
-    loader = s.loader(3, num_workers=2)
-    assert len(calls) == NUM_GRAPHS and len(s._log_cache) == NUM_GRAPHS  # taken once, in this process
+    expected = list(s.epoch(3))
 
     def refuse(*a, **kw):
         raise AssertionError("a worker took a graph's log again")
 
-    monkeypatch.setattr(stream_mod, "log_powers", refuse)
-    got = list(loader)
+    monkeypatch.setattr(store_mod, "log_powers", refuse)
+    got = list(s.loader(3, num_workers=2))
     assert len(got) == len(expected)
     for a, b in zip(got, expected):
         assert a.index.tolist() == b.index.tolist()
-        for x, y in zip(a.log_powers, b.log_powers):
-            assert torch.equal(x, y)
-    # A second epoch's workers find the cache too.
-    assert sum(b.num_graphs for b in s.loader(4, num_workers=2)) == NUM_GRAPHS
+        assert torch.equal(a.x, b.x) and torch.equal(a.log_powers.values, b.log_powers.values)
+
+
+def test_streams_share_one_store(toy: Toy) -> None:
+    s = stream(toy, log_mask=(1e-30, "hard"))
+    other = GraphLevelStream(toy.path, (), toy.labels, np.arange(5), 2, log_mask=(1e-30, "hard"), store=s.store)
+    assert other.store is s.store and other.num_graphs == NUM_GRAPHS
+    with pytest.raises(ValueError, match="store holds"):
+        GraphLevelStream(toy.path, (), toy.labels, np.arange(5), 2, log_mask=(1e-20, "hard"), store=s.store)
 
 
 def test_log_cache_mb_is_a_validated_train_key_not_saved_with_the_run() -> None:

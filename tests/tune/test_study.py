@@ -16,6 +16,7 @@ from tests.tune.conftest import TINY, db_trials
 from xmask_cli import config_resolve as R
 from xmask_cli.engine import loop as loop_mod
 from xmask_cli.engine.features import input_features
+from xmask_cli.engine.graph_store import GraphStore
 from xmask_cli.engine.tasks.graph import GraphTask, _eval_stream, graph_labels
 from xmask_cli.tune.study import TuneOptions, run_study
 
@@ -56,7 +57,8 @@ def _poison_test_labels(monkeypatch) -> None:
         test = torch.as_tensor(split.test, dtype=torch.long)
         y[test] = 1 - y[test]
         features, _ = input_features(graphs, node_struct, cache_path)
-        self.eval_streams["test"] = _eval_stream(cache_path, features, y, split.test, batch_size, needs, log_mask)
+        store = GraphStore(cache_path, features, y, log_mask)
+        self.eval_streams["test"] = _eval_stream(cache_path, store, split.test, batch_size, needs)
 
     monkeypatch.setattr(GraphTask, "__init__", init)
 

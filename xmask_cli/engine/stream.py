@@ -27,11 +27,11 @@ from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from xmask_cli.cache import StructureCache
 from xmask_cli.engine.extras import GraphExtras, pad_extras, to_tensors
-from xmask_cli.model.batches import DenseBatch, PackedBatch
-from xmask_cli.model.logsmask import log_powers
+from xmask_cli.engine.graph_store import GraphStore
+from xmask_cli.model.batches import DenseBatch, LogPairs, PackedBatch
 
-#: Default bytes of per-graph log-powers a stream keeps (``train.log_cache_mb``; PROTEINS: 64 MB for all
-#: 1,113 graphs, K=4).
+#: Default bytes of log-powers a task's store keeps (``train.log_cache_mb``; at the stored pairs:
+#: ogbg-molhiv 211 MB, DD 256 MB for K=4).
 LOG_CACHE_BYTES = 1 << 29
 
 
@@ -81,8 +81,9 @@ class GraphBatch:
         index: ``[B]`` long graph ids (rows of the cache).
         extras: structure the learned biases read (``spd``, ``rrwp``, padded
             eigenpairs; see :func:`~xmask_cli.engine.extras.pad_extras`), or None.
-        log_powers: per graph, its ``[K, n_b, n_b]`` :func:`~xmask_cli.model.logsmask.log_powers`
-            (a stream with ``log_mask`` caches them per graph); ``powers`` is then None.
+        log_powers: the graphs' :func:`~xmask_cli.model.logsmask.log_powers` at their stored pairs
+            (a stream with ``log_mask``, from its :class:`~xmask_cli.engine.graph_store.GraphStore`);
+            ``powers`` is then None.
         log_spec: ``(eps, outside_support)`` the log-powers were taken with.
     """
 
@@ -92,7 +93,7 @@ class GraphBatch:
     y: Tensor
     index: Tensor
     extras: dict[str, Tensor] | None = None
-    log_powers: tuple[Tensor, ...] | None = None
+    log_powers: LogPairs | None = None
     log_spec: tuple[float, str] | None = None
 
     @property
@@ -101,12 +102,13 @@ class GraphBatch:
 
     def _apply(self, fn: Callable[[Tensor], Tensor]) -> GraphBatch:
         extras = None if self.extras is None else {k: fn(v) for k, v in self.extras.items()}
-        logp = None if self.log_powers is None else tuple(fn(t) for t in self.log_powers)
+        lp = self.log_powers
+        logp = None if lp is None else LogPairs(fn(lp.graph), fn(lp.row), fn(lp.col), fn(lp.values))
         return GraphBatch(x=fn(self.x), mask=fn(self.mask), powers=None if self.powers is None else fn(self.powers),
                           y=fn(self.y), index=fn(self.index), extras=extras, log_powers=logp, log_spec=self.log_spec)
 
     def inputs(self) -> DenseBatch | PackedBatch:
-        """What the model reads: a :class:`PackedBatch` when the stream cached per-graph log-powers, else a
+        """What the model reads: a :class:`PackedBatch` when the stream carries log-powers, else a
         :class:`DenseBatch` (the model's ``graph_layout`` then picks dense or packed attention)."""
         if self.log_powers is not None:
             return PackedBatch(x=self.x, mask=self.mask, log_powers=self.log_powers, log_spec=self.log_spec,
@@ -128,18 +130,14 @@ def collate(
     x_list: Sequence[Tensor],
     y_list: Sequence[Tensor],
     needs: Iterable[str] = (),
-    log_powers: Sequence[Tensor] | None = None,
-    log_spec: tuple[float, str] | None = None,
 ) -> GraphBatch:
-    """Pad the graphs ``graph_ids`` into one :class:`GraphBatch`.
+    """Pad the graphs ``graph_ids`` into one :class:`GraphBatch` with dense powers.
 
     ``x_list[b]`` (``[n_b, F]``) and ``y_list[b]`` belong to ``graph_ids[b]``.
     Each graph's cached pairs are scattered into the dense powers tensor in
     one indexed assignment for the whole batch; N is the largest graph here.
     ``needs`` names the extra sections (``spd``, ``rrwp``, ``spectrum``,
     ``magnetic``) the model's learned biases read; they go to ``extras``.
-    ``log_powers`` (per graph, with their ``log_spec``) replace the dense
-    powers tensor: the batch then carries them and no ``powers``.
     """
     ids = np.asarray(graph_ids, dtype=np.int64).reshape(-1)
     if not (len(ids) == len(x_list) == len(y_list)) or len(ids) == 0:
@@ -150,41 +148,38 @@ def collate(
         if x.size(0) != n:
             raise ValueError(f"graph {g} has {n} nodes in the cache but {x.size(0)} feature rows")
     bsz, n_max = len(ids), max(int(sizes.max()), 1)
-    powers = None
-    if log_powers is None:
-        pairs = [cache.powers(int(g)) for g in ids]
-        k = pairs[0][2].shape[1]
-        # Build the scatter indices once for the batch: (graph, row, col) per stored pair.
-        counts = np.array([len(r) for r, _, _ in pairs], dtype=np.int64)
-        b_idx = np.repeat(np.arange(bsz, dtype=np.int64), counts)
-        rows = np.concatenate([r for r, _, _ in pairs]).astype(np.int64, copy=False)
-        cols = np.concatenate([c for _, c, _ in pairs]).astype(np.int64, copy=False)
-        vals = np.concatenate([v for _, _, v in pairs]).astype(np.float32, copy=False)
-        powers = np.zeros((bsz, k, n_max, n_max), dtype=np.float32)
-        powers[b_idx, :, rows, cols] = vals  # advanced indices around a slice: the value is [P, K]
-    elif len(log_powers) != bsz or log_spec is None:
-        raise ValueError("log_powers need one tensor per graph and their log_spec")
-
+    powers = padded_powers(cache, ids, n_max)
     feat = x_list[0]
     x = feat.new_zeros((bsz, n_max, *feat.shape[1:]))
     mask = torch.zeros(bsz, n_max, dtype=torch.bool)
     for b, (n, xb) in enumerate(zip(sizes, x_list)):
         x[b, :n] = xb
         mask[b, :n] = True
-    extras = None
+    return GraphBatch(x=x, mask=mask, powers=powers, y=torch.stack([torch.as_tensor(y) for y in y_list]),
+                      index=torch.from_numpy(ids.copy()), extras=batch_extras(cache, ids, needs, n_max))
+
+
+def padded_powers(cache: StructureCache, ids: np.ndarray, n_max: int) -> Tensor:
+    """``[B, K, N, N]`` float32 powers of graphs ``ids`` from the cache, zero off their stored pairs."""
+    pairs = [cache.powers(int(g)) for g in ids]
+    k = pairs[0][2].shape[1]
+    # Build the scatter indices once for the batch: (graph, row, col) per stored pair.
+    counts = np.array([len(r) for r, _, _ in pairs], dtype=np.int64)
+    b_idx = np.repeat(np.arange(len(ids), dtype=np.int64), counts)
+    rows = np.concatenate([r for r, _, _ in pairs]).astype(np.int64, copy=False)
+    cols = np.concatenate([c for _, c, _ in pairs]).astype(np.int64, copy=False)
+    vals = np.concatenate([v for _, _, v in pairs]).astype(np.float32, copy=False)
+    powers = np.zeros((len(ids), k, n_max, n_max), dtype=np.float32)
+    powers[b_idx, :, rows, cols] = vals  # advanced indices around a slice: the value is [P, K]
+    return torch.from_numpy(powers)
+
+
+def batch_extras(cache: StructureCache, ids: np.ndarray, needs: Iterable[str], n_max: int) -> dict[str, Tensor] | None:
+    """The padded extras (``needs``: ``spd``, ``rrwp``, ...) of graphs ``ids``, or None when none is needed."""
     needs = frozenset(needs)
-    if needs:
-        extras = to_tensors(pad_extras([GraphExtras(cache, int(g), needs).dense() for g in ids], n_max))
-    return GraphBatch(
-        x=x,
-        mask=mask,
-        powers=None if powers is None else torch.from_numpy(powers),
-        y=torch.stack([torch.as_tensor(y) for y in y_list]),
-        index=torch.from_numpy(ids.copy()),
-        extras=extras,
-        log_powers=None if log_powers is None else tuple(log_powers),
-        log_spec=None if log_powers is None else log_spec,
-    )
+    if not needs:
+        return None
+    return to_tensors(pad_extras([GraphExtras(cache, int(g), needs).dense() for g in ids], n_max))
 
 
 class EpochBatches(Dataset[GraphBatch]):
@@ -230,14 +225,16 @@ class GraphLevelStream:
         shuffle: permute the batch order (and equal-size ties) every epoch.
         seed: makes every epoch reproducible; None draws one per stream.
         load_in_memory: read the whole cache once (when it fits) instead of
-            reading each batch from the file.
+            reading each batch from the file (dense powers and extras).
         needs: extra structure sections the batches carry (see :func:`collate`).
-        log_mask: ``(eps, outside_support)``: batches carry each graph's
-            log-powers (:func:`~xmask_cli.model.logsmask.log_powers`), taken once per
-            graph and kept (up to ``log_cache_bytes``), instead of the dense
-            powers tensor; what the packed graph layout reads. None: dense powers.
-        log_cache_bytes: how many bytes of log-powers the stream keeps; a graph
-            beyond it is computed again for each batch that holds it.
+        log_mask: ``(eps, outside_support)``: batches carry every graph's
+            log-powers at its stored pairs (:class:`~xmask_cli.model.batches.LogPairs`,
+            from the :class:`~xmask_cli.engine.graph_store.GraphStore`), what the
+            packed graph layout reads, instead of the dense powers tensor. None: dense powers.
+        log_cache_bytes: the most bytes of log values the store keeps (beyond it the
+            log of a batch's pairs is taken per batch).
+        store: the task's store to share (features, labels, log-powers held once for
+            every stream); None builds one. Its ``log_spec`` must be ``log_mask``.
     """
 
     def __init__(
@@ -254,36 +251,40 @@ class GraphLevelStream:
         needs: Iterable[str] = (),
         log_mask: tuple[float, str] | None = None,
         log_cache_bytes: int = LOG_CACHE_BYTES,
+        store: GraphStore | None = None,
     ):
         if log_cache_bytes < 0:
             raise ValueError(f"log_cache_bytes must be >= 0, got {log_cache_bytes}")
-        self.log_cache_bytes = int(log_cache_bytes)
         self.cache = StructureCache(cache_path)
         self.log_spec = None if log_mask is None else (float(log_mask[0]), str(log_mask[1]))
-        self._log_cache: dict[int, Tensor] = {}
-        self._log_bytes = 0
+        if store is None:
+            store = GraphStore(cache_path, features, labels, self.log_spec, log_cache_bytes)
+        elif store.log_spec != self.log_spec:
+            raise ValueError(f"the store holds log-powers for {store.log_spec}, the stream needs {self.log_spec}")
+        self.store = store
         self.needs = frozenset(needs)
-        self.features = list(features)
         self.labels = labels
         self.indices = np.asarray(torch.as_tensor(indices).cpu(), dtype=np.int64).reshape(-1)
         self.batch_size = int(batch_size)
         self.shuffle = bool(shuffle)
         # Draw a seed once if none is given, so epoch(e) is at least stable within this stream.
         self.seed = _fresh_seed() if seed is None else int(seed)
-        self.load_in_memory = bool(load_in_memory)
+        # The file is read per batch only for dense powers and extras: load it only where they are read.
+        self.load_in_memory = bool(load_in_memory) and (self.log_spec is None or bool(self.needs))
         self._epoch = 0
         if self.load_in_memory:
             self.cache.load_in_memory()
-        num_graphs = self.cache.num_graphs
+        num_graphs = len(store.num_nodes)
         if len(self.indices) and (self.indices.min() < 0 or self.indices.max() >= num_graphs):
             raise ValueError(f"indices out of range for a cache of {num_graphs} graphs")
-        if len(self.features) != num_graphs or len(self.labels) != num_graphs:
-            raise ValueError(f"cache has {num_graphs} graphs, got {len(self.features)} features "
-                             f"and {len(self.labels)} labels")
-        all_nodes = np.array([self.cache.num_nodes(g) for g in range(num_graphs)], dtype=np.int64)
-        self.num_nodes = all_nodes[self.indices]
+        self.num_nodes = store.num_nodes[self.indices]
         # Workers open their own handle; the parent's must not be open across a fork.
         self.cache.close()
+
+    @property
+    def num_graphs(self) -> int:
+        """Graphs of the whole dataset (ids ``0..num_graphs-1``), not only this split's."""
+        return len(self.store.num_nodes)
 
     def __len__(self) -> int:
         return -(-len(self.indices) // self.batch_size)
@@ -301,53 +302,20 @@ class GraphLevelStream:
         """The padded batch of ``graph_ids``; ``dense_powers``: with ``powers`` even under ``log_mask``.
 
         (``explain`` records the terms of the dense path, which reads the powers tensor.)
+        Features, mask and labels come from the store in two gathers; the structure
+        as :class:`~xmask_cli.model.batches.LogPairs` (``log_mask``) or dense powers.
         """
-        ids = np.asarray(graph_ids, dtype=np.int64)
-        logp = None if self.log_spec is None or dense_powers else [self.graph_log_powers(int(g)) for g in ids]
-        return collate(self.cache, ids, [self.features[g] for g in ids], [self.labels[g] for g in ids], self.needs,
-                       log_powers=logp, log_spec=self.log_spec)
-
-    def graph_log_powers(self, g: int) -> Tensor:
-        """Graph ``g``'s ``[K, n, n]`` log-powers under :attr:`log_spec`, taken once and kept.
-
-        The log-mask of a graph never changes, so each graph's is computed on
-        its first batch and reused by every later one (up to
-        ``log_cache_bytes`` per stream; graphs beyond it are computed per batch).
-        """
-        if self.log_spec is None:
-            raise ValueError("this stream was built without log_mask")
-        hit = self._log_cache.get(g)
-        if hit is not None:
-            return hit
-        row, col, vals = self.cache.powers(g)
-        n = self.cache.num_nodes(g)
-        dense = np.zeros((vals.shape[1], n, n), dtype=np.float32)
-        dense[:, row.astype(np.int64), col.astype(np.int64)] = vals.T
-        eps, outside = self.log_spec
-        out = log_powers(torch.from_numpy(dense), eps, outside, off_diagonal=~torch.eye(n, dtype=torch.bool),
-                         inplace=True)  # `dense` is this call's scratch: no second [K, n, n] copy
-        if self._log_bytes + out.numel() * out.element_size() <= self.log_cache_bytes:
-            self._log_cache[g] = out
-            self._log_bytes += out.numel() * out.element_size()
-        return out
-
-    def warm_log_cache(self, graph_ids: np.ndarray | None = None) -> None:
-        """Take the log-powers of ``graph_ids`` (default: the split's) into the cache, up to its budget.
-
-        A no-op without ``log_mask`` or with a zero budget; stops at the first graph
-        that does not fit (graphs are taken in order, so the budget goes to the first
-        ones), judged from its node count before any of its powers are read.
-        """
-        if self.log_spec is None or self.log_cache_bytes == 0:
-            return
-        k = int(self.cache.params["powers"]["k"])
-        ids = self.indices if graph_ids is None else np.asarray(graph_ids, dtype=np.int64).reshape(-1)
-        for g in map(int, ids):
-            if g in self._log_cache:
-                continue
-            if self._log_bytes + k * self.cache.num_nodes(g) ** 2 * 4 > self.log_cache_bytes:  # float32 [K, n, n]
-                break
-            self.graph_log_powers(g)
+        ids = np.asarray(graph_ids, dtype=np.int64).reshape(-1)
+        if len(ids) == 0:
+            raise ValueError("a batch needs at least one graph")
+        x, mask, pairs = self.store.gather(ids)
+        powers = None
+        if pairs is None or dense_powers:
+            pairs, powers = None, padded_powers(self.cache, ids, x.size(1))
+        index = torch.from_numpy(ids.copy())
+        return GraphBatch(x=x, mask=mask, powers=powers, y=self.labels[index], index=index,
+                          extras=batch_extras(self.cache, ids, self.needs, x.size(1)), log_powers=pairs,
+                          log_spec=None if pairs is None else self.log_spec)
 
     def epoch(self, e: int) -> Iterator[GraphBatch]:
         """Batches of epoch ``e`` in this process (no workers)."""
@@ -366,14 +334,12 @@ class GraphLevelStream:
         """A DataLoader over the batches of epoch ``e``, in the same order as :meth:`epoch`.
 
         ``pin_memory`` defaults to whether CUDA is available; ``batches`` (graph ids
-        per batch) replaces the epoch's list, e.g. one rank's share of it.
+        per batch) replaces the epoch's list, e.g. one rank's share of it. Forked
+        workers inherit the store (copy-on-write): nothing is read or logged again.
         """
         if pin_memory is None:
             pin_memory = torch.cuda.is_available()
         if num_workers > 0:
-            # Workers start anew every epoch and would otherwise take every graph's log again each
-            # epoch: fill the cache here once, and forked workers inherit it (copy-on-write).
-            self.warm_log_cache(np.concatenate(batches) if batches else self.indices)
             self.cache.close()  # a handle opened since must not be inherited by forked workers
         return DataLoader(
             self.dataset(e) if batches is None else EpochBatches(self, batches),

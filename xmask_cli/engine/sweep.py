@@ -28,6 +28,7 @@ from xmask_cli.engine.loop import PARTS, MetricsRow, seed_everything
 from xmask_cli.engine.plan import check_outputs, check_planned, existing_runs, planned_runs, run_name, with_folder_ref
 from xmask_cli.engine.runs import RunDir, aggregate, input_stall, write_json
 from xmask_cli.engine.tasks.graph import graph_labels
+from xmask_cli.engine.threads import apply_threads, choose_threads, usable_cores
 from xmask_cli.engine.watch import check_loggers
 from xmask_cli.errors import UsageError
 from xmask_cli.results import FoldsSummary, RunSummary, SweepResult, stats_of
@@ -184,6 +185,9 @@ def train_seeds(
         raise UsageError("give --resume or --overwrite, not both")
     check_loggers(cfg.train.loggers)  # a missing logger fails before any data is loaded
     level, _ = check_config(cfg)
+    threads = choose_threads(level, usable_cores(), os.environ)
+    apply_threads(threads)
+    log(f"threads: {threads.torch} ({threads.reason})")
     cfg = with_folder_ref(cfg)
     root = Path(run_root or cfg.run.root) / run_name(cfg, level)
     n_folds = _fold_count(cfg, max_folds)

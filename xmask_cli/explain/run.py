@@ -188,7 +188,7 @@ def _target_kind(request: ExplainRequest, run_dir: str | os.PathLike[str], saved
 def _record_graphs(request: ExplainRequest, dataset: str, model: Any, task: Any,
                    log: Callable[[str], None]) -> tuple[list[TargetMaps], int]:
     """The maps of each requested graph (ids checked first) and the hop cut-off they were measured with."""
-    count = len(task.eval_streams["test"].features)
+    count = task.eval_streams["test"].num_graphs
     for g in request.graphs:
         if not 0 <= g < count:
             raise UsageError(f"--graph {g}: out of range, {dataset} has graphs 0..{count - 1}")

@@ -123,23 +123,28 @@ class StructuralAttention(PairAttention, torch.nn.Module):
             return bias / math.sqrt(self.head_dim)
         return bias
 
-    def _logit_term(self, bias: Tensor | None, learned: Tensor | None, dtype: torch.dtype) -> Tensor | None:
-        """What the logits get beside ``q·k/sqrt(d_h)``: the scaled X-LogSMask term plus the learned bias as is."""
-        term = None if bias is None else self.structural_term(bias).to(dtype)
+    def _logit_term(self, bias: Tensor | None, learned: Tensor | None, dtype: torch.dtype,
+                    scaled: bool = False) -> Tensor | None:
+        """What the logits get beside ``q·k/sqrt(d_h)``: the scaled X-LogSMask term plus the learned bias as is.
+
+        ``scaled``: ``bias`` is :meth:`structural_term` already (the packed path scales its pairs, not the grid).
+        """
+        term = None if bias is None else (bias if scaled else self.structural_term(bias)).to(dtype)
         if learned is not None:
             term = learned.to(dtype) if term is None else term + learned.to(dtype)
         return term
 
     def dense_mask(self, bias: Tensor | None, mask: Tensor | None, dtype: torch.dtype,
-                   num_nodes: int | None = None, learned: Tensor | None = None) -> Tensor | None:
+                   num_nodes: int | None = None, learned: Tensor | None = None, scaled: bool = False) -> Tensor | None:
         """The additive SDPA mask: structural term plus ``-inf`` at padded keys; None if neither.
 
         Depends on the bias and padding only, so a stack of blocks with the same
         head width and ``mask_scale`` can build it once per forward and share it.
-        ``learned``: a learned bias, added unscaled.
+        ``learned``: a learned bias, added unscaled. ``scaled``: ``bias`` is :meth:`structural_term`
+        already (then, unpadded and of ``dtype``, it is the mask itself: no copy).
         """
         # SDPA scales q·k by 1/sqrt(d_h) itself; fold the bias's scaling in here.
-        float_mask = self._logit_term(bias, learned, dtype)
+        float_mask = self._logit_term(bias, learned, dtype, scaled)
         # All real: no padding term. An exported program cannot branch on the mask's values and always adds
         # it (0 where every node is real: the same numbers).
         if mask is not None and (exporting() or not bool(mask.all())):

@@ -25,7 +25,7 @@ from torch import Tensor
 from xmask_cli.model.dualmode import Region
 from xmask_cli.model.experts import HierarchicalMasks
 
-__all__ = ["DenseBatch", "PackedBatch", "SparseBatch", "TokenBatch", "ModelBatch"]
+__all__ = ["DenseBatch", "LogPairs", "PackedBatch", "SparseBatch", "TokenBatch", "ModelBatch"]
 
 
 @dataclass
@@ -46,19 +46,39 @@ class DenseBatch:
 
 
 @dataclass
+class LogPairs:
+    """The log-powers of a batch's graphs at their stored pairs, flat over the batch (no per-graph tensors).
+
+    Every pair of a graph that is not listed is outside the stored support: its
+    value is what :func:`~xmask_cli.model.logsmask.log_powers` gives a zero there.
+
+    Attributes:
+        graph: ``[P]`` long, batch position of each pair's graph.
+        row, col: ``[P]`` long, the pair's query and key within its graph.
+        values: ``[P, K]`` float32 :func:`~xmask_cli.model.logsmask.log_powers` of ``Â^1..Â^K`` at the pair.
+    """
+
+    graph: Tensor
+    row: Tensor
+    col: Tensor
+    values: Tensor
+
+
+@dataclass
 class PackedBatch:
-    """A padded batch whose structure is per-graph log-powers (a graph-level stream with its log cache).
+    """A padded batch whose structure is log-powers (a graph-level stream's store).
 
     Attributes:
         x: ``[B, N, F]`` node features; mask: ``[B, N]`` bool, real nodes first in each row.
-        log_powers: per graph, its ``[K, n_b, n_b]`` :func:`~xmask_cli.model.logsmask.log_powers`.
+        log_powers: the batch's :class:`LogPairs`, or per graph its ``[K, n_b, n_b]``
+            :func:`~xmask_cli.model.logsmask.log_powers`.
         log_spec: ``(eps, outside_support)`` they were taken with; must be the model's.
         extras: dense structure the learned biases read, or None.
     """
 
     x: Tensor
     mask: Tensor
-    log_powers: tuple[Tensor, ...]
+    log_powers: LogPairs | tuple[Tensor, ...]
     log_spec: tuple[float, str] | None
     extras: Mapping[str, Tensor] | None = None
 

@@ -7,13 +7,16 @@ and ``_no_pair_task``.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import cast
 
 import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
 
-from xmask_cli.model.logsmask import DenseStructure
+from xmask_cli.model.batches import LogPairs
+from xmask_cli.model.logsmask import DenseStructure, XLogSMaskBias
+from xmask_cli.model.logsmask import log_powers as take_log
 from xmask_cli.model.packing import PackedGraphs, pack_graphs
 
 
@@ -26,7 +29,7 @@ class PackedPath:
                 and self.cfg.encoder != "patch")
 
     def encode_packed(self, x: Tensor, mask: Tensor, powers: Tensor | None = None,
-                      log_powers: Sequence[Tensor] | None = None, log_spec: tuple | None = None,
+                      log_powers: LogPairs | Sequence[Tensor] | None = None, log_spec: tuple | None = None,
                       extras: Mapping[str, Tensor] | None = None) -> tuple[Tensor, PackedGraphs]:
         """Embeddings ``[n, hidden]`` of the real nodes of a padded batch, and its packing.
 
@@ -37,8 +40,9 @@ class PackedPath:
         Args:
             x: ``[B, N, F]`` node features; mask: ``[B, N]``, real nodes first in each row.
             powers: ``[B, K, N, N]`` ``Â^1..Â^K``, or None when ``log_powers`` are given.
-            log_powers: per graph, its ``[K, n_b, n_b]`` :func:`~xmask_cli.model.logsmask.log_powers`
-                (the graph-level stream caches them); used instead of ``powers``.
+            log_powers: the batch's :class:`~xmask_cli.model.batches.LogPairs` (what the graph-level stream
+                gives), or per graph its ``[K, n_b, n_b]`` :func:`~xmask_cli.model.logsmask.log_powers`;
+                used instead of ``powers``.
             log_spec: ``(eps, outside_support)`` they were taken with; must be the model's.
             extras: dense structure the learned biases read (as :meth:`encode_dense`).
         """
@@ -48,9 +52,16 @@ class PackedPath:
         if self.cfg.input_dropout > 0 and self.cfg.encoder == "linear":
             rows = packed.dropout(rows, self.cfg.input_dropout, self.training)
         h = self.encoder(rows)
-        bias = self._packed_bias(packed, mask, powers, log_powers, log_spec)
         attn = self.blocks[0].attn if len(self.blocks) else None
-        shared = [None if attn is None else attn.dense_mask(b, g.mask, h.dtype) for g, b in zip(packed.groups, bias)]
+        scaled = isinstance(log_powers, LogPairs) and attn is not None and self.bias is not None
+        if scaled:  # the term as it enters the logits, scaled at the pairs instead of over each group's grid
+            self._check_log_spec(log_spec)
+            bias = self._bias_from_pairs(packed, cast(LogPairs, log_powers), attn.structural_term)
+        else:
+            bias = self._packed_bias(packed, mask, powers, log_powers, log_spec)
+        shared = [None if attn is None else attn.dense_mask(b, g.mask, h.dtype, scaled=scaled)
+                  for g, b in zip(packed.groups, bias)]
+        del bias  # the masks hold what attention reads (a large graph's bias is hundreds of MB)
         for i, block in enumerate(self.blocks):
             learned = self._learned(i, extras, mask=mask)
             masks = shared
@@ -64,15 +75,14 @@ class PackedPath:
         return h, packed
 
     def _packed_bias(self, packed: PackedGraphs, mask: Tensor, powers: Tensor | None,
-                     log_powers: Sequence[Tensor] | None, log_spec: tuple | None) -> list[Tensor | None]:
+                     log_powers: LogPairs | Sequence[Tensor] | None, log_spec: tuple | None) -> list[Tensor | None]:
         """Per attention group, the X-LogSMask bias ``[G, H, W, W]`` (0 on padding), or Nones without a bias."""
         if self.bias is None:
             return [None] * len(packed.groups)
         if log_powers is not None:
-            spec = (self.bias.eps, self.bias.outside_support)
-            if log_spec is None or (float(log_spec[0]), str(log_spec[1])) != spec:
-                raise ValueError(f"the batch's log-powers were taken with (eps, outside_support) = {log_spec}, "
-                                 f"the model needs {spec}")
+            self._check_log_spec(log_spec)
+            if isinstance(log_powers, LogPairs):
+                return self._bias_from_pairs(packed, log_powers)
             out = []
             for g in packed.groups:
                 if len(g.sizes) == 1:  # a graph alone in its group (the largest ones): its own terms, no copy
@@ -88,12 +98,63 @@ class PackedPath:
         full = self.bias(DenseStructure(powers=powers, mask=mask))  # [B, H, N, N], 0 on padding
         return [full.index_select(0, g.graphs)[:, :, :g.width, :g.width] for g in packed.groups]
 
+    def _check_log_spec(self, log_spec: tuple | None) -> None:
+        """Refuse log-powers taken with another ``(eps, outside_support)`` than the model's term."""
+        bias = cast(XLogSMaskBias, self.bias)
+        spec = (bias.eps, bias.outside_support)
+        if log_spec is None or (float(log_spec[0]), str(log_spec[1])) != spec:
+            raise ValueError(f"the batch's log-powers were taken with (eps, outside_support) = {log_spec}, "
+                             f"the model needs {spec}")
+
+    def _bias_from_pairs(self, packed: PackedGraphs, pairs: LogPairs,
+                         term: Callable[[Tensor], Tensor] = lambda t: t) -> list[Tensor | None]:
+        """Per attention group, ``[G, H, W, W]``: the log value outside the stored support, then the stored pairs'.
+
+        The numbers the per-graph dense log-powers give (the log of a zero is the
+        fill, the diagonal's included), 0 on padding; one flat scatter per group.
+        ``term``: an elementwise map (the attention's scaling) applied to the pairs and
+        the fills before they are laid out, so the grid is never mapped as a whole.
+        """
+        bias = cast(XLogSMaskBias, self.bias)
+        vals = pairs.values
+        k = vals.size(1)
+        zero = torch.zeros(2, 2, k, dtype=vals.dtype, device=vals.device)
+        off = ~torch.eye(2, dtype=torch.bool, device=vals.device)[:, :, None]
+        # [H] per head: the log of a zero off the diagonal (-inf under 'hard') and on it; 0 on heads without a mask.
+        logs = bias.from_log_powers(take_log(zero, bias.eps, bias.outside_support, off_diagonal=off), axis=2)
+        fill_off, fill_diag = term(logs[0, 1]), term(logs[0, 0])
+        heads = term(bias.from_log_powers(vals, axis=1))  # [P, H]
+        where = torch.empty(packed.num_graphs, dtype=torch.long, device=vals.device)  # group of each graph
+        slot = torch.empty(packed.num_graphs, dtype=torch.long, device=vals.device)  # its position in the group
+        for i, g in enumerate(packed.groups):
+            where[g.graphs] = i
+            slot[g.graphs] = torch.arange(len(g.sizes), device=vals.device)
+        pair_group = where[pairs.graph] if len(packed.groups) > 1 else None
+        pair_slot = slot[pairs.graph]
+        out: list[Tensor | None] = []
+        for i, g in enumerate(packed.groups):
+            w, n_heads = g.width, heads.size(1)
+            b = fill_off.view(1, -1, 1, 1).expand(len(g.sizes), -1, w, w).contiguous()  # [G, H, W, W]
+            if g.slots is not None:  # padding in the group: 0 there
+                b.masked_fill_(~(g.mask[:, None, :, None] & g.mask[:, None, None, :]), 0.0)
+            b.diagonal(0, 2, 3).copy_(torch.where(g.mask[:, None], fill_diag.view(1, -1, 1), heads.new_zeros(())))
+            p_slot, p_row, p_col, p_heads = pair_slot, pairs.row, pairs.col, heads
+            if pair_group is not None:  # this group's pairs only
+                sel = (pair_group == i).nonzero().squeeze(1)
+                p_slot, p_row, p_col, p_heads = (t.index_select(0, sel) for t in (p_slot, p_row, p_col, p_heads))
+            # Flat position of (graph slot, head, row, col) in the contiguous [G, H, W, W] tensor.
+            at = (p_slot * (n_heads * w) + p_row) * w + p_col
+            at = at[:, None] + torch.arange(n_heads, device=at.device) * (w * w)
+            b.view(-1).index_put_((at.reshape(-1),), p_heads.reshape(-1))
+            out.append(b)
+        return out
+
     def readout_packed(self, h: Tensor, packed: PackedGraphs) -> Tensor:
         """``[B, hidden]`` sum/mean/max of packed rows ``h [n, hidden]`` per graph (an empty graph gives 0)."""
         return scatter(h, packed.graph, dim=0, dim_size=packed.num_graphs, reduce=self.cfg.readout)
 
     def forward_packed(self, x: Tensor, mask: Tensor, powers: Tensor | None = None,
-                       log_powers: Sequence[Tensor] | None = None, log_spec: tuple | None = None,
+                       log_powers: LogPairs | Sequence[Tensor] | None = None, log_spec: tuple | None = None,
                        extras: Mapping[str, Tensor] | None = None) -> Tensor:
         """Graph task, packed: ``[B, out_dim]``, the numbers of :meth:`forward_dense` (see :meth:`encode_packed`)."""
         self._no_pair_task()

@@ -134,15 +134,16 @@ def plan_groups(sizes: list[int], call_pairs: int = GROUP_CALL_PAIRS) -> list[li
     group's batch positions, largest graph first.
     """
     order = sorted((b for b, n in enumerate(sizes) if n > 0), key=lambda b: (-sizes[b], b))
-    s = [sizes[b] for b in order]
+    s = np.array([sizes[b] for b in order], dtype=np.float64)
     m = len(s)
-    best = [0.0] + [float("inf")] * m  # best[j]: cost of the first j graphs
+    best = np.zeros(m + 1)  # best[j]: cost of the first j graphs
     cut = [0] * (m + 1)
+    square = s * s
     for j in range(1, m + 1):
-        for i in range(j):  # group = graphs i..j-1, padded to s[i] (the largest)
-            c = best[i] + call_pairs + (j - i) * s[i] * s[i]
-            if c < best[j]:
-                best[j], cut[j] = c, i
+        # group = graphs i..j-1, padded to s[i] (the largest); the first cheapest i wins ties
+        c = best[:j] + call_pairs + (j - np.arange(j)) * square[:j]
+        i = int(np.argmin(c))
+        best[j], cut[j] = c[i], i
     groups: list[list[int]] = []
     j = m
     while j > 0:

@@ -267,3 +267,39 @@ def test_packed_and_padded_layouts_train_to_the_same_metrics(mutag: Mutag, tmp_p
     for part in ("train", "val", "test"):
         assert s_pack["metrics"][part] == pytest.approx(s_pad["metrics"][part], rel=1e-6), part
     assert s_pack["best_epoch"] == s_pad["best_epoch"]
+
+
+def test_the_stores_log_pairs_train_to_the_dense_powers_numbers(shared_data: Path, tmp_path: Path) -> None:
+    """PROTEINS (graphs of 4 to 620 nodes), the preset's model with dropout: a few training steps and the
+    validation outputs through the store's log pairs equal, bit for bit, those of the same model fed the
+    cache's dense powers (per-graph reads, the log taken by the model's own X-LogSMask term)."""
+    from xmask_cli.engine.experiment import Experiment
+
+    cfg = resolve("proteins")
+    exp = Experiment.load(cfg, cache_dir=tmp_path / "cache", data_root=shared_data, offline=True)
+    split = graph_split(exp.graphs.spec.split, exp.graphs.dataset, seed=0)
+    split = replace(split, train=split.train[np.argsort(-exp.graphs.num_nodes[split.train])][:160])  # large ones
+    spec = graph_mod.log_mask_of(cfg)
+    assert spec is not None
+    tasks = [GraphTask(exp.cache_path, exp.graphs, split, "accuracy", 32, 0, "cpu", node_struct="degree",
+                       log_mask=log_mask) for log_mask in (spec, None)]
+    torch.manual_seed(0)
+    models = [XMaskNet(exp.model_config(tasks[0]))]
+    models.append(XMaskNet(exp.model_config(tasks[1])))
+    models[1].load_state_dict(models[0].state_dict())
+    runs = []
+    for task, model in zip(tasks, models):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+        torch.manual_seed(1)
+        model.train()
+        losses = []
+        for batch in task.train_batches(0):
+            assert (batch.log_powers is None) == (task is tasks[1])
+            opt.zero_grad()
+            loss, _ = task.loss(model, batch)
+            loss.backward()
+            opt.step()
+            losses.append(loss.detach())
+        runs.append((torch.stack(losses), task.outputs(model, "val")[0]))
+    assert len(runs[0][0]) == 5 and runs[0][0].std() > 0
+    assert torch.equal(runs[0][0], runs[1][0]) and torch.equal(runs[0][1], runs[1][1])

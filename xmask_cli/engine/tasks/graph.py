@@ -26,6 +26,7 @@ from xmask_cli.data.graphset import GraphSet
 from xmask_cli.engine.distributed import deal
 from xmask_cli.engine.features import input_features
 from xmask_cli.engine.folds import outer_folds
+from xmask_cli.engine.graph_store import GraphStore
 from xmask_cli.engine.loop import PARTS, train_task
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.engine.runs import RunDir
@@ -73,13 +74,11 @@ def _predict(model: XMaskNet, stream: GraphLevelStream, device: torch.device,
     return (torch.cat(outs), torch.cat(ys)) + ((torch.cat(ids),) if with_index else ())
 
 
-def _eval_stream(cache_path: str | os.PathLike, features: Sequence[Tensor], labels: Tensor,
-                 indices: np.ndarray, batch_size: int, needs: Iterable[str] = (),
-                 log_mask: tuple[float, str] | None = None,
-                 log_cache_bytes: int = LOG_CACHE_BYTES) -> GraphLevelStream:
+def _eval_stream(cache_path: str | os.PathLike, store: GraphStore, indices: np.ndarray, batch_size: int,
+                 needs: Iterable[str] = ()) -> GraphLevelStream:
     # Unshuffled: evaluation batches, hence the numbers, are the same at every call.
-    return GraphLevelStream(cache_path, features, labels, indices, batch_size, shuffle=False, seed=0,
-                            load_in_memory=True, needs=needs, log_mask=log_mask, log_cache_bytes=log_cache_bytes)
+    return GraphLevelStream(cache_path, (), store.labels, indices, batch_size, shuffle=False, seed=0,
+                            load_in_memory=True, needs=needs, log_mask=store.log_spec, store=store)
 
 
 class GraphTask(Task[GraphBatch]):
@@ -91,9 +90,11 @@ class GraphTask(Task[GraphBatch]):
     ``node_struct``: structural channels appended to the node features (``model.node_struct``,
     :func:`~xmask_cli.engine.features.input_features`); ``in_dim`` / ``struct_dim`` say the widths.
     ``log_mask``: ``(eps, outside_support)`` of the model: batches carry each graph's
-    cached log-powers instead of dense powers (what ``model.graph_layout: packed``
+    log-powers at its stored pairs instead of dense powers (what ``model.graph_layout: packed``
     reads; :func:`log_mask_of`); None: dense powers, which either layout reads.
-    ``log_cache_mb``: how much of those each stream keeps (``train.log_cache_mb``).
+    ``log_cache_mb``: the most MB of log values kept (``train.log_cache_mb``).
+    The four streams (train, val, test) share one :class:`~xmask_cli.engine.graph_store.GraphStore`:
+    features, labels and structure are in memory once.
     """
 
     def __init__(self, cache_path: str | os.PathLike, graphs: GraphSet, split: Split, metric: str,
@@ -109,12 +110,14 @@ class GraphTask(Task[GraphBatch]):
         features, self.struct_dim = input_features(graphs, node_struct, cache_path)
         labels = graph_labels(graphs)
         self.in_dim = int(features[0].size(1))
+        store = GraphStore(cache_path, features, labels, log_mask, log_cache_mb << 20)
+        del features  # the store holds them flat
         # With loader workers each worker opens the HDF5 file lazily and reads its batches' slices.
-        self.train_stream = GraphLevelStream(cache_path, features, labels, split.train, batch_size,
+        self.train_stream = GraphLevelStream(cache_path, (), labels, split.train, batch_size,
                                              shuffle=True, seed=seed, load_in_memory=self.loader_workers == 0,
-                                             needs=needs, log_mask=log_mask, log_cache_bytes=log_cache_mb << 20)
-        self.eval_streams = {part: _eval_stream(cache_path, features, labels, getattr(split, part), batch_size, needs,
-                                                log_mask, log_cache_mb << 20) for part in PARTS}
+                                             needs=needs, log_mask=log_mask, store=store)
+        self.eval_streams = {part: _eval_stream(cache_path, store, getattr(split, part), batch_size, needs)
+                             for part in PARTS}
 
     def describe(self) -> dict[str, object]:
         return {"dataset": self.graphs.spec.name, "cache_path": self.cache_path, "split": self.split.to_dict()}
