@@ -57,7 +57,8 @@ Environment: XMASK_FORMAT (the default of --format), XMASK_DATA_ROOT (the defaul
 download, as --offline), XMASK_PRESETS (extra preset folders, `:`-separated, searched first),
 XMASK_DEBUG=1 (show the traceback behind an error), XMASK_DIST_TIMEOUT (seconds a collective
 waits for the other ranks under torchrun), XMASK_MAX_NODES (the most nodes a dataset folder's
-features file alone may give, 10000000 by default).
+features file alone may give, 10000000 by default), XMASK_THREADS (torch and numba threads per
+process; default: one at the graph level, else the usable cores shared among torchrun's local ranks).
 
 """ + EXIT_HELP
 
