@@ -106,11 +106,7 @@ DISABLED_CEILING: dict[str, frozenset[str]] = {
         "engine.experiment", "engine.query",
         "engine.tasks.edge", "engine.tasks.graph", "engine.tasks.image",
         "engine.tasks.link", "engine.tasks.node", "engine.tasks.node_experts",
-        "model.attention", "model.attention_ops", "model.logsmask",
-        "model.biases.stack", "model.biases.magnetic", "model.biases.rrwp",
-        "model.csr_attention", "model.dualmode", "model.experts",
-        "model.layers", "model.model_config", "model.network",
-        "model.packed_path", "model.token_path",
+        "model.logsmask", "model.network", "model.packed_path",
     ]
 }
 
