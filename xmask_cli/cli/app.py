@@ -12,7 +12,7 @@ import functools
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -67,14 +67,17 @@ class OneLineErrors(typer.core.TyperGroup):
     """Option-parser errors (``--bogus``, ``--workers 0``) as one ``error:`` line and exit 2, like every
     other xmask error, instead of click's boxed usage text."""
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, windows_expand_args: bool = True, **extra: Any) -> Any:
+        # click's own parameters, spelled out: a positional argument can then never meet a keyword twice.
+        kwargs: dict[str, Any] = {"windows_expand_args": windows_expand_args, **extra}
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **kwargs)
         try:
-            rv = super().main(*args, standalone_mode=False, **kwargs)
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **kwargs)
         except _click_exceptions.ClickException as exc:
             if isinstance(exc, getattr(_click_exceptions, "NoArgsIsHelpError", ())):
-                return super().main(*args, standalone_mode=True, **kwargs)  # bare `xmask cache`: the help
+                return super().main(args, prog_name, complete_var, standalone_mode=True, **kwargs)  # bare `xmask cache`: the help
             ctx = getattr(exc, "ctx", None)
             hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
             message = " ".join(line.strip() for line in exc.format_message().splitlines() if line.strip())

@@ -97,7 +97,7 @@ def rebuild_run(
     offline: bool | None = None,
     device: str = "cpu",
     log: Callable[[str], None] = lambda m: None,
-) -> tuple[Experiment, Task[Any], torch.nn.Module]:
+) -> tuple[Experiment, Task[Any], XMaskNet]:
     """Rebuild a run's experiment, task (same seed, same split) and best model, in eval mode."""
     cfg: Config = build(Config, saved["config"])
     exp = Experiment.load(cfg, cache_dir=cache_dir, offline=offline, log=log,

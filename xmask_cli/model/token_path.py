@@ -6,7 +6,7 @@ local / cluster / global masks. It reads the model's ``cfg``, ``encoder``,
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -24,7 +24,7 @@ class TokenPath:
     # What it reads of the model (XMaskNet sets and defines them).
     cfg: ModelConfig
     encoder: torch.nn.Module
-    blocks: torch.nn.ModuleList
+    blocks: Sequence[TransformerBlock]  # a ModuleList of them (as MaskMemo declares it)
     bias: XLogSMaskBias | None
     _drop_input: Callable[[Tensor], Tensor]
     _mlp_head: Callable[[], torch.nn.Module]
@@ -89,8 +89,7 @@ class TokenPath:
         # The same biases as the forward: without them every block after the first would see other inputs.
         routed = self._routed(masks, local_values, regions)
         for block in self.blocks:
-            # An expert model's blocks are TransformerBlocks over RoutedAttention (XMaskNet builds them so).
-            assert isinstance(block, TransformerBlock) and isinstance(block.attn, RoutedAttention)
+            assert isinstance(block.attn, RoutedAttention)  # an expert model's blocks route (XMaskNet builds them so)
             src = block.norm1(h) if block.norm == "pre" else h
             out.append(block.attn.routing_weights(src))
             h = block(h, routed=routed)

@@ -72,6 +72,16 @@ class Param:
     step: float | int | None = None
     choices: tuple[Any, ...] = ()
 
+    def bounds(self) -> tuple[float | int, float | int]:
+        """``(low, high)`` of an ``int`` / ``float`` param.
+
+        Raises:
+            ValueError: a ``choice`` param (it has no range).
+        """
+        if self.low is None or self.high is None:
+            raise ValueError(f"tune.{self.key}: a {self.kind} parameter has no range")
+        return self.low, self.high
+
     def labels(self) -> list[Any]:
         """Optuna's categorical choices: scalars as they are, lists and mappings as their JSON text."""
         return [_label(c) for c in self.choices]
@@ -230,12 +240,13 @@ PROBE_ALL_INTS = 1024
 def _values_to_probe(p: Param) -> list[Any]:
     if p.kind == "choice":
         return list(p.choices)
-    if p.kind == "int" and not p.log and (p.high - p.low) // (p.step or 1) < PROBE_ALL_INTS:
+    low, high = p.bounds()
+    if p.kind == "int" and not p.log and (high - low) // (p.step or 1) < PROBE_ALL_INTS:
         # Every value a trial can draw: model.hidden: {int: [32, 256]} holds 33, which no 4-head model takes.
-        return list(range(int(p.low), int(p.high) + 1, int(p.step or 1)))
-    if p.kind == "int" and p.log and p.high - p.low < PROBE_ALL_INTS:
-        return list(range(int(p.low), int(p.high) + 1))
-    return [p.low, p.high]
+        return list(range(int(low), int(high) + 1, int(p.step or 1)))
+    if p.kind == "int" and p.log and high - low < PROBE_ALL_INTS:
+        return list(range(int(low), int(high) + 1))
+    return [low, high]
 
 
 def check_space(cfg: Any, *, full: bool = False) -> list[Param]:
@@ -298,9 +309,11 @@ def suggest(trial: Any, params: list[Param]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for p in params:
         if p.kind == "int":
-            values[p.key] = trial.suggest_int(p.key, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
+            low, high = p.bounds()
+            values[p.key] = trial.suggest_int(p.key, int(low), int(high), step=int(p.step or 1), log=p.log)
         elif p.kind == "float":
-            values[p.key] = _tidy(p, trial.suggest_float(p.key, float(p.low), float(p.high), step=p.step, log=p.log))
+            low, high = p.bounds()
+            values[p.key] = _tidy(p, trial.suggest_float(p.key, float(low), float(high), step=p.step, log=p.log))
         else:
             label = trial.suggest_categorical(p.key, p.labels())
             values[p.key] = p.choices[p.labels().index(label)]
@@ -325,11 +338,12 @@ def _inside(p: Param, value: Any) -> bool:
     """Whether ``value`` is a point of ``p``'s space (on its grid when it has a step)."""
     if p.kind == "choice":
         return _label(value) in p.labels()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not p.low <= value <= p.high:
+    low, high = p.bounds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
         return False
     if p.step is None:
         return p.kind == "float" or float(value).is_integer()
-    steps = (value - p.low) / p.step
+    steps = (value - low) / p.step
     return abs(steps - round(steps)) < 1e-9
 
 
