@@ -9,7 +9,7 @@ from tests.tune.conftest import TINY, tiny_args
 from xmask_cli import config as C
 from xmask_cli import config_resolve as R
 from xmask_cli.errors import ConfigError
-from xmask_cli.tune.space import check_space, decode, parse_space, start_point, suggest
+from xmask_cli.tune.space import Param, check_space, decode, parse_space, start_point, suggest
 
 
 @pytest.mark.parametrize("entry, key, words", [
@@ -136,3 +136,10 @@ def test_the_start_point_is_the_presets_own_values_inside_the_space():
     assert decode(check_space(cfg), start)["model.head_powers"] == [1, 1, 2, 2]
     off_grid = R.resolve("mutag", ["tune=null", "model.dropout=0.25", "tune.model.dropout={float: [0.0, 0.5], step: 0.1}"])
     assert start_point(off_grid, check_space(off_grid)) == {}
+
+
+def test_bounds_of_a_range_and_none_for_a_choice():
+    assert Param("model.hidden", "int", low=16, high=64).bounds() == (16, 64)
+    assert Param("train.lr", "float", low=0.1, high=0.5).bounds() == (0.1, 0.5)
+    with pytest.raises(ValueError, match="tune.model.norm: a choice parameter has no range"):
+        Param("model.norm", "choice", choices=("pre", "post")).bounds()
