@@ -41,7 +41,7 @@ on the training nodes, backward, grad-norm clipping at 1.0, AdamW step):
    degree channel of ``model.node_struct`` appended to the features, sum readout,
    hidden 64, 4 heads, 2 layers, packed layout on the stream's cached log-powers)
    against one epoch of the standard GIN (5 GIN layers, hidden 64, sum readout,
-   batch 32; ``peers._gin``) fed the same input columns, over the same training
+   batch 32; ``peers_gnn._gin``) fed the same input columns, over the same training
    split (``graph_split("random-8-1-1", seed=0)``); both sides clip the gradient
    norm at 1.0 and step AdamW. Target: within 3x. ``--padded`` also times the padded layout
    (``proteins_epoch_padded``, for information); ``--breakdown`` profiles one epoch of each side
@@ -80,7 +80,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-for _p in (str(REPO), str(HERE)):  # the package, and benchmarks/peers.py (its GIN)
+for _p in (str(REPO), str(HERE)):  # the package, and benchmarks/peers_gnn.py (its GIN)
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
@@ -385,7 +385,7 @@ def figure_3(cora: Cora, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def figure_4(args: argparse.Namespace, cache_dir: Path) -> list[dict[str, Any]]:
     import torch
-    from peers import _gin
+    from peers_gnn import _gin
     from torch_geometric.data import Data
     from torch_geometric.loader import DataLoader
 

@@ -85,12 +85,12 @@ def _threads_env() -> dict[str, str]:
 
 
 def _peers() -> Any:
-    """benchmarks/peers.py as a module (the preset budgets it reads)."""
+    """benchmarks/peers_common.py as a module (the preset budgets the peers read)."""
     if str(HERE) not in sys.path:
         sys.path.insert(0, str(HERE))
-    import peers
+    import peers_common
 
-    return peers
+    return peers_common
 
 
 def xmask_params(run_dir: Path) -> int:
@@ -356,6 +356,14 @@ def cmd_speed(args: argparse.Namespace) -> int:
     return 0
 
 
+
+def _paths(p: argparse.ArgumentParser) -> None:
+    """``--data-root``, ``--cache`` and ``--out-dir``: the subcommands that prepare or train share them."""
+    p.add_argument("--data-root", type=Path, default=Path(os.environ.get("XMASK_DATA_ROOT")
+                                                          or REPO.parent / "shared" / "datasets"))
+    p.add_argument("--cache", type=Path, default=Path(os.environ.get("XMASK_CACHE") or "/tmp/xmask-table-cache"))
+    p.add_argument("--out-dir", type=Path, default=OUT)
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -377,16 +385,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="do not start NAME: estimate its memory from the row measured on MEASURED_DATASET")
     r.add_argument("--no-xmask", action="store_true")
     r.add_argument("--overwrite", action="store_true")
-    r.add_argument("--data-root", type=Path, default=Path(os.environ.get("XMASK_DATA_ROOT")
-                                                              or REPO.parent / "shared" / "datasets"))
-    r.add_argument("--cache", type=Path, default=Path(os.environ.get("XMASK_CACHE") or "/tmp/xmask-table-cache"))
-    r.add_argument("--out-dir", type=Path, default=OUT)
+    _paths(r)
     pp = sub.add_parser("prepare", help="time xmask prepare of one dataset into --cache")
     pp.add_argument("dataset", choices=NODE_SETS + GRAPH_SETS)
-    pp.add_argument("--data-root", type=Path, default=Path(os.environ.get("XMASK_DATA_ROOT")
-                                                               or REPO.parent / "shared" / "datasets"))
-    pp.add_argument("--cache", type=Path, default=Path(os.environ.get("XMASK_CACHE") or "/tmp/xmask-table-cache"))
-    pp.add_argument("--out-dir", type=Path, default=OUT)
+    _paths(pp)
     sp = sub.add_parser("speed", help="alternate xmask and one peer, epoch time only (seed 0)")
     sp.add_argument("dataset", choices=NODE_SETS + GRAPH_SETS)
     sp.add_argument("--peer", required=True)

@@ -8,7 +8,7 @@ What is measured, per dataset: the test metric (mean ± population std over
 * ``X-LogSMask tuned``: ``xmask tune``'s library call (:func:`xmask_cli.tune.study.run_study`) over
   the preset's ``tune:`` space, ``--trials`` trials x ``--seeds`` seeds, then the best
   configuration on the final seeds;
-* ``<peer> tuned``: the peer of ``benchmarks/peers.py`` (GIN for graph sets, GCN and GAT
+* ``<peer> tuned``: the peer of ``benchmarks/peers_gnn.py`` (GIN for graph sets, GCN and GAT
   for Cora / CiteSeer / Computers, the GCN link encoder for Cora link prediction, its
   decoder searched too) searched by the same loop (:func:`xmask_cli.tune.search.optimize`:
   TPE seeded per trial number, the same trial and seed budget, the same pruner
@@ -51,7 +51,8 @@ if str(REPO) not in sys.path:
 sys.path.insert(0, str(HERE))
 
 import numpy as np  # noqa: E402
-import peers  # noqa: E402
+import peers_common  # noqa: E402
+import peers_gnn  # noqa: E402
 
 from xmask_cli.tune.space import Param, suggest  # noqa: E402
 
@@ -90,15 +91,15 @@ def _stats(values: list[float]) -> dict[str, Any]:
 
 def peer_runner(model: str, dataset: str, data_root: Path, cache_dir: Path, epochs: int, patience: int):
     """``run(seed, hp, parts) -> metrics`` for one peer on one dataset (data loaded once)."""
-    graphs = peers._load(dataset, data_root, cache_dir)
+    graphs = peers_common.load(dataset, data_root, cache_dir)
     if model == "GIN":
-        data_list = peers.graph_data_list(graphs)
-        return lambda seed, hp, parts: peers.run_graph(graphs, data_list, seed, epochs, patience, hp=hp,
+        data_list = peers_common.graph_data_list(graphs)
+        return lambda seed, hp, parts: peers_gnn.run_graph(graphs, data_list, seed, epochs, patience, hp=hp,
                                                        parts=parts)["metrics"]
     if model == "GCN-link":  # run_link scores only val and test: the search asks val alone
-        return lambda seed, hp, parts: peers.run_link(graphs, "dot", seed, epochs, patience, hp=hp,
+        return lambda seed, hp, parts: peers_gnn.run_link(graphs, "dot", seed, epochs, patience, hp=hp,
                                                       parts=tuple(p for p in parts if p != "train"))["metrics"]
-    return lambda seed, hp, parts: peers.run_node(graphs, model, seed, epochs, patience, hp=hp, parts=parts)["metrics"]
+    return lambda seed, hp, parts: peers_gnn.run_node(graphs, model, seed, epochs, patience, hp=hp, parts=parts)["metrics"]
 
 
 def _open_peer_study(folder: Path, name: str, pruner: str, resume: bool, log: Any,
@@ -297,13 +298,13 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset", choices=list(DATASETS), default="MUTAG")
     p.add_argument("--trials", type=int, default=10)
-    p.add_argument("--seeds", type=peers.parse_seeds, default=[0, 1])
-    p.add_argument("--final-seeds", type=peers.parse_seeds, default=list(range(10)))
+    p.add_argument("--seeds", type=peers_common.parse_seeds, default=[0, 1])
+    p.add_argument("--final-seeds", type=peers_common.parse_seeds, default=list(range(10)))
     p.add_argument("--sampler-seed", type=int, default=0)
     p.add_argument("--pruner", choices=("none", "median"), default="none")
     p.add_argument("--peer-epochs", type=int, default=None, help="peer epoch budget (default: the preset's train.epochs)")
     p.add_argument("--peers", default=None, help="comma-separated subset of the dataset's peers (default: all)")
-    p.add_argument("--data-root", type=Path, default=peers.DEFAULT_DATA_ROOT)
+    p.add_argument("--data-root", type=Path, default=peers_common.DEFAULT_DATA_ROOT)
     p.add_argument("--work", type=Path, default=REPO / "runs" / "tune_study",
                    help="studies, runs and cache (default: %(default)s, ignored by git)")
     p.add_argument("--threads", type=int, default=None)

@@ -55,3 +55,17 @@ def small_tmpfs(tmp_path: Path) -> Iterator[Callable[[str, str], Path]]:
     yield mount
     for path in mounted:
         subprocess.run(["umount", str(path)], check=True)
+
+
+@pytest.fixture
+def read_only_tmpfs(small_tmpfs: Callable[[str, str], Path]) -> Callable[[Callable[[Path], object]], Path]:
+    """A tmpfs filled by ``populate(path)``, then remounted read-only: a read-only file system even for root
+    (the tests run as root, where ``chmod`` stops no write)."""
+
+    def make(populate: Callable[[Path], object] = lambda path: None) -> Path:
+        path = small_tmpfs("16m", "nothing else makes a read-only file system for root")
+        populate(path)
+        subprocess.run(["mount", "-o", "remount,ro", str(path)], check=True)
+        return path
+
+    return make

@@ -147,3 +147,24 @@ def test_folds_are_refused_before_any_training(tmp_path, monkeypatch):
                                  "--out", str(tmp_path / "abl"), "--cache-dir", str(tmp_path / "cache")])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "data.folds=3" in r.stderr
     assert not (tmp_path / "abl").exists()
+
+
+@pytest.mark.parametrize("plant", ["file", "read-only", "table-folder"])
+def test_an_out_that_cannot_take_the_tables_is_refused_before_any_training(tmp_path, monkeypatch, read_only_tmpfs,
+                                                                           plant):
+    """--out a file or on a read-only mount exits 5, a folder planted at ablation.json exits 2 naming it: before
+    the first variant trains, not after the last."""
+    monkeypatch.setattr(sweep, "train_seeds", lambda *a, **k: pytest.fail("trained"))
+    out, code, needle = tmp_path / "abl", 5, "is a file, not a folder"
+    if plant == "file":
+        out.write_text("x")
+    elif plant == "read-only":
+        out, needle = read_only_tmpfs() / "abl", "read-only file system"
+    else:
+        (out / "ablation.json").mkdir(parents=True)
+        code, needle = 2, f"{out / 'ablation.json'} is a folder, not a file"
+    r = CliRunner().invoke(app, ["ablate", "--preset", "graph-level", "--seeds", "0", "--out", str(out),
+                                 "--cache-dir", str(tmp_path / "cache")])
+    assert r.exit_code == code and r.stderr.count("\n") == 1 and r.stderr.startswith("error: "), r.stderr
+    assert needle in r.stderr and ("--out" in r.stderr or code == 2)
+    assert not (tmp_path / "cache").exists()

@@ -19,13 +19,14 @@ PACKAGE = ROOT / "xmask_cli"
 # ``xmask_cli.engine.tasks.node``; ``api`` for ``xmask_cli.api``).
 BELOW: dict[str, set[str]] = {
     "__main__": {"cli"},
-    "cli": {"render", "api", "ablate", "explain", "tune"},
+    "cli": {"render", "api", "ablate", "explain", "export", "tune"},
     "render": {"cache"},
     "api": {"engine"},
     "transforms": {"prepare"},
     "nn": {"model", "api"},
     "ablate": {"engine"},
     "explain": {"engine"},
+    "export": {"engine"},
     "tune": {"engine"},
     "engine": {"prepare", "model"},
     "prepare": {"cache", "model"},
@@ -36,8 +37,8 @@ BELOW: dict[str, set[str]] = {
 }
 # Read by every layer; a leaf imports only leaves. (``xmask_cli`` itself: the package's __init__, which
 # holds the version and loads the API's names on first use.)
-LEAVES = {"arguments", "config", "config_resolve", "config_rules", "config_section", "errors", "fs", "jsonfile", "console",
-          "results", "xmask_cli"}
+LEAVES = {"arguments", "config", "config_build", "config_presets", "config_resolve", "config_rules", "config_section",
+          "config_space", "errors", "fs", "jsonfile", "console", "results", "versions", "xmask_cli"}
 
 # Imports inside functions are allowed for start-up time (a command loads its library only when it runs,
 # so `xmask --help` does not load torch) and for optional dependencies. Importer modules (or packages,
@@ -55,8 +56,8 @@ LAZY_ALLOWED: dict[str, str] = {
                                "load when a config is read",
     "xmask_cli.nn.from_run": "start-up time: from_run of a run folder reads it through the API (load_run: the "
                              "engine) only when called",
-    "xmask_cli.tune.space": "start-up time: every preset load checks the space without the engine (torch); "
-                            "xmask tune's full check loads it",
+    "xmask_cli.tune.space": "start-up time: the CLI's tune command parses its space without the engine (torch); "
+                            "the full check against training's rules loads it",
 }
 
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
+
+from xmask_cli import config as C
 from xmask_cli import config_resolve as R
 from xmask_cli.config import Config, ModelSection, StructureSection, section_fields, to_json
+from xmask_cli.errors import ConfigError
 
 
 def test_schema_defaults_match_the_pinned_math():
@@ -38,3 +42,33 @@ def test_section_fields_keeps_nested_sections_as_objects():
     assert got["powers"] is s.powers and dataclasses.is_dataclass(got["powers"])  # asdict would give a dict
     m = dataclasses.replace(ModelSection(), heads=8)
     assert section_fields(m)["heads"] == 8 and section_fields(m)["hidden"] == ModelSection.hidden
+
+
+def test_the_training_memory_bound_is_a_lower_bound_of_the_models_weights(monkeypatch) -> None:
+    """``ModelSection.training_bytes`` / 16 bytes (weight, gradient, Adam's two moments) is at most the blocks'
+    parameter count of a real model, and within 10 % of it: a width it refuses is one training could not hold."""
+    from xmask_cli.model.model_config import ModelConfig
+    from xmask_cli.model.network import XMaskNet
+
+    cfg = ModelConfig(in_dim=3, out_dim=2, hidden=32, heads=4, layers=3, ffn_mult=3, task="graph")
+    params = sum(p.numel() for p in XMaskNet(cfg).blocks.parameters())
+    estimate = C.ModelSection(hidden=32, heads=4, layers=3, ffn_mult=3).training_bytes() // 16
+    assert 0.9 * params <= estimate <= params
+    monkeypatch.setattr(C, "machine_memory_bytes", lambda: 2**30)
+    C.ModelSection(hidden=1024, heads=4, layers=2, ffn_mult=2).check("model")  # 16 * 2 * 8 * 2^20 = 256 MiB
+    with pytest.raises(ConfigError, match=r"^model\.hidden: 4096 with model\.layers=2 and model\.ffn_mult=2 needs "
+                                          r"about 4 GiB .* more than this machine's 1 GiB"):
+        C.ModelSection(hidden=4096, heads=4, layers=2, ffn_mult=2).check("model")
+
+
+def test_the_mask_floor_eps_is_a_normal_float32(monkeypatch) -> None:
+    """``structure.powers.eps`` is added in float32 where the log mask is formed: a value float32 holds as a normal
+    number keeps ``log(eps)`` finite (the ``eps`` outside support); below it the sum is 0 and the log -inf."""
+    import numpy as np
+
+    tiny = float(np.finfo(np.float32).tiny)
+    assert np.isfinite(np.log(np.float32(0) + np.float32(tiny)))
+    assert np.float32(1e-50) == 0  # what a smaller eps becomes
+    assert R.resolve(None, [f"structure.powers.eps={tiny!r}"]).structure.powers.eps == tiny
+    with pytest.raises(ConfigError, match=r"^structure\.powers\.eps: must lie in \[1\.175e-38, 1\)"):
+        R.resolve(None, ["structure.powers.eps=1e-50"])

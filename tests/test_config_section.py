@@ -2,13 +2,14 @@
 error (exit 2) naming the key, each bound itself accepted."""
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, Literal
 
 import pytest
 
-from xmask_cli.config_section import Need, Section, needer
+from xmask_cli.config_section import FLOAT32_MAX, INT64_MAX, Need, Section, needer
 from xmask_cli.errors import ConfigError
 
 
@@ -69,3 +70,60 @@ def test_needer_raises_only_when_the_condition_fails() -> None:
     need(True, "epochs", "must be >= 1")
     with pytest.raises(ConfigError, match=r"^train\.epochs: must be >= 1$"):
         need(False, "epochs", "must be >= 1")
+
+
+@dataclass(frozen=True)
+class _Capped(Section):
+    AT_MOST: ClassVar = {"width": 64, "heads": (8, "eight at most")}
+
+    width: int = 64
+    heads: int = 8
+    rate: float = 1.0
+    rates: list[float] = field(default_factory=lambda: [0.5])
+    steps: int | None = None
+
+
+def test_an_upper_bound_is_itself_accepted_and_one_past_it_refused() -> None:
+    _Capped().check("model")
+    assert str(_refusal(_Capped(width=65))) == "model.width: must be <= 64"
+    assert str(_refusal(_Capped(heads=9))) == "model.heads: must be <= 8 (eight at most)"
+
+
+def _torch_takes_float(v: float) -> bool:
+    """The oracle: torch's own conversion of a Python float to a float32 scalar (as the optimizer's ``alpha``)."""
+    import torch
+
+    try:
+        torch.zeros(1).add_(torch.zeros(1), alpha=v)
+    except RuntimeError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("v", [1e38, FLOAT32_MAX, -FLOAT32_MAX, math.nextafter(FLOAT32_MAX, math.inf), 3.41e38,
+                               1e39, -1e39, 1e300, 1e-300])
+def test_a_float_is_accepted_exactly_when_float32_holds_it(v: float) -> None:
+    """Every float field (plain, in a list) is refused where torch's float32 conversion overflows, and only there."""
+    for section, key in ((_Capped(rate=v), "rate"), (_Capped(rates=[0.5, v]), "rates[1]")):
+        if _torch_takes_float(v):
+            section.check("train")
+        else:
+            err = _refusal(section, "train")
+            assert str(err).startswith(f"train.{key}: {v:g} is not finite in float32")
+            assert err.keys == {f"train.{key}"}
+
+
+def test_an_integer_beyond_int64_is_refused() -> None:
+    import torch
+
+    _Capped(steps=INT64_MAX).check("x")
+    assert int(torch.tensor(INT64_MAX)) == INT64_MAX  # the oracle: torch holds the bound, not one past it
+    with pytest.raises((RuntimeError, ValueError, OverflowError)):
+        torch.tensor(INT64_MAX + 1)
+    assert str(_refusal(_Capped(steps=INT64_MAX + 1), "x")) == f"x.steps: {INT64_MAX + 1} does not fit int64, the dtype it is used in"
+
+
+def test_a_failed_check_carries_the_keys_it_named() -> None:
+    err = _refusal(_Toy(low=4, high=3))
+    assert err.keys == {"model.low", "model.high"}
+    assert _refusal(_Toy(layers=0)).keys == {"model.layers"}

@@ -59,3 +59,61 @@ def test_human_bytes(n, want):
 
 def test_fmt_metric():
     assert fmt_metric(None) == "-" and fmt_metric(0.91234) == "0.9123" and fmt_metric(1) == "1.0000"
+
+
+class _Terminal(io.StringIO):
+    """A stderr that says it is a terminal: rich draws its live bar into it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def _segments(text: str) -> list[str]:
+    """What a terminal shows between line breaks and line-erasing controls, colours removed."""
+    parts = re.split(r"\r|\n|\x1b\[2K|\x1b\[\?25[lh]|\x1b\[\d*A", text)
+    return [re.sub(r"\x1b\[[\d;]*m", "", p) for p in parts]
+
+
+def test_a_log_line_under_a_live_bar_is_printed_above_it_never_glued_to_it(monkeypatch):
+    term = _Terminal()
+    monkeypatch.setattr("sys.stderr", term)
+    monkeypatch.setenv("TERM", "xterm")
+    monkeypatch.delenv("NO_COLOR", raising=False)
+    out = Output()
+    with out.progress("train", 4) as bar:
+        bar.restart(4, "train seed 3 fold 1", unit="epoch")
+        bar(2, 4)
+        bar.status("val accuracy 0.7500")
+        bar.prog.refresh()  # type: ignore[attr-defined]  # draw this frame now, not on the next tick
+        out.log("seed 3 fold 1: best epoch 1")
+        bar(3, 4)
+    out.log("after the bar")
+    segs = _segments(term.getvalue())
+    bars = [s for s in segs if "━" in s]
+    assert bars, term.getvalue()
+    # Every frame of the bar is alone between controls: no log text shares a segment with it.
+    assert not [s for s in bars if "best epoch" in s or "after" in s]
+    assert "seed 3 fold 1: best epoch 1" in segs and "after the bar" in segs
+    # The bar names the run, the epoch, the last validation metric and the time left.
+    assert any(re.fullmatch(r"train seed 3 fold 1 [━╸╺]+\s+epoch 2/4 val accuracy 0\.7500 \d:\d\d:\d\d left\s*", s)
+               for s in bars), bars
+    assert out._live == []  # the bar is gone: later logs use a console of their own
+
+
+def test_a_bar_off_a_terminal_takes_every_call_and_draws_nothing(capsys):
+    with Output().progress("train", None) as bar:
+        bar.restart(5, "train seed 0", unit="epoch")
+        bar(1, 5)
+        bar.status("val accuracy 0.5")
+    assert capsys.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize("out", [Output(fmt="json"), Output(quiet=True)])
+def test_json_and_quiet_draw_no_bar_on_a_terminal_either(out, monkeypatch):
+    term = _Terminal()
+    monkeypatch.setattr("sys.stderr", term)
+    with out.progress("train", 4) as bar:
+        bar.restart(4, "train seed 0", unit="epoch")
+        bar(2, 4)
+        out.log("seed 0: best epoch 1")
+    assert term.getvalue() == ("" if out.quiet else "seed 0: best epoch 1\n")

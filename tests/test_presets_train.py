@@ -3,9 +3,9 @@ of the same level and path.
 
 The stand-ins are the bundled sets (Cora for node and link presets, MUTAG for graph presets, digits for image
 presets) and a small edge file. A stand-in keeps the path the preset takes on its own dataset: where the real
-graph is larger than ``node.dense_max_nodes`` (``auto`` then means query or partition batches) or
-``structure.large.min_nodes`` (sparse, truncated storage), the threshold is lowered below the stand-in's size so
-the same branch runs. Nothing else changes but the batch size (8 graphs or images): the model and its
+graph is larger than ``node.dense_max_nodes`` (sparse full-graph attention), beyond ``node.memory_gb`` (``auto``
+then means query or partition batches) or larger than ``structure.large.min_nodes`` (sparse, truncated storage),
+the threshold is lowered below the stand-in's so the same branch runs. Nothing else changes but the batch size (8 graphs or images): the model and its
 settings are the preset's.
 """
 from __future__ import annotations
@@ -23,6 +23,7 @@ from xmask_cli.config_resolve import list_presets, packaged_presets_dir, resolve
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.experiment import Experiment, check_config
 from xmask_cli.engine.loop import seed_everything
+from xmask_cli.engine.node_memory import full_step_memory, step_shape
 from xmask_cli.engine.plan import resolve_level
 from xmask_cli.model.network import XMaskNet
 
@@ -36,6 +37,11 @@ STAND_IN = {"node": "Cora", "link": "Cora", "graph": "MUTAG", "image": "digits"}
 CORA_NODES = 2708
 #: A threshold below the stand-in's size: lowering it sends the stand-in down the large-graph branch.
 BELOW_CORA = 2000
+#: A ``node.memory_gb`` below any stand-in's full-graph step: ``auto`` then takes batches, as on the sets below.
+TINY_BUDGET = 1e-4
+#: Node sets whose full-graph step is over the default ``node.memory_gb`` under their presets
+#: (:func:`test_the_ogbn_presets_are_over_the_budget` computes why); every other one fits it.
+BEYOND_BUDGET = {"ogbn-arxiv", "ogbn-products"}
 #: Graphs or images in the one training batch.
 SMALL_BATCH = 8
 
@@ -68,16 +74,31 @@ def stand_in_overrides(name: str, folder: Path) -> list[str]:
         n = NODES[real]
         if n > cfg.node.dense_max_nodes >= CORA_NODES:
             sets.append(f"node.dense_max_nodes={BELOW_CORA}")
+        if level == "node" and real in BEYOND_BUDGET:
+            sets.append(f"node.memory_gb={TINY_BUDGET}")
         if n > cfg.structure.large.min_nodes >= CORA_NODES:
             sets.append(f"structure.large.min_nodes={BELOW_CORA}")
     return sets
 
 
 def test_the_stand_ins_keep_the_large_graph_branch():
-    """Computers (13,752 nodes, auto -> query batches, sparse storage) runs the same branches on Cora."""
+    """Computers (13,752 nodes, auto -> full-graph sparse steps, sparse storage) and ogbn-arxiv (auto -> query
+    batches) run the same branches on Cora."""
     sets = stand_in_overrides("computers", Path("."))
     assert f"node.dense_max_nodes={BELOW_CORA}" in sets and f"structure.large.min_nodes={BELOW_CORA}" in sets
+    assert f"node.memory_gb={TINY_BUDGET}" not in sets
+    assert f"node.memory_gb={TINY_BUDGET}" in stand_in_overrides("ogbn-arxiv", Path("."))
     assert not any(s.startswith("node.") for s in stand_in_overrides("cora", Path(".")))
+
+
+@pytest.mark.parametrize("name", ["ogbn-arxiv", "ogbn-products"])
+def test_the_ogbn_presets_are_over_the_budget(name: str):
+    """Their activations alone (no stored pair counted) are over the default node.memory_gb: auto takes query
+    batches there. The node counts and widths are the datasets' (OGB's pages)."""
+    cfg = resolve(name)
+    nodes, width, classes = {"ogbn-arxiv": (169343, 128, 40), "ogbn-products": (2449029, 100, 47)}[name]
+    lower = full_step_memory(nodes, 0, {k: 0 for k in range(1, 5)}, 2, step_shape(cfg.model, classes), width)
+    assert not lower.fits(cfg.node.memory_gb) and cfg.node.mode == "auto"
 
 
 def test_every_preset_file_is_listed():
@@ -129,7 +150,7 @@ def test_preset_builds_and_trains_one_step(name: str, cache_dir: Path, tmp_path:
         elif cfg.node.mode != "auto":
             assert task.mode == cfg.node.mode
         else:
-            assert task.mode == ("full" if NODES[real] <= resolve(name).node.dense_max_nodes else "query")
+            assert task.mode == ("query" if real in BEYOND_BUDGET else "full")
 
 
 def test_experts_with_a_batched_node_mode_are_refused_when_the_config_resolves(tmp_path):

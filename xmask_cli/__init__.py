@@ -3,6 +3,7 @@
 The Python API (docs/python-api.md):
 
 - :func:`train` -- train one run per seed, as ``xmask train`` (returns what it prints as json);
+- :func:`dry_run` -- what :func:`train` would make, read and cost, as ``xmask train --dry-run``;
 - :func:`load_run` -- a run folder read back: model, resolved config, predictions, ``xmask eval``'s metrics;
 - :mod:`xmask_cli.transforms` -- :class:`~xmask_cli.transforms.AddLogSMask`, the structure on a PyG ``Data``;
 - :mod:`xmask_cli.nn` -- :class:`~xmask_cli.nn.XLogSMaskAttention` and :class:`~xmask_cli.nn.XLogSMaskBlock`;
@@ -13,17 +14,17 @@ Names load on first use, so ``import xmask_cli`` (and the CLI's start-up) stays 
 from __future__ import annotations
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
-try:
-    __version__ = version("xmask")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.1.0+src"
+from xmask_cli.versions import xmask_version
+
+# Read from the distribution's metadata (xmask-cli on the package index; 0.1.0+src when not installed).
+__version__ = xmask_version()
 
 #: Public name -> the module that defines it (read by ``__getattr__`` on first use).
 _LAZY = {
     "train": "xmask_cli.api",
+    "dry_run": "xmask_cli.api",
     "load_run": "xmask_cli.api",
     "LoadedRun": "xmask_cli.api",
     "AddLogSMask": "xmask_cli.transforms",

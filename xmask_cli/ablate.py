@@ -31,6 +31,7 @@ from xmask_cli.engine.plan import resolve_level, resolve_metric, run_name
 from xmask_cli.engine.runs import RunDir, write_json, write_text
 from xmask_cli.engine.selection import RULE
 from xmask_cli.errors import UsageError
+from xmask_cli.fs import check_writable, refuse_links
 from xmask_cli.model.biases import BIASES
 from xmask_cli.results import AblationResult, AblationRow
 
@@ -190,6 +191,11 @@ def run_ablation(
     metric = resolve_metric(base, level)
     dataset = base.data.dataset if level != "edge" else "edges"
     name = run_name(base, level)  # <dataset>-<level>: a folder dataset's name, never its path
+    # Before the first variant trains: the folder and the two tables it ends with (each variant's sweep checks
+    # its own run folders).
+    check_writable(out_dir, "output folder", "pass another --out")
+    if out_dir.is_dir():
+        refuse_links(out_dir, ("ablation.json", "ablation.csv"), "output folder")
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = [_variant_row(variant, preset, overrides, base, name, seeds, out_dir=out_dir, cache_dir=cache_dir,
                          data_root=data_root, offline=offline, device=device, log=log, debug=debug)

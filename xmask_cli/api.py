@@ -31,13 +31,14 @@ from xmask_cli.errors import UsageError
 if TYPE_CHECKING:  # the heavy modules load on first call: `import xmask_cli` and the CLI's option parsing stay light
     import torch
 
+    from xmask_cli.engine.dryrun import DryRun
     from xmask_cli.engine.evaluate import SavedRun
     from xmask_cli.engine.experiment import Experiment
     from xmask_cli.engine.runs import RunDir
     from xmask_cli.engine.tasks.base import Task
     from xmask_cli.results import EvalResult, SweepResult
 
-__all__ = ["LoadedRun", "choose_preset", "load_run", "train"]
+__all__ = ["LoadedRun", "choose_preset", "dry_run", "load_run", "train"]
 
 
 def _dataset_preset(preset: str | None, dataset: str) -> tuple[str, str]:
@@ -122,6 +123,7 @@ def train(
     log: Callable[[str], None] = lambda m: None,
     on_epoch: Callable[[int, dict[str, Any]], None] = lambda seed, row: None,
     on_seed_start: Callable[[int, int], None] = lambda seed, epochs: None,
+    on_run_start: Callable[[int, int | None, int], None] = lambda seed, fold, epochs: None,
     **dotted: Any,
 ) -> SweepResult:
     """Train one run per seed, as ``xmask train`` does; its ``to_json()`` is what ``xmask --format json train`` prints.
@@ -138,7 +140,9 @@ def train(
         runs_dir, cache_dir, data_root, offline, resume, overwrite: as the CLI options of the same names.
         log: receives the log lines ``xmask train`` writes to stderr.
         on_epoch: called with ``(seed, metrics row)`` after every epoch.
-        on_seed_start: called with ``(seed, epochs)`` before each seed trains.
+        on_seed_start: called with ``(seed, epochs)`` before each run trains.
+        on_run_start: called with ``(seed, fold, epochs)`` before each run trains (fold None without
+            ``data.folds``).
         **dotted: more overrides with ``__`` for the dots: ``model__hidden=16``, ``train__epochs=50``.
 
     Returns:
@@ -150,8 +154,65 @@ def train(
         UsageError: an argument of the wrong type or value (the message starts with its name), before any work.
         XMaskError: the CLI's errors (:mod:`xmask_cli.errors`), each with its exit code.
     """
-    from xmask_cli.engine.plan import parse_seeds, resolve_device
     from xmask_cli.engine.sweep import train_seeds
+
+    for key, fn in (("log", log), ("on_epoch", on_epoch), ("on_seed_start", on_seed_start),
+                    ("on_run_start", on_run_start)):
+        args.callable_arg(key, fn)
+    run = _sweep_args(config, overrides, dataset, seeds, device, name, runs_dir, cache_dir, data_root, offline,
+                      resume, overwrite, dotted)
+    return train_seeds(run.cfg, run.seeds, device=run.device, cache_dir=run.cache_dir, data_root=run.data_root,
+                       offline=run.offline, run_root=run.runs_dir, resume=run.resume, overwrite=run.overwrite,
+                       log=log, on_epoch=on_epoch, on_seed_start=on_seed_start, on_run_start=on_run_start)
+
+
+def dry_run(
+    config: str | os.PathLike | Config | None = None,
+    overrides: Mapping[str, Any] | Sequence[str] | None = None,
+    *,
+    dataset: str | os.PathLike | None = None,
+    seeds: int | str | Sequence[int] | None = 0,
+    device: str = "auto",
+    name: str | None = None,
+    runs_dir: str | os.PathLike | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    data_root: str | os.PathLike | None = None,
+    resume: bool = False,
+    overwrite: bool = False,
+    **dotted: Any,
+) -> DryRun:
+    """What :func:`train` with the same arguments would make, read and cost, without writing anything
+    (``xmask train --dry-run``): the resolved config, the run folders, the cache file it needs and the
+    estimate of stored pairs, parameters and peak memory per step (:mod:`xmask_cli.engine.dryrun`).
+    The dataset is read offline."""
+    from xmask_cli.engine.dryrun import dry_run as plan
+
+    run = _sweep_args(config, overrides, dataset, seeds, device, name, runs_dir, cache_dir, data_root, True,
+                      resume, overwrite, dotted)
+    return plan(run.cfg, run.seeds, run_root=run.runs_dir, cache_dir=run.cache_dir, data_root=run.data_root,
+                resume=run.resume, overwrite=run.overwrite, device=run.device)
+
+
+@dataclass(frozen=True)
+class _Sweep:
+    """:func:`train`'s arguments, checked and resolved."""
+
+    cfg: Config
+    seeds: list[int]
+    device: str
+    runs_dir: Path | None
+    cache_dir: Path
+    data_root: Path | None
+    offline: bool | None
+    resume: bool
+    overwrite: bool
+
+
+def _sweep_args(config: Any, overrides: Any, dataset: Any, seeds: Any, device: Any, name: Any, runs_dir: Any,
+                cache_dir: Any, data_root: Any, offline: Any, resume: Any, overwrite: Any,
+                dotted: Mapping[str, Any]) -> _Sweep:
+    """Check :func:`train`'s arguments (each named in its error), then resolve the config, seeds and device."""
+    from xmask_cli.engine.plan import parse_seeds, resolve_device
     from xmask_cli.prepare import resolve_cache_dir
 
     if not (config is None or isinstance(config, (str, os.PathLike, Config))):
@@ -166,15 +227,13 @@ def train(
     data_root = args.optional_path_arg("data_root", data_root)
     offline = args.bool_arg("offline", offline, optional=True)
     resume, overwrite = bool(args.bool_arg("resume", resume)), bool(args.bool_arg("overwrite", overwrite))
-    for key, fn in (("log", log), ("on_epoch", on_epoch), ("on_seed_start", on_seed_start)):
-        args.callable_arg(key, fn)
     with args.as_parameter("seeds", "--seeds"):  # a list goes through the sweep parser too: its bounds and repeats
         seed_list = parse_seeds(seed_value if isinstance(seed_value, str) else ",".join(map(str, seed_value)))
     with args.as_parameter("device", "--device"):
         device = resolve_device(device)
     cfg = _resolve_config(config, dataset, name, _overrides(overrides, dotted))
-    return train_seeds(cfg, seed_list, device=device, cache_dir=resolve_cache_dir(cache_root),
-                       data_root=data_root, offline=offline, run_root=runs_root, resume=resume, overwrite=overwrite, log=log, on_epoch=on_epoch, on_seed_start=on_seed_start)
+    return _Sweep(cfg, seed_list, device, runs_root, resolve_cache_dir(cache_root), data_root, offline, resume,
+                  overwrite)
 
 
 @dataclass

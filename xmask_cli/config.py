@@ -15,17 +15,24 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from xmask_cli.config_section import Need, Section
+from xmask_cli.config_section import FLOAT32_TINY, Need, Section, machine_memory_bytes
 
 #: Most outer folds ``data.folds`` may ask for (each is a run per seed): the bound known before any data loads.
 MAX_FOLDS = 10_000
+#: Widest ``model.hidden`` (and bias ``width``): a 65536-wide block holds 2^32 weights per matrix (16 GiB).
+MAX_WIDTH = 65_536
+#: Most attention heads (``model.heads``, ``model.output_heads``), layers and feed-forward multiplier.
+MAX_HEADS = 1024
+MAX_LAYERS = 1024
+MAX_FFN_MULT = 64
+#: ``model.biases[].type``: each learned bias type and the ``structure`` section it reads from the cache; the
+#: bias registry (``xmask_cli.model.biases.BIASES``) holds one entry per name, with the same ``needs``.
+BIAS_NEEDS: dict[str, str] = {"spd": "spd", "rrwp": "rrwp", "magnetic": "magnetic", "eigen": "spectrum"}
 
 # --------------------------------------------------------------------- schema
 @dataclass(frozen=True)
 class DataSection(Section):
     """Which dataset, where its files are, which split."""
-
-
 
     dataset: str = "cora"
     root: str | None = None  # data root; --data-root and XMASK_DATA_ROOT take precedence
@@ -51,13 +58,14 @@ class PowersSection(Section):
 
     WITHIN = {"k": (1, 16)}
 
-
     k: int = 4
     normalization: Literal["sym", "no-symnorm"] = "sym"
     eps: float = 1e-30  # used where the log mask is formed, not by prepare
 
     def _check_own(self, need: Need, at: Callable[[str], str]) -> None:
-        need(0 < self.eps < 1, "eps", "must lie in (0, 1)")
+        # float32 forms the log mask: a smaller eps would be 0 there, and log(0) turns "eps" into "hard"
+        need(FLOAT32_TINY <= self.eps < 1, "eps", f"must lie in [{FLOAT32_TINY:.4g}, 1) (float32's smallest normal "
+             f"number: a smaller eps is 0 where the log mask is formed)")
 
 
 @dataclass(frozen=True)
@@ -65,7 +73,6 @@ class SpdSection(Section):
     """Shortest-path distances up to ``max_distance`` hops."""
 
     WITHIN = {"max_distance": (1, 254)}
-
 
     enabled: bool = True
     max_distance: int = 8
@@ -76,7 +83,6 @@ class SpectrumSection(Section):
     """Eigenpairs of the symmetric normalized Laplacian."""
 
     AT_LEAST = {"num_eigs": 1}
-
 
     enabled: bool = True
     num_eigs: int = 16  # m: lowest non-zero eigenpairs kept (plus every zero pair) for graphs above full_max_nodes
@@ -89,7 +95,6 @@ class MagneticSection(Section):
 
     AT_LEAST = {"num_eigs": 1}
 
-
     enabled: bool = False
     q: float = 0.25
     num_eigs: int = 16
@@ -101,7 +106,6 @@ class RrwpSection(Section):
 
     WITHIN = {"steps": (1, 64)}
 
-
     enabled: bool = False
     steps: int = 16
 
@@ -112,7 +116,6 @@ class PartitionSection(Section):
 
     AT_LEAST = {"parts": 0}
 
-
     parts: int = 0
     seed: int = 0
 
@@ -122,7 +125,6 @@ class LargeGraphSection(Section):
     """Rules for graphs with more than ``min_nodes`` nodes: nothing n x n dense."""
 
     AT_LEAST = {"tau": 0, "topk": 0, "fanout": (0, "0: no cap"), "spd_radius": 1}
-
 
     min_nodes: int = 5000
     tau: float = 1e-6  # drop power entries below tau after every product
@@ -178,13 +180,17 @@ class BiasSection(Section):
     """One learned structural bias (``model.biases`` is a list of these; the model's view: ``BiasSpec``)."""
 
     AT_LEAST = {"max_distance": 1, "width": 1}
+    AT_MOST = {"max_distance": (254, "the cache's SPD holds distances up to 254"), "width": MAX_WIDTH}
 
-
-    type: str = "spd"  # a name in xmask_cli.model.biases.BIASES: spd, rrwp, magnetic, eigen
+    type: str = "spd"  # a name in BIAS_NEEDS (the registry xmask_cli.model.biases.BIASES): spd, rrwp, magnetic, eigen
     heads: list[int] | None = None  # 1-based heads it serves; null: all
     layers: list[int] | None = None  # 1-based layers it is in; null: all
     max_distance: int = 8  # spd: distances 1..max_distance get their own bucket
     width: int = 32  # rrwp / magnetic: hidden width
+
+    def _check_own(self, need: Need, at: Callable[[str], str]) -> None:
+        shown = repr(self.type) if len(repr(self.type)) <= 200 else repr(self.type)[:200] + "..."
+        need(self.type in BIAS_NEEDS, "type", f"expected one of {', '.join(map(repr, BIAS_NEEDS))}, got {shown} (str)")
 
 
 @dataclass(frozen=True)
@@ -196,7 +202,8 @@ class ModelSection(Section):
     """
 
     AT_LEAST = {"hidden": 1, "heads": 1, "layers": 1, "ffn_mult": 1}
-
+    AT_MOST = {"hidden": MAX_WIDTH, "heads": MAX_HEADS, "layers": MAX_LAYERS, "ffn_mult": MAX_FFN_MULT,
+               "output_heads": MAX_HEADS}
 
     hidden: int = 64
     heads: int = 4
@@ -243,6 +250,10 @@ class ModelSection(Section):
 
     def _check_own(self, need: Need, at: Callable[[str], str]) -> None:
         need(self.hidden % self.heads == 0, "hidden", f"must be a multiple of {at('heads')} ({self.heads})")
+        memory, weights = machine_memory_bytes(), self.training_bytes()
+        need(memory is None or weights <= memory, "hidden", f"{self.hidden} with {at('layers')}={self.layers} and "
+             f"{at('ffn_mult')}={self.ffn_mult} needs about {weights / 2**30:.0f} GiB for its weights and "
+             f"optimizer state alone, more than this machine's {(memory or 0) / 2**30:.0f} GiB: lower them")
         need(0 <= self.dropout < 1 and 0 <= self.attn_dropout < 1 and 0 <= self.input_dropout < 1, "dropout",
              "dropouts must lie in [0, 1)")
         need(0 <= self.layer_dropout < 1, "layer_dropout", "must lie in [0, 1)")
@@ -264,6 +275,11 @@ class ModelSection(Section):
         need(len(set(self.experts)) == len(self.experts), "experts", "must be distinct names (one is named twice)")
         need(not (self.experts and self.biases), "experts",
              f"experts take the X-LogSMask term only, not learned biases: drop {at('biases')}")
+
+    def training_bytes(self) -> int:
+        """A lower bound on what training this model holds: each block's q, k, v, output and feed-forward
+        matrices (``(4 + 2 ffn_mult) hidden^2`` float32 weights), each with its gradient and Adam's two moments."""
+        return 16 * self.layers * (4 + 2 * self.ffn_mult) * self.hidden ** 2
 
 
 @dataclass(frozen=True)
@@ -292,7 +308,6 @@ class TrainSection(Section):
     AT_LEAST = {"epochs": 1, "lr": 0, "weight_decay": 0, "warmup_epochs": 0, "batch_size": 1, "patience": 1,
                 "loader_workers": 0, "log_cache_mb": (0, "MB; 0 keeps no log-mask")}
 
-
     epochs: int = 100
     lr: float = 1e-3
     weight_decay: float = 1e-2
@@ -310,7 +325,7 @@ class TrainSection(Section):
     skip_nonfinite: bool = False  # skip batches with a non-finite loss or gradient instead of stopping (exit 7)
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # autocast dtype of forwards; fp16 adds a grad scaler
     # extra loggers beside metrics.jsonl and curves.png; tensorboard: event files in the run folder
-    # (pip install "xmask[tensorboard]")
+    # (pip install "xmask-cli[tensorboard]")
     loggers: list[Literal["tensorboard"]] = field(default_factory=list)
 
 
@@ -321,12 +336,14 @@ class NodeSection(Section):
     AT_LEAST = {"subgraph_size": 0, "subgraphs_per_epoch": 1, "query_batch": (0, "0: all training nodes per step"),
                 "query_chunk_pairs": 1}
 
-
-    mode: Literal["auto", "full", "subgraph", "query", "partition"] = "auto"  # auto: full up to dense_max_nodes, query above
+    # auto: full-graph steps while one fits memory_gb (engine/node_memory.py estimates it from the stored pairs
+    # and the model), query batches beyond (partition batches with learned pair biases)
+    mode: Literal["auto", "full", "subgraph", "query", "partition"] = "auto"
     attention: Literal["auto", "dense", "sparse"] = "auto"  # full graph: auto = dense on CUDA; on CPU sparse below 15% pair density
     subgraph_size: int = 0  # nodes per random subgraph (mode subgraph)
     subgraphs_per_epoch: int = 1
-    dense_max_nodes: int = 5000  # auto: full-graph dense attention up to this many nodes, query batches above
+    dense_max_nodes: int = 5000  # full graph, attention auto: an N x N dense grid up to this many nodes, sparse above
+    memory_gb: float = 4.0  # mode auto: GiB one full-graph training step may hold (estimated); batches beyond it
     query_batch: int = 0  # query mode: training queries per step (0: all training nodes, one full-batch step)
     query_chunk_pairs: int = 524288  # query mode: pairs per attention chunk (bounds memory; numbers unchanged)
     # full graph, sparse attention: hold features with under 5 % non-zero entries (bag-of-words) as a sparse
@@ -334,13 +351,15 @@ class NodeSection(Section):
     # distribution as dense dropout, other draws)
     sparse_features: bool = False
 
+    def _check_own(self, need: Need, at: Callable[[str], str]) -> None:
+        need(0 < self.memory_gb <= 1 << 20, "memory_gb", "must lie in (0, 1048576] (GiB a full-graph step may hold)")
+
 
 @dataclass(frozen=True)
 class LinkSection(Section):
     """Link prediction protocol (seeded edge split, fixed negatives)."""
 
     AT_LEAST = {"num_neg_per_pos": 1}
-
 
     fractions: list[float] = field(default_factory=lambda: [0.85, 0.05, 0.10])
     num_neg_per_pos: int = 1  # fixed val/test negatives per positive
@@ -369,7 +388,6 @@ class ImageSection(Section):
     """Image level: patches of the image form one grid graph shared by every image."""
 
     AT_LEAST = {"patch": 1}
-
 
     patch: int = 2  # patch side in pixels; must divide the image height and width
     connectivity: Literal[4, 8] = 4  # grid neighbours: edge-sharing patches, or also diagonal ones

@@ -3,11 +3,13 @@
 A section's own fields are checked by the section itself (:mod:`xmask_cli.config_section`); what
 lives here are settings each valid on their own that cannot run together (a model switch that needs a
 task level, experts that need the node level and the whole graph, ``model.encoder: none`` against a
-residual). Every rule raises :class:`~xmask_cli.errors.ConfigError` (exit 2) naming the keys.
+residual). Every rule raises :class:`~xmask_cli.errors.ConfigError` (exit 2) naming the keys, and
+declares the keys it reads (:attr:`Rule.keys`, carried by its refusal as :attr:`ConfigError.keys`).
 
 Two stages: ``config`` rules hold for any use of a config, so building one (``resolve``) runs them;
-``run`` rules say what a training run of it needs (its task level, the structure it reads), so the
-engine runs them once the level is known (``engine.experiment.check_config``). Rules marked
+``run`` rules say what a training run of it needs (its task level, the structure it reads, the
+dataset's split), so the engine runs them once the level is known (``engine.experiment.check_config``,
+with :class:`RunFacts`). Rules marked
 ``model`` hold for the model alone: :class:`~xmask_cli.model.model_config.ModelConfig` runs the same
 functions, so a model built in Python is refused with the same error and message. Checks that need the
 loaded dataset stay in the engine. A leaf: it reads the schema and the errors only.
@@ -18,11 +20,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from xmask_cli.config import Config
+from xmask_cli.config import BIAS_NEEDS, Config
 from xmask_cli.errors import ConfigError
 
-__all__ = ["Rule", "RULES", "EXPERT_NODE_MODES", "NODE_STRUCT_LEVELS", "check_rules", "check_model_rules",
-           "check_expert_node_mode", "check_query_mode_biases"]
+__all__ = ["Rule", "RULES", "RunFacts", "EXPERT_NODE_MODES", "NODE_STRUCT_LEVELS", "check_rules", "check_model_rules",
+           "check_expert_node_mode", "check_query_mode_biases", "resolve_encoder"]
 
 #: Node batching modes that attention experts can run: they attend over the whole graph's tokens at once.
 EXPERT_NODE_MODES = ("auto", "full")
@@ -31,15 +33,41 @@ EXPERT_NODE_MODES = ("auto", "full")
 NODE_STRUCT_LEVELS = ("graph", "node")
 
 
+@dataclass(frozen=True)
+class RunFacts:
+    """What a rule knows beside the config: nothing at the config stage; at the run stage the task level
+    and the dataset's split kind, both resolved from the dataset registry by the engine.
+
+    Attributes:
+        level: the task level (``graph``, ``node``, ...); None at the config stage.
+        split: the dataset's split (``scaffold``: OGB's official split, which results are reported on);
+            None where unknown (a model built in Python).
+    """
+
+    level: str | None = None
+    split: str | None = None
+
+
+def resolve_encoder(encoder: str, level: str | None, dataset: str | None = None) -> str:
+    """``model.encoder`` as the model builds it: ``auto`` is ``patch`` at the image level, ``atom`` for an
+    OGB molecule set (``ogbg-mol*``: atom and bond ids), else ``linear``; any other value as it is. The
+    one place ``auto`` is resolved (the engine passes the dataset; a model built in Python has none)."""
+    if encoder != "auto":
+        return encoder
+    if level == "image":
+        return "patch"
+    return "atom" if dataset is not None and dataset.lower().startswith("ogbg-mol") else "linear"
+
+
 # ------------------------------------------------------------ config stage
-def experts_take_the_mlp_output(cfg: Config, level: str | None) -> None:
+def experts_take_the_mlp_output(cfg: Config, run: RunFacts) -> None:
     """Attention experts attend over token masks; the attention output layer is not built for them."""
     if cfg.model.experts and cfg.model.output != "mlp":
         raise ConfigError("model.output=attention is not built for model.experts (M3Dphormer experts attend over "
                           "token masks): set model.output=mlp (or drop model.experts)")
 
 
-def encoder_none_takes_no_residual(cfg: Config, level: str | None) -> None:
+def encoder_none_takes_no_residual(cfg: Config, run: RunFacts) -> None:
     """Without an encoder the first block's input is the raw features, wider than ``model.hidden``: no
     residual, pre-norm or experts can take it."""
     m = cfg.model
@@ -53,7 +81,7 @@ def encoder_none_takes_no_residual(cfg: Config, level: str | None) -> None:
                           f"(or use model.encoder=linear)")
 
 
-def output_powers_within_head_powers(cfg: Config, level: str | None) -> None:
+def output_powers_within_head_powers(cfg: Config, run: RunFacts) -> None:
     """Prepare caches the powers the blocks' heads read (``prepare.needs.read_powers``): an output head
     reading a larger one would find none in the cache (the model alone takes it)."""
     m = cfg.model
@@ -71,14 +99,14 @@ def check_expert_node_mode(mode: str) -> None:
                           f"node.mode={mode} does not give: set node.mode=full (or drop model.experts)")
 
 
-def experts_need_full_node_mode(cfg: Config, level: str | None) -> None:
+def experts_need_full_node_mode(cfg: Config, run: RunFacts) -> None:
     """Experts attend over the whole graph's tokens: only full-graph node batching gives them."""
     if cfg.model.experts:
         check_expert_node_mode(cfg.node.mode)
 
 
 # ------------------------------------------------------------ run stage
-def head_powers_within_structure_k(cfg: Config, level: str | None) -> None:
+def head_powers_within_structure_k(cfg: Config, run: RunFacts) -> None:
     """A head reads ``Â^k_h``: the cache must hold powers up to the largest ``k_h``."""
     m = cfg.model
     top = max(m.head_powers) if m.head_powers is not None else m.heads
@@ -87,7 +115,7 @@ def head_powers_within_structure_k(cfg: Config, level: str | None) -> None:
                           f"{cfg.structure.powers.k}: raise structure.powers.k or lower the powers")
 
 
-def experts_take_hard_support(cfg: Config, level: str | None) -> None:
+def experts_take_hard_support(cfg: Config, run: RunFacts) -> None:
     """``outside_support: eps`` needs a dense path over the whole domain, which token masks are not."""
     m = cfg.model
     if m.experts and m.use_bias and m.outside_support == "eps":
@@ -96,7 +124,7 @@ def experts_take_hard_support(cfg: Config, level: str | None) -> None:
                           "model.outside_support=hard")
 
 
-def cluster_expert_needs_partition(cfg: Config, level: str | None) -> None:
+def cluster_expert_needs_partition(cfg: Config, run: RunFacts) -> None:
     """The cluster expert's tokens are METIS parts, which prepare computes only when asked for."""
     if "cluster" in cfg.model.experts and cfg.structure.partition.parts < 1:
         raise ConfigError("model.experts has 'cluster', which reads METIS parts: set structure.partition.parts >= 1")
@@ -110,24 +138,24 @@ def check_query_mode_biases(mode: str, biases: Sequence[str]) -> None:
                           f"{', '.join(biases)}): use node.mode=partition or full")
 
 
-def query_mode_takes_no_learned_biases(cfg: Config, level: str | None) -> None:
+def query_mode_takes_no_learned_biases(cfg: Config, run: RunFacts) -> None:
     """Query batches carry ``Â^k`` at each query's pairs only, not what a learned bias reads (SPD, walks, ...)."""
-    if level == "node":
+    if run.level == "node":
         check_query_mode_biases(cfg.node.mode, [b.type for b in cfg.model.biases])
 
 
-def image_switches_need_image_level(cfg: Config, level: str | None) -> None:
+def image_switches_need_image_level(cfg: Config, run: RunFacts) -> None:
     """The patch encoder, the class-token readout and position embeddings exist only on patch grids."""
     m = cfg.model
-    if level != "image" and (m.encoder == "patch" or m.readout == "cls" or m.positional != "none"):
+    if run.level != "image" and (m.encoder == "patch" or m.readout == "cls" or m.positional != "none"):
         raise ConfigError(f"model.encoder=patch, model.readout=cls and model.positional are for image datasets "
-                          f"(digits, cifar10), not a {level}-level task")
+                          f"(digits, cifar10), not a {run.level}-level task")
 
 
-def image_level_takes_patches_only(cfg: Config, level: str | None) -> None:
+def image_level_takes_patches_only(cfg: Config, run: RunFacts) -> None:
     """Images are read by the patch encoder, under the X-LogSMask term of the patch grid alone."""
     m = cfg.model
-    if level != "image":
+    if run.level != "image":
         return
     if m.encoder not in ("auto", "patch"):
         raise ConfigError(f"model.encoder={m.encoder}: image datasets take the patch encoder (auto or patch)")
@@ -136,36 +164,36 @@ def image_level_takes_patches_only(cfg: Config, level: str | None) -> None:
                           "and model.experts")
 
 
-def experts_need_node_level(cfg: Config, level: str | None) -> None:
+def experts_need_node_level(cfg: Config, run: RunFacts) -> None:
     """Experts route per node over a graph's tokens (M3Dphormer): a node-level model only."""
-    if cfg.model.experts and level != "node":
-        raise ConfigError(f"model.experts (M3Dphormer attention experts) are for node tasks, not a {level}-level "
+    if cfg.model.experts and run.level != "node":
+        raise ConfigError(f"model.experts (M3Dphormer attention experts) are for node tasks, not a {run.level}-level "
                           f"one: drop model.experts")
 
 
-def encoder_none_needs_node_level(cfg: Config, level: str | None) -> None:
+def encoder_none_needs_node_level(cfg: Config, run: RunFacts) -> None:
     """Without an encoder the first block reads raw node features: only node-level inputs are those."""
-    if cfg.model.encoder == "none" and level != "node":
+    if cfg.model.encoder == "none" and run.level != "node":
         raise ConfigError(f"encoder 'none' (model.encoder=none: the first block reads the raw node features) is "
-                          f"for the node level, not {level}: set model.encoder=auto")
+                          f"for the node level, not {run.level}: set model.encoder=auto")
 
 
-def output_attention_needs_node_level(cfg: Config, level: str | None) -> None:
+def output_attention_needs_node_level(cfg: Config, run: RunFacts) -> None:
     """The attention output layer emits one output per node: a node-level head only."""
-    if cfg.model.output == "attention" and level != "node":
+    if cfg.model.output == "attention" and run.level != "node":
         raise ConfigError(f"model.output=attention (a last attention layer whose heads emit each node's outputs) "
-                          f"is for the node task, not {level}: set model.output=mlp")
+                          f"is for the node task, not {run.level}: set model.output=mlp")
 
 
-def node_struct_needs_node_features(cfg: Config, level: str | None) -> None:
+def node_struct_needs_node_features(cfg: Config, run: RunFacts) -> None:
     """Structural channels join the node features of graph- and node-level tasks only."""
     ns = cfg.model.node_struct
-    if ns != "none" and level not in NODE_STRUCT_LEVELS:
+    if ns != "none" and run.level not in NODE_STRUCT_LEVELS:
         raise ConfigError(f"model.node_struct={ns} is supported at the {' and '.join(NODE_STRUCT_LEVELS)} levels, "
-                          f"not {level}: set model.node_struct=none")
+                          f"not {run.level}: set model.node_struct=none")
 
 
-def rwse_needs_rrwp(cfg: Config, level: str | None) -> None:
+def rwse_needs_rrwp(cfg: Config, run: RunFacts) -> None:
     """The RWSE channels are read from the cached random walks."""
     ns = cfg.model.node_struct
     if "rwse" in ns.split("+") and not cfg.structure.rrwp.enabled:
@@ -173,28 +201,50 @@ def rwse_needs_rrwp(cfg: Config, level: str | None) -> None:
                           f"set structure.rrwp.enabled=true (structure.rrwp.steps sets the walk lengths)")
 
 
-def folds_need_graph_level(cfg: Config, level: str | None) -> None:
+def folds_need_graph_level(cfg: Config, run: RunFacts) -> None:
     """Outer folds stratify graphs by class: other levels keep their split."""
-    if cfg.data.folds and level != "graph":
+    if cfg.data.folds and run.level != "graph":
         raise ConfigError(f"--folds (data.folds={cfg.data.folds}) is the graph-level protocol (stratified folds of "
-                          f"graphs); a {level}-level task keeps its split: drop --folds")
+                          f"graphs); a {run.level}-level task keeps its split: drop --folds")
+
+
+def biases_need_their_structure(cfg: Config, run: RunFacts) -> None:
+    """A learned bias reads one cache section (``config.BIAS_NEEDS``): prepare computes it only when enabled."""
+    for b in cfg.model.biases:
+        section = BIAS_NEEDS[b.type]
+        if not getattr(cfg.structure, section).enabled:
+            raise ConfigError(f"model.biases uses {b.type}, which reads structure.{section}: "
+                              f"set structure.{section}.enabled=true")
+
+
+def folds_keep_the_official_split(cfg: Config, run: RunFacts) -> None:
+    """Results on a set with an official split (OGB's scaffold split) are reported on that split."""
+    if cfg.data.folds and run.split == "scaffold":
+        raise ConfigError(f"{cfg.data.dataset} has an official split (OGB scaffold) that results are reported on: "
+                          f"drop --folds (data.folds={cfg.data.folds})")
 
 
 # ------------------------------------------------------------ the table
 @dataclass(frozen=True)
 class Rule:
-    """One rule: its function (``check(cfg, level)``), its stage, and whether the model alone needs it.
+    """One rule: its function (``check(cfg, run)``), the keys it reads, its stage, and whether the model
+    alone needs it.
 
     Attributes:
-        check: raises :class:`ConfigError` when ``cfg`` breaks the rule (``level``: the task level, None
+        check: raises :class:`ConfigError` when ``cfg`` breaks the rule (``run``: :class:`RunFacts`, empty
             at the config stage).
+        keys: the dotted config keys the rule reads (a key names its whole subtree: ``model.biases``); a
+            refusal carries them (:attr:`ConfigError.keys`), which is how ``xmask tune`` knows whether a
+            refused value depends on another searched key. ``tests/test_config_rules.py`` checks them
+            against what the function reads.
         stage: ``config`` (any use of a config: run when one is built) or ``run`` (what a training run
             needs: run with the level, before any file is touched).
         model: the rule holds for the model alone; :class:`~xmask_cli.model.model_config.ModelConfig`
             runs it too (with the other sections at their defaults and its task as the level).
     """
 
-    check: Callable[[Config, str | None], None]
+    check: Callable[[Config, RunFacts], None]
+    keys: tuple[str, ...]
     stage: Literal["config", "run"]
     model: bool = False
 
@@ -204,37 +254,52 @@ class Rule:
         return self.check.__name__
 
 
+_M = "model."
+_ENCODER_KEYS = (_M + "encoder", _M + "readout", _M + "positional")
 #: Every rule between sections, in the order they run.
 RULES: tuple[Rule, ...] = (
-    Rule(experts_take_the_mlp_output, "config", model=True),
-    Rule(encoder_none_takes_no_residual, "config", model=True),
-    Rule(experts_need_full_node_mode, "config"),
-    Rule(output_powers_within_head_powers, "config"),
-    Rule(head_powers_within_structure_k, "run"),
-    Rule(experts_take_hard_support, "run", model=True),
-    Rule(cluster_expert_needs_partition, "run"),
-    Rule(query_mode_takes_no_learned_biases, "run"),
-    Rule(image_switches_need_image_level, "run"),
-    Rule(image_level_takes_patches_only, "run", model=True),
-    Rule(experts_need_node_level, "run", model=True),
-    Rule(encoder_none_needs_node_level, "run", model=True),
-    Rule(output_attention_needs_node_level, "run", model=True),
-    Rule(node_struct_needs_node_features, "run"),
-    Rule(rwse_needs_rrwp, "run"),
-    Rule(folds_need_graph_level, "run"),
+    Rule(experts_take_the_mlp_output, (_M + "experts", _M + "output"), "config", model=True),
+    Rule(encoder_none_takes_no_residual, (_M + "encoder", _M + "residual", _M + "norm", _M + "experts"), "config",
+         model=True),
+    Rule(experts_need_full_node_mode, (_M + "experts", "node.mode"), "config"),
+    Rule(output_powers_within_head_powers, (_M + "output_powers", _M + "head_powers", _M + "heads"), "config"),
+    Rule(head_powers_within_structure_k, (_M + "head_powers", _M + "heads", _M + "use_bias", "structure.powers.k"),
+         "run"),
+    Rule(experts_take_hard_support, (_M + "experts", _M + "use_bias", _M + "outside_support"), "run", model=True),
+    Rule(cluster_expert_needs_partition, (_M + "experts", "structure.partition.parts"), "run"),
+    Rule(query_mode_takes_no_learned_biases, ("node.mode", _M + "biases"), "run"),
+    Rule(image_switches_need_image_level, _ENCODER_KEYS, "run", model=True),
+    Rule(image_level_takes_patches_only, (_M + "encoder", _M + "biases", _M + "experts"), "run", model=True),
+    Rule(experts_need_node_level, (_M + "experts",), "run", model=True),
+    Rule(encoder_none_needs_node_level, (_M + "encoder",), "run", model=True),
+    Rule(output_attention_needs_node_level, (_M + "output",), "run", model=True),
+    Rule(node_struct_needs_node_features, (_M + "node_struct",), "run"),
+    Rule(rwse_needs_rrwp, (_M + "node_struct", "structure.rrwp.enabled"), "run"),
+    Rule(biases_need_their_structure, (_M + "biases", "structure"), "run"),
+    Rule(folds_need_graph_level, ("data.folds",), "run"),
+    Rule(folds_keep_the_official_split, ("data.folds", "data.dataset"), "run"),
 )
 
 
-def check_rules(cfg: Config, level: str | None = None) -> None:
-    """Run the ``config`` rules (``level`` None: what building a config runs) or the ``run`` rules for ``level``."""
+def _run(rule: Rule, cfg: Config, run: RunFacts) -> None:
+    try:
+        rule.check(cfg, run)
+    except ConfigError as exc:
+        exc.keys = exc.keys | frozenset(rule.keys)
+        raise
+
+
+def check_rules(cfg: Config, level: str | None = None, *, split: str | None = None) -> None:
+    """Run the ``config`` rules (``level`` None: what building a config runs) or the ``run`` rules for ``level``
+    (``split``: the dataset's split kind, :class:`RunFacts`)."""
     stage = "config" if level is None else "run"
     for rule in RULES:
         if rule.stage == stage:
-            rule.check(cfg, level)
+            _run(rule, cfg, RunFacts(level, split))
 
 
 def check_model_rules(cfg: Config, level: str) -> None:
     """Run every rule the model alone needs (both stages), as a model built in Python meets them."""
     for rule in RULES:
         if rule.model:
-            rule.check(cfg, level)
+            _run(rule, cfg, RunFacts(level))

@@ -17,6 +17,8 @@ Exit codes (documented in docs/safety.md, in docs/cli.md and in ``xmask --help``
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class XMaskError(Exception):
     """Base class: ``str(err)`` is the one line shown to the user."""
@@ -33,7 +35,17 @@ class UsageError(XMaskError):
 class ConfigError(UsageError, ValueError):
     """A config does not fit the schema or its rules: a preset, a ``--set`` override, or a run view
     (``ModelConfig``) built in Python. Also a ``ValueError`` (a value out of its domain), so code that
-    catches ``ValueError`` from a model config goes on catching it."""
+    catches ``ValueError`` from a model config goes on catching it.
+
+    Attributes:
+        keys: the dotted keys the refusing check reads (``model.hidden`` and ``model.heads`` for a width
+            that is not a multiple of the heads; a rule's declared keys): what ``xmask tune`` asks to know
+            whether a refusal involves another searched key. Empty where no check declared them.
+    """
+
+    def __init__(self, message: str, *, keys: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.keys: frozenset[str] = frozenset(keys)
 
 
 class DataNotFoundError(XMaskError):

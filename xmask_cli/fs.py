@@ -14,7 +14,7 @@ from typing import Any, BinaryIO
 from xmask_cli.errors import NotWritableError, UsageError
 
 __all__ = ["ensure_writable_dir", "write_failed", "DISK_FULL", "refuse_file_as_dir", "atomic_write", "refuse_links", "open_nofollow",
-           "NotRegularFile", "open_regular_fd"]
+           "NotRegularFile", "open_regular_fd", "check_writable"]
 
 
 def ensure_writable_dir(path: Path, what: str = "cache dir", hint: str = "pass --cache-dir or set XMASK_CACHE") -> Path:
@@ -37,6 +37,29 @@ def ensure_writable_dir(path: Path, what: str = "cache dir", hint: str = "pass -
     return path
 
 
+def check_writable(path: Path, what: str, hint: str) -> None:
+    """Fail with :class:`NotWritableError` (exit 5) when ``path`` could not take files; creates nothing.
+
+    ``path`` (or its nearest existing parent) is a file, or the nearest existing folder is on a read-only file
+    system or not writable by this process: what a command checks of every folder it will write before any
+    work, so a sweep never trains for an hour to fail at its first checkpoint.
+    """
+    path = Path(path)
+    refuse_file_as_dir(path, what, hint)
+    folder = next((p for p in (path, *path.parents) if p.exists()), None)
+    if folder is None:
+        return
+    where = "" if folder == path else f" ({folder})"
+    try:
+        read_only = bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        read_only = False
+    if read_only:
+        raise NotWritableError(f"{what} {path} is on a read-only file system{where}; {hint}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise NotWritableError(f"{what} {path} is not writable{where}; {hint}")
+
+
 def refuse_file_as_dir(path: Path, what: str = "cache dir", hint: str = "pass --cache-dir or set XMASK_CACHE") -> None:
     """Fail with :class:`NotWritableError` (exit 5) when ``path`` or its nearest existing parent is a file.
 
@@ -52,15 +75,25 @@ def refuse_file_as_dir(path: Path, what: str = "cache dir", hint: str = "pass --
 
 
 def refuse_links(folder: Path, names: Iterable[str], what: str = "run folder") -> None:
-    """Refuse (UsageError, exit 2) a folder in which any of ``names`` is a symbolic link.
+    """Refuse (UsageError, exit 2) a folder in which any of ``names`` is a symbolic link, or anything else
+    but a regular file (a folder, a FIFO, a socket, a device).
 
     xmask writes these files itself; a link there was planted by someone else, and
-    writing through it would truncate whatever it points at.
+    writing through it would truncate whatever it points at; a folder or FIFO under the name would make the
+    write fail, or block, only once the work that produces the file is done.
     """
     for name in names:
         path = Path(folder) / name
-        if path.is_symlink():
+        try:
+            mode = os.lstat(path).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if stat.S_ISLNK(mode):
             raise UsageError(f"{path} is a symbolic link, which xmask never writes through; remove it "
+                             f"(the {what} {folder} must hold plain files only)")
+        if not stat.S_ISREG(mode):
+            kind = "a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a special file"
+            raise UsageError(f"{path} is {kind}, not a file; xmask writes a file under that name: remove it "
                              f"(the {what} {folder} must hold plain files only)")
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from xmask_cli.jsonfile import Damaged, MapOf, Number, OptionalInt, check_fields
 
-__all__ = ["AblationResult", "AblationRow", "CompareResult", "EvalResult", "FoldsSummary", "JsonItems", "MetricStats", "RunRow",
+__all__ = ["AblationResult", "AblationRow", "CompareResult", "EvalResult", "ExportResult", "FoldsSummary", "JsonItems", "MetricStats", "RunRow",
            "RunSummary", "SUMMARY_FIELDS", "SUMMARY_OPTIONAL", "SweepResult", "stats_of"]
 
 _NONE = type(None)
@@ -226,7 +226,8 @@ class EvalResult(JsonItems):
         run_dir, dataset, level, metric, seed: the run read back.
         metrics: the recomputed metric of each part asked for; recorded: ``summary.json``'s value of
             each (None where the summary has none).
-        config_sha256: the first 16 hex digits of the SHA-256 of the run's saved ``config.json``.
+        config_sha256: the first 16 hex digits of the SHA-256 of the run's saved ``config.json``, less its
+            ``environment`` (the software, device and threads it ran on).
     """
 
     run_dir: str
@@ -253,6 +254,39 @@ class EvalResult(JsonItems):
                             "metrics": MapOf(Number), "recorded": MapOf((int, float, _NONE)), "config_sha256": str})
         _unknown(cls, data, strict=True)
         return cls(**data)
+
+
+@dataclass(frozen=True)
+class ExportResult(JsonItems):
+    """A trained model written as a program for inference: what ``xmask --format json export`` prints.
+
+    Attributes:
+        run_dir, dataset, level: the run read back.
+        out: the file written; to: ``torch`` (a ``torch.export`` program, ``.pt2``) or ``onnx``.
+        path: the attention path the program runs (``dense`` or ``pairs``).
+        inputs: each input's shape (symbols ``B``, ``N``, ``E`` are dynamic); output: the output's shape.
+        export_s: seconds to trace (and translate to ONNX); size_bytes: the file's size.
+        checked: items of the test part the program was run on; max_abs_diff: the largest difference
+            between its outputs and ``xmask eval``'s (None without test items); for ``onnx``, of the
+            ``torch.export`` program the ONNX model is translated from.
+    """
+
+    run_dir: str
+    dataset: str
+    level: str
+    out: str
+    to: str
+    path: str
+    inputs: Mapping[str, list[str | int]]
+    output: list[str | int]
+    export_s: float
+    size_bytes: int
+    checked: int
+    max_abs_diff: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {f.name: dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v
+                for f in dataclasses.fields(self)}
 
 
 @dataclass(frozen=True)
@@ -379,10 +413,14 @@ class RunRow(JsonItems):
 
 @dataclass(frozen=True)
 class CompareResult(JsonItems):
-    """``xmask runs compare``: one :class:`RunRow` per finished run, and the plot's path (None: no plot)."""
+    """``xmask runs compare``: one :class:`RunRow` per finished run, the plot's path (None: no plot), and the
+    packages whose versions differ between the runs (``{package: {version: [run folder, ...]}}``, from each
+    run's ``config.json`` ``environment``; empty when they agree or recorded none)."""
 
     runs: tuple[RunRow, ...]
     plot: str | None
+    version_differences: Mapping[str, Mapping[str, list[str]]] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"runs": [r.to_json(curve=False) for r in self.runs], "plot": self.plot}
+        return {"runs": [r.to_json(curve=False) for r in self.runs], "plot": self.plot,
+                "version_differences": {k: dict(v) for k, v in self.version_differences.items()}}

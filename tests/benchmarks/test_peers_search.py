@@ -1,9 +1,8 @@
-"""benchmarks/peers.py under a search: the node and link peers score only the parts asked for, so
-``tune_study.py``'s searches never read test, and Amazon sets get xmask's seeded split."""
+"""benchmarks/peers_gnn.py and peers_folds.py under a search: the node and link peers score only the parts
+asked for, so ``tune_study.py``'s searches never read test, and Amazon sets get xmask's seeded split."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 import numpy as np
 import pytest
@@ -13,14 +12,23 @@ from xmask_cli.engine import splits
 
 
 @pytest.fixture(scope="module")
-def peers():
-    yield load_script("peers", "peers_under_test")
-    sys.modules.pop("peers_under_test", None)
+def common():
+    return load_script("peers_common")
 
 
 @pytest.fixture(scope="module")
-def cora(peers, shared_data, tmp_path_factory):
-    return peers._load("Cora", shared_data, tmp_path_factory.mktemp("cache"))
+def gnn():
+    return load_script("peers_gnn")
+
+
+@pytest.fixture(scope="module")
+def folds():
+    return load_script("peers_folds")
+
+
+@pytest.fixture(scope="module")
+def cora(common, shared_data, tmp_path_factory):
+    return common.load("Cora", shared_data, tmp_path_factory.mktemp("cache"))
 
 
 def _far(a: np.ndarray) -> np.ndarray:
@@ -28,39 +36,39 @@ def _far(a: np.ndarray) -> np.ndarray:
     return np.full_like(np.asarray(a), 10**9)
 
 
-def test_link_peer_searching_on_val_never_reads_test(peers, cora, monkeypatch):
+def test_link_peer_searching_on_val_never_reads_test(gnn, cora, monkeypatch):
     hp = {"hidden": 32, "dropout": 0.1, "lr": 0.01, "weight_decay": 1e-4, "decoder": "dot"}
-    clean = peers.run_link(cora, "dot", 0, epochs=3, patience=3, hp=hp, parts=("val",))
+    clean = gnn.run_link(cora, "dot", 0, epochs=3, patience=3, hp=hp, parts=("val",))
     assert set(clean["metrics"]) == {"val"}
     real = splits.edge_split
     monkeypatch.setattr(splits, "edge_split", lambda *a, **k: dataclasses.replace(
         s := real(*a, **k), test_pos=_far(s.test_pos), test_neg=_far(s.test_neg)))
-    poisoned = peers.run_link(cora, "dot", 0, epochs=3, patience=3, hp=hp, parts=("val",))
+    poisoned = gnn.run_link(cora, "dot", 0, epochs=3, patience=3, hp=hp, parts=("val",))
     assert poisoned["metrics"]["val"] == clean["metrics"]["val"]
     with pytest.raises(IndexError):  # the poison is live: reading test would have raised
-        peers.run_link(cora, "dot", 0, epochs=1, patience=1, hp=hp, parts=("val", "test"))
+        gnn.run_link(cora, "dot", 0, epochs=1, patience=1, hp=hp, parts=("val", "test"))
 
 
-def test_node_peer_searching_on_val_never_reads_test(peers, cora, monkeypatch):
+def test_node_peer_searching_on_val_never_reads_test(gnn, cora, monkeypatch):
     hp = {"hidden": 16, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4}
-    clean = peers.run_node(cora, "GCN", 0, epochs=3, patience=3, hp=hp, parts=("train", "val"))
+    clean = gnn.run_node(cora, "GCN", 0, epochs=3, patience=3, hp=hp, parts=("train", "val"))
     assert set(clean["metrics"]) == {"train", "val"}
     real = splits.node_split
     monkeypatch.setattr(splits, "node_split", lambda *a, **k: dataclasses.replace(s := real(*a, **k),
                                                                                    test=_far(s.test)))
-    poisoned = peers.run_node(cora, "GCN", 0, epochs=3, patience=3, hp=hp, parts=("train", "val"))
+    poisoned = gnn.run_node(cora, "GCN", 0, epochs=3, patience=3, hp=hp, parts=("train", "val"))
     assert poisoned["metrics"] == clean["metrics"]
     with pytest.raises(IndexError):
-        peers.run_node(cora, "GCN", 0, epochs=1, patience=1, hp=hp)
+        gnn.run_node(cora, "GCN", 0, epochs=1, patience=1, hp=hp)
 
 
-def test_amazon_peer_split_is_xmask_seeded_split(peers, shared_data, tmp_path, monkeypatch):
-    graphs = peers._load("Computers", shared_data, tmp_path)
+def test_amazon_peer_split_is_xmask_seeded_split(common, gnn, shared_data, tmp_path, monkeypatch):
+    graphs = common.load("Computers", shared_data, tmp_path)
     seen = []
     real = splits.node_split
     monkeypatch.setattr(splits, "node_split", lambda *a, **k: seen.append((a[0], k.get("seed"))) or real(*a, **k))
     hp = {"hidden": 8, "dropout": 0.5, "lr": 0.01, "weight_decay": 5e-4}
-    runs = [peers.run_node(graphs, "GCN", s, epochs=1, patience=1, hp=hp, parts=("train", "val")) for s in (0, 1)]
+    runs = [gnn.run_node(graphs, "GCN", s, epochs=1, patience=1, hp=hp, parts=("train", "val")) for s in (0, 1)]
     assert seen == [("random-60-20-20", 0), ("random-60-20-20", 1)]
     n = int(graphs.dataset[0].num_nodes)
     for r in runs:  # 60/20/20 of every node, as xmask's run with that seed splits them
@@ -69,16 +77,16 @@ def test_amazon_peer_split_is_xmask_seeded_split(peers, shared_data, tmp_path, m
 
 
 @pytest.mark.parametrize("model", ["GIN", "baseline"])
-def test_fold_peers_train_on_xmasks_folds(peers, model, tmp_path):
+def test_fold_peers_train_on_xmasks_folds(common, folds, model, tmp_path):
     """The fold-protocol peers read the same outer fold and inner holdout as ``xmask train --folds``."""
     from xmask_cli.engine.folds import outer_folds
     from xmask_cli.engine.tasks.graph import graph_labels
 
-    graphs = peers._load("MUTAG", tmp_path / "no-root", tmp_path / "cache")  # bundled
-    data_list = peers.graph_data_list(graphs, "degree")
+    graphs = common.load("MUTAG", tmp_path / "no-root", tmp_path / "cache")  # bundled
+    data_list = common.graph_data_list(graphs, "degree")
     assert data_list[0].x.size(1) == 7 + 5  # MUTAG's atom types and graph-level's one-hot degree (as xmask)
     labels = graph_labels(graphs)
-    res = peers.run_graph_fold(data_list, labels, model, seed=0, folds=3, fold=1, epochs=2, patience=5)
+    res = folds.run_graph_fold(data_list, labels, model, seed=0, folds=3, fold=1, epochs=2, patience=5)
     fold = outer_folds(labels, 3, 0)[1]
     assert res["split"] == {"name": "fold-1-of-3", "seed": 0, "train": len(fold.train), "val": len(fold.val),
                             "test": len(fold.test)}

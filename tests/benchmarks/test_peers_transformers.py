@@ -1,9 +1,8 @@
-"""benchmarks/peers.py's published-recipe and graph-transformer peers: the Polynormer width fix, xmask's
-selection rule and split, the input features, the random-walk encoding GPS reads, and tiny runs."""
+"""benchmarks/peers_transformers.py's published-recipe and graph-transformer peers: the Polynormer width
+fix, xmask's selection rule and split, the input features, the random-walk encoding GPS reads, and tiny runs."""
 from __future__ import annotations
 
 import dataclasses
-import sys
 import types
 
 import numpy as np
@@ -15,14 +14,23 @@ from xmask_cli.engine import splits
 
 
 @pytest.fixture(scope="module")
-def peers():
-    yield load_script("peers", "peers_transformers_under_test")
-    sys.modules.pop("peers_transformers_under_test", None)
+def common():
+    return load_script("peers_common")
 
 
 @pytest.fixture(scope="module")
-def cora(peers, shared_data, tmp_path_factory):
-    return peers._load("Cora", shared_data, tmp_path_factory.mktemp("cache"))
+def tf():
+    return load_script("peers_transformers")
+
+
+@pytest.fixture(scope="module")
+def peers():
+    return load_script("peers")
+
+
+@pytest.fixture(scope="module")
+def cora(common, shared_data, tmp_path_factory):
+    return common.load("Cora", shared_data, tmp_path_factory.mktemp("cache"))
 
 
 def _tiny_graphs(n: int = 30, classes: int = 3, dim: int = 12, seed: int = 0) -> types.SimpleNamespace:
@@ -48,7 +56,7 @@ def _polynormer_args(heads: int) -> dict:
             "dropout": 0.0, "global_dropout": 0.0, "beta": 0.9}
 
 
-def test_polynormer_fix_is_pygs_model_with_one_head(peers):
+def test_polynormer_fix_is_pygs_model_with_one_head(tf):
     """heads=1: the subclass builds exactly PyG's model (same parameters from the same seed, same outputs in
     both phases)."""
     from torch_geometric.nn.models import Polynormer
@@ -56,7 +64,7 @@ def test_polynormer_fix_is_pygs_model_with_one_head(peers):
     tiny = _tiny_graphs().dataset[0]
     batch = torch.zeros(tiny.num_nodes, dtype=torch.long)
     torch.manual_seed(3)
-    ours = peers.polynormer_model(12, 3, **_polynormer_args(1)).eval()
+    ours = tf.polynormer_model(12, 3, **_polynormer_args(1)).eval()
     torch.manual_seed(3)
     a = _polynormer_args(1)
     theirs = Polynormer(12, a["hidden"], 3, local_layers=2, global_layers=2, in_dropout=0.0, dropout=0.0,
@@ -68,7 +76,7 @@ def test_polynormer_fix_is_pygs_model_with_one_head(peers):
                                    rtol=0, atol=0)
 
 
-def test_polynormer_fix_runs_with_many_heads_where_pyg_fails(peers):
+def test_polynormer_fix_runs_with_many_heads_where_pyg_fails(tf):
     """heads=4: PyG's class breaks at its first global forward; the subclass's global layers take heads x hidden
     inputs, train, and change the output (the global phase is live)."""
     from torch_geometric.nn.models import Polynormer
@@ -81,7 +89,7 @@ def test_polynormer_fix_runs_with_many_heads_where_pyg_fails(peers):
     with pytest.raises(RuntimeError):
         pyg(tiny.x, tiny.edge_index, batch)
     torch.manual_seed(0)
-    ours = peers.polynormer_model(12, 3, **a)
+    ours = tf.polynormer_model(12, 3, **a)
     assert all(layer.k.in_features == 4 * 8 and layer.k.out_features == 4 * 8 for layer in ours.global_attn)
     ours.eval()
     local = ours(tiny.x, tiny.edge_index, batch)
@@ -101,31 +109,11 @@ def test_polynormer_fix_runs_with_many_heads_where_pyg_fails(peers):
     assert losses[-1] < 0.5 * losses[0]
 
 
-def test_polynormer_phases_fit_the_budget(peers):
-    assert peers.polynormer_phases(100, 1500, 200) == (100, 100)
-    assert peers.polynormer_phases(200, 1000, 1000) == (200, 800)
-    assert peers.polynormer_phases(200, 1000, 100) == (50, 50)
-    assert peers.polynormer_phases(10, 20, 100) == (10, 20)
-
-
-def test_fit_selected_applies_xmasks_rule_and_restores_that_state(peers):
-    """Hand-worked history: 0.7 first at epoch 1, a lower loss at 2, an equal (metric, loss) at 4 (a tie keeps
-    the later epoch); patience 2 counts epochs 3 and 4 (a tie is no improvement): it stops after epoch 4, and
-    epoch 6's 0.9 is never reached."""
-    history = [(0.5, 1.0), (0.7, 0.9), (0.7, 0.8), (0.6, 0.5), (0.7, 0.8), (0.2, 0.1), (0.9, 0.1)]
-    model = torch.nn.Linear(1, 1, bias=False)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    epoch = [-1]
-
-    def train_epoch() -> None:
-        epoch[0] += 1
-        with torch.no_grad():
-            model.weight.fill_(float(epoch[0]))  # the state records which epoch produced it
-
-    res = peers.fit_selected(model, opt, train_epoch, lambda part: history[epoch[0]], epochs=7, patience=2)
-    assert res["best_epoch"] == 4 and res["epochs_run"] == 5
-    assert float(model.weight) == 4.0
-    assert len(res["epoch_seconds"]) == 5
+def test_polynormer_phases_fit_the_budget(tf):
+    assert tf.polynormer_phases(100, 1500, 200) == (100, 100)
+    assert tf.polynormer_phases(200, 1000, 1000) == (200, 800)
+    assert tf.polynormer_phases(200, 1000, 100) == (50, 50)
+    assert tf.polynormer_phases(10, 20, 100) == (10, 20)
 
 
 def _far(a: np.ndarray) -> np.ndarray:
@@ -133,22 +121,22 @@ def _far(a: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.parametrize("kind", ["GCN-example", "SGFormer"])
-def test_node_peer_uses_xmasks_split_and_never_reads_test_when_asked(peers, cora, kind, monkeypatch):
+def test_node_peer_uses_xmasks_split_and_never_reads_test_when_asked(tf, cora, kind, monkeypatch):
     seen = []
     real = splits.node_split
     monkeypatch.setattr(splits, "node_split", lambda *a, **k: seen.append((a[0], k.get("seed"))) or real(*a, **k))
-    clean = peers.run_node_peer(cora, kind, 1, epochs=2, patience=5, parts=("train", "val"))
+    clean = tf.run_node_peer(cora, kind, 1, epochs=2, patience=5, parts=("train", "val"))
     assert seen == [("public", 1)]
     assert clean["split"] == {"name": "public", "seed": 1, "train": 140, "val": 500, "test": 1000}
     monkeypatch.setattr(splits, "node_split", lambda *a, **k: dataclasses.replace(s := real(*a, **k),
                                                                                    test=_far(s.test)))
-    poisoned = peers.run_node_peer(cora, kind, 1, epochs=2, patience=5, parts=("train", "val"))
+    poisoned = tf.run_node_peer(cora, kind, 1, epochs=2, patience=5, parts=("train", "val"))
     assert poisoned["metrics"] == clean["metrics"]
     with pytest.raises(IndexError):  # the poison is live: reading test raises
-        peers.run_node_peer(cora, kind, 1, epochs=1, patience=1)
+        tf.run_node_peer(cora, kind, 1, epochs=1, patience=1)
 
 
-def test_transformer_peers_read_the_loaders_features(peers, cora, monkeypatch):
+def test_transformer_peers_read_the_loaders_features(tf, cora, monkeypatch):
     """SGFormer and Polynormer get the loader's ``x`` unchanged (raw, as xmask); GCN-example's first layer its
     row-normalised form in evaluation (PyG's NormalizeFeatures, the example's recipe)."""
     from torch_geometric.nn import GCNConv
@@ -168,13 +156,13 @@ def test_transformer_peers_read_the_loaders_features(peers, cora, monkeypatch):
     spy(SGFormer, "SGFormer")
     spy(Polynormer, "Polynormer")
     x = cora.dataset[0].x.float()
-    peers.run_node_peer(cora, "SGFormer", 0, epochs=1, patience=1)
+    tf.run_node_peer(cora, "SGFormer", 0, epochs=1, patience=1)
     assert seen["SGFormer"] and all(torch.equal(xx, x) for _, xx in seen["SGFormer"])
     tiny = _tiny_graphs()
-    peers.run_node_peer(tiny, "Polynormer", 0, epochs=1, patience=1)
+    tf.run_node_peer(tiny, "Polynormer", 0, epochs=1, patience=1)
     assert seen["Polynormer"] and all(torch.equal(xx, tiny.dataset[0].x) for _, xx in seen["Polynormer"])
     spy(GCNConv, "GCN")
-    peers.run_node_peer(cora, "GCN-example", 0, epochs=1, patience=1)
+    tf.run_node_peer(cora, "GCN-example", 0, epochs=1, patience=1)
     first_layer_eval = [xx for training, xx in seen["GCN"] if not training and xx.size(1) == x.size(1)]
     assert first_layer_eval
     for xx in first_layer_eval:
@@ -182,28 +170,28 @@ def test_transformer_peers_read_the_loaders_features(peers, cora, monkeypatch):
 
 
 @pytest.mark.parametrize("kind", ["GCN-example", "GAT-example", "SGFormer", "Polynormer", "GPS"])
-def test_every_node_peer_finishes_a_tiny_run(peers, kind):
-    res = peers.run_node_peer(_tiny_graphs(), kind, 0, epochs=4, patience=10)
+def test_every_node_peer_finishes_a_tiny_run(tf, kind):
+    res = tf.run_node_peer(_tiny_graphs(), kind, 0, epochs=4, patience=10)
     assert res["epochs_run"] == 4 and 0 <= res["best_epoch"] < 4
     assert all(0.0 <= res["metrics"][p] <= 1.0 for p in ("train", "val", "test"))
     assert res["params"] > 0 and res["seconds_per_epoch"] > 0
     assert (res["precompute_seconds"] is not None) == (kind == "GPS")
 
 
-def test_polynormer_switches_to_global_attention_within_the_budget(peers):
-    res = peers.run_node_peer(_tiny_graphs(), "Polynormer", 0, epochs=6, patience=10)
+def test_polynormer_switches_to_global_attention_within_the_budget(tf):
+    res = tf.run_node_peer(_tiny_graphs(), "Polynormer", 0, epochs=6, patience=10)
     assert res["hp"]["phases"] == [3, 3] and res["epochs_run"] == 6
 
 
-def test_probe_times_epochs_without_scoring(peers):
-    res = peers.run_node_peer(_tiny_graphs(), "Polynormer", 0, epochs=100, patience=10, probe_epochs=2)
+def test_probe_times_epochs_without_scoring(tf):
+    res = tf.run_node_peer(_tiny_graphs(), "Polynormer", 0, epochs=100, patience=10, probe_epochs=2)
     assert res["metrics"] is None and len(res["epoch_seconds"]) == 2 and res["seconds_per_epoch"] > 0
 
 
-def test_random_walk_pe_is_the_return_probability(peers):
+def test_random_walk_pe_is_the_return_probability(tf):
     """PE column k-1 is diag(P^k), P = D^-1 A (numpy, on the tiny graph)."""
     tiny = _tiny_graphs().dataset[0]
-    pe, seconds = peers.random_walk_pe(tiny, 5)
+    pe, seconds = tf.random_walk_pe(tiny, 5)
     n = tiny.num_nodes
     a = np.zeros((n, n))
     np.add.at(a, (tiny.edge_index[0].numpy(), tiny.edge_index[1].numpy()), 1.0)
@@ -216,16 +204,16 @@ def test_random_walk_pe_is_the_return_probability(peers):
     assert seconds >= 0
 
 
-def test_graph_gps_runs_on_xmasks_split(peers, tmp_path):
-    graphs = peers._load("MUTAG", tmp_path / "no-root", tmp_path / "cache")  # bundled
-    data_list, seconds = peers.gps_graph_data(peers.graph_data_list(graphs, "degree"))
+def test_graph_gps_runs_on_xmasks_split(common, tf, tmp_path):
+    graphs = common.load("MUTAG", tmp_path / "no-root", tmp_path / "cache")  # bundled
+    data_list, seconds = tf.gps_graph_data(common.graph_data_list(graphs, "degree"))
     assert data_list[0].pe.shape == (data_list[0].num_nodes, 20) and seconds > 0
-    res = peers.run_graph_gps(graphs, data_list, seed=2, epochs=1, patience=5, precompute_seconds=seconds)
+    res = tf.run_graph_gps(graphs, data_list, seed=2, epochs=1, patience=5, precompute_seconds=seconds)
     split = splits.graph_split("random-8-1-1", graphs.dataset, seed=2)
     assert res["split"] == {"name": "random-8-1-1", "seed": 2, "train": len(split.train), "val": len(split.val),
                             "test": len(split.test)}
     assert res["epochs_run"] == 1 and 0.0 <= res["metrics"]["test"] <= 1.0 and res["params"] > 0
-    probe = peers.run_graph_gps(graphs, data_list, seed=2, epochs=1, patience=5, probe_batches=2)
+    probe = tf.run_graph_gps(graphs, data_list, seed=2, epochs=1, patience=5, probe_batches=2)
     assert probe["metrics"] is None and probe["probe_batches"] == 2
     assert probe["seconds_per_epoch"] == pytest.approx(probe["seconds_per_batch"] * -(-len(split.train) // 32))
 

@@ -53,7 +53,7 @@ def test_pass_marks_equal_the_readme_targets(train_speed) -> None:
 def test_proteins_peer_is_the_standard_gin(train_speed) -> None:
     """The PROTEINS peer: 5 GIN layers, hidden 64, sum readout (a 3-node graph's output is the sum of its nodes')."""
     import torch
-    from peers import _gin  # benchmarks/ is on the path once train_speed is loaded
+    from peers_gnn import _gin  # benchmarks/ is on the path once train_speed is loaded
 
     gin = _gin(7, 2, hidden=train_speed.GIN_HIDDEN, layers=train_speed.GIN_LAYERS)
     assert train_speed.GIN_LAYERS == 5 and train_speed.GIN_HIDDEN == 64 and len(gin.convs) == 5

@@ -315,3 +315,12 @@ def test_a_full_disk_anywhere_is_exit_5_with_one_line(tmp_path, monkeypatch):
     assert r.exit_code == 5
     line = one_error_line(r)
     assert line.startswith(f"error: no space left on device writing {tmp_path / 'cache' / '_pyg' / 'x' / 'data.pt'}")
+
+
+@pytest.mark.parametrize("cmd", [[], ["cache"], ["runs"], ["presets"]])
+def test_a_missing_command_prints_the_help_once_and_exits_2(cmd):
+    """`xmask` or `xmask cache` alone: its help on stdout, once, and exit 2 (a command is missing)."""
+    r = run(*cmd, terminal_width=100)
+    assert r.exit_code == 2 and r.stderr == ""
+    assert r.stdout.count("Usage:") == 1 and "Commands" in r.stdout
+    assert ("Exit codes" in r.stdout) == (cmd == [])  # the root's help, or the group's

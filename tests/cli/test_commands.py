@@ -24,9 +24,11 @@ def _listed(help_text: str) -> list[str]:
 
 def test_help_lists_the_registered_commands_in_their_order():
     out = CliRunner().invoke(cli.app, ["--help"], terminal_width=120).stdout
-    assert _listed(out) == ["prepare", "train", "eval", "ablate", "explain", "tune", "presets", "runs", "cache"]
+    assert _listed(out) == ["prepare", "train", "eval", "ablate", "explain", "export", "tune", "env", "presets",
+                            "runs", "cache"]
     assert [m.__name__.rsplit(".", 1)[-1] for m in cli.COMMANDS] == ["prepare", "train", "evaluate", "ablate",
-                                                                     "explain", "tune", "presets", "runs", "cache"]
+                                                                     "explain", "export", "tune", "env", "presets", "runs",
+                                                                     "cache"]
 
 
 def _hello_module() -> types.ModuleType:
@@ -52,14 +54,14 @@ def _hello_module() -> types.ModuleType:
 
 
 def test_a_new_command_is_one_module_and_one_entry():
-    app = typer.Typer(cls=OneLineErrors, name="xmask", no_args_is_help=True, add_completion=False,
+    app = typer.Typer(cls=OneLineErrors, name="xmask", invoke_without_command=True, add_completion=False,
                       pretty_exceptions_enable=False, rich_markup_mode="markdown")
     app.callback()(main_callback)
     for module in (*cli.COMMANDS[:5], _hello_module(), *cli.COMMANDS[5:]):  # the entry's place sets its help place
         module.register(app)
     runner = CliRunner()
     assert _listed(runner.invoke(app, ["--help"], terminal_width=120).stdout) == [
-        "prepare", "train", "eval", "ablate", "explain", "hello", "tune", "presets", "runs", "cache"]
+        "prepare", "train", "eval", "ablate", "explain", "hello", "export", "tune", "env", "presets", "runs", "cache"]
     human = runner.invoke(app, ["hello", "ada", "--times", "2"])
     assert human.exit_code == 0 and human.stdout == "hello ada x2\n"
     as_json = runner.invoke(app, ["--format", "json", "hello", "ada"])

@@ -341,12 +341,16 @@ def test_resume_refuses_another_config_naming_the_keys(tmp_path, warm_cache):
     r = _train(tmp_path, warm_cache, "--set", "model.hidden=8", "--resume")  # another model
     assert r.exit_code == 2 and "model.hidden" in one_error_line(r)
     assert (folder / "metrics.jsonl").read_text() == metrics
-    # config.json rewritten behind the checkpoint's back (the old failure): the checkpoint's own config decides.
-    cfg = json.loads((folder / "config.json").read_text())
+    # config.json rewritten behind the checkpoint's back (the old failure): the checkpoint's record disagrees with
+    # it, a run folder whose files do not belong together (exit 6, both values named).
+    good = (folder / "config.json").read_text()
+    cfg = json.loads(good)
     cfg["train"]["lr"] = cfg["config"]["train"]["lr"] = 0.003
     (folder / "config.json").write_text(json.dumps(cfg))
     r = _train(tmp_path, warm_cache, "--set", "train.lr=0.003", "--set", "train.epochs=2", "--resume")
-    assert r.exit_code == 2 and "train.lr" in one_error_line(r)
+    assert r.exit_code == 6 and "last.pt is not this run's checkpoint" in one_error_line(r)
+    assert "train.lr = 0.01" in one_error_line(r) and "says 0.003" in one_error_line(r)
+    (folder / "config.json").write_text(good)
     # Only the epoch budget may change: more epochs continue the same run.
     r = _train(tmp_path, warm_cache, "--set", "train.epochs=3", "--set", "train.patience=50", "--resume")
     assert r.exit_code == 2 and "train.patience" in one_error_line(r)

@@ -21,11 +21,12 @@ def _train(*args: str) -> dict:
     return json.loads(r.stdout)
 
 
-@pytest.mark.parametrize("dense_max, mode", [(5000, "full"), (10, "query")])
-def test_node_level_from_folder(tmp_path: Path, dense_max: int, mode: str) -> None:
-    """The folder picks the node level; node.mode=auto picks full or query by size, as for registry sets."""
+@pytest.mark.parametrize("memory_gb, mode", [(4, "full"), (1e-4, "query")])
+def test_node_level_from_folder(tmp_path: Path, memory_gb: float, mode: str) -> None:
+    """The folder picks the node level; node.mode=auto picks full or query by the memory budget, as for registry
+    sets."""
     write_folder(tmp_path / "mygraph")
-    out = _train("--dataset", "./mygraph", "--set", f"node.dense_max_nodes={dense_max}")
+    out = _train("--dataset", "./mygraph", "--set", f"node.memory_gb={memory_gb}")
     assert out["dataset"] == "mygraph" and out["level"] == "node" and out["metric"] == "accuracy"
     assert out["features"]["detail"] == "features.npy (4 columns)"
     config = json.loads((tmp_path / "runs" / "mygraph-node" / "0" / "config.json").read_text())

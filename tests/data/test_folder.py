@@ -500,7 +500,7 @@ def test_parquet_without_pyarrow_is_one_line(tmp_path: Path, monkeypatch: pytest
 
     monkeypatch.setattr(builtins, "__import__", no_pyarrow)
     line = _refused(folder)
-    assert f"{folder / 'labels.parquet'}: reading Parquet needs pyarrow: pip install 'xmask[parquet]'" in line
+    assert f"{folder / 'labels.parquet'}: reading Parquet needs pyarrow: pip install 'xmask-cli[parquet]'" in line
 
 
 # ------------------------------------------------------------------ special files and lying headers

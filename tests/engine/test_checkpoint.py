@@ -1,6 +1,8 @@
 """Checkpoints read back as their types: a run's own files pass, a damaged field is refused naming the file."""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
@@ -23,8 +25,9 @@ def toy_run(tmp_path) -> RunDir:
 def test_a_run_s_checkpoints_read_back_whole_and_in_their_written_order(toy_run):
     last, best = toy_run.load_last(), toy_run.load_best()
     assert list(last) == LAST_KEYS  # the order torch.save pickled: the file's bytes follow it
-    assert list(best) == ["model", "epoch", "val", "val_loss"]
+    assert list(best) == ["model", "epoch", "val", "val_loss", "config"]
     assert last["epoch"] == 2 and set(last["model"]) == {"weight", "bias"} and isinstance(last["config"], str)
+    assert json.loads(best["config"]) == toy_run.load_config()  # both record the run's config.json
 
 
 def test_a_checkpoint_written_before_best_loss_and_config_still_reads(toy_run):
@@ -64,6 +67,7 @@ def test_resume_from_a_damaged_last_checkpoint_is_refused(toy_run):
     ({"val": "0.5"}, "'val' is not a number"),
     ({"val_loss": [0.1]}, "'val_loss' is not a number"),
     ({"epoch": 1.0}, "'epoch' is not an integer"),
+    ({"config": {"train": {}}}, "'config' is not JSON text"),
 ])
 def test_a_damaged_best_checkpoint_is_refused_naming_it(toy_run, change, needle):
     state = {**toy_run.load_checkpoint(RunDir.BEST), **change}

@@ -83,3 +83,36 @@ def test_cli_json_equals_the_library_and_refusals(runs, tmp_path):
     r = run("runs", "compare", str(tmp_path / "nothing"))
     assert r.exit_code == RunNotFoundError.exit_code == 6 and "no finished run" in one_error_line(r)
     assert "Examples" in run("runs", "compare", "--help").stdout
+
+
+@pytest.mark.parametrize("text", ["1e999", "NaN", "-Infinity"])
+def test_non_finite_metrics_are_damaged_not_shown(runs, tmp_path, text):
+    """A summary.json metric of 1e999 or NaN (json reads both as floats) is refused as damaged, exit 6, naming
+    the file and the metric; so is a non-finite epoch time, which the wall column would sum."""
+    import shutil
+
+    dst = tmp_path / "toy-x" / "0"
+    shutil.copytree(runs / "toy-a" / "0", dst)
+    summary = json.loads((dst / "summary.json").read_text())
+    summary["metrics"]["val"] = 123456.5
+    (dst / "summary.json").write_text(json.dumps(summary).replace("123456.5", text))
+    assert text in (dst / "summary.json").read_text()
+    with pytest.raises(RunNotFoundError, match="metrics.val"):
+        compare_runs([dst], None)
+    r = run("runs", "compare", str(tmp_path / "toy-x"), "--no-plot")
+    line = one_error_line(r)
+    assert r.exit_code == 6 and str(dst / "summary.json") in line and "not a finite number" in line
+    assert sorted(p.name for p in tmp_path.glob("**/*.png")) == ["curves.png"]  # the run's own, no plot
+    shutil.copy(runs / "toy-a" / "0" / "summary.json", dst / "summary.json")  # metrics fine, an epoch time not
+    rows = (dst / "metrics.jsonl").read_text().splitlines()
+    rows[1] = json.dumps({**json.loads(rows[1]), "epoch_s": 1e999}).replace("Infinity", text)
+    (dst / "metrics.jsonl").write_text("\n".join(rows) + "\n")
+    with pytest.raises(RunNotFoundError, match="row 2's epoch time"):
+        compare_runs([dst], None)
+
+
+def test_a_folder_at_the_plot_s_name_is_exit_2_before_drawing(runs, tmp_path):
+    (tmp_path / "c.png").mkdir()
+    r = run("runs", "compare", str(runs / "toy-a"), "--out", str(tmp_path / "c.png"))
+    assert r.exit_code == 2 and f"{tmp_path / 'c.png'} is a folder, not a file" in one_error_line(r)
+    assert (tmp_path / "c.png").is_dir() and not list((tmp_path / "c.png").iterdir())

@@ -148,3 +148,27 @@ def test_check_planned_refuses_folders_holding_a_run_unless_replaced(tmp_path):
     check_planned(existing, replace=True)
     check_planned(existing[:1], replace=False)  # an empty folder holds no run
     assert sorted(p.name for p in (root / "0").iterdir()) == []  # nothing made
+
+
+def test_check_outputs_refuses_what_a_sweep_could_not_write_and_creates_nothing(tmp_path):
+    """A file where a seed or fold folder goes is exit 5, a folder at aggregate.json exit 2; folders that do not
+    exist yet pass and are not made."""
+    from xmask_cli.engine.plan import check_outputs
+    from xmask_cli.errors import NotWritableError
+
+    root = tmp_path / "runs" / "x"
+    check_outputs(root, [0, 1], 3)
+    assert not (tmp_path / "runs").exists()
+    (root / "0").mkdir(parents=True)
+    (root / "0" / "fold-1").write_text("x")
+    check_outputs(root, [0, 1], 0)  # without folds the seed folder's entries are the run's own business
+    with pytest.raises(NotWritableError, match=r"run folder .*0/fold-1 is a file, not a folder"):
+        check_outputs(root, [0, 1], 3)
+    (root / "0" / "fold-1").unlink()
+    (root / "1").write_text("x")
+    with pytest.raises(NotWritableError, match=r"run folder .*x/1 is a file, not a folder"):
+        check_outputs(root, [0, 1], 0)
+    (root / "1").unlink()
+    (root / "aggregate.json").mkdir()
+    with pytest.raises(UsageError, match="aggregate.json is a folder, not a file"):
+        check_outputs(root, [0, 1], 0)

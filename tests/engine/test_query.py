@@ -149,8 +149,11 @@ def large(tmp_path_factory: pytest.TempPathFactory) -> Toy:
                ["structure.partition.parts=4", "structure.large.min_nodes=50", "structure.large.topk=24"], seed=2)
 
 
-def test_auto_on_a_large_graph_is_whole_graph_query_batches(large: Toy) -> None:
-    task = NodeTask(large.path, large.graphs, large.split, mode="auto", dense_max_nodes=100, query_batch=64)
+def test_auto_beyond_the_memory_budget_is_whole_graph_query_batches(large: Toy) -> None:
+    # A budget under this graph's full-graph step (node.memory_gb) sends auto to query batches, as on ogbn-arxiv.
+    task = NodeTask(large.path, large.graphs, large.split, mode="auto", dense_max_nodes=100, query_batch=64,
+                    memory_gb=1e-4)
+    assert task.full_step is not None and task.full_step.total > 1e-4 * 2**30
     assert task.mode == task.eval_mode == "query" and task.attention == "sparse"
     batches = list(task.train_batches(0))
     ids = np.concatenate([b.nodes.numpy() for b in batches])

@@ -87,3 +87,88 @@ def test_more_than_eight_differences_are_counted():
     # Keys in string order (k10 sorts before k2): the first eight named, the other three counted.
     assert ("in model.k0, model.k1, model.k10, model.k2, model.k3, model.k4, model.k5, model.k6 and 3 more;"
             in str(err.value))
+
+
+def test_the_software_record_may_change_but_not_a_setting():
+    """config.json's ``environment`` (versions, device, threads) describes the session that wrote it: a resume
+    on another torch or thread count goes on; a setting beside it still counts."""
+    saved = {**_saved(), "environment": {"versions": {"torch": "2.12.0"}, "threads": {"torch": 8}}}
+    now = {**_saved(), "environment": {"versions": {"torch": "2.13.0"}, "threads": {"torch": 2}}}
+    check_resumable(RUN, saved, now)  # no error
+    check_resumable(RUN, _saved(), now)  # a run saved before configs recorded it
+    now["train"] = {**now["train"], "lr": 0.5}
+    with pytest.raises(UsageError, match="train.lr"):
+        check_resumable(RUN, saved, now)
+
+
+def test_config_json_records_the_environment_and_a_resume_rewrites_it(tmp_path):
+    import importlib.metadata as md
+    import json
+    import platform
+
+    from tests.engine.test_loop import ToyTask
+    from xmask_cli.engine.loop import TrainConfig, fit
+
+    cfg = TrainConfig(epochs=2, lr=0.05, warmup_epochs=0, seed=0)
+    fit(ToyTask(), torch.nn.Linear(2, 1), cfg, tmp_path / "run", model_config={"toy": 1})
+    saved = json.loads((tmp_path / "run" / "config.json").read_text())
+    env = saved["environment"]
+    assert env["versions"]["torch"] == md.version("torch") and env["versions"]["scipy"] == md.version("scipy")
+    assert env["versions"]["python"] == platform.python_version()
+    assert env["device"]["name"] == "cpu" and env["threads"]["torch"] == torch.get_num_threads()
+    # Another session (here: another recorded torch) resumes the run and records itself.
+    (tmp_path / "run" / "config.json").write_text(json.dumps({**saved, "environment": {"versions": {"torch": "0"}}}))
+    fit(ToyTask(), torch.nn.Linear(2, 1), TrainConfig(epochs=3, lr=0.05, warmup_epochs=0, seed=0), tmp_path / "run",
+        model_config={"toy": 1}, resume=True)
+    again = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert again["environment"]["versions"] == env["versions"] and again["train"]["epochs"] == 3
+
+
+@pytest.mark.parametrize("name", ["last.pt", "best.pt"])
+def test_resume_refuses_a_checkpoint_copied_from_another_run(tmp_path, name):
+    """--resume checks both checkpoints' records against config.json: one copied in from a run of another seed
+    is refused, exit 6, naming the setting and both values, before any epoch; the run's own files stay."""
+    import shutil
+
+    from tests.engine.test_loop import ToyTask
+    from xmask_cli.engine.loop import TrainConfig, fit
+    from xmask_cli.errors import RunNotFoundError
+
+    def train(folder: Path, seed: int, epochs: int, **kw) -> None:
+        torch.manual_seed(seed)
+        fit(ToyTask(), torch.nn.Linear(2, 1), TrainConfig(epochs=epochs, lr=0.05, warmup_epochs=0, seed=seed),
+            folder, model_config={"toy": 1}, **kw)
+
+    train(tmp_path / "a", 0, 2)
+    train(tmp_path / "b", 1, 2)
+    shutil.copy(tmp_path / "b" / name, tmp_path / "a" / name)
+    rows = (tmp_path / "a" / "metrics.jsonl").read_text()
+    with pytest.raises(RunNotFoundError, match=rf"{name} is not this run's checkpoint: it was trained with "
+                                               r"train\.seed = 1, .*config\.json says 0"):
+        train(tmp_path / "a", 0, 4, resume=True)
+    assert (tmp_path / "a" / "metrics.jsonl").read_text() == rows
+    shutil.copy(tmp_path / "b" / name, tmp_path / "b" / "keep")
+    shutil.copy(tmp_path / "b" / "keep", tmp_path / "b" / name)
+    train(tmp_path / "b", 1, 3, resume=True)  # its own checkpoints resume
+    assert len((tmp_path / "b" / "metrics.jsonl").read_text().splitlines()) == 3
+
+
+def test_check_record_compares_what_the_checkpoint_recorded():
+    """Only the record's own settings count: a field config.json alone holds passes, a recorded one that
+    differs is named with both values, what --resume may change passes, and no record only warns."""
+    import json
+
+    from xmask_cli.engine.resume import check_record
+    from xmask_cli.errors import RunNotFoundError
+
+    saved = _saved()
+    record = json.dumps(saved)
+    check_record(RUN, "best.pt", record, {**saved, "written_by": "xmask 9"})
+    check_record(RUN, "best.pt", record, {**saved, "train": {**saved["train"], "epochs": 99}})
+    other = {**saved, "train": {**saved["train"], "lr": 0.5}}
+    with pytest.raises(RunNotFoundError, match=rf"best.pt is not this run's checkpoint: it was trained with "
+                                               rf"train.lr = {saved['train']['lr']}, .*config.json says 0.5"):
+        check_record(RUN, "best.pt", record, other)
+    warned: list[str] = []
+    check_record(RUN, "best.pt", None, other, warned.append)
+    assert len(warned) == 1 and warned[0].startswith("warning: ") and "records no config" in warned[0]

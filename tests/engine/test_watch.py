@@ -12,6 +12,7 @@ from tests.engine.test_loop import ToyTask
 from xmask_cli.engine.curves import curve_series, plot_curves
 from xmask_cli.engine.loop import TrainConfig, fit
 from xmask_cli.engine.runs import RunDir
+from xmask_cli.engine.watch import scalar_tag
 from xmask_cli.errors import DivergedError, UsageError
 
 
@@ -83,27 +84,43 @@ def test_a_refused_run_folder_is_left_as_it_was(tmp_path):
     assert not (tmp_path / "run" / RunDir.CURVES).exists()
 
 
-def test_tensorboard_scalars_equal_metrics_jsonl(tmp_path):
+#: A resolved config as train writes it into config.json (``config``), small and by hand.
+TOY_CONFIG = {"description": "a toy", "run": {"root": "runs", "name": None}, "tune": {"trials": 3},
+              "data": {"dataset": "toy", "fold": None}, "model": {"hidden": 16, "head_powers": [1, 2]},
+              "train": {"lr": 0.05, "amsgrad": False, "loggers": ["tensorboard"]}}
+
+
+def test_tensorboard_scalars_equal_metrics_jsonl_under_grouped_tags(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    summary = _fit(ToyTask(), tmp_path / "run", loggers=["tensorboard"])
+    torch.manual_seed(0)
+    cfg = TrainConfig(epochs=4, lr=0.05, warmup_epochs=0, patience=10, loggers=["tensorboard"], seed=3)
+    summary = fit(ToyTask(), torch.nn.Linear(2, 1), cfg, tmp_path / "run", model_config={"toy": 1},
+                  extra_config={"config": TOY_CONFIG})
     run = RunDir(tmp_path / "run")
     rows = run.read_metrics()
     events = sorted(run.path.glob(RunDir.EVENTS))
-    assert len(events) == 1
+    assert len(events) == 1  # the HParams record too: no subfolder, no second file
     acc = EventAccumulator(str(run.path), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
-    assert {"loss", "val_mae", "lr", "train_s", "epoch_s"} <= tags and "epoch" not in tags
-    for tag in ("loss", "val_mae", "lr"):
+    # (The toy task has no validation loss: its rows hold None there, which is no scalar.)
+    groups = {"loss": "train/loss", "lr": "train/lr", "val_mae": "val/mae", "train_s": "time/train_s", "epoch_s": "time/epoch_s", "input_stall": "time/input_stall"}
+    finals = {f"final/{part}_mae" for part in summary["metrics"]}
+    assert tags == set(groups.values()) | finals, tags
+    for key, tag in groups.items():
         got = [(e.step, e.value) for e in acc.Scalars(tag)]
         assert [s for s, _ in got] == [r["epoch"] for r in rows]
-        assert [v for _, v in got] == pytest.approx([r[tag] for r in rows], rel=1e-6)  # stored as float32
+        assert [v for _, v in got] == pytest.approx([r[key] for r in rows], rel=1e-6)  # stored as float32
+    for part, value in summary["metrics"].items():
+        (event,) = acc.Scalars(f"final/{part}_mae")
+        assert (event.step, event.value) == (summary["best_epoch"], pytest.approx(value, rel=1e-6))
     texts = {t: acc.Tensors(t) for t in acc.Tags()["tensors"] if t.startswith(("config", "summary"))}
     config_text = texts["config/text_summary"][0].tensor_proto.string_val[0].decode()
     assert json.loads(config_text.strip("`\n")) == run.load_config()
     summary_text = texts["summary/text_summary"][0].tensor_proto.string_val[0].decode()
     assert json.loads(summary_text.strip("`\n"))["metrics"] == summary["metrics"]
+    _check_hparams(acc, summary)
     # --overwrite takes the old events with the old run.
     torch.manual_seed(0)
     fit(ToyTask(), torch.nn.Linear(2, 1), TrainConfig(epochs=1, lr=0.05, warmup_epochs=0), run.path,
@@ -126,12 +143,12 @@ def test_tensorboard_missing_is_exit_2_with_the_install_hint(tmp_path, monkeypat
     from tests.cli_helpers import one_error_line, run
 
     _without_tensorboard(monkeypatch)
-    with pytest.raises(UsageError, match=r'pip install "xmask\[tensorboard\]"'):
+    with pytest.raises(UsageError, match=r'pip install "xmask-cli\[tensorboard\]"'):
         _fit(ToyTask(), tmp_path / "lib", loggers=["tensorboard"])
     r = run("train", "--preset", "graph-level", "--logger", "tensorboard", "--runs-dir", str(tmp_path / "runs"),
             "--cache-dir", str(tmp_path / "cache"), "--device", "cpu")
     assert r.exit_code == 2
-    assert 'pip install "xmask[tensorboard]"' in one_error_line(r)
+    assert 'pip install "xmask-cli[tensorboard]"' in one_error_line(r)
     assert not (tmp_path / "cache").exists() and not (tmp_path / "runs").exists()  # refused before any work
 
 
@@ -148,5 +165,41 @@ def test_a_run_resumes_under_another_logger(tmp_path):
     go(4, ["tensorboard"], True)  # accepted: a logger is no difference in what the run trains
     acc = EventAccumulator(str(tmp_path / "run"))
     acc.Reload()
-    assert [e.step for e in acc.Scalars("loss")] == [2, 3]  # the epochs this process trained
+    assert [e.step for e in acc.Scalars("train/loss")] == [2, 3]  # the epochs this process trained
     assert [r["epoch"] for r in RunDir(tmp_path / "run").read_metrics()] == [0, 1, 2, 3]
+
+
+def _check_hparams(acc, summary) -> None:
+    """The HParams record: the config's hyper-parameters (flattened by hand here) and the final metrics."""
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    content = {tag: plugin_data_pb2.HParamsPluginData.FromString(raw)
+               for tag, raw in acc.PluginTagToContent("hparams").items()}
+    start = content["_hparams_/session_start_info"].session_start_info.hparams
+    got = {k: (v.string_value if v.HasField("string_value") else v.number_value) for k, v in start.items()}
+    assert got == {"data.dataset": "toy", "model.hidden": 16.0, "model.head_powers": "[1, 2]", "train.lr": 0.05,
+                   "train.amsgrad": "false", "train.loggers": '["tensorboard"]', "seed": 3.0}
+    experiment = content["_hparams_/experiment"].experiment
+    assert {m.name.tag for m in experiment.metric_infos} == {f"final/{p}_mae" for p in summary["metrics"]}
+    assert content["_hparams_/session_end_info"].session_end_info.status == 1  # STATUS_SUCCESS
+
+
+@pytest.mark.parametrize("key, tag", [("loss", "train/loss"), ("lr", "train/lr"), ("train_acc", "train/acc"),
+                                      ("skipped_batches", "train/skipped_batches"), ("val_accuracy", "val/accuracy"),
+                                      ("val_loss", "val/loss"), ("train_s", "time/train_s"),
+                                      ("epoch_s", "time/epoch_s"), ("input_stall", "time/input_stall")])
+def test_scalar_tags_group_train_val_and_time(key, tag):
+    assert scalar_tag(key) == tag
+
+
+def test_a_stopped_run_has_curves_but_no_hparams_record(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with pytest.raises(KeyboardInterrupt):
+        _fit(Interrupted(at=2), tmp_path / "run", loggers=["tensorboard"])
+    acc = EventAccumulator(str(tmp_path / "run"))
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("val/mae")] == [0, 1]
+    with pytest.raises(KeyError, match="hparams"):
+        acc.PluginTagToContent("hparams")
+    assert not [t for t in acc.Tags()["scalars"] if t.startswith("final/")]

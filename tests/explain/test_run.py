@@ -60,6 +60,7 @@ def test_a_run_without_the_log_mask_reports_k_0_in_its_summary_and_its_maps(muta
     import shutil
 
     import h5py
+    import torch
 
     run = tmp_path / "plain" / "0"
     shutil.copytree(mutag["run"], run)
@@ -67,6 +68,9 @@ def test_a_run_without_the_log_mask_reports_k_0_in_its_summary_and_its_maps(muta
     assert saved["model"]["head_powers"] and any(k > 0 for k in saved["model"]["head_powers"])
     saved["model"]["use_bias"] = False  # no parameter depends on it: the weights load as they are
     (run / "config.json").write_text(json.dumps(saved))
+    best = torch.load(run / "best.pt", weights_only=True)
+    best["config"] = json.dumps(saved, sort_keys=True)  # as a run trained with use_bias false records it
+    torch.save(best, run / "best.pt")
     out = explain_run(run, ExplainRequest(graphs=[5]), out_dir=tmp_path / "maps", cache_dir=mutag["root"] / "cache")
     summary = out["targets"][0]["hop_summary"]
     assert {head["k"] for layer in summary.values() for head in layer.values()} == {0}
@@ -89,3 +93,23 @@ def test_a_request_is_normalised_and_checked_before_any_run_is_read():
         ExplainRequest(nodes=[0], max_nodes=1)
     with pytest.raises(UsageError, match="--edge"):
         ExplainRequest(edges=["3"])
+
+
+@pytest.mark.parametrize("plant", ["read-only", "maps-folder"])
+def test_an_out_that_cannot_take_the_maps_is_refused_before_the_model_runs(mutag, tmp_path, monkeypatch,
+                                                                          read_only_tmpfs, plant):
+    """--out on a read-only mount exits 5, a folder planted at maps.h5 exits 2 naming it, before the run is
+    rebuilt (the model never runs)."""
+    from tests.cli_helpers import one_error_line, run
+    from xmask_cli.explain import run as explain_module
+
+    monkeypatch.setattr(explain_module, "rebuild_run", lambda *a, **k: pytest.fail("the run was rebuilt"))
+    if plant == "read-only":
+        out, code, needle = read_only_tmpfs() / "maps", 5, "read-only file system"
+    else:
+        out = tmp_path / "maps"
+        (out / "maps.h5").mkdir(parents=True)
+        code, needle = 2, f"{out / 'maps.h5'} is a folder, not a file"
+    r = run("explain", str(mutag["run"]), "--graph", "0", "--out", str(out), "--device", "cpu",
+            "--cache-dir", str(mutag["root"] / "cache"))
+    assert r.exit_code == code and needle in one_error_line(r)

@@ -111,3 +111,20 @@ def test_log_powers_inplace_is_the_same_numbers_in_the_same_storage(outside):
     assert bool(torch.isinf(want).any()) == (outside == "hard")
     with pytest.raises(ValueError, match="inplace"):
         log_powers(values.half(), 1e-30, outside, inplace=True)
+
+
+def test_while_exporting_an_all_real_batch_takes_the_general_form_with_the_same_numbers(monkeypatch):
+    """torch.export cannot branch on the mask's values: the general form (padding fill, a no-op here) must
+    give the shortcut's numbers exactly, and the padded graph's fill must still happen."""
+    p, powers, mask = _dense_batch()
+    bias = XLogSMaskBias(3)
+    full = mask.clone()
+    full[0] = True
+    eager = bias(DenseStructure(powers=powers, mask=full))
+    eager_padded = bias(DenseStructure(powers=powers, mask=mask))
+    monkeypatch.setattr(torch.compiler, "is_exporting", lambda: True)
+    exporting = bias(DenseStructure(powers=powers, mask=full))
+    assert torch.equal(exporting, eager)
+    assert torch.isneginf(eager).any()  # off-support pairs: -inf survives the general form unchanged
+    assert torch.equal(bias(DenseStructure(powers=powers, mask=mask)), eager_padded)
+    assert (eager_padded[0, :, 6:, :] == 0).all() and (eager_padded[0, :, :, 6:] == 0).all()

@@ -100,3 +100,20 @@ def test_sparse_bias_is_the_formula_at_the_pairs_reused_and_rebuilt() -> None:
     again = model._sparse_bias(model.bias, ei, values, "blocks")
     assert again is not first
     np.testing.assert_allclose(again.double().numpy(), expected(), rtol=1e-6)
+
+
+def test_while_exporting_the_mask_is_computed_not_memoised_and_equals_the_formula(monkeypatch) -> None:
+    """A traced program must compute its mask from its inputs: nothing read from or written to the memo."""
+    model, (powers, mask) = _model(), _graphs()
+    eager = model._dense_attn_mask(powers, mask, torch.float64)
+    full = torch.ones_like(mask)
+    eager_full = model._dense_attn_mask(powers, full, torch.float64)
+    model._mask_memo.clear()
+    monkeypatch.setattr(torch.compiler, "is_exporting", lambda: True)
+    got = model._dense_attn_mask(powers, mask, torch.float64)
+    assert got is not eager and torch.equal(got, eager)
+    _check(got, powers, mask, model.cfg.eps)
+    # All real: the padding term is added (zeros) instead of skipped; the numbers are the shortcut's.
+    got_full = model._dense_attn_mask(powers, full, torch.float64)
+    assert torch.equal(got_full, eager_full)
+    assert model._mask_memo == {}

@@ -87,16 +87,19 @@ def test_sparse_refusal_names_what_needs_a_dense_path():
     ({"output_heads": 2, "output_powers": (1, 0)}, "output_powers must be 2 powers >= 1"),
     ({"output": "attention"}, "for the node task"),
     ({"norm": "batch"}, "norm must be one of"),
-    ({"readout": "cls"}, "for the image level"),
-    ({"encoder": "patch"}, "encoder 'patch' and task 'image' go together"),
-    ({"task": "image", "encoder": "linear"}, "encoder 'patch' and task 'image' go together"),
+    # the rules a preset meets (config_rules, model=True), with the preset's message
+    ({"readout": "cls"}, "model.readout=cls and model.positional are for image datasets"),
+    ({"encoder": "patch"}, "model.encoder=patch, model.readout=cls and model.positional are for image datasets"),
+    ({"task": "image", "encoder": "linear"}, "model.encoder=linear: image datasets take the patch encoder"),
     ({"task": "image"}, "needs image_size (H, W) and patch_size >= 1"),  # 'auto' is the patch encoder there
     ({"experts": ("local",)}, "for node tasks"),
     ({"task": "node", "experts": ("local", "local")}, "distinct names"),
     ({"task": "node", "experts": ("local",), "biases": ({"type": "spd"},)}, "not learned biases"),
     ({"layer_dropout": 1.0}, "layer_dropout must lie in [0, 1)"),
     ({"eps": 0.0}, "eps must be > 0"),
-    ({"readout_scale": float("inf")}, "readout_scale must be a finite number > 0"),
+    ({"readout_scale": float("inf")}, "readout_scale inf is not finite in float32"),
+    ({"readout_scale": 0.0}, "readout_scale must be a finite number > 0"),
+    ({"hidden": 2**20, "heads": 4}, "hidden must be <= 65536"),
 ])
 def test_refused_combinations_name_the_setting(kw, needle):
     with pytest.raises(ValueError) as err:

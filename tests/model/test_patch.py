@@ -110,9 +110,9 @@ def test_mean_readout_and_a_batch_of_grid_copies_match_the_broadcast_grid():
 
 
 def test_image_switches_are_checked():
-    with pytest.raises(ValueError, match="encoder 'patch' and task 'image' go together"):
+    with pytest.raises(ValueError, match="model.encoder=patch, model.readout=cls and model.positional are for image"):
         ModelConfig(in_dim=1, out_dim=2, encoder="patch", image_size=(8, 8), patch_size=2)
-    with pytest.raises(ValueError, match="readout 'cls'"):
+    with pytest.raises(ValueError, match="model.readout=cls and model.positional are for image datasets"):
         ModelConfig(in_dim=1, out_dim=2, readout="cls")
     with pytest.raises(ValueError, match="does not divide"):
         image_model(patch_size=3)

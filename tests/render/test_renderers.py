@@ -23,9 +23,9 @@ def test_explain_prints_each_heads_hop_masses_and_the_files():
               "files": {"maps": "out/maps.h5", "figures": {"graph_0": "out/graph_0.png"}}}
     lines = _text(explain.human, result, Path("out")).splitlines()
     assert lines[0] == "graph_0: graph 0: 3 nodes"
-    assert "1 target(s) -> out" in lines[1]
+    assert "mean over every query row of 1 target(s) -> out" in lines[1]
     assert lines[2].split() == ["layer", "head", "k", "0", "1", ">=2", "unr"]
-    assert lines[3].split() == ["L1", "h1", "2", "0.25", "0.50", "0.25", "0.00"]  # heads shown 1-based
+    assert lines[3].split() == ["L1", "h0", "2", "0.25", "0.50", "0.25", "0.00"]  # numbered from 0, as maps.h5
     assert lines[-2:] == ["maps: out/maps.h5", "figure: out/graph_0.png"]
 
 

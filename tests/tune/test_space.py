@@ -138,6 +138,29 @@ def test_the_start_point_is_the_presets_own_values_inside_the_space():
     assert start_point(off_grid, check_space(off_grid)) == {}
 
 
+def _only(space: dict, *sets: str):
+    return R.resolve("node-level", ["tune=null", *sets, *(f"tune.{k}={v}" for k, v in space.items())])
+
+
+def test_a_value_is_left_to_the_trial_only_when_the_refusing_check_reads_another_searched_key():
+    """Which keys a refusal involves comes from the check (its declared or named keys), not from the message:
+    ``model.output`` is a prefix of ``model.output_heads`` in the text, yet the width check of
+    ``model.output_powers`` never reads it, so ``output_heads: 2`` against a fixed one-power list is refused."""
+    space = {"model.output_heads": "{choice: [1, 2]}", "model.output": "{choice: [mlp, attention]}"}
+    cfg = _only(space, "model.output_powers=[1]")
+    with pytest.raises(ConfigError, match=r"^tune\.model\.output_heads: value 2 is not valid: model\.output_powers"):
+        check_space(cfg, full=True)
+    # Searching the powers too, the same value is left to the trial: some combinations hold.
+    space["model.output_powers"] = "{choice: [[1], [1, 1]]}"
+    assert {p.key for p in check_space(_only(space, "model.output_powers=[1]"), full=True)} == set(space)
+    # A rule's declared keys: model.heads drawn above structure.powers.k fails only with a searched k.
+    rule_space = {"model.heads": "{choice: [2, 8]}", "model.hidden": "{choice: [16]}"}
+    with pytest.raises(ConfigError, match=r"^tune\.model\.heads: value 8 is not valid: model\.head_powers reads"):
+        check_space(_only(rule_space, "structure.powers.k=4", "model.hidden=16", "model.head_powers=null"), full=True)
+    rule_space["structure.powers.k"] = "{int: [4, 8]}"
+    check_space(_only(rule_space, "structure.powers.k=4", "model.hidden=16", "model.head_powers=null"), full=True)
+
+
 def test_bounds_of_a_range_and_none_for_a_choice():
     assert Param("model.hidden", "int", low=16, high=64).bounds() == (16, 64)
     assert Param("train.lr", "float", low=0.1, high=0.5).bounds() == (0.1, 0.5)

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import functools
 import json
 import os
 import queue
@@ -17,6 +16,7 @@ import numpy as np
 
 from xmask_cli.cache.files import FORMAT_VERSION, is_stale_temp
 from xmask_cli.fs import ensure_writable_dir, write_failed
+from xmask_cli.versions import package_versions
 
 __all__ = ["CacheWriter"]
 
@@ -27,17 +27,8 @@ _FLUSH_BYTES = 64 << 20
 _RAW = ("eigvals", "eigvecs")
 
 
-@functools.lru_cache(maxsize=1)
-def _versions() -> dict[str, str]:
-    import importlib.metadata as md
-
-    out = {}
-    for pkg in ("xmask", "torch", "torch_geometric", "numpy", "scipy", "h5py"):
-        try:
-            out[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            out[pkg] = "not installed"
-    return out
+#: The packages whose versions a cache file records (with xmask's), in its ``versions`` attribute.
+_CACHE_PACKAGES = ("torch", "torch_geometric", "numpy", "scipy", "h5py")
 
 
 class _GuardedFile:
@@ -146,7 +137,7 @@ class CacheWriter:
             self._f.attrs[k] = v
         self._f.attrs["format_version"] = FORMAT_VERSION
         self._f.attrs["created"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-        self._f.attrs["versions"] = json.dumps(_versions(), sort_keys=True)
+        self._f.attrs["versions"] = json.dumps(package_versions(_CACHE_PACKAGES), sort_keys=True)
         self._f.attrs["complete"] = False
         self._thread = threading.Thread(target=self._run, name="xmask-cache-writer", daemon=True)
         self._thread.start()

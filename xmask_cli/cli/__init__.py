@@ -1,7 +1,7 @@
 """The ``xmask`` command line: parse -> load config -> call one function -> render.
 
 One module per command (``prepare``, ``train``, ``evaluate``, ``ablate``,
-``explain``, ``tune``, ``presets``, ``runs``, ``cache``), each holding the typer function (argument
+``explain``, ``export``, ``tune``, ``env``, ``presets``, ``runs``, ``cache``), each holding the typer function (argument
 wiring and the library call) and ``register(app)``; its human output is one
 function in :mod:`xmask_cli.render`. :mod:`xmask_cli.cli.app` holds the app,
 the global options and the error handling; :mod:`xmask_cli.cli.options` the
@@ -20,13 +20,13 @@ files that module writes.)
 """
 from __future__ import annotations
 
-from xmask_cli.cli import ablate, cache, evaluate, explain, prepare, presets, runs, train, tune
+from xmask_cli.cli import ablate, cache, env, evaluate, explain, export, prepare, presets, runs, train, tune
 from xmask_cli.cli.app import app, handle_errors, main
 
 __all__ = ["COMMANDS", "app", "handle_errors", "main"]
 
 #: Every command module, in the order ``xmask --help`` lists them (command groups come after single commands).
-COMMANDS = (prepare, train, evaluate, ablate, explain, tune, presets, runs, cache)
+COMMANDS = (prepare, train, evaluate, ablate, explain, export, tune, env, presets, runs, cache)
 
 for _module in COMMANDS:
     _module.register(app)

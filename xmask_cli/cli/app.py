@@ -19,6 +19,7 @@ from typing import Annotated, Any
 import typer
 
 from xmask_cli import __version__
+from xmask_cli.cli.options import FlagsGroup
 from xmask_cli.console import Output
 from xmask_cli.errors import EXIT_CODES, NotWritableError, UsageError, XMaskError
 from xmask_cli.fs import DISK_FULL, write_failed
@@ -55,15 +56,22 @@ Environment: XMASK_FORMAT (the default of --format), XMASK_DATA_ROOT (the defaul
 --data-root), XMASK_CACHE (the default of --cache-dir, else ./cache), XMASK_OFFLINE=1 (never
 download, as --offline), XMASK_PRESETS (extra preset folders, `:`-separated, searched first),
 XMASK_DEBUG=1 (show the traceback behind an error), XMASK_DIST_TIMEOUT (seconds a collective
-waits for the other ranks under torchrun).
+waits for the other ranks under torchrun), XMASK_MAX_NODES (the most nodes a dataset folder's
+features file alone may give, 10000000 by default).
 
 """ + EXIT_HELP
 
-# typer vendors click in recent versions: take click's exception classes from wherever typer's come from.
-_click_exceptions = sys.modules[typer.BadParameter.__module__]
+def _parser_error_base() -> type[Exception]:
+    """The base class of every option-parser error (unknown option, bad value, missing argument, no such
+    command): the root below ``Exception`` of typer's public ``BadParameter``. Reached through that class, so
+    no module path of click (vendored by typer, or not) is named here."""
+    return [c for c in typer.BadParameter.__mro__ if issubclass(c, Exception) and c is not Exception][-1]
 
 
-class OneLineErrors(typer.core.TyperGroup):
+_ParserError = _parser_error_base()
+
+
+class OneLineErrors(FlagsGroup):
     """Option-parser errors (``--bogus``, ``--workers 0``) as one ``error:`` line and exit 2, like every
     other xmask error, instead of click's boxed usage text."""
 
@@ -75,27 +83,35 @@ class OneLineErrors(typer.core.TyperGroup):
             return super().main(args, prog_name, complete_var, standalone_mode=False, **kwargs)
         try:
             rv = super().main(args, prog_name, complete_var, standalone_mode=False, **kwargs)
-        except _click_exceptions.ClickException as exc:
-            if isinstance(exc, getattr(_click_exceptions, "NoArgsIsHelpError", ())):
-                return super().main(args, prog_name, complete_var, standalone_mode=True, **kwargs)  # bare `xmask cache`: the help
+        except _ParserError as exc:
             ctx = getattr(exc, "ctx", None)
             hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-            message = " ".join(line.strip() for line in exc.format_message().splitlines() if line.strip())
+            text = exc.format_message() if hasattr(exc, "format_message") else str(exc)  # click's errors have it
+            message = " ".join(line.strip() for line in text.splitlines() if line.strip())
             sys.stderr.write(f"error: {message}{hint}\n")
-            sys.exit(exc.exit_code)
-        except typer.Abort:  # typer 0.29 vendors click without its Abort; typer has its own
+            sys.exit(getattr(exc, "exit_code", 2))
+        except typer.Abort:
             sys.stderr.write("error: aborted\n")
             sys.exit(1)
         # Without standalone mode click returns the code of a typer.Exit (our error codes) instead of exiting.
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
+def help_without_command(ctx: typer.Context) -> None:
+    """``xmask`` or ``xmask cache`` alone: the help on stdout, exit 2 (a command is missing). The groups'
+    callback with ``invoke_without_command=True``, instead of the parser's no-args-is-help error, whose
+    class typer does not export."""
+    if ctx.invoked_subcommand is None and not ctx.resilient_parsing:
+        typer.echo(ctx.get_help())
+        raise typer.Exit(2)
+
+
 app = typer.Typer(
     cls=OneLineErrors,
     name="xmask",
     help=_MAIN_HELP,
-    no_args_is_help=True,
-    add_completion=False,
+    invoke_without_command=True,  # bare `xmask`: main_callback prints the help (help_without_command)
+    add_completion=True,  # --install-completion / --show-completion for bash, zsh, fish
     pretty_exceptions_enable=False,
     rich_markup_mode="markdown",
 )
@@ -171,11 +187,9 @@ def main_callback(
     ] = False,
 ) -> None:
     """Global options; the help text is _MAIN_HELP."""
-    from xmask_cli.cli.checks import register_config_checks  # start-up time: config_resolve loads YAML
-
-    register_config_checks()
     # No default here: an unset --format must not shadow XMASK_FORMAT (see output_for).
     ctx.obj = {"format": fmt.lower() if fmt else None, "quiet": quiet}
+    help_without_command(ctx)
 
 
 def add_group(app: typer.Typer, name: str, help: str, commands: dict[str, Callable[..., Any]]) -> None:
@@ -183,7 +197,7 @@ def add_group(app: typer.Typer, name: str, help: str, commands: dict[str, Callab
     :func:`handle_errors` and given the exit-code epilog like every top-level command."""
     from xmask_cli.cli.options import options
 
-    group = typer.Typer(help=help, no_args_is_help=True)
+    group = typer.Typer(cls=FlagsGroup, help=help, invoke_without_command=True, callback=help_without_command)
     for command, fn in commands.items():
         group.command(command, epilog=EXIT_HELP)(handle_errors(options(fn)))
     app.add_typer(group, name=name)

@@ -22,18 +22,20 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from xmask_cli.cli.completion import complete_preset, complete_run_dir
+
 if TYPE_CHECKING:
     from xmask_cli.config import Config
 
-__all__ = ["CacheDirOpt", "DataOptions", "DataRootOpt", "DatasetOpt", "DeviceOpt", "FormatOpt", "OfflineOpt",
-           "PresetOpt", "RunDirArg", "RunOptions", "SetOpt", "options"]
+__all__ = ["CacheDirOpt", "DataOptions", "DataRootOpt", "DatasetOpt", "DeviceOpt", "FlagsGroup", "FormatOpt",
+           "OfflineOpt", "PresetOpt", "RunDirArg", "RunOptions", "SetOpt", "options"]
 
 FormatOpt = Annotated[
     str | None,
     typer.Option("--format", "-f", help="Result format on stdout: human or json (default: the global --format).",
                  show_default=False),
 ]
-PresetOpt = Annotated[str | None, typer.Option("--preset", "-p", help="Preset name (see `xmask presets ls`) or YAML path [env XMASK_PRESETS: extra preset folders; with a dataset and no --preset: the dataset's own preset, else its level's].")]
+PresetOpt = Annotated[str | None, typer.Option("--preset", "-p", autocompletion=complete_preset, help="Preset name (see `xmask presets ls`) or YAML path [env XMASK_PRESETS: extra preset folders; with a dataset and no --preset: the dataset's own preset, else its level's].")]
 DatasetOpt = Annotated[str | None, typer.Option("--dataset", "-d", help="Dataset name, or a folder of files (./mygraph: docs/datasets-from-files.md); overrides the preset's data.dataset.", show_default=False)]
 SetOpt = Annotated[
     list[str] | None,
@@ -47,7 +49,31 @@ DataRootOpt = Annotated[
     Path | None, typer.Option("--data-root", help="Data root holding NAME/raw/... folders [env XMASK_DATA_ROOT].", show_default=False)
 ]
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never download: a missing dataset fails at once, naming where it looked [env XMASK_OFFLINE=1].")]
-RunDirArg = Annotated[Path, typer.Argument(help="A run folder, `runs/<name>/<seed>/`.", show_default=False)]
+RunDirArg = Annotated[Path, typer.Argument(help="A run folder, `runs/<name>/<seed>/`.", show_default=False,
+                                           autocompletion=complete_run_dir)]
+
+
+def _no_flag_metavar(params: list[Any]) -> list[Any]:
+    """``params`` with every flag's metavar emptied: a flag takes no value, but typer's rich help shows a
+    ``<bool>`` type for it unless its metavar is set (an empty one shows nothing)."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class FlagsGroup(typer.core.TyperGroup):
+    """A command group whose ``--help`` (and each of its commands' ``--help``, ``--help`` itself included)
+    shows no value type on flags."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _no_flag_metavar(super().get_params(ctx))
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None:
+            _no_flag_metavar(command.get_params(ctx))  # the help option too, made and cached by get_params
+        return command
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from typing import Annotated
 import typer
 
 from xmask_cli.cli.app import add_group, output_for
+from xmask_cli.cli.completion import complete_preset
 from xmask_cli.cli.options import FormatOpt, SetOpt
 from xmask_cli.render import presets as render
 
@@ -35,7 +36,7 @@ def presets_ls(ctx: typer.Context, fmt: FormatOpt = None) -> None:
 
 def presets_show(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Preset name or YAML path.")],
+    name: Annotated[str, typer.Argument(help="Preset name or YAML path.", autocompletion=complete_preset)],
     set_: SetOpt = None,
     fmt: FormatOpt = None,
 ) -> None:

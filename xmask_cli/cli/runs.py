@@ -7,13 +7,14 @@ from typing import Annotated
 import typer
 
 from xmask_cli.cli.app import add_group, output_for
+from xmask_cli.cli.completion import complete_run_dir
 from xmask_cli.cli.options import FormatOpt
 from xmask_cli.render import runs as render
 
 
 def runs_compare(
     ctx: typer.Context,
-    dirs: Annotated[list[Path], typer.Argument(help="Run folders (`runs/<name>/<seed>`) or folders of them (`runs/<name>`).", show_default=False)],
+    dirs: Annotated[list[Path], typer.Argument(help="Run folders (`runs/<name>/<seed>`) or folders of them (`runs/<name>`).", show_default=False, autocompletion=complete_run_dir)],
     out: Annotated[Path | None, typer.Option("--out", help="Where the plot of the validation curves goes (PNG) [default `runs-compare.png`].", show_default=False)] = None,
     no_plot: Annotated[bool, typer.Option("--no-plot", help="Print the table only.")] = False,
     fmt: FormatOpt = None,

@@ -11,6 +11,7 @@ import typer
 
 from xmask_cli.cli.app import EXIT_HELP, handle_errors, output_for
 from xmask_cli.cli.options import DataOptions, DeviceOpt, FormatOpt, RunOptions, options
+from xmask_cli.console import Bar, Output
 from xmask_cli.errors import UsageError
 from xmask_cli.render import train as render
 
@@ -25,8 +26,9 @@ def train(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run folders' previous runs (without it an existing run is refused).")] = False,
     runs_dir: Annotated[Path | None, typer.Option("--runs-dir", help="Root of run folders [default: the preset's run.root, ./runs].", show_default=False)] = None,
     name: Annotated[str | None, typer.Option("--name", help="Run name: `runs/<name>/<seed>/` [default `<dataset>-<level>`].", show_default=False)] = None,
-    folds: Annotated[int | None, typer.Option("--folds", min=2, help="Graph level: Errica et al.'s protocol, K stratified outer folds fixed by the seed, a stratified 10 % holdout of each training part for selection, test once per fold; runs in runs/<name>/<seed>/fold-<i>/, fold files in runs/<name>/<seed>/folds/. Same as --set data.folds=K.", show_default=False)] = None,
-    logger: Annotated[list[str] | None, typer.Option("--logger", help="Extra logger, repeatable: tensorboard (event files in each run folder; pip install \"xmask[tensorboard]\"). Same as --set train.loggers=[tensorboard].", show_default=False)] = None,
+    folds: Annotated[int | None, typer.Option("--folds", min=2, help="Graph level: Errica et al.'s protocol, K stratified outer folds fixed by the seed, a stratified 10 % holdout of each training part for selection, test once per fold; runs in `runs/<name>/<seed>/fold-<i>/`, fold files in `runs/<name>/<seed>/folds/`. Same as --set data.folds=K.", show_default=False)] = None,
+    logger: Annotated[list[str] | None, typer.Option("--logger", help="Extra logger, repeatable: tensorboard (event files in each run folder; pip install \"xmask-cli[tensorboard]\"). Same as --set train.loggers=[tensorboard].", show_default=False)] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Write and train nothing: print the resolved config, the run folders it would make, the structure cache file it needs (present or to prepare) and an estimate of stored pairs, parameters and peak memory per step (the dataset is read offline).")] = False,
     data: DataOptions = DataOptions(),
     fmt: FormatOpt = None,
 ) -> None:
@@ -60,6 +62,8 @@ def train(
         xmask train --preset proteins --folds 10 --data-root ../shared/datasets --format json > proteins-10fold.json
 
         xmask train --preset node-level --dataset cora --logger tensorboard
+
+        xmask train --preset proteins --seeds 0-4 --data-root ../shared/datasets --dry-run
     """
     from xmask_cli.api import train as train_runs
     from xmask_cli.engine.distributed import env_rank
@@ -74,39 +78,54 @@ def train(
 
     # Parsed here so that a bad value is named by its option (--seeds, --device), not the API's keyword.
     seed_list, device = parse_seeds(seeds if seeds is not None else seed), resolve_device(device)
+    loggers = [f"train.loggers=[{','.join(logger)}]"] if logger else []
+    overrides = [*(run.set_ or []), *loggers, *([] if folds is None else [f"data.folds={folds}"])]
+    if dry_run:
+        return _dry_run(out, run.preset, overrides, dataset=run.dataset, seeds=seed_list, device=device, name=name,
+                        runs_dir=runs_dir, cache_dir=data.cache(), data_root=data.data_root, resume=resume,
+                        overwrite=overwrite)
     tty_bar = not (out.json or out.quiet) and sys.stderr.isatty()
-
     with out.progress("train", total=None) as bar:
         progress = _EpochProgress(bar, out.log, log_lines=not tty_bar)
-        loggers = [f"train.loggers=[{','.join(logger)}]"] if logger else []
-        fold_set = [] if folds is None else [f"data.folds={folds}"]
-        result = train_runs(run.preset, [*(run.set_ or []), *loggers, *fold_set], dataset=run.dataset,
-                            seeds=seed_list, device=device,
+        result = train_runs(run.preset, overrides, dataset=run.dataset, seeds=seed_list, device=device,
                             name=name, runs_dir=runs_dir, cache_dir=data.cache(), data_root=data.data_root,
                             offline=data.no_download, resume=resume, overwrite=overwrite, log=out.log,
-                            on_epoch=progress.on_epoch, on_seed_start=progress.on_seed_start)
+                            on_epoch=progress.on_epoch, on_run_start=progress.on_run_start)
 
     if rank == 0:
         out.result(result.to_json(), lambda con: render.human(con, result))
 
 
 
-class _EpochProgress:
-    """The training callbacks: the progress bar per epoch, and (without a terminal bar) a log line every tenth."""
+def _dry_run(out: Output, preset: str | None, overrides: list[str], **kwargs: Any) -> None:
+    """``--dry-run``: print what the same ``train`` would make, read and cost (:func:`xmask_cli.api.dry_run`)."""
+    from xmask_cli.api import dry_run
 
-    def __init__(self, bar: Callable[[int, int], None], log: Callable[[str], None], *, log_lines: bool) -> None:
+    plan = dry_run(preset, overrides, **kwargs).to_json()
+    out.result(plan, lambda con: render.dry_run(con, plan))
+
+
+class _EpochProgress:
+    """The training callbacks: the progress bar per epoch (naming the run, the epoch, the last validation
+    metric and the time left), and (without a terminal bar) a log line every tenth epoch."""
+
+    def __init__(self, bar: Bar, log: Callable[[str], None], *, log_lines: bool) -> None:
         self.bar, self.log, self.log_lines = bar, log, log_lines
         self.epochs, self.every = 0, 1
 
-    def on_seed_start(self, s: int, epochs: int) -> None:
+    def on_run_start(self, s: int, fold: int | None, epochs: int) -> None:
         self.epochs, self.every = epochs, max(1, epochs // 10)
-        self.bar(0, epochs)
+        self.bar.restart(epochs, f"train seed {s}{'' if fold is None else f' fold {fold}'}", unit="epoch")
 
     def on_epoch(self, s: int, row: dict[str, Any]) -> None:
         self.bar(row["epoch"] + 1, self.epochs)
+        vals = {k: v for k, v in row.items() if k.startswith("val_") and v is not None}
+        # The selection metric (the val_ key that is not the loss) in the bar; the loss only without one.
+        shown = [k for k in vals if k != "val_loss"] or list(vals)
+        self.bar.status(" ".join(f"val {k[4:]} {vals[k]:.4f}" for k in shown[:1]))
         if self.log_lines and row["epoch"] % self.every == 0:
-            vals = " ".join(f"{k} {v:.4f}" for k, v in row.items() if k.startswith("val_") and v is not None)
-            self.log(f"seed {s} epoch {row['epoch']}: loss {row['loss']:.4f} {vals}")
+            text = " ".join(f"{k} {v:.4f}" for k, v in vals.items())
+            self.log(f"seed {s} epoch {row['epoch']}: loss {row['loss']:.4f} {text}")
 
 
 def register(app: typer.Typer) -> None:

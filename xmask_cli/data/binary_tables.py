@@ -19,10 +19,10 @@ import numpy as np
 from xmask_cli.data.tables import open_regular
 from xmask_cli.errors import UsageError, first_line
 
-__all__ = ["PARQUET_HINT", "read_npy", "read_npz", "read_parquet_columns"]
+__all__ = ["PARQUET_HINT", "declared_rows", "read_npy", "read_npz", "read_parquet_columns"]
 
 #: What to do when Parquet is asked for and pyarrow is missing.
-PARQUET_HINT = "reading Parquet needs pyarrow: pip install 'xmask[parquet]' (or pip install pyarrow), or save it as .npz"
+PARQUET_HINT = "reading Parquet needs pyarrow: pip install 'xmask-cli[parquet]' (or pip install pyarrow), or save it as .npz"
 
 #: The most a deflated zip member can expand (deflate's ceiling is about 1032 : 1), plus room for a tiny one.
 _DEFLATE_RATIO, _DEFLATE_SLACK = 1032, 1 << 10
@@ -83,8 +83,52 @@ def read_npy(path: Path, *, follow_links: bool = False) -> np.ndarray:
             raise UsageError(f"{path}: not a readable .npy array ({first_line(exc)})") from None
 
 
-def _npz_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> np.ndarray:
-    """One member of an ``.npz`` archive, its declared sizes checked before its data is read.
+def declared_rows(path: Path, member: str | None = None, *, follow_links: bool = False) -> int | None:
+    """The row count (first dimension) ``path``'s own header declares, read without any of its data: a
+    ``.npy`` header, the header of the ``.npz`` member ``member``, a Parquet footer.
+
+    What lets a folder's files be compared before any is read. None where nothing is declared: a CSV, or an
+    archive without ``member`` (its reader then names what is missing).
+
+    Raises:
+        UsageError: a file that is not of its format, or an object array.
+    """
+    ext = path.suffix.lower()
+    if ext == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise UsageError(f"{path}: {PARQUET_HINT}") from None
+        with open_regular(path) as fh:
+            try:
+                return int(pq.ParquetFile(fh).metadata.num_rows)
+            except Exception as exc:  # pyarrow raises its own error types for a damaged file
+                raise UsageError(f"{path}: not a readable Parquet file ({first_line(exc)})") from None
+    if ext not in (".npy", ".npz"):
+        return None
+    with open_regular(path, follow_links=follow_links) as fh:
+        if ext == ".npy":
+            size = os.fstat(fh.fileno()).st_size
+            shape, _, dtype, declared = _npy_header(fh, str(path))
+            if declared != size - fh.tell():  # a header that lies is named as such, not as a row count
+                raise _size_mismatch(str(path), shape, dtype, declared, size - fh.tell())
+        else:
+            try:
+                with zipfile.ZipFile(fh) as zf:
+                    info = next((i for i in zf.infolist() if i.filename in (f"{member}.npy", member)), None)
+                    if info is None:
+                        return None
+                    shape = _npz_member_shape(zf, info, f"{path} array {member}")
+            except UsageError:
+                raise
+            except (zipfile.BadZipFile, zlib.error, ValueError, OSError, EOFError, NotImplementedError,
+                    RuntimeError) as exc:
+                raise UsageError(f"{path}: not a readable .npz archive ({first_line(exc)})") from None
+    return shape[0] if shape else 1
+
+
+def _npz_member_shape(zf: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> tuple[int, ...]:
+    """The shape one member of an ``.npz`` archive declares, its sizes checked; none of its data read.
 
     The zip's own record of the member (``file_size``, and for a deflated one the bytes it expands from)
     bounds the member's header, and the header must declare exactly the bytes the member holds.
@@ -102,6 +146,13 @@ def _npz_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> np.nd
         present = info.file_size - m.tell()
     if declared != present:
         raise _size_mismatch(where, shape, dtype, declared, present)
+    return shape
+
+
+def _npz_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, where: str) -> np.ndarray:
+    """One member of an ``.npz`` archive, its declared sizes checked (:func:`_npz_member_shape`) before its data
+    is read."""
+    _npz_member_shape(zf, info, where)
     with zf.open(info) as m:
         return np.lib.format.read_array(m, allow_pickle=False)
 

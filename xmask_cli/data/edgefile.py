@@ -23,7 +23,9 @@ The edge file is a delimited text file with a **header row**:
 The node count is ``max id + 1``, or the row count of the features file when
 one is given (extra rows are isolated nodes). Without a features file, ids
 must lie below ``max(1000, 10 x the number of distinct ids)``: a 10-row file
-naming node 10^8 is refused (exit 2) instead of allocating gigabytes. The optional features file is
+naming node 10^8 is refused (exit 2) instead of allocating gigabytes; a ``.npy`` features file may
+declare at most :data:`~xmask_cli.data.tables.MAX_FEATURE_NODES` rows (``XMASK_MAX_NODES``), checked
+from its header before it is read. The optional features file is
 a ``.npy`` array ``[N, F]`` (``[N]`` is read as ``[N, 1]``) or a ``.csv``
 without header, one row per node, comma separated.
 
@@ -48,11 +50,12 @@ from pathlib import Path
 
 import numpy as np
 
-from xmask_cli.data.binary_tables import read_npy
+from xmask_cli.data.binary_tables import declared_rows, read_npy
 from xmask_cli.data.tables import (
     ID_BOUND_FACTOR,
     MIN_ID_BOUND,
     bounded_max_id,
+    check_feature_nodes,
     check_regular,
     merge_note,
     open_regular,
@@ -161,6 +164,9 @@ def _load_features(path: Path) -> np.ndarray:
     """``[N, F]`` float32 features from ``.npy`` or a header-less ``.csv``."""
     suffix = path.suffix.lower()
     if suffix == ".npy":
+        declared = declared_rows(path, follow_links=True)
+        if declared is not None:  # the features alone give the node count: bounded before the file is read
+            check_feature_nodes(path, declared)
         x = read_npy(path, follow_links=True)
         if x.ndim == 1:
             x = x[:, None]

@@ -16,7 +16,12 @@ The format (docs/datasets-from-files.md is the user's guide)::
   when present, must agree between the two directions and is read and checked
   but not used by the structure (X-LogSMask's ``Â`` is of the unweighted graph).
 * ``n`` is the row count of features (labels must match), else of labels,
-  else ``max id + 1``.
+  else ``max id + 1``. The row counts of the node files (features, labels,
+  masks) are compared from their headers (NPY, NPZ members, Parquet footer)
+  before any file is read; a count given by a features file alone is at most
+  :data:`~xmask_cli.data.tables.MAX_FEATURE_NODES` (``XMASK_MAX_NODES`` sets another), and the
+  largest label is below the number of labelled nodes (every class
+  ``0..C-1`` has one) before anything is sized by it.
 * Without split files the node level draws the seeded 60/20/20 split of the
   labelled nodes; every class ``0..C-1`` needs a training node.
 * Only regular files are read, never through a symbolic link; other files in
@@ -44,7 +49,7 @@ from typing import Any
 
 import numpy as np
 
-from xmask_cli.data.binary_tables import read_npz
+from xmask_cli.data.binary_tables import declared_rows, read_npz
 from xmask_cli.data.folder_checks import check_ids, check_reverse_weights, check_train_classes, repeated_rows
 from xmask_cli.data.folder_read import read_edges, read_features, read_index_file, read_labels
 from xmask_cli.data.graphset import GraphSet
@@ -52,6 +57,7 @@ from xmask_cli.data.spec import DatasetSpec, tu_raw_files
 from xmask_cli.data.tables import (
     Rows,
     bounded_max_id,
+    check_feature_nodes,
     check_regular,
     file_digest,
     not_regular,
@@ -59,7 +65,7 @@ from xmask_cli.data.tables import (
 from xmask_cli.errors import DataNotFoundError, UsageError
 
 __all__ = ["FORMATS", "FolderFiles", "FolderDataset", "find_files", "folder_spec", "load_folder", "is_folder_ref",
-           "FOLDER_SPLIT_FILES", "check_train_classes", "source_folder"]
+           "FOLDER_SPLIT_FILES", "check_train_classes", "source_folder", "check_declared_rows"]
 
 #: File stem -> the extensions it may have (exactly one file per stem).
 FORMATS: dict[str, tuple[str, ...]] = {
@@ -207,6 +213,41 @@ class FolderDataset:
         return self._data if self.transform is None else self.transform(self._data.clone())
 
 
+def check_declared_rows(files: FolderFiles) -> None:
+    """The node files' row counts, as their headers declare them, compared before any file is read: features
+    against labels, the masks against both, and a count from features alone against
+    :data:`~xmask_cli.data.tables.MAX_FEATURE_NODES`.
+
+    Raises:
+        UsageError: counts that disagree, or a features file alone declaring more nodes than the bound.
+    """
+    paths = files.paths
+    nx = declared_rows(paths["features"], "x") if "features" in paths else None
+    ny = declared_rows(paths["labels"], "y") if "labels" in paths else None
+    if nx is not None and ny is not None and nx != ny:
+        raise UsageError(f"{paths['labels']}: {ny:,} labels but {paths['features'].name} has {nx:,} rows (as their "
+                         f"headers declare); one label per node (-1 for unlabelled)")
+    if nx is not None and "labels" not in paths:
+        check_feature_nodes(paths["features"], nx)
+    n = nx if nx is not None else ny
+    if "masks" in paths and ny is not None and n is not None:  # masks are read only beside labels
+        for part in ("train", "val", "test"):
+            m = declared_rows(paths["masks"], part)
+            if m is not None and m != n:
+                raise UsageError(f"{paths['masks']}: {part} must be {n:,} booleans (one per node); its header "
+                                 f"declares {m:,}")
+
+
+def check_label_range(y: np.ndarray, path: Path) -> None:
+    """The largest label is below the number of labelled nodes (every class ``0..C-1`` needs a node), checked
+    before a count of classes is taken from it: a label of 10^18 is one line, not an allocation."""
+    labelled = int(np.count_nonzero(y >= 0))
+    if labelled and int(y.max()) >= labelled:
+        row, where = int(np.argmax(y)), Rows(path, csv=path.suffix.lower() == ".csv")
+        raise UsageError(f"{where.at(row)}: label {int(y[row])} is out of range: labels are 0..C-1 with every "
+                         f"class present, and only {labelled:,} nodes are labelled (so C <= {labelled:,})")
+
+
 def _split_masks(files: FolderFiles, n: int, y: np.ndarray | None) -> dict[str, np.ndarray]:
     """``train``/``val``/``test`` boolean masks from index files or masks.npz, checked."""
     if y is None or not files.has_split:
@@ -288,16 +329,16 @@ def load_folder(spec: DatasetSpec) -> Any:
         DataNotFoundError: the folder or its edges file is gone.
         UsageError: any inconsistency, as one line naming the file and row.
     """
-    import torch
-    from torch_geometric.data import Data
-
     folder = Path(spec.folder)
     files = find_files(folder)
+    check_declared_rows(files)  # from the headers, before any file is read (or torch is loaded)
     src, dst, w, rows = read_edges(files.paths["edges"])
     if src.size == 0:
         raise UsageError(f"{files.paths['edges']}: no edges; the graph needs at least one")
     x = read_features(files.paths["features"]) if "features" in files.paths else None
     y = read_labels(files.paths["labels"]) if "labels" in files.paths else None
+    if y is not None:
+        check_label_range(y, files.paths["labels"])
     n, why_n = _node_count(x, y, files, src, dst, rows)
     check_ids(src, n, rows, "src", why_n)
     check_ids(dst, n, rows, "dst", why_n)
@@ -328,6 +369,9 @@ def load_folder(spec: DatasetSpec) -> Any:
     if w is not None:
         notes.append(f"note: {files.paths['edges'].name} has a weight column: read and checked, but the "
                      f"structure (Â of A + I) uses the unweighted graph")
+    import torch
+    from torch_geometric.data import Data
+
     edge_index = np.stack([src, dst])
     del src, dst
     data = Data(edge_index=torch.from_numpy(edge_index), num_nodes=n)  # shares edge_index's memory

@@ -49,6 +49,7 @@ from xmask_cli.data.spec import DatasetSpec
 from xmask_cli.data.staging import STAGE_MANIFEST, STAGING_MARKER, _stage, check_source_files, source_files  # noqa: F401
 from xmask_cli.data.tables import check_regular
 from xmask_cli.errors import CacheError, DataNotFoundError, NotWritableError, UsageError, first_line
+from xmask_cli.versions import require_extra
 
 DEFAULT_DATA_ROOT = Path("~/.cache/xmask/datasets").expanduser()
 EMBEDDED_ROOT = Path(__file__).resolve().parent / "embedded"
@@ -138,6 +139,8 @@ def load_graphs(
         ds = GraphQADataset(spec.name.split(":", 1)[1])
         edges, nodes = graph_arrays(ds)
         return GraphSet(spec=spec, edge_index=edges, num_nodes=nodes, source=Path("generated"), dataset=ds)
+    if spec.family in ("ogbg", "ogbn"):  # the OGB classes come with the [ogb] extra
+        require_extra("ogb", "ogb", f"{spec.name} (an OGB dataset)")
     if spec.root:  # a user's TU-format folder: its parent is the data root, whatever else is set
         data_root = Path(spec.root)
     offline = is_offline(offline)

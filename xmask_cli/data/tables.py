@@ -31,12 +31,30 @@ from xmask_cli.errors import DataNotFoundError, UsageError
 from xmask_cli.fs import NotRegularFile, open_regular_fd, sha256_of
 
 __all__ = ["Rows", "merge_note", "open_regular", "check_regular", "not_regular", "file_kind", "file_digest",
-           "read_csv_columns", "csv_header", "MIN_ID_BOUND", "ID_BOUND_FACTOR", "bounded_max_id"]
+           "read_csv_columns", "csv_header", "MIN_ID_BOUND", "ID_BOUND_FACTOR", "bounded_max_id", "MAX_FEATURE_NODES",
+           "check_feature_nodes"]
 
 #: Where nothing else gives the node count, node ids must lie below ``max(MIN_ID_BOUND, ID_BOUND_FACTOR * distinct
 #: ids)``: the count is ``max id + 1``, so sparse huge ids would allocate memory for nodes that do not exist.
 MIN_ID_BOUND = 1000
 ID_BOUND_FACTOR = 10
+#: The most nodes a graph may have when a features file alone says how many (a folder without labels, an edge
+#: file's features): its header declares the count, and a wrong one would size the whole graph. The
+#: environment's ``XMASK_MAX_NODES`` sets another bound.
+MAX_FEATURE_NODES = 10_000_000
+
+
+def check_feature_nodes(path: Path, rows: int) -> None:
+    """Refuse (UsageError) a features file alone declaring more than :data:`MAX_FEATURE_NODES` (or
+    ``XMASK_MAX_NODES``) rows, before it is read."""
+    text = os.environ.get("XMASK_MAX_NODES", "").strip()
+    if text and (not text.isdigit() or int(text) < 1):
+        raise UsageError(f"XMASK_MAX_NODES={text!r}: expected a whole number of nodes >= 1")
+    bound = int(text) if text else MAX_FEATURE_NODES
+    if rows > bound:
+        raise UsageError(f"{path}: declares {rows:,} rows, a graph of {rows:,} nodes, above the {bound:,} nodes a "
+                         f"features file alone may give; check the file, or set XMASK_MAX_NODES={rows} if the graph "
+                         f"is that large")
 
 
 def merge_note(count: int, name: str, later: str, first: str) -> str:

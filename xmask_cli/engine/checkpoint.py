@@ -62,10 +62,13 @@ class Checkpoint(TypedDict):
 
 
 class BestCheckpoint(Checkpoint, total=False):
-    """``best.pt``: the best epoch's weights and the two validation values selection read there."""
+    """``best.pt``: the best epoch's weights, the two validation values selection read there and the run's
+    config as JSON text (as ``last.pt``'s; checked against ``config.json`` before the weights are used).
+    Checkpoints written before ``config`` was kept lack it."""
 
     val: float
     val_loss: float | None
+    config: str
 
 
 class _LastRequired(Checkpoint, OptimisationState):
@@ -112,6 +115,8 @@ def check_best(state: dict[str, object], path: Path) -> BestCheckpoint:
     for key in ("val", "val_loss"):
         if key in state and not _is_number(state[key], none=True):
             raise _damaged(path, f"{key!r} is not a number")
+    if "config" in state and not isinstance(state["config"], str):
+        raise _damaged(path, "'config' is not JSON text")
     return cast(BestCheckpoint, state)  # its fields are the ones checked above
 
 

@@ -6,11 +6,17 @@ order). Each run gives one row: its name (the parent folder), seed, dataset,
 metric, selected epoch, epochs run, the summary's train / val / test metrics
 and its wall time: the epochs' ``epoch_s`` (training pass and validation)
 summed over ``metrics.jsonl`` (a row without ``epoch_s`` counts its training
-pass, ``train_s``).
+pass, ``train_s``). Runs made with different versions of xmask, Python or the packages a run records
+(``config.json``'s ``environment``) are flagged: their numbers may differ for that reason alone.
+
+A number read back that is not finite (``NaN``, ``1e999`` in ``summary.json``, an epoch's time in
+``metrics.jsonl``) is refused as damaged (exit 6, naming the file and the field): a row never shows or
+sums such a value as if it were a result.
 """
 from __future__ import annotations
 
 import io
+import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,8 +24,9 @@ from typing import TYPE_CHECKING
 
 from xmask_cli.engine.runs import MetricsRow, RunDir, write_bytes
 from xmask_cli.errors import RunNotFoundError
-from xmask_cli.fs import ensure_writable_dir
+from xmask_cli.fs import ensure_writable_dir, refuse_links
 from xmask_cli.results import CompareResult, RunRow
+from xmask_cli.versions import version_differences
 
 if TYPE_CHECKING:  # matplotlib loads when a figure is drawn
     from matplotlib.figure import Figure
@@ -67,9 +74,16 @@ def find_runs(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
     return found
 
 
-def _epoch_wall(row: MetricsRow) -> float:
+def _damaged(path: Path, what: str, value: float) -> RunNotFoundError:
+    return RunNotFoundError(f"{path} is damaged ({what} is {value!r}, not a finite number); restore it, "
+                            f"or train again with --overwrite")
+
+
+def _epoch_wall(row: MetricsRow, path: Path, line: int) -> float:
     """An epoch's wall time: ``epoch_s`` (training pass and validation), else its training pass ``train_s``."""
     seconds = row.get("epoch_s", row.get("train_s", 0.0))
+    if seconds is not None and not math.isfinite(seconds):
+        raise _damaged(path, f"row {line}'s epoch time", float(seconds))
     return 0.0 if seconds is None else float(seconds)
 
 
@@ -89,8 +103,11 @@ def run_row(path: Path) -> RunRow:
             raise RunNotFoundError(f"{run.path / RunDir.METRICS} row {n} is damaged ('{key}' is not a number); "
                                    f"restore it, or train again with --overwrite")
         curve.append((r["epoch"], value))
-    wall = sum(_epoch_wall(r) for r in rows)
+    wall = sum(_epoch_wall(r, run.path / RunDir.METRICS, n) for n, r in enumerate(rows, 1))
     metrics = summary.metrics
+    for part, value in metrics.items():  # json reads NaN, Infinity and 1e999 as floats: never a result
+        if not math.isfinite(value):
+            raise _damaged(run.path / RunDir.SUMMARY, f"metrics.{part}", float(value))
     name = path.parent.name if summary.fold is None else path.parent.parent.name  # <name>/<seed>[/fold-<i>]
     return RunRow(run_dir=str(path), name=name, seed=summary.seed, fold=summary.fold, dataset=summary.dataset,
                   metric=metric, best_epoch=summary.best_epoch, epochs_run=summary.epochs_run,
@@ -129,13 +146,27 @@ def compare_runs(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
         a :class:`~xmask_cli.results.CompareResult`: the rows (its ``to_json()`` leaves out the curves) and
         the plot's path or None.
     """
-    rows = [run_row(p) for p in find_runs(paths)]
+    found = find_runs(paths)
+    rows = [run_row(p) for p in found]
     plot = None
     if out is not None:
         target = Path(out)
         ensure_writable_dir(target.parent if str(target.parent) else Path("."), "output folder", "pass another --out")
+        refuse_links(target.parent, (target.name,), "output folder")  # a folder at the plot's name: exit 2
         buf = io.BytesIO()
         plot_compare(rows).savefig(buf, format="png", dpi=90)
         write_bytes(target, buf.getvalue())
         plot = str(target)
-    return CompareResult(runs=tuple(rows), plot=plot)
+    return CompareResult(runs=tuple(rows), plot=plot, version_differences=_version_differences(found))
+
+
+def _version_differences(found: Sequence[Path]) -> dict[str, dict[str, list[str]]]:
+    """The packages whose versions differ between the runs' ``config.json`` records (runs without one:
+    none to compare); a run whose config cannot be read is left to the commands that need it."""
+    records: list[tuple[str, object]] = []
+    for path in found:
+        try:
+            records.append((str(path), RunDir(path, create=False).load_config().get("environment")))
+        except RunNotFoundError:
+            continue
+    return version_differences(records)

@@ -19,6 +19,7 @@ from xmask_cli.config import Config
 from xmask_cli.config_resolve import build
 from xmask_cli.engine.experiment import Experiment
 from xmask_cli.engine.loop import score
+from xmask_cli.engine.resume import check_record
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.tasks.base import Task
 from xmask_cli.errors import RunNotFoundError, first_line
@@ -98,7 +99,14 @@ def rebuild_run(
     device: str = "cpu",
     log: Callable[[str], None] = lambda m: None,
 ) -> tuple[Experiment, Task[Any], XMaskNet]:
-    """Rebuild a run's experiment, task (same seed, same split) and best model, in eval mode."""
+    """Rebuild a run's experiment, task (same seed, same split) and best model, in eval mode.
+
+    ``best.pt`` is read first and its recorded config checked against ``config.json``
+    (:func:`~xmask_cli.engine.resume.check_record`) before any data is loaded.
+    """
+    best = run.load_best()
+    warnings: list[str] = []  # said once the weights are known to fit: a refusal stays one line
+    check_record(run, RunDir.BEST, best.get("config"), cast("dict[str, object]", saved), warnings.append)
     cfg: Config = build(Config, saved["config"])
     exp = Experiment.load(cfg, cache_dir=cache_dir, offline=offline, log=log,
                           data_root=data_root if data_root is not None else saved.get("data_root"))
@@ -106,11 +114,13 @@ def rebuild_run(
     try:
         # ModelConfig takes its own keywords' types; a config.json that does not fit fails here, as a best.pt does.
         model = XMaskNet(ModelConfig(**cast("dict[str, Any]", saved["model"]))).to(device)
-        model.load_state_dict(run.load_best()["model"])
+        model.load_state_dict(best["model"])
     except (TypeError, KeyError, RuntimeError) as exc:  # a config.json and best.pt that do not belong together
         first = first_line(exc)
         raise RunNotFoundError(f"{run.path / RunDir.BEST} does not fit the model in {run.path / RunDir.CONFIG} "
                                f"({first[:200]}); train again with --overwrite") from None
+    for line in warnings:
+        log(line)
     return exp, task, model.eval()
 
 
@@ -150,4 +160,11 @@ def evaluate_loaded(run: RunDir, saved: SavedRun, exp: Experiment, task: Task[An
     recorded = run.read_summary().metrics if (run.path / RunDir.SUMMARY).is_file() else {}
     return EvalResult(run_dir=str(run.path), dataset=exp.dataset, level=exp.level, metric=exp.metric, seed=seed,
                       metrics=metrics, recorded={p: recorded.get(p) for p in parts},
-                      config_sha256=hashlib.sha256(json.dumps(saved, sort_keys=True).encode()).hexdigest()[:16])
+                      config_sha256=_config_digest(saved))
+
+
+def _config_digest(saved: SavedRun) -> str:
+    """The first 16 hex digits of the SHA-256 of the saved config, less the record of the software it ran on
+    (``environment``: two runs of one config on two machines share the digest)."""
+    config = {k: v for k, v in saved.items() if k != "environment"}
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16]

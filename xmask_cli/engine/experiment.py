@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from xmask_cli.config import Config
-from xmask_cli.config_rules import check_rules
+from xmask_cli.config_rules import check_rules, resolve_encoder
 from xmask_cli.data.edgefile import EdgeData
 from xmask_cli.data.graphset import GraphSet
 from xmask_cli.data.images import ImageSet
@@ -34,45 +34,25 @@ from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.errors import ConfigError
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.model.attention_path import PathRefused
-from xmask_cli.model.biases import bias_entry
 from xmask_cli.model.model_config import ModelConfig, sparse_refusal
 
 __all__ = ["Experiment", "check_config"]
 
 
-def _check_structure(cfg: Config) -> None:
-    for b in cfg.model.biases:
-        section = bias_entry(b.type).needs
-        if not getattr(cfg.structure, section).enabled:
-            raise ConfigError(f"model.biases uses {b.type}, which reads structure.{section}: "
-                              f"set structure.{section}.enabled=true")
-
-
 def check_config(cfg: Config) -> tuple[str, str]:
     """The checks a config passes before any file is touched; returns ``(level, metric)``.
 
-    The rules between sections a run needs (:func:`~xmask_cli.config_rules.check_rules` with the level),
-    then what the bias registry and the dataset's spec know.
+    The level and metric the dataset's spec allows, then the rules between sections a run needs
+    (:func:`~xmask_cli.config_rules.check_rules` with the level and the dataset's split).
 
     Raises:
-        UsageError: no such level for the dataset, a metric that does not apply, structure the model
-            reads but the cache would not hold.
+        UsageError: no such level for the dataset, a metric that does not apply.
+        ConfigError: a run-stage rule broken (structure the model reads but the cache would not hold, ...).
     """
     level = resolve_level(cfg)
     metric = resolve_metric(cfg, level)
-    check_rules(cfg, level)
-    _check_structure(cfg)
-    _check_folds(cfg)
+    check_rules(cfg, level, split=dataset_spec(cfg).split if cfg.data.folds else None)
     return level, metric
-
-
-def _check_folds(cfg: Config) -> None:
-    if not cfg.data.folds:
-        return
-    spec = dataset_spec(cfg)
-    if spec.split == "scaffold":
-        raise ConfigError(f"{spec.name} has an official split (OGB scaffold) that results are reported on: "
-                          f"drop --folds (data.folds={cfg.data.folds})")
 
 
 def _train_config(cfg: Config, seed: int, device: str) -> TrainConfig:
@@ -81,11 +61,7 @@ def _train_config(cfg: Config, seed: int, device: str) -> TrainConfig:
 
 def _model_config(cfg: Config, level: str, in_dim: int, out_dim: int, dataset: str, readout_scale: float = 1.0,
                   **image: int | tuple[int, int]) -> ModelConfig:
-    encoder = cfg.model.encoder
-    if level == "image":  # image_size and patch_size come with `image`
-        encoder = "patch"
-    elif encoder == "auto":
-        encoder = "atom" if dataset.lower().startswith("ogbg-mol") else "linear"
+    encoder = resolve_encoder(cfg.model.encoder, level, dataset)  # image_size and patch_size come with `image`
     return ModelConfig.from_section(cfg.model, in_dim=in_dim, out_dim=out_dim, task=level, encoder=encoder,
                                     eps=cfg.structure.powers.eps, rrwp_dim=cfg.structure.rrwp.steps + 1,
                                     readout_scale=readout_scale, **image)

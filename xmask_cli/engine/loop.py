@@ -254,9 +254,12 @@ def _epoch_row(epoch: int, stats: _EpochStats, metric: str, val: float, val_loss
     return row
 
 
-def _save_best(run: RunDir, model: torch.nn.Module, epoch: int, val: float, val_loss: float | None) -> None:
-    """``best.pt``: the state selection restores at the end."""
-    best: BestCheckpoint = {"model": _cpu_state(model), "epoch": epoch, "val": val, "val_loss": val_loss}
+def _save_best(run: RunDir, model: torch.nn.Module, epoch: int, val: float, val_loss: float | None,
+               config: dict[str, object]) -> None:
+    """``best.pt``: the state selection restores at the end, and the config it was trained with (what
+    ``eval``, ``explain``, ``load_run`` and ``--resume`` check against ``config.json``)."""
+    best: BestCheckpoint = {"model": _cpu_state(model), "epoch": epoch, "val": val, "val_loss": val_loss,
+                            "config": json.dumps(config, sort_keys=True)}
     run.save_checkpoint(best, RunDir.BEST)
 
 
@@ -321,7 +324,7 @@ def _fit(task: Task, model: torch.nn.Module, train_cfg: TrainConfig, run: RunDir
         # and stops alike.
         val, val_loss = strategy.from_main(score_and_loss, task, model, "val", train_cfg.precision, train_cfg.device)
         if sel.update(val, val_loss, epoch, higher):
-            strategy.on_main(_save_best, run, model, epoch, val, val_loss)
+            strategy.on_main(_save_best, run, model, epoch, val, val_loss, config)
         stopped_early = sel.bad_epochs >= train_cfg.patience
         row = _epoch_row(epoch, stats, metric, val, val_loss, sel.best_epoch, t_epoch)
         strategy.on_main(_end_epoch, run, epoch, row, model, opt, sel, config, log)

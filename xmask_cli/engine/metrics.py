@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, TypeAlias, Union
 import numpy as np
 import numpy.typing as npt
 
+from xmask_cli.versions import require_extra
+
 if TYPE_CHECKING:  # tensors are read through their methods; the module itself loads without torch
     import torch
 
@@ -57,6 +59,7 @@ def ogb_node_accuracy(name: str) -> Metric:
     Takes what :func:`accuracy` takes (``[N, C]`` logits or ``[N]`` predictions, ``[N]`` or ``[N, 1]``
     labels) and gives the same value; the evaluator is the reference.
     """
+    require_extra("ogb", "ogb", f"{name}'s accuracy (OGB's evaluator)")
     from ogb.nodeproppred import Evaluator
 
     evaluator = Evaluator(name)

@@ -28,9 +28,10 @@ from xmask_cli.data.spec import DatasetSpec
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.errors import UsageError
+from xmask_cli.fs import check_writable, refuse_links
 
 __all__ = ["parse_seeds", "resolve_device", "resolve_level", "resolve_metric", "run_name", "dataset_spec",
-           "with_folder_ref", "planned_runs", "existing_runs", "check_planned", "DEFAULT_METRICS",
+           "with_folder_ref", "planned_runs", "existing_runs", "check_planned", "check_outputs", "DEFAULT_METRICS",
            "EDGE_FILE_DATASET", "MAX_SEED", "MAX_SEEDS"]
 
 #: Metric a level selects on when neither the preset nor the dataset says (from the level registry).
@@ -38,6 +39,8 @@ DEFAULT_METRICS = {name: level.default_metric for name, level in LEVELS.items()}
 #: Largest seed (numpy's global generator takes 32 bits) and most seeds in one sweep.
 MAX_SEED = 2**32 - 1
 MAX_SEEDS = 10000
+#: What to do about a runs folder that cannot take a sweep's files.
+RUNS_HINT = "pass another --runs-dir (run.root), or make it writable"
 #: Dataset name used for runs and caches of an edge-attribute file.
 EDGE_FILE_DATASET = "edges"
 
@@ -173,10 +176,35 @@ def existing_runs(root: Path, seeds: list[int], n_folds: int) -> list[RunDir]:
     return out
 
 
+def check_outputs(root: Path, seeds: list[int], n_folds: int) -> None:
+    """Refuse a sweep, before any work, whose folders could not take its files; creates nothing.
+
+    ``root`` (``<runs-dir>/<name>``) and each seed folder that exists must be folders on a writable file
+    system (else :class:`~xmask_cli.errors.NotWritableError`, exit 5), as must its ``fold-<i>`` and ``folds``
+    entries with ``n_folds``; ``aggregate.json`` there must be a plain file if anything (else UsageError,
+    exit 2). The run folders' own files are :func:`check_planned`'s.
+    """
+    check_writable(root, "runs folder", RUNS_HINT)
+    if not root.is_dir():
+        return
+    refuse_links(root, ("aggregate.json",), "runs folder")
+    for seed in seeds:
+        folder = root / str(seed)
+        if not os.path.lexists(folder):
+            continue
+        check_writable(folder, "run folder", RUNS_HINT)
+        if n_folds:
+            for entry in os.scandir(folder):
+                if re.fullmatch(r"folds|fold-\d+", entry.name) and not entry.is_dir():
+                    check_writable(folder / entry.name, "run folder", RUNS_HINT)
+
+
 def check_planned(existing: list[RunDir], replace: bool) -> None:
-    """Refuse a sweep, before any work, when a planned folder that exists is locked by another process or
+    """Refuse a sweep, before any work, when a planned folder that exists is locked by another process,
+    cannot take files (exit 5), holds something other than a plain file under a run file's name (exit 2), or
     (without ``--resume`` / ``--overwrite``: ``replace``) holds a run. Creates nothing."""
     for run in existing:
+        check_writable(run.path, "run folder", RUNS_HINT)
         run.check_free()
     if not replace:
         taken = [run for run in existing if run.has_run_files()]

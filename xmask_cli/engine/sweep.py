@@ -25,7 +25,7 @@ from xmask_cli.engine.distributed import World
 from xmask_cli.engine.experiment import Experiment, _train_config, check_config
 from xmask_cli.engine.folds import HOLDOUT, outer_folds, write_fold_files
 from xmask_cli.engine.loop import PARTS, MetricsRow, seed_everything
-from xmask_cli.engine.plan import check_planned, existing_runs, planned_runs, run_name, with_folder_ref
+from xmask_cli.engine.plan import check_outputs, check_planned, existing_runs, planned_runs, run_name, with_folder_ref
 from xmask_cli.engine.runs import RunDir, aggregate, input_stall, write_json
 from xmask_cli.engine.tasks.graph import graph_labels
 from xmask_cli.engine.watch import check_loggers
@@ -51,6 +51,7 @@ class _RunOptions:
     log: Callable[[str], None]
     on_epoch: Callable[[int, MetricsRow], None]
     on_seed_start: Callable[[int, int], None]
+    on_run_start: Callable[[int, int | None, int], None]
 
 
 def _fold_experiment(exp: Experiment, seed: int, fold: int, root: Path, write: bool) -> Experiment:
@@ -99,6 +100,7 @@ def _train_run(exp: Experiment, job: Job, w: World, opts: _RunOptions) -> RunSum
     seed_everything(seed)
     task = run_exp.task(seed, opts.device)
     opts.on_seed_start(seed, cfg.train.epochs)
+    opts.on_run_start(seed, fold, cfg.train.epochs)
     extra = {"config": run_exp.cfg.to_dict(), "level": exp.level,
              "data_root": None if opts.data_root is None else str(opts.data_root)}
     # Through the module, read per call: a substitute for train_task (tests) is seen.
@@ -147,6 +149,7 @@ def train_seeds(
     log: Callable[[str], None] = lambda m: None,
     on_epoch: Callable[[int, MetricsRow], None] = lambda seed, row: None,
     on_seed_start: Callable[[int, int], None] = lambda seed, epochs: None,
+    on_run_start: Callable[[int, int | None, int], None] = lambda seed, fold, epochs: None,
     parts: tuple[str, ...] = PARTS,
     max_folds: int | None = None,
 ) -> SweepResult:
@@ -158,18 +161,23 @@ def train_seeds(
     (``xmask tune`` scores a trial on their holdouts). The aggregate is then over
     every (seed, fold) run, and ``folds`` adds each seed's mean ± std over its folds.
 
+    ``on_seed_start(seed, epochs)`` and ``on_run_start(seed, fold, epochs)`` (fold None without folds) are
+    called before each run trains, ``on_epoch(seed, row)`` after each of its epochs.
+
     ``parts``: the parts each seed's best state is scored on (``xmask tune`` passes
     ``("train", "val")``: a search never scores test).
 
     With more than one seed an ``aggregate.json`` (mean ± std over seeds of
     every final metric) is written beside the seed folders. Before any work every
-    planned folder that exists is checked (locked by another process, or holding a
-    run without ``resume`` / ``overwrite``); each run then makes and locks its folder
+    planned folder that exists is checked (locked by another process, not writable, a
+    folder or FIFO under a run file's name, or holding a run without ``resume`` /
+    ``overwrite``), and so is the runs folder; each run then makes and locks its folder
     (:meth:`RunDir.lock`) when it starts, held to the end of the call.
 
     Raises:
-        UsageError: a seed folder is locked by another process, or holds a run
-            and neither ``resume`` nor ``overwrite`` is given.
+        UsageError: a seed folder is locked by another process, holds something other than a file under a
+            run file's name, or holds a run and neither ``resume`` nor ``overwrite`` is given.
+        NotWritableError: the runs folder or a run folder is a file, read-only or not writable.
     """
     if resume and overwrite:
         raise UsageError("give --resume or --overwrite, not both")
@@ -184,9 +192,11 @@ def train_seeds(
     with distributed.session(device) as (w, device), contextlib.ExitStack() as held:
         if w.main:
             # Every planned folder that exists is checked before any work, so a clash fails at once.
+            check_outputs(root, seeds, n_folds)
             check_planned(existing_runs(root, seeds, n_folds), resume or overwrite)
         exp = _load(cfg, w, cache_dir=cache_dir, data_root=data_root, offline=offline, log=log)
-        opts = _RunOptions(device, root, data_root, resume, overwrite, parts, log, on_epoch, on_seed_start)
+        opts = _RunOptions(device, root, data_root, resume, overwrite, parts, log, on_epoch, on_seed_start,
+                           on_run_start)
         # Planned lazily (Experiment.load has checked data.folds against the labels): nothing is created
         # here, a run makes (and locks) its folder when it starts.
         for job in _locked(planned_runs(root, seeds, n_folds), held, w):

@@ -7,8 +7,14 @@ one stopped by a diverged loss all leave ``curves.png`` in the run folder.
 
 ``train.loggers: [tensorboard]`` (``xmask train --logger tensorboard``) also
 writes TensorBoard event files into the run folder: every numeric key of each
-metrics row as a scalar at step ``epoch``, the resolved config as text (tag
-``config``) and the final metrics as text (tag ``summary``).
+metrics row as a scalar at step ``epoch``, grouped by :func:`scalar_tag`
+(``train/loss``, ``train/lr``, ``val/<metric>``, ``val/loss``, ``time/train_s``,
+``time/epoch_s``, ``time/input_stall``); the resolved config as text (tag
+``config``) and the final summary as text (tag ``summary``); and, when the run
+finishes, the HParams record (:func:`hparams_of`: the resolved config's
+hyper-parameters and the seed) with the final metrics as scalars
+``final/<part>_<metric>`` at the selected epoch, so TensorBoard's HParams tab
+compares seeds and configs.
 """
 from __future__ import annotations
 
@@ -24,11 +30,53 @@ from xmask_cli.errors import UsageError
 if TYPE_CHECKING:  # tensorboard is optional; the writer loads only when asked for
     from torch.utils.tensorboard import SummaryWriter
 
-__all__ = ["RunWatch", "check_loggers", "summary_writer_class"]
+__all__ = ["RunWatch", "check_loggers", "hparams_of", "scalar_tag", "summary_writer_class"]
 
 
 #: Row keys that are not a curve (bookkeeping, not a measurement).
 _NOT_SCALAR = ("epoch", "best_epoch")
+#: Config sections that are no hyper-parameter of the run (its text, where it writes, the search space).
+_NOT_HPARAM = ("description", "run", "tune")
+
+
+def scalar_tag(key: str) -> str:
+    """The TensorBoard tag of a metrics-row key: timings (``*_s``, ``input_stall``) under ``time/``, ``val_*``
+    under ``val/``, the rest (``loss``, ``lr``, ``train_*``, ``skipped_batches``) under ``train/``."""
+    if key.endswith("_s") or key == "input_stall":
+        return f"time/{key}"
+    if key.startswith("val_"):
+        return f"val/{key[4:]}"
+    return f"train/{key.removeprefix('train_')}"
+
+
+def _flat(prefix: str, value: object, out: dict[str, float | str]) -> None:
+    """``value`` as dotted keys under ``prefix``: numbers kept, bools and strings as text, lists as JSON
+    text; None left out (TensorBoard has no null)."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _flat(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(value, bool):
+        out[prefix] = "true" if value else "false"
+    elif isinstance(value, (int, float, str)):
+        out[prefix] = value
+    elif value is not None:
+        out[prefix] = json.dumps(value, sort_keys=True)
+
+
+def hparams_of(saved: Mapping[str, object]) -> dict[str, float | str]:
+    """A run's hyper-parameters from its ``config.json``: the resolved config flattened to dotted keys
+    (``model.hidden``, ``train.lr``, ``data.dataset``, …; its description, run and tune sections left out)
+    and ``seed``."""
+    out: dict[str, float | str] = {}
+    config = saved.get("config")
+    if isinstance(config, Mapping):
+        for section, body in config.items():
+            if section not in _NOT_HPARAM:
+                _flat(str(section), body, out)
+    train = saved.get("train")
+    if isinstance(train, Mapping) and _epoch(train.get("seed")) is not None:
+        out["seed"] = int(train["seed"])
+    return out
 
 
 def _epoch(value: object) -> int | None:
@@ -45,7 +93,7 @@ def summary_writer_class() -> type[SummaryWriter]:
         from torch.utils.tensorboard import SummaryWriter
     except ImportError:
         raise UsageError('train.loggers names tensorboard, which is not installed; install it with '
-                         'pip install "xmask[tensorboard]" (or drop --logger tensorboard)') from None
+                         'pip install "xmask-cli[tensorboard]" (or drop --logger tensorboard)') from None
     return SummaryWriter
 
 
@@ -90,7 +138,7 @@ class RunWatch:
             if key in _NOT_SCALAR or isinstance(value, bool) or not isinstance(value, (int, float)):
                 continue
             if math.isfinite(value):
-                tb.add_scalar(key, float(value), step)
+                tb.add_scalar(scalar_tag(key), float(value), step)
         tb.flush()
 
     def close(self, summary: Mapping[str, object] | None = None) -> None:
@@ -109,7 +157,26 @@ class RunWatch:
             if summary is not None and self._writer is not None:
                 self._writer.add_text("summary", "```\n" + json.dumps(summary, indent=2, sort_keys=True) + "\n```",
                                       _epoch(summary.get("best_epoch", 0)))
+                self._hparams(self._writer, summary)
         finally:
             if self._writer is not None:
                 self._writer.close()
                 self._writer = None
+
+    def _hparams(self, tb: SummaryWriter, summary: Mapping[str, object]) -> None:
+        """The HParams record of a finished run into its own event file (not the subfolder torch's
+        ``add_hparams`` makes): the hyper-parameters and the final metrics, also as ``final/`` scalars."""
+        from torch.utils.tensorboard.summary import hparams
+
+        metrics = summary.get("metrics")
+        name = summary.get("metric", "metric")
+        final = {f"final/{part}_{name}": float(v) for part, v in (metrics.items() if isinstance(metrics, Mapping)
+                 else ()) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+        step = _epoch(summary.get("best_epoch")) or 0
+        records = hparams(hparams_of(self.run.load_config()), final)  # type: ignore[no-untyped-call]
+        if tb.file_writer is not None:  # None only after close()
+            for record in records:
+                tb.file_writer.add_summary(record, step)
+        for tag, value in final.items():
+            tb.add_scalar(tag, value, step)
+        tb.flush()

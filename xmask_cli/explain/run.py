@@ -29,7 +29,7 @@ from xmask_cli.explain.image import explain_images
 from xmask_cli.explain.record import SingleGraph
 from xmask_cli.explain.store import write_maps
 from xmask_cli.explain.targets import TargetMaps, explain_graph, explain_nodes, parse_edge, target_dict
-from xmask_cli.fs import ensure_writable_dir
+from xmask_cli.fs import check_writable, ensure_writable_dir, refuse_links
 from xmask_cli.model.model_config import effective_powers, head_labels, head_powers
 
 __all__ = ["VIEWS", "ExplainRequest", "explain_run", "graph_view_name"]
@@ -126,6 +126,10 @@ def explain_run(
 
     run, saved = read_run(run_dir)
     target = _target_kind(request, run_dir, saved)
+    # Before the model runs: the folder the maps go to can take them (it is made once they are recorded).
+    check_writable(Path(out_dir), "output folder", "pass another --out")
+    if Path(out_dir).is_dir():
+        refuse_links(Path(out_dir), ("maps.h5",), "output folder")
     exp, task, model = rebuild_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
                                    device=device, log=log)
     cfg = model.cfg

@@ -32,6 +32,7 @@ from xmask_cli.model.packing import PackedGraphs
 # The sparse path (attention over given pairs) lives in pair_attention.py, the parameter-free kernels in
 # attention_ops.py.
 from xmask_cli.model.pair_attention import PairAttention
+from xmask_cli.model.tracing import exporting
 
 MASK_SCALES = ("paper", "none")
 #: How the heads' aggregates become the output: ``project`` (concatenate, output projection), ``concat``
@@ -139,7 +140,9 @@ class StructuralAttention(PairAttention, torch.nn.Module):
         """
         # SDPA scales q·k by 1/sqrt(d_h) itself; fold the bias's scaling in here.
         float_mask = self._logit_term(bias, learned, dtype)
-        if mask is not None and not bool(mask.all()):
+        # All real: no padding term. An exported program cannot branch on the mask's values and always adds
+        # it (0 where every node is real: the same numbers).
+        if mask is not None and (exporting() or not bool(mask.all())):
             B, N = mask.shape
             # A graph without real nodes keeps its (padded, never read) keys open: an all -inf row is NaN.
             hide = ~mask & mask.any(1, keepdim=True)

@@ -16,6 +16,8 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 from torch_geometric.utils import scatter
 
+from xmask_cli.model.tracing import exporting
+
 #: Floats of ``[heads, queries, keys]`` logits :func:`plain_attention` holds at once (~64 MB in float32).
 PLAIN_CHUNK_FLOATS = 1 << 24
 
@@ -111,7 +113,8 @@ def plain_attention(
         lse = q.new_full((nq, H), float("-inf"))
         return (out, lse) if return_lse else out
     step = max(1, chunk_floats // max(H * nk, 1))
-    if step >= nq:
+    # A program being exported has symbolic sizes, on which no chunk count can be chosen: one chunk.
+    if exporting() or step >= nq:
         out, lse = rows(0, nq)
     else:
         outs, lses = [], []

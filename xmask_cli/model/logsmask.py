@@ -21,6 +21,7 @@ import torch
 from torch import Tensor
 
 from xmask_cli.config import PowersSection
+from xmask_cli.model.tracing import exporting
 
 #: Values of ``model.outside_support``: ``hard`` (-inf outside a head's stored support) or ``eps`` (``log(eps)``).
 OUTSIDE_SUPPORT = ("hard", "eps")
@@ -207,7 +208,9 @@ class XLogSMaskBias(StructuralBias):
             n = powers.size(-1)
             off_diag = ~torch.eye(n, dtype=torch.bool, device=powers.device)
             bias = self._log(powers, axis=1, off_diagonal=off_diag)
-            if bool(mask.all()):
+            # The all-real shortcut reads the mask's values: a program being exported takes the general form,
+            # which gives the same numbers (the fill below is then a no-op).
+            if not exporting() and bool(mask.all()):
                 return bias
             # Keep padding rows/columns finite and inert (the attention gives padded keys -inf itself).
             pair = (mask[:, :, None] & mask[:, None, :])[:, None]

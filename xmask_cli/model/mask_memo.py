@@ -15,6 +15,7 @@ from torch import Tensor
 from xmask_cli.model.attention import StructuralAttention
 from xmask_cli.model.layers import TransformerBlock
 from xmask_cli.model.logsmask import DenseStructure, SparseStructure, XLogSMaskBias
+from xmask_cli.model.tracing import exporting
 
 
 class MaskMemo:
@@ -41,7 +42,8 @@ class MaskMemo:
         bias_module = self.out_bias if which == "output" else self.bias
         if bias_module is not None and powers is None:
             raise ValueError("use_bias=True needs `powers` [B, K, N, N]")
-        memo = self._mask_memo.get(which)
+        traced = exporting()  # a traced program computes its mask; nothing is memoised
+        memo = None if traced else self._mask_memo.get(which)
         # Tensor._version counts in-place writes: the only way to see `powers` changed under the same identity
         # (PyTorch has no public equivalent); a stale mask after powers.mul_() would be silently wrong.
         version = None if powers is None else powers._version
@@ -55,8 +57,8 @@ class MaskMemo:
         if attn is not None and not isinstance(attn, StructuralAttention):
             raise ValueError("attention experts attend over their token masks, not a dense padded batch")
         attn_mask = attn.dense_mask(bias, mask, dtype) if attn is not None else None
-        # Holding `powers` keeps its id from being reused by another tensor while memoised.
-        self._mask_memo[which] = (powers, mask.clone(), version, dtype, attn_mask)
+        if not traced:  # holding `powers` keeps its id from being reused by another tensor while memoised
+            self._mask_memo[which] = (powers, mask.clone(), version, dtype, attn_mask)
         return attn_mask
 
     def _sparse_bias(self, bias_module: XLogSMaskBias, edge_index: Tensor, values: Tensor, which: str) -> Tensor:

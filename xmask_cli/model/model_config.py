@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from xmask_cli.config import Config, ModelSection, PowersSection, RrwpSection, section_fields
-from xmask_cli.config_rules import check_model_rules
+from xmask_cli.config_rules import check_model_rules, resolve_encoder
 from xmask_cli.config_section import needer
 from xmask_cli.errors import ConfigError
 from xmask_cli.model.biases import bias_entry
@@ -171,27 +171,17 @@ class ModelConfig(ModelSection):
         need(self.eps > 0, "eps", f"must be > 0, got {self.eps}")
         need(self.readout_scale > 0 and math.isfinite(self.readout_scale), "readout_scale",
              f"must be a finite number > 0, got {self.readout_scale}")
-        if self.encoder == "auto":
-            object.__setattr__(self, "encoder", "patch" if self.task == "image" else "linear")
+        object.__setattr__(self, "encoder", resolve_encoder(self.encoder, self.task))
         powers = range(1, self.heads + 1) if self.head_powers is None else self.head_powers
         object.__setattr__(self, "head_powers", tuple(int(k) for k in powers))
         out_powers = [1] * int(self.output_heads) if self.output_powers is None else self.output_powers
         object.__setattr__(self, "output_powers", tuple(int(k) for k in out_powers))
         object.__setattr__(self, "image_size", tuple(int(s) for s in self.image_size))
-        self._check_image()
+        # The encoder, readout and positional switches against the task are config_rules' (model=True) rules.
         check_model_rules(Config(model=self), self.task)
-
-    def _check_image(self) -> None:
-        """The patch encoder, the image task and the image's size go together (run fields)."""
-        image = self.encoder == "patch"
-        if image != (self.task == "image"):
-            raise ConfigError(f"encoder 'patch' and task 'image' go together, got encoder {self.encoder!r}, "
-                              f"task {self.task!r}")
-        if image and (len(self.image_size) != 2 or self.patch_size < 1):
+        if self.encoder == "patch" and (len(self.image_size) != 2 or self.patch_size < 1):  # run fields
             raise ConfigError(f"encoder 'patch' needs image_size (H, W) and patch_size >= 1, got "
                               f"{list(self.image_size)} and {self.patch_size}")
-        if not image and (self.readout == "cls" or self.positional != "none"):
-            raise ConfigError("readout 'cls' and positional embeddings are for the image level (encoder 'patch')")
 
     @property
     def max_power(self) -> int:

@@ -45,12 +45,20 @@ from xmask_cli.model.model_config import (
 from xmask_cli.model.packed_path import PackedPath
 from xmask_cli.model.patch import PatchEncoder
 from xmask_cli.model.token_path import TokenPath
+from xmask_cli.model.tracing import exporting
+from xmask_cli.versions import require_extra
 
 __all__ = ["ENCODERS", "READOUTS", "TASKS", "ModelConfig", "XMaskNet", "head_labels", "plain_heads", "sparse_refusal"]
 
 
 def _complete(edge_index: Tensor, num_nodes: int, batch: Tensor | None) -> bool:
-    """Whether ``edge_index`` (unique pairs, none across graphs) holds every pair of each graph: ``Σ n_g^2`` of them."""
+    """Whether ``edge_index`` (unique pairs, none across graphs) holds every pair of each graph: ``Σ n_g^2`` of them.
+
+    A program being exported answers False whatever the sizes (it cannot branch on them): the general form then
+    runs, which gives the complete form's numbers wherever :func:`sparse_refusal` lets a model run sparse.
+    """
+    if exporting():
+        return False
     if batch is None:
         total = num_nodes * num_nodes
     else:
@@ -78,6 +86,7 @@ class XMaskNet(PackedPath, TokenPath, MaskMemo, torch.nn.Module):
         super().__init__()
         self.cfg = cfg
         if cfg.encoder == "atom":
+            require_extra("ogb", "ogb", "model.encoder=atom (OGB's atom encoder)")
             from ogb.graphproppred.mol_encoder import AtomEncoder  # imported lazily: only molecules need it
 
             self.encoder = AtomInput(AtomEncoder(cfg.hidden), cfg.struct_dim, cfg.hidden)

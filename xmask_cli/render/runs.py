@@ -25,5 +25,8 @@ def compare(con: Console, result: CompareResult) -> None:
         t.add_row(run, str(r.dataset), r.metric, f"{r.best_epoch}/{r.epochs_run}",
                   _cell(r.train), _cell(r.val), _cell(r.test), f"{r.wall_s:.1f}")
     con.print(t)
+    for pkg, by_version in result.version_differences.items():
+        made = "; ".join(f"{ver}: {', '.join(runs)}" for ver, runs in by_version.items())
+        con.print(f"note: these runs were made with different {pkg} versions ({made})", markup=False)
     if result.plot:
         con.print(f"plot: {result.plot}", markup=False)

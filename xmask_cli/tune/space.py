@@ -1,301 +1,66 @@
-"""The ``tune:`` section of a preset: a search space over dotted config keys, checked before any trial.
+"""``xmask tune``'s side of the ``tune:`` space: its full check against the config, and sampling.
 
-A preset names the keys to search and how::
+The space is parsed and checked alone by :mod:`xmask_cli.config_space` on every config build (its names are
+re-exported here). :func:`check_space` with ``full=True`` (``xmask tune``, before any trial) also sets every
+value on top of the whole config and puts it through training's checks; a value that fails only together
+with another searched key (``model.hidden`` not a multiple of a tuned ``model.heads``) is left to the trial,
+which then fails with its reason and the study goes on. Which keys a failure involves is what the failing
+check declares (:attr:`~xmask_cli.errors.ConfigError.keys`), never read from the message. :func:`suggest`
+draws a trial's values, :func:`decode` reads stored ones back.
 
-    tune:
-      model.hidden: {int: [32, 256], log: true}
-      train.lr: {float: [1.0e-4, 1.0e-2], log: true}
-      model.dropout: {float: [0.0, 0.6], step: 0.1}
-      model.head_powers: {choice: [[1, 2, 3, 4], [1, 1, 2, 2]]}
-
-Each entry is exactly one of ``int: [low, high]``, ``float: [low, high]`` (both
-inclusive; ``log: true`` samples on a log scale, ``step: s`` on a grid) or
-``choice: [v1, v2, ...]`` (any values the key accepts, lists and mappings
-included). ``null`` drops a key a parent preset tunes; ``tune: null`` (or
-``--set tune=null``) drops the whole inherited space. Nested mappings
-(``tune: {model: {hidden: ...}}``, what ``--set tune.model.hidden=...`` makes)
-are read as dotted keys.
-
-Checks (all before any trial, as :class:`~xmask_cli.errors.ConfigError`, exit 2,
-naming ``tune.<key>``): the key is a setting of the schema and a
-hyper-parameter (not ``run.*``, ``task.*`` or which data set), the range is
-non-empty and of the key's type (with every preset load), and every end point
-and choice is a valid value of the key on top of the preset (``xmask tune``). A combination that only fails together with
-another tuned key (``model.hidden`` not a multiple of a tuned ``model.heads``)
-is left to the trial, which then fails with its reason and the study goes on.
-
-No optuna import here: the space is part of the config schema.
+No optuna import here: trials are duck-typed.
 """
 from __future__ import annotations
 
-import dataclasses
-import difflib
-import json
-import math
-import types
-import typing
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from xmask_cli.config import Config
-from xmask_cli.config_resolve import build, coerce, register_check, shorten
+from xmask_cli.config_resolve import build, shorten
+from xmask_cli.config_space import FORBIDDEN, Param, check_section, label, parse_space, values_to_probe
 from xmask_cli.errors import ConfigError
 
 __all__ = ["Param", "parse_space", "check_space", "check_section", "suggest", "decode", "with_values", "start_point",
            "FORBIDDEN"]
 
-#: Keys no search may change: where runs go, which task and data set a study is about.
-FORBIDDEN = ("run", "task", "data.dataset", "data.root", "data.split", "description", "tune")
-_KINDS = ("int", "float", "choice")
-_OPTIONS = ("log", "step")
-
-
-@dataclass(frozen=True)
-class Param:
-    """One searched key.
-
-    Attributes:
-        key: dotted config key, e.g. ``model.hidden``.
-        kind: ``int``, ``float`` or ``choice``.
-        low, high: inclusive range (``int`` / ``float``).
-        log: sample on a log scale.
-        step: grid step (``None``: continuous / every integer).
-        choices: the values of a ``choice`` (any YAML values).
-    """
-
-    key: str
-    kind: str
-    low: float | int | None = None
-    high: float | int | None = None
-    log: bool = False
-    step: float | int | None = None
-    choices: tuple[Any, ...] = ()
-
-    def bounds(self) -> tuple[float | int, float | int]:
-        """``(low, high)`` of an ``int`` / ``float`` param.
-
-        Raises:
-            ValueError: a ``choice`` param (it has no range).
-        """
-        if self.low is None or self.high is None:
-            raise ValueError(f"tune.{self.key}: a {self.kind} parameter has no range")
-        return self.low, self.high
-
-    def labels(self) -> list[Any]:
-        """Optuna's categorical choices: scalars as they are, lists and mappings as their JSON text."""
-        return [_label(c) for c in self.choices]
-
-    def to_dict(self) -> dict[str, Any]:
-        if self.kind == "choice":
-            return {"choice": list(self.choices)}
-        out: dict[str, Any] = {self.kind: [self.low, self.high]}
-        if self.log:
-            out["log"] = True
-        if self.step is not None:
-            out["step"] = self.step
-        return out
-
-
-def _label(value: Any) -> Any:
-    # Optuna's categorical values are None/bool/int/float/str: encode the rest as canonical JSON.
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    return json.dumps(value, sort_keys=True)
-
-
-def _flatten(section: Any, prefix: str = "") -> dict[str, Any]:
-    if not isinstance(section, dict):
-        raise ConfigError(f"tune{'.' + prefix if prefix else ''}: expected a mapping of dotted keys to "
-                          f"{{int: [low, high]}}, {{float: [low, high]}} or {{choice: [...]}}, got {shorten(section)}")
-    out: dict[str, Any] = {}
-    for k, v in section.items():
-        key = f"{prefix}.{k}" if prefix else str(k)
-        if isinstance(v, dict) and _is_section(key) and not any(kind in v for kind in _KINDS):
-            items = _flatten(v, key)  # a nested group: tune: {model: {hidden: ...}}
-        else:
-            items = {key: v}
-        for kk, vv in items.items():
-            if kk in out:
-                raise ConfigError(f"tune.{kk}: given twice (once dotted, once nested); keep one")
-            out[kk] = vv
-    return out
-
-
-def _is_section(key: str) -> bool:
-    """Does dotted ``key`` name a section of the schema (``model``, ``structure.powers``)?"""
-    tp: Any = Config
-    for part in key.split("."):
-        if not dataclasses.is_dataclass(tp) or part not in {f.name for f in dataclasses.fields(tp)}:
-            return False
-        tp = typing.get_type_hints(tp)[part]
-    return dataclasses.is_dataclass(tp)
-
-
-def _field_type(key: str) -> Any:
-    """The schema type of dotted ``key``; unknown keys fail with the nearest valid one named."""
-    cls: Any = Config
-    parts = key.split(".")
-    for i, part in enumerate(parts):
-        fields = {f.name for f in dataclasses.fields(cls)}
-        if part not in fields:
-            here = ".".join(parts[:i])
-            full = [f"{here}.{f}" if here else f for f in fields]
-            close = difflib.get_close_matches(".".join(parts[: i + 1]), full, n=1, cutoff=0.5)
-            hint = f"did you mean '{close[0]}'?" if close else f"valid keys here: {', '.join(sorted(full))}"
-            raise ConfigError(f"tune.{key}: unknown key '{key}': {hint}")
-        tp = typing.get_type_hints(cls)[part]
-        if i < len(parts) - 1:
-            if not dataclasses.is_dataclass(tp):
-                raise ConfigError(f"tune.{key}: '{'.'.join(parts[: i + 1])}' is a setting, not a section")
-            cls = tp
-        elif dataclasses.is_dataclass(tp):
-            raise ConfigError(f"tune.{key}: '{key}' is a section; name one of its settings, e.g. "
-                              f"{key}.{dataclasses.fields(tp)[0].name}")
-    return tp
-
-
-def _is_int_type(tp: Any) -> bool:
-    args = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
-    return int in args and float not in args
-
-
-def _number(v: Any, key: str, what: str, integer: bool) -> float | int:
-    if isinstance(v, str):  # YAML 1.1 reads 1e-4 (no dot) as a string
-        try:
-            v = float(v)
-        except ValueError:
-            pass
-    ok = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if not ok or isinstance(v, bool) or (not integer and not math.isfinite(float(v))):
-        raise ConfigError(f"tune.{key}: {what} must be {'an integer' if integer else 'a finite number'}, got {shorten(v)}")
-    return int(v) if integer else float(v)
-
-
-def _param(key: str, spec: Any) -> Param:
-    if key.split(".")[0] in FORBIDDEN or any(key == f or key.startswith(f + ".") for f in FORBIDDEN):
-        raise ConfigError(f"tune.{key}: not a hyper-parameter a search may change (run.*, task.*, data.dataset, "
-                          f"data.root and data.split are fixed per study)")
-    tp = _field_type(key)
-    if not isinstance(spec, dict):
-        raise ConfigError(f"tune.{key}: expected {{int: [low, high]}}, {{float: [low, high]}} or {{choice: [...]}}, "
-                          f"got {shorten(spec)}")
-    kinds = [k for k in _KINDS if k in spec]
-    unknown = [k for k in spec if k not in _KINDS and k not in _OPTIONS]
-    if unknown:
-        raise ConfigError(f"tune.{key}: unknown entry '{unknown[0]}'; an entry has one of int, float, choice "
-                          f"and optionally log, step")
-    if len(kinds) != 1:
-        raise ConfigError(f"tune.{key}: give exactly one of int, float, choice (got {', '.join(kinds) or 'none'})")
-    kind = kinds[0]
-    if kind == "choice":
-        if set(spec) & set(_OPTIONS):
-            raise ConfigError(f"tune.{key}: log and step apply to int and float ranges, not to choice")
-        choices = spec["choice"]
-        if not isinstance(choices, list) or not choices:
-            raise ConfigError(f"tune.{key}: choice must be a non-empty list of values, got {shorten(choices)}")
-        labels = [json.dumps(c, sort_keys=True) for c in choices]
-        if len(set(labels)) != len(labels):
-            raise ConfigError(f"tune.{key}: choice lists a value twice")
-        return Param(key, "choice", choices=tuple(choices))
-    rng = spec[kind]
-    if not isinstance(rng, list) or len(rng) != 2:
-        raise ConfigError(f"tune.{key}: {kind} must be a range [low, high], got {shorten(rng)}")
-    integer = kind == "int"
-    if integer is False and _is_int_type(tp):
-        raise ConfigError(f"tune.{key}: '{key}' takes integers: use {{int: [low, high]}}")
-    low, high = (_number(v, key, "low" if i == 0 else "high", integer) for i, v in enumerate(rng))
-    if not low < high:
-        raise ConfigError(f"tune.{key}: empty range [{low}, {high}]: low must be below high")
-    log = spec.get("log", False)
-    if not isinstance(log, bool):
-        raise ConfigError(f"tune.{key}: log must be true or false, got {shorten(log)}")
-    if log and low <= 0:
-        raise ConfigError(f"tune.{key}: a log range needs low > 0, got {low}")
-    step = spec.get("step")
-    if step is not None:
-        step = _number(step, key, "step", integer)
-        if log:
-            raise ConfigError(f"tune.{key}: give log or step, not both")
-        n = (high - low) / step if step > 0 else -1
-        if step <= 0 or step > high - low or abs(n - round(n)) > 1e-9 * max(1.0, abs(n)):
-            raise ConfigError(f"tune.{key}: step {step} must be > 0 and divide high - low ({high - low})")
-    return Param(key, kind, low=low, high=high, log=log, step=step)
-
-
-def parse_space(tune: dict[str, Any]) -> list[Param]:
-    """The ``tune:`` mapping as :class:`Param` entries (sorted by key), each checked alone.
-
-    Raises:
-        ConfigError: an unknown or forbidden key, a malformed entry, an empty or invalid range.
-    """
-    flat = {k: v for k, v in _flatten(tune).items() if v is not None}
-    return [_param(k, flat[k]) for k in sorted(flat)]
-
-
-#: Integer ranges with at most this many grid points are probed at every point, not only the ends.
-PROBE_ALL_INTS = 1024
-
-
-def _values_to_probe(p: Param) -> list[Any]:
-    if p.kind == "choice":
-        return list(p.choices)
-    low, high = p.bounds()
-    if p.kind == "int" and not p.log and (high - low) // (p.step or 1) < PROBE_ALL_INTS:
-        # Every value a trial can draw: model.hidden: {int: [32, 256]} holds 33, which no 4-head model takes.
-        return list(range(int(low), int(high) + 1, int(p.step or 1)))
-    if p.kind == "int" and p.log and high - low < PROBE_ALL_INTS:
-        return list(range(int(low), int(high) + 1))
-    return [low, high]
-
 
 def check_space(cfg: Any, *, full: bool = False) -> list[Param]:
-    """Parse ``cfg.tune`` and check every choice and range end against its key.
+    """Parse ``cfg.tune`` and check every value a trial can draw against its key.
 
-    Every preset load (``full=False``) checks the space itself: keys, entries,
-    ranges, and that each value has the key's type. Domain checks that read other
-    settings (``model.head_powers`` needs one power per head, ``model.hidden`` a
-    multiple of ``model.heads``) wait for ``full=True`` (``xmask tune``, before any
-    trial), since a ``--set`` for training (``model.heads=1``) must not trip over
-    the search space: then every value is set on top of the whole config, rebuilt
-    by the schema and put through training's checks (``check_config``). A value
-    that fails only together with another tuned key is left to the trial (it
-    fails there, with its reason, and the study goes on).
+    Every config build checks the space alone (``full=False``: :func:`check_section`: keys, entries,
+    ranges, each value of the key's type). Domain checks that read other settings (``model.head_powers``
+    needs one power per head, ``model.hidden`` a multiple of ``model.heads``) wait for ``full=True``
+    (``xmask tune``, before any trial), since a ``--set`` for training (``model.heads=1``) must not trip
+    over the search space: then every value is set on top of the whole config, rebuilt by the schema and
+    put through training's checks (``check_config``). A value refused by a check that reads another
+    searched key (:attr:`~xmask_cli.errors.ConfigError.keys`) is left to the trial (only some
+    combinations fail: the trial fails with its reason and the study goes on).
 
     Raises:
         ConfigError: as :func:`parse_space`, or a value the key does not accept
             (``tune.<key>: value ... is not valid: ...``).
     """
-    params = parse_space(cfg.tune)
+    params = check_section(cfg)
+    if not full:
+        return params
+    # Lazy: the engine loads torch; the space's own check above runs without it.
+    from xmask_cli.engine.experiment import check_config
+
     keys = {p.key for p in params}
     for p in params:
-        tp = _field_type(p.key)
-        for value in _values_to_probe(p):
+        for value in values_to_probe(p):
             try:
-                if full:
-                    # Lazy: every preset load runs the check below without loading the engine (torch).
-                    from xmask_cli.engine.experiment import check_config
-
-                    check_config(with_values(cfg, {p.key: value}))
-                else:
-                    coerce(value, tp, p.key)
+                check_config(with_values(cfg, {p.key: value}))
             except ConfigError as exc:
-                msg = str(exc)
-                if any(other in msg for other in keys - {p.key}):
-                    continue  # depends on another searched key: only some combinations fail
-                raise ConfigError(f"tune.{p.key}: value {shorten(value)} is not valid: {msg}") from None
+                if _involves(exc.keys, keys - {p.key}):
+                    continue  # the refusing check reads another searched key: only some combinations fail
+                raise ConfigError(f"tune.{p.key}: value {shorten(value)} is not valid: {exc}") from None
     return params
 
 
-def check_section(cfg: Config, need: Callable[[bool, str, str], None]) -> None:
-    """What every preset load checks of ``cfg.tune`` (:func:`check_space`, not ``full``); ``need`` is unused:
-    the space's errors name ``tune.<key>`` themselves."""
-    if cfg.tune:
-        check_space(cfg)
-
-
-# The schema (a leaf) cannot import tune/: the space hands the schema its check.
-register_check(Config, "tune", check_section)
+def _involves(read: frozenset[str], searched: set[str]) -> bool:
+    """Whether a check that read ``read`` (dotted keys, a key standing for its subtree: ``structure``,
+    ``model.biases[0].type``) read one of the ``searched`` keys."""
+    return any(r == s or r.startswith((s + ".", s + "[")) or s.startswith(r + ".") for r in read for s in searched)
 
 
 def _set(node: dict[str, Any], parts: list[str], value: Any) -> None:
@@ -315,8 +80,8 @@ def suggest(trial: Any, params: list[Param]) -> dict[str, Any]:
             low, high = p.bounds()
             values[p.key] = _tidy(p, trial.suggest_float(p.key, float(low), float(high), step=p.step, log=p.log))
         else:
-            label = trial.suggest_categorical(p.key, p.labels())
-            values[p.key] = p.choices[p.labels().index(label)]
+            drawn = trial.suggest_categorical(p.key, p.labels())
+            values[p.key] = p.choices[p.labels().index(drawn)]
     return values
 
 
@@ -337,7 +102,7 @@ def _tidy(p: Param, value: Any) -> Any:
 def _inside(p: Param, value: Any) -> bool:
     """Whether ``value`` is a point of ``p``'s space (on its grid when it has a step)."""
     if p.kind == "choice":
-        return _label(value) in p.labels()
+        return label(value) in p.labels()
     low, high = p.bounds()
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
         return False
@@ -358,7 +123,7 @@ def start_point(cfg: Any, params: list[Param]) -> dict[str, Any]:
         for part in p.key.split("."):
             node = node.get(part) if isinstance(node, dict) else None
         if _inside(p, node):
-            out[p.key] = _label(node) if p.kind == "choice" else node
+            out[p.key] = label(node) if p.kind == "choice" else node
     return out
 
 

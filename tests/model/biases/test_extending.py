@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from xmask_cli.config import BIAS_NEEDS
 from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.sweep import train_seeds
 from xmask_cli.model.biases import BIASES, BiasEntry
@@ -23,23 +24,27 @@ from xmask_cli.prepare.needs import model_needs
 EXTENDING = Path(__file__).resolve().parents[3] / "docs" / "extending.md"
 
 
-def readme_example() -> tuple[str, str]:
-    """The bias file and the registry line of docs/extending.md (its text before the first ``##`` heading)."""
+def readme_example() -> tuple[str, str, str]:
+    """The bias file, the registry line and the schema's line of docs/extending.md (its text before the first
+    ``##`` heading)."""
     section = EXTENDING.read_text().split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    assert len(blocks) == 2, "the section should hold the bias file and its registry line"
-    return blocks[0], blocks[1].strip()
+    assert len(blocks) == 3, "the section should hold the bias file, its registry line and its schema line"
+    return blocks[0], blocks[1].strip(), blocks[2].strip()
 
 
 @pytest.fixture
 def neighbour(monkeypatch: pytest.MonkeyPatch) -> type:
     """Registers the documented bias under ``neighbour``; returns its class."""
-    source, line = readme_example()
+    source, line, schema_line = readme_example()
     ns: dict = {"__name__": "neighbour_example"}
     exec(compile(source, "neighbour.py", "exec"), ns)
     entry = eval("{" + line.rstrip(",") + "}", {"BiasEntry": BiasEntry, "NeighbourBias": ns["NeighbourBias"]})
     assert list(entry) == ["neighbour"]
     monkeypatch.setitem(BIASES, "neighbour", entry["neighbour"])
+    needs = eval("{" + schema_line.rstrip(",") + "}", {})
+    assert needs == {"neighbour": entry["neighbour"].needs}
+    monkeypatch.setitem(BIAS_NEEDS, "neighbour", needs["neighbour"])
     return ns["NeighbourBias"]
 
 

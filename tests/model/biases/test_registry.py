@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from xmask_cli.ablate import BIAS_VARIANTS, variant_overrides
-from xmask_cli.config import Config
+from xmask_cli.config import BIAS_NEEDS, Config
 from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.extras import EXTRA_SECTIONS
 from xmask_cli.errors import ConfigError
@@ -14,6 +14,8 @@ from xmask_cli.model.biases.stack import BiasSpec, BiasStack
 
 def test_entries_are_consistent():
     assert list(BIASES) == ["spd", "rrwp", "magnetic", "eigen"]
+    # The schema checks a config's bias types and their cache sections from its own table: the same entries.
+    assert {name: e.needs for name, e in BIASES.items()} == BIAS_NEEDS
     assert [e.cls for e in BIASES.values()] == [SpdBias, RrwpBias, MagneticBias, EigenBias]
     assert all(issubclass(e.cls, LearnedBias) for e in BIASES.values())
     structure = Config().structure

@@ -18,9 +18,10 @@ Four ways to batch one graph, all reading the structure from the cache
   cross-part pairs are lost (an option, not the default); plain heads
   attend over every node of the part.
 
-``auto`` picks ``full`` up to ``dense_max_nodes`` nodes and ``query`` above
-(``partition`` above when the model has learned pair biases, which the query
-path does not carry).
+``auto`` picks ``full`` while the estimated bytes of one full-graph training
+step fit ``node.memory_gb`` and ``query`` beyond (``partition`` when the model
+has learned pair biases, which the query path does not carry): the rule and
+the estimate are :mod:`xmask_cli.engine.node_memory`.
 
 Example::
 
@@ -42,7 +43,7 @@ import torch
 from torch import Tensor
 
 from xmask_cli.cache import StructureCache
-from xmask_cli.config import NodeSection
+from xmask_cli.config import ModelSection, NodeSection
 from xmask_cli.config_rules import check_query_mode_biases
 from xmask_cli.data.folder import check_train_classes
 from xmask_cli.data.graphset import GraphSet
@@ -51,6 +52,7 @@ from xmask_cli.engine.features import input_features
 from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import METRICS, ogb_node_accuracy
 from xmask_cli.engine.node_batches import (
+    SPARSE_FEATURES,
     FullBatcher,
     NodeBatch,
     NodeBatcher,
@@ -59,6 +61,7 @@ from xmask_cli.engine.node_batches import (
     QueryBatcher,
     SubgraphBatcher,
 )
+from xmask_cli.engine.node_memory import FullStepMemory, auto_mode, full_step_memory, pairs_per_power, step_shape
 from xmask_cli.engine.query import CHUNK_PAIRS, QueryStats
 from xmask_cli.engine.splits import Split, node_split
 from xmask_cli.engine.tasks import LEVELS
@@ -67,7 +70,7 @@ from xmask_cli.errors import UsageError
 from xmask_cli.model.attention_path import ATTENTIONS, PathRefused, full_graph_attention
 from xmask_cli.prepare.needs import model_needs
 
-__all__ = ["NodeTask", "NodeBatch", "MODES", "NODE_METRICS"]
+__all__ = ["NodeTask", "NodeBatch", "MODES", "NODE_METRICS", "mode_note"]
 
 #: Batching modes :class:`NodeTask` accepts (``auto`` resolves to ``full``, ``query`` or ``partition``).
 MODES = ("auto", "full", "subgraph", "query", "partition")
@@ -84,11 +87,14 @@ class NodeTask(Task[NodeBatch]):
             :func:`~xmask_cli.engine.features.input_features`, labels from ``dataset[0].y``.
         split: node indices per part.
         metric: selection metric (``accuracy``).
-        mode: ``auto``, ``full``, ``subgraph`` or ``partition`` (see the module docstring).
+        mode: ``auto``, ``full``, ``subgraph``, ``query`` or ``partition`` (see the module docstring).
         subgraph_size: nodes per random subgraph (``subgraph`` mode); capped at ``N``.
         subgraphs_per_epoch: random subgraphs (optimizer steps) per epoch.
-        dense_max_nodes: ``auto`` uses ``full`` up to this many nodes; ``subgraph``
-            evaluates on the full graph up to it and on partitions above.
+        dense_max_nodes: full-graph attention ``auto`` may be dense up to this many nodes
+            (:func:`~xmask_cli.model.attention_path.full_graph_attention`).
+        memory_gb: ``auto`` trains on the full graph while one step's estimated bytes fit this
+            many GiB (``node.memory_gb``); ``subgraph`` evaluates on the full graph under the same rule.
+        model: the config's model section, whose shape the estimate reads (None: its defaults).
         seed: seeds the subset draws and the partition order, with the epoch.
         device: where batches go.
         parts_per_batch: METIS parts per partition batch. With more than one,
@@ -112,6 +118,8 @@ class NodeTask(Task[NodeBatch]):
         out_dim: number of classes.
         model_task: ``"node"``, for :class:`~xmask_cli.model.model_config.ModelConfig`.
         mode: the mode actually used (``auto`` resolved).
+        full_step: the estimated memory of one full-graph training step (what ``auto`` compared), or
+            None where no full-graph step is possible.
 
     Raises:
         ValueError: unknown ``mode`` or ``metric``, a bad size, or partitions
@@ -129,7 +137,8 @@ class NodeTask(Task[NodeBatch]):
                  dense_max_nodes: int = NodeSection.dense_max_nodes, seed: int = 0, device: torch.device | str = "cpu",
                  parts_per_batch: int = 1, attention: str = "auto", needs: Iterable[str] = (),
                  query_batch: int = 0, query_chunk_pairs: int = CHUNK_PAIRS,
-                 dense_only: str | None = None, node_struct: str = "none", sparse_features: bool = False):
+                 dense_only: str | None = None, node_struct: str = "none", sparse_features: bool = False,
+                 memory_gb: float = NodeSection.memory_gb, model: ModelSection | None = None):
         needs = tuple(needs)
         _check_arguments(attention, mode, metric, subgraphs_per_epoch, parts_per_batch, needs, query_batch,
                          query_chunk_pairs)
@@ -145,13 +154,14 @@ class NodeTask(Task[NodeBatch]):
         self.seed, self.dense_max_nodes = int(seed), int(dense_max_nodes)
         self.subgraph_size, self.subgraphs_per_epoch = int(subgraph_size), int(subgraphs_per_epoch)
         self.parts_per_batch = int(parts_per_batch)
-        self.attention_requested = attention
+        self.attention_requested, self.mode_requested, self.memory_gb = attention, mode, float(memory_gb)
         self._load(graphs, node_struct)
-        self.mode, self.eval_mode = _modes(mode, self.num_nodes, self.dense_max_nodes, bool(needs), self.subgraph_size,
-                                           dense_only)
         self.train_mask = np.zeros(self.num_nodes, dtype=bool)
         self.train_mask[split.train] = True
         graph = self._graph(needs)
+        self.full_step = self._full_step(graph, model or ModelSection(), dense_only, sparse_features)
+        self.mode, self.eval_mode = _modes(mode, self.full_step, self.memory_gb, bool(needs), self.subgraph_size,
+                                           dense_only, self.dense_max_nodes)
         if self.mode == "query" and attention == "dense":
             raise ValueError("node.mode=query attends over the stored pairs (sparse): node.attention=dense needs "
                              "node.mode=full")
@@ -185,6 +195,22 @@ class NodeTask(Task[NodeBatch]):
         # SPD / RRWP / spectra for the learned biases, read once and sliced per batch.
         extras = GraphExtras(self.cache, 0, needs) if needs else None
         return NodeGraph(self.x, self.train_mask, indptr, col.astype(np.int64), values, extras, self.device)
+
+    def _full_step(self, graph: NodeGraph, model: ModelSection, dense_only: str | None,
+                   sparse_features: bool) -> FullStepMemory | None:
+        """The estimated bytes of one full-graph training step on the path it would take (None: refused)."""
+        try:
+            attention = full_graph_attention(self.attention_requested, self.num_nodes, len(graph.col), self.device,
+                                              self.dense_max_nodes, dense_only)
+        except PathRefused:
+            return None
+        shape = step_shape(model, self.out_dim)
+        powers = sorted({k for heads in shape.heads for k in heads})
+        nnz = int(torch.count_nonzero(self.x)) if sparse_features and attention == "sparse" else None
+        held_sparse = nnz is not None and nnz < SPARSE_FEATURES * self.x.numel()
+        return full_step_memory(self.num_nodes, len(graph.col), pairs_per_power(graph.values, powers),
+                                graph.values.shape[1], shape, self.in_dim, attention,
+                                feature_entries=nnz if held_sparse else None)
 
     def _batcher(self, graph: NodeGraph, mode: str, sparse_features: bool) -> NodeBatcher:
         """The batcher of ``mode``; ``subgraph`` scores through the batcher of ``eval_mode``."""
@@ -224,6 +250,8 @@ class NodeTask(Task[NodeBatch]):
             node["parts_per_batch"] = self.parts_per_batch
         if self.mode == "query":  # the chunk budget changes memory, not numbers: not part of the identity
             node["query_batch"] = self.query_batch
+        if self.mode_requested == "auto" and self.full_step is not None:  # what auto compared (not compared on resume)
+            node["full_step_mb"] = round(self.full_step.total / 2**20)
         return {"dataset": self.graphs.spec.name, "cache_path": self.cache_path, "split": self.split.to_dict(),
                 "node": node}
 
@@ -296,23 +324,22 @@ def _check_arguments(attention: str, mode: str, metric: str, subgraphs_per_epoch
                          f"{query_chunk_pairs}")
 
 
-def _modes(mode: str, num_nodes: int, dense_max_nodes: int, needs: bool, subgraph_size: int,
-           dense_only: str | None) -> tuple[str, str]:
-    """``(training mode, evaluation mode)`` of ``mode`` on a graph of ``num_nodes`` (``auto`` resolved).
-
-    Above ``dense_max_nodes`` the graph runs in query batches, or partitions when
-    the model has learned pair biases (which the query path does not carry).
+def _modes(mode: str, full_step: FullStepMemory | None, memory_gb: float, needs: bool, subgraph_size: int,
+           dense_only: str | None, dense_max_nodes: int) -> tuple[str, str]:
+    """``(training mode, evaluation mode)`` of ``mode`` (``auto`` resolved by
+    :func:`~xmask_cli.engine.node_memory.auto_mode`: the full graph while ``full_step`` fits ``memory_gb``).
     """
-    large = "partition" if needs else "query"
-    train = mode if mode != "auto" else ("full" if num_nodes <= dense_max_nodes else large)
+    chosen = auto_mode(full_step, memory_gb, needs)
+    train = chosen if mode == "auto" else mode
     if train == "subgraph" and subgraph_size < 1:
         raise ValueError(f"subgraph mode needs subgraph_size >= 1, got {subgraph_size}")
-    evaluation = train if train != "subgraph" else ("full" if num_nodes <= dense_max_nodes else large)
+    evaluation = train if train != "subgraph" else chosen
     sparse_only = {"partition", "query"} & {train, evaluation}
     if dense_only is not None and sparse_only:
-        raise PathRefused(f"{' and '.join(sorted(sparse_only))} batches (node.mode={mode}, {num_nodes} nodes, "
-                          f"node.dense_max_nodes={dense_max_nodes}) attend sparsely, which is refused: "
-                          f"{dense_only}")
+        where = ("no dense full-graph step fits" if full_step is None else
+                 f"a full-graph step needs about {full_step.total / 2**30:.1f} GiB, over node.memory_gb={memory_gb}")
+        raise PathRefused(f"{' and '.join(sorted(sparse_only))} batches (node.mode={mode}; {where}; "
+                          f"node.dense_max_nodes={dense_max_nodes}) attend sparsely, which is refused: {dense_only}")
     return train, evaluation
 
 
@@ -331,8 +358,21 @@ def from_experiment(exp: ExperimentView, seed: int, device: str, dense_only: str
                              f"which node classification needs; for link prediction use --preset link-level")
         what = f"{split.name}, seed {seed}" if split.seed is not None else split.name
         check_train_classes(exp.graphs.dataset[0].y.numpy(), split.train, files.paths["labels"], what)
-    return cls(exp.cache_path, exp.graphs, split, exp.metric, mode=n.mode, subgraph_size=n.subgraph_size,
+    task = cls(exp.cache_path, exp.graphs, split, exp.metric, mode=n.mode, subgraph_size=n.subgraph_size,
                subgraphs_per_epoch=n.subgraphs_per_epoch, dense_max_nodes=n.dense_max_nodes, seed=seed, device=device,
                attention=n.attention, needs=model_needs(cfg), query_batch=n.query_batch,
                query_chunk_pairs=n.query_chunk_pairs, dense_only=dense_only, node_struct=cfg.model.node_struct,
-               sparse_features=n.sparse_features)
+               sparse_features=n.sparse_features, memory_gb=n.memory_gb, model=cfg.model)
+    if n.mode == "auto":
+        exp.log(f"seed {seed}: {mode_note(task)}")
+    return task
+
+
+def mode_note(task: NodeTask) -> str:
+    """One line saying which batching ``node.mode: auto`` chose for ``task``, and why."""
+    chosen = f"node.mode auto: {task.mode}" + (f", {task.attention} attention" if task.mode == "full" else "")
+    if task.full_step is None:
+        return f"{chosen} (no full-graph step is possible on this graph for this model)"
+    need = f"a full-graph step needs about {task.full_step.total / 2**30:.2f} GiB"
+    side = "within" if task.mode == "full" else "over"
+    return f"{chosen} ({need}, {side} node.memory_gb={task.memory_gb:g})"

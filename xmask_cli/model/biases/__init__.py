@@ -34,19 +34,15 @@ magnetic bias are 0 on the diagonal (a node with itself), as GTLM sets them.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
-from xmask_cli.config import BiasSection
-from xmask_cli.config_resolve import register_check, shorten
 from xmask_cli.model.biases.base import LearnedBias
 from xmask_cli.model.biases.eigen import EigenBias
 from xmask_cli.model.biases.magnetic import MagneticBias
 from xmask_cli.model.biases.rrwp import RrwpBias
 from xmask_cli.model.biases.spd import SpdBias
 
-__all__ = ["BiasEntry", "BIASES", "LearnedBias", "SpdBias", "RrwpBias", "MagneticBias", "EigenBias", "bias_entry",
-           "check_bias_type"]
+__all__ = ["BiasEntry", "BIASES", "LearnedBias", "SpdBias", "RrwpBias", "MagneticBias", "EigenBias", "bias_entry"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +65,9 @@ class BiasEntry:
     ablation: str
 
 
-#: ``model.biases[].type`` -> its entry; order is the order of ``ablate``'s variants.
+#: ``model.biases[].type`` -> its entry; order is the order of ``ablate``'s variants. The schema holds the names
+#: with the cache section each reads (``config.BIAS_NEEDS``: a config is checked without this registry or
+#: torch); each entry's ``needs`` is that section (tested).
 BIASES: dict[str, BiasEntry] = {
     "spd": BiasEntry(SpdBias, needs="spd", label="SPD", title="SPD", ablation="no-spd"),
     "rrwp": BiasEntry(RrwpBias, needs="rrwp", label="RRWP", title="RRWP", ablation="no-rrwp"),
@@ -88,14 +86,3 @@ def bias_entry(name: str) -> BiasEntry:
     if name not in BIASES:
         raise ValueError(f"bias type must be one of {tuple(BIASES)}, got {name!r}")
     return BIASES[name]
-
-
-def check_bias_type(section: BiasSection, need: Callable[[bool, str, str], None]) -> None:
-    """The config's check of a ``model.biases`` entry: its ``type`` is a registered name (read when it runs,
-    so a bias added to :data:`BIASES` is a valid type at once)."""
-    need(section.type in BIASES, "type",
-         f"expected one of {', '.join(repr(k) for k in BIASES)}, got {shorten(section.type)} (str)")
-
-
-# The schema (a leaf) cannot import the registry: the registry hands the schema its check.
-register_check(BiasSection, "bias type", check_bias_type)
