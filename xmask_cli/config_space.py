@@ -62,6 +62,16 @@ class Param:
     step: float | int | None = None
     choices: tuple[Any, ...] = ()
 
+    def bounds(self) -> tuple[float | int, float | int]:
+        """``(low, high)`` of an ``int`` / ``float`` param.
+
+        Raises:
+            ValueError: a ``choice`` param (it has no range).
+        """
+        if self.low is None or self.high is None:
+            raise ValueError(f"tune.{self.key}: a {self.kind} parameter has no range")
+        return self.low, self.high
+
     def labels(self) -> list[Any]:
         """Optuna's categorical choices: scalars as they are, lists and mappings as their JSON text."""
         return [label(c) for c in self.choices]
@@ -222,12 +232,13 @@ def values_to_probe(p: Param) -> list[Any]:
     """The values of ``p`` checked before any trial: every choice, every point of a small integer range, else the ends."""
     if p.kind == "choice":
         return list(p.choices)
-    if p.kind == "int" and not p.log and (p.high - p.low) // (p.step or 1) < PROBE_ALL_INTS:
+    low, high = p.bounds()
+    if p.kind == "int" and not p.log and (high - low) // (p.step or 1) < PROBE_ALL_INTS:
         # Every value a trial can draw: model.hidden: {int: [32, 256]} holds 33, which no 4-head model takes.
-        return list(range(int(p.low), int(p.high) + 1, int(p.step or 1)))
-    if p.kind == "int" and p.log and p.high - p.low < PROBE_ALL_INTS:
-        return list(range(int(p.low), int(p.high) + 1))
-    return [p.low, p.high]
+        return list(range(int(low), int(high) + 1, int(p.step or 1)))
+    if p.kind == "int" and p.log and high - low < PROBE_ALL_INTS:
+        return list(range(int(low), int(high) + 1))
+    return [low, high]
 
 
 def check_section(cfg: Config) -> list[Param]:

@@ -241,3 +241,13 @@ def test_dual_dense_and_sparse_equal_at_cora_size_with_trained_scale_logits(cora
             if name == "k.bias":  # q_i·b_k shifts a whole softmax row: its gradient is 0 up to round-off
                 continue
             assert float((grads[name] - g).abs().max()) <= 1e-4 * float(g.abs().max()), (mode, name)
+
+
+def test_dense_and_dual_modes_refuse_the_mean_combine():
+    """Only the sparse path averages heads (combine='mean', the attention output layer): the region path projects."""
+    layer = _layer(combine="mean")
+    x, edge_index = torch.randn(4, DIM), torch.tensor([[0, 1, 2], [1, 2, 3]])
+    assert dual_attention(layer, x, edge_index, None, mode="sparse").shape == (4, DIM // HEADS)
+    for mode in ("dense", "dual"):
+        with pytest.raises(ValueError, match="no attention output layer"):
+            dual_attention(layer, x, edge_index, None, mode=mode)

@@ -3,7 +3,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.model.graphs import PATH_TRIANGLE, TWO_PARTS, disjoint_union, norm_powers, padded, union_pairs
-from xmask_cli.model.layers import TransformerBlock
+from xmask_cli.model.layers import TransformerBlock, transformer_blocks
 from xmask_cli.model.logsmask import DenseStructure, SparseStructure, XLogSMaskBias
 
 DIM, HEADS = 16, 2
@@ -153,3 +153,11 @@ def test_dropout_only_in_training():
 def test_bad_norm_is_refused():
     with pytest.raises(ValueError):
         TransformerBlock(DIM, HEADS, norm="sandwich")
+
+
+def test_transformer_blocks_keeps_order_and_refuses_another_module():
+    a, b = _block(seed=0), _block(seed=1)
+    got = transformer_blocks(torch.nn.ModuleList([a, b]))
+    assert len(got) == 2 and got[0] is a and got[1] is b
+    with pytest.raises(TypeError, match="got a Linear"):
+        transformer_blocks(torch.nn.ModuleList([a, torch.nn.Linear(2, 2)]))

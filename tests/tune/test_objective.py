@@ -9,7 +9,7 @@ import pytest
 
 from tests.tune.conftest import TINY
 from xmask_cli import config_resolve as R
-from xmask_cli.tune.objective import TrialSetup, epoch_stride, run_trial
+from xmask_cli.tune.objective import TrialSetup, epoch_stride, run_trial, trial_value
 from xmask_cli.tune.space import Param, check_space
 
 
@@ -124,3 +124,10 @@ def test_a_trial_on_folds_scores_the_inner_holdouts_of_the_first_folds(tmp_path,
     # Pruning steps: one block of train.epochs steps per (seed, fold) run.
     steps = study.trials[0].intermediate_values
     assert {s // setup.cfg.train.epochs for s in steps} == {0, 1}
+
+
+def test_trial_value_reads_a_complete_trial_and_refuses_one_without_value():
+    assert trial_value(optuna.trial.create_trial(value=0.75)) == 0.75
+    failed = optuna.trial.create_trial(state=optuna.trial.TrialState.FAIL)
+    with pytest.raises(ValueError, match="has no value: it is fail"):
+        trial_value(failed)

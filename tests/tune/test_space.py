@@ -9,7 +9,7 @@ from tests.tune.conftest import TINY, tiny_args
 from xmask_cli import config as C
 from xmask_cli import config_resolve as R
 from xmask_cli.errors import ConfigError
-from xmask_cli.tune.space import check_space, decode, parse_space, start_point, suggest
+from xmask_cli.tune.space import Param, check_space, decode, parse_space, start_point, suggest
 
 
 @pytest.mark.parametrize("entry, key, words", [
@@ -159,3 +159,10 @@ def test_a_value_is_left_to_the_trial_only_when_the_refusing_check_reads_another
         check_space(_only(rule_space, "structure.powers.k=4", "model.hidden=16", "model.head_powers=null"), full=True)
     rule_space["structure.powers.k"] = "{int: [4, 8]}"
     check_space(_only(rule_space, "structure.powers.k=4", "model.hidden=16", "model.head_powers=null"), full=True)
+
+
+def test_bounds_of_a_range_and_none_for_a_choice():
+    assert Param("model.hidden", "int", low=16, high=64).bounds() == (16, 64)
+    assert Param("train.lr", "float", low=0.1, high=0.5).bounds() == (0.1, 0.5)
+    with pytest.raises(ValueError, match="tune.model.norm: a choice parameter has no range"):
+        Param("model.norm", "choice", choices=("pre", "post")).bounds()

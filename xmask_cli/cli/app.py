@@ -12,7 +12,7 @@ import functools
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -76,15 +76,19 @@ class OneLineErrors(FlagsGroup):
     """Option-parser errors (``--bogus``, ``--workers 0``) as one ``error:`` line and exit 2, like every
     other xmask error, instead of click's boxed usage text."""
 
-    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, windows_expand_args: bool = True, **extra: Any) -> Any:
+        # click's own parameters, spelled out: a positional argument can then never meet a keyword twice.
+        kwargs: dict[str, Any] = {"windows_expand_args": windows_expand_args, **extra}
         if not standalone_mode:
-            return super().main(*args, standalone_mode=False, **kwargs)
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **kwargs)
         try:
-            rv = super().main(*args, standalone_mode=False, **kwargs)
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **kwargs)
         except _ParserError as exc:
             ctx = getattr(exc, "ctx", None)
             hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-            message = " ".join(line.strip() for line in exc.format_message().splitlines() if line.strip())
+            text = exc.format_message() if hasattr(exc, "format_message") else str(exc)  # click's errors have it
+            message = " ".join(line.strip() for line in text.splitlines() if line.strip())
             sys.stderr.write(f"error: {message}{hint}\n")
             sys.exit(getattr(exc, "exit_code", 2))
         except typer.Abort:

@@ -57,7 +57,7 @@ def prepare(
     preset, overrides = choose_preset(preset, dataset, set_) if dataset is not None else (preset, list(set_ or []))
     cfg = R.resolve(preset or "node-level", overrides)
     spec = get_dataset(cfg.data.dataset)
-    group = contextlib.nullcontext()
+    group: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
     if distributed:
         from xmask_cli.engine.distributed import session
 

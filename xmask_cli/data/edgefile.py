@@ -164,9 +164,9 @@ def _load_features(path: Path) -> np.ndarray:
     """``[N, F]`` float32 features from ``.npy`` or a header-less ``.csv``."""
     suffix = path.suffix.lower()
     if suffix == ".npy":
-        rows = declared_rows(path, follow_links=True)
-        if rows is not None:  # the features alone give the node count: bounded before the file is read
-            check_feature_nodes(path, rows)
+        declared = declared_rows(path, follow_links=True)
+        if declared is not None:  # the features alone give the node count: bounded before the file is read
+            check_feature_nodes(path, declared)
         x = read_npy(path, follow_links=True)
         if x.ndim == 1:
             x = x[:, None]

@@ -257,12 +257,12 @@ def _split_masks(files: FolderFiles, n: int, y: np.ndarray | None) -> dict[str, 
     if files.get("masks") is not None:
         path = files.paths["masks"]
         arrays = read_npz(path, ["train", "val", "test"])
-        for part, a in arrays.items():
-            a = np.asarray(a)
-            if a.ndim != 1 or a.size != n or (a.dtype.kind != "b" and not np.isin(a, (0, 1)).all()):
-                raise UsageError(f"{path}: {part} must be {n} booleans (one per node), got shape {list(a.shape)} "
-                                 f"dtype {a.dtype}")
-            masks[part] = a.astype(bool)
+        for part, given in arrays.items():
+            mask = np.asarray(given)
+            if mask.ndim != 1 or mask.size != n or (mask.dtype.kind != "b" and not np.isin(mask, (0, 1)).all()):
+                raise UsageError(f"{path}: {part} must be {n} booleans (one per node), got shape "
+                                 f"{list(mask.shape)} dtype {mask.dtype}")
+            masks[part] = mask.astype(bool)
             idx = np.flatnonzero(masks[part])
             where[part] = (Rows(path), idx)
     else:

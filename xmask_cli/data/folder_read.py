@@ -51,10 +51,10 @@ def int_column(a: np.ndarray, path: Path, name: str, rows: Rows, kind: str) -> n
         raise UsageError(f"{path}: {name} must hold integers, got dtype {a.dtype}")
     a = a.astype(np.int64, copy=False)
     low = 0 if kind == "id" else -1
-    bad = np.flatnonzero(a < low)
-    if bad.size:
+    below = np.flatnonzero(a < low)
+    if below.size:
         what = "node ids are 0-based" if kind == "id" else "labels are 0..C-1, and -1 marks an unlabelled node"
-        raise UsageError(f"{rows.at(bad[0])}: {name} {int(a[bad[0]])} is below {low}; {what}")
+        raise UsageError(f"{rows.at(below[0])}: {name} {int(a[below[0]])} is below {low}; {what}")
     return a
 
 
@@ -83,11 +83,11 @@ def read_features(path: Path) -> np.ndarray:
         cols, rows = read_csv_columns(path, None, ["float"])
         x = np.stack(cols, axis=1)
     else:
-        cols = read_parquet_columns(path, None)
-        bad = [k for k, v in cols.items() if np.asarray(v).dtype.kind not in "iufb"]
+        table = read_parquet_columns(path, None)
+        bad = [k for k, v in table.items() if np.asarray(v).dtype.kind not in "iufb"]
         if bad:
             raise UsageError(f"{path}: column {bad[0]} is not numeric; every column of a features file is one feature")
-        x = np.stack([np.asarray(v) for v in cols.values()], axis=1)
+        x = np.stack([np.asarray(v) for v in table.values()], axis=1)
     if x.ndim == 1:
         x = x[:, None]
     if x.ndim != 2:

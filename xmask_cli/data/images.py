@@ -130,7 +130,7 @@ def _load_digits(spec: DatasetSpec) -> ImageSet:
     labels = np.asarray(d.target, dtype=np.int64)
     info = IMAGE_INFO["digits"]
     order = np.random.default_rng(0).permutation(len(labels))  # seed 0: the same test set for every run
-    n_test = int(round(info.test_fraction * len(labels)))
+    n_test = int(round((info.test_fraction or 0.0) * len(labels)))  # digits has one (IMAGE_INFO)
     return ImageSet(spec, images, labels, test=np.sort(order[:n_test]), pool=np.sort(order[n_test:]),
                     source="sklearn.datasets.load_digits")
 
@@ -217,8 +217,10 @@ def _fetch_cifar(spec: DatasetSpec, root: Path, progress: Callable[[str], None])
         # Only the batch folder's regular files; the 'data' filter refuses links and paths leaving root.
         members = [m for m in tar.getmembers() if m.isfile() and m.name.startswith(f"{spec.folder}/")
                    and ".." not in Path(m.name).parts]
-        safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}  # Python < 3.10.12 lacks filters
-        tar.extractall(root, members=members, **safe)
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(root, members=members, filter="data")
+        else:  # Python < 3.10.12 lacks filters
+            tar.extractall(root, members=members)
     archive.unlink()
     progress(f"CIFAR-10 extracted to {root / spec.folder}")
 

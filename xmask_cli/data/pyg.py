@@ -18,9 +18,9 @@ def _no_prompt(spec: DatasetSpec) -> Iterator[None]:
     """OGB asks on stdin before re-downloading a changed release: never let that block."""
     original = builtins.input
 
-    def refuse(prompt: str = "") -> str:
+    def refuse(prompt: object = "") -> str:
         raise DataNotFoundError(
-            f"{spec.name}: the loader asked to re-download ({prompt.strip() or 'update prompt'}); "
+            f"{spec.name}: the loader asked to re-download ({str(prompt).strip() or 'update prompt'}); "
             f"remove the stale folder or provide matching raw files"
         )
 

@@ -98,7 +98,7 @@ def rebuild_run(
     offline: bool | None = None,
     device: str = "cpu",
     log: Callable[[str], None] = lambda m: None,
-) -> tuple[Experiment, Task[Any], torch.nn.Module]:
+) -> tuple[Experiment, Task[Any], XMaskNet]:
     """Rebuild a run's experiment, task (same seed, same split) and best model, in eval mode.
 
     ``best.pt`` is read first and its recorded config checked against ``config.json``

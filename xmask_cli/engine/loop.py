@@ -37,6 +37,7 @@ from xmask_cli.engine.train_config import TrainConfig  # re-exported: loop.Train
 from xmask_cli.engine.watch import RunWatch
 from xmask_cli.errors import DivergedError
 from xmask_cli.model.network import XMaskNet
+from xmask_cli.results import RunSummary
 
 if TYPE_CHECKING:
     from xmask_cli.model.network import ModelConfig
@@ -109,8 +110,8 @@ def fit(
     log: Callable[[MetricsRow], None] = lambda m: None,
     parts: tuple[str, ...] = PARTS,
     strategy: Strategy | None = None,
-) -> dict[str, Any]:
-    """Train ``model`` on ``task``; returns (and writes) the run summary.
+) -> RunSummary:
+    """Train ``model`` on ``task``; returns (and writes, as ``summary.json``) the run summary.
 
     Every epoch: one pass over ``task.train_batches(epoch)`` (``train.optimizer``, linear
     warm-up then constant learning rate, gradient clipping), then the
@@ -170,7 +171,7 @@ def fit(
         with contextlib.suppress(Exception):  # the figure is a courtesy: never mask the real error
             watch.close()
         raise
-    strategy.on_main(watch.close, summary)
+    strategy.on_main(watch.close, summary.to_json())
     return summary
 
 
@@ -278,31 +279,30 @@ def _end_epoch(run: RunDir, epoch: int, row: MetricsRow, model: torch.nn.Module,
 
 
 def _summarize(task: Task, model: torch.nn.Module, run: RunDir, cfg: TrainConfig, parts: tuple[str, ...],
-               epochs_run: int, stopped_early: bool, w: World) -> dict[str, Any]:
+               epochs_run: int, stopped_early: bool, w: World) -> RunSummary:
     """Restore the best state by validation (whatever ended the run), score ``parts`` on it, write the summary."""
     best_ckpt = run.load_best()
     model.load_state_dict(best_ckpt["model"])
     metric = task.metric
     metrics = {part: score(task, model, part, cfg.precision, cfg.device) for part in PARTS if part in parts}
-    summary = {
-        "dataset": task.describe().get("dataset"), "metric": metric, "seed": cfg.seed,
-        "best_epoch": int(best_ckpt["epoch"]), "epochs_run": epochs_run, "stopped_early": bool(stopped_early),
-        "split": {**{k: v for k, v in (task.describe().get("split") or {}).items() if k in ("name", "seed")},
-                  **task.split_sizes()},
-        "metrics": metrics,
+    summary = RunSummary(
+        dataset=task.describe().get("dataset"), metric=metric, seed=cfg.seed,
+        best_epoch=int(best_ckpt["epoch"]), epochs_run=epochs_run, stopped_early=bool(stopped_early),
+        split={**{k: v for k, v in (task.describe().get("split") or {}).items() if k in ("name", "seed")},
+               **task.split_sizes()},
+        metrics=metrics,
         # The rule that chose best_epoch, and the two values it read there.
-        "selection": {"rule": selection.RULE, f"val_{metric}": best_ckpt.get("val"),
-                      "val_loss": _finite_or_none(best_ckpt.get("val_loss"))},
-    }
-    if w.distributed:
-        summary["processes"] = w.size
-    run.write_summary(summary)
+        selection={"rule": selection.RULE, f"val_{metric}": best_ckpt.get("val"),
+                   "val_loss": _finite_or_none(best_ckpt.get("val_loss"))},
+        processes=w.size if w.distributed else None,
+    )
+    run.write_summary(summary.to_json())
     return summary
 
 
 def _fit(task: Task, model: torch.nn.Module, train_cfg: TrainConfig, run: RunDir, strategy: Strategy, *,
          model_config: dict[str, object], extra_config: dict[str, object] | None, resume: bool, overwrite: bool,
-         log: Callable[[MetricsRow], None], parts: tuple[str, ...]) -> dict[str, Any]:
+         log: Callable[[MetricsRow], None], parts: tuple[str, ...]) -> RunSummary:
     """:func:`fit`'s training, without the run folder's figures and loggers: open the run, restore, then per
     epoch train, validate, select and checkpoint; at the end score the best state."""
     metric, higher = task.metric, HIGHER_IS_BETTER[task.metric]
@@ -334,7 +334,7 @@ def _fit(task: Task, model: torch.nn.Module, train_cfg: TrainConfig, run: RunDir
 
 
 def train_task(task: Task, model_cfg: ModelConfig, train_cfg: TrainConfig, run_dir: RunDir | str | os.PathLike,
-               **fit_options: Any) -> dict[str, Any]:
+               **fit_options: Any) -> RunSummary:
     """Seed, build :class:`XMaskNet` from ``model_cfg`` and train it on ``task`` with :func:`fit`.
 
     ``fit_options``: :func:`fit`'s keywords but ``model_config`` (``extra_config``, ``resume``, ``overwrite``,

@@ -47,9 +47,10 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from xmask_cli.config import NodeSection
-from xmask_cli.model.layers import TransformerBlock
+from xmask_cli.model.layers import TransformerBlock, transformer_blocks
 from xmask_cli.model.logsmask import SparseStructure, XLogSMaskBias
 from xmask_cli.model.model_config import sparse_refusal
+from xmask_cli.model.network import XMaskNet
 
 __all__ = ["Support", "QueryStats", "closure", "encode_queries", "chunks_by_pairs"]
 
@@ -164,7 +165,7 @@ def _maybe_checkpoint(fn: Callable[..., Tensor], *args: Tensor, recompute: bool)
     return fn(*args)
 
 
-def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: Support, queries: np.ndarray, *,
+def encode_queries(model: XMaskNet, x: Tensor | sp.csr_matrix, support: Support, queries: np.ndarray, *,
                    chunk_pairs: int = CHUNK_PAIRS, device: torch.device | str = "cpu",
                    stats: QueryStats | None = None, output: bool = False) -> Tensor:
     """Node embeddings ``[len(queries), hidden]`` of an :class:`~xmask_cli.model.network.XMaskNet`.
@@ -194,7 +195,7 @@ def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: S
     if len(queries) > 1 and bool((np.diff(queries) <= 0).any()):
         raise ValueError("queries must be ascending and distinct")
     # (block, its X-LogSMask bias, its layer index for learned biases or None): the blocks, then the output layer.
-    layers: list[tuple[TransformerBlock, XLogSMaskBias | None, int | None]] = [(block, model.bias, i) for i, block in enumerate(model.blocks)]
+    layers: list[tuple[TransformerBlock, XLogSMaskBias | None, int | None]] = [(block, model.bias, i) for i, block in enumerate(transformer_blocks(model.blocks))]
     if output:
         if model.out_block is None:
             raise ValueError("output=True needs a model with an attention output layer (model.output=attention)")
@@ -225,7 +226,7 @@ def encode_queries(model: torch.nn.Module, x: Tensor | sp.csr_matrix, support: S
     return h
 
 
-def _encode_rows(model: torch.nn.Module, x: Tensor | sp.csr_matrix, rows: np.ndarray,
+def _encode_rows(model: XMaskNet, x: Tensor | sp.csr_matrix, rows: np.ndarray,
                  device: torch.device | str) -> Tensor:
     """``[len(rows), hidden]`` encoded features of ``rows``, in blocks of :data:`ENCODE_ROWS`."""
 
@@ -267,7 +268,7 @@ def _chunk(support: Support, rows: np.ndarray, local: np.ndarray, device: torch.
 class _LayerRun:
     """One layer's attention over one chunk's pairs, from the previous layer's ``h`` (checkpointable)."""
 
-    def __init__(self, model: torch.nn.Module, block: TransformerBlock, bias_module: XLogSMaskBias | None,
+    def __init__(self, model: XMaskNet, block: TransformerBlock, bias_module: XLogSMaskBias | None,
                  learned_layer: int | None, plain: bool):
         self.model, self.block, self.bias_module, self.learned_layer, self.plain = (
             model, block, bias_module, learned_layer, plain)

@@ -108,9 +108,8 @@ def _train_run(exp: Experiment, job: Job, w: World, opts: _RunOptions) -> RunSum
     trained = loop.train_task(task, run_exp.model_config(task), _train_config(cfg, seed, opts.device), run,
                               extra_config=extra, resume=opts.resume, overwrite=opts.overwrite,
                               log=lambda row: opts.on_epoch(seed, row), parts=opts.parts)
-    summary = RunSummary.from_json({**trained, "level": exp.level, "run_dir": str(run.path),
-                                    **({} if fold is None else {"fold": fold, "folds": cfg.data.folds})},
-                                   strict=True)
+    summary = dataclasses.replace(trained, level=exp.level, run_dir=str(run.path), fold=fold,
+                                  folds=None if fold is None else cfg.data.folds)
     if w.main:
         run.write_summary(summary.to_json())
     stall = input_stall(run.read_metrics()) if w.main else None  # other ranks never read the run folder

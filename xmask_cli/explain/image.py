@@ -113,6 +113,8 @@ def explain_images(model: Any, task: Any, images: Sequence[int], *, query_patch:
         targets.append({"name": name, "kind": "image", "image": i, "image_id": image_id, "label": label,
                         "target": desc, "hop_summary": layer_masses(hop, ks, labels, buckets)})
         log(f"recorded {desc}")
+    if total is None:
+        raise UsageError("name at least one test image to explain (--image I)")
     summary = layer_masses(total, ks, labels, buckets)
     maps_path = write_image_maps(out_dir / "maps.h5", recorded, cfg,
                                  {**meta, "query": query, "hop_summary": summary})

@@ -17,6 +17,7 @@ import torch
 
 from xmask_cli.errors import UsageError
 from xmask_cli.model.batches import DenseBatch, SparseBatch
+from xmask_cli.model.network import XMaskNet
 
 __all__ = ["KINDS", "Recorded", "SingleGraph", "record_terms", "to_numpy"]
 
@@ -47,14 +48,15 @@ class Recorded:
     def crop(self, sel: np.ndarray) -> list[dict[str, np.ndarray]]:
         """``[H, m, m]`` maps per layer and kind on the local nodes ``sel`` (in that order)."""
         out = []
-        if self.dense:
+        pairs = self.pairs
+        if pairs is None:  # dense
             for terms in self.layers:
                 out.append({k: np.ascontiguousarray(terms[k][:, sel][:, :, sel]) for k in KINDS})
             return out
         m = len(sel)
         pos = np.full(self.n, -1, dtype=np.int64)
         pos[sel] = np.arange(m)
-        r, c = pos[self.pairs[0]], pos[self.pairs[1]]
+        r, c = pos[pairs[0]], pos[pairs[1]]
         keep = (r >= 0) & (c >= 0)
         r, c = r[keep], c[keep]
         fill = {"energy": np.nan, "structural": np.nan, "logits": -np.inf, "attention": 0.0}
@@ -72,14 +74,15 @@ class Recorded:
 
         Sparse recordings only: dense maps are read as row blocks (:func:`~xmask_cli.explain.hops.hop_mass`).
         """
-        if self.dense:
+        pairs = self.pairs
+        if pairs is None:  # dense
             raise ValueError("rows() lists the pairs of a sparse recording; index a dense one's maps directly")
         att = self.layers[layer]["attention"]
         where = np.full(self.n, -1, dtype=np.int64)
         where[queries] = np.arange(len(queries))
-        q = where[self.pairs[0]]
+        q = where[pairs[0]]
         keep = q >= 0
-        return q[keep], self.pairs[1][keep], att[keep]
+        return q[keep], pairs[1][keep], att[keep]
 
 
 def to_numpy(terms: dict[str, torch.Tensor], index: Any = None) -> dict[str, np.ndarray]:
@@ -88,7 +91,7 @@ def to_numpy(terms: dict[str, torch.Tensor], index: Any = None) -> dict[str, np.
 
 
 @torch.no_grad()
-def record_terms(model: torch.nn.Module, batch: DenseBatch | SparseBatch,
+def record_terms(model: XMaskNet, batch: DenseBatch | SparseBatch,
                  reduce: Callable[[dict[str, torch.Tensor]], Any] | None = None) -> tuple[torch.Tensor, list[Any]]:
     """Eval-mode forward of ``model`` with every layer's attention terms.
 
@@ -101,10 +104,14 @@ def record_terms(model: torch.nn.Module, batch: DenseBatch | SparseBatch,
     model.eval()
     extras = None if batch.extras is None else {k: v.to(batch.x.device) for k, v in batch.extras.items()}
     if isinstance(batch, DenseBatch):
-        return model.encode_dense(batch.x, batch.powers, batch.mask, return_terms=reduce or True, extras=extras)
-    if reduce is not None:
+        out = model.encode_dense(batch.x, batch.powers, batch.mask, return_terms=reduce or True, extras=extras)
+    elif reduce is not None:
         raise ValueError("reduce is for the dense forward")
-    return model.encode_sparse(batch.x, batch.edge_index, batch.values, return_terms=True, extras=extras)
+    else:
+        out = model.encode_sparse(batch.x, batch.edge_index, batch.values, return_terms=True, extras=extras)
+    if not isinstance(out, tuple):  # return_terms is set: the encoders return (h, terms)
+        raise TypeError(f"{type(model).__name__} returned no attention terms")
+    return out
 
 
 class SingleGraph:
@@ -116,7 +123,7 @@ class SingleGraph:
         self.cache_path = task.cache_path
         self._memo: dict[Any, tuple[np.ndarray, Recorded]] = {}
 
-    def _batch_for(self, nodes: Sequence[int]) -> tuple[Any, np.ndarray]:
+    def _batch_for(self, nodes: Sequence[int] | np.ndarray) -> tuple[Any, np.ndarray]:
         """(batch key, global ids of the batch's nodes) holding all ``nodes``."""
         t = self.task
         if self.level == "node" and t.eval_mode == "partition":
@@ -128,7 +135,7 @@ class SingleGraph:
                              f"batches; explain them one at a time (--node I)")
         return "full", np.arange(self.num_nodes)
 
-    def forward(self, model: Any, nodes: Sequence[int]) -> tuple[np.ndarray, Recorded]:
+    def forward(self, model: Any, nodes: Sequence[int] | np.ndarray) -> tuple[np.ndarray, Recorded]:
         """``(global ids of the forward's nodes, its recorded terms)`` for a forward holding all ``nodes``."""
         key, ids = self._batch_for(nodes)
         if key in self._memo:

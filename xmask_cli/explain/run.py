@@ -30,7 +30,7 @@ from xmask_cli.explain.record import SingleGraph
 from xmask_cli.explain.store import write_maps
 from xmask_cli.explain.targets import TargetMaps, explain_graph, explain_nodes, parse_edge, target_dict
 from xmask_cli.fs import check_writable, ensure_writable_dir, refuse_links
-from xmask_cli.model.model_config import effective_powers, head_labels
+from xmask_cli.model.model_config import effective_powers, head_labels, head_powers
 
 __all__ = ["VIEWS", "ExplainRequest", "explain_run", "graph_view_name"]
 
@@ -134,7 +134,7 @@ def explain_run(
                                    device=device, log=log)
     cfg = model.cfg
     meta = {"run_dir": str(run.path), "dataset": exp.dataset, "level": exp.level,
-            "seed": int(saved["train"]["seed"]), "head_powers": list(cfg.head_powers), "use_bias": bool(cfg.use_bias)}
+            "seed": int(saved["train"]["seed"]), "head_powers": list(head_powers(cfg)), "use_bias": bool(cfg.use_bias)}
     if target == "image":
         meta = {**meta, "level": saved.get("level"), "positional": cfg.positional, "head_biases": head_labels(cfg),
                 "mask_scale": cfg.mask_scale}
@@ -179,7 +179,9 @@ def _target_kind(request: ExplainRequest, run_dir: str | os.PathLike[str], saved
     if saved.get("model", {}).get("experts"):
         raise UsageError(f"{run_dir} uses M3Dphormer attention experts: explain records single-attention heads; "
                          f"read the per-token routing with XMaskNet.routing_weights instead")
-    layers = int(saved.get("model", {}).get("layers", 1))
+    layers = saved.get("model", {}).get("layers", 1)
+    if not isinstance(layers, int):
+        raise UsageError(f"{run_dir}: config.json's model.layers is not an integer ({layers!r})")
     if r.layer is not None and not 0 <= r.layer < layers:
         raise UsageError(f"--layer {r.layer}: the run's model has layers 0..{layers - 1}")
     return target

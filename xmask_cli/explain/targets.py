@@ -131,34 +131,35 @@ def explain_nodes(model: Any, source: SingleGraph, kind: str, centre: Sequence[i
 
     ``query`` (default ``centre[0]``): the graph view's query node; it must lie in the target's crop.
     """
-    centre = np.asarray(centre, dtype=np.int64)
-    ids, rec = source.forward(model, centre)
+    nodes = np.asarray(centre, dtype=np.int64)
+    ids, rec = source.forward(model, nodes)
     with StructureCache(source.cache_path) as cache:
-        dist, d_max = distance_rows(cache, 0, centre)
+        dist, d_max = distance_rows(cache, 0, nodes)
     allowed = None
     if len(ids) < source.num_nodes:
         allowed = np.zeros(source.num_nodes, dtype=bool)
         allowed[ids] = True
-    sel_global = neighbourhood(dist, allowed, max(max_nodes, len(centre)))
-    q = int(centre[0]) if query is None else int(query)
+    sel_global = neighbourhood(dist, allowed, max(max_nodes, len(nodes)))
+    q = int(nodes[0]) if query is None else int(query)
     if q not in sel_global:
         raise UsageError(f"--query {q}: not among the {len(sel_global)} nodes drawn for {kind} "
-                         f"{','.join(map(str, centre))} (the closest to it); pick one of them or raise --max-nodes")
+                         f"{','.join(map(str, nodes))} (the closest to it); pick one of them or raise --max-nodes")
     with StructureCache(source.cache_path) as cache:
-        q_dist = dist[0] if q == int(centre[0]) else distance_rows(cache, 0, np.array([q]))[0][0]
+        q_dist = dist[0] if q == int(nodes[0]) else distance_rows(cache, 0, np.array([q]))[0][0]
         edges = crop_edges(cache, 0, sel_global)
     local = np.full(source.num_nodes, -1, dtype=np.int64)
     local[ids] = np.arange(len(ids))
     sel = local[sel_global]
+    spec: dict[str, int | list[int]]
     if kind == "node":
-        name, spec = f"node_{centre[0]}", {"node": int(centre[0])}
+        name, spec = f"node_{nodes[0]}", {"node": int(nodes[0])}
     else:
-        name, spec = f"edge_{centre[0]}_{centre[1]}", {"edge": [int(centre[0]), int(centre[1])]}
+        name, spec = f"edge_{nodes[0]}_{nodes[1]}", {"edge": [int(nodes[0]), int(nodes[1])]}
     t = TargetMaps(name=name, kind=kind, spec=spec, node_ids=sel_global, cropped_from=len(ids),
-                   maps=rec.crop(sel), queries=centre,
+                   maps=rec.crop(sel), queries=nodes,
                    source="full graph" if len(ids) == source.num_nodes else "its METIS part",
                    query=q, edges=edges, hops=q_dist[sel_global].astype(np.int16))
-    t.hop = hop_mass(rec, local[centre], dist[:, ids], d_max)
+    t.hop = hop_mass(rec, local[nodes], dist[:, ids], d_max)
     return t, d_max
 
 

@@ -99,7 +99,7 @@ def plain_attention(
 
     def rows(a: int, b: int) -> tuple[Tensor, Tensor]:
         s = torch.einsum("qhd,khd->hqk", q[a:b], k) * scale  # [H, rows, Nk]
-        if query_groups is not None:
+        if query_groups is not None and key_groups is not None:  # both or neither (checked above)
             s = s.masked_fill((query_groups[a:b, None] != key_groups[None, :])[None], float("-inf"))
         lse = torch.logsumexp(s, dim=-1)  # [H, rows]
         safe = torch.where(torch.isfinite(lse), lse, torch.zeros((), dtype=lse.dtype, device=lse.device))

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -158,7 +159,7 @@ class _CsrAttention(torch.autograd.Function):
     """Stacked CSR attention with a hand-written backward (see the module docstring)."""
 
     @staticmethod
-    def forward(ctx, q: Tensor, k: Tensor, v: Tensor, term: Tensor, plan: CsrPlan, scale: float,
+    def forward(ctx: Any, q: Tensor, k: Tensor, v: Tensor, term: Tensor, plan: CsrPlan, scale: float,
                 dropout_p: float, fused: bool) -> Tensor:
         ctx.plan, ctx.scale, ctx.fused, ctx.dropout_p = plan, scale, fused, dropout_p
         if fused:
@@ -182,20 +183,22 @@ class _CsrAttention(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx, grad_out: Tensor):
+    def backward(ctx: Any, grad_out: Tensor) -> tuple[Tensor | None, ...]:
         plan, scale = ctx.plan, ctx.scale
         if ctx.fused:
             q, k, v, a = ctx.saved_tensors
-            dq, dk, dv, d_s = fused_backward(plan.crow, plan.col, a, q, k, v, grad_out, scale, ctx.dropout_p,
-                                             ctx.seed, plan.n_heads)
-            return dq, dk, dv, d_s, None, None, None, None
+            grads = fused_backward(plan.crow, plan.col, a, q, k, v, grad_out, scale, ctx.dropout_p, ctx.seed,
+                                   plan.n_heads)  # (dq, dk, dv, d_s)
+            return (*grads, None, None, None, None)
         q, k, v, a, keep = ctx.saved_tensors
         M, Nk = plan.n_heads * plan.n_query, plan.n_heads * plan.n_key
         grad_out = grad_out.contiguous()
         pattern = csr_tensor(plan.crow, plan.col, a, (M, Nk))
         d_w = torch.sparse.sampled_addmm(pattern, grad_out, v.t(), beta=0.0).values()  # dO·v_j on the pattern
         d_a = d_w if keep is None else d_w * keep
-        dq = dk = dv = None
+        dq: Tensor | None = None
+        dk: Tensor | None = None
+        dv: Tensor | None = None
         perm_t, crow_t, col_t = plan.transposed()
         if ctx.needs_input_grad[2]:
             w = a if keep is None else a * keep

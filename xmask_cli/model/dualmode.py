@@ -282,6 +282,8 @@ def dual_attention(
         regions = plan_regions(edge_index, N, groups, max_region_queries, threshold, head_dim=attn.head_dim)
     if N == 0:
         return attn.forward_sparse(x, edge_index, bias)
+    if attn.out is None:
+        raise ValueError("the dual-mode path has no attention output layer (combine='mean'): use mode 'sparse'")
     q, k, v = attn.split_heads(x)  # [N, H, d_h]
     dropout_p = attn.attn_dropout if attn.training else 0.0
     # Gather every region's rows once and split: per-region gathers from the full

@@ -272,7 +272,9 @@ class RoutedAttention(torch.nn.Module):
         self.attn = torch.nn.ModuleDict({
             e: StructuralAttention(dim, num_heads, dropout, attn_dropout, mask_scale) for e in self.experts
         })
-        self.gate1 = self.gate2 = self.flat_gate = None
+        self.gate1: torch.nn.Linear | None = None
+        self.gate2: torch.nn.Linear | None = None
+        self.flat_gate: torch.nn.Linear | None = None
         if routing == "bilevel":
             others = [e for e in self.experts if e != "local"]
             # Only the levels that choose between something get a gate (no unused parameters).
@@ -290,7 +292,7 @@ class RoutedAttention(torch.nn.Module):
             return h.new_ones(h.size(0), 1)
         if self.routing == "none":
             return h.new_full((h.size(0), n), 1.0 / n)
-        if self.routing == "flat":
+        if self.flat_gate is not None:  # flat routing over more than one expert
             return torch.softmax(self.flat_gate(h), dim=-1)
         # bilevel
         a2 = torch.sigmoid(self.gate2(h)) if self.gate2 is not None else None
@@ -330,9 +332,12 @@ class RoutedAttention(torch.nn.Module):
                 raise KeyError(f"no pairs for expert {name!r}")
             b = bias.get(name) if bias is not None else None
             reg = regions.get(name) if regions is not None else None
-            y = dual_attention(self.attn[name], h, pairs[name], b, regions=reg, mode=mode)
+            attn = self.attn[name]
+            assert isinstance(attn, StructuralAttention)  # built so in __init__
+            y = dual_attention(attn, h, pairs[name], b, regions=reg, mode=mode)
             y = weights[:, i : i + 1] * y
             out = y if out is None else out + y
+        assert out is not None  # experts is never empty (checked in __init__)
         return out
 
 

@@ -7,7 +7,7 @@ query pairs) composes the block from the same switches in :meth:`TransformerBloc
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -202,6 +202,7 @@ class TransformerBlock(torch.nn.Module):
         ffn = None
         if self.ffn is not None:
             lin1, act, drop1, lin2, drop2 = self.ffn
+            assert isinstance(drop1, torch.nn.Dropout) and isinstance(drop2, torch.nn.Dropout)  # the FFN's layout
 
             def ffn(h: Tensor) -> Tensor:
                 h = packed.dropout(act(lin1(h)), drop1.p, self.training)
@@ -244,3 +245,18 @@ class TransformerBlock(torch.nn.Module):
             return attn.forward_pairs(q, keys, edge_index, bias, plain_keys=pk, learned=learned)  # type: ignore[return-value]
 
         return self._compose(x_query, attend, self.ffn)
+
+
+def transformer_blocks(modules: Iterable[torch.nn.Module]) -> list[TransformerBlock]:
+    """``modules`` (a network's ``blocks``) as the :class:`TransformerBlock` s they are: a ModuleList's items
+    are typed as any Module.
+
+    Raises:
+        TypeError: one of them is another module.
+    """
+    blocks: list[TransformerBlock] = []
+    for block in modules:
+        if not isinstance(block, TransformerBlock):
+            raise TypeError(f"expected TransformerBlocks, got a {type(block).__name__}")
+        blocks.append(block)
+    return blocks

@@ -125,6 +125,10 @@ class XLogSMaskBias(StructuralBias):
             it gets ``log(eps)``.
     """
 
+    # Buffers (registered in __init__): the channel each head reads, and the heads without a mask.
+    _index: Tensor
+    _off: Tensor
+
     def __init__(self, num_heads: int, head_powers: Sequence[int] | None = None, eps: float = PowersSection.eps,
                  outside_support: str = "hard"):
         super().__init__()
@@ -214,7 +218,7 @@ class XLogSMaskBias(StructuralBias):
         values = read_field(batch, "values")
         if values is not None:
             edge_index = read_field(batch, "edge_index")
-            off_diag = None if edge_index is None else (edge_index[0] != edge_index[1]).unsqueeze(-1)
-            return self._log(values, axis=1, off_diagonal=off_diag)
+            off_pairs = None if edge_index is None else (edge_index[0] != edge_index[1]).unsqueeze(-1)
+            return self._log(values, axis=1, off_diagonal=off_pairs)
         raise ValueError("batch has neither `powers` (dense) nor `values` (sparse)")
 

@@ -186,13 +186,13 @@ class ModelConfig(ModelSection):
     @property
     def max_power(self) -> int:
         """Largest ``k`` any head reads (the attention output layer's too): the ``K`` a batch must at least carry."""
-        top = max(self.head_powers)
-        return max(top, *self.output_powers) if self.output == "attention" else top
+        top = max(head_powers(self))
+        return max(top, *(self.output_powers or ())) if self.output == "attention" else top
 
     @property
     def needs(self) -> frozenset[str]:
         """Cache sections beyond the powers that batches must carry (``spd``, ``rrwp``, ``magnetic``, ``spectrum``)."""
-        return frozenset(b.needs for b in self.biases)
+        return frozenset(BiasSpec.of(b).needs for b in self.biases)
 
     @property
     def plain_heads(self) -> tuple[int, ...]:
@@ -252,17 +252,18 @@ def sparse_refusal(model: Any) -> str | None:
 def effective_powers(cfg: ModelConfig) -> list[int]:
     """Per head, the power ``k_h`` of the log-mask it adds; 0 where it adds none (``k_h = 0`` or
     ``use_bias: false``), so every report of a run (explain summaries, ``maps.h5``) says the same."""
-    return [int(k) if cfg.use_bias else 0 for k in cfg.head_powers]
+    return [int(k) if cfg.use_bias else 0 for k in head_powers(cfg)]
 
 
 def head_labels(cfg: ModelConfig) -> list[list[str]]:
     """Per layer, per head: the biases it adds, e.g. ``"Â^2 + SPD"`` or ``"none"`` (figures, tables)."""
-    placed = [(bias_entry(b.type).label, *b.placement(cfg.heads, cfg.layers)) for b in cfg.biases]
+    placed = [(bias_entry(b.type).label, *BiasSpec.of(b).placement(cfg.heads, cfg.layers)) for b in cfg.biases]
+    powers = head_powers(cfg)
     out = []
     for layer in range(1, cfg.layers + 1):
         row = []
         for h in range(1, cfg.heads + 1):
-            parts = [f"Â^{cfg.head_powers[h - 1]}"] if cfg.use_bias and cfg.head_powers[h - 1] > 0 else []
+            parts = [f"Â^{powers[h - 1]}"] if cfg.use_bias and powers[h - 1] > 0 else []
             parts += [label for label, heads, layers in placed if h in heads and layer in layers]
             row.append(" + ".join(parts) if parts else "none")
         out.append(row)

@@ -10,7 +10,7 @@ the module's projections ``q``, ``k``, ``v``, its head layout and dropout, and i
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Literal, cast, overload
 
 import torch
 import torch.nn.functional as F
@@ -51,6 +51,16 @@ class PairAttention:
         def _combine(self, agg: Tensor) -> Tensor: ...
 
         def _logit_term(self, bias: Tensor | None, learned: Tensor | None, dtype: torch.dtype) -> Tensor | None: ...
+
+    @overload
+    def forward_sparse(self, x: Tensor, edge_index: Tensor, bias: Tensor | None = ...,
+                       return_terms: Literal[False] = ..., groups: Tensor | None = ..., complete: bool = ...,
+                       learned: Tensor | None = ...) -> Tensor: ...
+
+    @overload
+    def forward_sparse(self, x: Tensor, edge_index: Tensor, bias: Tensor | None = ..., return_terms: bool = ...,
+                       groups: Tensor | None = ..., complete: bool = ...,
+                       learned: Tensor | None = ...) -> Tensor | tuple[Tensor, dict[str, Tensor]]: ...
 
     def forward_sparse(
         self,

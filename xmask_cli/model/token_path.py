@@ -6,15 +6,28 @@ local / cluster / global masks. It reads the model's ``cfg``, ``encoder``,
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
+import torch
 from torch import Tensor
 
 from xmask_cli.model.batches import TokenBatch
-from xmask_cli.model.experts import HierarchicalMasks
-from xmask_cli.model.logsmask import SparseStructure
+from xmask_cli.model.experts import HierarchicalMasks, RoutedAttention
+from xmask_cli.model.layers import TransformerBlock
+from xmask_cli.model.logsmask import SparseStructure, XLogSMaskBias
+from xmask_cli.model.model_config import ModelConfig
 
 
 class TokenPath:
     """``encode_tokens``, ``forward_tokens``, ``forward_token_batch``, ``routing_weights`` of :class:`XMaskNet`."""
+
+    # What it reads of the model (XMaskNet sets and defines them).
+    cfg: ModelConfig
+    encoder: torch.nn.Module
+    blocks: Sequence[TransformerBlock]  # a ModuleList of them (as MaskMemo declares it)
+    bias: XLogSMaskBias | None
+    _drop_input: Callable[[Tensor], Tensor]
+    _mlp_head: Callable[[], torch.nn.Module]
 
     def encode_tokens(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
                       regions: dict | None = None) -> Tensor:
@@ -76,6 +89,7 @@ class TokenPath:
         # The same biases as the forward: without them every block after the first would see other inputs.
         routed = self._routed(masks, local_values, regions)
         for block in self.blocks:
+            assert isinstance(block.attn, RoutedAttention)  # an expert model's blocks route (XMaskNet builds them so)
             src = block.norm1(h) if block.norm == "pre" else h
             out.append(block.attn.routing_weights(src))
             h = block(h, routed=routed)

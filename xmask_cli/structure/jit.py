@@ -54,4 +54,4 @@ os.environ["NUMBA_CACHE_DIR"] = str(numba_cache_dir())
 import numba  # noqa: E402
 
 # numba imported earlier (by another library) read its configuration already.
-numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]
+numba.config.CACHE_DIR = os.environ["NUMBA_CACHE_DIR"]  # type: ignore[attr-defined]  # set at runtime by numba

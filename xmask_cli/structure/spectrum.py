@@ -199,8 +199,8 @@ def block_eigenpairs(
     sizes = np.asarray(sizes, dtype=np.int64)
     coo = sp.coo_matrix(lap)
     owner = np.full(lap.shape[0], -1, dtype=np.int64)
-    for i, (s, n) in enumerate(zip(starts, sizes)):
-        owner[s:s + n] = i
+    for i, (s, size) in enumerate(zip(starts, sizes)):
+        owner[s:s + size] = i
     g = owner[coo.row]
     keep = g >= 0
     g, r, c, d = g[keep], coo.row[keep], coo.col[keep], coo.data[keep]
@@ -208,8 +208,8 @@ def block_eigenpairs(
     for n in np.unique(sizes):
         members = np.flatnonzero(sizes == n)
         if n == 0:
-            for i in members:
-                out[i] = (np.zeros(0), np.zeros((0, 0), dtype=lap.dtype))
+            for k in members:
+                out[k] = (np.zeros(0), np.zeros((0, 0), dtype=lap.dtype))
             continue
         slot = np.full(len(sizes), -1, dtype=np.int64)
         slot[members] = np.arange(len(members))
@@ -218,17 +218,17 @@ def block_eigenpairs(
         gs = g[sel]
         dense[slot[gs], r[sel] - starts[gs], c[sel] - starts[gs]] = d[sel]
         subset = m is not None and n > max(full_max_nodes, m)
-        if not subset:
+        if m is None or not subset:
             # One batched LAPACK loop in numpy for every block of this size (single-threaded BLAS:
             # the caller limits it, since threads on tiny matrices only contend).
             vals, vecs = np.linalg.eigh(dense)
             vecs = _canonical_signs_batched(vecs)
-            for j, i in enumerate(members):
-                out[i] = (vals[j], vecs[j])
+            for j, k in enumerate(members):
+                out[k] = (vals[j], vecs[j])
         else:
-            for j, i in enumerate(members):
+            for j, k in enumerate(members):
                 vals, vecs = scipy.linalg.eigh(dense[j], check_finite=False, subset_by_index=[0, m - 1], driver="evx")
-                out[i] = (vals, _canonical_signs(vecs))
+                out[k] = (vals, _canonical_signs(vecs))
     return out
 
 
@@ -310,7 +310,7 @@ def graph_spectra(
             mine = cid[keep] == c
             rows = perm[starts[c]:starts[c] + sizes[c]] - offs[g]
             vecs[np.ix_(rows, col[mine])] = pairs[c][1][:, j[keep][mine]]
-        how = max((methods[c] for c in cs), key=_METHOD_RANK.get, default="dense")
+        how = max((methods[c] for c in cs), key=_METHOD_RANK.__getitem__, default="dense")
         out.append((lam[keep], vecs, how))
     return out
 

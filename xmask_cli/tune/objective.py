@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from xmask_cli.config import Config
 from xmask_cli.engine import selection
@@ -33,7 +33,12 @@ from xmask_cli.engine.sweep import train_seeds
 from xmask_cli.errors import CacheError, DataNotFoundError, NotWritableError, first_line
 from xmask_cli.tune.space import Param, suggest, with_values
 
-__all__ = ["SEARCH_PARTS", "TrialFailed", "TrialSetup", "run_trial", "trial_config", "best_trial", "epoch_stride"]
+if TYPE_CHECKING:  # optuna loads when a study runs
+    import optuna
+    from optuna.trial import FrozenTrial
+
+__all__ = ["SEARCH_PARTS", "TrialFailed", "TrialSetup", "run_trial", "trial_config", "best_trial", "trial_value",
+           "epoch_stride"]
 
 #: What a search scores: never test.
 SEARCH_PARTS = ("train", "val")
@@ -81,7 +86,7 @@ def trial_config(setup: TrialSetup, values: dict[str, Any], number: int) -> Conf
     return with_values(setup.cfg, values, run={"root": str(setup.study_dir / "trials"), "name": f"trial-{number:04d}"})
 
 
-def run_trial(trial: Any, setup: TrialSetup, *, log: Callable[[str], None] = lambda m: None,
+def run_trial(trial: optuna.Trial, setup: TrialSetup, *, log: Callable[[str], None] = lambda m: None,
               prune: bool = True) -> float:
     """Draw the trial's values, train them on ``setup.seeds`` and return the mean validation metric.
 
@@ -136,7 +141,7 @@ def run_trial(trial: Any, setup: TrialSetup, *, log: Callable[[str], None] = lam
 class _Reporter:
     """Reports a trial's running value per epoch (see the module's docstring) and asks the pruner."""
 
-    def __init__(self, trial: Any, setup: TrialSetup, prune: bool) -> None:
+    def __init__(self, trial: optuna.Trial, setup: TrialSetup, prune: bool) -> None:
         self.trial, self.prune = trial, prune
         self.stride = setup.stride or epoch_stride(setup.cfg, setup.params)
         self.key, self.higher = f"val_{setup.metric}", HIGHER_IS_BETTER[setup.metric]
@@ -160,7 +165,7 @@ class _Reporter:
             raise optuna.TrialPruned(f"pruned at seed {seed}, epoch {epoch} (running mean val {running:.4f})")
 
 
-def best_trial(study: Any) -> Any:
+def best_trial(study: optuna.Study) -> FrozenTrial | None:
     """The study's best complete trial under :data:`~xmask_cli.engine.selection.TRIAL_RULE`: the best value
     (the mean validation metric), ties broken by the lower mean validation loss, then the earlier trial.
 
@@ -171,16 +176,27 @@ def best_trial(study: Any) -> Any:
     from optuna.trial import TrialState
 
     higher = study.direction == StudyDirection.MAXIMIZE
-    best = None
+    best: FrozenTrial | None = None
     for t in sorted(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda t: t.number):
         if best is None:
             best = t
             continue
-        why = selection.compare(t.value, t.user_attrs.get("val_loss_mean"), best.value,
+        why = selection.compare(trial_value(t), t.user_attrs.get("val_loss_mean"), trial_value(best),
                                 best.user_attrs.get("val_loss_mean"), higher)
         if why in ("metric", "loss"):  # a full tie keeps the earlier trial
             best = t
     return best
+
+
+def trial_value(trial: FrozenTrial) -> float:
+    """A complete trial's value (Optuna's ``FrozenTrial.value``, typed optional: None until it completes).
+
+    Raises:
+        ValueError: the trial has no value (it did not complete).
+    """
+    if trial.value is None:
+        raise ValueError(f"trial {trial.number} has no value: it is {trial.state.name.lower()}")
+    return float(trial.value)
 
 
 def _drop_checkpoints(root: Path) -> None:

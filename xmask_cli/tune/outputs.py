@@ -14,7 +14,7 @@ import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -23,9 +23,12 @@ from xmask_cli.engine.runs import write_bytes, write_json, write_text
 from xmask_cli.engine.selection import TRIAL_RULE
 from xmask_cli.errors import first_line
 from xmask_cli.results import JsonItems, MetricStats
-from xmask_cli.tune.objective import best_trial
+from xmask_cli.tune.objective import best_trial, trial_value
 from xmask_cli.tune.search import fail_reason
 from xmask_cli.tune.space import Param, decode
+
+if TYPE_CHECKING:  # optuna loads when a study runs
+    import optuna
 
 __all__ = ["write_all", "best_yaml", "trials_csv", "write_plots", "PLOTS", "BestTrial", "FinalScores", "StudySummary",
            "TrialCounts"]
@@ -129,7 +132,7 @@ def _cell(v: Any) -> Any:
     return json.dumps(v) if isinstance(v, (list, dict)) else ("" if v is None else v)
 
 
-def trials_csv(study: Any, params: list[Param]) -> str:
+def trials_csv(study: optuna.Study, params: list[Param]) -> str:
     """One row per trial: number, state, value, duration, each searched key, per-seed validation, failure reason."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
@@ -151,7 +154,7 @@ def _save_figure(fig: Any, path: Path) -> None:
     write_bytes(path, buf.getvalue())
 
 
-def write_plots(study: Any, folder: Path, log: Callable[[str], None] = lambda m: None) -> dict[str, str]:
+def write_plots(study: optuna.Study, folder: Path, log: Callable[[str], None] = lambda m: None) -> dict[str, str]:
     """The three Optuna matplotlib plots as PNGs; a plot that cannot be drawn is skipped with its reason.
 
     Returns ``{file: "written" | "skipped: <reason>"}``.
@@ -194,7 +197,7 @@ def write_plots(study: Any, folder: Path, log: Callable[[str], None] = lambda m:
     return status
 
 
-def write_all(study: Any, folder: Path, *, name: str, url: str, dataset: str, level: str, metric: str, params: list[Param],
+def write_all(study: optuna.Study, folder: Path, *, name: str, url: str, dataset: str, level: str, metric: str, params: list[Param],
               opts: Any, ran: int, best_cfg: Config | None, final: FinalScores | None,
               log: Callable[[str], None] = lambda m: None, plots: bool = True) -> StudySummary:
     """Write every output of the study into ``folder``; returns the summary (``summary.json``)."""
@@ -204,12 +207,12 @@ def write_all(study: Any, folder: Path, *, name: str, url: str, dataset: str, le
     counts = {s.name.lower(): len(study.get_trials(deepcopy=False, states=(s,)))
               for s in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL, TrialState.RUNNING)}
     best = None
-    if counts["complete"] and best_cfg is not None:
-        b = best_trial(study)
-        best = BestTrial(number=b.number, value=b.value, rule=TRIAL_RULE, val_loss_mean=b.user_attrs.get("val_loss_mean"),
+    b = best_trial(study) if counts["complete"] and best_cfg is not None else None
+    if b is not None and best_cfg is not None:
+        best = BestTrial(number=b.number, value=trial_value(b), rule=TRIAL_RULE, val_loss_mean=b.user_attrs.get("val_loss_mean"),
                          val_std=b.user_attrs.get("val_std"), val_values=b.user_attrs.get("val_values"),
                          best_epochs=b.user_attrs.get("best_epochs"), params=decode(params, b.params))
-        write_text(folder / "best.yaml", best_yaml(best_cfg, study=name, trial=b.number, value=b.value,
+        write_text(folder / "best.yaml", best_yaml(best_cfg, study=name, trial=b.number, value=trial_value(b),
                                                    metric=metric, seeds=list(opts.seeds)))
     write_text(folder / "trials.csv", trials_csv(study, params))
     plotted = write_plots(study, folder, log) if plots else {f: "skipped: not asked for" for f in PLOTS}

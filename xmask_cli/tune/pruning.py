@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any
 
 import optuna
 from optuna.study import StudyDirection
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 __all__ = ["PRUNERS", "PRUNE_STARTUP_TRIALS", "PRUNE_WARMUP_EPOCHS", "RunMedianPruner", "make_pruner"]
 
@@ -33,7 +32,7 @@ class RunMedianPruner(optuna.pruners.BasePruner):
     def __init__(self, stride: int, warmup_epochs: int, startup_trials: int = PRUNE_STARTUP_TRIALS) -> None:
         self.stride, self.warmup_epochs, self.startup_trials = max(1, int(stride)), warmup_epochs, startup_trials
 
-    def prune(self, study: Any, trial: Any) -> bool:
+    def prune(self, study: optuna.Study, trial: FrozenTrial) -> bool:
         step = trial.last_step
         if step is None or step % self.stride < self.warmup_epochs:
             return False
@@ -49,7 +48,7 @@ class RunMedianPruner(optuna.pruners.BasePruner):
         return value < median if study.direction == StudyDirection.MAXIMIZE else value > median
 
 
-def make_pruner(name: str, *, stride: int, warmup_epochs: int = PRUNE_WARMUP_EPOCHS) -> Any:
+def make_pruner(name: str, *, stride: int, warmup_epochs: int = PRUNE_WARMUP_EPOCHS) -> optuna.pruners.BasePruner:
     """``median`` (:class:`RunMedianPruner` over runs of ``stride`` steps) or ``none``."""
     if name == "none":
         return optuna.pruners.NopPruner()

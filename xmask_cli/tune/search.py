@@ -11,10 +11,10 @@ import contextlib
 import hashlib
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import optuna
-from optuna.trial import TrialState
+from optuna.samplers import TPESampler
+from optuna.trial import FrozenTrial, TrialState
 
 from xmask_cli.errors import first_line
 from xmask_cli.tune.objective import TrialFailed, best_trial
@@ -25,7 +25,7 @@ __all__ = ["sampler", "optimize", "fail_reason", "interrupted", "finished", "STA
 STALE_REASON = "interrupted: its process stopped before the trial finished (its heartbeat stopped)"
 
 
-def sampler(seed: int, number: int) -> Any:
+def sampler(seed: int, number: int) -> TPESampler:
     """The TPE sampler of trial ``number``: a single process replays the study, parallel workers draw
     different values."""
     # Hashed: MT19937 seeded with neighbouring integers gives correlated early draws (0.715, 0.720 ...).
@@ -33,19 +33,19 @@ def sampler(seed: int, number: int) -> Any:
     return optuna.samplers.TPESampler(seed=mixed)
 
 
-def fail_reason(trial: Any) -> str | None:
+def fail_reason(trial: FrozenTrial) -> str | None:
     """Why a failed trial failed (None for a trial that did not fail)."""
     if trial.state != TrialState.FAIL:
         return trial.user_attrs.get("fail_reason")
     return trial.user_attrs.get("fail_reason") or STALE_REASON
 
 
-def interrupted(trial: Any) -> bool:
+def interrupted(trial: FrozenTrial) -> bool:
     """A trial its process stopped (Ctrl-C, or killed: failed by the heartbeat check), not its configuration."""
     return trial.state == TrialState.FAIL and str(fail_reason(trial)).startswith("interrupted")
 
 
-def finished(study: Any) -> int:
+def finished(study: optuna.Study) -> int:
     """Trials that count towards ``--trials`` under ``--resume``: complete, pruned and failed ones, except those
     a stopped process interrupted (they say nothing of their configuration; the budget is trials searched)."""
     done = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL))
@@ -63,11 +63,11 @@ def _optuna_silent() -> Iterator[None]:
         optuna.logging.set_verbosity(before)
 
 
-def _recording(objective: Callable[[Any], float], study: Any, sampler_seed: int,
-               notes: dict[int, str]) -> Callable[[Any], float]:
+def _recording(objective: Callable[[optuna.Trial], float], study: optuna.Study, sampler_seed: int,
+               notes: dict[int, str]) -> Callable[[optuna.Trial], float]:
     """``objective`` with the trial's sampler seeded by its number and the reason of its end recorded."""
 
-    def run(trial: Any) -> float:
+    def run(trial: optuna.Trial) -> float:
         study.sampler = sampler(sampler_seed, trial.number)  # drawn lazily, in suggest_*: seeded by number
         try:
             return objective(trial)
@@ -85,7 +85,7 @@ def _recording(objective: Callable[[Any], float], study: Any, sampler_seed: int,
     return run
 
 
-def optimize(study: Any, objective: Callable[[Any], float], *, trials: int, sampler_seed: int = 0,
+def optimize(study: optuna.Study, objective: Callable[[optuna.Trial], float], *, trials: int, sampler_seed: int = 0,
              timeout_s: float | None = None, metric: str = "value",
              log: Callable[[str], None] = lambda m: None) -> int:
     """The search loop of ``xmask tune`` (also what ``benchmarks/tune_study.py`` runs for the PyG peers).
@@ -100,7 +100,7 @@ def optimize(study: Any, objective: Callable[[Any], float], *, trials: int, samp
     ran = [0]
     start = time.monotonic()
 
-    def logged(study: Any, trial: Any) -> None:
+    def logged(study: optuna.Study, trial: FrozenTrial) -> None:
         ran[0] += 1
         took = f"[{trial.duration.total_seconds():.1f}s]" if trial.duration is not None else ""
         if trial.state == TrialState.PRUNED:
@@ -111,9 +111,10 @@ def optimize(study: Any, objective: Callable[[Any], float], *, trials: int, samp
             shown = ", ".join(f"{k}={v}" for k, v in trial.user_attrs.get("values", trial.params).items())
             spread = trial.user_attrs.get("val_std")
             best = best_trial(study)  # reads every trial from storage: once a trial
+            best_note = "" if best is None else f"; best so far #{best.number} {best.value:.4f}"
             log(f"trial {trial.number}: val {metric} {trial.value:.4f}"
                 + (f" ± {spread:.4f}" if spread is not None else "")
-                + f" ({shown}) {took}; best so far #{best.number} {best.value:.4f}")
+                + f" ({shown}) {took}{best_note}")
 
     with _optuna_silent():
         study.optimize(_recording(objective, study, sampler_seed, notes), n_trials=trials, timeout=timeout_s,

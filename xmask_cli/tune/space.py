@@ -74,9 +74,11 @@ def suggest(trial: Any, params: list[Param]) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for p in params:
         if p.kind == "int":
-            values[p.key] = trial.suggest_int(p.key, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
+            low, high = p.bounds()
+            values[p.key] = trial.suggest_int(p.key, int(low), int(high), step=int(p.step or 1), log=p.log)
         elif p.kind == "float":
-            values[p.key] = _tidy(p, trial.suggest_float(p.key, float(p.low), float(p.high), step=p.step, log=p.log))
+            low, high = p.bounds()
+            values[p.key] = _tidy(p, trial.suggest_float(p.key, float(low), float(high), step=p.step, log=p.log))
         else:
             drawn = trial.suggest_categorical(p.key, p.labels())
             values[p.key] = p.choices[p.labels().index(drawn)]
@@ -101,11 +103,12 @@ def _inside(p: Param, value: Any) -> bool:
     """Whether ``value`` is a point of ``p``'s space (on its grid when it has a step)."""
     if p.kind == "choice":
         return label(value) in p.labels()
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not p.low <= value <= p.high:
+    low, high = p.bounds()
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
         return False
     if p.step is None:
         return p.kind == "float" or float(value).is_integer()
-    steps = (value - p.low) / p.step
+    steps = (value - low) / p.step
     return abs(steps - round(steps)) < 1e-9
 
 

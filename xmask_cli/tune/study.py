@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from xmask_cli.config import Config
 from xmask_cli.engine.experiment import check_config
@@ -71,7 +71,7 @@ class _Search:
 
 
 def open_study(name: str, folder: Path, opts: TuneOptions, search: _Search,
-               log: Callable[[str], None] = lambda m: None) -> Any:
+               log: Callable[[str], None] = lambda m: None) -> optuna.Study:
     """Create or load the study (under the folder's lock), refuse one made with other settings, and queue the
     preset's own values as trial 0 when the study has no trials (with or without ``--resume``).
 
@@ -103,7 +103,7 @@ def open_study(name: str, folder: Path, opts: TuneOptions, search: _Search,
     return study
 
 
-def best_config(cfg: Config, params: list[Param], best: Any, **run: Any) -> Config:
+def best_config(cfg: Config, params: list[Param], best: FrozenTrial, **run: Any) -> Config:
     """The preset with the best trial's values (its ``tune:`` section dropped)."""
     return with_values(cfg, decode(params, best.params), run=run)
 
@@ -171,14 +171,14 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
                    log=log)
 
 
-def _finish(study: Any, cfg: Config, params: list[Param], opts: TuneOptions, *, name: str, folder: Path, url: str,
+def _finish(study: optuna.Study, cfg: Config, params: list[Param], opts: TuneOptions, *, name: str, folder: Path, url: str,
             level: str, metric: str, ran: int, log: Callable[[str], None]) -> outputs.StudySummary:
     """Train the best trial on the final seeds, write the outputs; raise when no trial completed."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     final: outputs.FinalScores | None = None
     best_cfg: Config | None = None
-    if complete:
-        best = best_trial(study)
+    best = best_trial(study)  # None only without complete trials
+    if best is not None:
         best_cfg = best_config(cfg, params, best, root=cfg.run.root, name=f"{name}-best")
         if opts.final_seeds:
             log(f"best trial #{best.number} (val {metric} {best.value:.4f}): training it on seeds "

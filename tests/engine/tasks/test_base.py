@@ -8,7 +8,9 @@ import torch
 
 from xmask_cli.engine.distributed import deal
 from xmask_cli.engine.tasks import LEVELS, TaskLevel
-from xmask_cli.engine.tasks.base import Task
+from xmask_cli.engine.tasks.base import Task, network
+from xmask_cli.model.model_config import ModelConfig
+from xmask_cli.model.network import XMaskNet
 
 
 class Counted(Task[int]):
@@ -79,3 +81,10 @@ def test_only_link_prediction_has_no_per_item_outputs():
     """``LoadedRun.predict`` refuses a run whose task keeps the default ``outputs`` (None)."""
     default = [name for name, level in LEVELS.items() if level.task_class().outputs is Task.outputs]
     assert default == ["link"]
+
+
+def test_network_gives_the_model_itself_and_refuses_another_module():
+    net = XMaskNet(ModelConfig(in_dim=3, out_dim=2, hidden=8, heads=2, layers=1, task="node"))
+    assert network(net) is net
+    with pytest.raises(TypeError, match="XMaskNet, got Linear"):
+        network(torch.nn.Linear(2, 2))

@@ -21,6 +21,7 @@ from xmask_cli.engine.tasks.graph import GraphTask, graph_labels, size_readout_s
 from xmask_cli.errors import UsageError
 from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.prepare import prepare_dataset
+from xmask_cli.results import RunSummary
 
 # Split seed 1 has a balanced-ish validation set (majority rate 10/18), so beating it is informative.
 SPLIT_SEED = 1
@@ -49,7 +50,7 @@ def mutag(tmp_path_factory: pytest.TempPathFactory) -> Mutag:
 
 
 @pytest.fixture(scope="module")
-def learned(mutag: Mutag, tmp_path_factory: pytest.TempPathFactory) -> tuple[dict, RunDir]:
+def learned(mutag: Mutag, tmp_path_factory: pytest.TempPathFactory) -> tuple[RunSummary, RunDir]:
     run = RunDir(tmp_path_factory.mktemp("runs") / "mutag" / "0")
     summary = train_graph_level(mutag.cache_path, mutag.graphs, mutag.split, mutag.model_cfg, FAST, run)
     return summary, run
@@ -83,7 +84,7 @@ def test_node_features_are_the_bundled_atom_labels(mutag: Mutag) -> None:
         assert torch.equal(feats[g].argmax(1), torch.from_numpy(want))
 
 
-def test_learns_above_majority(mutag: Mutag, learned: tuple[dict, RunDir]) -> None:
+def test_learns_above_majority(mutag: Mutag, learned: tuple[RunSummary, RunDir]) -> None:
     summary, _ = learned
     y = graph_labels(mutag.graphs).numpy()
     val_majority = _majority_rate(y[mutag.split.val])
@@ -94,7 +95,7 @@ def test_learns_above_majority(mutag: Mutag, learned: tuple[dict, RunDir]) -> No
     assert 0 <= summary["best_epoch"] < summary["epochs_run"] == FAST.epochs
 
 
-def test_evaluate_reproduces_recorded_metrics(mutag: Mutag, learned: tuple[dict, RunDir]) -> None:
+def test_evaluate_reproduces_recorded_metrics(mutag: Mutag, learned: tuple[RunSummary, RunDir]) -> None:
     summary, run = learned
     best = torch.load(run.path / RunDir.BEST, weights_only=True)
     assert best["epoch"] == summary["best_epoch"]
@@ -107,7 +108,7 @@ def test_evaluate_reproduces_recorded_metrics(mutag: Mutag, learned: tuple[dict,
     assert max(r["val_accuracy"] for r in rows) == summary["metrics"]["val"]
 
 
-def test_run_files(mutag: Mutag, learned: tuple[dict, RunDir]) -> None:
+def test_run_files(mutag: Mutag, learned: tuple[RunSummary, RunDir]) -> None:
     summary, run = learned
     lines = (run.path / RunDir.METRICS).read_text().splitlines()
     assert len(lines) == summary["epochs_run"]
@@ -115,7 +116,7 @@ def test_run_files(mutag: Mutag, learned: tuple[dict, RunDir]) -> None:
     last = torch.load(run.path / RunDir.LAST, weights_only=True)
     assert last["epoch"] == summary["epochs_run"] - 1
     on_disk = json.loads((run.path / RunDir.SUMMARY).read_text())
-    assert on_disk == summary
+    assert on_disk == summary.to_json()  # the summary fit returns is the one it wrote
     assert on_disk["split"]["train"] == len(mutag.split.train)
     assert (on_disk["split"]["val"], on_disk["split"]["test"]) == (18, 18)
     assert set(on_disk["metrics"]) == {"train", "val", "test"}
@@ -165,7 +166,7 @@ def test_resume_matches_uninterrupted(mutag: Mutag, tmp_path: Path) -> None:
         assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
 
 
-def test_resume_refuses_a_different_run(mutag: Mutag, learned: tuple[dict, RunDir]) -> None:
+def test_resume_refuses_a_different_run(mutag: Mutag, learned: tuple[RunSummary, RunDir]) -> None:
     _, run = learned
     for (model_cfg, cfg), key in (((mutag.model_cfg, replace(FAST, seed=1)), "train.seed"),
                                   ((replace(mutag.model_cfg, hidden=8), FAST), "model.hidden")):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from xmask_cli.model.biases import base
-from xmask_cli.model.biases.base import extra, finish_dense, finish_sparse, in_chunks
+from xmask_cli.model.biases.base import extra, finish_dense, finish_sparse, in_chunks, linear_at
 
 
 def test_extra_reads_a_mapping_or_an_attribute_and_names_what_is_missing():
@@ -72,3 +72,11 @@ def test_finish_sparse_zeroes_self_pairs_only_when_asked():
     ei = torch.tensor([[0, 1, 2], [1, 1, 0]])  # the middle pair is a self pair
     assert torch.equal(finish_sparse(out, ei, zero_diagonal=True), torch.tensor([[1.0, 2.0], [0.0, 0.0], [5.0, 6.0]]))
     assert finish_sparse(out, ei, zero_diagonal=False) is out
+
+
+def test_linear_at_gives_the_linear_layer_and_refuses_another():
+    first = torch.nn.Linear(3, 4)
+    mlp = torch.nn.Sequential(first, torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    assert linear_at(mlp, 0) is first and linear_at(mlp, 2).out_features == 2
+    with pytest.raises(TypeError, match="layer 1 of Sequential is a ReLU"):
+        linear_at(mlp, 1)

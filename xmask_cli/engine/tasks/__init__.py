@@ -66,7 +66,7 @@ class TaskLevel:
     explain_target: Literal["graph", "node", "image"]
     experts_module: str | None = None
 
-    def _module(self, exp: ExperimentView | None = None) -> ModuleType:
+    def _module(self, exp: ExperimentView[Any] | None = None) -> ModuleType:
         """The level's module, or its experts module when ``exp``'s model has attention experts."""
         name = self.module
         if self.experts_module and exp is not None and exp.cfg.model.experts:
@@ -78,12 +78,12 @@ class TaskLevel:
         cls: type[Task[Any]] = getattr(self._module(), self.task)
         return cls
 
-    def build(self, exp: ExperimentView, seed: int, device: str, dense_only: str | None) -> Task[Any]:
+    def build(self, exp: ExperimentView[Any], seed: int, device: str, dense_only: str | None) -> Task[Any]:
         """The level's task for one seed of ``exp`` (which also draws a random split)."""
         task: Task[Any] = self._module(exp).from_experiment(exp, seed, device, dense_only)
         return task
 
-    def model_fields(self, exp: ExperimentView, task: Task[Any]) -> dict[str, Any]:
+    def model_fields(self, exp: ExperimentView[Any], task: Task[Any]) -> dict[str, Any]:
         """What the level's model config takes from the data: ``in_dim``, ``out_dim`` and any level extras.
 
         The module's ``model_fields(exp, task)`` when it has one, else the task's ``in_dim`` / ``out_dim``

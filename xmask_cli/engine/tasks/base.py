@@ -27,14 +27,16 @@ from torch import Tensor
 
 from xmask_cli.config import Config
 from xmask_cli.data.edgefile import EdgeData
-from xmask_cli.data.graphset import GraphSet
-from xmask_cli.data.images import ImageSet
 from xmask_cli.engine.distributed import deal
+from xmask_cli.model.network import XMaskNet
 
-__all__ = ["Task", "B", "ExperimentView"]
+__all__ = ["Task", "B", "D", "ExperimentView", "network"]
 
 #: A task's batch type (what :meth:`Task.train_batches` yields and :meth:`Task.loss` takes).
 B = TypeVar("B")
+#: What an experiment loaded for its level (:attr:`ExperimentView.graphs`): a ``GraphSet`` (``graphs`` data
+#: kind), an ``ImageSet`` (``images``), None (``edge-file``, whose rows are ``edge_data``).
+D = TypeVar("D", covariant=True)
 
 
 class Task(ABC, Generic[B]):
@@ -98,12 +100,27 @@ class Task(ABC, Generic[B]):
         return None
 
 
-class ExperimentView(Protocol):
+def network(model: torch.nn.Module) -> XMaskNet:
+    """``model`` as the :class:`XMaskNet` it is: the loop hands a task the model built from its level's config
+    (levels that call the network's own methods, such as ``score_pairs``, read it through this).
+
+    Raises:
+        TypeError: ``model`` is another module.
+    """
+    if not isinstance(model, XMaskNet):
+        raise TypeError(f"this task runs an XMaskNet, got {type(model).__name__}")
+    return model
+
+
+class ExperimentView(Protocol[D]):
     """What a level's ``from_experiment`` / ``model_fields`` read of an
     :class:`~xmask_cli.engine.experiment.Experiment` (which has these fields). A protocol here, below both:
     the experiment imports the level registry, so the task modules do not import the experiment.
 
-    Attributes:
+    Generic over the loaded data ``D``: a level names what its data kind loads (``ExperimentView[GraphSet]``,
+    ``ExperimentView[ImageSet]``); the registry dispatches on the level, whose data kind decides ``D``.
+
+    Attributes (read-only):
         cfg: the resolved config; level, metric: resolved (never ``auto``); dataset: the dataset's name.
         graphs: the loaded graphs (``graphs`` data kind) or images (``images``); None for an edge file.
         cache_path: the dataset's structure cache; None where the task prepares its own (pair levels).
@@ -111,12 +128,21 @@ class ExperimentView(Protocol):
         cache_dir: where caches live (pair levels prepare theirs there); log: progress lines (stderr).
     """
 
-    cfg: Config
-    level: str
-    metric: str
-    dataset: str
-    graphs: GraphSet | ImageSet | None
-    cache_path: Path | None
-    edge_data: EdgeData | None
-    cache_dir: Path
-    log: Callable[[str], None]
+    @property
+    def cfg(self) -> Config: ...
+    @property
+    def level(self) -> str: ...
+    @property
+    def metric(self) -> str: ...
+    @property
+    def dataset(self) -> str: ...
+    @property
+    def graphs(self) -> D: ...
+    @property
+    def cache_path(self) -> Path | None: ...
+    @property
+    def edge_data(self) -> EdgeData | None: ...
+    @property
+    def cache_dir(self) -> Path: ...
+    @property
+    def log(self) -> Callable[[str], None]: ...

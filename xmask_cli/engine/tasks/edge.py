@@ -35,7 +35,7 @@ from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.engine.pair_structure import PairStructure, prepare_pair_structure
 from xmask_cli.engine.splits import Split, index_batches, random_split, split_name
-from xmask_cli.engine.tasks.base import ExperimentView, Task
+from xmask_cli.engine.tasks.base import ExperimentView, Task, network
 from xmask_cli.prepare.needs import model_needs, structure_needed
 
 __all__ = ["EdgeTask", "train_edge_index", "edge_regression_split"]
@@ -142,8 +142,9 @@ class EdgeTask(Task[Tensor]):
 
     def _predict(self, model: torch.nn.Module, rows: Tensor) -> Tensor:
         """Standardised predictions ``[R, T]`` of ``rows``."""
-        h = self.structure.encode(model, self.x)
-        return model.score_pairs(h, self.pairs[:, rows])
+        net = network(model)
+        h = self.structure.encode(net, self.x)
+        return net.score_pairs(h, self.pairs[:, rows])
 
     def loss(self, model: torch.nn.Module, batch: Tensor) -> tuple[Tensor, int]:
         pred = self._predict(model, batch)
@@ -170,9 +171,11 @@ class EdgeTask(Task[Tensor]):
         return METRICS[self.metric](pred, y), loss
 
 
-def from_experiment(exp: ExperimentView, seed: int, device: str, dense_only: str | None = None) -> EdgeTask:
+def from_experiment(exp: ExperimentView[None], seed: int, device: str, dense_only: str | None = None) -> EdgeTask:
     """The edge-regression task of ``exp`` for ``seed``: splits the rows, prepares their training edges' structure."""
     cfg, data = exp.cfg, exp.edge_data
+    if data is None:
+        raise ValueError("the edge level reads an edge file (edge.file); this experiment loaded none")
     split = edge_regression_split(data.edge_index.shape[1], seed, fractions=tuple(cfg.edge.fractions))
     path = prepare_pair_structure(exp.dataset, train_edge_index(data, split), data.num_nodes,
                                   structure_needed(cfg, "edge"), exp.cache_dir, level="edge", log=exp.log)

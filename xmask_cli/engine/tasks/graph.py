@@ -37,6 +37,7 @@ from xmask_cli.engine.tasks.base import ExperimentView, Task
 from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.prepare.needs import model_needs
+from xmask_cli.results import RunSummary
 
 __all__ = ["GraphTask", "size_readout_scale", "graph_labels", "train_graph_level", "log_mask_of", "CLASSIFICATION_METRICS"]
 
@@ -184,7 +185,7 @@ def train_graph_level(
     metric: str = "accuracy",
     resume: bool = False,
     log: Callable[[Mapping[str, object]], None] = lambda m: None,
-) -> dict[str, object]:
+) -> RunSummary:
     """Train :class:`XMaskNet` on one graph-level split (cross-entropy over size-bucketed batches).
 
     See :func:`~xmask_cli.engine.loop.fit` for selection, checkpoints and resume.

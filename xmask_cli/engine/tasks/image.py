@@ -80,7 +80,7 @@ def augment_batch(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     padded = np.pad(x, ((0, 0), (0, 0), (pad_h, pad_h), (pad_w, pad_w)))
     top = rng.integers(0, 2 * pad_h + 1, size=b)
     left = rng.integers(0, 2 * pad_w + 1, size=b)
-    flip = rng.random(b) < 0.5
+    flip = rng.random(size=(b,)) < 0.5
     out = np.empty_like(x)
     for i in range(b):
         crop = padded[i, :, top[i]:top[i] + h, left[i]:left[i] + w]
@@ -186,14 +186,16 @@ class ImageTask(Task[ImageBatch]):
         return METRICS[self.metric](out, y), loss
 
 
-def from_experiment(exp: ExperimentView, seed: int, device: str, dense_only: str | None = None) -> ImageTask:
+def from_experiment(exp: ExperimentView[ImageSet], seed: int, device: str, dense_only: str | None = None) -> ImageTask:
     """The image task of ``exp`` for ``seed`` (the level registry's builder)."""
     cfg = exp.cfg
+    if exp.cache_path is None:
+        raise ValueError("the image level reads the dataset's structure cache; this experiment has none")
     return ImageTask(exp.cache_path, exp.graphs, image_split(exp.graphs, seed), exp.metric, cfg.train.batch_size, seed,
                      device, augment=cfg.image.augment)
 
 
-def model_fields(exp: ExperimentView, task: ImageTask) -> dict[str, Any]:
+def model_fields(exp: ExperimentView[ImageSet], task: ImageTask) -> dict[str, Any]:
     """Model dimensions of an image run: patch features, classes, and the image and patch sizes."""
     return {"in_dim": task.in_dim, "out_dim": task.out_dim, "image_size": task.image_size,
             "patch_size": exp.cfg.image.patch}

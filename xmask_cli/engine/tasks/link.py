@@ -38,12 +38,13 @@ import torch
 from torch import Tensor
 
 from xmask_cli.config import LinkSection, NodeSection
+from xmask_cli.data.graphset import GraphSet
 from xmask_cli.engine.features import node_features, one_hot_degree
 from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.mrr import PROTOCOLS, link_mrr
 from xmask_cli.engine.pair_structure import PairStructure, prepare_pair_structure
 from xmask_cli.engine.splits import EdgeSplit, edge_split, index_batches, pair_keys, sample_negatives, split_name
-from xmask_cli.engine.tasks.base import ExperimentView, Task
+from xmask_cli.engine.tasks.base import ExperimentView, Task, network
 from xmask_cli.prepare.needs import model_needs, structure_needed
 
 __all__ = ["LinkTask"]
@@ -145,8 +146,9 @@ class LinkTask(Task[tuple[Tensor, Tensor]]):
 
     def loss(self, model: torch.nn.Module, batch: tuple[Tensor, Tensor]) -> tuple[Tensor, int]:
         pos, neg = batch
-        h = self.structure.encode(model, self.x)
-        logits = model.score_pairs(h, torch.cat([pos, neg], dim=1)).view(-1)
+        net = network(model)
+        h = self.structure.encode(net, self.x)
+        logits = net.score_pairs(h, torch.cat([pos, neg], dim=1)).view(-1)
         labels = torch.cat([torch.ones(pos.size(1)), torch.zeros(neg.size(1))]).to(logits)
         return torch.nn.functional.binary_cross_entropy_with_logits(logits, labels), int(labels.numel())
 
@@ -156,16 +158,17 @@ class LinkTask(Task[tuple[Tensor, Tensor]]):
     def evaluate(self, model: torch.nn.Module, part: str) -> tuple[float, float]:
         """``(MRR, binary cross-entropy over the part's positives and negatives)``: what selection reads."""
         pos, neg = self._eval[part]
-        h = self.structure.encode(model, self.x)
-        s_pos = model.score_pairs(h, pos).view(-1).float().cpu()
-        s_neg = model.score_pairs(h, neg).view(-1).float().cpu()
+        net = network(model)
+        h = self.structure.encode(net, self.x)
+        s_pos = net.score_pairs(h, pos).view(-1).float().cpu()
+        s_neg = net.score_pairs(h, neg).view(-1).float().cpu()
         logits = torch.cat([s_pos, s_neg])
         labels = torch.cat([torch.ones(len(s_pos)), torch.zeros(len(s_neg))])
         loss = float(torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)) if len(logits) else float("nan")
         return link_mrr(s_pos, s_neg, self.protocol, self.split.num_neg_per_pos), loss
 
 
-def from_experiment(exp: ExperimentView, seed: int, device: str, dense_only: str | None = None) -> LinkTask:
+def from_experiment(exp: ExperimentView[GraphSet], seed: int, device: str, dense_only: str | None = None) -> LinkTask:
     """The link task of ``exp`` for ``seed``: draws the edge split, prepares its training edges' structure."""
     cfg, spec = exp.cfg, exp.graphs.spec
     data = exp.graphs.dataset[0]

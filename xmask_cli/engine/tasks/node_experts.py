@@ -20,9 +20,10 @@ import torch
 from torch import Tensor
 
 from xmask_cli.config_rules import check_expert_node_mode
+from xmask_cli.data.graphset import GraphSet
 from xmask_cli.engine.node_batches import NodeBatch, NodeBatcher, NodeGraph
 from xmask_cli.engine.tasks import node
-from xmask_cli.engine.tasks.base import ExperimentView
+from xmask_cli.engine.tasks.base import ExperimentView, network
 from xmask_cli.engine.tasks.node import NodeTask
 from xmask_cli.model.batches import TokenBatch
 from xmask_cli.model.experts import hierarchical_tokens
@@ -66,7 +67,7 @@ class ExpertNodeTask(NodeTask):
     def loss(self, model: torch.nn.Module, batch: NodeBatch) -> tuple[Tensor, int]:
         """Cross-entropy over the training nodes plus the class tokens (their virtual labels), as M3Dphormer."""
         masks = self.tokens.masks
-        out = self.batcher.forward(model, batch)
+        out = self.batcher.forward(network(model), batch)
         idx = torch.cat([batch.targets.to(self.device), masks.class_tokens])
         target = torch.cat([self.y[batch.targets].to(self.device), masks.virtual_labels])
         return torch.nn.functional.cross_entropy(out[idx], target), int(batch.targets.numel())
@@ -106,6 +107,6 @@ class TokenBatcher(NodeBatcher):
         return self.forward(model, self._batch)[: self.num_nodes].float().cpu()
 
 
-def from_experiment(exp: ExperimentView, seed: int, device: str, dense_only: str | None = None) -> NodeTask:
+def from_experiment(exp: ExperimentView[GraphSet], seed: int, device: str, dense_only: str | None = None) -> NodeTask:
     """The node task of ``exp`` for ``seed`` when ``model.experts`` is set (the level registry's builder)."""
     return node.from_experiment(exp, seed, device, dense_only, task_class=ExpertNodeTask)

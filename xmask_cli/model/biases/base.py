@@ -14,7 +14,7 @@ from torch.utils.checkpoint import checkpoint
 from xmask_cli.config import BiasSection
 from xmask_cli.model.logsmask import StructuralBias, read_field
 
-__all__ = ["LearnedBias", "extra", "in_chunks", "finish_dense", "finish_sparse", "CHUNK_FLOATS"]
+__all__ = ["LearnedBias", "extra", "in_chunks", "finish_dense", "finish_sparse", "linear_at", "CHUNK_FLOATS"]
 
 
 class LearnedBias(StructuralBias):
@@ -47,6 +47,14 @@ def extra(extras: Any, name: str) -> Tensor:
     if value is None:
         raise ValueError(f"this bias needs `{name}` in the batch; prepare the cache with its structure section enabled")
     return value
+
+
+def linear_at(mlp: torch.nn.Sequential, index: int) -> torch.nn.Linear:
+    """Layer ``index`` of ``mlp``, a :class:`~torch.nn.Linear` (a Sequential's items are typed as any Module)."""
+    layer = mlp[index]
+    if not isinstance(layer, torch.nn.Linear):
+        raise TypeError(f"layer {index} of {type(mlp).__name__} is a {type(layer).__name__}, not a Linear")
+    return layer
 
 
 #: Floats of per-pair MLP activations computed at once (~64 MB in float32); see :func:`in_chunks`.

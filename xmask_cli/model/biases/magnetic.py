@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from xmask_cli.config import BiasSection
-from xmask_cli.model.biases.base import LearnedBias, extra, finish_dense, finish_sparse, in_chunks
+from xmask_cli.model.biases.base import LearnedBias, extra, finish_dense, finish_sparse, in_chunks, linear_at
 
 
 class _SetEncoder(torch.nn.Module):
@@ -53,9 +53,10 @@ class MagneticBias(LearnedBias):
         super().__init__()
         self.num_heads = int(num_heads)
         self.phi = _SetEncoder(width)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(2 * width, width), torch.nn.ReLU(), torch.nn.Linear(width, num_heads))
-        torch.nn.init.zeros_(self.mlp[2].weight)
-        torch.nn.init.zeros_(self.mlp[2].bias)
+        first, last = torch.nn.Linear(2 * width, width), torch.nn.Linear(width, num_heads)  # drawn in this order
+        self.mlp = torch.nn.Sequential(first, torch.nn.ReLU(), last)
+        torch.nn.init.zeros_(last.weight)
+        torch.nn.init.zeros_(last.bias)
 
     @classmethod
     def from_spec(cls, spec: BiasSection, num_heads: int, rrwp_dim: int) -> MagneticBias:
@@ -65,7 +66,7 @@ class MagneticBias(LearnedBias):
     def forward(self, batch: Any, mask: Tensor | None = None, edge_index: Tensor | None = None) -> Tensor:
         """``[B, H, N, N]`` (dense extras) or ``[E, H]`` (sparse extras, per-node eigenvalues)."""
         vals, vecs, valid = extra(batch, "mag_vals"), extra(batch, "mag_vecs"), extra(batch, "mag_mask")
-        dtype = self.mlp[0].weight.dtype  # the parameters' dtype (a .double() model too)
+        dtype = linear_at(self.mlp, 0).weight.dtype  # the parameters' dtype (a .double() model too)
         phi = self.phi(vals.to(dtype), valid)  # [B, m, W] or [N, m, W]
         vr, vi = vecs.real.to(dtype), vecs.imag.to(dtype)
         if edge_index is not None:

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from xmask_cli.config import BiasSection, RrwpSection
-from xmask_cli.model.biases.base import LearnedBias, extra, finish_dense, finish_sparse, in_chunks
+from xmask_cli.model.biases.base import LearnedBias, extra, finish_dense, finish_sparse, in_chunks, linear_at
 
 
 class RrwpBias(LearnedBias):
@@ -24,9 +24,10 @@ class RrwpBias(LearnedBias):
     def __init__(self, num_heads: int, in_dim: int = RrwpSection.steps + 1, width: int = BiasSection.width):
         super().__init__()
         self.num_heads = int(num_heads)
-        self.mlp = torch.nn.Sequential(torch.nn.Linear(in_dim, width), torch.nn.ReLU(), torch.nn.Linear(width, num_heads))
-        torch.nn.init.zeros_(self.mlp[2].weight)
-        torch.nn.init.zeros_(self.mlp[2].bias)
+        first, last = torch.nn.Linear(in_dim, width), torch.nn.Linear(width, num_heads)  # drawn in this order
+        self.mlp = torch.nn.Sequential(first, torch.nn.ReLU(), last)
+        torch.nn.init.zeros_(last.weight)
+        torch.nn.init.zeros_(last.bias)
 
     @classmethod
     def from_spec(cls, spec: BiasSection, num_heads: int, rrwp_dim: int) -> RrwpBias:
@@ -35,8 +36,9 @@ class RrwpBias(LearnedBias):
 
     def forward(self, batch: Any, mask: Tensor | None = None, edge_index: Tensor | None = None) -> Tensor:
         """``[B, H, N, N]`` from ``rrwp [B, S, N, N]``, or ``[E, H]`` from ``rrwp [E, S]``."""
-        rrwp = extra(batch, "rrwp").to(self.mlp[0].weight.dtype)  # the parameters' dtype (a .double() model too)
-        width = self.mlp[0].out_features + rrwp.size(-1 if edge_index is not None else 1)
+        first = linear_at(self.mlp, 0)
+        rrwp = extra(batch, "rrwp").to(first.weight.dtype)  # the parameters' dtype (a .double() model too)
+        width = first.out_features + rrwp.size(-1 if edge_index is not None else 1)
         if edge_index is not None:
             out = in_chunks(lambda a, b: self.mlp(rrwp[a:b]), rrwp.size(0), width, 0)
             return finish_sparse(out, edge_index, zero_diagonal=True)

@@ -57,7 +57,7 @@ class BiasSpec(BiasSection):
 
     def placement(self, num_heads: int, num_layers: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """``(heads, layers)`` it serves, 1-based, with None resolved to all of them."""
-        return self.heads or tuple(range(1, num_heads + 1)), self.layers or tuple(range(1, num_layers + 1))
+        return tuple(self.heads or range(1, num_heads + 1)), tuple(self.layers or range(1, num_layers + 1))
 
     @property
     def needs(self) -> str:
@@ -82,7 +82,8 @@ class BiasStack(torch.nn.Module):
                  rrwp_dim: int = RrwpSection.steps + 1):
         super().__init__()
         self.num_heads, self.num_layers = int(num_heads), int(num_layers)
-        self.layers = torch.nn.ModuleList(torch.nn.ModuleList() for _ in range(num_layers))
+        per_layer = [torch.nn.ModuleList() for _ in range(num_layers)]
+        self.layers = torch.nn.ModuleList(per_layer)
         self._heads: list[list[tuple[int, ...]]] = [[] for _ in range(num_layers)]
         self._types: list[list[str]] = [[] for _ in range(num_layers)]
         for spec in specs:
@@ -92,13 +93,20 @@ class BiasStack(torch.nn.Module):
             if max(layers) > num_layers:
                 raise ValueError(f"bias {spec.type}: layer {max(layers)} but the model has {num_layers} layers")
             for layer in layers:
-                self.layers[layer - 1].append(bias_entry(spec.type).cls.from_spec(spec, len(heads), rrwp_dim))
+                per_layer[layer - 1].append(bias_entry(spec.type).cls.from_spec(spec, len(heads), rrwp_dim))
                 self._heads[layer - 1].append(tuple(h - 1 for h in heads))
                 self._types[layer - 1].append(spec.type)
 
     def has(self, layer: int) -> bool:
         """Whether layer ``layer`` (0-based) has any learned bias."""
-        return len(self.layers[layer]) > 0
+        return len(self._biases(layer)) > 0
+
+    def _biases(self, layer: int) -> torch.nn.ModuleList:
+        """Layer ``layer``'s bias modules (each item of :attr:`layers` is a ModuleList, built so above)."""
+        biases = self.layers[layer]
+        if not isinstance(biases, torch.nn.ModuleList):
+            raise TypeError(f"BiasStack.layers[{layer}] is a {type(biases).__name__}, not a ModuleList")
+        return biases
 
     def head_types(self, layer: int) -> list[list[str]]:
         """Per head of layer ``layer`` (0-based), the learned bias types it adds."""
@@ -116,7 +124,7 @@ class BiasStack(torch.nn.Module):
         """
         total: Tensor | None = None
         axis = 1 if edge_index is None else -1
-        for module, heads in zip(self.layers[layer], self._heads[layer]):
+        for module, heads in zip(self._biases(layer), self._heads[layer]):
             out = module(extras, mask=mask, edge_index=edge_index)
             if len(heads) != self.num_heads or heads != tuple(range(self.num_heads)):
                 shape = list(out.shape)
