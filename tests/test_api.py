@@ -23,7 +23,7 @@ from xmask_cli.errors import ConfigError, UsageError
 ROOT = Path(__file__).resolve().parents[1]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 #: The CLI call the first example stands for (docs/python-api.md says so in words).
-CLI_ARGS = ["--preset", "graph-level", "--seeds", "0-1", "--set", "model.hidden=16", "--set", "model.layers=1",
+CLI_ARGS = ["--preset", "graph-level", "--seeds", "0-1", "--name", "mutag-api", "--set", "model.hidden=16", "--set", "model.layers=1",
             "--set", "train.epochs=5"]
 
 
