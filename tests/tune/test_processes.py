@@ -29,19 +29,32 @@ def _values(db: Path) -> dict[int, float]:
         con.close()
 
 
+def _heartbeats(db, number: int) -> int:
+    """Rows of Optuna's ``trial_heartbeats`` table for trial ``number``."""
+    con = sqlite3.connect(db)
+    try:
+        return con.execute("SELECT COUNT(*) FROM trial_heartbeats h JOIN trials t USING (trial_id) "
+                           "WHERE t.number = ?", (number,)).fetchone()[0]
+    finally:
+        con.close()
+
+
 def test_a_study_killed_mid_trial_resumes_and_its_trial_count_continues(tmp_path, mutag_cache, monkeypatch):
     db = tmp_path / "s" / "study.db"
     proc = subprocess.Popen(_tune(tmp_path, mutag_cache, "--trials", "8"), env=subprocess_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 300
     try:
-        # Kill it as soon as one trial has finished and the next one is running.
+        # Kill it as soon as one trial has finished and the next one is running with its first heartbeat written
+        # (Optuna's heartbeat thread writes it just after the trial starts: killing before would test nothing).
         while time.monotonic() < deadline and proc.poll() is None:
             try:
-                states = [s for _, s in db_trials(db)] if db.is_file() else []
+                trials = db_trials(db) if db.is_file() else []
+                states = [s for _, s in trials]
+                beating = bool(trials) and _heartbeats(db, trials[-1][0]) > 0
             except sqlite3.OperationalError:  # the file exists before Optuna has created its tables
-                states = []
-            if "COMPLETE" in states and states[-1] == "RUNNING":
+                states, beating = [], False
+            if "COMPLETE" in states and states[-1] == "RUNNING" and beating:
                 break
             time.sleep(0.02)
         assert proc.poll() is None, "the study ended before it could be killed: " + proc.stderr.read()
@@ -54,11 +67,7 @@ def test_a_study_killed_mid_trial_resumes_and_its_trial_count_continues(tmp_path
     done_before = {n: v for n, v in _values(db).items()}
     running = [n for n, s in before if s == "RUNNING"]
     assert done_before and len(running) == 1  # killed inside a trial
-    con = sqlite3.connect(db)
-    beats = con.execute("SELECT COUNT(*) FROM trial_heartbeats h JOIN trials t USING (trial_id) WHERE t.number = ?",
-                        (running[0],)).fetchone()[0]
-    con.close()
-    assert beats == 1  # the killed process recorded Optuna's heartbeat for its trial
+    assert _heartbeats(db, running[0]) == 1  # the killed process recorded Optuna's heartbeat for its trial
 
     # The resuming process takes a heartbeat older than 2 s for a dead process (xmask's default: 120 s).
     monkeypatch.setattr(storage_mod, "HEARTBEAT_S", 1)
