@@ -43,7 +43,9 @@ class _LiveBar(Bar):
         self.prog.reset(self.task, total=total, description=description, status="", unit=unit)
 
     def status(self, text: str) -> None:
-        self.prog.update(self.task, status=text)
+        # Drawn at once: a status comes once per epoch, and an epoch shorter than the refresh period would
+        # otherwise never be shown.
+        self.prog.update(self.task, status=text, refresh=True)
 
 
 class _Count(ProgressColumn):

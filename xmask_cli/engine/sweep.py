@@ -186,7 +186,6 @@ def train_seeds(
     level, _ = check_config(cfg)
     threads = choose_threads(level, usable_cores(), os.environ)
     apply_threads(threads)
-    log(f"threads: {threads.torch} ({threads.reason})")
     cfg = with_folder_ref(cfg)
     root = Path(run_root or cfg.run.root) / run_name(cfg, level)
     n_folds = _fold_count(cfg, max_folds)

@@ -37,7 +37,7 @@ THREAD_VARS = ("XMASK_THREADS", "OMP_NUM_THREADS")
 
 @dataclass(frozen=True)
 class ThreadPlan:
-    """Thread counts of one process and why (``reason``, for the log)."""
+    """Thread counts of one process and why they were chosen (``reason``)."""
 
     torch: int
     numba: int
