@@ -72,8 +72,11 @@ def test_mutag_saved_explanations_match_maps_and_draw(mutag, tmp_path):
     e.visualize_graph(str(tmp_path / "g.png"), backend="networkx")
     assert (tmp_path / "g.png").stat().st_size > 1000
     # PyG's subgraph of the explanation keeps the node ids in step with x (node_ids is a node attribute).
-    sub = e.get_explanation_subgraph()
-    assert sub.node_ids.shape[0] == sub.x.shape[0] <= e.x.shape[0]
+    sub, rest = e.get_explanation_subgraph(), e.get_complement_subgraph()
+    _, row, ids = _expected(Path(out["files"]["maps"]), "graph_5", 1, None)
+    np.testing.assert_array_equal(sub.node_ids.numpy(), ids[row > 0])  # the nodes the query attends
+    np.testing.assert_array_equal(rest.node_ids.numpy(), ids[row == 0])
+    assert sub.x.shape[0] == len(sub.node_ids) and rest.x.shape[0] == len(rest.node_ids)
 
 
 def test_loaded_run_explain_equals_the_saved_files(mutag, tmp_path):
@@ -137,3 +140,15 @@ def test_cli_pyg_saves_loadable_files_and_refuses_links(mutag, tmp_path):
     (planted / "graph_5_explanation.pt").symlink_to(victim)
     r = runner.invoke(app, ["explain", str(mutag["run"]), "--graph", "5", "--pyg", "--out", str(planted), *common])
     assert r.exit_code == 2 and "symbolic link" in r.stderr and victim.read_text() == "keep"
+
+
+def test_pyg_and_head_are_refused_on_image_runs_before_any_data_loads(tmp_path):
+    from xmask_cli.errors import UsageError
+    from xmask_cli.explain.run import check_request
+
+    saved = {"level": "image", "model": {"layers": 1, "heads": 2}}
+    with pytest.raises(UsageError, match="--pyg and --head"):
+        check_request(ExplainRequest(images=[0], pyg=True), tmp_path, saved)
+    with pytest.raises(UsageError, match="--pyg and --head"):
+        check_request(ExplainRequest(images=[0], head=0), tmp_path, saved)
+    assert check_request(ExplainRequest(images=[0]), tmp_path, saved) == "image"
