@@ -142,7 +142,7 @@ def test_cli_pyg_saves_loadable_files_and_refuses_links(mutag, tmp_path):
     assert r.exit_code == 2 and "symbolic link" in r.stderr and victim.read_text() == "keep"
 
 
-def test_pyg_and_head_are_refused_on_image_runs_before_any_data_loads(tmp_path):
+def test_pyg_and_head_are_checked_before_any_data_loads(tmp_path):
     from xmask_cli.errors import UsageError
     from xmask_cli.explain.run import check_request
 
@@ -152,3 +152,9 @@ def test_pyg_and_head_are_refused_on_image_runs_before_any_data_loads(tmp_path):
     with pytest.raises(UsageError, match="--pyg and --head"):
         check_request(ExplainRequest(images=[0], head=0), tmp_path, saved)
     assert check_request(ExplainRequest(images=[0]), tmp_path, saved) == "image"
+    graph_run = {"level": "graph", "model": {"layers": 2, "heads": 2}}
+    with pytest.raises(UsageError, match="add --pyg"):
+        check_request(ExplainRequest(graphs=[0], head=0), tmp_path, graph_run)
+    with pytest.raises(UsageError, match="--head 2: the run's model has heads 0..1"):
+        check_request(ExplainRequest(graphs=[0], head=2, pyg=True), tmp_path, graph_run)
+    assert check_request(ExplainRequest(graphs=[0], head=1, pyg=True), tmp_path, graph_run) == "graph"

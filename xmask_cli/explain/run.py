@@ -184,6 +184,8 @@ def check_request(request: ExplainRequest, run_dir: str | os.PathLike[str], save
                          f"run takes --image I only")
     if (r.pyg or r.head is not None) and target == "image":
         raise UsageError("--pyg and --head are for graph, node and edge targets")
+    if r.head is not None and not r.pyg:
+        raise UsageError(f"--head {r.head} picks the head of the saved Explanations: add --pyg")
     if r.query_patch is not None and target != "image":
         raise UsageError("--query-patch is for image-level runs (with --image I)")
     if r.view not in VIEWS:
