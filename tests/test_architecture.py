@@ -21,7 +21,7 @@ BELOW: dict[str, set[str]] = {
     "__main__": {"cli"},
     "cli": {"render", "api", "ablate", "explain", "export", "tune"},
     "render": {"cache"},
-    "api": {"engine"},
+    "api": {"engine", "explain"},
     "transforms": {"prepare"},
     "nn": {"model", "api"},
     "ablate": {"engine"},

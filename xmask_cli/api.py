@@ -301,6 +301,29 @@ class LoadedRun:
         return evaluate_loaded(self._run, self._saved, self._exp, self._task, self.model, parts=tuple(parts),
                                device=self.device)
 
+    def explain(self, graphs: Sequence[int] = (), nodes: Sequence[int] = (), edges: Sequence[Any] = (), *,
+                layer: int | None = None, head: int | None = None, query: int | None = None,
+                max_nodes: int = 64) -> dict[str, Any]:
+        """One ``torch_geometric.explain.Explanation`` per target, by target name (``graph_3``, ``node_5``,
+        ``edge_3_9``): what ``xmask explain --pyg`` saves, from the same recorded attention.
+
+        ``edge_mask`` is the attention of ``head`` of ``layer`` (default: the last layer, the mean over its heads;
+        both numbered from 0) on the crop's edges, ``node_mask`` the query node's attention per node; ``x``,
+        ``edge_index`` and ``node_ids`` describe the crop (see :mod:`xmask_cli.explain.pyg`).
+
+        Raises:
+            UsageError: no target, a target that does not fit the run's level, or a layer, head or id out of range.
+        """
+        from xmask_cli.explain.pyg import to_explanation
+        from xmask_cli.explain.run import ExplainRequest, check_request, record_targets
+
+        request = ExplainRequest(graphs=graphs, nodes=nodes, edges=edges, max_nodes=max_nodes, query=query,
+                                 layer=layer, head=head, pyg=True)
+        check_request(request, self.path, self._saved)
+        self.model.eval()
+        results, _ = record_targets(request, self._exp, self.model, self._task)
+        return {t.name: to_explanation(t, layer, head) for t in results}
+
 
 def load_run(
     path: str | os.PathLike,

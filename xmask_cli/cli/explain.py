@@ -21,7 +21,9 @@ def explain(
     query_patch: Annotated[int | None, typer.Option("--query-patch", min=0, help="Image runs: show this patch's attention row (row-major index) instead of the attention each patch receives, averaged over all queries.", show_default=False)] = None,
     view: Annotated[str, typer.Option("--view", help="Figures: matrix (layer × kind × head grid), graph (the neighbourhood drawn node-link, one panel per head: the query's attention as node colour and arc width, hop colouring) or all.")] = "all",
     query: Annotated[int | None, typer.Option("--query", min=0, help="Graph view: the node whose attention is drawn [default: node 0 of a graph, the --node itself, U of --edge U,V].", show_default=False)] = None,
-    layer: Annotated[int | None, typer.Option("--layer", min=0, help="Graph view: the layer drawn [default: the last].", show_default=False)] = None,
+    layer: Annotated[int | None, typer.Option("--layer", min=0, help="Graph view and --pyg: the layer drawn / read [default: the last].", show_default=False)] = None,
+    head: Annotated[int | None, typer.Option("--head", min=0, help="--pyg: the head the masks read, from 0 [default: the mean over the layer's heads].", show_default=False)] = None,
+    pyg: Annotated[bool, typer.Option("--pyg", help="Also save one torch_geometric Explanation per target, OUT/TARGET_explanation.pt (torch.load(..., weights_only=False)).")] = False,
     out: Annotated[Path | None, typer.Option("--out", help="Output folder [default `maps/<name>-<seed>`].", show_default=False)] = None,
     max_nodes: Annotated[int, typer.Option("--max-nodes", min=2, help="Largest map kept; bigger targets are cropped to the closest nodes (and say so).")] = 64,
     device: DeviceOpt = "auto",
@@ -38,7 +40,9 @@ def explain(
     and one graph view per target (TARGET_qQUERY_lLAYER_graph.png: the
     neighbourhood drawn node-link, nodes coloured by hop distance from the query node, then one
     panel per head of --layer with the query's attention to every node as node
-    colour and arc colour / width). Prints each head's attention mass by
+    colour and arc colour / width). With --pyg, one PyG Explanation per target
+    (TARGET_explanation.pt: edge_mask the attention on the crop's edges,
+    node_mask the query's attention per node). Prints each head's attention mass by
     shortest-path distance, averaged over every query row of the targets.
 
     Examples:
@@ -48,6 +52,8 @@ def explain(
         xmask explain runs/cora-node/0 --node 5 --node 100 --max-nodes 48
 
         xmask explain runs/mutag-graph/0 --graph 3 --query 7 --layer 0 --view graph
+
+        xmask explain runs/cora-node/0 --node 5 --pyg --head 1
 
         xmask --format json explain runs/cora-link/0 --edge 12,345
 
@@ -61,7 +67,7 @@ def explain(
     dev = resolve_device(device)  # a bad --device is reported before what to explain is checked
     request = ExplainRequest(graphs=graph or (), nodes=node or (), edges=edge or (), images=image or (),
                              max_nodes=max_nodes, query_patch=query_patch, query=query, view=view.lower(),
-                             layer=layer)
+                             layer=layer, head=head, pyg=pyg)
     result = explain_run(run_dir, request, out_dir=folder, cache_dir=data.cache(), data_root=data.data_root,
                          device=dev, offline=data.no_download, log=output.log)
 

@@ -43,13 +43,15 @@ Files written to ``out_dir``: ``maps.h5`` (see :func:`write_maps`), one
 ``<target>.png`` grid per target (see :func:`plot_target`) and one
 ``<target>_q<query>_l<layer>_graph.png`` per target: its neighbourhood drawn
 node-link, one panel per head of one layer, the attention of a query node on nodes and arcs (see
-:mod:`~xmask_cli.explain.graph_view`).
+:mod:`~xmask_cli.explain.graph_view`); with ``--pyg``, one ``<target>_explanation.pt`` per target (see
+:mod:`~xmask_cli.explain.pyg`).
 
 Modules, one job each: :mod:`~xmask_cli.explain.record` (the forward and its
 terms), :mod:`~xmask_cli.explain.hops` (distances, crops, hop summary),
 :mod:`~xmask_cli.explain.targets` (graph / node / edge targets),
 :mod:`~xmask_cli.explain.store` (``maps.h5``), :mod:`~xmask_cli.explain.figures`
-(the grids), :mod:`~xmask_cli.explain.graph_view` (the node-link view), :mod:`~xmask_cli.explain.image` (image-level runs) and
+(the grids), :mod:`~xmask_cli.explain.graph_view` (the node-link view), :mod:`~xmask_cli.explain.image` (image-level runs),
+:mod:`~xmask_cli.explain.pyg` (a target as a PyG ``Explanation``, ``--pyg``) and
 :mod:`~xmask_cli.explain.run` (:func:`explain_run`, the entry ``xmask explain`` calls).
 """
 from xmask_cli.explain.figures import plot_target, save_png

@@ -135,6 +135,10 @@ class SingleGraph:
                              f"batches; explain them one at a time (--node I)")
         return "full", np.arange(self.num_nodes)
 
+    def features(self, nodes: np.ndarray) -> np.ndarray:
+        """``[len(nodes), F]`` float32 input features of the global ids ``nodes`` (as the forward reads them)."""
+        return self.task.x[torch.as_tensor(np.asarray(nodes, dtype=np.int64))].float().cpu().numpy()
+
     def forward(self, model: Any, nodes: Sequence[int] | np.ndarray) -> tuple[np.ndarray, Recorded]:
         """``(global ids of the forward's nodes, its recorded terms)`` for a forward holding all ``nodes``."""
         key, ids = self._batch_for(nodes)

@@ -1,15 +1,17 @@
 """``explain_run``: the library entry of ``xmask explain``, in three stages.
 
-Target selection (:func:`_target_kind`: does the request fit the run's level, before any data loads),
+Target selection (:func:`check_request`: does the request fit the run's level, before any data loads),
 recording (:func:`_record_graphs`, :func:`_record_nodes`: ids checked against the data, one forward per
-target) and output (:func:`_write_outputs`: ``maps.h5`` and the figures). Image runs take their own
+target, :func:`record_targets`) and output (:func:`_write_outputs`: ``maps.h5``, the figures and, with
+``pyg``, the Explanations). Image runs take their own
 recorder, :func:`~xmask_cli.explain.image.explain_images`.
 
 Files written to ``out_dir``: ``maps.h5`` (see :func:`~xmask_cli.explain.store.write_maps`), one
 ``<target>.png`` grid per target (see :func:`~xmask_cli.explain.figures.plot_target`) and one
 ``<target>_q<query>_l<layer>_graph.png`` graph view per target (see :mod:`~xmask_cli.explain.graph_view`):
 the name carries the query node and the layer drawn, so views of one target from several queries or
-layers sit side by side instead of overwriting each other.
+layers sit side by side instead of overwriting each other. With ``pyg``: one ``<target>_explanation.pt``
+per target (see :mod:`~xmask_cli.explain.pyg`).
 """
 from __future__ import annotations
 
@@ -26,13 +28,14 @@ from xmask_cli.explain.figures import plot_target, save_png
 from xmask_cli.explain.graph_view import graph_view, plot_graph_view
 from xmask_cli.explain.hops import DEFAULT_MAX_DISTANCE, hop_buckets, hop_summary
 from xmask_cli.explain.image import explain_images
+from xmask_cli.explain.pyg import explanation_name, save_explanation, to_explanation
 from xmask_cli.explain.record import SingleGraph
 from xmask_cli.explain.store import write_maps
 from xmask_cli.explain.targets import TargetMaps, explain_graph, explain_nodes, parse_edge, target_dict
 from xmask_cli.fs import check_writable, ensure_writable_dir, refuse_links
 from xmask_cli.model.model_config import effective_powers, head_labels, head_powers
 
-__all__ = ["VIEWS", "ExplainRequest", "explain_run", "graph_view_name"]
+__all__ = ["VIEWS", "ExplainRequest", "check_request", "explain_run", "graph_view_name", "record_targets"]
 
 #: Figure sets of ``--view``.
 VIEWS = ("all", "matrix", "graph")
@@ -60,7 +63,10 @@ class ExplainRequest:
             edge ``u,v``); on a graph larger than ``max_nodes`` the crop is centred on it.
         view: which figures: ``matrix`` (the layer × kind × head grid), ``graph`` (the neighbourhood drawn
             node-link, see :mod:`~xmask_cli.explain.graph_view`) or ``all``; ``maps.h5`` is written for each.
-        layer: the layer the graph view draws (default: the last one).
+        layer: the layer the graph view draws and the Explanations read (default: the last one).
+        head: the head the Explanations' masks read (default: the mean over the layer's heads); from 0.
+        pyg: also save one ``torch_geometric.explain.Explanation`` per target, ``<target>_explanation.pt``
+            (see :mod:`~xmask_cli.explain.pyg`).
 
     Raises:
         UsageError: no target, ``max_nodes < 2`` or an edge that is not a pair of ints.
@@ -75,6 +81,8 @@ class ExplainRequest:
     query: int | None = None
     view: str = "all"
     layer: int | None = None
+    head: int | None = None
+    pyg: bool = False
 
     def __post_init__(self) -> None:
         # Frozen: the normalised tuples are set once, here.
@@ -113,7 +121,8 @@ def explain_run(
         JSON-able ``{"run_dir", "dataset", "level", "seed", "targets": [{"name", "kind", "target",
         "num_nodes", "cropped", "cropped_from", "node_ids", "query_nodes", "hop_summary"}],
         "graph_view": {"query", "layer", "figure"}}],
-        "files": {"maps": path, "figures": {name: path}, "graph_figures": {name: path}}, "hop_buckets": [...],
+        "files": {"maps": path, "figures": {name: path}, "graph_figures": {name: path},
+        "explanations": {name: path}}, "hop_buckets": [...],
         "hop_summary": {"layer_0": {"head_0": {"k": 1, "mass": {"0": .., ..., "unreachable": ..}}}}}``.
 
     Raises:
@@ -125,11 +134,12 @@ def explain_run(
     matplotlib.use("Agg", force=False)  # the figures are built on Figure objects; no GUI backend needed
 
     run, saved = read_run(run_dir)
-    target = _target_kind(request, run_dir, saved)
+    target = check_request(request, run_dir, saved)
     # Before the model runs: the folder the maps go to can take them (it is made once they are recorded).
     check_writable(Path(out_dir), "output folder", "pass another --out")
     if Path(out_dir).is_dir():
-        refuse_links(Path(out_dir), ("maps.h5",), "output folder")
+        names = [explanation_name(n) for n in _target_names(request)] if request.pyg else []
+        refuse_links(Path(out_dir), ("maps.h5", *names), "output folder")
     exp, task, model = rebuild_run(run, saved, cache_dir=cache_dir, data_root=data_root, offline=offline,
                                    device=device, log=log)
     cfg = model.cfg
@@ -141,16 +151,27 @@ def explain_run(
         out = ensure_writable_dir(Path(out_dir), "output folder", "pass another --out")
         return explain_images(model, task, request.images, query_patch=request.query_patch, out_dir=out,
                               connectivity=exp.cfg.image.connectivity, meta=meta, log=log)
-    if LEVELS[exp.level].explain_target == "graph":
-        results, d_max = _record_graphs(request, exp.dataset, model, task, log)
-    else:
-        results, d_max = _record_nodes(request, exp.level, model, task, log)
+    results, d_max = record_targets(request, exp, model, task, log)
     out = ensure_writable_dir(Path(out_dir), "output folder", "pass another --out")
     meta = {**meta, "head_biases": head_labels(cfg), "mask_scale": cfg.mask_scale, "max_nodes": int(request.max_nodes)}
     return _write_outputs(results, d_max, request, cfg, out, meta)
 
 
-def _target_kind(request: ExplainRequest, run_dir: str | os.PathLike[str], saved: SavedRun) -> str | None:
+def record_targets(request: ExplainRequest, exp: Any, model: Any, task: Any,
+                   log: Callable[[str], None] = _quiet) -> tuple[list[TargetMaps], int]:
+    """The recorded maps of the request's graph, node and edge targets, and the hop cut-off ``D``."""
+    if LEVELS[exp.level].explain_target == "graph":
+        return _record_graphs(request, exp.dataset, model, task, log)
+    return _record_nodes(request, exp.level, model, task, log)
+
+
+def _target_names(request: ExplainRequest) -> list[str]:
+    """The names the request's graph, node and edge targets are recorded (and saved) under."""
+    return ([f"graph_{g}" for g in request.graphs] + [f"node_{i}" for i in request.nodes]
+            + [f"edge_{u}_{v}" for u, v in request.edges])
+
+
+def check_request(request: ExplainRequest, run_dir: str | os.PathLike[str], saved: SavedRun) -> str | None:
     """What the run's level is explained on (``graph``, ``node``, ``image``; LEVELS), checked against the request.
 
     Every check here reads only ``config.json``: a target that does not fit the run fails before any data loads.
@@ -161,6 +182,10 @@ def _target_kind(request: ExplainRequest, run_dir: str | os.PathLike[str], saved
     if (target == "image") != bool(r.images) or (r.images and (r.graphs or r.nodes or r.edges)):
         raise UsageError(f"{run_dir} has level '{level}': --image I needs an image-level run, and an image-level "
                          f"run takes --image I only")
+    if (r.pyg or r.head is not None) and target == "image":
+        raise UsageError("--pyg and --head are for graph, node and edge targets")
+    if r.head is not None and not r.pyg:
+        raise UsageError(f"--head {r.head} picks the head of the saved Explanations: add --pyg")
     if r.query_patch is not None and target != "image":
         raise UsageError("--query-patch is for image-level runs (with --image I)")
     if r.view not in VIEWS:
@@ -184,6 +209,9 @@ def _target_kind(request: ExplainRequest, run_dir: str | os.PathLike[str], saved
         raise UsageError(f"{run_dir}: config.json's model.layers is not an integer ({layers!r})")
     if r.layer is not None and not 0 <= r.layer < layers:
         raise UsageError(f"--layer {r.layer}: the run's model has layers 0..{layers - 1}")
+    heads = saved.get("model", {}).get("heads", 1)
+    if r.head is not None and isinstance(heads, int) and not 0 <= r.head < heads:
+        raise UsageError(f"--head {r.head}: the run's model has heads 0..{heads - 1}")
     return target
 
 
@@ -234,7 +262,10 @@ def _write_outputs(results: list[TargetMaps], d_max: int, request: ExplainReques
     ks, labels = effective_powers(cfg), head_labels(cfg)
     summary = hop_summary(results, ks, labels, buckets)
     maps_path = write_maps(out / "maps.h5", results, cfg, {**meta, "hop_summary": summary})
-    figures, graph_figures, rows = {}, {}, []
+    figures: dict[str, str] = {}
+    graph_figures: dict[str, str] = {}
+    explanations: dict[str, str] = {}
+    rows = []
     shown = len(results[0].maps) - 1 if request.layer is None else request.layer
     for t in results:
         row = target_dict(t, ks, labels, buckets)
@@ -246,7 +277,11 @@ def _write_outputs(results: list[TargetMaps], d_max: int, request: ExplainReques
                                   f"{t.describe()} · attention of node {t.query}, layer {shown}", d_max)
             graph_figures[t.name] = str(save_png(fig, out / graph_view_name(t.name, int(t.query), shown), dpi=100))
             row["graph_view"] = {"query": int(t.query), "layer": shown, "figure": graph_figures[t.name]}
+        if request.pyg:
+            path = out / explanation_name(t.name)
+            explanations[t.name] = str(save_explanation(to_explanation(t, shown, request.head), path))
         rows.append(row)
     return {**meta, "targets": rows,
-            "files": {"maps": str(maps_path), "figures": figures, "graph_figures": graph_figures},
+            "files": {"maps": str(maps_path), "figures": figures, "graph_figures": graph_figures,
+                      "explanations": explanations},
             "hop_buckets": buckets, "hop_summary": summary}

@@ -49,6 +49,7 @@ class TargetMaps:
         query: the id (as ``node_ids``) of the node whose attention the graph view draws; in ``node_ids``.
         edges: ``[2, E]`` positions in ``node_ids`` of the structure's edges among them (``Â^1`` support, u < v).
         hops: ``[m]`` hop distance of each node from ``query`` (``-1`` beyond the cut-off, ``-2`` unreachable).
+        x: ``[m, F]`` the model's input features of the ``node_ids`` (for :func:`~xmask_cli.explain.pyg.to_explanation`).
     """
 
     name: str
@@ -63,6 +64,7 @@ class TargetMaps:
     query: int = 0
     edges: np.ndarray = field(default_factory=lambda: np.zeros((2, 0), dtype=np.int64))
     hops: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int16))
+    x: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
 
     @property
     def cropped(self) -> bool:
@@ -120,7 +122,8 @@ def explain_graph(model: Any, task: Any, g: int, max_nodes: int, query: int | No
                              reduce=reduce)
     t = TargetMaps(name=f"graph_{g}", kind="graph", spec={"graph": g}, node_ids=sel.astype(np.int64),
                    cropped_from=n, maps=[m for m, _ in layers], queries=everyone, source=f"closest to node {q}",
-                   query=q, edges=edges, hops=dist[q][sel].astype(np.int16))
+                   query=q, edges=edges, hops=dist[q][sel].astype(np.int16),
+                   x=batch.x[0].float().cpu().numpy()[sel])
     t.hop = [mass for _, mass in layers]
     return t, d_max
 
@@ -158,7 +161,8 @@ def explain_nodes(model: Any, source: SingleGraph, kind: str, centre: Sequence[i
     t = TargetMaps(name=name, kind=kind, spec=spec, node_ids=sel_global, cropped_from=len(ids),
                    maps=rec.crop(sel), queries=nodes,
                    source="full graph" if len(ids) == source.num_nodes else "its METIS part",
-                   query=q, edges=edges, hops=q_dist[sel_global].astype(np.int16))
+                   query=q, edges=edges, hops=q_dist[sel_global].astype(np.int16),
+                   x=source.features(sel_global))
     t.hop = hop_mass(rec, local[nodes], dist[:, ids], d_max)
     return t, d_max
 

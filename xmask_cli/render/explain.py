@@ -31,3 +31,5 @@ def human(con: Console, result: dict[str, Any], folder: Path) -> None:
         con.print(f"figure: {path}")
     for path in result["files"].get("graph_figures", {}).values():
         con.print(f"graph view: {path}")
+    for path in result["files"].get("explanations", {}).values():
+        con.print(f"explanation: {path}")
