@@ -116,3 +116,9 @@ def test_a_bigger_model_raises_the_estimate(toy: Toy) -> None:
 def test_a_budget_out_of_range_is_refused(value: str) -> None:
     with pytest.raises(ConfigError, match="node.memory_gb"):
         resolve("node-level", [f"node.memory_gb={value}"])
+
+
+def test_a_power_past_the_stored_ones_counts_the_widest_support():
+    """An experts model's heads may name powers the cache does not store: they count Â^K's pairs."""
+    values = np.array([[0.5, 0.2], [0.0, 0.1], [0.0, 0.0], [0.3, 0.3]])
+    assert pairs_per_power(values, [1, 2, 3, 5]) == {1: 2, 2: 3, 3: 3, 5: 3}

@@ -105,8 +105,13 @@ def step_shape(model: ModelSection, out_dim: int) -> StepShape:
 
 
 def pairs_per_power(values: np.ndarray, powers: Sequence[int]) -> dict[int, int]:
-    """Stored pairs where ``Â^k > 0``, for each ``k >= 1`` of ``powers`` (``values``: ``[E, K]`` at the pairs)."""
-    return {k: int(np.count_nonzero(values[:, k - 1] > 0)) for k in sorted(set(powers)) if k >= 1}
+    """Stored pairs where ``Â^k > 0``, for each ``k >= 1`` of ``powers`` (``values``: ``[E, K]`` at the pairs).
+
+    A power past the stored ``K`` (a head of the attention experts, whose masks are not powers) counts the
+    pairs of ``Â^K``, the widest support stored.
+    """
+    last = values.shape[1]
+    return {k: int(np.count_nonzero(values[:, min(k, last) - 1] > 0)) for k in sorted(set(powers)) if k >= 1}
 
 
 @dataclass(frozen=True)
