@@ -54,7 +54,9 @@ def test_version_differences_names_each_package_and_its_runs():
 
 
 def test_a_missing_optional_dependency_names_its_extra(monkeypatch):
-    monkeypatch.setitem(sys.modules, "ogb", None)  # as if not installed: importing it raises ImportError
+    # As if not installed: importing it raises ImportError (its submodule too, which earlier tests may have loaded).
+    monkeypatch.setitem(sys.modules, "ogb", None)
+    monkeypatch.setitem(sys.modules, "ogb.graphproppred", None)
     with pytest.raises(UsageError, match=r'ogbg-molhiv needs ogb, an optional dependency: pip install "xmask-cli\[ogb\]"'):
         V.require_extra("ogb.graphproppred", "ogb", "ogbg-molhiv")
     V.require_extra("json", "none", "anything")  # an installed module passes
