@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import stat
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,14 +27,6 @@ STUDY_FOLDERS = ("trials", "final")
 _HINT = "pick another --study or --runs-dir"
 
 
-def _kind(mode: int) -> str:
-    for test, what in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
-                       (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device")):
-        if test(mode):
-            return what
-    return "a special file"
-
-
 def check_study_folder(folder: Path) -> None:
     """Make ``folder`` and check everything the study will write there, before any trial runs.
 
@@ -46,15 +37,7 @@ def check_study_folder(folder: Path) -> None:
             :data:`STUDY_FOLDERS` is not a folder (exit 2); each names the path.
     """
     ensure_writable_dir(folder, "study folder", _HINT)
-    refuse_links(folder, STUDY_FILES, "study folder")
-    for name in STUDY_FILES:
-        try:
-            mode = (folder / name).lstat().st_mode
-        except FileNotFoundError:
-            continue
-        if not stat.S_ISREG(mode):
-            raise UsageError(f"{folder / name} is {_kind(mode)}, not a file: xmask writes its {name} there; "
-                             f"move it away, or {_HINT}")
+    refuse_links(folder, STUDY_FILES, "study folder")  # links and anything but a plain file at a file's name
     for name in STUDY_FOLDERS:
         path = folder / name
         if path.is_symlink() and not path.exists():
