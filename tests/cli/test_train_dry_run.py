@@ -117,3 +117,19 @@ def test_a_mode_outside_the_memory_model_still_gets_pairs_and_parameters(tmp_pat
     assert plan["notes"] == ["no memory estimate for node.mode=query"]
     # Cora's Â^1 support: 2,708 self pairs and 10,556 directed edges.
     assert est["pairs_per_power"][0] == 2708 + 10556 and est["parameters"] > 0
+
+
+def test_auto_mode_is_the_node_tasks_choice(tmp_path):
+    """node.mode auto resolves as the node task resolves it: the full-graph step against node.memory_gb."""
+    from xmask_cli.config_resolve import resolve
+    from xmask_cli.engine.experiment import Experiment
+
+    for budget, expected in (("4", "full"), ("0.0001", "query")):
+        r = run("--format", "json", "train", "--preset", "node-level", "--set", f"node.memory_gb={budget}", "--dry-run",
+                "--cache-dir", str(tmp_path / "cache"))
+        assert r.exit_code == 0, r.stderr
+        notes = json.loads(r.stdout)["notes"]
+        assert notes == ([] if expected == "full" else [f"no memory estimate for node.mode={expected}"])
+        exp = Experiment.load(resolve("node-level", [f"node.memory_gb={budget}"]), cache_dir=tmp_path / "built",
+                              offline=True)
+        assert exp.task(0, "cpu").mode == expected  # what train takes

@@ -27,6 +27,7 @@ from xmask_cli.engine.data import check_data
 from xmask_cli.engine.estimate import StepShape, cached_pair_counts, graph_batch_shape, hop_pair_counts, step_bytes
 from xmask_cli.engine.experiment import _model_config, check_config
 from xmask_cli.engine.features import struct_info
+from xmask_cli.engine.node_memory import auto_mode, full_step_memory, step_shape
 from xmask_cli.engine.plan import dataset_spec, existing_runs, planned_runs, run_name, with_folder_ref
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.engine.watch import check_loggers
@@ -34,7 +35,7 @@ from xmask_cli.model.attention_path import full_graph_attention
 from xmask_cli.model.model_config import ModelConfig, head_powers, sparse_refusal
 from xmask_cli.model.network import XMaskNet
 from xmask_cli.prepare.graphs import structure_params
-from xmask_cli.prepare.needs import structure_needed
+from xmask_cli.prepare.needs import model_needs, structure_needed
 
 __all__ = ["CacheEntry", "DryRun", "Estimate", "PlannedRun", "dry_run"]
 
@@ -167,12 +168,12 @@ def _step_shape(cfg: Config, level: str, graphs: GraphSet, counts: np.ndarray, m
         sizes = sorted((int(n) for n in graphs.num_nodes), reverse=True)[:cfg.train.batch_size]
         return graph_batch_shape(sizes, m.heads, m.graph_layout, dropped)
     n = int(graphs.num_nodes[0])
-    mode = cfg.node.mode if cfg.node.mode != "auto" else ("full" if n <= cfg.node.dense_max_nodes else "query")
-    if mode != "full" or model_cfg.experts:
-        return f"no memory estimate for node.mode={mode}{' with experts' if model_cfg.experts else ''}"
     union = int(counts[0, -1])
     path = full_graph_attention(cfg.node.attention, n, union, device, cfg.node.dense_max_nodes,
                                 dense_only=sparse_refusal(m))
+    mode = cfg.node.mode if cfg.node.mode != "auto" else _auto_mode(cfg, n, counts, model_cfg, path)
+    if mode != "full" or model_cfg.experts:
+        return f"no memory estimate for node.mode={mode}{' with experts' if model_cfg.experts else ''}"
     if path == "dense":
         return StepShape(1, n, n * n * m.heads, "dense", dropped)
 
@@ -185,6 +186,17 @@ def _step_shape(cfg: Config, level: str, graphs: GraphSet, counts: np.ndarray, m
         out_powers: list[int] = list(model_cfg.output_powers or [1] * model_cfg.output_heads)
         entries += sum(pairs(k) for k in out_powers)
     return StepShape(1, n, entries, "sparse", dropped)
+
+
+def _auto_mode(cfg: Config, n: int, counts: np.ndarray, model_cfg: ModelConfig, path: str) -> str:
+    """What ``node.mode: auto`` trains with, decided as the node task decides it: the full-graph step's
+    estimate (:func:`~xmask_cli.engine.node_memory.full_step_memory`, features counted dense) against
+    ``node.memory_gb`` (:func:`~xmask_cli.engine.node_memory.auto_mode`)."""
+    shape = step_shape(cfg.model, model_cfg.out_dim)
+    last = counts.shape[1]
+    per_power = {k: int(counts[0, min(k, last) - 1]) for k in {k for heads in shape.heads for k in heads} if k >= 1}
+    memory = full_step_memory(n, int(counts[0, -1]), per_power, last, shape, model_cfg.in_dim, path)
+    return auto_mode(memory, cfg.node.memory_gb, bool(model_needs(cfg)))
 
 
 def _dropped_width(cfg: Config, level: str, model_cfg: ModelConfig) -> int:
