@@ -75,3 +75,24 @@ def test_resume_and_overwrite_together_are_refused_before_anything(tmp_path):
         train_seeds(resolve("graph-level", TINY), [0], cache_dir=tmp_path / "cache", run_root=tmp_path / "runs",
                     resume=True, overwrite=True)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_each_run_writes_its_summary_once_labelled_by_the_sweep(tmp_path, cache, monkeypatch):
+    """The loop writes summary.json once, with the level, folder and fold the sweep knows; the sweep writes none."""
+    from xmask_cli.engine.runs import RunDir
+
+    written: list[tuple[Path, dict]] = []
+    real = RunDir.write_summary
+
+    def counted(self: RunDir, summary) -> None:
+        written.append((self.path, dict(summary)))
+        real(self, summary)
+
+    monkeypatch.setattr(RunDir, "write_summary", counted)
+    cfg = resolve("graph-level", [*TINY, "data.folds=3", "run.name=cv"])
+    result = train_seeds(cfg, [1], cache_dir=cache, run_root=tmp_path, max_folds=2)
+    folders = [tmp_path / "cv" / "1" / f"fold-{i}" for i in (0, 1)]
+    assert [path for path, _ in written] == folders  # one write per run
+    for i, ((path, summary), run) in enumerate(zip(written, result.runs)):
+        assert summary == run.to_json() == _summary(path)
+        assert (summary["level"], summary["run_dir"], summary["fold"], summary["folds"]) == ("graph", str(path), i, 3)

@@ -12,6 +12,8 @@ Example::
 """
 from __future__ import annotations
 
+import dataclasses
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,9 +21,11 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from xmask_cli.config import NodeSection
 from xmask_cli.config_rules import check_expert_node_mode
 from xmask_cli.data.graphset import GraphSet
 from xmask_cli.engine.node_batches import NodeBatch, NodeBatcher, NodeGraph
+from xmask_cli.engine.splits import Split
 from xmask_cli.engine.tasks import node
 from xmask_cli.engine.tasks.base import ExperimentView, network
 from xmask_cli.engine.tasks.node import NodeTask
@@ -35,7 +39,7 @@ __all__ = ["ExpertNodeTask", "TokenBatcher", "from_experiment"]
 class ExpertNodeTask(NodeTask):
     """:class:`NodeTask` for models with attention experts (``model.experts``): token forward, token loss.
 
-    Takes :class:`NodeTask`'s arguments; ``mode`` must be ``auto`` or ``full``
+    Takes :class:`NodeTask`'s arguments; ``node.mode`` must be ``auto`` or ``full``
     (the token masks are sparse: no ``N x N`` tensor at any size).
 
     Attributes:
@@ -45,9 +49,11 @@ class ExpertNodeTask(NodeTask):
 
     experts = True
 
-    def __init__(self, *args: Any, mode: str = "auto", **kwargs: Any):
-        check_expert_node_mode(mode)  # resolve refuses it first; the same rule guards direct use
-        super().__init__(*args, mode="full", **kwargs)
+    def __init__(self, cache_path: str | os.PathLike, graphs: GraphSet, split: Split, metric: str = "accuracy",
+                 node: NodeSection | None = None, **kwargs: Any):
+        node = node or NodeSection()
+        check_expert_node_mode(node.mode)  # resolve refuses it first; the same rule guards direct use
+        super().__init__(cache_path, graphs, split, metric, dataclasses.replace(node, mode="full"), **kwargs)
 
     def _batcher(self, graph: NodeGraph, mode: str, sparse_features: bool) -> NodeBatcher:
         self.attention = "experts"
