@@ -19,7 +19,7 @@ ENGINE = ROOT / "xmask_cli" / "engine"
 
 #: Functions under xmask_cli/engine whose signature mentions Any. Lower it when a signature is typed;
 #: never raise it (type the new code instead).
-BUDGET = 19
+BUDGET = 16
 
 
 def _mentions_any(annotation: ast.expr | None) -> bool:
@@ -103,7 +103,6 @@ _OLD_CODES = frozenset({"arg-type", "assignment", "attr-defined", "call-overload
                         "no-untyped-def", "operator", "return-value", "union-attr"})
 DISABLED_CEILING: dict[str, frozenset[str]] = {
     f"xmask_cli.{name}": _OLD_CODES for name in [
-        "engine.tasks.graph", "engine.tasks.node",
         "model.network", "model.packed_path",
     ]
 }

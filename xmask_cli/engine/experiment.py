@@ -91,7 +91,7 @@ class Experiment:
         cfg: Config | RunPlan,
         *,
         cache_dir: Path,
-        data_root: str | os.PathLike | None = None,
+        data_root: str | os.PathLike[str] | None = None,
         offline: bool | None = None,
         workers: int = 1,
         log: Callable[[str], None] = lambda m: None,

@@ -66,7 +66,7 @@ from xmask_cli.engine.node_memory import FullStepMemory, auto_mode, full_step_me
 from xmask_cli.engine.query import QueryStats
 from xmask_cli.engine.splits import Split, node_split
 from xmask_cli.engine.tasks import LEVELS
-from xmask_cli.engine.tasks.base import ExperimentView, Task
+from xmask_cli.engine.tasks.base import ExperimentView, Task, network
 from xmask_cli.errors import UsageError
 from xmask_cli.model.attention_path import PathRefused, full_graph_attention
 from xmask_cli.prepare.needs import model_needs
@@ -127,7 +127,7 @@ class NodeTask(Task[NodeBatch]):
     #: Whether the task feeds attention experts' tokens (:class:`~xmask_cli.engine.tasks.node_experts.ExpertNodeTask`).
     experts = False
 
-    def __init__(self, cache_path: str | os.PathLike, graphs: GraphSet, split: Split, metric: str = "accuracy",
+    def __init__(self, cache_path: str | os.PathLike[str], graphs: GraphSet, split: Split, metric: str = "accuracy",
                  node: NodeSection | None = None, *, model: ModelSection | None = None, seed: int = 0,
                  device: torch.device | str = "cpu", needs: Iterable[str] = (), dense_only: str | None = None,
                  parts_per_batch: int = 1):
@@ -272,7 +272,7 @@ class NodeTask(Task[NodeBatch]):
 
     def loss(self, model: torch.nn.Module, batch: NodeBatch) -> tuple[Tensor, int]:
         """Cross-entropy over the batch's training nodes."""
-        out = self.batcher.forward(model, batch)
+        out = self.batcher.forward(network(model), batch)
         nodes = batch.targets if batch.nodes is None else batch.nodes[batch.targets]
         target = self.y[nodes].to(self.device)
         return torch.nn.functional.cross_entropy(out[batch.targets.to(self.device)], target), int(batch.targets.numel())
@@ -281,14 +281,14 @@ class NodeTask(Task[NodeBatch]):
     def predict(self, model: torch.nn.Module) -> Tensor:
         """``[N, C]`` logits of every node on the CPU (full forward, every query, or every partition batch)."""
         model.eval()
-        return self.batcher.predict(model)
+        return self.batcher.predict(network(model))
 
     def outputs(self, model: torch.nn.Module, part: str) -> tuple[Tensor, Tensor]:
         """``(logits [n, C], labels [n])`` of the nodes of ``part``, in the split's order."""
         idx = torch.from_numpy(getattr(self.split, part))
         model.eval()
         with torch.no_grad():
-            return self.batcher.outputs(model, idx.numpy()), self.y[idx]
+            return self.batcher.outputs(network(model), idx.numpy()), self.y[idx]
 
     def score(self, model: torch.nn.Module, part: str) -> float:
         """``metric`` on the nodes of ``part``."""
@@ -330,12 +330,14 @@ def _modes(mode: str, full_step: FullStepMemory | None, memory_gb: float, needs:
     return train, evaluation
 
 
-def from_experiment(exp: ExperimentView, seed: int, device: str, dense_only: str | None = None,
+def from_experiment(exp: ExperimentView[GraphSet], seed: int, device: str, dense_only: str | None = None,
                     task_class: type[NodeTask] | None = None) -> NodeTask:
     """The node task of ``exp`` for ``seed``, of class ``task_class`` (default :class:`NodeTask`; with
     ``model.experts`` the level registry builds it through :mod:`~xmask_cli.engine.tasks.node_experts`)."""
     cls = task_class or NodeTask
     cfg, n = exp.cfg, exp.cfg.node
+    if exp.cache_path is None:
+        raise ValueError("the node level reads the dataset's structure cache; this experiment has none")
     spec = exp.graphs.spec
     split = node_split(spec.split, exp.graphs.dataset[0], seed=seed, dataset=exp.graphs.dataset)
     if spec.family == "folder":
