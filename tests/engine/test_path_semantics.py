@@ -42,7 +42,7 @@ from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.node_batches import NodeBatch
 from xmask_cli.engine.splits import node_split
 from xmask_cli.engine.tasks.node import NodeTask
-from xmask_cli.model.attention_path import PathRefused
+from xmask_cli.model.attention.path import PathRefused
 from xmask_cli.model.network import ModelConfig, XMaskNet, sparse_refusal
 
 #: Powers Â^1, Â^2 only, no SPD / spectra: the structure these tests read, prepared in seconds. The tests pick

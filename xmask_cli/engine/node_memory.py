@@ -25,7 +25,7 @@ powers ``Â^1..Â^K``) and ``H`` heads:
   entry, ``N x F``, or per stored entry of sparse features), and the parameters with their gradients and
   Adam moments (16 bytes each).
 
-The constants are counted from the code the step runs (:mod:`~xmask_cli.model.csr_attention`, the fused
+The constants are counted from the code the step runs (:mod:`~xmask_cli.model.attention.csr`, the fused
 CPU kernels, the blocks); a measured Computers step is in docs/training.md.
 """
 from __future__ import annotations

@@ -23,8 +23,8 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
 
-from xmask_cli.model.attention import StructuralAttention
-from xmask_cli.model.attention_ops import feature_dropout
+from xmask_cli.model.attention.ops import feature_dropout
+from xmask_cli.model.attention.structural import StructuralAttention
 from xmask_cli.model.batches import DenseBatch, ModelBatch, PackedBatch, SparseBatch, TokenBatch
 from xmask_cli.model.biases.stack import BiasStack
 from xmask_cli.model.encoders import AtomInput, mlp
@@ -323,7 +323,7 @@ class XMaskNet(PackedPath, TokenPath, MaskMemo, torch.nn.Module):
         Pairs must be unique and not cross graphs. When they are every pair of
         the domain (``Σ n_g^2``), this is the dense formula exactly, whatever
         the settings; otherwise plain heads attend over every node through
-        :func:`~xmask_cli.model.attention_ops.plain_attention`.
+        :func:`~xmask_cli.model.attention.ops.plain_attention`.
 
         Returns:
             ``h``, or ``(h, [terms of layer 0, layer 1, ...])`` with ``return_terms``.

@@ -67,7 +67,7 @@ from xmask_cli.engine.splits import Split, node_split
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.engine.tasks.base import ExperimentView, Task
 from xmask_cli.errors import UsageError
-from xmask_cli.model.attention_path import ATTENTIONS, PathRefused, full_graph_attention
+from xmask_cli.model.attention.path import ATTENTIONS, PathRefused, full_graph_attention
 from xmask_cli.prepare.needs import model_needs
 
 __all__ = ["NodeTask", "NodeBatch", "MODES", "NODE_METRICS", "mode_note"]
@@ -91,7 +91,7 @@ class NodeTask(Task[NodeBatch]):
         subgraph_size: nodes per random subgraph (``subgraph`` mode); capped at ``N``.
         subgraphs_per_epoch: random subgraphs (optimizer steps) per epoch.
         dense_max_nodes: full-graph attention ``auto`` may be dense up to this many nodes
-            (:func:`~xmask_cli.model.attention_path.full_graph_attention`).
+            (:func:`~xmask_cli.model.attention.path.full_graph_attention`).
         memory_gb: ``auto`` trains on the full graph while one step's estimated bytes fit this
             many GiB (``node.memory_gb``); ``subgraph`` evaluates on the full graph under the same rule.
         model: the config's model section, whose shape the estimate reads (None: its defaults).

@@ -27,11 +27,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from xmask_cli.config import ModelSection
-from xmask_cli.model.packing import PackedGraphs
 
-# The sparse path (attention over given pairs) lives in pair_attention.py, the parameter-free kernels in
-# attention_ops.py.
-from xmask_cli.model.pair_attention import PairAttention
+# The sparse path (attention over given pairs) lives in pairs.py, the parameter-free kernels in
+# ops.py.
+from xmask_cli.model.attention.pairs import PairAttention
+from xmask_cli.model.packing import PackedGraphs
 from xmask_cli.model.tracing import exporting
 
 MASK_SCALES = ("paper", "none")
@@ -100,9 +100,9 @@ class StructuralAttention(PairAttention, torch.nn.Module):
         self.v = torch.nn.Linear(in_dim, dim)
         self.out = torch.nn.Linear(dim, dim) if combine == "project" else None
         self.dropout = torch.nn.Dropout(dropout)
-        #: Kernel of the sparse path (:data:`~xmask_cli.model.pair_attention.SPARSE_KERNELS`); tests and benchmarks compare the two.
+        #: Kernel of the sparse path (:data:`~xmask_cli.model.attention.pairs.SPARSE_KERNELS`); tests and benchmarks compare the two.
         self.sparse_kernel = "csr"
-        #: Implementation of the ``csr`` kernel (:data:`~xmask_cli.model.csr_attention.CSR_IMPLS`): ``auto`` runs
+        #: Implementation of the ``csr`` kernel (:data:`~xmask_cli.model.attention.csr.CSR_IMPLS`): ``auto`` runs
         #: the fused compiled kernels on the CPU and ``torch.sparse`` elsewhere; tests compare the two.
         self.csr_impl = "auto"
         # The last CSR pattern (pairs, finiteness, plan): full-graph training feeds the same pairs every step.
