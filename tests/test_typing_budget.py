@@ -104,7 +104,6 @@ _OLD_CODES = frozenset({"arg-type", "assignment", "attr-defined", "call-overload
 DISABLED_CEILING: dict[str, frozenset[str]] = {
     f"xmask_cli.{name}": _OLD_CODES for name in [
         "engine.tasks.graph", "engine.tasks.node",
-        "model.network", "model.packed_path",
     ]
 }
 

@@ -227,7 +227,7 @@ class StructuralAttention(PairAttention, torch.nn.Module):
             ``[n, D]``: the rows :meth:`forward_dense` gives the real nodes, dropout
             drawn as over the padded ``[B, N, D]`` output.
         """
-        if self.out is None:
+        if self.combine == "mean":
             raise ValueError("the packed graph path has no attention output layer (combine='mean')")
         # Q, K and V in one product and one layout copy per group (the same numbers as three products).
         weight = torch.cat([self.q.weight, self.k.weight, self.v.weight])
@@ -240,7 +240,8 @@ class StructuralAttention(PairAttention, torch.nn.Module):
             agg = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=attn_mask, dropout_p=p)
             outs.append(group.gather(agg.transpose(1, 2).reshape(agg.size(0), agg.size(2), self.dim)))
         agg = torch.cat(outs).index_select(0, packed.inverse) if outs else x.new_zeros(0, self.dim)
-        return packed.dropout(self.out(agg), self.dropout.p, self.training)
+        # combine='concat' (a gat layer's) keeps the heads concatenated, as _combine does on the other paths
+        return packed.dropout(agg if self.out is None else self.out(agg), self.dropout.p, self.training)
 
     def forward(
         self,
