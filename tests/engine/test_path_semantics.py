@@ -43,7 +43,7 @@ from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.node_batches import NodeBatch
 from xmask_cli.engine.splits import node_split
 from xmask_cli.engine.tasks.node import NodeTask
-from xmask_cli.model.attention_path import PathRefused
+from xmask_cli.model.attention.path import PathRefused
 from xmask_cli.model.network import ModelConfig, XMaskNet, sparse_refusal
 
 #: Powers Â^1, Â^2 only, no SPD / spectra: the structure these tests read, prepared in seconds. The tests pick
@@ -204,7 +204,7 @@ def test_full_graph_dense_and_sparse_tasks_agree_with_plain_heads(shared_data: P
 
 
 def test_train_refuses_eps_on_partitions_with_exit_2(shared_data: Path, tmp_path: Path) -> None:
-    args = ["train", "--preset", "cora-transformer", "--data-root", str(shared_data), "--cache-dir", str(tmp_path / "cache"),
+    args = ["train", "--preset", "node-level", "--data-root", str(shared_data), "--cache-dir", str(tmp_path / "cache"),
             "--runs-dir", str(tmp_path / "runs"), "--set", "model.outside_support=eps", "--set", "node.mode=partition",
             "--set", "structure.partition.parts=4", "--set", "model.heads=2"]
     for o in FAST:

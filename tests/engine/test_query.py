@@ -13,7 +13,7 @@ from tests.engine.tasks.test_node import Toy
 from xmask_cli.config import NodeSection
 from xmask_cli.engine.query import Support, closure, encode_queries
 from xmask_cli.engine.tasks.node import NodeTask
-from xmask_cli.model.attention import StructuralAttention
+from xmask_cli.model.attention.structural import StructuralAttention
 from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.structure.powers import Truncation, adjacency_powers, union_pairs
 

@@ -31,7 +31,7 @@ from xmask_cli.engine.node_memory import auto_mode, full_step_memory, step_shape
 from xmask_cli.engine.plan import RunPlan, dataset_spec, existing_runs, planned_runs
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.engine.watch import check_loggers
-from xmask_cli.model.attention_path import full_graph_attention
+from xmask_cli.model.attention.path import full_graph_attention
 from xmask_cli.model.model_config import ModelConfig, head_powers, sparse_refusal
 from xmask_cli.model.network import XMaskNet
 from xmask_cli.prepare.graphs import structure_params

@@ -34,7 +34,7 @@ from xmask_cli.engine.tasks.base import Task
 from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.errors import ConfigError
 from xmask_cli.fs import ensure_writable_dir
-from xmask_cli.model.attention_path import PathRefused
+from xmask_cli.model.attention.path import PathRefused
 from xmask_cli.model.model_config import ModelConfig, sparse_refusal
 
 __all__ = ["Experiment", "check_config"]

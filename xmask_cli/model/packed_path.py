@@ -14,14 +14,27 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
 
+from xmask_cli.model.attention.structural import StructuralAttention
 from xmask_cli.model.batches import LogPairs
+from xmask_cli.model.layers import TransformerBlock
 from xmask_cli.model.logsmask import DenseStructure, XLogSMaskBias
 from xmask_cli.model.logsmask import log_powers as take_log
+from xmask_cli.model.model_config import ModelConfig
 from xmask_cli.model.packing import PackedGraphs, pack_graphs
 
 
 class PackedPath:
     """``packs``, ``encode_packed``, ``readout_packed``, ``forward_packed`` of :class:`XMaskNet`."""
+
+    # What it reads of the model (XMaskNet sets and defines them).
+    cfg: ModelConfig
+    training: bool
+    encoder: torch.nn.Module
+    blocks: Sequence[TransformerBlock]  # a ModuleList of them
+    bias: XLogSMaskBias | None
+    _learned: Callable[..., Tensor | None]
+    graph_head: Callable[[Tensor], Tensor]
+    _no_pair_task: Callable[[], None]
 
     def packs(self) -> bool:
         """Whether :meth:`forward` runs graph batches packed (``graph_layout='packed'``, graph task, one attention)."""
@@ -52,9 +65,10 @@ class PackedPath:
         if self.cfg.input_dropout > 0 and self.cfg.encoder == "linear":
             rows = packed.dropout(rows, self.cfg.input_dropout, self.training)
         h = self.encoder(rows)
-        attn = self.blocks[0].attn if len(self.blocks) else None
+        # The packed path runs one structural attention per block (no experts: see packs()).
+        attn = cast(StructuralAttention, self.blocks[0].attn) if len(self.blocks) else None
         scaled = isinstance(log_powers, LogPairs) and attn is not None and self.bias is not None
-        if scaled:  # the term as it enters the logits, scaled at the pairs instead of over each group's grid
+        if scaled and attn is not None:  # the term as it enters the logits, scaled at the pairs, not each grid
             self._check_log_spec(log_spec)
             bias = self._bias_from_pairs(packed, cast(LogPairs, log_powers), attn.structural_term)
         else:
@@ -83,7 +97,7 @@ class PackedPath:
             self._check_log_spec(log_spec)
             if isinstance(log_powers, LogPairs):
                 return self._bias_from_pairs(packed, log_powers)
-            out = []
+            out: list[Tensor | None] = []
             for g in packed.groups:
                 if len(g.sizes) == 1:  # a graph alone in its group (the largest ones): its own terms, no copy
                     out.append(self.bias.from_log_powers(log_powers[int(g.graphs[0])]).unsqueeze(0))

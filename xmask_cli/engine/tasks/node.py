@@ -68,7 +68,7 @@ from xmask_cli.engine.splits import Split, node_split
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.engine.tasks.base import ExperimentView, Task, network
 from xmask_cli.errors import UsageError
-from xmask_cli.model.attention_path import PathRefused, full_graph_attention
+from xmask_cli.model.attention.path import PathRefused, full_graph_attention
 from xmask_cli.prepare.needs import model_needs
 
 __all__ = ["NodeTask", "NodeBatch", "MODES", "NODE_METRICS", "mode_note"]
@@ -91,7 +91,7 @@ class NodeTask(Task[NodeBatch]):
         node: the config's node section (None: its defaults), checked by its own rules (:class:`~xmask_cli.config.NodeSection`):
             ``mode`` (see the module docstring), ``subgraph_size`` / ``subgraphs_per_epoch`` (``subgraph``
             mode), ``attention`` and ``dense_max_nodes`` (full-graph attention:
-            :func:`~xmask_cli.model.attention_path.full_graph_attention`), ``memory_gb`` (``auto`` trains on
+            :func:`~xmask_cli.model.attention.path.full_graph_attention`), ``memory_gb`` (``auto`` trains on
             the full graph while one step's estimated bytes fit it; ``subgraph`` evaluates under the same
             rule), ``query_batch`` / ``query_chunk_pairs`` (``query`` mode) and ``sparse_features``.
         model: the config's model section, whose shape the estimate reads and whose ``node_struct`` adds
