@@ -185,8 +185,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--patience", type=int, default=None,
                    help="their patience (default: the train.patience of the dataset's xmask preset)")
     p.add_argument("--probe-epochs", type=int, default=0,
-                   help="node transformer / recipe peers: train this many epochs and report their time only "
-                        "(no selection, no test): for rows too slow to finish")
+                   help="node transformer / recipe peers and graph GPS: train this many whole epochs and report "
+                        "their time only (no selection, no test): for rows too slow to finish")
     p.add_argument("--probe-batches", type=int, default=0,
                    help="graph GPS: time this many training batches and extrapolate an epoch (no test)")
     return p
@@ -253,7 +253,8 @@ def _graph_rows(args: argparse.Namespace, load: Callable[[str], Any], record: Re
             for s in args.seeds:
                 record("graph", ds, "GPS", graphs.spec.metric, s,
                        run_graph_gps, graphs, gps_list, s, epochs, patience, budget["batch_size"],
-                       probe_batches=args.probe_batches, precompute_seconds=pe_seconds)
+                       probe_batches=args.probe_batches, precompute_seconds=pe_seconds,
+                       probe_epochs=args.probe_epochs)
 
 
 def _link_rows(args: argparse.Namespace, load: Callable[[str], Any], record: Record) -> None:
