@@ -1,7 +1,7 @@
 """PROTEINS training epoch with 1 and 2 data-parallel processes (gloo, CPU), and the all-reduce share of a step.
 
 Each process uses one torch thread. Both jobs run the engine's own strategy
-(``engine.distributed.make_strategy``); the 2-process one is ``DDPStrategy``: DDP, ``shard_batches``
+(``engine.training.distributed.make_strategy``); the 2-process one is ``DDPStrategy``: DDP, ``shard_batches``
 (the size buckets dealt by rank) and its weighted backward with its per-step item-count all-reduce. The
 gradient all-reduce is timed by a DDP communication hook (the default all-reduce, each bucket
 timed from the hook's call to its future's completion; buckets overlap the backward, so this is
@@ -33,15 +33,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 def _experiment(args: argparse.Namespace):
     from xmask_cli.config_resolve import resolve
-    from xmask_cli.engine.experiment import Experiment
+    from xmask_cli.engine.runs.experiment import Experiment
 
     cfg = resolve("proteins", [f"train.batch_size={args.batch_size}"])
     return Experiment.load(cfg, cache_dir=Path(args.cache_dir), data_root=args.data_root, offline=True)
 
 
 def _worker(rank: int, size: int, init_file: str, args: argparse.Namespace, out_dir: str) -> None:
-    from xmask_cli.engine import distributed, loop
-    from xmask_cli.engine.precision import Precision
+    from xmask_cli.engine.training import distributed, loop
+    from xmask_cli.engine.training.precision import Precision
     from xmask_cli.model.network import XMaskNet
 
     torch.set_num_threads(1)

@@ -2,9 +2,9 @@
 
 Per preset, in a child process of its own (so the allocator settings below hold from its start):
 
-* the estimate: :func:`xmask_cli.engine.dryrun.dry_run` on the preset, as ``xmask train --dry-run``
+* the estimate: :func:`xmask_cli.engine.runs.dryrun.dry_run` on the preset, as ``xmask train --dry-run``
   prints it (parameters, model state, the largest possible step: the ``batch_size`` largest graphs), and
-  the same memory model (:func:`xmask_cli.engine.estimate.step_bytes`) applied to each step actually
+  the same memory model (:func:`xmask_cli.engine.runs.estimate.step_bytes`) applied to each step actually
   drawn (its graphs' sizes), which is what a measurement can check;
 * the measurement: the preset's experiment, task and model built as ``train`` builds them, one warm-up
   step, then every step of one epoch: before each, the gradients are dropped (``zero_grad(set_to_none)``,
@@ -52,14 +52,14 @@ def measure(preset: str, data_root: str | None, cache_dir: str) -> dict:
     import torch
 
     from xmask_cli.config_resolve import resolve
-    from xmask_cli.engine.distributed import make_strategy
-    from xmask_cli.engine.dryrun import dry_run
-    from xmask_cli.engine.estimate import graph_batch_shape, step_bytes
-    from xmask_cli.engine.experiment import Experiment, _train_config
-    from xmask_cli.engine.loop import seed_everything
-    from xmask_cli.engine.optimisation import Optimisation
-    from xmask_cli.engine.plan import make_plan
-    from xmask_cli.engine.precision import Precision
+    from xmask_cli.engine.runs.dryrun import dry_run
+    from xmask_cli.engine.runs.estimate import graph_batch_shape, step_bytes
+    from xmask_cli.engine.runs.experiment import Experiment, _train_config
+    from xmask_cli.engine.runs.plan import make_plan
+    from xmask_cli.engine.training.distributed import make_strategy
+    from xmask_cli.engine.training.loop import seed_everything
+    from xmask_cli.engine.training.optimisation import Optimisation
+    from xmask_cli.engine.training.precision import Precision
     from xmask_cli.model.network import XMaskNet
 
     torch.set_num_threads(1)

@@ -87,7 +87,7 @@ def _first_batch(task: Any) -> Any:
 def first_step(exp: Any, device: str, loss_rtol: float, grad_rtol: float) -> dict[str, Any]:
     """Loss and gradients of the first training batch on CPU and on ``device`` (same weights, no dropout)."""
 
-    from xmask_cli.engine.loop import seed_everything
+    from xmask_cli.engine.training.loop import seed_everything
     from xmask_cli.model.network import XMaskNet
 
     seed_everything(0)
@@ -122,8 +122,8 @@ def backend_times(exp_for: Callable[[str], Any], device: str, steps: int) -> lis
     """Median seconds of a Cora training step per attention backend and precision on ``device``."""
     import torch
 
-    from xmask_cli.engine.loop import seed_everything
-    from xmask_cli.engine.precision import autocast, check_precision
+    from xmask_cli.engine.training.loop import seed_everything
+    from xmask_cli.engine.training.precision import autocast, check_precision
     from xmask_cli.model.network import XMaskNet
 
     rows = []
@@ -236,8 +236,8 @@ def train_runs(dataset: str, device: str, epochs: int, args: argparse.Namespace,
     """Train ``dataset`` with xmask's engine for ``epochs`` epochs on ``device``; timing from metrics.jsonl."""
     import torch
 
-    from xmask_cli.engine.runs import RunDir, input_stall
-    from xmask_cli.engine.sweep import train_seeds
+    from xmask_cli.engine.runs.folder import RunDir, input_stall
+    from xmask_cli.engine.runs.sweep import train_seeds
 
     cfg = _config(dataset, [f"train.epochs={epochs}", f"train.patience={epochs}"])
     if device.startswith("cuda"):
@@ -259,7 +259,7 @@ def check(args: argparse.Namespace) -> tuple[int, dict[str, Any]]:
     """Run every step; returns the exit code and the report."""
     import torch
 
-    from xmask_cli.engine.experiment import Experiment
+    from xmask_cli.engine.runs.experiment import Experiment
 
     cuda = torch.cuda.is_available()
     report: dict[str, Any] = {"date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -45,9 +45,9 @@ def main() -> None:
     import xmask_cli.engine.tasks.graph as graph_mod
     from xmask_cli import config_resolve as R
     from xmask_cli.data.load import one_hot_degrees
-    from xmask_cli.engine.experiment import Experiment, _train_config
-    from xmask_cli.engine.loop import seed_everything
-    from xmask_cli.engine.optimisation import warmup
+    from xmask_cli.engine.runs.experiment import Experiment, _train_config
+    from xmask_cli.engine.training.loop import seed_everything
+    from xmask_cli.engine.training.optimisation import warmup
     from xmask_cli.model.network import XMaskNet
 
     if args.input == "features+degree":

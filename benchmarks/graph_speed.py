@@ -3,7 +3,7 @@
 
 For each dataset, xmask is built exactly as ``xmask train --preset <its preset>`` builds it
 (:data:`PRESETS`: the resolved preset, ``Experiment``, its ``GraphTask`` and ``XMaskNet``, the engine's
-optimiser and its own training epoch, ``engine.loop._train_epoch``, which records the input stall).
+optimiser and its own training epoch, ``engine.training.loop._train_epoch``, which records the input stall).
 The peer is a 5-layer GIN at the same width (hidden 64; PyG ``GINConv``, ``peers_gnn._gin``) with the same
 input encoder (OGB's ``AtomEncoder`` on molecules, a linear map of the same input columns on TU sets),
 the preset's readout, batch size and split, Adam at the preset's learning rate, the gradient clipped as
@@ -15,7 +15,7 @@ per-round ratios. ``--memory`` measures each side's peak RSS in a child process 
 one epoch and one validation pass), so one side's allocations cannot raise the other's peak.
 
 Threads: ``--threads N`` pins torch, numba and BLAS to N threads; ``--threads auto`` takes what
-``xmask train`` chooses (``xmask_cli/engine/threads.py``), as a new user runs it. ``--load N`` runs N busy processes
+``xmask train`` chooses (``xmask_cli/engine/training/threads.py``), as a new user runs it. ``--load N`` runs N busy processes
 during the timing (a loaded machine on demand).
 
 Usage (from the repository root)::
@@ -69,7 +69,7 @@ class Side:
 def pin_threads(threads: str) -> None:
     """``N``: torch, numba and BLAS on N threads; ``auto``: what ``xmask train`` chooses for the graph level."""
     if threads == "auto":
-        from xmask_cli.engine.threads import apply_threads, choose_threads, usable_cores
+        from xmask_cli.engine.training.threads import apply_threads, choose_threads, usable_cores
 
         apply_threads(choose_threads("graph", usable_cores(), os.environ))
         return
@@ -84,7 +84,7 @@ def pin_threads(threads: str) -> None:
 
 def load_experiment(dataset: str, args: argparse.Namespace) -> Any:
     from xmask_cli.config_resolve import resolve
-    from xmask_cli.engine.experiment import Experiment
+    from xmask_cli.engine.runs.experiment import Experiment
 
     cfg = resolve(PRESETS[dataset], [f"data.dataset={dataset}"] + list(args.set))
     return Experiment.load(cfg, cache_dir=args.cache_dir, data_root=args.data_root, offline=True)
@@ -92,7 +92,7 @@ def load_experiment(dataset: str, args: argparse.Namespace) -> Any:
 
 def train_split(exp: Any, max_train: int) -> Any:
     """Seed 0's split of the preset, its training part cut to ``max_train`` graphs (0: all)."""
-    from xmask_cli.engine.splits import graph_split
+    from xmask_cli.engine.scoring.splits import graph_split
 
     split = graph_split(exp.graphs.spec.split, exp.graphs.dataset, seed=0)
     return replace(split, train=split.train[:max_train]) if max_train else split
@@ -102,12 +102,12 @@ def xmask_side(exp: Any, split: Any) -> Side:
     """xmask as ``xmask train`` runs it: the preset's task, model, optimiser and training epoch."""
     import torch
 
-    from xmask_cli.engine.distributed import SingleProcess
-    from xmask_cli.engine.loop import _train_epoch
-    from xmask_cli.engine.optimisation import Optimisation
-    from xmask_cli.engine.precision import Precision
     from xmask_cli.engine.tasks.graph import GraphTask, log_mask_of
-    from xmask_cli.engine.train_config import TrainConfig
+    from xmask_cli.engine.training.distributed import SingleProcess
+    from xmask_cli.engine.training.loop import _train_epoch
+    from xmask_cli.engine.training.optimisation import Optimisation
+    from xmask_cli.engine.training.precision import Precision
+    from xmask_cli.engine.training.train_config import TrainConfig
     from xmask_cli.model.network import XMaskNet
     from xmask_cli.prepare.needs import model_needs
 
@@ -139,9 +139,9 @@ def gin_side(exp: Any, split: Any) -> Side:
     from torch_geometric.data import Data
     from torch_geometric.loader import DataLoader
 
-    from xmask_cli.engine.features import input_features
-    from xmask_cli.engine.loop import timed_batches
+    from xmask_cli.engine.batching.features import input_features
     from xmask_cli.engine.tasks.graph import graph_labels
+    from xmask_cli.engine.training.loop import timed_batches
 
     cfg, graphs = exp.cfg, exp.graphs
     labels = graph_labels(graphs)

@@ -237,7 +237,7 @@ def run_cell(task: str, variant: str, *, seeds: list[int], epochs: int, patience
         if errors:
             raise RuntimeError("; ".join(errors))
         if todo and train:
-            from xmask_cli.engine.sweep import train_seeds
+            from xmask_cli.engine.runs.sweep import train_seeds
 
             log(f"{task} / {variant}: training seed(s) {', '.join(map(str, todo))}")
             # One call for the missing seeds: the dataset and structure cache load once per cell.
@@ -310,7 +310,7 @@ def run_table(tasks: list[str], variants: list[str], *, seeds: list[int], epochs
     With ``table_only`` nothing is trained or written: finished runs are read back.
     """
     from xmask_cli.data.graphqa import DIRECTED
-    from xmask_cli.engine.runs import write_json
+    from xmask_cli.engine.runs.folder import write_json
 
     extra = list(extra or [])
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -367,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from xmask_cli.data.graphqa import TASKS
-    from xmask_cli.engine.plan import parse_seeds, resolve_device
+    from xmask_cli.engine.runs.plan import parse_seeds, resolve_device
     from xmask_cli.prepare import resolve_cache_dir
 
     if args.threads is not None:

@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.experiment import Experiment
-from xmask_cli.engine.plan import resolve_device
-from xmask_cli.engine.runs import write_json
+from xmask_cli.engine.runs.experiment import Experiment
+from xmask_cli.engine.runs.folder import write_json
+from xmask_cli.engine.runs.plan import resolve_device
 from xmask_cli.model.network import XMaskNet
 
 

@@ -20,9 +20,9 @@ import torch
 
 from xmask_cli.ablate import variant_overrides
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.plan import parse_seeds
-from xmask_cli.engine.runs import write_json
-from xmask_cli.engine.sweep import train_seeds
+from xmask_cli.engine.runs.folder import write_json
+from xmask_cli.engine.runs.plan import parse_seeds
+from xmask_cli.engine.runs.sweep import train_seeds
 
 VARIANTS = ("full", "no-logmask", "positional")
 

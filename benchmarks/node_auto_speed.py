@@ -31,8 +31,8 @@ def _side(cfg: Any, cache_dir: Path, data_root: Path) -> tuple[Any, Any, Any]:
     """(task, model, optimizer) of ``cfg`` for seed 0 on the CPU."""
     import torch
 
-    from xmask_cli.engine.experiment import Experiment
-    from xmask_cli.engine.loop import seed_everything
+    from xmask_cli.engine.runs.experiment import Experiment
+    from xmask_cli.engine.training.loop import seed_everything
     from xmask_cli.model.network import XMaskNet
 
     exp = Experiment.load(cfg, cache_dir=cache_dir, data_root=data_root, offline=True)

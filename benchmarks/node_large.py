@@ -6,7 +6,7 @@ structure cache with the ``node-level`` preset (METIS ``partition.parts=32``;
 SPD and spectra off by default since partition training does not read them),
 then trains :class:`~xmask_cli.engine.tasks.node.NodeTask` in ``partition`` mode
 (sparse attention inside each part) with a small model through
-:func:`~xmask_cli.engine.loop.fit`.
+:func:`~xmask_cli.engine.training.loop.fit`.
 
 Reported: peak resident memory of this process (``ru_maxrss``, which covers
 loading, prepare and training; psutil's current RSS beside it), the prepare
@@ -37,9 +37,9 @@ from xmask_cli.config import NodeSection
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine.loop import TrainConfig, fit, seed_everything
-from xmask_cli.engine.splits import node_split
+from xmask_cli.engine.scoring.splits import node_split
 from xmask_cli.engine.tasks.node import NodeTask
+from xmask_cli.engine.training.loop import TrainConfig, fit, seed_everything
 from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.prepare import prepare_dataset
 

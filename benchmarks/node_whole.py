@@ -2,7 +2,7 @@
 """Large graphs, whole-graph attention: the shipped presets over seeds, with time, memory and kept mass.
 
 For each seed, one child process runs ``xmask train`` (the same library call,
-:func:`~xmask_cli.engine.sweep.train_seeds`) with the preset as shipped
+:func:`~xmask_cli.engine.runs.sweep.train_seeds`) with the preset as shipped
 (``node.mode: auto`` = query batches over the whole graph's stored support),
 so its peak RSS (``ru_maxrss``, loading and training included, the cache
 warm) is its own. Reported per seed: test / val accuracy of the state chosen
@@ -50,7 +50,7 @@ def one_seed(args: argparse.Namespace) -> dict:
     import torch
 
     from xmask_cli.config_resolve import resolve
-    from xmask_cli.engine.sweep import train_seeds
+    from xmask_cli.engine.runs.sweep import train_seeds
 
     torch.set_num_threads(args.threads)
     cfg = resolve(args.preset, [f"run.name={args.name}", *(args.overrides or [])])
@@ -172,7 +172,7 @@ def main() -> None:
     if args.seed is not None:
         print(json.dumps(one_seed(args)))
         return
-    from xmask_cli.engine.plan import parse_seeds
+    from xmask_cli.engine.runs.plan import parse_seeds
 
     seeds = parse_seeds(args.seeds)  # --seeds as `xmask train` reads it, checked before any work
     out_path = Path(args.out or OUT / f"node_whole_{stem}.json")

@@ -1,9 +1,9 @@
 """What every PyG peer family of ``peers.py`` shares: the dataset loader, xmask's seeding, the input
 features, the optimiser switch, graph loaders on xmask's splits and training under xmask's selection rule.
 
-Splits, seeding, metrics and selection are xmask's own (:mod:`xmask_cli.engine.splits`,
-:func:`xmask_cli.engine.loop.seed_everything`, :mod:`xmask_cli.engine.metrics`,
-:class:`xmask_cli.engine.selection.Selection`): a peer's seed ``s`` gets the split and the seeding of
+Splits, seeding, metrics and selection are xmask's own (:mod:`xmask_cli.engine.scoring.splits`,
+:func:`xmask_cli.engine.training.loop.seed_everything`, :mod:`xmask_cli.engine.scoring.metrics`,
+:class:`xmask_cli.engine.training.selection.Selection`): a peer's seed ``s`` gets the split and the seeding of
 xmask's run with seed ``s``.
 """
 from __future__ import annotations
@@ -34,10 +34,10 @@ OPTIONS: dict[str, Any] = {"optimizer": "adamw", "normalize": False}
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``--seeds`` as ``xmask train`` reads it (:func:`xmask_cli.engine.plan.parse_seeds`), for argparse."""
+    """``--seeds`` as ``xmask train`` reads it (:func:`xmask_cli.engine.runs.plan.parse_seeds`), for argparse."""
     import argparse
 
-    from xmask_cli.engine.plan import parse_seeds as xmask_seeds
+    from xmask_cli.engine.runs.plan import parse_seeds as xmask_seeds
     from xmask_cli.errors import UsageError
 
     try:
@@ -56,7 +56,7 @@ def load(name: str, data_root: Path, cache_dir: Path) -> Any:
 
 def seed(value: int) -> None:
     """Seed torch and numpy exactly as ``xmask train`` seeds a run."""
-    from xmask_cli.engine.loop import seed_everything
+    from xmask_cli.engine.training.loop import seed_everything
 
     seed_everything(value)
 
@@ -110,7 +110,7 @@ def graph_data_list(graphs: Any, node_struct: str = "none") -> list[Any]:
     import torch
     from torch_geometric.data import Data
 
-    from xmask_cli.engine.features import input_features
+    from xmask_cli.engine.batching.features import input_features
     from xmask_cli.engine.tasks.graph import graph_labels
 
     feats, labels = input_features(graphs, node_struct)[0], graph_labels(graphs)
@@ -171,7 +171,7 @@ def _save_epoch(path: Path, epoch: int, model: Any, opt: Any, fit: Any, times: l
 
     import torch
 
-    from xmask_cli.engine.resume import rng_state
+    from xmask_cli.engine.training.resume import rng_state
     from xmask_cli.fs import atomic_write
 
     state = {"epoch": epoch, "model": model.state_dict(), "opt": opt.state_dict(), "best_state": fit.state,
@@ -187,8 +187,8 @@ def _load_epoch(path: Path, model: Any, opt: Any, fit: Any, gen: Any) -> tuple[i
     """Restore what :func:`_save_epoch` wrote; returns ``(the next epoch, the epoch seconds so far)``."""
     import torch
 
-    from xmask_cli.engine.resume import set_rng_state
-    from xmask_cli.engine.selection import Selection
+    from xmask_cli.engine.training.resume import set_rng_state
+    from xmask_cli.engine.training.selection import Selection
 
     ck = torch.load(path, weights_only=True)
     model.load_state_dict(ck["model"])
@@ -214,7 +214,7 @@ def fit_selected(model: Any, opt: Any, train_epoch: Callable[[], None],
     selection, best state, the global RNG states and ``loader_rng``, the training loader's generator) and
     resumed from when it exists, so a killed run goes on as an uninterrupted one would; removed at the end.
     Returns the best / run epochs and the training seconds per epoch."""
-    from xmask_cli.engine.selection import Selection
+    from xmask_cli.engine.training.selection import Selection
 
     fit = types.SimpleNamespace(sel=Selection(), state=None, opt_state=None)
     times: list[float] = []

@@ -2,7 +2,7 @@
 
 GIN with 5 layers and the structure-agnostic baseline (node MLP, sum pooling, MLP head), both hidden 64,
 AdamW 1e-3 / 1e-2, batch 32, gradient clipping at xmask's 1.0, on the outer folds and inner holdouts of
-``xmask train --folds K`` (:func:`xmask_cli.engine.folds.outer_folds`: the same fold files for a seed),
+``xmask train --folds K`` (:func:`xmask_cli.engine.scoring.folds.outer_folds`: the same fold files for a seed),
 selected by xmask's rule (holdout accuracy, ties by holdout loss, then the later epoch).
 """
 from __future__ import annotations
@@ -47,8 +47,8 @@ def run_graph_fold(data_list: list[Any], labels: Any, model_name: str, seed: int
     (``epochs``, ``patience``) that ``peers.py --resume`` checks before it reuses the fold."""
     import torch
 
-    from xmask_cli.engine.folds import outer_folds
-    from xmask_cli.engine.metrics import accuracy
+    from xmask_cli.engine.scoring.folds import outer_folds
+    from xmask_cli.engine.scoring.metrics import accuracy
 
     split = outer_folds(labels, folds, seed)[fold]
     parts = ("train", "val", "test")
@@ -84,9 +84,9 @@ def read_finished(path: Path) -> list[dict[str, Any]]:
 def finished_fold(runs: list[dict[str, Any]], labels: Any, dataset: str, model: str, seed: int, folds: int,
                   fold: int, epochs: int, patience: int) -> dict[str, Any] | None:
     """The run of ``runs`` that is this (dataset, model, seed, fold) at this budget, on the fold
-    :func:`~xmask_cli.engine.folds.outer_folds` gives now (its recorded split sizes and name), with a selected
+    :func:`~xmask_cli.engine.scoring.folds.outer_folds` gives now (its recorded split sizes and name), with a selected
     epoch inside the budget and accuracies in [0, 1]; None when there is none such (the fold is trained)."""
-    from xmask_cli.engine.folds import outer_folds
+    from xmask_cli.engine.scoring.folds import outer_folds
 
     want = common.split_info(outer_folds(labels, folds, seed)[fold], seed)
     for r in runs:

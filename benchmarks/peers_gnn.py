@@ -7,7 +7,7 @@ GCN and GAT on nodes, GIN on graph sets, a GCN encoder with a dot or Hadamard-ML
   dropout 0.5, lr 0.01), batch 32, on ``graph_split`` (random-8-1-1 for TU sets);
 * link: a 2-layer GCN encoder (hidden 128 -> 64) over ``split.train_edge_index`` only; BCE on the training
   positives against as many uniformly drawn node pairs per epoch (a generator seeded by the run's seed);
-  MRR with the "shared" protocol (:func:`xmask_cli.engine.mrr.link_mrr`): every val (test) positive is
+  MRR with the "shared" protocol (:func:`xmask_cli.engine.scoring.mrr.link_mrr`): every val (test) positive is
   ranked against *all* ``val_neg`` (``test_neg``) pairs.
 
 Selection reads the validation metric only (:class:`_Selector`: the first epoch reaching the best value,
@@ -95,8 +95,8 @@ def run_node(graphs: Any, kind: str, seed: int, epochs: int, patience: int, hp: 
     (``public`` for Planetoid; ``random-60-20-20`` for Amazon, drawn with ``seed`` as xmask's run ``seed``)."""
     import torch
 
-    from xmask_cli.engine.metrics import accuracy
-    from xmask_cli.engine.splits import node_split
+    from xmask_cli.engine.scoring.metrics import accuracy
+    from xmask_cli.engine.scoring.splits import node_split
 
     data = graphs.dataset[0]
     split = node_split(graphs.spec.split, data, seed=seed)
@@ -165,8 +165,8 @@ def run_graph(graphs: Any, data_list: list[Any], seed: int, epochs: int, patienc
               parts: tuple[str, ...] = ("train", "val", "test")) -> dict[str, Any]:
     """One seed of GIN; ``hp`` overrides lr, weight_decay, hidden, layers, dropout, batch_size; ``parts`` are
     scored at the end (a search leaves test out: it is never computed)."""
-    from xmask_cli.engine.metrics import METRICS
-    from xmask_cli.engine.splits import graph_split
+    from xmask_cli.engine.scoring.metrics import METRICS
+    from xmask_cli.engine.scoring.splits import graph_split
 
     split = graph_split(graphs.spec.split, graphs.dataset, seed=seed)  # random-8-1-1 for TU sets, OGB's scaffold
     metric = METRICS[graphs.spec.metric]
@@ -227,8 +227,8 @@ def run_link(graphs: Any, decoder: str, seed: int, epochs: int, patience: int, h
     are scored at the end (a search leaves test out: it is never computed)."""
     import torch
 
-    from xmask_cli.engine.mrr import link_mrr
-    from xmask_cli.engine.splits import edge_split
+    from xmask_cli.engine.scoring.mrr import link_mrr
+    from xmask_cli.engine.scoring.splits import edge_split
 
     data = graphs.dataset[0]
     n = int(data.num_nodes)

@@ -1,7 +1,7 @@
 """The published-recipe and graph-transformer peers of ``peers.py``, under xmask's protocol.
 
 Every peer here trains on xmask's split functions (the dataset's registry split, seeded as xmask's run),
-under xmask's selection rule (:class:`xmask_cli.engine.selection.Selection`: the best validation metric,
+under xmask's selection rule (:class:`xmask_cli.engine.training.selection.Selection`: the best validation metric,
 ties by the validation loss, then the later epoch; the selected state restored and test scored once on it)
 and with the epoch budget and patience of the xmask preset of the row's dataset (``train.epochs`` /
 ``train.patience``; ``--epochs`` / ``--patience`` cut both sides' budget in a table):
@@ -251,8 +251,8 @@ def run_node_peer(graphs: Any, kind: str, seed: int, epochs: int, patience: int,
     import torch
     import torch.nn.functional as F
 
-    from xmask_cli.engine.metrics import METRICS
-    from xmask_cli.engine.splits import node_split
+    from xmask_cli.engine.scoring.metrics import METRICS
+    from xmask_cli.engine.scoring.splits import node_split
 
     data = graphs.dataset[0]
     split = node_split(graphs.spec.split, data, seed=seed)
@@ -323,8 +323,8 @@ def run_graph_gps(graphs: Any, data_list: list[Any], seed: int, epochs: int, pat
     import torch
     import torch.nn.functional as F
 
-    from xmask_cli.engine.metrics import METRICS
-    from xmask_cli.engine.splits import graph_split
+    from xmask_cli.engine.scoring.metrics import METRICS
+    from xmask_cli.engine.scoring.splits import graph_split
 
     split = graph_split(graphs.spec.split, graphs.dataset, seed=seed)
     metric = METRICS[graphs.spec.metric]

@@ -61,7 +61,7 @@ PAPER = {"cora": "paper Table 2", "citeseer": "paper Table 2", "mutag": "paper T
 
 def run(names: list[str], seeds: list[int], data_root: str | None, cache_dir: Path, runs_dir: Path) -> dict:
     from xmask_cli.config_resolve import resolve
-    from xmask_cli.engine.sweep import train_seeds
+    from xmask_cli.engine.runs.sweep import train_seeds
 
     results = {}
     for name in names:
@@ -117,7 +117,7 @@ def main() -> None:
     if not args.table_only:
         import torch
 
-        from xmask_cli.engine.plan import parse_seeds
+        from xmask_cli.engine.runs.plan import parse_seeds
 
         if args.threads:
             torch.set_num_threads(args.threads)

@@ -154,7 +154,7 @@ class Cora:
         from xmask_cli.config_resolve import resolve
         from xmask_cli.data.load import load_graphs
         from xmask_cli.data.registry import get_dataset
-        from xmask_cli.engine.splits import node_split
+        from xmask_cli.engine.scoring.splits import node_split
         from xmask_cli.prepare import prepare_dataset
 
         cfg = resolve("node-level", ["data.dataset=Cora"])
@@ -390,8 +390,8 @@ def figure_4(args: argparse.Namespace, cache_dir: Path) -> list[dict[str, Any]]:
     from torch_geometric.loader import DataLoader
 
     from xmask_cli.config_resolve import resolve
-    from xmask_cli.engine.experiment import Experiment
-    from xmask_cli.engine.features import input_features
+    from xmask_cli.engine.batching.features import input_features
+    from xmask_cli.engine.runs.experiment import Experiment
     from xmask_cli.engine.tasks.graph import GraphTask, graph_labels
     from xmask_cli.model.network import XMaskNet
 

@@ -333,8 +333,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from xmask_cli import config_resolve as R
-    from xmask_cli.engine.experiment import check_config
-    from xmask_cli.engine.sweep import train_seeds
+    from xmask_cli.engine.runs.experiment import check_config
+    from xmask_cli.engine.runs.sweep import train_seeds
     from xmask_cli.tune.study import TuneOptions, run_study
 
     if args.threads:

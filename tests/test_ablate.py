@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from xmask_cli.ablate import CORE_VARIANTS as VARIANTS
 from xmask_cli.ablate import parse_variants, run_ablation
 from xmask_cli.cli import app
-from xmask_cli.engine import sweep
+from xmask_cli.engine.runs import sweep
 from xmask_cli.errors import UsageError
 from xmask_cli.results import AblationResult
 
@@ -54,7 +54,7 @@ def test_table_numbers_and_files(ablation):
     saved = AblationResult.from_json(json.loads((root / "abl" / "ablation.json").read_text()))
     assert saved == result and saved.rows[0].variant == "full"  # the file reads back to the result
     # The runs are train's: the same selection rule, recorded in the table and in every run's summary.
-    from xmask_cli.engine.selection import RULE
+    from xmask_cli.engine.training.selection import RULE
 
     assert result["selection"] == RULE
     summaries = list((root / "abl" / "runs").glob("*/*/summary.json"))
@@ -172,7 +172,7 @@ def test_an_out_that_cannot_take_the_tables_is_refused_before_any_training(tmp_p
 
 def test_the_variants_read_the_dataset_once(tmp_path, monkeypatch):
     """Every variant's sweep takes the dataset the first one read (each still prepares its own structure)."""
-    from xmask_cli.engine import data
+    from xmask_cli.engine.runs import data
 
     loads: list[str] = []
     real = data.load_graphs

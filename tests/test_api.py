@@ -17,7 +17,7 @@ import torch
 
 import xmask_cli
 from tests.cli_helpers import run
-from xmask_cli.engine.metrics import METRICS
+from xmask_cli.engine.scoring.metrics import METRICS
 from xmask_cli.errors import ConfigError, UsageError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -196,8 +196,8 @@ def test_one_train_looks_its_dataset_up_once_and_checks_its_run_rules_once(tmp_p
     """The plan is made once and handed down: ``--dataset`` (picking the preset), the level, metric, run name,
     folder reference, the loader and the run-stage rules all read the one lookup."""
     from tests.data.test_folder import write_folder
-    from tests.engine.test_plan import count_lookups
-    from xmask_cli.engine import plan
+    from tests.engine.runs.test_plan import count_lookups
+    from xmask_cli.engine.runs import plan
 
     dataset = str(write_folder(tmp_path / "g")) if folder else "mutag"
     real, levels = plan.check_rules, []
@@ -211,7 +211,7 @@ def test_one_train_looks_its_dataset_up_once_and_checks_its_run_rules_once(tmp_p
 
 
 def test_a_seed_list_is_checked_as_a_list_never_written_as_text(tmp_path, monkeypatch):
-    from xmask_cli.engine import plan
+    from xmask_cli.engine.runs import plan
 
     monkeypatch.setattr(plan, "parse_seeds", lambda text: pytest.fail(f"seeds went through text: {text!r}"))
     planned = xmask_cli.dry_run("graph-level", seeds=[3, 1], runs_dir=tmp_path / "runs", cache_dir=tmp_path / "c")

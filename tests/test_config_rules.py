@@ -20,7 +20,7 @@ from tests.cli_helpers import one_error_line, run
 from xmask_cli.config import Config, ModelSection
 from xmask_cli.config_resolve import apply_overrides, build, load_preset_dict, resolve
 from xmask_cli.config_rules import RULES, Rule, RunFacts
-from xmask_cli.engine.experiment import check_config
+from xmask_cli.engine.runs.experiment import check_config
 from xmask_cli.errors import ConfigError
 from xmask_cli.model.model_config import ModelConfig
 
@@ -153,7 +153,7 @@ _FRESH = textwrap.dedent("""
         # Nothing above the schema was needed to refuse the config-stage breaks.
         loaded = sorted(m for m in sys.modules if m.startswith(("xmask_cli.model", "xmask_cli.tune", "torch")))
         out["modules above the schema"] = loaded
-        from xmask_cli.engine.experiment import check_config
+        from xmask_cli.engine.runs.experiment import check_config
         for name, cfg in built.items():
             try:
                 check_config(cfg)
@@ -206,7 +206,7 @@ def test_encoder_auto_is_resolved_in_one_place_for_the_engine_and_the_model() ->
     """``auto``: the patch encoder on images, the atom encoder on OGB molecules, else linear; the engine's model
     config and a ModelConfig built in Python agree wherever the dataset is not needed."""
     from xmask_cli.config_rules import resolve_encoder
-    from xmask_cli.engine.experiment import _model_config
+    from xmask_cli.engine.runs.experiment import _model_config
 
     cases = {("auto", "image", "digits"): "patch", ("auto", "graph", "ogbg-molhiv"): "atom",
              ("auto", "graph", "OGBG-MOLPCBA"): "atom", ("auto", "graph", "MUTAG"): "linear",

@@ -16,7 +16,7 @@ import pytest
 
 from tests.cli_helpers import run
 from xmask_cli import config_resolve as R
-from xmask_cli.engine.plan import resolve_level
+from xmask_cli.engine.runs.plan import resolve_level
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted(R.packaged_presets_dir().glob("*.yaml"))

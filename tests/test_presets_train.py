@@ -21,10 +21,10 @@ from tests.cli_helpers import one_error_line, run
 from tests.engine.conftest import _one_torch_thread  # noqa: F401  (autouse: one torch thread)
 from xmask_cli.config_resolve import list_presets, packaged_presets_dir, resolve
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine.experiment import Experiment, check_config
-from xmask_cli.engine.loop import seed_everything
-from xmask_cli.engine.node_memory import full_step_memory, step_shape
-from xmask_cli.engine.plan import resolve_level
+from xmask_cli.engine.batching.node_memory import full_step_memory, step_shape
+from xmask_cli.engine.runs.experiment import Experiment, check_config
+from xmask_cli.engine.runs.plan import resolve_level
+from xmask_cli.engine.training.loop import seed_everything
 from xmask_cli.model.network import XMaskNet
 
 PRESETS = sorted(p.stem for p in packaged_presets_dir().glob("*.yaml"))

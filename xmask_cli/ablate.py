@@ -26,11 +26,11 @@ from pathlib import Path
 
 from xmask_cli.config import Config
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine import sweep
-from xmask_cli.engine.data import DatasetMemo
-from xmask_cli.engine.plan import resolve_level, resolve_metric, run_name
-from xmask_cli.engine.runs import RunDir, write_json, write_text
-from xmask_cli.engine.selection import RULE
+from xmask_cli.engine.runs import sweep
+from xmask_cli.engine.runs.data import DatasetMemo
+from xmask_cli.engine.runs.folder import RunDir, write_json, write_text
+from xmask_cli.engine.runs.plan import resolve_level, resolve_metric, run_name
+from xmask_cli.engine.training.selection import RULE
 from xmask_cli.errors import UsageError
 from xmask_cli.fs import check_writable, refuse_links
 from xmask_cli.model.biases import BIASES

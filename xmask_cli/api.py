@@ -32,11 +32,11 @@ if TYPE_CHECKING:  # the heavy modules load on first call: `import xmask_cli` an
     import torch
 
     from xmask_cli.data.spec import DatasetSpec
-    from xmask_cli.engine.dryrun import DryRun
-    from xmask_cli.engine.evaluate import SavedRun
-    from xmask_cli.engine.experiment import Experiment
-    from xmask_cli.engine.plan import RunPlan
-    from xmask_cli.engine.runs import RunDir
+    from xmask_cli.engine.runs.dryrun import DryRun
+    from xmask_cli.engine.runs.evaluate import SavedRun
+    from xmask_cli.engine.runs.experiment import Experiment
+    from xmask_cli.engine.runs.folder import RunDir
+    from xmask_cli.engine.runs.plan import RunPlan
     from xmask_cli.engine.tasks.base import Task
     from xmask_cli.results import EvalResult, SweepResult
 
@@ -157,7 +157,7 @@ def train(
         UsageError: an argument of the wrong type or value (the message starts with its name), before any work.
         XMaskError: the CLI's errors (:mod:`xmask_cli.errors`), each with its exit code.
     """
-    from xmask_cli.engine.sweep import train_plan
+    from xmask_cli.engine.runs.sweep import train_plan
 
     for key, fn in (("log", log), ("on_epoch", on_epoch), ("on_seed_start", on_seed_start),
                     ("on_run_start", on_run_start)):
@@ -186,9 +186,9 @@ def dry_run(
 ) -> DryRun:
     """What :func:`train` with the same arguments would make, read and cost, without writing anything
     (``xmask train --dry-run``): the resolved config, the run folders, the cache file it needs and the
-    estimate of stored pairs, parameters and peak memory per step (:mod:`xmask_cli.engine.dryrun`).
+    estimate of stored pairs, parameters and peak memory per step (:mod:`xmask_cli.engine.runs.dryrun`).
     The dataset is read offline."""
-    from xmask_cli.engine.dryrun import dry_run as plan
+    from xmask_cli.engine.runs.dryrun import dry_run as plan
 
     run = _sweep_args(config, overrides, dataset, seeds, device, name, runs_dir, cache_dir, data_root, True,
                       resume, overwrite, dotted)
@@ -215,7 +215,7 @@ def _sweep_args(config: Any, overrides: Any, dataset: Any, seeds: Any, device: A
                 dotted: Mapping[str, Any]) -> _Sweep:
     """Check :func:`train`'s arguments (each named in its error), then resolve the config, seeds and device into
     the run's plan."""
-    from xmask_cli.engine.plan import check_seeds, make_plan, parse_seeds, resolve_device
+    from xmask_cli.engine.runs.plan import check_seeds, make_plan, parse_seeds, resolve_device
     from xmask_cli.prepare import resolve_cache_dir
 
     if not (config is None or isinstance(config, (str, os.PathLike, Config))):
@@ -275,9 +275,9 @@ class LoadedRun:
         """
         import torch
 
-        from xmask_cli.engine.evaluate import run_precision
-        from xmask_cli.engine.precision import autocast
-        from xmask_cli.engine.splits import PARTS
+        from xmask_cli.engine.runs.evaluate import run_precision
+        from xmask_cli.engine.scoring.splits import PARTS
+        from xmask_cli.engine.training.precision import autocast
 
         part = args.choice_arg("part", part, PARTS)
         self.model.eval()
@@ -289,7 +289,7 @@ class LoadedRun:
 
     def score(self, part: str = "test") -> float:
         """The run's metric on ``part``: the number ``xmask eval --split PART`` prints."""
-        from xmask_cli.engine.splits import PARTS
+        from xmask_cli.engine.scoring.splits import PARTS
 
         part = args.choice_arg("part", part, PARTS)
         return float(self.evaluate((part,)).metrics[part])
@@ -297,8 +297,8 @@ class LoadedRun:
     def evaluate(self, parts: Sequence[str] = ("val", "test")) -> EvalResult:
         """Metrics recomputed on ``parts`` beside the recorded ones; its ``to_json()`` is what
         ``xmask --format json eval`` prints."""
-        from xmask_cli.engine.evaluate import evaluate_loaded
-        from xmask_cli.engine.splits import PARTS
+        from xmask_cli.engine.runs.evaluate import evaluate_loaded
+        from xmask_cli.engine.scoring.splits import PARTS
 
         parts = args.strs_arg("parts", parts, choices=PARTS)
         return evaluate_loaded(self._run, self._saved, self._exp, self._task, self.model, parts=tuple(parts),
@@ -348,8 +348,8 @@ def load_run(
         UsageError: an argument of the wrong type or value (the message starts with its name).
         RunNotFoundError: not a run folder, or a checkpoint that does not fit its config.
     """
-    from xmask_cli.engine.evaluate import read_run, rebuild_run
-    from xmask_cli.engine.plan import resolve_device
+    from xmask_cli.engine.runs.evaluate import read_run, rebuild_run
+    from xmask_cli.engine.runs.plan import resolve_device
     from xmask_cli.prepare import resolve_cache_dir
 
     run_path = args.path_arg("path", path)

@@ -39,7 +39,7 @@ class DataSection(Section):
     split: str = "default"
     normalize_features: bool = False  # row-normalise node features (PyG NormalizeFeatures), as Planetoid recipes do
     # graph level: K > 0 runs Errica et al.'s protocol instead of the dataset's split: stratified K outer folds
-    # fixed by the seed, a stratified 10 % holdout of each outer training part for selection (engine/folds.py)
+    # fixed by the seed, a stratified 10 % holdout of each outer training part for selection (engine/scoring/folds.py)
     folds: int = 0
     fold: int = 0  # the outer fold one run trains (train --folds sets it per run; 0..folds-1)
 
@@ -234,7 +234,7 @@ class ModelSection(Section):
     encoder: Literal["auto", "linear", "atom", "patch", "none"] = "auto"
     positional: Literal["none", "learned"] = "none"  # image level: learned position embeddings (the ViT arm)
     input_dropout: float = 0.0  # dropout on raw input features (bag-of-words node features overfit without it)
-    # structural input channels appended to the node features (graph and node level; engine/features.py):
+    # structural input channels appended to the node features (graph and node level; engine/batching/features.py):
     # degree = one-hot degree capped at MAX_DEGREE; rwse = diag(P^1..P^S) from the cached RRWP (structure.rrwp).
     node_struct: Literal["none", "degree", "rwse", "degree+rwse"] = "none"
     biases: list[BiasSection] = field(default_factory=list)  # learned biases added to X-LogSMask: [{type: spd}, ...]
@@ -286,7 +286,7 @@ class ModelSection(Section):
 
 @dataclass(frozen=True)
 class TrainSection(Section):
-    """Optimisation; the training loop takes it as :class:`xmask_cli.engine.loop.TrainConfig` (plus seed, device).
+    """Optimisation; the training loop takes it as :class:`xmask_cli.engine.training.loop.TrainConfig` (plus seed, device).
 
     Attributes:
         epochs: maximum number of epochs.
@@ -304,7 +304,7 @@ class TrainSection(Section):
             finite instead of stopping the run with :class:`~xmask_cli.errors.DivergedError`.
         precision: ``fp32``; ``bf16`` / ``fp16`` run forwards under ``torch.autocast``
             (fp16 with a grad scaler); the log-mask and softmax stay float32
-            (:mod:`xmask_cli.engine.precision`).
+            (:mod:`xmask_cli.engine.training.precision`).
     """
 
     AT_LEAST = {"epochs": 1, "lr": 0, "weight_decay": 0, "warmup_epochs": 0, "batch_size": 1, "patience": 1,
@@ -338,7 +338,7 @@ class NodeSection(Section):
     AT_LEAST = {"subgraph_size": 0, "subgraphs_per_epoch": 1, "query_batch": (0, "0: all training nodes per step"),
                 "query_chunk_pairs": 1}
 
-    # auto: full-graph steps while one fits memory_gb (engine/node_memory.py estimates it from the stored pairs
+    # auto: full-graph steps while one fits memory_gb (engine/batching/node_memory.py estimates it from the stored pairs
     # and the model), query batches beyond (partition batches with learned pair biases)
     mode: Literal["auto", "full", "subgraph", "query", "partition"] = "auto"
     attention: Literal["auto", "dense", "sparse"] = "auto"  # full graph: auto = dense on CUDA; on CPU sparse below 15% pair density

@@ -8,7 +8,7 @@ declares the keys it reads (:attr:`Rule.keys`, carried by its refusal as :attr:`
 
 Two stages: ``config`` rules hold for any use of a config, so building one (``resolve``) runs them;
 ``run`` rules say what a training run of it needs (its task level, the structure it reads, the
-dataset's split), so the engine runs them once the level is known (``engine.experiment.check_config``,
+dataset's split), so the engine runs them once the level is known (``engine.runs.experiment.check_config``,
 with :class:`RunFacts`). Rules marked
 ``model`` hold for the model alone: :class:`~xmask_cli.model.model_config.ModelConfig` runs the same
 functions, so a model built in Python is refused with the same error and message. Checks that need the

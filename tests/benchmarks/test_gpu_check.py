@@ -47,7 +47,7 @@ def test_unknown_dataset_is_one_error_line(gpu_check, tmp_path, capsys) -> None:
 
 def test_flex_forward_matches_sdpa_on_cora_on_cpu(gpu_check, tmp_path) -> None:
     """FlexAttention with the X-LogSMask term as score_mod = SDPA with it as a float mask (forward; no CPU backward)."""
-    from xmask_cli.engine.experiment import Experiment
+    from xmask_cli.engine.runs.experiment import Experiment
 
     cfg = gpu_check._config("cora", ["node.attention=dense"])
     exp = Experiment.load(cfg, cache_dir=tmp_path / "c", data_root=gpu_check.DEFAULT_DATA_ROOT, offline=True)

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from tests.benchmarks import load_script
-from xmask_cli.engine.plan import parse_seeds as xmask_seeds
-from xmask_cli.engine.splits import Split
+from xmask_cli.engine.runs.plan import parse_seeds as xmask_seeds
+from xmask_cli.engine.scoring.splits import Split
 
 
 @pytest.fixture(scope="module")

@@ -117,7 +117,7 @@ def test_resume_keeps_finished_folds_and_trains_the_rest(peers, tmp_path, monkey
 
 
 def test_finished_fold_refuses_a_damaged_or_foreign_record(folds):
-    from xmask_cli.engine.folds import outer_folds
+    from xmask_cli.engine.scoring.folds import outer_folds
 
     _, labels = _toy()
     split = folds.common.split_info(outer_folds(labels, 3, 0)[1], 0)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.benchmarks import load_script
-from xmask_cli.engine import splits
+from xmask_cli.engine.scoring import splits
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_amazon_peer_split_is_xmask_seeded_split(common, gnn, shared_data, tmp_p
 @pytest.mark.parametrize("model", ["GIN", "baseline"])
 def test_fold_peers_train_on_xmasks_folds(common, folds, model, tmp_path):
     """The fold-protocol peers read the same outer fold and inner holdout as ``xmask train --folds``."""
-    from xmask_cli.engine.folds import outer_folds
+    from xmask_cli.engine.scoring.folds import outer_folds
     from xmask_cli.engine.tasks.graph import graph_labels
 
     graphs = common.load("MUTAG", tmp_path / "no-root", tmp_path / "cache")  # bundled

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.benchmarks import load_script
-from xmask_cli.engine import splits
+from xmask_cli.engine.scoring import splits
 
 
 @pytest.fixture(scope="module")

@@ -181,7 +181,7 @@ def test_generated_and_training_edge_caches_pass(tmp_path: Path) -> None:
     """``graphqa:<task>`` is found from its cache folder name; a link task's training-edge graph (a
     seeded split, no dataset to read again) is checked without its input."""
     from xmask_cli.config import StructureSection
-    from xmask_cli.engine.pair_structure import prepare_pair_structure
+    from xmask_cli.engine.batching.pair_structure import prepare_pair_structure
 
     cache = tmp_path / "cache"
     path = _prepare("graphqa:node_count", cache)

@@ -11,7 +11,7 @@ import torch
 
 from tests.cli_helpers import one_error_line, run
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.sweep import train_seeds
+from xmask_cli.engine.runs.sweep import train_seeds
 
 TINY = ["data.dataset=MUTAG", "model.hidden=8", "model.heads=2", "model.head_powers=[1,2]", "structure.powers.k=2",
         "model.layers=1", "train.epochs=1", "train.warmup_epochs=0"]

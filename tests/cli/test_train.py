@@ -9,7 +9,7 @@ import pytest
 
 from tests.cli_helpers import full_disk_line, one_error_line, run
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.sweep import train_seeds
+from xmask_cli.engine.runs.sweep import train_seeds
 
 TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "train.epochs=4",
         "--set", "train.warmup_epochs=1", "--set", "train.lr=1e-2"]
@@ -362,7 +362,7 @@ def test_resume_refuses_another_config_naming_the_keys(tmp_path, warm_cache):
 
 def test_overwrite_killed_after_its_config_cannot_resume_into_the_old_checkpoint(tmp_path, warm_cache, monkeypatch):
     """The issue's sequence: a finished lr 1e-3 run, a new lr 3e-3 start killed right after config.json, --resume."""
-    from xmask_cli.engine.runs import RunDir
+    from xmask_cli.engine.runs.folder import RunDir
 
     assert _train(tmp_path, warm_cache, "--set", "train.epochs=2").exit_code == 0
     folder = tmp_path / "runs" / "r" / "0"
@@ -395,7 +395,7 @@ def test_a_second_train_into_a_locked_folder_fails_at_once(tmp_path, warm_cache)
     folder = tmp_path / "runs" / "r" / "0"
     code = textwrap.dedent(f"""
         import time
-        from xmask_cli.engine.runs import RunDir
+        from xmask_cli.engine.runs.folder import RunDir
         with RunDir({str(folder)!r}).lock():
             print("locked", flush=True)
             time.sleep(60)
@@ -556,13 +556,13 @@ def test_train_on_a_full_disk_is_exit_5_and_the_run_resumes_to_the_uninterrupted
     monkeypatch.setattr(fs.os, "fsync", real)
     assert sorted(p.name for p in folder.iterdir() if p.name != "curves.png") == \
         [".lock", "best.pt", "config.json", "last.pt", "metrics.jsonl"]
-    from xmask_cli.engine.runs import RunDir
+    from xmask_cli.engine.runs.folder import RunDir
 
     assert RunDir(folder).load_checkpoint()["epoch"] == 1  # the good file was never replaced
     r = _train(tmp_path, warm_cache, *three, "--resume")
     assert r.exit_code == 0, r.stderr
     assert json.loads(r.stdout)["runs"][0]["metrics"] == json.loads(whole.stdout)["runs"][0]["metrics"]
-    from xmask_cli.engine.runs import without_timing
+    from xmask_cli.engine.runs.folder import without_timing
 
     rows = without_timing(json.loads(x) for x in (folder / "metrics.jsonl").read_text().splitlines())
     ref = without_timing(json.loads(x) for x in (tmp_path / "runs" / "whole" / "0" / "metrics.jsonl").read_text().splitlines())
@@ -574,8 +574,8 @@ def test_a_metrics_line_cut_by_a_full_disk_is_taken_back(tmp_path, monkeypatch):
     import errno
     import os
 
-    from xmask_cli.engine import runs
-    from xmask_cli.engine.runs import RunDir
+    from xmask_cli.engine.runs import folder as runs
+    from xmask_cli.engine.runs.folder import RunDir
     from xmask_cli.errors import NotWritableError
 
     rd = RunDir(tmp_path / "r")

@@ -44,7 +44,7 @@ def test_a_dry_run_writes_nothing_and_plans_what_train_makes(tmp_path):
 
 
 def test_the_dry_run_matches_the_model_and_cache_train_builds_and_leaves_them_untouched(tmp_path):
-    from xmask_cli.engine.experiment import Experiment
+    from xmask_cli.engine.runs.experiment import Experiment
     from xmask_cli.model.network import XMaskNet
 
     cfg = resolve("graph-level", TINY)
@@ -122,7 +122,7 @@ def test_a_mode_outside_the_memory_model_still_gets_pairs_and_parameters(tmp_pat
 def test_auto_mode_is_the_node_tasks_choice(tmp_path):
     """node.mode auto resolves as the node task resolves it: the full-graph step against node.memory_gb."""
     from xmask_cli.config_resolve import resolve
-    from xmask_cli.engine.experiment import Experiment
+    from xmask_cli.engine.runs.experiment import Experiment
 
     for budget, expected in (("4", "full"), ("0.0001", "query")):
         r = run("--format", "json", "train", "--preset", "node-level", "--set", f"node.memory_gb={budget}", "--dry-run",

@@ -15,7 +15,7 @@ from pathlib import Path
 
 TRAIN = ["train", "--preset", "graph-level", "--set", "model.hidden=16", "--set", "model.layers=1",
          "--set", "train.epochs=2", "--set", "train.warmup_epochs=1", "--folds", "2", "--device", "cpu"]
-#: The line train logs as each run ends (engine/sweep.py), seed and fold named.
+#: The line train logs as each run ends (engine/runs/sweep.py), seed and fold named.
 RUN_LINE = re.compile(r"seed 0 fold [01]: best epoch \d, train accuracy [\d.]+, val accuracy [\d.]+, test accuracy")
 
 

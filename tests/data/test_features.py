@@ -19,7 +19,7 @@ import torch
 
 from xmask_cli.data.load import EMBEDDED_ROOT, MAX_DEGREE, STAGE_MANIFEST, has_raw_files, load_graphs
 from xmask_cli.data.registry import all_datasets, get_dataset
-from xmask_cli.engine.features import node_features
+from xmask_cli.engine.batching.features import node_features
 
 #: Registered datasets whose raw files are in shared/datasets (checked below, so none is skipped silently).
 OFFLINE = ("Cora", "CiteSeer", "Computers", "Photo", "CS", "Physics", "MUTAG", "PROTEINS", "NCI1", "DD",

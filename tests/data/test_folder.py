@@ -93,7 +93,7 @@ def test_node_task_receives_the_files(tmp_path: Path) -> None:
     """x, y, the split and Â^1 of the cache that NodeTask reads equal what the files say (independent parse)."""
     import torch
 
-    from xmask_cli.engine.experiment import Experiment
+    from xmask_cli.engine.runs.experiment import Experiment
 
     folder = write_folder(tmp_path / "g")
     for part, idx in (("train", np.arange(0, 18)), ("val", np.arange(18, 24)), ("test", np.arange(24, 30))):
@@ -122,7 +122,7 @@ def test_node_task_receives_the_files(tmp_path: Path) -> None:
 
 
 def test_random_split_is_60_20_20_of_the_labelled_nodes(tmp_path: Path) -> None:
-    from xmask_cli.engine.splits import node_split
+    from xmask_cli.engine.scoring.splits import node_split
 
     _, _, y = _graph()
     y = y.copy()
@@ -410,7 +410,7 @@ def test_a_label_no_node_has(tmp_path: Path) -> None:
 def test_class_missing_from_a_seeds_random_draw(tmp_path: Path) -> None:
     """Class 2 has one labelled node; a seed whose 60/20/20 draw leaves it out of train is refused, naming the seed."""
     from xmask_cli.config_resolve import resolve
-    from xmask_cli.engine.experiment import Experiment
+    from xmask_cli.engine.runs.experiment import Experiment
 
     _, _, y = _graph()
     y = np.where(y == 2, -1, y)

@@ -16,7 +16,7 @@ from xmask_cli.config_resolve import resolve
 from xmask_cli.data.graphqa import DIRECTED, EDGE_CAP, PATH_CAP, TASKS, TRIANGLE_CAP, GraphQADataset, generate
 from xmask_cli.data.load import graphs_fingerprint, load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine.splits import graph_split
+from xmask_cli.engine.scoring.splits import graph_split
 from xmask_cli.errors import UsageError
 from xmask_cli.prepare import prepare_graphs
 

@@ -38,7 +38,7 @@ def test_other_datasets_load_without_ogb(no_ogb, tmp_path):
 
 
 def test_ogb_evaluator_and_atom_encoder_without_ogb_name_the_extra(no_ogb):
-    from xmask_cli.engine.metrics import ogb_node_accuracy, rocauc
+    from xmask_cli.engine.scoring.metrics import ogb_node_accuracy, rocauc
     from xmask_cli.model.network import ModelConfig, XMaskNet
 
     with pytest.raises(UsageError, match="ogbn-arxiv's accuracy"):

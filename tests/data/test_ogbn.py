@@ -66,7 +66,7 @@ def _ogb_reference(root: Path, tmp_path: Path):
 
 def test_model_receives_what_ogb_reads(arxiv_root, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from xmask_cli.config_resolve import resolve
-    from xmask_cli.engine.experiment import Experiment
+    from xmask_cli.engine.runs.experiment import Experiment
 
     root, written = arxiv_root
     data, idx, num_classes = _ogb_reference(root, tmp_path)
@@ -111,7 +111,7 @@ def test_model_receives_what_ogb_reads(arxiv_root, tmp_path: Path, monkeypatch: 
 
 def test_ogb_accuracy_equals_accuracy() -> None:
     """OGB's Evaluator and xmask's accuracy agree where a difference would show (random logits, ties)."""
-    from xmask_cli.engine.metrics import accuracy, ogb_node_accuracy
+    from xmask_cli.engine.scoring.metrics import accuracy, ogb_node_accuracy
 
     rng = np.random.default_rng(1)
     score = ogb_node_accuracy("ogbn-arxiv")

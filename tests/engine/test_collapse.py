@@ -21,9 +21,9 @@ from torch_geometric.data import InMemoryDataset
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import GraphSet, load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine.experiment import Experiment, _train_config
-from xmask_cli.engine.loop import train_task
+from xmask_cli.engine.runs.experiment import Experiment, _train_config
 from xmask_cli.engine.tasks.graph import size_readout_scale
+from xmask_cli.engine.training.loop import train_task
 from xmask_cli.prepare import prepare_graphs
 
 EPOCHS = 25
@@ -57,7 +57,7 @@ def _train(nci1_200, tmp_path: Path, overrides: list[str], seed: int = 0):
     model_cfg = exp.model_config(task)
     losses: list[float] = []
     train_task(task, model_cfg, _train_config(cfg, seed, "cpu"), tmp_path / "run", log=lambda r: losses.append(r["loss"]))
-    from xmask_cli.engine.runs import RunDir
+    from xmask_cli.engine.runs.folder import RunDir
     from xmask_cli.model.network import XMaskNet
 
     model = XMaskNet(model_cfg)

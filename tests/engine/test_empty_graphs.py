@@ -14,7 +14,7 @@ import torch
 
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import graphs_fingerprint
-from xmask_cli.engine.stream import GraphLevelStream
+from xmask_cli.engine.batching.stream import GraphLevelStream
 from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.prepare import prepare_graphs
 

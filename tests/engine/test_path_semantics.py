@@ -40,8 +40,8 @@ from xmask_cli.config import NodeSection
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine.node_batches import NodeBatch
-from xmask_cli.engine.splits import node_split
+from xmask_cli.engine.batching.node_batches import NodeBatch
+from xmask_cli.engine.scoring.splits import node_split
 from xmask_cli.engine.tasks.node import NodeTask
 from xmask_cli.model.attention.path import PathRefused
 from xmask_cli.model.network import ModelConfig, XMaskNet, sparse_refusal

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.sweep import train_seeds
+from xmask_cli.engine.runs.sweep import train_seeds
 from xmask_cli.explain import ExplainRequest, explain_run
 
 

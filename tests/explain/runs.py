@@ -8,7 +8,7 @@ from xmask_cli.model.network import ModelConfig, XMaskNet
 
 
 def reload_model(mutag: dict):
-    from xmask_cli.engine.runs import RunDir
+    from xmask_cli.engine.runs.folder import RunDir
 
     run = RunDir(mutag["run"])
     model = XMaskNet(ModelConfig(**run.load_config()["model"]))
@@ -18,13 +18,13 @@ def reload_model(mutag: dict):
 
 def graph_batch(mutag: dict, g: int):
     from xmask_cli.cache import StructureCache
-    from xmask_cli.engine.stream import collate
+    from xmask_cli.engine.batching.stream import collate
 
     path = next((mutag["root"] / "cache").rglob("*.h5"))
     cache = StructureCache(path)
     n = cache.num_nodes(g)
-    from xmask_cli.engine.experiment import Experiment
-    from xmask_cli.engine.features import input_features
+    from xmask_cli.engine.batching.features import input_features
+    from xmask_cli.engine.runs.experiment import Experiment
 
     exp = Experiment.load(resolve("graph-level", ["model.hidden=16", "model.layers=2", "model.heads=2"]),
                           cache_dir=mutag["root"] / "cache")

@@ -31,7 +31,7 @@ def _captured(monkeypatch) -> list:
 
 
 def _mutag_graph(mutag: dict, g: int) -> nx.Graph:
-    from xmask_cli.engine.experiment import Experiment
+    from xmask_cli.engine.runs.experiment import Experiment
 
     exp = Experiment.load(resolve("graph-level", ["model.hidden=16", "model.layers=2", "model.heads=2"]),
                           cache_dir=mutag["root"] / "cache")

@@ -99,7 +99,7 @@ def test_loaded_run_explain_equals_the_saved_files(mutag, tmp_path):
 
 def test_cora_node_and_edge_explanations_match_maps(cora, tmp_path):
     from xmask_cli.api import load_run
-    from xmask_cli.engine.experiment import Experiment
+    from xmask_cli.engine.runs.experiment import Experiment
 
     root = cora["root"]
     out = explain_run(cora["run"], ExplainRequest(nodes=[0], edges=["3,9"], max_nodes=24, view="matrix", pyg=True),

@@ -10,7 +10,7 @@ import torch
 
 from tests.explain.runs import graph_batch, reload_model
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.sweep import train_seeds
+from xmask_cli.engine.runs.sweep import train_seeds
 from xmask_cli.explain import ExplainRequest, explain_run
 from xmask_cli.explain.record import KINDS
 from xmask_cli.model.batches import DenseBatch
@@ -91,7 +91,7 @@ def test_a_reducing_recorder_sees_each_layers_terms_once_and_keeps_its_result(mu
 def test_learned_biases_are_labelled_and_recorded(tmp_path):
     """A run with SPD on head 2 and eigen on layer 2: labels name them, the structural map holds them."""
     from xmask_cli.cache import StructureCache
-    from xmask_cli.engine.runs import RunDir
+    from xmask_cli.engine.runs.folder import RunDir
 
     over = ["model.hidden=8", "model.layers=2", "model.heads=2", "train.epochs=1",
             "model.biases=[{type: spd, heads: [2]}, {type: eigen, layers: [2]}]"]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.sweep import train_seeds
+from xmask_cli.engine.runs.sweep import train_seeds
 from xmask_cli.explain import ExplainRequest, explain_run
 
 
@@ -46,7 +46,7 @@ def test_node_target_on_cora_is_cropped(tmp_path):
     assert node["cropped"] and node["cropped_from"] == 2708 and len(node["node_ids"]) == 32
     assert node["node_ids"][0] == 0 and edge["cropped_from"] == 2708 and {3, 9} <= set(edge["node_ids"])
     # Independent BFS on Cora's edges: the crop is closest first.
-    from xmask_cli.engine.experiment import Experiment
+    from xmask_cli.engine.runs.experiment import Experiment
 
     exp = Experiment.load(cfg, cache_dir=tmp_path / "cache")
     ei = exp.graphs.dataset[0].edge_index.numpy()

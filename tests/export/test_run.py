@@ -13,9 +13,9 @@ import torch
 
 from xmask_cli.api import load_run
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.evaluate import read_run, rebuild_run
-from xmask_cli.engine.features import input_features
-from xmask_cli.engine.sweep import train_seeds
+from xmask_cli.engine.batching.features import input_features
+from xmask_cli.engine.runs.evaluate import read_run, rebuild_run
+from xmask_cli.engine.runs.sweep import train_seeds
 from xmask_cli.engine.tasks.node import NodeTask
 from xmask_cli.export import (
     META,

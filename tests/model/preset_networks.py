@@ -8,7 +8,7 @@ code of the day and compares. The fixture's header says which commit and command
 only when a network is meant to change.
 
 How a network is built: the preset is resolved (``config_resolve.resolve``), its level resolved as the
-engine does (``engine.plan.resolve_level``) and its :class:`ModelConfig` built by the engine's own
+engine does (``engine.runs.plan.resolve_level``) and its :class:`ModelConfig` built by the engine's own
 ``experiment._model_config`` (``encoder: auto`` resolved against the dataset, ``eps`` and ``rrwp_dim`` from
 ``structure``). The run fields that come from data are the dataset's own where its files are under
 ``XMASK_TEST_DATA`` (feature width, classes); elsewhere stand-ins (:data:`STAND_IN`), and images their
@@ -114,7 +114,7 @@ def run_fields(cfg: Any, level: str, dims_of: dict[tuple[str, str], tuple[int, i
 
 def level_of(cfg: Any) -> str:
     """The task level as the engine resolves it (an edge preset names its level; its file comes with --set)."""
-    from xmask_cli.engine.plan import resolve_level
+    from xmask_cli.engine.runs.plan import resolve_level
 
     return "edge" if cfg.task.level == "edge" else resolve_level(cfg)
 
@@ -122,7 +122,7 @@ def level_of(cfg: Any) -> str:
 def model_config(preset: str, fields: dict[str, Any]) -> Any:
     """The preset's :class:`ModelConfig` as the engine builds it, with the given run fields."""
     from xmask_cli.config_resolve import resolve
-    from xmask_cli.engine.experiment import _model_config
+    from xmask_cli.engine.runs.experiment import _model_config
 
     cfg = resolve(str(find_preset(preset)))
     level = level_of(cfg)

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from tests.model.graphs import PATH_TRIANGLE, TWO_PARTS, adjacency, disjoint_union, norm_powers, padded, union_pairs
-from xmask_cli.engine.stream import GraphBatch
+from xmask_cli.engine.batching.stream import GraphBatch
 from xmask_cli.model.batches import DenseBatch, SparseBatch
 from xmask_cli.model.logsmask import DenseStructure, XLogSMaskBias
 from xmask_cli.model.network import ModelConfig, XMaskNet

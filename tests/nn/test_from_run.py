@@ -21,7 +21,7 @@ import xmask_cli
 from tests.test_presets_train import stand_in_overrides
 from xmask_cli.config import Config
 from xmask_cli.config_resolve import packaged_presets_dir, resolve
-from xmask_cli.engine.plan import resolve_level
+from xmask_cli.engine.runs.plan import resolve_level
 from xmask_cli.errors import UsageError
 from xmask_cli.model.logsmask import DenseStructure
 from xmask_cli.model.model_config import ModelConfig, plain_heads

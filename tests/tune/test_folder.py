@@ -8,7 +8,7 @@ import pytest
 
 from tests.cli_helpers import one_error_line, run
 from tests.tune.conftest import TINY
-from xmask_cli.engine import loop as loop_mod
+from xmask_cli.engine.training import loop as loop_mod
 from xmask_cli.errors import NotWritableError, UsageError
 from xmask_cli.tune.folder import STUDY_FILES, STUDY_FOLDERS, check_study_folder
 

@@ -57,7 +57,7 @@ def test_reports_are_the_running_mean_of_the_seeds_best_validation_at_per_seed_s
 
 
 def test_the_trials_of_a_study_read_the_dataset_once(tmp_path, mutag_cache, monkeypatch):
-    from xmask_cli.engine import data
+    from xmask_cli.engine.runs import data
 
     loads: list[str] = []
     real = data.load_graphs
@@ -118,7 +118,7 @@ def test_a_trial_on_folds_scores_the_inner_holdouts_of_the_first_folds(tmp_path,
 
     from xmask_cli.data.load import load_graphs
     from xmask_cli.data.registry import get_dataset
-    from xmask_cli.engine.folds import outer_folds
+    from xmask_cli.engine.scoring.folds import outer_folds
     from xmask_cli.engine.tasks.graph import graph_labels
 
     setup = replace(_setup(tmp_path, mutag_cache, [0]), cfg=R.resolve("mutag", [*TINY, "data.folds=3"]), folds=2)

@@ -14,10 +14,10 @@ import yaml
 from tests.cli_helpers import run
 from tests.tune.conftest import TINY, db_trials
 from xmask_cli import config_resolve as R
-from xmask_cli.engine import loop as loop_mod
-from xmask_cli.engine.features import input_features
-from xmask_cli.engine.graph_store import GraphStore
+from xmask_cli.engine.batching.features import input_features
+from xmask_cli.engine.batching.graph_store import GraphStore
 from xmask_cli.engine.tasks.graph import GraphTask, _eval_stream, graph_labels
+from xmask_cli.engine.training import loop as loop_mod
 from xmask_cli.tune.study import TuneOptions, run_study
 
 SEEDS = [0, 1]

@@ -41,7 +41,7 @@ def ablate(
     """
     from xmask_cli.ablate import parse_variants, run_ablation
     from xmask_cli.config_resolve import resolve
-    from xmask_cli.engine.plan import parse_seeds, resolve_device, resolve_level, run_name
+    from xmask_cli.engine.runs.plan import parse_seeds, resolve_device, resolve_level, run_name
 
     output = output_for(ctx, fmt)
     preset, overrides = run.choose()

@@ -11,7 +11,7 @@ __all__ = ["complete_preset", "complete_run_dir"]
 
 #: How deep below a folder a run may sit for the folder to be offered: ``runs/<name>/<seed>/fold-<i>``.
 _RUN_DEPTH = 3
-#: A folder holding this file is a run (:class:`xmask_cli.engine.runs.RunDir`'s config).
+#: A folder holding this file is a run (:class:`xmask_cli.engine.runs.folder.RunDir`'s config).
 _RUN_FILE = "config.json"
 
 

@@ -30,8 +30,8 @@ def eval_(
 
         xmask eval runs/cora-node/3 --split val --format json
     """
-    from xmask_cli.engine.evaluate import evaluate_run
-    from xmask_cli.engine.plan import resolve_device
+    from xmask_cli.engine.runs.evaluate import evaluate_run
+    from xmask_cli.engine.runs.plan import resolve_device
 
     out = output_for(ctx, fmt)
     parts = {"val": ("val",), "test": ("test",), "all": ("train", "val", "test")}.get(split)

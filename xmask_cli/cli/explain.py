@@ -59,7 +59,7 @@ def explain(
 
         xmask explain runs/digits-image/0 --image 3 --query-patch 5
     """
-    from xmask_cli.engine.plan import resolve_device
+    from xmask_cli.engine.runs.plan import resolve_device
     from xmask_cli.explain import ExplainRequest, explain_run
 
     output = output_for(ctx, fmt)

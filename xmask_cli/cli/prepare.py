@@ -44,7 +44,7 @@ def prepare(
     from xmask_cli import config_resolve as R
     from xmask_cli.api import choose_preset
     from xmask_cli.data.registry import get_dataset
-    from xmask_cli.engine.distributed import env_rank, env_world_size
+    from xmask_cli.engine.training.distributed import env_rank, env_world_size
     from xmask_cli.prepare import prepare_dataset
     from xmask_cli.prepare.ranks import rank_world
 
@@ -59,7 +59,7 @@ def prepare(
     spec = get_dataset(cfg.data.dataset)
     group: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
     if distributed:
-        from xmask_cli.engine.distributed import session
+        from xmask_cli.engine.training.distributed import session
 
         group = session("cpu")  # gloo: the ranks exchange numpy blocks, never tensors on a device
     with group, out.progress(f"prepare {spec.name}", total=1) as bar:

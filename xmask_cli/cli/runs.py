@@ -32,7 +32,7 @@ def runs_compare(
 
         xmask runs compare runs/mutag-graph --format json --no-plot
     """
-    from xmask_cli.engine.compare import compare_runs
+    from xmask_cli.engine.runs.compare import compare_runs
 
     output = output_for(ctx, fmt)
     result = compare_runs(dirs, None if no_plot else (out or Path("runs-compare.png")))

@@ -66,7 +66,7 @@ def train(
         xmask train --preset proteins --seeds 0-4 --data-root ../shared/datasets --dry-run
     """
     from xmask_cli.api import train as train_runs
-    from xmask_cli.engine.distributed import env_rank
+    from xmask_cli.engine.training.distributed import env_rank
 
     out = output_for(ctx, fmt)
     rank = env_rank()
@@ -74,7 +74,7 @@ def train(
         out = dataclasses.replace(out, quiet=True)
     if seed is not None and seeds is not None:
         raise UsageError("give --seed or --seeds, not both")
-    from xmask_cli.engine.plan import parse_seeds, resolve_device
+    from xmask_cli.engine.runs.plan import parse_seeds, resolve_device
 
     # Parsed here so that a bad value is named by its option (--seeds, --device), not the API's keyword.
     seed_list, device = parse_seeds(seeds if seeds is not None else seed), resolve_device(device)

@@ -48,7 +48,7 @@ def tune(
 
         xmask tune --preset cora --study s --storage postgresql://host/db --trials 20 --final-seeds none
     """
-    from xmask_cli.engine.plan import parse_seeds, resolve_device
+    from xmask_cli.engine.runs.plan import parse_seeds, resolve_device
     from xmask_cli.tune.narrow import fixed_keys
     from xmask_cli.tune.options import TuneOptions, parse_duration
     from xmask_cli.tune.outputs import human_report

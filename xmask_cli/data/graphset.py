@@ -54,7 +54,7 @@ class GraphSet:
         return len(self.dataset) > 0 and getattr(self.dataset[0], "x", None) is not None
 
     def feature_info(self) -> FeatureInfo:
-        """Which node features training feeds the model (see :func:`xmask_cli.engine.features.node_features`)."""
+        """Which node features training feeds the model (see :func:`xmask_cli.engine.batching.features.node_features`)."""
         if self.spec.family == "ogbg":
             x = self.dataset[0].x
             return FeatureInfo("atom", int(x.size(1)), f"OGB atom features ({x.size(1)} integer columns, AtomEncoder)")

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from xmask_cli.engine.evaluate import SavedRun, read_run, rebuild_run
+from xmask_cli.engine.runs.evaluate import SavedRun, read_run, rebuild_run
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.errors import UsageError
 from xmask_cli.explain.figures import plot_target, save_png
@@ -113,7 +113,7 @@ def explain_run(
         run_dir: ``runs/<name>/<seed>`` (``config.json`` and ``best.pt``).
         request: the targets, the crop and the figures (:class:`ExplainRequest`).
         out_dir: where ``maps.h5`` and ``<target>.png`` go (created).
-        cache_dir, data_root, offline: as for :func:`~xmask_cli.engine.evaluate.evaluate_run`.
+        cache_dir, data_root, offline: as for :func:`~xmask_cli.engine.runs.evaluate.evaluate_run`.
         device: torch device of the forward.
         log: progress lines.
 

@@ -18,14 +18,14 @@ import torch
 from torch import Tensor
 
 from xmask_cli.data.graphset import GraphSet
-from xmask_cli.engine.evaluate import SavedRun, read_run, rebuild_run, run_precision
-from xmask_cli.engine.experiment import Experiment
-from xmask_cli.engine.features import input_features
-from xmask_cli.engine.precision import autocast
-from xmask_cli.engine.runs import RunDir
-from xmask_cli.engine.splits import PARTS
+from xmask_cli.engine.batching.features import input_features
+from xmask_cli.engine.runs.evaluate import SavedRun, read_run, rebuild_run, run_precision
+from xmask_cli.engine.runs.experiment import Experiment
+from xmask_cli.engine.runs.folder import RunDir
+from xmask_cli.engine.scoring.splits import PARTS
 from xmask_cli.engine.tasks.graph import GraphTask
 from xmask_cli.engine.tasks.node import NodeTask
+from xmask_cli.engine.training.precision import autocast
 from xmask_cli.errors import UsageError
 from xmask_cli.export.inputs import dense_graph, graph_inputs, pairs_graph
 from xmask_cli.export.program import (

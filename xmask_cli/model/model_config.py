@@ -95,7 +95,7 @@ class ModelConfig(ModelSection):
         positional: ``'none'`` or ``'learned'`` position embeddings of the patch tokens (``encoder='patch'``).
         node_struct: structural input channels the engine appends to the node
             features (``'degree'``, ``'rwse'``, ``'degree+rwse'``; see
-            :mod:`xmask_cli.engine.features`); the model reads only ``struct_dim``.
+            :mod:`xmask_cli.engine.batching.features`); the model reads only ``struct_dim``.
         graph_layout: graph task, how :meth:`XMaskNet.forward` runs a padded batch:
             ``'packed'`` (default) runs the token-wise layers on the real nodes only
             and attention per group of similar-sized graphs

@@ -13,7 +13,7 @@ if TYPE_CHECKING:  # the renderer reads attributes; the CLI's start-up loads no 
 
 
 def human(con: Console, result: EvalResult, parts: Sequence[str]) -> None:
-    """The recomputed metric of each of ``parts`` (:func:`~xmask_cli.engine.evaluate.evaluate_run`'s result)."""
+    """The recomputed metric of each of ``parts`` (:func:`~xmask_cli.engine.runs.evaluate.evaluate_run`'s result)."""
     rows = [(f"{p} {result.metric}", f"{result.metrics[p]:.4f} (recorded {fmt_metric(result.recorded[p])})")
             for p in parts]
     con.print(kv_table(f"{result.dataset} {result.level} seed {result.seed}: {result.run_dir}", rows))

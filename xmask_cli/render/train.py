@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # the renderer reads attributes; the CLI's start-up loads no 
 
 
 def human(con: Console, result: SweepResult) -> None:
-    """The per-seed table of :func:`~xmask_cli.engine.sweep.train_seeds`'s result."""
+    """The per-seed table of :func:`~xmask_cli.engine.runs.sweep.train_seeds`'s result."""
     t = Table(title=f"{result.dataset} ({result.level}, {result.metric}) -> {result.run_root}",
               title_justify="left")
     for col in ("seed", "best epoch", "epochs", "train", "val", "test"):
@@ -37,7 +37,7 @@ def human(con: Console, result: SweepResult) -> None:
 
 def dry_run(con: Console, plan: dict[str, Any]) -> None:
     """``xmask train --dry-run``: the resolved config, the run folders, the cache file and the estimate
-    (``plan``: :meth:`~xmask_cli.engine.dryrun.DryRun.to_json`)."""
+    (``plan``: :meth:`~xmask_cli.engine.runs.dryrun.DryRun.to_json`)."""
     con.print(f"dry run: {plan['dataset']} ({plan['level']}, {plan['metric']}), nothing written or trained",
               markup=False)
     con.print("\nresolved config:", markup=False)

@@ -11,8 +11,8 @@ import json
 from typing import Any
 
 from xmask_cli.config import Config
-from xmask_cli.engine.resume import config_diff, new_setting_at_default
-from xmask_cli.engine.train_config import TrainConfig
+from xmask_cli.engine.training.resume import config_diff, new_setting_at_default
+from xmask_cli.engine.training.train_config import TrainConfig
 from xmask_cli.tune.space import Param
 
 __all__ = ["identity", "earlier_digests", "identity_diff"]

@@ -1,6 +1,6 @@
 """One trial of ``xmask tune``: draw a configuration, train it on the search seeds, score validation.
 
-The training is :func:`~xmask_cli.engine.sweep.train_seeds`, the code behind
+The training is :func:`~xmask_cli.engine.runs.sweep.train_seeds`, the code behind
 ``xmask train``, with ``parts=("train", "val")``: the best epoch of each seed is
 chosen on validation as in ``train``, and test is never scored. The trial's value
 is the mean validation metric over the seeds (with ``--folds F``: over the inner
@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xmask_cli.config import Config
-from xmask_cli.engine import selection
-from xmask_cli.engine.data import DatasetMemo
-from xmask_cli.engine.metrics import HIGHER_IS_BETTER
-from xmask_cli.engine.runs import RunDir
-from xmask_cli.engine.sweep import train_seeds
+from xmask_cli.engine.runs.data import DatasetMemo
+from xmask_cli.engine.runs.folder import RunDir
+from xmask_cli.engine.runs.sweep import train_seeds
+from xmask_cli.engine.scoring.metrics import HIGHER_IS_BETTER
+from xmask_cli.engine.training import selection
 from xmask_cli.errors import CacheError, DataNotFoundError, NotWritableError, first_line
 from xmask_cli.tune.space import Param, suggest, with_values
 
@@ -169,7 +169,7 @@ class _Reporter:
 
 
 def best_trial(study: optuna.Study) -> FrozenTrial | None:
-    """The study's best complete trial under :data:`~xmask_cli.engine.selection.TRIAL_RULE`: the best value
+    """The study's best complete trial under :data:`~xmask_cli.engine.training.selection.TRIAL_RULE`: the best value
     (the mean validation metric), ties broken by the lower mean validation loss, then the earlier trial.
 
     Optuna's own ``study.best_trial`` keeps the first of equal values; on small validation sets values tie

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from xmask_cli.config import Config
-from xmask_cli.engine.plan import run_name
+from xmask_cli.engine.runs.plan import run_name
 from xmask_cli.errors import UsageError
 
 __all__ = ["TuneOptions", "parse_duration", "study_dir"]

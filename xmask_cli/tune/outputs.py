@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from xmask_cli.config import Config
-from xmask_cli.engine.runs import write_bytes, write_json, write_text
-from xmask_cli.engine.selection import TRIAL_RULE
+from xmask_cli.engine.runs.folder import write_bytes, write_json, write_text
+from xmask_cli.engine.training.selection import TRIAL_RULE
 from xmask_cli.errors import first_line
 from xmask_cli.results import JsonItems, MetricStats
 from xmask_cli.tune.objective import best_trial, trial_value

@@ -43,7 +43,7 @@ def check_space(cfg: Any, *, full: bool = False) -> list[Param]:
     if not full:
         return params
     # Lazy: the engine loads torch; the space's own check above runs without it.
-    from xmask_cli.engine.experiment import check_config
+    from xmask_cli.engine.runs.experiment import check_config
 
     keys = {p.key for p in params}
     for p in params:

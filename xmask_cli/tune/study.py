@@ -34,11 +34,11 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from xmask_cli.config import Config
-from xmask_cli.engine.data import DatasetMemo
-from xmask_cli.engine.experiment import check_config
-from xmask_cli.engine.loop import PARTS
-from xmask_cli.engine.metrics import HIGHER_IS_BETTER
-from xmask_cli.engine.sweep import train_seeds
+from xmask_cli.engine.runs.data import DatasetMemo
+from xmask_cli.engine.runs.experiment import check_config
+from xmask_cli.engine.runs.sweep import train_seeds
+from xmask_cli.engine.scoring.metrics import HIGHER_IS_BETTER
+from xmask_cli.engine.training.loop import PARTS
 from xmask_cli.errors import UsageError, XMaskError
 from xmask_cli.tune import outputs
 from xmask_cli.tune.folder import check_study_folder, folder_lock

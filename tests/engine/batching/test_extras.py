@@ -15,7 +15,7 @@ from xmask_cli.cache import StructureCache
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import graphs_fingerprint
 from xmask_cli.engine import GraphLevelStream
-from xmask_cli.engine.extras import GraphExtras, pad_extras, to_tensors
+from xmask_cli.engine.batching.extras import GraphExtras, pad_extras, to_tensors
 from xmask_cli.prepare import prepare_graphs
 from xmask_cli.structure.spectrum import magnetic_laplacian
 

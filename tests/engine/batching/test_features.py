@@ -17,7 +17,7 @@ from xmask_cli.config_resolve import resolve
 from xmask_cli.data.graphset import MAX_DEGREE
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine.features import (
+from xmask_cli.engine.batching.features import (
     input_features,
     node_features,
     rwse_from_cache,

@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from xmask_cli.engine.node_batches import (
+from xmask_cli.engine.batching.node_batches import (
     FullBatcher,
     NodeGraph,
     PartitionBatcher,
@@ -17,7 +17,7 @@ from xmask_cli.engine.node_batches import (
     group_batches,
     induced_pairs,
 )
-from xmask_cli.engine.query import QueryStats
+from xmask_cli.engine.batching.query import QueryStats
 
 
 def _csr(n: int, k: int, density: float, seed: int):

@@ -9,7 +9,14 @@ import scipy.sparse as sp
 from tests.engine.tasks.test_node import Toy
 from xmask_cli.config import ModelSection, NodeSection
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.node_memory import GIB, StepShape, auto_mode, full_step_memory, pairs_per_power, step_shape
+from xmask_cli.engine.batching.node_memory import (
+    GIB,
+    StepShape,
+    auto_mode,
+    full_step_memory,
+    pairs_per_power,
+    step_shape,
+)
 from xmask_cli.engine.tasks.node import NodeTask, mode_note
 from xmask_cli.errors import ConfigError
 from xmask_cli.model.network import ModelConfig, XMaskNet

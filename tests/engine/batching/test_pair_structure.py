@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from tests.engine.pair_graphs import FULL, SPD_MAX, adjacency, check_no_leak, dense_spd, laplacian_eigvals, random_graph
-from xmask_cli.engine.pair_structure import PairStructure, prepare_pair_structure
-from xmask_cli.engine.splits import edge_split
+from xmask_cli.engine.batching.pair_structure import PairStructure, prepare_pair_structure
+from xmask_cli.engine.scoring.splits import edge_split
 from xmask_cli.engine.tasks.link import LinkTask
 
 

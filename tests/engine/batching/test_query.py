@@ -11,7 +11,7 @@ import torch
 
 from tests.engine.tasks.test_node import Toy
 from xmask_cli.config import NodeSection
-from xmask_cli.engine.query import Support, closure, encode_queries
+from xmask_cli.engine.batching.query import Support, closure, encode_queries
 from xmask_cli.engine.tasks.node import NodeTask
 from xmask_cli.model.attention.structural import StructuralAttention
 from xmask_cli.model.network import ModelConfig, XMaskNet

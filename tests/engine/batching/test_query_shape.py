@@ -6,8 +6,8 @@ import pytest
 import scipy.sparse as sp
 import torch
 
-from tests.engine.test_query import N, _full_sparse, _trained_scale, graph  # noqa: F401  (graph: the fixture)
-from xmask_cli.engine.query import Support, encode_queries
+from tests.engine.batching.test_query import N, _full_sparse, _trained_scale, graph  # noqa: F401  (graph: the fixture)
+from xmask_cli.engine.batching.query import Support, encode_queries
 from xmask_cli.model.network import ModelConfig, XMaskNet
 
 

@@ -280,7 +280,7 @@ def dense_log(batch: GraphBatch, b: int, n: int) -> np.ndarray:
 def test_log_mask_stream_carries_each_graphs_log_powers_at_its_pairs(toy: Toy, monkeypatch) -> None:
     """With ``log_mask``, batches carry ``log(Â^k + eps)`` (numpy from networkx) at the stored pairs, -inf off
     the support; the logs are taken once, when the store is built, never per batch."""
-    import xmask_cli.engine.graph_store as store_mod
+    import xmask_cli.engine.batching.graph_store as store_mod
 
     s = stream(toy, log_mask=(1e-30, "hard"), load_in_memory=True)
     assert s.store.logged and not s.cache._mem  # the packed path needs no copy of the whole file
@@ -328,7 +328,7 @@ def test_loader_workers_read_the_store_without_taking_a_log(toy: Toy, monkeypatc
     """Forked workers inherit the store: none takes a log, and their batches equal the in-process ones."""
     import multiprocessing
 
-    import xmask_cli.engine.graph_store as store_mod
+    import xmask_cli.engine.batching.graph_store as store_mod
 
     if multiprocessing.get_start_method(allow_none=True) not in (None, "fork"):
         pytest.skip("workers inherit the store by fork; this interpreter spawns them")
@@ -355,7 +355,7 @@ def test_streams_share_one_store(toy: Toy) -> None:
 
 
 def test_log_cache_mb_is_a_validated_train_key_not_saved_with_the_run() -> None:
-    from xmask_cli.engine.loop import TrainConfig
+    from xmask_cli.engine.training.loop import TrainConfig
     from xmask_cli.errors import ConfigError
 
     assert resolve("graph-level").train.log_cache_mb == 512

@@ -1,4 +1,4 @@
-"""engine.compare (`xmask runs compare`): the table equals the runs' summaries and metrics.jsonl, the plot
+"""engine.runs.compare (`xmask runs compare`): the table equals the runs' summaries and metrics.jsonl, the plot
 draws each run's validation curve, the CLI's JSON equals the library call."""
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from tests.cli_helpers import one_error_line, run
-from tests.engine.test_loop import ToyTask
-from xmask_cli.engine.compare import compare_runs, find_runs, plot_compare, run_row
-from xmask_cli.engine.loop import TrainConfig, fit
-from xmask_cli.engine.runs import RunDir
+from tests.engine.training.test_loop import ToyTask
+from xmask_cli.engine.runs.compare import compare_runs, find_runs, plot_compare, run_row
+from xmask_cli.engine.runs.folder import RunDir
+from xmask_cli.engine.training.loop import TrainConfig, fit
 from xmask_cli.errors import RunNotFoundError
 
 

@@ -1,4 +1,4 @@
-"""engine.compare (`xmask runs compare`): runs made with different versions (their config.json ``environment``)
+"""engine.runs.compare (`xmask runs compare`): runs made with different versions (their config.json ``environment``)
 are flagged, package by package, naming the runs; runs that agree, or recorded nothing, are not."""
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from tests.cli_helpers import run
-from tests.engine.test_loop import ToyTask
-from xmask_cli.engine.compare import compare_runs
-from xmask_cli.engine.loop import TrainConfig, fit
+from tests.engine.training.test_loop import ToyTask
+from xmask_cli.engine.runs.compare import compare_runs
+from xmask_cli.engine.training.loop import TrainConfig, fit
 
 
 @pytest.fixture(scope="module")

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from tests.cli_helpers import one_error_line, run
-from tests.engine.test_loop import ToyTask
-from xmask_cli.engine.folds import outer_folds, read_fold_file, write_fold_files
-from xmask_cli.engine.loop import TrainConfig, fit
-from xmask_cli.engine.runs import RunDir
+from tests.engine.training.test_loop import ToyTask
+from xmask_cli.engine.runs.folder import RunDir
+from xmask_cli.engine.scoring.folds import outer_folds, read_fold_file, write_fold_files
+from xmask_cli.engine.training.loop import TrainConfig, fit
 from xmask_cli.errors import RunNotFoundError
 
 NESTED = "[" * 100_000 + "]" * 100_000

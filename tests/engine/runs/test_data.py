@@ -10,9 +10,9 @@ from tests.data.test_folder import write_folder
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine import data as data_mod
-from xmask_cli.engine.data import LoadedData, LoadOptions, check_data, check_splittable, load_data
-from xmask_cli.engine.plan import make_plan
+from xmask_cli.engine.runs import data as data_mod
+from xmask_cli.engine.runs.data import LoadedData, LoadOptions, check_data, check_splittable, load_data
+from xmask_cli.engine.runs.plan import make_plan
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.errors import ConfigError, UsageError
 
@@ -124,7 +124,7 @@ def test_a_link_split_needs_enough_non_edges(tmp_path, monkeypatch):
 def test_a_memo_hands_a_dataset_only_to_a_run_that_reads_it_alike(tmp_path):
     import torch
 
-    from xmask_cli.engine.data import DatasetMemo
+    from xmask_cli.engine.runs.data import DatasetMemo
 
     memo = DatasetMemo()
     opts = LoadOptions(cache_dir=tmp_path, datasets=memo)

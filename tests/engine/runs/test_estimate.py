@@ -1,4 +1,4 @@
-"""engine.estimate: pairs within k hops against networkx, the cache's own counts, attention entries and the
+"""engine.runs.estimate: pairs within k hops against networkx, the cache's own counts, attention entries and the
 memory formula worked by hand."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import networkx as nx
 import numpy as np
 import pytest
 
-from xmask_cli.engine.estimate import (
+from xmask_cli.engine.runs.estimate import (
     DROPPED_FLOATS,
     ENTRY_FLOATS,
     TOKEN_FLOATS,
@@ -55,7 +55,7 @@ def test_cached_pair_counts_equal_the_counts_from_the_graphs(tmp_path):
     from xmask_cli.config_resolve import resolve
     from xmask_cli.data.load import load_graphs
     from xmask_cli.data.registry import get_dataset
-    from xmask_cli.engine.estimate import cached_pair_counts
+    from xmask_cli.engine.runs.estimate import cached_pair_counts
     from xmask_cli.prepare import prepare_dataset
 
     summary = prepare_dataset(resolve("graph-level", []), cache_dir=tmp_path / "cache")

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.evaluate import evaluate_run, read_run, rebuild_run, run_precision
-from xmask_cli.engine.sweep import train_seeds
+from xmask_cli.engine.runs.evaluate import evaluate_run, read_run, rebuild_run, run_precision
+from xmask_cli.engine.runs.sweep import train_seeds
 from xmask_cli.errors import RunNotFoundError
 
 TINY = ["data.dataset=MUTAG", "model.hidden=8", "model.heads=2", "model.head_powers=[1,2]", "structure.powers.k=2",
@@ -132,7 +132,7 @@ def test_the_config_digest_leaves_the_software_record_out():
     import hashlib
     import json
 
-    from xmask_cli.engine.evaluate import _config_digest
+    from xmask_cli.engine.runs.evaluate import _config_digest
 
     saved = {"config": {"model": {"hidden": 16}}, "model": {"hidden": 16}, "train": {"seed": 0}}
     here = {**saved, "environment": {"versions": {"torch": "2.13.0"}, "threads": {"torch": 2}}}

@@ -7,7 +7,7 @@ from xmask_cli.config_resolve import resolve
 
 
 def test_normalize_features_reaches_the_task(tmp_path):
-    from xmask_cli.engine.experiment import Experiment
+    from xmask_cli.engine.runs.experiment import Experiment
 
     fast = ["structure.spd.enabled=false", "structure.spectrum.enabled=false", "structure.partition.parts=0",
             "structure.powers.k=1", "model.heads=1", "model.hidden=8"]

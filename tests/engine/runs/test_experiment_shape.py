@@ -5,7 +5,7 @@ import pytest
 
 from tests.cli_helpers import one_error_line, run
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.experiment import check_config
+from xmask_cli.engine.runs.experiment import check_config
 from xmask_cli.errors import ConfigError
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from xmask_cli.engine.runs import RunDir
+from xmask_cli.engine.runs.folder import RunDir
 from xmask_cli.errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ def test_a_second_lock_fails_at_once_naming_the_holder(tmp_path):
 def test_a_killed_holder_releases_the_lock(tmp_path):
     code = textwrap.dedent(f"""
         import sys, time
-        from xmask_cli.engine.runs import RunDir
+        from xmask_cli.engine.runs.folder import RunDir
         with RunDir({str(tmp_path / 'r')!r}).lock():
             print("locked", flush=True)
             time.sleep(60)

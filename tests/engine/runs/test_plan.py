@@ -9,7 +9,7 @@ import torch
 from tests.data.test_folder import write_folder
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine.plan import (
+from xmask_cli.engine.runs.plan import (
     check_planned,
     check_seeds,
     existing_runs,
@@ -158,7 +158,7 @@ def test_check_planned_refuses_folders_holding_a_run_unless_replaced(tmp_path):
 def test_check_outputs_refuses_what_a_sweep_could_not_write_and_creates_nothing(tmp_path):
     """A file where a seed or fold folder goes is exit 5, a folder at aggregate.json exit 2; folders that do not
     exist yet pass and are not made."""
-    from xmask_cli.engine.plan import check_outputs
+    from xmask_cli.engine.runs.plan import check_outputs
     from xmask_cli.errors import NotWritableError
 
     root = tmp_path / "runs" / "x"
@@ -239,7 +239,7 @@ def test_make_plan_names_a_folder_dataset_by_its_absolute_path(tmp_path, monkeyp
 
 
 def test_make_plan_runs_the_run_stage_rules(tmp_path):
-    from xmask_cli.engine.experiment import check_config
+    from xmask_cli.engine.runs.experiment import check_config
 
     cfg = resolve("graph-level", ["data.folds=3"])
     plan = make_plan(cfg)

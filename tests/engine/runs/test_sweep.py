@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.sweep import train_seeds
+from xmask_cli.engine.runs.sweep import train_seeds
 from xmask_cli.errors import UsageError
 
 TINY = ["model.hidden=8", "model.heads=2", "model.layers=1", "train.epochs=1", "train.warmup_epochs=0"]
@@ -79,7 +79,7 @@ def test_resume_and_overwrite_together_are_refused_before_anything(tmp_path):
 
 def test_each_run_writes_its_summary_once_labelled_by_the_sweep(tmp_path, cache, monkeypatch):
     """The loop writes summary.json once, with the level, folder and fold the sweep knows; the sweep writes none."""
-    from xmask_cli.engine.runs import RunDir
+    from xmask_cli.engine.runs.folder import RunDir
 
     written: list[tuple[Path, dict]] = []
     real = RunDir.write_summary

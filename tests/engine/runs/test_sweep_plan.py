@@ -76,7 +76,7 @@ def test_a_locked_later_seed_refuses_the_sweep_at_once_and_nothing_is_made(tmp_p
     folder = tmp_path / "runs" / "mutag-graph" / "1"
     code = textwrap.dedent(f"""
         import time
-        from xmask_cli.engine.runs import RunDir
+        from xmask_cli.engine.runs.folder import RunDir
         with RunDir({str(folder)!r}).lock():
             print("locked", flush=True)
             time.sleep(60)
@@ -98,7 +98,7 @@ def test_a_locked_later_seed_refuses_the_sweep_at_once_and_nothing_is_made(tmp_p
 
 def test_a_run_started_in_a_folder_another_sweep_holds_is_refused(tmp_path):
     """The lock taken when a run starts is held to the end of the sweep: a second holder is refused."""
-    from xmask_cli.engine.runs import RunDir
+    from xmask_cli.engine.runs.folder import RunDir
 
     first = RunDir(tmp_path / "r" / "0", create=False)
     assert not first.path.exists()
@@ -115,7 +115,7 @@ def test_a_run_started_in_a_folder_another_sweep_holds_is_refused(tmp_path):
 @pytest.mark.parametrize("max_folds", [0, -1, 2.5, True])
 def test_max_folds_must_be_a_positive_int(max_folds, tmp_path):
     from xmask_cli.config_resolve import resolve
-    from xmask_cli.engine.sweep import train_seeds
+    from xmask_cli.engine.runs.sweep import train_seeds
 
     with pytest.raises(UsageError, match="max_folds: expected an int >= 1"):
         train_seeds(resolve("graph-level", ["data.folds=3"]), [0], cache_dir=tmp_path / "c",

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tests.cli_helpers import one_error_line, run
-from xmask_cli.engine.folds import outer_folds, read_fold_file, write_fold_files
+from xmask_cli.engine.scoring.folds import outer_folds, read_fold_file, write_fold_files
 from xmask_cli.errors import ConfigError
 
 TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "train.epochs=2",

@@ -9,7 +9,7 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-from xmask_cli.engine.metrics import HIGHER_IS_BETTER, METRICS, _rank_auc, accuracy, mae, mrr, rmse, rocauc
+from xmask_cli.engine.scoring.metrics import HIGHER_IS_BETTER, METRICS, _rank_auc, accuracy, mae, mrr, rmse, rocauc
 
 
 def test_accuracy_from_logits_and_labels():

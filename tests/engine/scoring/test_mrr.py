@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from xmask_cli.engine import mrr as mrr_mod
-from xmask_cli.engine.mrr import link_mrr
+from xmask_cli.engine.scoring import mrr as mrr_mod
+from xmask_cli.engine.scoring.mrr import link_mrr
 
 
 def _brute_rank(p: float, negs: list[float]) -> float:

@@ -11,7 +11,7 @@ import torch
 
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine.splits import (
+from xmask_cli.engine.scoring.splits import (
     Split,
     check_parts,
     edge_pair_keys,

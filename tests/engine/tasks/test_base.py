@@ -6,9 +6,9 @@ import math
 import pytest
 import torch
 
-from xmask_cli.engine.distributed import deal
 from xmask_cli.engine.tasks import LEVELS, TaskLevel
 from xmask_cli.engine.tasks.base import Task, network
+from xmask_cli.engine.training.distributed import deal
 from xmask_cli.model.model_config import ModelConfig
 from xmask_cli.model.network import XMaskNet
 

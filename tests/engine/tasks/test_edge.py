@@ -10,11 +10,11 @@ import torch
 
 from tests.engine.pair_graphs import FULL, POWERS_ONLY, adjacency, check_no_leak, random_graph
 from xmask_cli.data.edgefile import EdgeData, load_edge_file
-from xmask_cli.engine.features import one_hot_degree
-from xmask_cli.engine.loop import TrainConfig, train_task
-from xmask_cli.engine.metrics import mae
-from xmask_cli.engine.pair_structure import prepare_pair_structure
+from xmask_cli.engine.batching.features import one_hot_degree
+from xmask_cli.engine.batching.pair_structure import prepare_pair_structure
+from xmask_cli.engine.scoring.metrics import mae
 from xmask_cli.engine.tasks.edge import EdgeTask, edge_regression_split, train_edge_index
+from xmask_cli.engine.training.loop import TrainConfig, train_task
 from xmask_cli.model.model_config import ModelConfig
 
 

@@ -12,12 +12,12 @@ import torch
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import GraphSet, load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine.features import node_features
-from xmask_cli.engine.loop import TrainConfig
-from xmask_cli.engine.runs import RunDir, aggregate, without_timing
-from xmask_cli.engine.splits import Split, graph_split
+from xmask_cli.engine.batching.features import node_features
+from xmask_cli.engine.runs.folder import RunDir, aggregate, without_timing
+from xmask_cli.engine.scoring.splits import Split, graph_split
 from xmask_cli.engine.tasks import graph as graph_mod
 from xmask_cli.engine.tasks.graph import GraphTask, graph_labels, size_readout_scale, train_graph_level
+from xmask_cli.engine.training.loop import TrainConfig
 from xmask_cli.errors import UsageError
 from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.prepare import prepare_dataset
@@ -244,7 +244,7 @@ def test_packed_and_padded_layouts_train_to_the_same_metrics(mutag: Mutag, tmp_p
 
     Dropout on (both layouts draw the same masks), the preset's shape (hidden 64, 4 heads, 2 layers).
     """
-    from xmask_cli.engine.loop import train_task
+    from xmask_cli.engine.training.loop import train_task
 
     cfg = replace(FAST, epochs=4, patience=4, seed=2, lr=1e-3)
     base = replace(mutag.model_cfg, hidden=64, heads=4, layers=2, dropout=0.1, head_powers=None)
@@ -274,7 +274,7 @@ def test_the_stores_log_pairs_train_to_the_dense_powers_numbers(shared_data: Pat
     """PROTEINS (graphs of 4 to 620 nodes), the preset's model with dropout: a few training steps and the
     validation outputs through the store's log pairs equal, bit for bit, those of the same model fed the
     cache's dense powers (per-graph reads, the log taken by the model's own X-LogSMask term)."""
-    from xmask_cli.engine.experiment import Experiment
+    from xmask_cli.engine.runs.experiment import Experiment
 
     cfg = resolve("proteins")
     exp = Experiment.load(cfg, cache_dir=tmp_path / "cache", data_root=shared_data, offline=True)

@@ -9,8 +9,8 @@ from xmask_cli.cache import StructureCache
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.images import load_images
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine.experiment import Experiment, _model_config
-from xmask_cli.engine.sweep import train_seeds
+from xmask_cli.engine.runs.experiment import Experiment, _model_config
+from xmask_cli.engine.runs.sweep import train_seeds
 from xmask_cli.engine.tasks.image import ImageTask, augment_batch, image_split
 from xmask_cli.errors import UsageError
 from xmask_cli.prepare import prepare_grid

@@ -12,12 +12,12 @@ import torch
 from tests.engine.pair_graphs import POWERS_ONLY, random_graph
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine.loop import TrainConfig, fit, train_task
-from xmask_cli.engine.mrr import link_mrr
-from xmask_cli.engine.pair_structure import prepare_pair_structure
-from xmask_cli.engine.runs import RunDir, without_timing
-from xmask_cli.engine.splits import edge_split
+from xmask_cli.engine.batching.pair_structure import prepare_pair_structure
+from xmask_cli.engine.runs.folder import RunDir, without_timing
+from xmask_cli.engine.scoring.mrr import link_mrr
+from xmask_cli.engine.scoring.splits import edge_split
 from xmask_cli.engine.tasks.link import LinkTask
+from xmask_cli.engine.training.loop import TrainConfig, fit, train_task
 from xmask_cli.errors import UsageError
 from xmask_cli.model.network import ModelConfig, XMaskNet
 

@@ -16,10 +16,10 @@ from xmask_cli.config import NodeSection
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import GraphSet, graphs_fingerprint, load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine.loop import TrainConfig, fit, seed_everything
-from xmask_cli.engine.runs import RunDir, without_timing
-from xmask_cli.engine.splits import node_split, random_split
+from xmask_cli.engine.runs.folder import RunDir, without_timing
+from xmask_cli.engine.scoring.splits import node_split, random_split
 from xmask_cli.engine.tasks.node import NodeTask
+from xmask_cli.engine.training.loop import TrainConfig, fit, seed_everything
 from xmask_cli.errors import ConfigError
 from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.prepare import prepare_dataset, prepare_graphs
@@ -195,7 +195,7 @@ def test_the_node_section_is_checked_by_its_own_rules(small: Toy, key: str, valu
 
 def test_the_experiment_hands_its_node_section_to_the_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from tests.data.test_folder import write_folder
-    from xmask_cli.engine.experiment import Experiment
+    from xmask_cli.engine.runs.experiment import Experiment
 
     write_folder(tmp_path / "g")
     monkeypatch.chdir(tmp_path)

@@ -16,9 +16,9 @@ from xmask_cli.cli import app
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine.evaluate import evaluate_run
-from xmask_cli.engine.splits import node_split
-from xmask_cli.engine.sweep import train_seeds
+from xmask_cli.engine.runs.evaluate import evaluate_run
+from xmask_cli.engine.runs.sweep import train_seeds
+from xmask_cli.engine.scoring.splits import node_split
 from xmask_cli.engine.tasks.node import NodeTask
 from xmask_cli.engine.tasks.node_experts import ExpertNodeTask
 from xmask_cli.model.experts import EXPERTS

@@ -6,7 +6,7 @@ from pathlib import Path
 import torch
 
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.experiment import Experiment
+from xmask_cli.engine.runs.experiment import Experiment
 from xmask_cli.model.network import XMaskNet
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.plan import resolve_metric
+from xmask_cli.engine.runs.plan import resolve_metric
 from xmask_cli.engine.tasks import LEVELS, get_level
 
 

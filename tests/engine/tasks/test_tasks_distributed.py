@@ -51,13 +51,13 @@ def _task(cora: dict[str, str], mode: str) -> Any:
     """Cora's node task in ``mode``, or (``"link"``) its link task on the sparse path."""
     from xmask_cli.data.load import load_graphs
     from xmask_cli.data.registry import get_dataset
-    from xmask_cli.engine.splits import edge_split, node_split
+    from xmask_cli.engine.scoring.splits import edge_split, node_split
     from xmask_cli.engine.tasks.node import NodeTask
 
     graphs = load_graphs(get_dataset("cora"), data_root=None, cache_dir=Path(cora["cache_dir"]), offline=True)
     if mode == "link":
         from xmask_cli.config_resolve import resolve
-        from xmask_cli.engine.pair_structure import prepare_pair_structure
+        from xmask_cli.engine.batching.pair_structure import prepare_pair_structure
         from xmask_cli.engine.tasks.link import LinkTask
 
         n = int(graphs.num_nodes[0])
@@ -71,7 +71,7 @@ def _task(cora: dict[str, str], mode: str) -> Any:
 
 def _pieces(task: Any, mode: str) -> list[Any]:
     """The four rank batches, in dealing order (step s = pieces 2s on rank 0 and 2s + 1 on rank 1)."""
-    from xmask_cli.engine.node_batches import NodeBatch
+    from xmask_cli.engine.batching.node_batches import NodeBatch
 
     if mode == "link":  # the epoch's positive and negative pairs, cut into unequal batches
         batches = list(task.train_batches(0))
@@ -98,7 +98,7 @@ def _pieces(task: Any, mode: str) -> list[Any]:
 
 def _union(a: Any, b: Any) -> Any:
     """One batch holding both batches' queries (every query a training node), or both pair batches."""
-    from xmask_cli.engine.node_batches import NodeBatch
+    from xmask_cli.engine.batching.node_batches import NodeBatch
 
     if isinstance(a, tuple):
         return tuple(torch.cat([x, y], dim=1) for x, y in zip(a, b))
@@ -154,7 +154,7 @@ def _model(task: Any) -> torch.nn.Module:
 
 def _fit(task: Any, batches: list[Any], run_dir: Path, equal_weights: bool = False) -> dict[str, dict[str, torch.Tensor]]:
     """Parameters after one epoch over ``batches`` (one step each) and the last step's gradients."""
-    from xmask_cli.engine.loop import TrainConfig, fit, seed_everything
+    from xmask_cli.engine.training.loop import TrainConfig, fit, seed_everything
 
     seed_everything(0)
     model = _model(task)

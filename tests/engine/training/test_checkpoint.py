@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 
-from tests.engine.test_loop import ToyTask, _fit
-from xmask_cli.engine.checkpoint import check_best, check_last
-from xmask_cli.engine.loop import TrainConfig, fit
-from xmask_cli.engine.runs import RunDir
+from tests.engine.training.test_loop import ToyTask, _fit
+from xmask_cli.engine.runs.folder import RunDir
+from xmask_cli.engine.training.checkpoint import check_best, check_last
+from xmask_cli.engine.training.loop import TrainConfig, fit
 from xmask_cli.errors import RunNotFoundError
 
 LAST_KEYS = ["model", "optimizer", "scheduler", "rng", "epoch", "best", "best_loss", "best_epoch", "bad_epochs",

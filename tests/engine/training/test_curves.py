@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from xmask_cli.engine.curves import CURVES, curve_series, plot_curves, write_curves
+from xmask_cli.engine.training.curves import CURVES, curve_series, plot_curves, write_curves
 
 ROWS = [
     {"epoch": 0, "loss": 1.5, "val_loss": 1.6, "train_acc": 0.5, "val_acc": 0.4, "train_s": 3.0, "epoch_s": 1.0,

@@ -21,8 +21,8 @@ import torch.distributed as dist
 
 from tests.cli_helpers import run
 from tests.engine.ranks import spawn_ranks
-from xmask_cli.engine.distributed import deal, epoch_seed
 from xmask_cli.engine.tasks.base import Task
+from xmask_cli.engine.training.distributed import deal, epoch_seed
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "train.warmup_epochs=1",
@@ -67,7 +67,7 @@ def mutag(tmp_path_factory: pytest.TempPathFactory) -> dict:
 def _graph_task(mutag: dict, batch_size: int = 8):
     from xmask_cli.data.load import load_graphs
     from xmask_cli.data.registry import get_dataset
-    from xmask_cli.engine.splits import graph_split
+    from xmask_cli.engine.scoring.splits import graph_split
     from xmask_cli.engine.tasks.graph import GraphTask
 
     graphs = load_graphs(get_dataset("mutag"), data_root=None, cache_dir=mutag["cache_dir"], offline=True)
@@ -136,7 +136,7 @@ def _model():
 
 def _fit_case(mutag: dict, groups: list[list[int]], run_dir: Path) -> dict:
     """Parameters after one epoch on ``groups`` and the gradient of its last step (as the optimiser saw it)."""
-    from xmask_cli.engine.loop import TrainConfig, fit, seed_everything
+    from xmask_cli.engine.training.loop import TrainConfig, fit, seed_everything
 
     seed_everything(0)
     model = _model()

@@ -6,9 +6,9 @@ import json
 import pytest
 import torch
 
-from xmask_cli.engine.loop import TrainConfig, fit
-from xmask_cli.engine.runs import RunDir
+from xmask_cli.engine.runs.folder import RunDir
 from xmask_cli.engine.tasks.base import Task
+from xmask_cli.engine.training.loop import TrainConfig, fit
 from xmask_cli.errors import DivergedError, UsageError
 
 

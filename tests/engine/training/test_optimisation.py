@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from xmask_cli.engine.optimisation import Optimisation, decay_groups
-from xmask_cli.engine.train_config import TrainConfig
+from xmask_cli.engine.training.optimisation import Optimisation, decay_groups
+from xmask_cli.engine.training.train_config import TrainConfig
 from xmask_cli.errors import UsageError
 from xmask_cli.model.network import ModelConfig, XMaskNet
 

@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from tests.engine.tasks.test_graph import FAST, Mutag, mutag  # noqa: F401  (module fixture)
-from xmask_cli.engine.features import node_features
-from xmask_cli.engine.graph_store import GraphStore
-from xmask_cli.engine.precision import Precision, autocast, check_precision
-from xmask_cli.engine.runs import RunDir
+from xmask_cli.engine.batching.features import node_features
+from xmask_cli.engine.batching.graph_store import GraphStore
+from xmask_cli.engine.runs.folder import RunDir
 from xmask_cli.engine.tasks.graph import _eval_stream, _predict, graph_labels, train_graph_level
+from xmask_cli.engine.training.precision import Precision, autocast, check_precision
 from xmask_cli.errors import UsageError
 from xmask_cli.model.attention.structural import StructuralAttention
 from xmask_cli.model.logsmask import SparseStructure, XLogSMaskBias

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from xmask_cli.engine.resume import check_resumable, config_diff, new_setting_at_default, rng_state, set_rng_state
+from xmask_cli.engine.training.resume import (
+    check_resumable,
+    config_diff,
+    new_setting_at_default,
+    rng_state,
+    set_rng_state,
+)
 from xmask_cli.errors import UsageError
 
 RUN = SimpleNamespace(path=Path("runs/demo/seed0"))
@@ -106,8 +112,8 @@ def test_config_json_records_the_environment_and_a_resume_rewrites_it(tmp_path):
     import json
     import platform
 
-    from tests.engine.test_loop import ToyTask
-    from xmask_cli.engine.loop import TrainConfig, fit
+    from tests.engine.training.test_loop import ToyTask
+    from xmask_cli.engine.training.loop import TrainConfig, fit
 
     cfg = TrainConfig(epochs=2, lr=0.05, warmup_epochs=0, seed=0)
     fit(ToyTask(), torch.nn.Linear(2, 1), cfg, tmp_path / "run", model_config={"toy": 1})
@@ -130,8 +136,8 @@ def test_resume_refuses_a_checkpoint_copied_from_another_run(tmp_path, name):
     is refused, exit 6, naming the setting and both values, before any epoch; the run's own files stay."""
     import shutil
 
-    from tests.engine.test_loop import ToyTask
-    from xmask_cli.engine.loop import TrainConfig, fit
+    from tests.engine.training.test_loop import ToyTask
+    from xmask_cli.engine.training.loop import TrainConfig, fit
     from xmask_cli.errors import RunNotFoundError
 
     def train(folder: Path, seed: int, epochs: int, **kw) -> None:
@@ -158,7 +164,7 @@ def test_check_record_compares_what_the_checkpoint_recorded():
     differs is named with both values, what --resume may change passes, and no record only warns."""
     import json
 
-    from xmask_cli.engine.resume import check_record
+    from xmask_cli.engine.training.resume import check_record
     from xmask_cli.errors import RunNotFoundError
 
     saved = _saved()

@@ -6,10 +6,10 @@ import json
 import pytest
 import torch
 
-from tests.engine.test_loop import ToyTask
-from xmask_cli.engine import selection
-from xmask_cli.engine.loop import TrainConfig, fit
-from xmask_cli.engine.runs import RunDir
+from tests.engine.training.test_loop import ToyTask
+from xmask_cli.engine.runs.folder import RunDir
+from xmask_cli.engine.training import selection
+from xmask_cli.engine.training.loop import TrainConfig, fit
 from xmask_cli.errors import RunNotFoundError
 
 

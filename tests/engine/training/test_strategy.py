@@ -11,9 +11,9 @@ import torch
 import torch.distributed as dist
 
 from tests.engine.ranks import spawn_ranks
-from xmask_cli.engine.distributed import DDPStrategy, SingleProcess, make_strategy
-from xmask_cli.engine.precision import Precision
 from xmask_cli.engine.tasks.base import Task
+from xmask_cli.engine.training.distributed import DDPStrategy, SingleProcess, make_strategy
+from xmask_cli.engine.training.precision import Precision
 
 
 class Lines(Task[int]):

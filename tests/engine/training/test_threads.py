@@ -7,7 +7,7 @@ import numba
 import pytest
 import torch
 
-from xmask_cli.engine.threads import ThreadPlan, apply_threads, choose_threads, usable_cores
+from xmask_cli.engine.training.threads import ThreadPlan, apply_threads, choose_threads, usable_cores
 
 
 def test_usable_cores_is_the_affinity_set() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from xmask_cli.config import TrainSection
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.train_config import TrainConfig
+from xmask_cli.engine.training.train_config import TrainConfig
 
 
 def test_from_section_carries_every_train_value_and_adds_seed_and_device():

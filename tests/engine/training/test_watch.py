@@ -1,4 +1,4 @@
-"""engine.watch and engine.curves: curves.png at the end and on interrupt, TensorBoard events equal to
+"""engine.training.watch and engine.training.curves: curves.png at the end and on interrupt, TensorBoard events equal to
 metrics.jsonl, the install hint when tensorboard is missing."""
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import json
 import pytest
 import torch
 
-from tests.engine.test_loop import ToyTask
-from xmask_cli.engine.curves import curve_series, plot_curves
-from xmask_cli.engine.loop import TrainConfig, fit
-from xmask_cli.engine.runs import RunDir
-from xmask_cli.engine.watch import scalar_tag
+from tests.engine.training.test_loop import ToyTask
+from xmask_cli.engine.runs.folder import RunDir
+from xmask_cli.engine.training.curves import curve_series, plot_curves
+from xmask_cli.engine.training.loop import TrainConfig, fit
+from xmask_cli.engine.training.watch import scalar_tag
 from xmask_cli.errors import DivergedError, UsageError
 
 

@@ -54,7 +54,7 @@ def test_sparse_refusal_names_the_setting() -> None:
 def test_experts_refuse_eps() -> None:
     """M3Dphormer's experts attend over sparse token masks: outside_support=eps is refused (exit 2 from train)."""
     from xmask_cli.config_resolve import resolve
-    from xmask_cli.engine.experiment import check_config
+    from xmask_cli.engine.runs.experiment import check_config
     from xmask_cli.errors import ConfigError
     from xmask_cli.model.model_config import ModelConfig
 

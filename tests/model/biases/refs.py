@@ -1,6 +1,6 @@
 """Independent references for the learned-bias tests, built from the raw edge lists with numpy / networkx
 (hop distances, ``D^-1 A`` walks, ``numpy.linalg.eigh`` of the Laplacians), never through the cache or
-:mod:`xmask_cli.engine.extras`; padded (dense) and disjoint-union (sparse) batches of them; the test graphs."""
+:mod:`xmask_cli.engine.batching.extras`; padded (dense) and disjoint-union (sparse) batches of them; the test graphs."""
 from __future__ import annotations
 
 import networkx as nx

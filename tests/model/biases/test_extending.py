@@ -15,7 +15,7 @@ import torch
 
 from xmask_cli.config import BIAS_NEEDS
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.sweep import train_seeds
+from xmask_cli.engine.runs.sweep import train_seeds
 from xmask_cli.model.biases import BIASES, BiasEntry
 from xmask_cli.model.biases.stack import BiasSpec
 from xmask_cli.model.network import ModelConfig, XMaskNet, head_labels

@@ -6,7 +6,7 @@ import pytest
 from xmask_cli.ablate import BIAS_VARIANTS, variant_overrides
 from xmask_cli.config import BIAS_NEEDS, Config
 from xmask_cli.config_resolve import resolve
-from xmask_cli.engine.extras import EXTRA_SECTIONS
+from xmask_cli.engine.batching.extras import EXTRA_SECTIONS
 from xmask_cli.errors import ConfigError
 from xmask_cli.model.biases import BIASES, EigenBias, LearnedBias, MagneticBias, RrwpBias, SpdBias
 from xmask_cli.model.biases.stack import BiasSpec, BiasStack

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from xmask_cli.cache import StructureCache
 from xmask_cli.data.graphset import MAX_DEGREE, GraphSet, one_hot, one_hot_degrees, one_hot_width
-from xmask_cli.engine.pair_structure import canonical_edges
+from xmask_cli.engine.batching.pair_structure import canonical_edges
 
 __all__ = ["node_features", "one_hot_degree", "MAX_DEGREE", "NODE_STRUCT_CHANNELS", "struct_channels", "StructInfo",
            "undirected_degrees", "rwse_from_cache", "structural_features", "input_features", "struct_info"]

@@ -10,7 +10,7 @@ one :class:`NodeBatcher`, chosen once by the node task:
   by another batcher (the whole graph, or query / partition batches above
   ``dense_max_nodes``);
 * :class:`QueryBatcher` (``query``): batches of query nodes, each over all of its
-  stored keys (:mod:`xmask_cli.engine.query`);
+  stored keys (:mod:`xmask_cli.engine.batching.query`);
 * :class:`PartitionBatcher` (``partition``): METIS parts (or random groups of them).
 """
 from __future__ import annotations
@@ -23,9 +23,9 @@ import scipy.sparse as sp
 import torch
 from torch import Tensor
 
-from xmask_cli.engine.distributed import deal
-from xmask_cli.engine.extras import GraphExtras, to_tensors
-from xmask_cli.engine.query import QueryStats, Support, encode_queries
+from xmask_cli.engine.batching.extras import GraphExtras, to_tensors
+from xmask_cli.engine.batching.query import QueryStats, Support, encode_queries
+from xmask_cli.engine.training.distributed import deal
 from xmask_cli.model.batches import DenseBatch, SparseBatch
 from xmask_cli.model.network import XMaskNet
 
@@ -48,7 +48,7 @@ class NodeBatch:
         edge_index: ``[2, E]`` batch-local attended pairs (``partition``), or None.
         values: ``[E, K]`` powers at those pairs (``partition``), or None.
         extras: what the learned biases read (dense with a batch axis of 1, or
-            per pair / node; see :class:`~xmask_cli.engine.extras.GraphExtras`), or None.
+            per pair / node; see :class:`~xmask_cli.engine.batching.extras.GraphExtras`), or None.
     """
 
     nodes: Tensor | None
@@ -199,7 +199,7 @@ class NodeBatcher:
         raise NotImplementedError
 
     def train_shard(self, epoch: int, rank: int, size: int) -> Iterator[tuple[NodeBatch, bool]]:
-        """Rank ``rank``'s ``(batch, real)`` of ``epoch``: the epoch's list dealt (``engine.distributed.deal``)."""
+        """Rank ``rank``'s ``(batch, real)`` of ``epoch``: the epoch's list dealt (``engine.training.distributed.deal``)."""
         batches = list(self.train_batches(epoch))
         for i, real in deal(len(batches), rank, size):
             yield batches[i], real

@@ -34,9 +34,9 @@ from torch import Tensor
 from xmask_cli.cache import StructureCache, cache_key, cache_path
 from xmask_cli.config import StructureSection
 from xmask_cli.data.graphset import graphs_fingerprint
-from xmask_cli.engine.extras import GraphExtras, to_tensors
-from xmask_cli.engine.metrics import ArrayInput
-from xmask_cli.engine.splits import pair_keys
+from xmask_cli.engine.batching.extras import GraphExtras, to_tensors
+from xmask_cli.engine.scoring.metrics import ArrayInput
+from xmask_cli.engine.scoring.splits import pair_keys
 from xmask_cli.model.attention.path import full_graph_attention
 from xmask_cli.prepare import prepare_graphs, structure_params
 

@@ -26,8 +26,8 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from xmask_cli.cache import StructureCache
-from xmask_cli.engine.extras import GraphExtras, pad_extras, to_tensors
-from xmask_cli.engine.graph_store import GraphStore
+from xmask_cli.engine.batching.extras import GraphExtras, pad_extras, to_tensors
+from xmask_cli.engine.batching.graph_store import GraphStore
 from xmask_cli.model.batches import DenseBatch, LogPairs, PackedBatch
 
 #: Default bytes of log-powers a task's store keeps (``train.log_cache_mb``; at the stored pairs:
@@ -80,9 +80,9 @@ class GraphBatch:
         y: ``[B]`` or ``[B, T]`` graph labels.
         index: ``[B]`` long graph ids (rows of the cache).
         extras: structure the learned biases read (``spd``, ``rrwp``, padded
-            eigenpairs; see :func:`~xmask_cli.engine.extras.pad_extras`), or None.
+            eigenpairs; see :func:`~xmask_cli.engine.batching.extras.pad_extras`), or None.
         log_powers: the graphs' :func:`~xmask_cli.model.logsmask.log_powers` at their stored pairs
-            (a stream with ``log_mask``, from its :class:`~xmask_cli.engine.graph_store.GraphStore`);
+            (a stream with ``log_mask``, from its :class:`~xmask_cli.engine.batching.graph_store.GraphStore`);
             ``powers`` is then None.
         log_spec: ``(eps, outside_support)`` the log-powers were taken with.
     """
@@ -229,7 +229,7 @@ class GraphLevelStream:
         needs: extra structure sections the batches carry (see :func:`collate`).
         log_mask: ``(eps, outside_support)``: batches carry every graph's
             log-powers at its stored pairs (:class:`~xmask_cli.model.batches.LogPairs`,
-            from the :class:`~xmask_cli.engine.graph_store.GraphStore`), what the
+            from the :class:`~xmask_cli.engine.batching.graph_store.GraphStore`), what the
             packed graph layout reads, instead of the dense powers tensor. None: dense powers.
         log_cache_bytes: the most bytes of log values the store keeps (beyond it the
             log of a batch's pairs is taken per batch).

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xmask_cli.engine.runs import MetricsRow, RunDir, write_bytes
+from xmask_cli.engine.runs.folder import MetricsRow, RunDir, write_bytes
 from xmask_cli.errors import RunNotFoundError
 from xmask_cli.fs import ensure_writable_dir, refuse_links
 from xmask_cli.results import CompareResult, RunRow

@@ -26,10 +26,10 @@ from xmask_cli.data.graphset import GraphSet
 from xmask_cli.data.images import ImageSet, image_info, load_images
 from xmask_cli.data.load import load_graphs, resolve_data_root
 from xmask_cli.data.spec import DatasetSpec
-from xmask_cli.engine import splits
-from xmask_cli.engine.folds import check_fold_count
-from xmask_cli.engine.plan import EDGE_FILE_DATASET, RunPlan
-from xmask_cli.engine.splits import PARTS
+from xmask_cli.engine.runs.plan import EDGE_FILE_DATASET, RunPlan
+from xmask_cli.engine.scoring import splits
+from xmask_cli.engine.scoring.folds import check_fold_count
+from xmask_cli.engine.scoring.splits import PARTS
 from xmask_cli.engine.tasks import LEVELS, DataKind
 from xmask_cli.engine.tasks.edge import edge_regression_split
 from xmask_cli.engine.tasks.graph import graph_labels
@@ -69,7 +69,7 @@ class DatasetMemo:
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """Where and how a loader reads: the options of :meth:`Experiment.load <xmask_cli.engine.experiment.Experiment.load>`."""
+    """Where and how a loader reads: the options of :meth:`Experiment.load <xmask_cli.engine.runs.experiment.Experiment.load>`."""
 
     cache_dir: Path
     data_root: str | os.PathLike[str] | None = None

@@ -4,7 +4,7 @@
 lists the run folders the sweep would make (and what it would do with each that exists), names the
 structure cache file it needs (present, or to prepare), and estimates from the graphs and that file's plan
 the stored pairs, the model's parameters and the memory of its largest training step
-(:mod:`~xmask_cli.engine.estimate`). The dataset is read offline, staged in a temporary folder that is
+(:mod:`~xmask_cli.engine.runs.estimate`). The dataset is read offline, staged in a temporary folder that is
 removed afterwards: the runs folder, the cache folder and the data root are left as they were.
 """
 from __future__ import annotations
@@ -23,14 +23,14 @@ from xmask_cli.cache import StructureCache, cache_key, cache_path
 from xmask_cli.config import Config
 from xmask_cli.data.graphset import GraphSet
 from xmask_cli.data.load import load_graphs, resolve_data_root
-from xmask_cli.engine.data import check_data
-from xmask_cli.engine.estimate import StepShape, cached_pair_counts, graph_batch_shape, hop_pair_counts, step_bytes
-from xmask_cli.engine.experiment import _model_config
-from xmask_cli.engine.features import struct_info
-from xmask_cli.engine.node_memory import auto_mode, full_step_memory, step_shape
-from xmask_cli.engine.plan import RunPlan, dataset_spec, existing_runs, planned_runs
+from xmask_cli.engine.batching.features import struct_info
+from xmask_cli.engine.batching.node_memory import auto_mode, full_step_memory, step_shape
+from xmask_cli.engine.runs.data import check_data
+from xmask_cli.engine.runs.estimate import StepShape, cached_pair_counts, graph_batch_shape, hop_pair_counts, step_bytes
+from xmask_cli.engine.runs.experiment import _model_config
+from xmask_cli.engine.runs.plan import RunPlan, dataset_spec, existing_runs, planned_runs
 from xmask_cli.engine.tasks import LEVELS
-from xmask_cli.engine.watch import check_loggers
+from xmask_cli.engine.training.watch import check_loggers
 from xmask_cli.model.attention.path import full_graph_attention
 from xmask_cli.model.model_config import ModelConfig, head_powers, sparse_refusal
 from xmask_cli.model.network import XMaskNet
@@ -65,14 +65,14 @@ class CacheEntry:
 
 @dataclass(frozen=True)
 class Estimate:
-    """What the runs cost (see :mod:`~xmask_cli.engine.estimate`).
+    """What the runs cost (see :mod:`~xmask_cli.engine.runs.estimate`).
 
     Attributes:
         pairs: stored pairs of ``Â^1..Â^K`` (their union support) over all graphs; ``pairs_per_power`` each
             power's own; ``pairs_from``: ``cache`` (read back) or ``graphs`` (counted from them).
         parameters: the model's parameter count.
         model_state_bytes: weights and optimizer state (resident through training).
-        step: the largest training step (:class:`~xmask_cli.engine.estimate.StepShape`); None where the
+        step: the largest training step (:class:`~xmask_cli.engine.runs.estimate.StepShape`); None where the
             memory model does not cover the config (the dry run's notes say why).
         step_bytes: what that step adds (gradients and activations); ``peak_bytes``: the two together.
     """
@@ -190,8 +190,8 @@ def _step_shape(cfg: Config, level: str, graphs: GraphSet, counts: np.ndarray, m
 
 def _auto_mode(cfg: Config, n: int, counts: np.ndarray, model_cfg: ModelConfig, path: str) -> str:
     """What ``node.mode: auto`` trains with, decided as the node task decides it: the full-graph step's
-    estimate (:func:`~xmask_cli.engine.node_memory.full_step_memory`, features counted dense) against
-    ``node.memory_gb`` (:func:`~xmask_cli.engine.node_memory.auto_mode`)."""
+    estimate (:func:`~xmask_cli.engine.batching.node_memory.full_step_memory`, features counted dense) against
+    ``node.memory_gb`` (:func:`~xmask_cli.engine.batching.node_memory.auto_mode`)."""
     shape = step_shape(cfg.model, model_cfg.out_dim)
     last = counts.shape[1]
     per_power = {k: int(counts[0, min(k, last) - 1]) for k in {k for heads in shape.heads for k in heads} if k >= 1}

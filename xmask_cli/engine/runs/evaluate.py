@@ -17,11 +17,11 @@ import torch
 
 from xmask_cli.config import Config
 from xmask_cli.config_resolve import build
-from xmask_cli.engine.experiment import Experiment
-from xmask_cli.engine.loop import score
-from xmask_cli.engine.resume import check_record
-from xmask_cli.engine.runs import RunDir
+from xmask_cli.engine.runs.experiment import Experiment
+from xmask_cli.engine.runs.folder import RunDir
 from xmask_cli.engine.tasks.base import Task
+from xmask_cli.engine.training.loop import score
+from xmask_cli.engine.training.resume import check_record
 from xmask_cli.errors import RunNotFoundError, first_line
 from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.results import EvalResult
@@ -34,7 +34,7 @@ class _SavedTrainRequired(TypedDict):
 
 
 class SavedTrain(_SavedTrainRequired, total=False):
-    """A run's saved ``train`` settings (:meth:`~xmask_cli.engine.train_config.TrainConfig.to_dict`): the
+    """A run's saved ``train`` settings (:meth:`~xmask_cli.engine.training.train_config.TrainConfig.to_dict`): the
     fields read back are typed; runs written before ``train.precision`` existed lack it (fp32)."""
 
     precision: str
@@ -102,7 +102,7 @@ def rebuild_run(
     """Rebuild a run's experiment, task (same seed, same split) and best model, in eval mode.
 
     ``best.pt`` is read first and its recorded config checked against ``config.json``
-    (:func:`~xmask_cli.engine.resume.check_record`) before any data is loaded.
+    (:func:`~xmask_cli.engine.training.resume.check_record`) before any data is loaded.
     """
     best = run.load_best()
     warnings: list[str] = []  # said once the weights are known to fit: a refusal stays one line

@@ -1,11 +1,11 @@
 """An experiment: a resolved :class:`~xmask_cli.config.Config` with its data loaded and its cache ready.
 
-:meth:`Experiment.load` takes a :class:`~xmask_cli.engine.plan.RunPlan` (the task level and metric
+:meth:`Experiment.load` takes a :class:`~xmask_cli.engine.runs.plan.RunPlan` (the task level and metric
 resolved, the config checked: made from a Config when given one), loads the dataset, makes
 sure the structure cache exists (preparing it when it does not, and saying so); :meth:`Experiment.task`
 builds the level's :class:`~xmask_cli.engine.tasks.base.Task` for one seed (through the level registry,
 :data:`~xmask_cli.engine.tasks.LEVELS`) and :meth:`Experiment.model_config` its model's config. The
-sweep over seeds is :func:`~xmask_cli.engine.sweep.train_seeds`.
+sweep over seeds is :func:`~xmask_cli.engine.runs.sweep.train_seeds`.
 
 Example::
 
@@ -26,12 +26,12 @@ from xmask_cli.config_rules import resolve_encoder
 from xmask_cli.data.edgefile import EdgeData
 from xmask_cli.data.graphset import GraphSet
 from xmask_cli.data.images import ImageSet
-from xmask_cli.engine.data import DatasetMemo, LoadOptions, load_data
-from xmask_cli.engine.features import struct_info
-from xmask_cli.engine.plan import RunPlan, make_plan, run_name
+from xmask_cli.engine.batching.features import struct_info
+from xmask_cli.engine.runs.data import DatasetMemo, LoadOptions, load_data
+from xmask_cli.engine.runs.plan import RunPlan, make_plan, run_name
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.engine.tasks.base import Task
-from xmask_cli.engine.train_config import TrainConfig
+from xmask_cli.engine.training.train_config import TrainConfig
 from xmask_cli.errors import ConfigError
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.model.attention.path import PathRefused
@@ -45,7 +45,7 @@ def check_config(cfg: Config) -> tuple[str, str]:
 
     The level and metric the dataset's spec allows, then the rules between sections a run needs
     (:func:`~xmask_cli.config_rules.check_rules` with the level and the dataset's split): what
-    :func:`~xmask_cli.engine.plan.make_plan` checks.
+    :func:`~xmask_cli.engine.runs.plan.make_plan` checks.
 
     Raises:
         UsageError: no such level for the dataset, a metric that does not apply.

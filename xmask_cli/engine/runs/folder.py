@@ -15,7 +15,7 @@ Checkpoints hold tensors and plain Python values only, so they load with
 ``torch.load(..., weights_only=True)``; every file a reader may see half-written
 (checkpoints, summary) is written to a temporary file in the same folder and
 moved into place with :func:`os.replace`, which is atomic on POSIX and Windows. What the two checkpoints
-hold is typed, and checked when read back, in :mod:`~xmask_cli.engine.checkpoint`.
+hold is typed, and checked when read back, in :mod:`~xmask_cli.engine.training.checkpoint`.
 No file of a run folder is ever opened through a symbolic link: a folder whose own
 files are links is refused (:meth:`RunDir.refuse_links`), and the lock and the
 metrics are opened with ``O_NOFOLLOW``.
@@ -36,7 +36,7 @@ from typing import BinaryIO, TypedDict, cast
 import numpy as np
 import torch
 
-from xmask_cli.engine.checkpoint import BestCheckpoint, LastCheckpoint, check_best, check_last
+from xmask_cli.engine.training.checkpoint import BestCheckpoint, LastCheckpoint, check_best, check_last
 from xmask_cli.errors import RunNotFoundError, UsageError, first_line
 from xmask_cli.fs import DISK_FULL, atomic_write, open_nofollow, refuse_links, write_failed
 from xmask_cli.jsonfile import read_json, read_json_lines

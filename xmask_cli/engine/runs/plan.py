@@ -28,7 +28,7 @@ from xmask_cli.config_rules import check_rules
 from xmask_cli.data.folder import is_folder_ref
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.data.spec import DatasetSpec
-from xmask_cli.engine.runs import RunDir
+from xmask_cli.engine.runs.folder import RunDir
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.errors import UsageError
 from xmask_cli.fs import check_writable, refuse_links

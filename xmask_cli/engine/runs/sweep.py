@@ -1,4 +1,4 @@
-"""The sweep: one run per seed (and outer fold) of an :class:`~xmask_cli.engine.experiment.Experiment`,
+"""The sweep: one run per seed (and outer fold) of an :class:`~xmask_cli.engine.runs.experiment.Experiment`,
 then the aggregate over them.
 
 This is what ``xmask train``, ``xmask ablate`` and ``xmask tune`` call.
@@ -9,7 +9,7 @@ Example::
     result = train_seeds(cfg, seeds=[0, 1, 2], device="cpu", cache_dir=Path("cache"))
     print(result.aggregate["test"].mean, result.aggregate["test"].std)
 
-:func:`train_seeds` makes the sweep's :class:`~xmask_cli.engine.plan.RunPlan`; :func:`train_plan` takes one
+:func:`train_seeds` makes the sweep's :class:`~xmask_cli.engine.runs.plan.RunPlan`; :func:`train_plan` takes one
 made already (what ``xmask train`` does, through :func:`xmask_cli.api.train`).
 """
 from __future__ import annotations
@@ -23,17 +23,17 @@ from pathlib import Path
 
 from xmask_cli.config import Config
 from xmask_cli.data.graphset import GraphSet
-from xmask_cli.engine import distributed, loop
-from xmask_cli.engine.data import DatasetMemo
-from xmask_cli.engine.distributed import World
-from xmask_cli.engine.experiment import Experiment, _train_config
-from xmask_cli.engine.folds import HOLDOUT, outer_folds, write_fold_files
-from xmask_cli.engine.loop import PARTS, MetricsRow, SummaryLabels, seed_everything
-from xmask_cli.engine.plan import RunPlan, check_outputs, check_planned, existing_runs, make_plan, planned_runs
-from xmask_cli.engine.runs import RunDir, aggregate, input_stall, write_json
+from xmask_cli.engine.runs.data import DatasetMemo
+from xmask_cli.engine.runs.experiment import Experiment, _train_config
+from xmask_cli.engine.runs.folder import RunDir, aggregate, input_stall, write_json
+from xmask_cli.engine.runs.plan import RunPlan, check_outputs, check_planned, existing_runs, make_plan, planned_runs
+from xmask_cli.engine.scoring.folds import HOLDOUT, outer_folds, write_fold_files
 from xmask_cli.engine.tasks.graph import graph_labels
-from xmask_cli.engine.threads import apply_threads, choose_threads, usable_cores
-from xmask_cli.engine.watch import check_loggers
+from xmask_cli.engine.training import distributed, loop
+from xmask_cli.engine.training.distributed import World
+from xmask_cli.engine.training.loop import PARTS, MetricsRow, SummaryLabels, seed_everything
+from xmask_cli.engine.training.threads import apply_threads, choose_threads, usable_cores
+from xmask_cli.engine.training.watch import check_loggers
 from xmask_cli.errors import UsageError
 from xmask_cli.results import FoldsSummary, RunSummary, SweepResult, stats_of
 
@@ -164,7 +164,7 @@ def train_seeds(
 
     With ``data.folds`` = K (graph level), one run per seed and outer fold into
     ``<name>/<seed>/fold-<i>/``, the fold index files in ``<name>/<seed>/folds/``
-    (:mod:`xmask_cli.engine.folds`); ``max_folds`` trains only the first folds
+    (:mod:`xmask_cli.engine.scoring.folds`); ``max_folds`` trains only the first folds
     (``xmask tune`` scores a trial on their holdouts). The aggregate is then over
     every (seed, fold) run, and ``folds`` adds each seed's mean ± std over its folds.
 
@@ -210,7 +210,7 @@ def train_plan(
     datasets: DatasetMemo | None = None,
 ) -> SweepResult:
     """:func:`train_seeds` of a plan made already (its config checked, level, metric, name and folders
-    decided once: :func:`~xmask_cli.engine.plan.make_plan`); the same keywords but ``run_root`` (the plan's
+    decided once: :func:`~xmask_cli.engine.runs.plan.make_plan`); the same keywords but ``run_root`` (the plan's
     ``root``). ``datasets``: datasets loaded by an earlier sweep of this process, reused (tune, ablate).
     """
     cfg, seeds, root = plan.cfg, list(plan.seeds), plan.root

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import numpy as np
 
-from xmask_cli.engine.metrics import ArrayInput
-from xmask_cli.engine.runs import write_text
-from xmask_cli.engine.splits import Split
+from xmask_cli.engine.runs.folder import write_text
+from xmask_cli.engine.scoring.metrics import ArrayInput
+from xmask_cli.engine.scoring.splits import Split
 from xmask_cli.errors import ConfigError, RunNotFoundError
 from xmask_cli.jsonfile import OptionalInt, read_json
 

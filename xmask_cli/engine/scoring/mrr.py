@@ -1,7 +1,7 @@
 """Link-prediction MRR under the two evaluation protocols, in bounded memory.
 
 Rank = 1 + #negatives scored higher + 0.5 * #negatives scored equal
-(:func:`xmask_cli.engine.metrics.mrr`). Two protocols:
+(:func:`xmask_cli.engine.scoring.metrics.mrr`). Two protocols:
 
 * ``shared`` (default): HeaRT's "existing setting", the one used by the
   papers' Planetoid link benchmarks. Each val/test positive is ranked against
@@ -17,7 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from xmask_cli.config import LinkSection
-from xmask_cli.engine.metrics import ArrayInput, mrr
+from xmask_cli.engine.scoring.metrics import ArrayInput, mrr
 
 __all__ = ["PROTOCOLS", "link_mrr"]
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from xmask_cli.config import LinkSection
 from xmask_cli.data.pyg import safe_torch_load
-from xmask_cli.engine.metrics import ArrayInput
+from xmask_cli.engine.scoring.metrics import ArrayInput
 from xmask_cli.errors import UsageError
 
 if TYPE_CHECKING:
@@ -221,7 +221,7 @@ class EdgeSplit:
         val_pos, test_pos: ``[2, V]`` / ``[2, T']`` held-out positive pairs, ``u < v``.
         val_neg, test_neg: ``[2, V*M]`` / ``[2, T'*M]`` fixed negative pairs, ``u < v``;
             columns ``i*M .. (i+1)*M-1`` belong to positive ``i``, so scores
-            reshaped to ``[P, M]`` feed :func:`xmask_cli.engine.metrics.mrr` directly.
+            reshaped to ``[P, M]`` feed :func:`xmask_cli.engine.scoring.metrics.mrr` directly.
         num_nodes, seed, num_neg_per_pos: the inputs that reproduce the split.
     """
 

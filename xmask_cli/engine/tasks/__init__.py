@@ -3,10 +3,10 @@
 Each level is one module of this package holding its
 :class:`~xmask_cli.engine.tasks.base.Task` subclass and a ``from_experiment(exp,
 seed, device, dense_only)`` function that builds it for one seed of an
-:class:`~xmask_cli.engine.experiment.Experiment` (and, when its model needs
+:class:`~xmask_cli.engine.runs.experiment.Experiment` (and, when its model needs
 more than the task's ``in_dim`` / ``out_dim``, a ``model_fields(exp, task)``). :data:`LEVELS` is read in
-one place per concern (:mod:`~xmask_cli.engine.data` for the data kind, :mod:`~xmask_cli.engine.plan`
-for the metric, :mod:`~xmask_cli.engine.experiment` for dispatch; ``xmask explain`` for its targets).
+one place per concern (:mod:`~xmask_cli.engine.runs.data` for the data kind, :mod:`~xmask_cli.engine.runs.plan`
+for the metric, :mod:`~xmask_cli.engine.runs.experiment` for dispatch; ``xmask explain`` for its targets).
 A new level is one module plus one entry here.
 
 Example::
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # types only: base imports the data layer and torch, which th
 
 __all__ = ["TaskLevel", "LEVELS", "get_level", "DataKind", "StructureKind"]
 
-#: What :func:`~xmask_cli.engine.data.load_data` reads for a level (its loader in ``engine.data.LOADERS``).
+#: What :func:`~xmask_cli.engine.runs.data.load_data` reads for a level (its loader in ``engine.runs.data.LOADERS``).
 DataKind = Literal["graphs", "images", "edge-file"]
 #: Where a level's structure cache comes from (see :attr:`TaskLevel.structure`).
 StructureKind = Literal["dataset", "train-edges"]

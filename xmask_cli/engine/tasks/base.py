@@ -27,7 +27,7 @@ from torch import Tensor
 
 from xmask_cli.config import Config
 from xmask_cli.data.edgefile import EdgeData
-from xmask_cli.engine.distributed import deal
+from xmask_cli.engine.training.distributed import deal
 from xmask_cli.model.network import XMaskNet
 
 __all__ = ["Task", "B", "D", "ExperimentView", "ModelFields", "network"]
@@ -56,14 +56,14 @@ class ModelFields(_ModelDims, total=False):
 
 
 class Task(ABC, Generic[B]):
-    """What a task level gives :func:`~xmask_cli.engine.loop.fit` and the readers of a run.
+    """What a task level gives :func:`~xmask_cli.engine.training.loop.fit` and the readers of a run.
 
     Attributes:
-        metric: name in :data:`xmask_cli.engine.metrics.METRICS` used for selection.
+        metric: name in :data:`xmask_cli.engine.scoring.metrics.METRICS` used for selection.
         device: where the task's tensors live (the model is moved there).
         in_dim / out_dim: the model's input width and output size on this task.
         model_task: the ``ModelConfig.task`` the model must be built with; None: not checked
-            (:func:`~xmask_cli.engine.loop.train_task` checks ``(model_task, in_dim, out_dim)`` otherwise).
+            (:func:`~xmask_cli.engine.training.loop.train_task` checks ``(model_task, in_dim, out_dim)`` otherwise).
         struct_dim: width of the structural node channels (``model.node_struct``) among the inputs.
     """
 
@@ -130,7 +130,7 @@ def network(model: torch.nn.Module) -> XMaskNet:
 
 class ExperimentView(Protocol[D]):
     """What a level's ``from_experiment`` / ``model_fields`` read of an
-    :class:`~xmask_cli.engine.experiment.Experiment` (which has these fields). A protocol here, below both:
+    :class:`~xmask_cli.engine.runs.experiment.Experiment` (which has these fields). A protocol here, below both:
     the experiment imports the level registry, so the task modules do not import the experiment.
 
     Generic over the loaded data ``D``: a level names what its data kind loads (``ExperimentView[GraphSet]``,

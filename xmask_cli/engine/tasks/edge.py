@@ -3,9 +3,9 @@
 One row of an edge file (:mod:`xmask_cli.data.edgefile`) is one target
 vector. Rows are split with :func:`edge_regression_split`; only the training
 rows' edges (both directions) form the structure
-(:class:`~xmask_cli.engine.pair_structure.PairStructure`), and without node
+(:class:`~xmask_cli.engine.batching.pair_structure.PairStructure`), and without node
 features a one-hot degree of that training graph (capped at
-:data:`~xmask_cli.engine.features.MAX_DEGREE`) stands in, so no held-out edge
+:data:`~xmask_cli.engine.batching.features.MAX_DEGREE`) stands in, so no held-out edge
 leaks through features either. Targets are standardised by the training rows'
 mean and std for the MSE loss; MAE / RMSE are reported in the file's units.
 
@@ -30,12 +30,12 @@ from torch import Tensor
 
 from xmask_cli.config import NodeSection
 from xmask_cli.data.edgefile import EdgeData
-from xmask_cli.engine.features import MAX_DEGREE, one_hot_degree
-from xmask_cli.engine.loop import PARTS
-from xmask_cli.engine.metrics import METRICS
-from xmask_cli.engine.pair_structure import PairStructure, prepare_pair_structure
-from xmask_cli.engine.splits import Split, index_batches, random_split, split_name
+from xmask_cli.engine.batching.features import MAX_DEGREE, one_hot_degree
+from xmask_cli.engine.batching.pair_structure import PairStructure, prepare_pair_structure
+from xmask_cli.engine.scoring.metrics import METRICS
+from xmask_cli.engine.scoring.splits import Split, index_batches, random_split, split_name
 from xmask_cli.engine.tasks.base import ExperimentView, Task, network
+from xmask_cli.engine.training.loop import PARTS
 from xmask_cli.prepare.needs import model_needs, structure_needed
 
 __all__ = ["EdgeTask", "train_edge_index", "edge_regression_split"]

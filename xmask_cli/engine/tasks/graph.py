@@ -22,18 +22,18 @@ from torch import Tensor
 
 from xmask_cli.config import Config
 from xmask_cli.data.graphset import GraphSet
-from xmask_cli.engine.distributed import deal
-from xmask_cli.engine.features import input_features
-from xmask_cli.engine.folds import outer_folds
-from xmask_cli.engine.graph_store import GraphStore
-from xmask_cli.engine.loop import PARTS, train_task
-from xmask_cli.engine.metrics import METRICS
-from xmask_cli.engine.runs import RunDir
-from xmask_cli.engine.splits import Split, graph_split
-from xmask_cli.engine.stream import LOG_CACHE_BYTES, GraphBatch, GraphLevelStream
+from xmask_cli.engine.batching.features import input_features
+from xmask_cli.engine.batching.graph_store import GraphStore
+from xmask_cli.engine.batching.stream import LOG_CACHE_BYTES, GraphBatch, GraphLevelStream
+from xmask_cli.engine.runs.folder import RunDir
+from xmask_cli.engine.scoring.folds import outer_folds
+from xmask_cli.engine.scoring.metrics import METRICS
+from xmask_cli.engine.scoring.splits import Split, graph_split
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.engine.tasks.base import ExperimentView, ModelFields, Task
-from xmask_cli.engine.train_config import TrainConfig
+from xmask_cli.engine.training.distributed import deal
+from xmask_cli.engine.training.loop import PARTS, train_task
+from xmask_cli.engine.training.train_config import TrainConfig
 from xmask_cli.model.network import ModelConfig
 from xmask_cli.prepare.needs import model_needs
 from xmask_cli.results import RunSummary
@@ -88,12 +88,12 @@ class GraphTask(Task[GraphBatch]):
     evaluation batches are unshuffled, so the numbers are the same at every call.
     ``needs``: extra structure the model's learned biases read (``ModelConfig.needs``).
     ``node_struct``: structural channels appended to the node features (``model.node_struct``,
-    :func:`~xmask_cli.engine.features.input_features`); ``in_dim`` / ``struct_dim`` say the widths.
+    :func:`~xmask_cli.engine.batching.features.input_features`); ``in_dim`` / ``struct_dim`` say the widths.
     ``log_mask``: ``(eps, outside_support)`` of the model: batches carry each graph's
     log-powers at its stored pairs instead of dense powers (what ``model.graph_layout: packed``
     reads; :func:`log_mask_of`); None: dense powers, which either layout reads.
     ``log_cache_mb``: the most MB of log values kept (``train.log_cache_mb``).
-    The four streams (train, val, test) share one :class:`~xmask_cli.engine.graph_store.GraphStore`:
+    The four streams (train, val, test) share one :class:`~xmask_cli.engine.batching.graph_store.GraphStore`:
     features, labels and structure are in memory once.
     """
 
@@ -134,7 +134,7 @@ class GraphTask(Task[GraphBatch]):
         return iter(self.train_stream)
 
     def train_shard(self, epoch: int, rank: int, size: int) -> Iterator[tuple[GraphBatch, bool]]:
-        """Rank ``rank``'s share of the epoch's size buckets, ``(batch, real)`` (see ``engine.distributed.deal``).
+        """Rank ``rank``'s share of the epoch's size buckets, ``(batch, real)`` (see ``engine.training.distributed.deal``).
 
         Every rank computes the same bucket order (seed, epoch) and collates only its own buckets.
         """
@@ -187,7 +187,7 @@ def train_graph_level(
 ) -> RunSummary:
     """Train :class:`XMaskNet` on one graph-level split (cross-entropy over size-bucketed batches).
 
-    See :func:`~xmask_cli.engine.loop.fit` for selection, checkpoints and resume.
+    See :func:`~xmask_cli.engine.training.loop.fit` for selection, checkpoints and resume.
 
     Raises:
         ValueError: ``metric`` is not a classification metric, ``epochs < 1``, or

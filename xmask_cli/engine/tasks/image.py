@@ -24,10 +24,10 @@ from torch import Tensor
 
 from xmask_cli.cache import StructureCache
 from xmask_cli.data.images import ImageSet, channel_stats
-from xmask_cli.engine.loop import PARTS
-from xmask_cli.engine.metrics import METRICS
-from xmask_cli.engine.splits import Split
+from xmask_cli.engine.scoring.metrics import METRICS
+from xmask_cli.engine.scoring.splits import Split
 from xmask_cli.engine.tasks.base import ExperimentView, ModelFields, Task
+from xmask_cli.engine.training.loop import PARTS
 from xmask_cli.errors import UsageError
 from xmask_cli.model.batches import DenseBatch
 

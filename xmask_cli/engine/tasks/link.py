@@ -1,7 +1,7 @@
 """Link prediction on one graph whose structure is its training edges, as a :class:`~xmask_cli.engine.tasks.base.Task`.
 
 Pairs are scored with :meth:`XMaskNet.score_pairs` on node embeddings of the
-training-edge graph (:class:`~xmask_cli.engine.pair_structure.PairStructure`:
+training-edge graph (:class:`~xmask_cli.engine.batching.pair_structure.PairStructure`:
 no validation or test edge reaches the structure).
 
 Training: every epoch, the training positives (``split.train_pos``, one
@@ -13,7 +13,7 @@ the pairs it would have drawn. Loss: binary cross-entropy with logits.
 shuffled by the same generator and each step takes ``batch_size`` positives
 plus as many negatives, re-encoding the graph.
 
-Evaluation: MRR under ``shared`` or ``per-positive`` (:mod:`~xmask_cli.engine.mrr`)
+Evaluation: MRR under ``shared`` or ``per-positive`` (:mod:`~xmask_cli.engine.scoring.mrr`)
 against EdgeSplit's fixed ``val_neg`` / ``test_neg`` (``num_neg_per_pos`` per
 positive). The ``train`` part (reported only) uses fixed negatives drawn once
 from ``default_rng((split.seed, 2))``, ``M`` per training positive, excluding
@@ -25,7 +25,7 @@ Example::
     path = prepare_pair_structure("cora", split.train_edge_index, data.num_nodes, cfg.structure, cache_dir)
     task = LinkTask(path, data.x, split, dataset="Cora", seed=0)
     model_cfg = ModelConfig(in_dim=task.in_dim, out_dim=task.out_dim, task=task.model_task, hidden=64)
-    summary = train_task(task, model_cfg, TrainConfig(seed=0), "runs/cora-link/0")  # engine.loop
+    summary = train_task(task, model_cfg, TrainConfig(seed=0), "runs/cora-link/0")  # engine.training.loop
 """
 from __future__ import annotations
 
@@ -39,12 +39,19 @@ from torch import Tensor
 
 from xmask_cli.config import LinkSection, NodeSection
 from xmask_cli.data.graphset import GraphSet
-from xmask_cli.engine.features import node_features, one_hot_degree
-from xmask_cli.engine.loop import PARTS
-from xmask_cli.engine.mrr import PROTOCOLS, link_mrr
-from xmask_cli.engine.pair_structure import PairStructure, prepare_pair_structure
-from xmask_cli.engine.splits import EdgeSplit, edge_split, index_batches, pair_keys, sample_negatives, split_name
+from xmask_cli.engine.batching.features import node_features, one_hot_degree
+from xmask_cli.engine.batching.pair_structure import PairStructure, prepare_pair_structure
+from xmask_cli.engine.scoring.mrr import PROTOCOLS, link_mrr
+from xmask_cli.engine.scoring.splits import (
+    EdgeSplit,
+    edge_split,
+    index_batches,
+    pair_keys,
+    sample_negatives,
+    split_name,
+)
 from xmask_cli.engine.tasks.base import ExperimentView, Task, network
+from xmask_cli.engine.training.loop import PARTS
 from xmask_cli.prepare.needs import model_needs, structure_needed
 
 __all__ = ["LinkTask"]

@@ -10,7 +10,7 @@ Four ways to batch one graph, all reading the structure from the cache
 * ``query``: whole-graph attention over the cached support in batches of
   query nodes, each query over *all* of its stored keys (sparse, exact: the
   same numbers as ``full`` with sparse attention; memory bounded by a chunk
-  of pairs; :mod:`xmask_cli.engine.query`). Training draws random batches of
+  of pairs; :mod:`xmask_cli.engine.batching.query`). Training draws random batches of
   ``query_batch`` training nodes per step (0: all of them, one step);
   evaluation runs every node as a query;
 * ``partition``: METIS parts from the cache, attention over the cached pairs
@@ -21,7 +21,7 @@ Four ways to batch one graph, all reading the structure from the cache
 ``auto`` picks ``full`` while the estimated bytes of one full-graph training
 step fit ``node.memory_gb`` and ``query`` beyond (``partition`` when the model
 has learned pair biases, which the query path does not carry): the rule and
-the estimate are :mod:`xmask_cli.engine.node_memory`.
+the estimate are :mod:`xmask_cli.engine.batching.node_memory`.
 
 Example::
 
@@ -48,11 +48,9 @@ from xmask_cli.config import ModelSection, NodeSection
 from xmask_cli.config_rules import check_query_mode_biases
 from xmask_cli.data.folder import check_train_classes
 from xmask_cli.data.graphset import GraphSet
-from xmask_cli.engine.extras import GraphExtras
-from xmask_cli.engine.features import input_features
-from xmask_cli.engine.loop import PARTS
-from xmask_cli.engine.metrics import METRICS, ogb_node_accuracy
-from xmask_cli.engine.node_batches import (
+from xmask_cli.engine.batching.extras import GraphExtras
+from xmask_cli.engine.batching.features import input_features
+from xmask_cli.engine.batching.node_batches import (
     SPARSE_FEATURES,
     FullBatcher,
     NodeBatch,
@@ -62,11 +60,19 @@ from xmask_cli.engine.node_batches import (
     QueryBatcher,
     SubgraphBatcher,
 )
-from xmask_cli.engine.node_memory import FullStepMemory, auto_mode, full_step_memory, pairs_per_power, step_shape
-from xmask_cli.engine.query import QueryStats
-from xmask_cli.engine.splits import Split, node_split
+from xmask_cli.engine.batching.node_memory import (
+    FullStepMemory,
+    auto_mode,
+    full_step_memory,
+    pairs_per_power,
+    step_shape,
+)
+from xmask_cli.engine.batching.query import QueryStats
+from xmask_cli.engine.scoring.metrics import METRICS, ogb_node_accuracy
+from xmask_cli.engine.scoring.splits import Split, node_split
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.engine.tasks.base import ExperimentView, Task, network
+from xmask_cli.engine.training.loop import PARTS
 from xmask_cli.errors import UsageError
 from xmask_cli.model.attention.path import PathRefused, full_graph_attention
 from xmask_cli.prepare.needs import model_needs
@@ -85,7 +91,7 @@ class NodeTask(Task[NodeBatch]):
     Args:
         cache_path: structure cache of the dataset (``xmask prepare``).
         graphs: the loaded dataset (one graph); features from
-            :func:`~xmask_cli.engine.features.input_features`, labels from ``dataset[0].y``.
+            :func:`~xmask_cli.engine.batching.features.input_features`, labels from ``dataset[0].y``.
         split: node indices per part.
         metric: selection metric (``accuracy``).
         node: the config's node section (None: its defaults), checked by its own rules (:class:`~xmask_cli.config.NodeSection`):
@@ -162,7 +168,7 @@ class NodeTask(Task[NodeBatch]):
         self.attention = "sparse" if self.mode == "query" else full_graph_attention(
             attention, self.num_nodes, len(graph.col), self.device, self.dense_max_nodes,
             dense_only if "full" in (self.mode, self.eval_mode) else None)
-        #: The batching of ``mode``, chosen once (:mod:`~xmask_cli.engine.node_batches`).
+        #: The batching of ``mode``, chosen once (:mod:`~xmask_cli.engine.batching.node_batches`).
         self.batcher = self._batcher(graph, self.mode, node.sparse_features)
 
     # ------------------------------------------------------------- building
@@ -263,7 +269,7 @@ class NodeTask(Task[NodeBatch]):
         return self.batcher.train_batches(epoch)
 
     def train_shard(self, epoch: int, rank: int, size: int) -> Iterator[tuple[NodeBatch, bool]]:
-        """Rank ``rank``'s ``(batch, real)`` of ``epoch`` (see ``engine.distributed.deal``).
+        """Rank ``rank``'s ``(batch, real)`` of ``epoch`` (see ``engine.training.distributed.deal``).
 
         Subgraph batches are the costly ones to build: each rank slices only its
         own; the other modes' batches are prebuilt or index arrays, dealt as a list.
@@ -314,7 +320,7 @@ def _check_arguments(mode: str, metric: str, parts_per_batch: int, needs: tuple[
 def _modes(mode: str, full_step: FullStepMemory | None, memory_gb: float, needs: bool, subgraph_size: int,
            dense_only: str | None, dense_max_nodes: int) -> tuple[str, str]:
     """``(training mode, evaluation mode)`` of ``mode`` (``auto`` resolved by
-    :func:`~xmask_cli.engine.node_memory.auto_mode`: the full graph while ``full_step`` fits ``memory_gb``).
+    :func:`~xmask_cli.engine.batching.node_memory.auto_mode`: the full graph while ``full_step`` fits ``memory_gb``).
     """
     chosen = auto_mode(full_step, memory_gb, needs)
     train = chosen if mode == "auto" else mode

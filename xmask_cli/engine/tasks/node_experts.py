@@ -23,8 +23,8 @@ from torch import Tensor
 from xmask_cli.config import ModelSection, NodeSection
 from xmask_cli.config_rules import check_expert_node_mode
 from xmask_cli.data.graphset import GraphSet
-from xmask_cli.engine.node_batches import NodeBatch, NodeBatcher, NodeGraph
-from xmask_cli.engine.splits import Split
+from xmask_cli.engine.batching.node_batches import NodeBatch, NodeBatcher, NodeGraph
+from xmask_cli.engine.scoring.splits import Split
 from xmask_cli.engine.tasks import node
 from xmask_cli.engine.tasks.base import ExperimentView, network
 from xmask_cli.engine.tasks.node import NodeTask

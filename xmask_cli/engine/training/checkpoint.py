@@ -1,6 +1,6 @@
 """What a run's checkpoints hold, as types, and the check that a file read back holds it.
 
-:func:`~xmask_cli.engine.loop.fit` writes two checkpoints per run (:class:`~xmask_cli.engine.runs.RunDir`):
+:func:`~xmask_cli.engine.training.loop.fit` writes two checkpoints per run (:class:`~xmask_cli.engine.runs.folder.RunDir`):
 ``best.pt`` (:class:`BestCheckpoint`, the state selection restores) and ``last.pt``
 (:class:`LastCheckpoint`, everything ``--resume`` needs). Both are plain dicts of tensors and plain values
 (``torch.load(..., weights_only=True)``); the optimizer's, scheduler's and gradient scaler's states are
@@ -16,7 +16,7 @@ from typing import TypedDict, cast
 
 import torch
 
-from xmask_cli.engine.selection import Selection
+from xmask_cli.engine.training.selection import Selection
 from xmask_cli.errors import RunNotFoundError
 
 __all__ = ["Checkpoint", "BestCheckpoint", "LastCheckpoint", "OptimisationState", "ScalerState", "RngState",
@@ -80,7 +80,7 @@ class _LastRequired(Checkpoint, OptimisationState):
 
 class LastCheckpoint(_LastRequired, total=False):
     """``last.pt``, written after every epoch: the weights, the optimisation's state, the RNG states after the
-    epoch, where selection stood (:class:`~xmask_cli.engine.selection.SelectionState`) and the run's config
+    epoch, where selection stood (:class:`~xmask_cli.engine.training.selection.SelectionState`) and the run's config
     as JSON text (what ``--resume`` compares). Checkpoints written before ``best_loss`` and ``config`` were
     kept lack them."""
 
@@ -109,7 +109,7 @@ def check_best(state: dict[str, object], path: Path) -> BestCheckpoint:
     """``state`` (``best.pt`` as loaded) as a :class:`BestCheckpoint`.
 
     Raises:
-        RunNotFoundError: a field is missing or not of the type :func:`~xmask_cli.engine.loop.fit` writes.
+        RunNotFoundError: a field is missing or not of the type :func:`~xmask_cli.engine.training.loop.fit` writes.
     """
     _check_common(state, path)
     for key in ("val", "val_loss"):
@@ -134,7 +134,7 @@ def check_last(state: dict[str, object], path: Path) -> LastCheckpoint:
     """``state`` (``last.pt`` as loaded) as a :class:`LastCheckpoint`.
 
     Raises:
-        RunNotFoundError: a field is missing or not of the type :func:`~xmask_cli.engine.loop.fit` writes.
+        RunNotFoundError: a field is missing or not of the type :func:`~xmask_cli.engine.training.loop.fit` writes.
     """
     _check_common(state, path)
     for key in ("optimizer", "scheduler"):

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from xmask_cli.engine.runs import TIMING_KEYS, MetricsRow, write_bytes
+from xmask_cli.engine.runs.folder import TIMING_KEYS, MetricsRow, write_bytes
 
 if TYPE_CHECKING:  # matplotlib loads when a figure is drawn
     from matplotlib.figure import Figure

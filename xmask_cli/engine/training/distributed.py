@@ -5,9 +5,9 @@
 reads them and opens the process group (gloo on CPU, NCCL on CUDA). Without them
 nothing here runs and training is the one-process loop it always was.
 
-:func:`~xmask_cli.engine.loop.fit` sees one :class:`Strategy` (:func:`make_strategy`):
+:func:`~xmask_cli.engine.training.loop.fit` sees one :class:`Strategy` (:func:`make_strategy`):
 :class:`SingleProcess` or :class:`DDPStrategy`. It asks it for the epoch's batches, one batch's
-gradients (under the run's :class:`~xmask_cli.engine.precision.Precision`), sums over processes
+gradients (under the run's :class:`~xmask_cli.engine.training.precision.Precision`), sums over processes
 (``reduce``), the main process's values (``broadcast``, ``from_main``) and work for the main
 process only (``on_main``: the run folder); the loop itself never asks for its rank.
 
@@ -44,7 +44,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from xmask_cli.engine.precision import Precision
+from xmask_cli.engine.training.precision import Precision
 from xmask_cli.errors import PeerFailedError, UsageError
 
 __all__ = ["World", "world", "env_rank", "session", "deal", "shard_batches", "timeout_seconds", "PeerFailedError",
@@ -247,7 +247,7 @@ def peer_failed(exc: BaseException, w: World) -> PeerFailedError:
 
 
 class Strategy(ABC):
-    """How :func:`~xmask_cli.engine.loop.fit` trains on this process, whatever the number of processes.
+    """How :func:`~xmask_cli.engine.training.loop.fit` trains on this process, whatever the number of processes.
 
     ``precision`` runs the forwards and scales the backward; ``world`` is this process's place in the job.
     The loop asks for batches and gradients here, and meets the other processes only through

@@ -24,18 +24,20 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from xmask_cli.engine import selection
-from xmask_cli.engine.checkpoint import BestCheckpoint, LastCheckpoint
-from xmask_cli.engine.distributed import Strategy, World, make_strategy
-from xmask_cli.engine.metrics import HIGHER_IS_BETTER
-from xmask_cli.engine.optimisation import Optimisation
-from xmask_cli.engine.precision import Precision, autocast, check_precision
-from xmask_cli.engine.resume import open_run, rng_state, set_rng_state
-from xmask_cli.engine.runs import RunDir
-from xmask_cli.engine.splits import PARTS
+from xmask_cli.engine.runs.folder import RunDir
+from xmask_cli.engine.scoring.metrics import HIGHER_IS_BETTER
+from xmask_cli.engine.scoring.splits import PARTS
 from xmask_cli.engine.tasks.base import Task
-from xmask_cli.engine.train_config import TrainConfig  # re-exported: loop.TrainConfig is its long-standing path
-from xmask_cli.engine.watch import RunWatch
+from xmask_cli.engine.training import selection
+from xmask_cli.engine.training.checkpoint import BestCheckpoint, LastCheckpoint
+from xmask_cli.engine.training.distributed import Strategy, World, make_strategy
+from xmask_cli.engine.training.optimisation import Optimisation
+from xmask_cli.engine.training.precision import Precision, autocast, check_precision
+from xmask_cli.engine.training.resume import open_run, rng_state, set_rng_state
+from xmask_cli.engine.training.train_config import (
+    TrainConfig,  # re-exported: loop.TrainConfig is its long-standing path
+)
+from xmask_cli.engine.training.watch import RunWatch
 from xmask_cli.errors import DivergedError
 from xmask_cli.model.network import XMaskNet
 from xmask_cli.results import RunSummary
@@ -129,7 +131,7 @@ def fit(
     Every epoch: one pass over ``task.train_batches(epoch)`` (``train.optimizer``, linear
     warm-up then constant learning rate, gradient clipping), then the
     validation metric and loss. The best epoch by validation is kept
-    (:data:`~xmask_cli.engine.selection.RULE`: the metric, ties broken by the
+    (:data:`~xmask_cli.engine.training.selection.RULE`: the metric, ties broken by the
     lower loss, then the later epoch); the run stops after ``patience`` epochs
     without improvement or at ``epochs``. The best
     state is then restored and its train/val/test metrics reported.
@@ -148,12 +150,12 @@ def fit(
         parts: the parts scored on the restored best state and reported in ``summary["metrics"]``;
             ``xmask tune`` leaves ``test`` out so a search never reads the test split.
         labels: the summary's fields the caller knows (level, run folder, fold), written with it.
-        strategy: how this process trains (:mod:`~xmask_cli.engine.distributed`); by default DDP over the open
+        strategy: how this process trains (:mod:`~xmask_cli.engine.training.distributed`); by default DDP over the open
             process group, else one process, under ``train_cfg.precision``. Only its main process writes the
             run folder; every process returns the summary.
 
     The run folder also gets ``curves.png`` when training ends, however it ends (a finished run, Ctrl-C, a
-    diverged loss), and TensorBoard events with ``train_cfg.loggers`` (:class:`~xmask_cli.engine.watch.RunWatch`).
+    diverged loss), and TensorBoard events with ``train_cfg.loggers`` (:class:`~xmask_cli.engine.training.watch.RunWatch`).
 
     Raises:
         ValueError: ``epochs < 1``, or ``parts`` without ``val`` or with an unknown part.

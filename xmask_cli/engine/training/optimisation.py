@@ -1,5 +1,5 @@
 """One run's optimisation: Adam / AdamW over its parameter groups, the warm-up schedule, and the precision's
-gradient scaler (:class:`~xmask_cli.engine.precision.Precision`), with what ``last.pt`` keeps of them."""
+gradient scaler (:class:`~xmask_cli.engine.training.precision.Precision`), with what ``last.pt`` keeps of them."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from xmask_cli.engine.checkpoint import OptimisationState
-from xmask_cli.engine.precision import Precision
-from xmask_cli.engine.train_config import TrainConfig
+from xmask_cli.engine.training.checkpoint import OptimisationState
+from xmask_cli.engine.training.precision import Precision
+from xmask_cli.engine.training.train_config import TrainConfig
 from xmask_cli.errors import UsageError
 
 __all__ = ["FIRST_LAYER", "Optimisation", "decay_groups", "warmup"]

@@ -27,7 +27,7 @@ import contextlib
 
 import torch
 
-from xmask_cli.engine.checkpoint import ScalerState
+from xmask_cli.engine.training.checkpoint import ScalerState
 from xmask_cli.errors import UsageError
 
 __all__ = ["PRECISIONS", "Precision", "autocast", "grad_scaler", "check_precision"]

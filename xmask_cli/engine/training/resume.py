@@ -1,6 +1,6 @@
 """What resuming a run needs beyond its weights: the global RNG states, the config check, the folder opened.
 
-:func:`~xmask_cli.engine.loop.fit` saves :func:`rng_state` in every
+:func:`~xmask_cli.engine.training.loop.fit` saves :func:`rng_state` in every
 checkpoint and restores it with :func:`set_rng_state`, so a resumed run draws
 the same numbers as an uninterrupted one; :func:`check_resumable` refuses a
 resume whose resolved config differs from the run's saved one in anything but
@@ -19,9 +19,9 @@ import numpy as np
 import torch
 
 from xmask_cli.config import Config
-from xmask_cli.engine.checkpoint import LastCheckpoint, RngState
-from xmask_cli.engine.runs import RunDir
-from xmask_cli.engine.train_config import TrainConfig
+from xmask_cli.engine.runs.folder import RunDir
+from xmask_cli.engine.training.checkpoint import LastCheckpoint, RngState
+from xmask_cli.engine.training.train_config import TrainConfig
 from xmask_cli.errors import RunNotFoundError, UsageError
 from xmask_cli.jsonfile import parse_checked
 from xmask_cli.versions import environment

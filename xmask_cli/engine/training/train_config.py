@@ -1,7 +1,7 @@
 """The training loop's view of the ``train`` section (:class:`TrainConfig`).
 
-A module of its own, below both :mod:`~xmask_cli.engine.loop` (which runs with it) and
-:mod:`~xmask_cli.engine.resume` (which reads its defaults on ``--resume``).
+A module of its own, below both :mod:`~xmask_cli.engine.training.loop` (which runs with it) and
+:mod:`~xmask_cli.engine.training.resume` (which reads its defaults on ``--resume``).
 """
 from __future__ import annotations
 

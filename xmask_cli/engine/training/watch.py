@@ -23,8 +23,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
-from xmask_cli.engine.curves import write_curves
-from xmask_cli.engine.runs import RunDir
+from xmask_cli.engine.runs.folder import RunDir
+from xmask_cli.engine.training.curves import write_curves
 from xmask_cli.errors import UsageError
 
 if TYPE_CHECKING:  # tensorboard is optional; the writer loads only when asked for

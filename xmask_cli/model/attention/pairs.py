@@ -113,7 +113,7 @@ class PairAttention:
         """Sparse attention of ``Nq`` queries over pairs into a separate set of ``Nk`` keys.
 
         :meth:`forward_sparse` is the case ``x_query is x_key``; the whole-graph
-        query-batch path (:mod:`xmask_cli.engine.query`) attends a chunk of
+        query-batch path (:mod:`xmask_cli.engine.batching.query`) attends a chunk of
         queries over all of their stored keys this way, so both run this code.
         Plain heads (:attr:`plain_heads`) attend over ``plain_keys`` instead:
         every node of the domain.
