@@ -12,7 +12,7 @@ import pytest
 from xmask_cli.engine.runs.folder import RunDir
 from xmask_cli.errors import UsageError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_a_second_lock_fails_at_once_naming_the_holder(tmp_path):

@@ -12,7 +12,7 @@ import pytest
 from tests.cli_helpers import one_error_line, run
 from xmask_cli.errors import UsageError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TINY = ["--set", "model.hidden=8", "--set", "model.heads=2", "--set", "model.layers=1", "--set", "train.epochs=1",
         "--set", "train.warmup_epochs=0"]
 

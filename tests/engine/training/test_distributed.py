@@ -24,7 +24,7 @@ from tests.engine.ranks import spawn_ranks
 from xmask_cli.engine.tasks.base import Task
 from xmask_cli.engine.training.distributed import deal, epoch_seed
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TINY = ["--set", "model.hidden=16", "--set", "model.layers=1", "--set", "train.warmup_epochs=1",
         "--set", "train.lr=1e-2"]
 
