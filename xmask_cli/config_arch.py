@@ -4,7 +4,7 @@ Every architecture is built from the same parts (the X-LogSMask attention with i
 same kernels, the same readouts); what differs is the layer and the head around them. Most model keys
 are read by every architecture; :data:`READ_BY` lists the ones only some read. A key an architecture
 does not read, set away from its default, is refused naming the architecture that reads it (exit 2):
-a config never carries a switch its network ignores.
+a config never carries a switch its network ignores. A leaf: it reads the schema only.
 
 ``model.arch: auto`` (the default) picks the architecture from the config: ``experts`` when
 ``model.experts`` names experts, ``vit`` at the image level (or with ``model.encoder: patch``,
@@ -18,6 +18,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from xmask_cli.config import ModelSection
+
 __all__ = ["ARCHS", "READ_BY", "MAPPED", "ArchRefusal", "resolve_arch", "keys_read", "arch_refusal", "has_ffn"]
 
 #: The architectures, as ``model.arch`` names them (``auto``: picked from the config, see the module docstring).
@@ -25,7 +27,7 @@ ARCHS: tuple[str, ...] = ("transformer", "gat", "experts", "vit")
 #: Model keys that only some architectures read, and which ones; every other model key is read by all.
 READ_BY: dict[str, tuple[str, ...]] = {
     "ffn_mult": ("transformer", "experts", "vit"),  # gat layers have no feed-forward sub-layer
-    "activation": ("gat",),
+    "activation": ("transformer", "gat"),
     "combine": ("gat",),
     # an attention output layer (its output_heads, output_powers with it): not over expert tokens, not on images
     "output": ("transformer", "gat"),
@@ -51,7 +53,11 @@ class ArchRefusal(Exception):
 
 
 def _get(model: Any, key: str) -> Any:
-    return model[key] if isinstance(model, dict) else getattr(model, key)
+    """A field of a model section or view, or of its dict (a run's saved config: a key it predates is at its
+    default)."""
+    if isinstance(model, dict):
+        return model[key] if key in model else getattr(ModelSection, key, None)
+    return getattr(model, key)
 
 
 def _same(a: Any, b: Any) -> bool:

@@ -76,3 +76,11 @@ def test_the_largest_selected_epoch_and_the_budget_are_shown(folds_table, tmp_pa
     assert cells[0] == "1000 / 100"
     # the largest 0-based index over the folds, shown 1-based: xmask 5 * 2 + 1, GIN 17 + 1, baseline 41 + 1
     assert [c.rsplit("sel. ≤ ", 1)[1] for c in cells[1:]] == ["11)", "18)", "42)"]
+
+
+def test_mutag_is_marked_outside_erricas_set(folds_table, tmp_path: Path) -> None:
+    _write(tmp_path, np.random.default_rng(2))
+    for side in ("xmask", "peers"):
+        (tmp_path / f"PROTEINS-{side}.json").rename(tmp_path / f"MUTAG-{side}.json")
+    rows = [ln for ln in folds_table.table(tmp_path, {}).splitlines() if ln.startswith("| MUTAG")]
+    assert len(rows) == 1 and rows[0].startswith("| MUTAG (outside Errica's set) |")

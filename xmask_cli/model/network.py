@@ -9,10 +9,10 @@ head's stored support weigh 0 on both; plain heads attend over the whole
 graph on both). ``outside_support='eps'`` is the literal dense formula and
 only the dense path computes it: the sparse path refuses it, as it refuses a
 learned bias on a plain head (see :func:`sparse_refusal`). The packed graph
-path (``model/packed_path.py``), the M3Dphormer token path
-(``model/token_path.py``) and the memoised masks (``model/mask_memo.py``) are
-mixins of the same class; :meth:`XMaskNet.forward` takes the typed batches of
-``model/batches.py``.
+path (``model/packed_path.py``) and the M3Dphormer token path
+(``model/token_path.py``) are mixins of the same class, with the attributes they
+read declared; the memoised masks (``model/mask_memo.py``) are a part it holds.
+:meth:`XMaskNet.forward` takes the typed batches of ``model/batches.py``.
 """
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def _complete(edge_index: Tensor, num_nodes: int, batch: Tensor | None) -> bool:
     return edge_index.size(1) == total
 
 
-class XMaskNet(PackedPath, TokenPath, MaskMemo, torch.nn.Module):
+class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
     """Graph transformer with the X-LogSMask structural bias.
 
     The architecture ``cfg.arch`` names (:mod:`~xmask_cli.model.archs`: transformer, gat, experts, vit)
@@ -101,10 +101,20 @@ class XMaskNet(PackedPath, TokenPath, MaskMemo, torch.nn.Module):
         self.out_block: TransformerBlock | None
         self.out_bias: XLogSMaskBias | None
         self.head, self.out_block, self.out_bias = arch.init_output(cfg)
-        # Per mask ("blocks", "output"): (powers, mask, dtype, versions, attn_mask) of the last dense forward;
-        # see _dense_attn_mask.
-        self._mask_memo: dict[str, tuple] = {}
-        self._sparse_memo: dict[str, tuple] = {}  # per bias ("blocks", "output"); see _sparse_bias
+        self.memo = MaskMemo()  # the last X-LogSMask mask and sparse bias, reused while their inputs stay the same
+
+    def _dense_attn_mask(self, powers: Tensor | None, mask: Tensor, dtype: torch.dtype,
+                         which: str = "blocks") -> Tensor | None:
+        """The shared SDPA mask of the blocks (``which='output'``: of the attention output layer), memoised."""
+        if which == "output":
+            bias, attn = self.out_bias, (self.out_block.attn if self.out_block is not None else None)
+        else:
+            bias, attn = self.bias, (self.blocks[0].attn if len(self.blocks) else None)
+        return self.memo.dense_attn_mask(bias, attn, powers, mask, dtype, which)
+
+    def _sparse_bias(self, bias: XLogSMaskBias, edge_index: Tensor, values: Tensor, which: str) -> Tensor:
+        """``[E, H]`` X-LogSMask bias at the pairs, memoised (see :class:`MaskMemo`)."""
+        return self.memo.sparse_bias(bias, edge_index, values, which)
 
     def _drop_input(self, x: Tensor) -> Tensor:
         # Atom ids are categorical: dropping them to 0 would change the atom, not regularise.

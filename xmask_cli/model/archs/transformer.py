@@ -9,11 +9,12 @@ from xmask_cli.model.model_config import ModelConfig
 
 
 class Transformer(Architecture):
-    """Each block: attention (heads projected), a ``ffn_mult``-wide feed-forward layer, residuals and norms."""
+    """Each block: attention (heads projected), a ``ffn_mult``-wide feed-forward layer, residuals and norms,
+    then ``activation`` (none by default, as the paper)."""
 
     name = "transformer"
-    KEYS: ClassVar[frozenset[str]] = frozenset({"ffn_mult", "output"})
+    KEYS: ClassVar[frozenset[str]] = frozenset({"ffn_mult", "activation", "output"})
 
     def init_block(self, cfg: ModelConfig, layer: int) -> TransformerBlock:
         """The paper's block."""
-        return TransformerBlock(**self.block_settings(cfg, layer), ffn_mult=cfg.ffn_mult)
+        return TransformerBlock(**self.block_settings(cfg, layer), ffn_mult=cfg.ffn_mult, activation=cfg.activation)
