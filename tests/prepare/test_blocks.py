@@ -273,6 +273,53 @@ def test_stopping_the_pool_leaves_no_worker_and_no_pool_thread_behind():
     assert set(threading.enumerate()) - before == set()  # the manager thread is gone too
 
 
+def _half_a_result(flag: str) -> None:
+    """Pool task: write what a worker killed while it sends its result leaves (a message's length and part of
+    its body) into the pool's result pipe, then wait to be killed."""
+    import os
+    import struct
+    import sys
+    import time
+
+    result_queue = sys._getframe(1).f_locals["result_queue"]  # concurrent.futures' _process_worker
+    # The pipe's own framing (a 4-byte length, then the body), cut short: 100 of 1 MiB sent.
+    os.write(result_queue._writer.fileno(), struct.pack("!i", 1 << 20) + b"x" * 100)
+    open(flag, "w").close()
+    time.sleep(600)
+
+
+_PARTIAL_CHILD = """
+import multiprocessing as mp, os, sys, threading, time
+from concurrent.futures import ProcessPoolExecutor
+from xmask_cli.prepare.blocks import _stop_workers
+from tests.prepare.test_blocks import _half_a_result
+
+pool = ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("spawn"))
+fut = pool.submit(_half_a_result, sys.argv[1])
+while not os.path.exists(sys.argv[1]):  # the worker has sent part of its result
+    time.sleep(0.05)
+time.sleep(0.5)  # for the manager thread to start reading it
+stopper = threading.Thread(target=_stop_workers, args=(pool,), daemon=True)
+stopper.start()
+stopper.join(120)
+print("stopped" if not stopper.is_alive() else "hung", flush=True)
+os._exit(0)  # a hung pool thread would hang interpreter exit too
+"""
+
+
+def test_stopping_the_pool_does_not_hang_on_a_result_cut_short(tmp_path):
+    """A worker killed in the middle of sending its result (a Ctrl-C under load: the result of a block
+    is larger than a pipe holds) must not leave the pool's shutdown waiting for the rest of the message."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", _PARTIAL_CHILD, str(tmp_path / "sent")], capture_output=True, text=True, env=env,
+                          timeout=600, cwd=REPO)
+    assert done.stdout.split() == ["stopped"], done.stdout + done.stderr[-3000:]
+
+
 @pytest.fixture
 def sigint_default():
     """Python's own Ctrl-C handler for the test, whatever the runner started with (a shell's background

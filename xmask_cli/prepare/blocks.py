@@ -149,6 +149,13 @@ def _stop_workers(pool: ProcessPoolExecutor) -> None:
             proc.kill()
         except (OSError, ValueError, AttributeError):
             pass
+    # A worker killed while it wrote its result leaves part of a message in the result pipe, and the pool's
+    # manager thread would wait for the rest for ever (the shutdown below with it). This process never
+    # writes there: closing its copy of the writing end turns that wait into end-of-file once the workers
+    # are dead, and the pool winds down as broken.
+    writer = getattr(getattr(pool, "_result_queue", None), "_writer", None)
+    if writer is not None:
+        writer.close()
     # Wait for the pool's manager thread too (quick: its workers are dead). Left running, it races
     # interpreter exit: concurrent.futures' atexit hook then writes to a closed wake-up pipe (a
     # 15-line "Exception ignored" trace after our one error line) or the process dies of SIGSEGV.
