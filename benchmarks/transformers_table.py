@@ -286,7 +286,6 @@ def table(rows: list[dict[str, Any]]) -> str:
         elif r["status"] == "probe":
             unit = "batches" if r["dataset"] in GRAPH_SETS and not r["side"].startswith("xmask") else "epochs"
             note = (note + "; " if note else "") + f"probe: {r.get('probe')} {unit} timed"
-        if r["status"] == "probe":
             if r.get("seconds_per_epoch") and b.get("epochs"):
                 hours = r["seconds_per_epoch"] * b["epochs"] / 3600
                 note += f"; the full budget ≈ {hours:.1f} h a seed" if hours >= 0.1 else ""

@@ -90,3 +90,34 @@ def test_a_preset_given_by_path_is_labelled_by_its_stem(tt):
     assert tt.label("benchmarks/presets/computers-full.yaml") == "computers-full"
     assert tt.label("computers") == "computers"
     assert "/" not in tt.label(str(Path.cwd() / "x" / "y.yml"))
+
+
+def test_a_probe_row_shows_its_whole_epoch_timing(tt, tmp_path):
+    """With peers_epochs.py's rounds beside it, a probe row shows their median and peak RSS (not the probe's)
+    and says how they were taken; a side that finished no epoch shows no time and what it reached."""
+    import json
+
+    def side(name, seconds, rss, **kw):
+        return {"side": name, "epoch_seconds": seconds, "child": {"peak_rss_mb": rss, "load_before": [18.0, 0, 0],
+                "load_after": [20.0, 0, 0], "wall_s": 2400.0, "stopped_at_limit": "reached" in kw, "rc": -15}, **kw}
+
+    reached = {"epoch": 0, "batches_done": 195, "batches_per_epoch": 515, "seconds_into_epoch": 1985.0}
+    (tmp_path / "epochs").mkdir()
+    for ds, peer in (("PROTEINS", side("GPS", [700.0], 4800.0)), ("NCI1", side("GPS", [], 2800.0, reached=reached))):
+        rounds = [[side("xmask", [19.0], 650.0), peer], [dict(peer, epoch_seconds=[s + 100 for s in
+                                                                               peer["epoch_seconds"]]),
+                                                          side("xmask", [21.0], 660.0)]]
+        (tmp_path / "epochs" / f"{ds}.json").write_text(json.dumps({"dataset": ds, "preset": ds.lower(),
+                                                                    "rounds": rounds}))
+    base = {"side": "GPS", "status": "probe", "probe": 4, "seconds_per_epoch": 958.5, "peak_rss_mb": 4813.0,
+            "params": 1, "budget": {"epochs": 100, "patience": 30}, "epochs_run_mean": 0.0, "test": None}
+    rows = [dict(base, dataset="PROTEINS"), dict(base, dataset="NCI1")]
+    (tmp_path / "PROTEINS-GPS.json").write_text(json.dumps(rows[0]))
+    (tmp_path / "NCI1-GPS.json").write_text(json.dumps(rows[1]))
+    assert tt.main(["table", "--out-dir", str(tmp_path)]) == 0
+    text = (tmp_path / "table.md").read_text()
+    proteins = next(line for line in text.splitlines() if line.startswith("| PROTEINS | GPS"))
+    nci1 = next(line for line in text.splitlines() if line.startswith("| NCI1 | GPS"))
+    assert "| 4,800 | 750.000 |" in proteins and "2 whole epochs alternated with xmask, load 18-20" in proteins
+    assert "958" not in proteins and "full budget" not in proteins
+    assert "| 2,800 | – |" in nci1 and "no whole epoch within 2400 s at load 18-20: 195 of 515 batches" in nci1
