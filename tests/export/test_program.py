@@ -118,3 +118,28 @@ def test_the_pairs_path_of_a_model_that_needs_the_dense_grid_is_refused_naming_t
     reason = path_refusal(model, "pairs")
     assert reason is not None and "outside_support=eps" in reason and "--path dense" in reason
     assert path_refusal(model, "dense") is None and path_refusal(_model(task="node"), "pairs") is None
+
+
+@pytest.mark.parametrize("version, refused", [("2.5.1", True), ("2.12.0+cpu", True), ("2.13.0", False),
+                                              ("2.14.1+cu121", False), ("3.0.0a0", False)])
+def test_export_refuses_a_torch_older_than_its_tested_floor(version, refused):
+    """Below EXPORT_TORCH (2.5.1 cannot trace the dense path) export refuses with one line naming the floor."""
+    from xmask_cli.export.program import EXPORT_TORCH, ExportRefused, require_export_torch
+
+    if not refused:
+        require_export_torch(version)
+        return
+    with pytest.raises(ExportRefused) as err:
+        require_export_torch(version)
+    floor = ".".join(map(str, EXPORT_TORCH))
+    assert f"torch >= {floor}" in str(err.value) and version in str(err.value) and "\n" not in str(err.value)
+
+
+def test_export_checks_torch_before_reading_the_run(tmp_path, monkeypatch):
+    """The torch check comes first: an old torch is named even where the run folder does not exist."""
+    from xmask_cli.export.program import ExportRefused
+    from xmask_cli.export.run import export_run
+
+    monkeypatch.setattr(torch, "__version__", "2.5.1")
+    with pytest.raises(ExportRefused, match="2.5.1"):
+        export_run(tmp_path / "missing", cache_dir=tmp_path / "cache")

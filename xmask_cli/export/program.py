@@ -162,6 +162,20 @@ def onnx_extra_hint() -> str:
     return f'pip install "{dist}[onnx]"'
 
 
+#: The oldest torch ``xmask export`` is tested on; torch 2.5's ``torch.export`` cannot trace the dense path.
+EXPORT_TORCH = (2, 13)
+
+
+def require_export_torch(version: str | None = None) -> None:
+    """Refuse (exit 2) under a torch older than :data:`EXPORT_TORCH`, before any run is rebuilt."""
+    text = version if version is not None else torch.__version__
+    parts = [int(p) for p in text.split("+")[0].split(".")[:2] if p.isdigit()]
+    if len(parts) == 2 and tuple(parts) < EXPORT_TORCH:
+        floor = ".".join(map(str, EXPORT_TORCH))
+        raise ExportRefused(f"xmask export needs torch >= {floor} (this is {text}): older torch.export cannot "
+                            f"trace the model; upgrade torch (pip install 'torch>={floor}')")
+
+
 def require_onnx() -> None:
     """Refuse (exit 2, naming the ``[onnx]`` extra) when ``onnx`` or ``onnxscript`` is not installed."""
     try:

@@ -36,6 +36,7 @@ from xmask_cli.export.program import (
     path_refusal,
     program_spec,
     refusal,
+    require_export_torch,
     require_onnx,
     to_onnx,
     trace,
@@ -219,11 +220,12 @@ def export_run(
 
     Raises:
         ExportRefused: the model or path has no program (experts, learned biases, pair levels, partitions,
-            a trace that fails), or ONNX without its packages (exit 2).
+            a trace that fails), ONNX without its packages, or a torch older than ``EXPORT_TORCH`` (exit 2).
         RunNotFoundError: not a run folder.
     """
     if to not in FORMATS:
         raise UsageError(f"--to must be torch or onnx, got '{to}'")
+    require_export_torch()
     if to == "onnx":
         require_onnx()  # before the run is rebuilt and traced
     loaded = _load(run_dir, path, cache_dir=cache_dir, data_root=data_root, offline=offline, log=log)
