@@ -21,6 +21,7 @@ so given the same structure both compute the same numbers to float rounding.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -110,12 +111,14 @@ class StructuralAttention(PairAttention, torch.nn.Module):
         # (bias, its version/dtype/heads, pairs, their version, plan, picked terms) of the last parameter-free bias.
         self._term_memo: tuple | None = None
 
-    def _combine(self, agg: Tensor) -> Tensor:
-        """The output of per-head aggregates ``[..., H, d_h]`` (see ``combine``)."""
+    def _combine(self, agg: Tensor, drop: Callable[[Tensor, float, bool], Tensor] | None = None) -> Tensor:
+        """The output of per-head aggregates ``[..., H, d_h]`` (see ``combine``); ``drop(h, p, training)``
+        draws the output's dropout instead of the ``Dropout`` module."""
         if self.combine == "mean":
             return agg.mean(-2)
         joined = agg.reshape(*agg.shape[:-2], self.dim)
-        return self.dropout(joined if self.out is None else self.out(joined))
+        out = joined if self.out is None else self.out(joined)
+        return self.dropout(out) if drop is None else drop(out, self.dropout.p, self.training)
 
     def structural_term(self, bias: Tensor) -> Tensor:
         """The X-LogSMask bias as it enters the logits (scaled by ``1/sqrt(d_h)`` under 'paper')."""
@@ -169,6 +172,7 @@ class StructuralAttention(PairAttention, torch.nn.Module):
         return_terms: bool = False,
         attn_mask: Tensor | None = None,
         learned: Tensor | None = None,
+        drop: Callable[[Tensor, float, bool], Tensor] | None = None,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """Full attention over a padded batch.
 
@@ -180,6 +184,7 @@ class StructuralAttention(PairAttention, torch.nn.Module):
             attn_mask: :meth:`dense_mask` of ``(bias, mask, learned)`` when the
                 caller built it already (it is then used as is).
             learned: ``[B, H, N, N]`` learned bias (added unscaled), or None.
+            drop: the output's dropout, ``drop(h, p, training)``; None: the ``Dropout`` module.
 
         Returns:
             ``[B, N, D]``, and with ``return_terms`` a dict of ``[B, H, N, N]``
@@ -195,7 +200,7 @@ class StructuralAttention(PairAttention, torch.nn.Module):
         agg = F.scaled_dot_product_attention(
             q, k, v, attn_mask=float_mask, dropout_p=self.attn_dropout if self.training else 0.0
         )
-        out = self._combine(agg.transpose(1, 2))
+        out = self._combine(agg.transpose(1, 2), drop)
         if not return_terms:
             return out
         energy = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
@@ -225,7 +230,7 @@ class StructuralAttention(PairAttention, torch.nn.Module):
 
         Returns:
             ``[n, D]``: the rows :meth:`forward_dense` gives the real nodes, dropout
-            drawn as over the padded ``[B, N, D]`` output.
+            drawn over the real rows (:meth:`PackedGraphs.dropout`).
         """
         if self.out is None:
             raise ValueError("the packed graph path has no attention output layer (combine='mean')")
@@ -253,14 +258,16 @@ class StructuralAttention(PairAttention, torch.nn.Module):
         groups: Tensor | None = None,
         complete: bool = False,
         learned: Tensor | None = None,
+        drop: Callable[[Tensor, float, bool], Tensor] | None = None,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """Sparse path when ``edge_index`` is given (``groups``, ``complete``: see :meth:`forward_sparse`), dense otherwise.
 
         ``learned``: a learned bias (``[E, H]`` or ``[B, H, N, N]``), added after the scaling.
+        ``drop``: the dense path's output dropout (see :meth:`forward_dense`).
         """
         if edge_index is not None:
-            if mask is not None:
-                raise ValueError("the sparse path takes no padding mask")
+            if mask is not None or drop is not None:
+                raise ValueError("the sparse path takes no padding mask and draws its own dropout")
             return self.forward_sparse(x, edge_index, bias, return_terms, groups=groups, complete=complete,
                                        learned=learned)
-        return self.forward_dense(x, bias, mask, return_terms, attn_mask=attn_mask, learned=learned)
+        return self.forward_dense(x, bias, mask, return_terms, attn_mask=attn_mask, learned=learned, drop=drop)

@@ -49,7 +49,7 @@ class PackedPath:
         packed = pack_graphs(mask, single_group=self.training and self.cfg.attn_dropout > 0)
         B, N = mask.shape
         rows = x.reshape(B * N, *x.shape[2:]).index_select(0, packed.rows)
-        if self.cfg.input_dropout > 0 and self.cfg.encoder == "linear":
+        if self.cfg.input_dropout > 0 and self.cfg.encoder in ("linear", "none"):
             rows = packed.dropout(rows, self.cfg.input_dropout, self.training)
         h = self.encoder(rows)
         attn = self.blocks[0].attn if len(self.blocks) else None

@@ -11,26 +11,72 @@ graphs of similar size, each padded only to its own largest graph
 per-call cost). Padded keys get ``-inf`` as on the padded path, so every real
 row sees exactly the keys and logit terms it sees there.
 
-Dropout: the padded path draws each dropout mask over the padded ``[B, N, D]``
-tensor. :meth:`PackedGraphs.dropout` draws the same ``[B·N, D]`` mask from the
-same generator and keeps its real rows, so a packed run uses the very masks
-of a padded run with the same seed, and both train to the same numbers.
-With ``attn_dropout > 0`` in training, the attention runs as one group in the
-batch's own order and width, so SDPA's dropout draws match too.
+Dropout: a graph batch draws each dropout mask over its real rows only
+(:func:`row_dropout`, ``[n, D]`` in the packed order), on either layout: the
+padded path draws the same ``[n, D]`` mask and lays it on its real rows
+(:func:`padded_dropout`), so a packed and a padded run with the same seed use
+the very same masks and train to the same numbers, and no draw is spent on
+padding. With ``attn_dropout > 0`` in training, the attention runs as one
+group in the batch's own order and width, so SDPA's dropout draws match too.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["AttentionGroup", "PackedGraphs", "GROUP_CALL_PAIRS", "pack_graphs", "plan_groups"]
+__all__ = ["AttentionGroup", "PackedGraphs", "GROUP_CALL_PAIRS", "DROP_LEVELS", "pack_graphs", "padded_dropout",
+           "plan_groups", "row_dropout"]
 
 #: Cost of one more SDPA call, in padded (query, key) pairs: about what one call's fixed overhead
 #: (mask assembly, layout copies, kernel launch, forward and backward) costs in pairs on this CPU.
 GROUP_CALL_PAIRS = 4096
+#: Dropout keeps an element when a 16-bit uniform draw falls below ``round((1-p)·2^16)``: four draws per 64-bit
+#: word of the generator, a quarter of the generator calls of a float draw per element. The rate is so taken to
+#: the nearest multiple of ``2^-16`` (0.1 -> 0.1000061) and the kept values are scaled by the exact inverse of
+#: the kept share, so the expectation is unchanged.
+DROP_LEVELS = 1 << 16
+
+
+def row_dropout(h: Tensor, p: float, training: bool) -> Tensor:
+    """Dropout of ``h`` (any shape) with 16-bit draws from the default generator (see :data:`DROP_LEVELS`).
+
+    Raises:
+        ValueError: ``p`` is outside ``[0, 1]``.
+    """
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability must be in [0, 1], got {p}")
+    keep = round((1.0 - p) * DROP_LEVELS)
+    if not training or keep >= DROP_LEVELS:
+        return h
+    if keep == 0:
+        return h * 0.0
+    n = h.numel()
+    # random_ over the whole int64 range fills every bit of each word; its four 16-bit lanes are independent.
+    words = torch.empty((n + 3) // 4, dtype=torch.int64, device=h.device).random_(-(1 << 63), None)
+    draws = words.view(torch.int16)[:n].view(h.shape)
+    mask = (draws < keep - DROP_LEVELS // 2).to(h.dtype).mul_(DROP_LEVELS / keep)
+    return h * mask
+
+
+def padded_dropout(mask: Tensor) -> Callable[[Tensor, float, bool], Tensor]:
+    """Dropout ``drop(h, p, training)`` of a padded batch ``h [B, N, ...]`` whose ``mask [B, N]`` marks real rows:
+    the mask :func:`row_dropout` draws for the real rows ``h[mask]`` (the packed rows, in their order), padding
+    kept as is.
+
+    What makes a padded and a packed run with the same seed draw the same masks.
+    """
+    def drop(h: Tensor, p: float, training: bool) -> Tensor:
+        if not training or p == 0.0:
+            return h
+        scale = torch.ones_like(h)
+        scale[mask] = row_dropout(scale[mask], p, True)
+        return h * scale
+
+    return drop
 
 
 @dataclass
@@ -87,37 +133,15 @@ class PackedGraphs:
     graph: Tensor
     groups: list[AttentionGroup]
     inverse: Tensor
-    _uniform: Tensor | None = field(default=None, repr=False)  # scratch of the CPU dropout draws
 
     @property
     def num_rows(self) -> int:
         return int(self.rows.numel())
 
     def dropout(self, h: Tensor, p: float, training: bool) -> Tensor:
-        """Dropout of packed rows ``[n, D]`` with the mask :func:`torch.nn.functional.dropout` draws for ``[B, N, D]``.
-
-        CPU dropout fills a Bernoulli mask over the whole (contiguous) input from
-        the default generator, then scales it by ``1/(1-p)``; the same fill over
-        the padded shape, cut to the real rows, is the padded path's mask on them.
-        Other devices run a fused dropout kernel whose draws depend on the
-        element count: there the mask is that kernel's, applied to ones.
-        """
-        if not training or p == 0.0:
-            return h
-        if p == 1.0:
-            return h * 0.0
-        shape = (self.num_graphs * self.width, h.size(-1))
-        if h.device.type != "cpu":
-            noise = torch.nn.functional.dropout(torch.ones(shape, dtype=h.dtype, device=h.device), p, True)
-            return h * noise.index_select(0, self.rows)
-        # CPU bernoulli_(q) draws one float64 uniform per element, in memory order, and keeps u < q: the same
-        # uniforms drawn into a reused buffer give the same mask a third faster (bit-identity: tests/model/test_packing.py).
-        need = shape[0] * shape[1]
-        if self._uniform is None or self._uniform.numel() < need:
-            self._uniform = torch.empty(need, dtype=torch.float64)
-        keep = (self._uniform[:need].view(shape).uniform_() < 1.0 - p).index_select(0, self.rows)
-        scale = torch.ones((), dtype=h.dtype).div_(1.0 - p)  # dropout's 1/(1-p), rounded to h's dtype as it does
-        return h * keep.to(h.dtype).mul_(scale)
+        """Dropout of packed rows ``[n, D]``: :func:`row_dropout`, the mask :func:`padded_dropout` draws for the
+        padded batch's real rows."""
+        return row_dropout(h, p, training)
 
     def unpack(self, h: Tensor) -> Tensor:
         """Packed ``[n, ...]`` -> padded ``[B, N, ...]``, zero on padding (for inspection and tests)."""
