@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from xmask_cli.config import ModelSection
-from xmask_cli.model.packing import PackedGraphs
+from xmask_cli.model.packing import PackedGraphs, PairSet
 
 # The sparse path (attention over given pairs) lives in pair_attention.py, the parameter-free kernels in
 # attention_ops.py.
@@ -224,7 +224,7 @@ class StructuralAttention(PairAttention, torch.nn.Module):
 
         Args:
             x: ``[n, D]`` real rows of a padded batch (``packed.rows``).
-            packed: the batch's packing and attention groups.
+            packed: the batch's packing and attention groups (and its pair set, attended over its pairs).
             attn_masks: per group, its :meth:`dense_mask` (``[G, H, W, W]``
                 logit term, ``-inf`` at padded keys), or None.
 
@@ -244,8 +244,24 @@ class StructuralAttention(PairAttention, torch.nn.Module):
             qg, kg, vg = group.lay_out(qkv).permute(2, 0, 3, 1, 4).unbind(0)  # each [G, H, W, d_h]
             agg = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=attn_mask, dropout_p=p)
             outs.append(group.gather(agg.transpose(1, 2).reshape(agg.size(0), agg.size(2), self.dim)))
+        if packed.pairs is not None:
+            outs.append(self._pair_set_aggregate(qkv, packed.pairs))
         agg = torch.cat(outs).index_select(0, packed.inverse) if outs else x.new_zeros(0, self.dim)
         return packed.dropout(self.out(agg), self.dropout.p, self.training)
+
+    def _pair_set_aggregate(self, qkv: Tensor, pairs: PairSet) -> Tensor:
+        """``[m, D]`` heads' aggregates of a packed batch's :class:`~xmask_cli.model.packing.PairSet` rows: the
+        masked heads over the set's pairs (the CSR kernel), plain heads over every node of their graph."""
+        if pairs.edge_index is None:
+            raise ValueError("the pair set's pairs and bias are not set")
+        q, k, v = qkv.index_select(0, pairs.packed).unbind(1)  # each [m, H, d_h]
+        plain = bool(self.plain_heads)
+        agg = self._csr_aggregate(q, k, v, pairs.edge_index, pairs.bias, None, masked_only=plain)
+        if plain:
+            idx = self._plain_idx.to(q.device)
+            plain_agg, _ = self._plain_agg(q, k, v, idx, pairs.node_graph, pairs.node_graph, False)
+            agg = agg.index_copy(1, idx, plain_agg.to(agg.dtype))
+        return agg.to(qkv.dtype).reshape(q.size(0), self.dim)
 
     def forward(
         self,

@@ -17,11 +17,17 @@ from torch_geometric.utils import scatter
 from xmask_cli.model.batches import LogPairs
 from xmask_cli.model.logsmask import DenseStructure, XLogSMaskBias
 from xmask_cli.model.logsmask import log_powers as take_log
-from xmask_cli.model.packing import PackedGraphs, pack_graphs
+from xmask_cli.model.packing import PAIR_DENSITY, PAIR_MIN_NODES, PackedGraphs, PairSet, pack_graphs, pair_attended
 
 
 class PackedPath:
     """``packs``, ``encode_packed``, ``readout_packed``, ``forward_packed`` of :class:`XMaskNet`."""
+
+    #: Graphs above this many nodes whose stored pairs are sparse attend over them (:func:`pair_attended`);
+    #: None: every graph on its dense grid (tests and benchmarks compare the two).
+    pair_min_nodes: int | None = PAIR_MIN_NODES
+    #: ... and whose stored pairs cover less than this share of their grid.
+    pair_density: float = PAIR_DENSITY
 
     def packs(self) -> bool:
         """Whether :meth:`forward` runs graph batches packed (``graph_layout='packed'``, graph task, one attention)."""
@@ -46,7 +52,12 @@ class PackedPath:
             log_spec: ``(eps, outside_support)`` they were taken with; must be the model's.
             extras: dense structure the learned biases read (as :meth:`encode_dense`).
         """
-        packed = pack_graphs(mask, single_group=self.training and self.cfg.attn_dropout > 0)
+        single = self.training and self.cfg.attn_dropout > 0
+        on_pairs = None
+        if isinstance(log_powers, LogPairs) and not single and self._attends_pairs():
+            counts = torch.bincount(log_powers.graph, minlength=mask.size(0))
+            on_pairs = pair_attended(mask.sum(1), counts, self.pair_density, cast(int, self.pair_min_nodes))
+        packed = pack_graphs(mask, single_group=single, sparse=on_pairs)
         B, N = mask.shape
         rows = x.reshape(B * N, *x.shape[2:]).index_select(0, packed.rows)
         if self.cfg.input_dropout > 0 and self.cfg.encoder in ("linear", "none"):
@@ -57,6 +68,8 @@ class PackedPath:
         if scaled:  # the term as it enters the logits, scaled at the pairs instead of over each group's grid
             self._check_log_spec(log_spec)
             bias = self._bias_from_pairs(packed, cast(LogPairs, log_powers), attn.structural_term)
+            if packed.pairs is not None:
+                self._pair_bias(packed.pairs, cast(LogPairs, log_powers))
         else:
             bias = self._packed_bias(packed, mask, powers, log_powers, log_spec)
         shared = [None if attn is None else attn.dense_mask(b, g.mask, h.dtype, scaled=scaled)
@@ -73,6 +86,37 @@ class PackedPath:
                     masks.append(term if m is None else m + term)
             h = block.forward_packed(h, packed, masks)
         return h, packed
+
+    def _attends_pairs(self) -> bool:
+        """Whether large sparse graphs may attend over their stored pairs (:func:`pair_attended`): the same
+        numbers as their dense grid only where every pair outside a head's support is ``-inf`` (``hard``) and
+        nothing else (a learned bias) lives on the grid."""
+        return (self.pair_min_nodes is not None and self.bias is not None and self.learned is None
+                and cast(XLogSMaskBias, self.bias).outside_support == "hard")
+
+    def _pair_bias(self, pairs_set: PairSet, pairs: LogPairs) -> None:
+        """Set ``pairs_set``'s attended pairs and their unscaled ``[E, H]`` bias: its graphs' stored pairs, plus
+        each node's own pair where none is stored (the grid's diagonal fill; off the diagonal it is ``-inf``)."""
+        bias = cast(XLogSMaskBias, self.bias)
+        mine = torch.zeros(len(pairs_set.offset), dtype=torch.bool, device=pairs.graph.device)
+        mine[pairs_set.graphs] = True
+        sel = mine[pairs.graph].nonzero().squeeze(1)
+        base = pairs_set.offset[pairs.graph.index_select(0, sel)]
+        row, col = base + pairs.row.index_select(0, sel), base + pairs.col.index_select(0, sel)
+        values = bias.from_log_powers(pairs.values.index_select(0, sel), axis=1)  # [E, H]
+        m = pairs_set.packed.numel()
+        has_diag = torch.zeros(m, dtype=torch.bool, device=row.device)
+        has_diag[row[row == col]] = True
+        missing = (~has_diag).nonzero().squeeze(1)
+        if missing.numel():
+            k = pairs.values.size(1)
+            zero = torch.zeros(1, k, dtype=pairs.values.dtype, device=row.device)
+            fill = bias.from_log_powers(take_log(zero, bias.eps, bias.outside_support,
+                                                 off_diagonal=torch.zeros(1, 1, dtype=torch.bool)), axis=1)
+            row, col = torch.cat([row, missing]), torch.cat([col, missing])
+            values = torch.cat([values, fill.expand(missing.numel(), -1)])
+        pairs_set.edge_index = torch.stack([row, col])
+        pairs_set.bias = values
 
     def _packed_bias(self, packed: PackedGraphs, mask: Tensor, powers: Tensor | None,
                      log_powers: LogPairs | Sequence[Tensor] | None, log_spec: tuple | None) -> list[Tensor | None]:
@@ -124,12 +168,13 @@ class PackedPath:
         logs = bias.from_log_powers(take_log(zero, bias.eps, bias.outside_support, off_diagonal=off), axis=2)
         fill_off, fill_diag = term(logs[0, 1]), term(logs[0, 0])
         heads = term(bias.from_log_powers(vals, axis=1))  # [P, H]
-        where = torch.empty(packed.num_graphs, dtype=torch.long, device=vals.device)  # group of each graph
-        slot = torch.empty(packed.num_graphs, dtype=torch.long, device=vals.device)  # its position in the group
+        # Group of each graph (-1: attended over its pairs) and its position in the group.
+        where = torch.full((packed.num_graphs,), -1, dtype=torch.long, device=vals.device)
+        slot = torch.zeros(packed.num_graphs, dtype=torch.long, device=vals.device)
         for i, g in enumerate(packed.groups):
             where[g.graphs] = i
             slot[g.graphs] = torch.arange(len(g.sizes), device=vals.device)
-        pair_group = where[pairs.graph] if len(packed.groups) > 1 else None
+        pair_group = where[pairs.graph] if len(packed.groups) > 1 or packed.pairs is not None else None
         pair_slot = slot[pairs.graph]
         out: list[Tensor | None] = []
         for i, g in enumerate(packed.groups):

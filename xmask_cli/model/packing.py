@@ -11,6 +11,13 @@ graphs of similar size, each padded only to its own largest graph
 per-call cost). Padded keys get ``-inf`` as on the padded path, so every real
 row sees exactly the keys and logit terms it sees there.
 
+Large sparse graphs: a graph whose stored pairs cover a small share of its
+``n^2`` grid (:func:`pair_attended`) can instead attend over those pairs only,
+with the sparse path's kernels (:class:`PairSet`): under ``outside_support:
+hard`` every pair outside a head's stored support has logit ``-inf`` on the
+dense grid, weight exactly 0, so the pairs give the same outputs to float
+rounding at ``Σ pairs`` instead of ``n^2`` cost (DD's largest graphs).
+
 Dropout: a graph batch draws each dropout mask over its real rows only
 (:func:`row_dropout`, ``[n, D]`` in the packed order), on either layout: the
 padded path draws the same ``[n, D]`` mask and lays it on its real rows
@@ -28,12 +35,17 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["AttentionGroup", "PackedGraphs", "GROUP_CALL_PAIRS", "DROP_LEVELS", "pack_graphs", "padded_dropout",
-           "plan_groups", "row_dropout"]
+__all__ = ["AttentionGroup", "PackedGraphs", "PairSet", "GROUP_CALL_PAIRS", "DROP_LEVELS", "PAIR_DENSITY",
+           "PAIR_MIN_NODES", "pack_graphs", "padded_dropout", "pair_attended", "plan_groups", "row_dropout"]
 
 #: Cost of one more SDPA call, in padded (query, key) pairs: about what one call's fixed overhead
 #: (mask assembly, layout copies, kernel launch, forward and backward) costs in pairs on this CPU.
 GROUP_CALL_PAIRS = 4096
+#: A graph attends over its stored pairs (not its dense grid) when they cover less than this share of ``n^2``
+#: and it has more than :data:`PAIR_MIN_NODES` nodes: the CSR kernel's break-even with dense SDPA
+#: (``model.attention_path.SPARSE_DENSITY``); below the node floor one dense call is cheaper than a CSR plan.
+PAIR_DENSITY = 0.15
+PAIR_MIN_NODES = 256
 #: Dropout keeps an element when a 16-bit uniform draw falls below ``round((1-p)·2^16)``: four draws per 64-bit
 #: word of the generator, a quarter of the generator calls of a float draw per element. The rate is so taken to
 #: the nearest multiple of ``2^-16`` (0.1 -> 0.1000061) and the kept values are scaled by the exact inverse of
@@ -114,6 +126,35 @@ class AttentionGroup:
 
 
 @dataclass
+class PairSet:
+    """Graphs attended over their stored pairs (the sparse path's kernels), as one disjoint union.
+
+    Attributes:
+        graphs: ``[S]`` positions in the batch of its graphs.
+        packed: ``[m]`` packed rows of its graphs, graph by graph.
+        node_graph: ``[m]`` index in ``graphs`` of each row's graph (plain heads attend inside it).
+        offset: ``[B]`` first row of each batch graph in the set's ``m`` rows (0 for graphs outside it).
+        edge_index: ``[2, E]`` attended pairs over the ``m`` rows (row = query), set by the model.
+        bias: ``[E, H]`` the X-LogSMask bias at them (``-inf`` outside a head's support), set by the model.
+    """
+
+    graphs: Tensor
+    packed: Tensor
+    node_graph: Tensor
+    offset: Tensor
+    edge_index: Tensor | None = None
+    bias: Tensor | None = None
+
+
+def pair_attended(sizes: Tensor, pair_counts: Tensor, density: float = PAIR_DENSITY,
+                  min_nodes: int = PAIR_MIN_NODES) -> Tensor:
+    """``[B]`` bool: graphs with more than ``min_nodes`` nodes whose ``pair_counts`` stored pairs cover less than
+    ``density`` of their ``n^2`` grid (see :data:`PAIR_DENSITY`)."""
+    n = sizes.to(torch.float64)
+    return (sizes > min_nodes) & (pair_counts.to(torch.float64) < density * n * n)
+
+
+@dataclass
 class PackedGraphs:
     """The packing of one padded batch (see the module docstring).
 
@@ -123,7 +164,8 @@ class PackedGraphs:
         rows: ``[n]`` position of each packed row in the flattened ``[B·N]`` padded layout.
         graph: ``[n]`` batch position of the graph of each packed row.
         groups: the attention groups (every non-empty graph in exactly one).
-        inverse: ``[n]`` where each packed row sits in the groups' concatenated rows.
+        inverse: ``[n]`` where each packed row sits in the groups' concatenated rows (then the pair set's).
+        pairs: the graphs attended over their stored pairs, or None.
     """
 
     num_graphs: int
@@ -133,6 +175,7 @@ class PackedGraphs:
     graph: Tensor
     groups: list[AttentionGroup]
     inverse: Tensor
+    pairs: PairSet | None = None
 
     @property
     def num_rows(self) -> int:
@@ -176,11 +219,14 @@ def plan_groups(sizes: list[int], call_pairs: int = GROUP_CALL_PAIRS) -> list[li
     return groups[::-1]
 
 
-def pack_graphs(mask: Tensor, single_group: bool = False, call_pairs: int = GROUP_CALL_PAIRS) -> PackedGraphs:
+def pack_graphs(mask: Tensor, single_group: bool = False, call_pairs: int = GROUP_CALL_PAIRS,
+                sparse: Tensor | None = None) -> PackedGraphs:
     """The packing of a padded batch whose ``mask [B, N]`` marks real nodes (a prefix of each row).
 
     ``single_group``: attend as one group of every graph in the batch's order
     and width (what SDPA's own dropout needs to draw the padded path's masks).
+    ``sparse``: ``[B]`` bool, graphs left out of the dense groups for :attr:`PackedGraphs.pairs`
+    (:func:`pair_attended`; not with ``single_group``).
 
     Raises:
         ValueError: a row's real nodes are not its first ``n_b`` positions.
@@ -195,10 +241,13 @@ def pack_graphs(mask: Tensor, single_group: bool = False, call_pairs: int = GROU
     rows = mask.reshape(-1).nonzero().squeeze(1)
     graph = torch.div(rows, N, rounding_mode="floor") if N else rows
     starts = np.concatenate([[0], np.cumsum(sizes_np)])
+    on_pairs = np.zeros(B, dtype=bool) if sparse is None else sparse.cpu().numpy().astype(bool) & (sizes_np > 0)
+    if single_group and on_pairs.any():
+        raise ValueError("one dense group of the whole batch leaves no graph to attend over its pairs")
     if rows.numel() == 0:
         plans = []  # nothing to attend
     else:
-        plans = [list(range(B))] if single_group else plan_groups(sizes, call_pairs)
+        plans = [list(range(B))] if single_group else plan_groups(np.where(on_pairs, 0, sizes_np).tolist(), call_pairs)
     groups = []
     for members in plans:
         m = np.asarray(members, dtype=np.int64)
@@ -212,7 +261,23 @@ def pack_graphs(mask: Tensor, single_group: bool = False, call_pairs: int = GROU
         slots = None if full else torch.from_numpy(np.repeat(np.arange(len(m)) * width, g_sizes) + local).to(device)
         g_mask = torch.arange(width, device=device)[None, :] < torch.from_numpy(g_sizes).to(device)[:, None]
         groups.append(AttentionGroup(torch.from_numpy(m).to(device), g_sizes.tolist(), width, packed, slots, g_mask))
-    order = torch.cat([g.packed for g in groups]) if groups else rows.new_zeros(0)
+    pairs = _pair_set(on_pairs, sizes_np, starts, device) if on_pairs.any() else None
+    parts = [g.packed for g in groups] + ([pairs.packed] if pairs is not None else [])
+    order = torch.cat(parts) if parts else rows.new_zeros(0)
     inverse = torch.empty_like(order)
     inverse[order] = torch.arange(order.numel(), device=device)
-    return PackedGraphs(B, N, sizes, rows, graph, groups, inverse)
+    return PackedGraphs(B, N, sizes, rows, graph, groups, inverse, pairs)
+
+
+def _pair_set(on_pairs: np.ndarray, sizes: np.ndarray, starts: np.ndarray, device: torch.device) -> PairSet:
+    """The :class:`PairSet` of the graphs ``on_pairs`` marks (its pairs and bias are the model's to set)."""
+    members = np.flatnonzero(on_pairs)
+    counts = sizes[members]
+    before = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    local = np.arange(int(counts.sum())) - np.repeat(before, counts)
+    offset = np.zeros(len(sizes), dtype=np.int64)
+    offset[members] = before
+    return PairSet(graphs=torch.from_numpy(members).to(device),
+                   packed=torch.from_numpy(np.repeat(starts[members], counts) + local).to(device),
+                   node_graph=torch.from_numpy(np.repeat(np.arange(len(members)), counts)).to(device),
+                   offset=torch.from_numpy(offset).to(device))
