@@ -45,14 +45,6 @@ def _log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def _seeds(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        a, _, b = part.partition("-")
-        out += list(range(int(a), int(b or a) + 1))
-    return out
-
-
 def one_seed(args: argparse.Namespace) -> dict:
     """Train one seed in this process; returns metrics, timings and peak RSS."""
     import torch
@@ -175,18 +167,22 @@ def main() -> None:
     if args.table:
         print(table([Path(p) for p in args.table]))
         return
-    args.name = args.name or f"{args.preset}-whole"
+    stem = Path(args.preset).stem  # a YAML path (benchmarks/presets/...) names its files by its stem
+    args.name = args.name or f"{stem}-whole"
     if args.seed is not None:
         print(json.dumps(one_seed(args)))
         return
-    out_path = Path(args.out or OUT / f"node_whole_{args.preset}.json")
+    from xmask_cli.engine.plan import parse_seeds
+
+    seeds = parse_seeds(args.seeds)  # --seeds as `xmask train` reads it, checked before any work
+    out_path = Path(args.out or OUT / f"node_whole_{stem}.json")
     result: dict = {"preset": args.preset, "overrides": args.overrides or [], "seeds": [],
                     "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                     "load_avg_start": os.getloadavg()[0]}
     if not args.no_mass:
         result["kept_mass"] = kept_mass(args)
         _log(json.dumps(result["kept_mass"]))
-    for seed in _seeds(args.seeds):
+    for seed in seeds:
         cmd = [sys.executable, __file__, "--seed", str(seed), "--preset", args.preset, "--name", args.name,
                "--data-root", args.data_root, "--cache-dir", args.cache_dir, "--runs-dir", args.runs_dir,
                "--threads", str(args.threads)]

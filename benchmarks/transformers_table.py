@@ -102,6 +102,12 @@ def xmask_params(run_dir: Path) -> int:
                    if v.is_floating_point() and "running_" not in k))
 
 
+def label(preset: str) -> str:
+    """A preset's name in row labels and file names: the name itself, or a YAML path's file stem
+    (``benchmarks/presets/computers-full.yaml`` -> ``computers-full``)."""
+    return Path(preset).stem if preset.endswith((".yaml", ".yml")) else preset
+
+
 def run_prepare(ds: str, data_root: Path, cache: Path, log_dir: Path, preset: str | None = None) -> dict[str, Any]:
     """``xmask prepare <ds> --preset <preset>`` (default: the dataset's own preset) in a child: the CLI's JSON
     (seconds, size_bytes, key, cached) and the child's peak RSS."""
@@ -129,11 +135,11 @@ def run_xmask(ds: str, seeds: str, data_root: Path, cache: Path, epochs: int | N
         earlier = json.loads(prepared.read_text())
         if earlier.get("key") == pj["key"] and not earlier.get("cached"):
             pj, prep = earlier, earlier["child"]
-    runs_dir = Path(tempfile.mkdtemp(prefix=f"xmask-table-{preset}-"))
+    runs_dir = Path(tempfile.mkdtemp(prefix=f"xmask-table-{label(preset)}-"))
     cmd = base[:3] + ["train", "--preset", preset, "--seeds", seeds, "--runs-dir", str(runs_dir), "--format", "json"]
     if epochs:
         cmd += ["--set", f"train.epochs={epochs}"]
-    own = "" if preset == ds.lower() else f"-{preset}"  # another preset's log beside the dataset's own
+    own = "" if preset == ds.lower() else f"-{label(preset)}"  # another preset's log beside the dataset's own
     train = run_child(cmd, env, log_dir / f"{ds}-xmask{own}-train.log")
     if train["rc"] != 0:
         return {"status": "failed", "reason": f"xmask train exited {train['rc']}", "train": train}
@@ -216,7 +222,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     logs.mkdir(exist_ok=True)
     ds = args.dataset
     epochs, probes, skips = parse_pairs(args.peer_epochs), parse_pairs(args.probe), parse_pairs(args.skip)
-    mine = f"xmask-{args.xmask_preset}" if args.xmask_preset else "xmask"  # another preset: a row of its own
+    mine = f"xmask-{label(args.xmask_preset)}" if args.xmask_preset else "xmask"  # another preset: a row of its own
     sides = ([] if args.no_xmask else [mine]) + [p for p in args.peers.split(",") if p]
     for side in sides:
         dest = args.out_dir / f"{ds}-{side}.json"
@@ -348,7 +354,7 @@ def cmd_speed(args: argparse.Namespace) -> int:
            "peer_s_per_epoch": float(np.median([r["peer_s_per_epoch"] for r in rounds])),
            "ratio_median": float(np.median(ratio)), "ratios": ratio,
            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    own = f"-{args.preset}" if args.preset else ""
+    own = f"-{label(args.preset)}" if args.preset else ""
     dest = args.out_dir / "speed" / f"{args.dataset}-xmask{own}-vs-{args.peer}.json"
     dest.parent.mkdir(exist_ok=True)
     dest.write_text(json.dumps(res, indent=2) + "\n")

@@ -162,6 +162,11 @@ def test_presets_found_after_plain_non_editable_install(tmp_path: Path):
     lines = out.splitlines()
     assert lines[0].startswith(str(target)), "imported the source tree, not the installed copy"
     assert "graph-level" in lines[1] and "node-level" in lines[1]
+    # The installed presets are presets/'s, nothing else: the recipes of benchmarks/presets/ stay in the repository.
+    shipped = sorted(p.stem for p in (REPO / "presets").glob("*.yaml"))
+    assert lines[1] == str(shipped)
+    kept = {p.name for p in (REPO / "benchmarks" / "presets").glob("*.yaml")}
+    assert kept and not [p for p in target.rglob("*.yaml") if p.name in kept]
     assert (target / "xmask_cli" / "data" / "embedded" / "Cora" / "raw" / "ind.cora.graph").is_file()
     # Every subpackage of the source tree is in the wheel (setup.py finds them; none is listed by hand).
     missing = [str(p.parent.relative_to(REPO)) for p in sorted((REPO / "xmask_cli").rglob("__init__.py"))

@@ -101,8 +101,10 @@ def test_the_ogbn_presets_are_over_the_budget(name: str):
     assert not lower.fits(cfg.node.memory_gb) and cfg.node.mode == "auto"
 
 
-def test_every_preset_file_is_listed():
-    assert set(PRESETS) <= set(list_presets()) and len(PRESETS) >= 40
+def test_the_trained_presets_are_exactly_the_listed_ones():
+    # `xmask presets ls` lists the shipped folder (no XMASK_PRESETS in tests): each listed preset trains below,
+    # and nothing else (the recipes in benchmarks/presets/ are not shipped).
+    assert set(PRESETS) == set(list_presets()) and len(PRESETS) >= 30
 
 
 @pytest.fixture(scope="module")

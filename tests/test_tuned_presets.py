@@ -1,5 +1,6 @@
-"""Tuned dataset presets: each is its study's best configuration, and the hand preset it replaced
-stays reachable as ``<name>-hand`` with its old values."""
+"""Tuned dataset presets: each is its study's best configuration (the study files under benchmarks/out/tune_study,
+the figures on benchmarks/tune.md), and the recipes it superseded resolve from benchmarks/presets/ with their old
+values (``--preset benchmarks/presets/<name>-hand.yaml``, as the tune page runs them)."""
 from __future__ import annotations
 
 import json
@@ -16,6 +17,14 @@ from xmask_cli.tune.space import check_space
 
 REPO = Path(__file__).resolve().parents[1]
 STUDY_OUT = REPO / "benchmarks" / "out" / "tune_study"
+#: The superseded recipes the tune page cites, by path (they are not shipped).
+KEPT = REPO / "benchmarks" / "presets"
+
+
+def kept(name: str) -> str:
+    """The path of a recipe kept in benchmarks/presets/, as ``--preset`` and ``resolve`` take it."""
+    return str(KEPT / f"{name}.yaml")
+
 
 #: tuned preset -> (hand preset, the study's best.yaml copy, the hand preset's old values of the searched keys,
 #: as the replaced preset files and benchmarks/tune.md state them).
@@ -38,6 +47,11 @@ SWAPPED: dict[str, tuple[str, str, dict[str, Any]]] = {
                   {"model.hidden": 64, "model.layers": 1, "model.dropout": 0.3, "model.head_powers": None,
                    "train.lr": 3.0e-3, "train.weight_decay": 5.0e-4}),
 }
+
+
+def _where(name: str) -> str:
+    """A shipped preset's name, or the path of a recipe kept in benchmarks/presets/."""
+    return name if name in R.list_presets() else kept(name)
 
 
 def _powers(cfg: dict[str, Any]) -> None:
@@ -63,11 +77,11 @@ _NOT_COMPARED = ("description", "tune", "run.root", "run.name", "data.root")
 @pytest.mark.parametrize("name", sorted(SWAPPED))
 def test_tuned_preset_is_the_hand_preset_with_the_study_best_values(name: str):
     hand, best_file, _ = SWAPPED[name]
-    tuned, old = _flat(R.resolve(name).to_dict()), _flat(R.resolve(hand).to_dict())
+    tuned, old = _flat(R.resolve(_where(name)).to_dict()), _flat(R.resolve(kept(hand)).to_dict())
     best = _flat(yaml.safe_load((STUDY_OUT / best_file).read_text()))
     for c in (tuned, old, best):
         _powers(c)
-    searched = {p.key for p in check_space(R.resolve(name))}
+    searched = {p.key for p in check_space(R.resolve(_where(name)))}
     assert searched, f"{name} lost its tune: section"
     for key in tuned:
         if key in _NOT_COMPARED:
@@ -83,19 +97,19 @@ def test_tuned_preset_is_the_hand_preset_with_the_study_best_values(name: str):
 @pytest.mark.parametrize("name", sorted(SWAPPED))
 def test_hand_preset_resolves_to_the_replaced_values_through_the_cli(name: str):
     hand, _, old_values = SWAPPED[name]
-    r = run("--format", "json", "presets", "show", hand)
+    r = run("--format", "json", "presets", "show", kept(hand))
     assert r.exit_code == 0, r.stderr
     shown = _flat(json.loads(r.stdout))
     for key, value in old_values.items():
         assert shown[key] == value, key
-    tuned = _flat(json.loads(run("--format", "json", "presets", "show", name).stdout))
+    tuned = _flat(json.loads(run("--format", "json", "presets", "show", _where(name)).stdout))
     assert any(tuned[k] != v for k, v in old_values.items())
     assert shown["data.dataset"] == tuned["data.dataset"]
 
 
 def test_mutag_tuned_alias_resolves_to_mutag():
-    """``mutag-tuned`` (the name the tuned configuration shipped under first) stays a working alias."""
-    alias, tuned = R.resolve("mutag-tuned").to_dict(), R.resolve("mutag").to_dict()
+    """``mutag-tuned`` (benchmarks/presets/) resolves to ``mutag`` through ``extends:``."""
+    alias, tuned = R.resolve(kept("mutag-tuned")).to_dict(), R.resolve("mutag").to_dict()
     assert {k: v for k, v in alias.items() if k != "description"} == \
         {k: v for k, v in tuned.items() if k != "description"}
 
@@ -115,9 +129,9 @@ SHAPE_KEYS = {"model.residual", "model.norm", "model.output_heads", "model.head_
 def test_reshaped_preset_is_its_study_best_configuration(name: str):
     """Every setting of the preset is the study's best trial's (its space searched the shape switches)."""
     _, best_file = RESHAPED[name]
-    tuned = _flat(R.resolve(name).to_dict())
+    tuned = _flat(R.resolve(kept(name)).to_dict())
     best = _flat(yaml.safe_load((STUDY_OUT / best_file).read_text()))
-    searched = {p.key for p in check_space(R.resolve(name))}
+    searched = {p.key for p in check_space(R.resolve(_where(name)))}
     assert SHAPE_KEYS <= searched, f"{name}'s tune: section lost shape switches: {sorted(SHAPE_KEYS - searched)}"
     level = _flat(R.resolve("node-level").to_dict())
     for key in tuned:
@@ -130,7 +144,7 @@ def test_reshaped_preset_is_its_study_best_configuration(name: str):
 @pytest.mark.parametrize("name", sorted(RESHAPED))
 def test_reshaped_hand_preset_keeps_the_node_level_values(name: str):
     hand, _ = RESHAPED[name]
-    r = run("--format", "json", "presets", "show", hand)
+    r = run("--format", "json", "presets", "show", kept(hand))
     assert r.exit_code == 0, r.stderr
     shown = _flat(json.loads(r.stdout))
     for key, value in _NODE_HAND.items():
@@ -168,7 +182,7 @@ def test_gat_shaped_preset_is_the_kept_trial_of_its_study(name: str):
     folder = STUDY_OUT / study
     tuned = _flat(R.resolve(name).to_dict())
     values = _trial_values(folder, dataset, kept)
-    searched = {p.key for p in check_space(R.resolve(name))}
+    searched = {p.key for p in check_space(R.resolve(_where(name)))}
     assert set(values) == searched  # the study searched the preset's own space
     best = _flat(yaml.safe_load((folder / f"{dataset}-xmask-best.yaml").read_text()))
     defaults = _flat(Config().to_dict())
@@ -188,7 +202,7 @@ def test_gat_shaped_preset_is_the_kept_trial_of_its_study(name: str):
 
 def test_computers_gat_is_its_study_best_configuration():
     """computers-gat holds every setting of the wide Computers study's best trial (its best.yaml copy)."""
-    tuned = _flat(R.resolve("computers-gat").to_dict())
+    tuned = _flat(R.resolve(kept("computers-gat")).to_dict())
     best = _flat(yaml.safe_load((STUDY_OUT / "computers-wide" / "Computers-xmask-best.yaml").read_text()))
     assert {k for k in best if k not in _NOT_COMPARED} <= set(tuned)
     defaults = _flat(Config().to_dict())

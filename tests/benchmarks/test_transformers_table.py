@@ -82,3 +82,11 @@ def test_another_preset_row_follows_xmask_own(tt):
 
     lines = tt.table([row("SGFormer"), row("xmask-computers-full"), row("xmask")]).splitlines()[2:]
     assert [ln.split(" | ")[1] for ln in lines] == ["xmask", "xmask-computers-full", "SGFormer"]
+
+
+def test_a_preset_given_by_path_is_labelled_by_its_stem(tt):
+    """A recipe kept in benchmarks/presets/ runs by path; its row, logs and speed file carry the file's stem, so
+    its JSON keeps the name the pages cite (Computers-xmask-computers-full.json) and no file name holds a '/'."""
+    assert tt.label("benchmarks/presets/computers-full.yaml") == "computers-full"
+    assert tt.label("computers") == "computers"
+    assert "/" not in tt.label(str(Path.cwd() / "x" / "y.yml"))

@@ -201,7 +201,7 @@ def test_full_graph_dense_and_sparse_tasks_agree_with_plain_heads(shared_data: P
 
 
 def test_train_refuses_eps_on_partitions_with_exit_2(shared_data: Path, tmp_path: Path) -> None:
-    args = ["train", "--preset", "cora-transformer", "--data-root", str(shared_data), "--cache-dir", str(tmp_path / "cache"),
+    args = ["train", "--preset", "node-level", "--data-root", str(shared_data), "--cache-dir", str(tmp_path / "cache"),
             "--runs-dir", str(tmp_path / "runs"), "--set", "model.outside_support=eps", "--set", "node.mode=partition",
             "--set", "structure.partition.parts=4", "--set", "model.heads=2"]
     for o in FAST:

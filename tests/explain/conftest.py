@@ -23,7 +23,7 @@ def mutag(tmp_path_factory) -> dict:
 def cora(tmp_path_factory) -> dict:
     """A tiny node-level run on Cora (one epoch, 2 heads, no METIS parts)."""
     root = tmp_path_factory.mktemp("explain-cora")
-    cfg = resolve("cora-transformer", ["model.hidden=8", "model.heads=2", "structure.powers.k=2", "train.epochs=1",
+    cfg = resolve("node-level", ["model.hidden=8", "model.heads=2", "structure.powers.k=2", "train.epochs=1",
                                        "structure.spectrum.enabled=false", "structure.partition.parts=0"])
     train_seeds(cfg, [0], device="cpu", cache_dir=root / "cache", run_root=root / "runs")
     return {"root": root, "run": root / "runs" / "cora-node" / "0", "cfg": cfg}

@@ -36,7 +36,7 @@ def test_node_target_on_cora_is_cropped(tmp_path):
     from scipy.sparse import csr_matrix
     from scipy.sparse.csgraph import shortest_path
 
-    cfg = resolve("cora-transformer", ["model.hidden=8", "model.heads=2", "structure.powers.k=2", "structure.spd.enabled=true",
+    cfg = resolve("node-level", ["model.hidden=8", "model.heads=2", "structure.powers.k=2", "structure.spd.enabled=true",
                            "train.epochs=1", "structure.spectrum.enabled=false", "structure.partition.parts=0"])
     train_seeds(cfg, [0], device="cpu", cache_dir=tmp_path / "cache", run_root=tmp_path / "runs")
     run = tmp_path / "runs" / "cora-node" / "0"

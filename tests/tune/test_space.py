@@ -108,12 +108,12 @@ def test_bad_options_are_one_error_line(tmp_path, args, words):
 
 
 def test_a_training_override_never_trips_on_the_space_but_tune_checks_it(tmp_path):
-    # cora-transformer leaves head_powers at its default: training with one head is fine although the inherited
+    # node-level leaves head_powers at its default: training with one head is fine although the inherited
     # space lists four-power head_powers ...
-    cfg = R.resolve("cora-transformer", ["model.heads=1", "model.hidden=8"])
+    cfg = R.resolve("node-level", ["model.heads=1", "model.hidden=8"])
     assert cfg.model.heads == 1 and "model.head_powers" in cfg.tune
     # ... while a search of that space on top of it is refused before any trial, naming the key.
-    r = run("tune", "--preset", "cora-transformer", "--set", "model.heads=1", "--set", "model.hidden=8", "--trials", "1",
+    r = run("tune", "--preset", "node-level", "--set", "model.heads=1", "--set", "model.hidden=8", "--trials", "1",
             "--runs-dir", str(tmp_path / "runs"))
     assert r.exit_code == 2
     assert one_error_line(r).startswith("error: tune.model.head_powers: value [1, 2, 3, 4] is not valid: ")
