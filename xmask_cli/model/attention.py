@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from xmask_cli.config import ModelSection
+from xmask_cli.model.csr_attention import csr_attention, csr_plan
 from xmask_cli.model.packing import PackedGraphs, PairSet
 
 # The sparse path (attention over given pairs) lives in pair_attention.py, the parameter-free kernels in
@@ -256,7 +258,23 @@ class StructuralAttention(PairAttention, torch.nn.Module):
             raise ValueError("the pair set's pairs and bias are not set")
         q, k, v = qkv.index_select(0, pairs.packed).unbind(1)  # each [m, H, d_h]
         plain = bool(self.plain_heads)
-        agg = self._csr_aggregate(q, k, v, pairs.edge_index, pairs.bias, None, masked_only=plain)
+        dtype = torch.promote_types(q.dtype, torch.float32)  # the CSR kernels' (see _csr_aggregate)
+        heads = tuple(h for h in range(self.num_heads) if h not in self.plain_heads)
+        agg = torch.zeros(*q.shape, dtype=dtype, device=q.device)
+        if heads:
+            # Every block of the forward attends the same pairs with the same term: one plan for them all.
+            key = (heads, dtype, self.mask_scale, self.head_dim)
+            if pairs.plan is None or pairs.plan[0] != key:
+                term = cast(Tensor, self._logit_term(pairs.bias, None, dtype))
+                plan = csr_plan(pairs.edge_index, q.size(0), q.size(0), heads, self.num_heads,
+                                torch.isfinite(term[:, list(heads)]))
+                pairs.plan = (key, plan, term.reshape(-1).index_select(0, plan.pick))
+            _, plan, picked = pairs.plan
+            part = csr_attention(q, k, v, None, plan, heads, 1.0 / math.sqrt(self.head_dim),
+                                 dropout_p=self.attn_dropout if self.training else 0.0, picked=picked,
+                                 impl=self.csr_impl)
+            agg = part if len(heads) == self.num_heads else agg.index_copy(
+                1, torch.tensor(heads, dtype=torch.long, device=q.device), part)
         if plain:
             idx = self._plain_idx.to(q.device)
             plain_agg, _ = self._plain_agg(q, k, v, idx, pairs.node_graph, pairs.node_graph, False)

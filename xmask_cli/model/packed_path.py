@@ -67,12 +67,13 @@ class PackedPath:
         scaled = isinstance(log_powers, LogPairs) and attn is not None and self.bias is not None
         if scaled:  # the term as it enters the logits, scaled at the pairs instead of over each group's grid
             self._check_log_spec(log_spec)
+            # The SDPA masks themselves (padded keys -inf already).
             bias = self._bias_from_pairs(packed, cast(LogPairs, log_powers), attn.structural_term)
             if packed.pairs is not None:
                 self._pair_bias(packed.pairs, cast(LogPairs, log_powers))
         else:
             bias = self._packed_bias(packed, mask, powers, log_powers, log_spec)
-        shared = [None if attn is None else attn.dense_mask(b, g.mask, h.dtype, scaled=scaled)
+        shared = [None if attn is None else attn.dense_mask(b, None if scaled else g.mask, h.dtype, scaled=scaled)
                   for g, b in zip(packed.groups, bias)]
         del bias  # the masks hold what attention reads (a large graph's bias is hundreds of MB)
         for i, block in enumerate(self.blocks):
@@ -152,46 +153,59 @@ class PackedPath:
 
     def _bias_from_pairs(self, packed: PackedGraphs, pairs: LogPairs,
                          term: Callable[[Tensor], Tensor] = lambda t: t) -> list[Tensor | None]:
-        """Per attention group, ``[G, H, W, W]``: the log value outside the stored support, then the stored pairs'.
+        """Per attention group, its SDPA mask ``[G, H, W, W]``: the stored pairs' log values, the log value
+        outside the stored support elsewhere, ``-inf`` at padded keys (0 at a padded query's real keys).
 
-        The numbers the per-graph dense log-powers give (the log of a zero is the
-        fill, the diagonal's included), 0 on padding; one flat scatter per group.
-        ``term``: an elementwise map (the attention's scaling) applied to the pairs and
-        the fills before they are laid out, so the grid is never mapped as a whole.
+        The numbers :meth:`StructuralAttention.dense_mask` makes of the per-graph dense log-powers (the log of
+        a zero is the fill, the diagonal's included), laid out in one buffer by one scatter of every pair.
+        ``term``: an elementwise map (the attention's scaling) applied to the pairs and the fills before they
+        are laid out, so the grid is never mapped as a whole. Pairs of the batch's pair set are left out.
         """
         bias = cast(XLogSMaskBias, self.bias)
         vals = pairs.values
+        device = vals.device
         k = vals.size(1)
-        zero = torch.zeros(2, 2, k, dtype=vals.dtype, device=vals.device)
-        off = ~torch.eye(2, dtype=torch.bool, device=vals.device)[:, :, None]
+        zero = torch.zeros(2, 2, k, dtype=vals.dtype, device=device)
+        off = ~torch.eye(2, dtype=torch.bool, device=device)[:, :, None]
         # [H] per head: the log of a zero off the diagonal (-inf under 'hard') and on it; 0 on heads without a mask.
         logs = bias.from_log_powers(take_log(zero, bias.eps, bias.outside_support, off_diagonal=off), axis=2)
         fill_off, fill_diag = term(logs[0, 1]), term(logs[0, 0])
         heads = term(bias.from_log_powers(vals, axis=1))  # [P, H]
-        # Group of each graph (-1: attended over its pairs) and its position in the group.
-        where = torch.full((packed.num_graphs,), -1, dtype=torch.long, device=vals.device)
-        slot = torch.zeros(packed.num_graphs, dtype=torch.long, device=vals.device)
-        for i, g in enumerate(packed.groups):
+        n_heads = heads.size(1)
+        groups = packed.groups
+        if not groups:
+            return []
+        # Group of each graph (-1: attended over its pairs), its position in the group, each group's offset.
+        where = torch.full((packed.num_graphs,), -1, dtype=torch.long, device=device)
+        slot = torch.zeros(packed.num_graphs, dtype=torch.long, device=device)
+        for i, g in enumerate(groups):
             where[g.graphs] = i
-            slot[g.graphs] = torch.arange(len(g.sizes), device=vals.device)
-        pair_group = where[pairs.graph] if len(packed.groups) > 1 or packed.pairs is not None else None
-        pair_slot = slot[pairs.graph]
+            slot[g.graphs] = torch.arange(len(g.sizes), device=device)
+        numels = [len(g.sizes) * n_heads * g.width * g.width for g in groups]
+        flat = torch.empty(sum(numels), dtype=heads.dtype, device=device)
         out: list[Tensor | None] = []
-        for i, g in enumerate(packed.groups):
-            w, n_heads = g.width, heads.size(1)
-            b = fill_off.view(1, -1, 1, 1).expand(len(g.sizes), -1, w, w).contiguous()  # [G, H, W, W]
-            if g.slots is not None:  # padding in the group: 0 there
-                b.masked_fill_(~(g.mask[:, None, :, None] & g.mask[:, None, None, :]), 0.0)
-            b.diagonal(0, 2, 3).copy_(torch.where(g.mask[:, None], fill_diag.view(1, -1, 1), heads.new_zeros(())))
-            p_slot, p_row, p_col, p_heads = pair_slot, pairs.row, pairs.col, heads
-            if pair_group is not None:  # this group's pairs only
-                sel = (pair_group == i).nonzero().squeeze(1)
-                p_slot, p_row, p_col, p_heads = (t.index_select(0, sel) for t in (p_slot, p_row, p_col, p_heads))
-            # Flat position of (graph slot, head, row, col) in the contiguous [G, H, W, W] tensor.
-            at = (p_slot * (n_heads * w) + p_row) * w + p_col
-            at = at[:, None] + torch.arange(n_heads, device=at.device) * (w * w)
-            b.view(-1).index_put_((at.reshape(-1),), p_heads.reshape(-1))
+        pad = heads.new_full((), float("-inf"))
+        at = 0
+        for g, numel in zip(groups, numels):
+            b = flat[at:at + numel].view(len(g.sizes), n_heads, g.width, g.width)
+            at += numel
+            b.copy_(fill_off.view(1, -1, 1, 1).expand_as(b))
+            if g.slots is not None:  # padding: 0 on a padded query's row, -inf at padded keys (as dense_mask adds)
+                b.masked_fill_(~g.mask[:, None, :, None], 0.0)
+                b.masked_fill_(~g.mask[:, None, None, :], float("-inf"))
+            b.diagonal(0, 2, 3).copy_(torch.where(g.mask[:, None], fill_diag.view(1, -1, 1), pad))
             out.append(b)
+        gi = where[pairs.graph]
+        p_slot, p_row, p_col, p_heads = slot[pairs.graph], pairs.row, pairs.col, heads
+        if packed.pairs is not None:  # the dense groups' pairs only
+            sel = (gi >= 0).nonzero().squeeze(1)
+            gi, p_slot, p_row, p_col, p_heads = (t.index_select(0, sel) for t in (gi, p_slot, p_row, p_col, p_heads))
+        width = torch.tensor([g.width for g in groups], dtype=torch.long, device=device)[gi]
+        start = torch.tensor([0] + numels[:-1], dtype=torch.long, device=device).cumsum(0)[gi]
+        # Flat position of (group, graph slot, head, row, col) in the buffer of contiguous [G, H, W, W] blocks.
+        pos = start + ((p_slot * n_heads) * width + p_row) * width + p_col
+        pos = pos[:, None] + torch.arange(n_heads, device=device) * (width * width)[:, None]
+        flat.index_put_((pos.reshape(-1),), p_heads.reshape(-1))
         return out
 
     def readout_packed(self, h: Tensor, packed: PackedGraphs) -> Tensor:

@@ -136,6 +136,7 @@ class PairSet:
         offset: ``[B]`` first row of each batch graph in the set's ``m`` rows (0 for graphs outside it).
         edge_index: ``[2, E]`` attended pairs over the ``m`` rows (row = query), set by the model.
         bias: ``[E, H]`` the X-LogSMask bias at them (``-inf`` outside a head's support), set by the model.
+        plan: the CSR plan of those pairs and the bias's terms at it, shared by the model's blocks.
     """
 
     graphs: Tensor
@@ -144,6 +145,7 @@ class PairSet:
     offset: Tensor
     edge_index: Tensor | None = None
     bias: Tensor | None = None
+    plan: tuple | None = None  # (key, CSR plan, picked terms), built by the first block, read by the others
 
 
 def pair_attended(sizes: Tensor, pair_counts: Tensor, density: float = PAIR_DENSITY,
