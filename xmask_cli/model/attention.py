@@ -248,7 +248,9 @@ class StructuralAttention(PairAttention, torch.nn.Module):
             outs.append(group.gather(agg.transpose(1, 2).reshape(agg.size(0), agg.size(2), self.dim)))
         if packed.pairs is not None:
             outs.append(self._pair_set_aggregate(qkv, packed.pairs))
-        agg = torch.cat(outs).index_select(0, packed.inverse) if outs else x.new_zeros(0, self.dim)
+        agg = (outs[0] if len(outs) == 1 else torch.cat(outs)) if outs else x.new_zeros(0, self.dim)
+        if packed.inverse is not None:
+            agg = agg.index_select(0, packed.inverse)
         return packed.dropout(self.out(agg), self.dropout.p, self.training)
 
     def _pair_set_aggregate(self, qkv: Tensor, pairs: PairSet) -> Tensor:

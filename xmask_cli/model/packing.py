@@ -3,7 +3,8 @@
 A padded batch ``[B, N, ...]`` of graphs wastes every layer on its padded
 rows and its attention on ``B·N^2`` pairs where the graphs hold ``Σ n_b^2``.
 The packed layout (``model.graph_layout: packed``) keeps the ``n = Σ n_b``
-real rows only (``[n, D]``, graph by graph, in the padded layout's order):
+real rows only (``[n, D]``, graph by graph, largest graph first, so that each
+group's rows are one contiguous span):
 the linear layers, the FFN, the norms and dropout act on them. Attention is
 block-diagonal over the graphs; it runs as dense SDPA over *groups* of
 graphs of similar size, each padded only to its own largest graph
@@ -36,7 +37,8 @@ import torch
 from torch import Tensor
 
 __all__ = ["AttentionGroup", "PackedGraphs", "PairSet", "GROUP_CALL_PAIRS", "DROP_LEVELS", "PAIR_DENSITY",
-           "PAIR_MIN_NODES", "pack_graphs", "padded_dropout", "pair_attended", "plan_groups", "row_dropout"]
+           "PAIR_MIN_NODES", "pack_graphs", "padded_dropout", "pair_attended", "plan_groups", "real_rows",
+           "row_dropout"]
 
 #: Cost of one more SDPA call, in padded (query, key) pairs: about what one call's fixed overhead
 #: (mask assembly, layout copies, kernel launch, forward and backward) costs in pairs on this CPU.
@@ -74,18 +76,49 @@ def row_dropout(h: Tensor, p: float, training: bool) -> Tensor:
     return h * mask
 
 
+def _graph_order(sizes: np.ndarray) -> np.ndarray:
+    """The packed order of a batch's non-empty graphs: largest first, ties by position (what
+    :func:`plan_groups` cuts into runs, so each group's rows are one contiguous span)."""
+    return np.asarray(sorted((b for b, n in enumerate(sizes.tolist()) if n > 0), key=lambda b: (-sizes[b], b)),
+                      dtype=np.int64)
+
+
+def _real_rows(sizes: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(rows, graph, starts)``: the packed rows' positions in the flattened ``[B·N]`` padded layout (graphs in
+    :func:`_graph_order`, each graph's nodes in order), their graphs, and each graph's first packed row."""
+    order = _graph_order(sizes)
+    counts = sizes[order]
+    before = np.cumsum(counts) - counts
+    local = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(before, counts)
+    starts = np.zeros(len(sizes), dtype=np.int64)
+    starts[order] = before
+    return np.repeat(order * width, counts) + local, np.repeat(order, counts), starts
+
+
+def real_rows(mask: Tensor) -> Tensor:
+    """``[n]`` the packed rows of a padded batch ``mask [B, N]`` (real nodes first in each row): their positions
+    in the flattened ``[B·N]`` layout, largest graph first (ties by position), each graph's nodes in order."""
+    rows, _, _ = _real_rows(mask.sum(1).cpu().numpy().astype(np.int64), mask.size(1))
+    return torch.from_numpy(rows).to(mask.device)
+
+
 def padded_dropout(mask: Tensor) -> Callable[[Tensor, float, bool], Tensor]:
     """Dropout ``drop(h, p, training)`` of a padded batch ``h [B, N, ...]`` whose ``mask [B, N]`` marks real rows:
-    the mask :func:`row_dropout` draws for the real rows ``h[mask]`` (the packed rows, in their order), padding
-    kept as is.
+    the mask :func:`row_dropout` draws for the real rows in the packed order (:func:`real_rows`), padding kept
+    as is.
 
     What makes a padded and a packed run with the same seed draw the same masks.
     """
+    rows: list[Tensor] = []  # computed at the first draw, shared by the forward's draws
+
     def drop(h: Tensor, p: float, training: bool) -> Tensor:
         if not training or p == 0.0:
             return h
+        if not rows:
+            rows.append(real_rows(mask))
         scale = torch.ones_like(h)
-        scale[mask] = row_dropout(scale[mask], p, True)
+        flat = scale.view(-1, *h.shape[2:])
+        flat[rows[0]] = row_dropout(flat[rows[0]], p, True)
         return h * scale
 
     return drop
@@ -102,6 +135,7 @@ class AttentionGroup:
         packed: ``[m]`` packed rows of its graphs, graph by graph (``m = Σ sizes``).
         slots: ``[m]`` the same rows' positions in the group's ``[G·W]`` layout;
             None when they are ``0..m-1`` (no padding in the group).
+        start: the first of :attr:`packed` when they are one contiguous span (read as a view), else None.
         mask: ``[G, W]`` bool, True for real nodes.
     """
 
@@ -111,10 +145,11 @@ class AttentionGroup:
     packed: Tensor
     slots: Tensor | None
     mask: Tensor
+    start: int | None = None
 
     def lay_out(self, t: Tensor) -> Tensor:
         """Packed ``[n, ...]`` rows -> ``[G, W, ...]`` group layout, zero on padding."""
-        rows = t.index_select(0, self.packed)
+        rows = t.narrow(0, self.start, self.packed.numel()) if self.start is not None else t.index_select(0, self.packed)
         if self.slots is not None:
             rows = rows.new_zeros(len(self.sizes) * self.width, *t.shape[1:]).index_copy(0, self.slots, rows)
         return rows.view(len(self.sizes), self.width, *t.shape[1:])
@@ -163,10 +198,11 @@ class PackedGraphs:
     Attributes:
         num_graphs, width: ``B`` and ``N`` of the padded layout.
         sizes: ``n_b`` of each graph.
-        rows: ``[n]`` position of each packed row in the flattened ``[B·N]`` padded layout.
+        rows: ``[n]`` position of each packed row in the flattened ``[B·N]`` padded layout (:func:`real_rows`).
         graph: ``[n]`` batch position of the graph of each packed row.
         groups: the attention groups (every non-empty graph in exactly one).
-        inverse: ``[n]`` where each packed row sits in the groups' concatenated rows (then the pair set's).
+        inverse: ``[n]`` where each packed row sits in the groups' concatenated rows (then the pair set's);
+            None when that is where it is already.
         pairs: the graphs attended over their stored pairs, or None.
     """
 
@@ -176,7 +212,7 @@ class PackedGraphs:
     rows: Tensor
     graph: Tensor
     groups: list[AttentionGroup]
-    inverse: Tensor
+    inverse: Tensor | None
     pairs: PairSet | None = None
 
     @property
@@ -240,9 +276,8 @@ def pack_graphs(mask: Tensor, single_group: bool = False, call_pairs: int = GROU
         raise ValueError("the packed layout needs each graph's real nodes first in its row of the padded batch")
     sizes_np = counts.cpu().numpy().astype(np.int64)
     sizes = sizes_np.tolist()
-    rows = mask.reshape(-1).nonzero().squeeze(1)
-    graph = torch.div(rows, N, rounding_mode="floor") if N else rows
-    starts = np.concatenate([[0], np.cumsum(sizes_np)])
+    rows_np, graph_np, starts = _real_rows(sizes_np, N)
+    rows, graph = torch.from_numpy(rows_np).to(device), torch.from_numpy(graph_np).to(device)
     on_pairs = np.zeros(B, dtype=bool) if sparse is None else sparse.cpu().numpy().astype(bool) & (sizes_np > 0)
     if single_group and on_pairs.any():
         raise ValueError("one dense group of the whole batch leaves no graph to attend over its pairs")
@@ -258,16 +293,21 @@ def pack_graphs(mask: Tensor, single_group: bool = False, call_pairs: int = GROU
         # Row r of the j-th member graph: packed row starts[b] + r, group slot j * width + r.
         before = np.concatenate([[0], np.cumsum(g_sizes)[:-1]])
         local = np.arange(int(g_sizes.sum())) - np.repeat(before, g_sizes)
-        packed = torch.from_numpy(np.repeat(starts[m], g_sizes) + local).to(device)
+        packed_np = np.repeat(starts[m], g_sizes) + local
+        span = len(packed_np) > 0 and bool((np.diff(packed_np) == 1).all())
+        packed = torch.from_numpy(packed_np).to(device)
         full = bool((g_sizes == width).all())
         slots = None if full else torch.from_numpy(np.repeat(np.arange(len(m)) * width, g_sizes) + local).to(device)
         g_mask = torch.arange(width, device=device)[None, :] < torch.from_numpy(g_sizes).to(device)[:, None]
-        groups.append(AttentionGroup(torch.from_numpy(m).to(device), g_sizes.tolist(), width, packed, slots, g_mask))
+        groups.append(AttentionGroup(torch.from_numpy(m).to(device), g_sizes.tolist(), width, packed, slots, g_mask,
+                                     int(packed_np[0]) if span else None))
     pairs = _pair_set(on_pairs, sizes_np, starts, device) if on_pairs.any() else None
     parts = [g.packed for g in groups] + ([pairs.packed] if pairs is not None else [])
     order = torch.cat(parts) if parts else rows.new_zeros(0)
-    inverse = torch.empty_like(order)
-    inverse[order] = torch.arange(order.numel(), device=device)
+    inverse: Tensor | None = None
+    if not torch.equal(order, torch.arange(order.numel(), device=device)):
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.numel(), device=device)
     return PackedGraphs(B, N, sizes, rows, graph, groups, inverse, pairs)
 
 
