@@ -58,13 +58,15 @@ def measure(preset: str, data_root: str | None, cache_dir: str) -> dict:
     from xmask_cli.engine.experiment import Experiment, _train_config
     from xmask_cli.engine.loop import seed_everything
     from xmask_cli.engine.optimisation import Optimisation
+    from xmask_cli.engine.plan import make_plan
     from xmask_cli.engine.precision import Precision
     from xmask_cli.model.network import XMaskNet
 
     torch.set_num_threads(1)
     cfg = resolve(preset, ["train.epochs=1", *PRESETS[preset]])
     exp = Experiment.load(cfg, cache_dir=Path(cache_dir), data_root=data_root)  # prepares a missing cache
-    plan = dry_run(cfg, [0], run_root=Path(cache_dir) / "runs", cache_dir=Path(cache_dir), data_root=data_root)
+    plan = dry_run(make_plan(cfg, [0], run_root=Path(cache_dir) / "runs"), cache_dir=Path(cache_dir),
+                   data_root=data_root)
     assert plan.estimate is not None and plan.estimate.step is not None, plan.notes
     seed_everything(0)
     task = exp.task(0, "cpu")

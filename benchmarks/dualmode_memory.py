@@ -121,7 +121,7 @@ def child(args: argparse.Namespace) -> None:
     import torch
 
     sys.path.insert(0, str(REPO))
-    from xmask_cli.model.dualmode import plan_regions, region_summary
+    from xmask_cli.model.attention.dualmode import plan_regions, region_summary
     from xmask_cli.model.experts import RoutedAttention
 
     torch.set_num_threads(args.threads)

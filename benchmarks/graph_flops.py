@@ -22,10 +22,9 @@ for _p in (str(HERE.parent), str(HERE)):
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
+import graph_speed as gs  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-
-import graph_speed as gs  # noqa: E402
 
 
 def epoch_macs(dataset: str, args: argparse.Namespace) -> dict[str, float]:

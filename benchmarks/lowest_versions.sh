@@ -13,7 +13,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${1:-/tmp/xmask-lowest}"
 PYTHON="${PYTHON:-python3}"
-TORCH_INDEX="${TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
+# TORCH_INDEX= (set, empty) takes torch from pip's own index instead (on Linux x86_64 a CUDA build, ~2.5 GB).
+TORCH_INDEX="${TORCH_INDEX-https://download.pytorch.org/whl/cpu}"
+TORCH_PIP=(); [ -n "$TORCH_INDEX" ] && TORCH_PIP=(--index-url "$TORCH_INDEX")
+REST_PIP=(); [ -n "$TORCH_INDEX" ] && REST_PIP=(--extra-index-url "$TORCH_INDEX")
 export PIP_DISABLE_PIP_VERSION_CHECK=1
 
 "$PYTHON" -m venv --clear "$VENV"
@@ -25,14 +28,14 @@ import re
 
 text = open("pyproject.toml").read()
 deps = re.search(r"^dependencies = \[(.*?)^\]", text, re.S | re.M).group(1)
-test = re.search(r"^test = \[(.*?)\]", text, re.M).group(1)
+test = re.search(r"^test = \[(.*?)\]", text, re.S | re.M).group(1)  # the list may span lines
 for name, floor in re.findall(r'"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?>=([0-9][^,"\s;]*)', deps + test):
     print(f"{name}=={floor if '.' in floor else floor + '.0'}.*")
 PY
 echo "lowest supported versions:"; sed 's/^/  /' "$VENV/lowest.txt"
 TORCH="$(grep -i '^torch==' "$VENV/lowest.txt")"
-pip install --quiet "$TORCH" --index-url "$TORCH_INDEX"
-pip install --quiet -r "$VENV/lowest.txt" --extra-index-url "$TORCH_INDEX"
+pip install --quiet "$TORCH" "${TORCH_PIP[@]}"
+pip install --quiet -r "$VENV/lowest.txt" "${REST_PIP[@]}"
 pip install --quiet --no-deps .
 pip check
 python -c "import xmask_cli.versions as v, json; print(json.dumps(v.package_versions(v.RUN_PACKAGES + v.OTHER_PACKAGES)))"

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import torch
 
+from xmask_cli.config import NodeSection
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
@@ -99,8 +100,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     seed_everything(args.seed)
     t0 = time.perf_counter()
-    task = NodeTask(prep.path, graphs, split, mode="partition", parts_per_batch=args.parts_per_batch,
-                    seed=args.seed, device=args.device)
+    task = NodeTask(prep.path, graphs, split, parts_per_batch=args.parts_per_batch,
+                    seed=args.seed, device=args.device, node=NodeSection(mode="partition"))
     t_task = time.perf_counter() - t0
     pairs = sum(int(b.edge_index.size(1)) for b in task.eval_batches)
     _log(f"task: {len(task.eval_batches)} batches, {pairs} in-part pairs ({t_task:.1f}s)")

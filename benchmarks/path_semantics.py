@@ -33,7 +33,7 @@ import torch
 
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.model.attention import StructuralAttention
+from xmask_cli.model.attention.structural import StructuralAttention
 from xmask_cli.model.logsmask import DenseStructure, SparseStructure, XLogSMaskBias
 from xmask_cli.structure.graph import adjacency
 from xmask_cli.structure.powers import power_pairs

@@ -51,7 +51,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers_common as common  # noqa: E402
-from peers_folds import FOLD_MODELS, run_graph_fold  # noqa: E402
+from peers_folds import FOLD_MODELS, checkpoint_path, finished_fold, read_finished, run_graph_fold  # noqa: E402
 from peers_gnn import run_graph, run_link, run_node  # noqa: E402
 from peers_transformers import NODE_PEERS, gps_graph_data, run_graph_gps, run_node_peer  # noqa: E402
 
@@ -164,6 +164,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--folds", type=int, default=0,
                    help="graph: run the fold protocol (Errica et al.) with this many outer folds on "
                         "--graph-datasets for GIN (5 layers) and the structure-agnostic baseline, on xmask's folds")
+    p.add_argument("--resume", action="store_true",
+                   help="fold protocol: keep the folds --out already holds at this budget (checked against the folds "
+                        "and budget of this run) and train only the others; a fold killed mid-run goes on from its "
+                        "per-epoch checkpoint in --checkpoint-dir")
+    p.add_argument("--checkpoint-dir", type=Path, default=common.REPO / "runs" / "peers-folds",
+                   help="fold protocol: per-epoch checkpoints of the fold being trained (default: %(default)s)")
     p.add_argument("--clip-norm", type=float, default=1.0, help="fold protocol: gradient clipping (xmask's default)")
     p.add_argument("--link-epochs", type=int, default=300)
     p.add_argument("--link-patience", type=int, default=50)
@@ -185,8 +191,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--patience", type=int, default=None,
                    help="their patience (default: the train.patience of the dataset's xmask preset)")
     p.add_argument("--probe-epochs", type=int, default=0,
-                   help="node transformer / recipe peers: train this many epochs and report their time only "
-                        "(no selection, no test): for rows too slow to finish")
+                   help="node transformer / recipe peers and graph GPS: train this many whole epochs and report "
+                        "their time only (no selection, no test): for rows too slow to finish")
     p.add_argument("--probe-batches", type=int, default=0,
                    help="graph GPS: time this many training batches and extrapolate an epoch (no test)")
     return p
@@ -216,8 +222,10 @@ def _node_rows(args: argparse.Namespace, load: Callable[[str], Any], record: Rec
                            run_node_peer, graphs, model, s, epochs, patience, probe_epochs=args.probe_epochs)
 
 
-def _fold_rows(args: argparse.Namespace, load: Callable[[str], Any], record: Record) -> None:
-    """The fold protocol on each graph set, on the input the set's shipped preset reads."""
+def _fold_rows(args: argparse.Namespace, load: Callable[[str], Any], record: Record,
+               keep: Callable[[dict[str, Any]], None]) -> None:
+    """The fold protocol on each graph set, on the input the set's shipped preset reads; with ``--resume``
+    the folds ``args.finished`` holds at this budget go to ``keep``, not trained again."""
     from xmask_cli.config_resolve import resolve
     from xmask_cli.engine.tasks.graph import graph_labels
 
@@ -229,8 +237,14 @@ def _fold_rows(args: argparse.Namespace, load: Callable[[str], Any], record: Rec
         for model in FOLD_MODELS:
             for s in args.seeds:
                 for i in range(args.folds):
+                    budget = (args.folds, i, args.graph_epochs, args.graph_patience)
+                    done = finished_fold(args.finished, labels, ds, model, s, *budget)
+                    if done is not None:
+                        keep(done)
+                        continue
+                    ckpt = checkpoint_path(args.checkpoint_dir, ds, model, s, *budget)
                     record("graph-folds", ds, model, "accuracy", s, run_graph_fold, data_list, labels, model, s,
-                           args.folds, i, args.graph_epochs, args.graph_patience, args.clip_norm)
+                           args.folds, i, args.graph_epochs, args.graph_patience, args.clip_norm, checkpoint=ckpt)
 
 
 def _graph_rows(args: argparse.Namespace, load: Callable[[str], Any], record: Record) -> None:
@@ -253,7 +267,8 @@ def _graph_rows(args: argparse.Namespace, load: Callable[[str], Any], record: Re
             for s in args.seeds:
                 record("graph", ds, "GPS", graphs.spec.metric, s,
                        run_graph_gps, graphs, gps_list, s, epochs, patience, budget["batch_size"],
-                       probe_batches=args.probe_batches, precompute_seconds=pe_seconds)
+                       probe_batches=args.probe_batches, precompute_seconds=pe_seconds,
+                       probe_epochs=args.probe_epochs)
 
 
 def _link_rows(args: argparse.Namespace, load: Callable[[str], Any], record: Record) -> None:
@@ -287,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="xmask-peers-") if args.cache_dir is None else None
     cache_dir = args.cache_dir or Path(tmp.name)  # type: ignore[union-attr]
     runs: list[dict[str, Any]] = []
+    args.finished = read_finished(args.out) if args.resume and args.folds else []
 
     def save() -> list[dict[str, Any]]:
         rows = summarize(runs)
@@ -310,6 +326,11 @@ def main(argv: list[str] | None = None) -> int:
               f"epochs, {res['seconds']:.1f}s)", file=sys.stderr, flush=True)
         save()
 
+    def keep(res: dict[str, Any]) -> None:
+        runs.append(res)
+        print(f"{res['task']} {res['dataset']} {res['model']} seed {res['seed']} fold {res['fold']}: kept from "
+              f"{args.out}", file=sys.stderr, flush=True)
+
     def load(ds: str) -> Any:
         return common.load(ds, args.data_root, cache_dir)
 
@@ -317,7 +338,10 @@ def main(argv: list[str] | None = None) -> int:
         if "node" in only:
             _node_rows(args, load, record)
         if "graph" in only:
-            (_fold_rows if args.folds else _graph_rows)(args, load, record)
+            if args.folds:
+                _fold_rows(args, load, record, keep)
+            else:
+                _graph_rows(args, load, record)
         if "link" in only:
             _link_rows(args, load, record)
     finally:

@@ -165,21 +165,65 @@ def graph_logits(model: Any, loader: Any) -> tuple[Any, Any]:
 
 
 # ------------------------------------------------------------------ selection
+def _save_epoch(path: Path, epoch: int, model: Any, opt: Any, fit: Any, times: list[float], gen: Any) -> None:
+    """Everything :func:`fit_selected` needs to go on after ``epoch`` as if never stopped, written atomically."""
+    import io
+
+    import torch
+
+    from xmask_cli.engine.resume import rng_state
+    from xmask_cli.fs import atomic_write
+
+    state = {"epoch": epoch, "model": model.state_dict(), "opt": opt.state_dict(), "best_state": fit.state,
+             "best_opt_state": fit.opt_state, "selection": fit.sel.state(), "times": times, "rng": rng_state(),
+             "loader_rng": None if gen is None else gen.get_state()}
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, lambda f: f.write(buf.getvalue()))
+
+
+def _load_epoch(path: Path, model: Any, opt: Any, fit: Any, gen: Any) -> tuple[int, list[float]]:
+    """Restore what :func:`_save_epoch` wrote; returns ``(the next epoch, the epoch seconds so far)``."""
+    import torch
+
+    from xmask_cli.engine.resume import set_rng_state
+    from xmask_cli.engine.selection import Selection
+
+    ck = torch.load(path, weights_only=True)
+    model.load_state_dict(ck["model"])
+    opt.load_state_dict(ck["opt"])
+    fit.state, fit.opt_state = ck["best_state"], ck["best_opt_state"]
+    fit.sel = Selection.from_checkpoint({"epoch": ck["epoch"], **ck["selection"]})
+    set_rng_state(ck["rng"])
+    if gen is not None:
+        gen.set_state(ck["loader_rng"])
+    return fit.sel.start, list(ck["times"])
+
+
 def fit_selected(model: Any, opt: Any, train_epoch: Callable[[], None],
                  evaluate: Callable[[str], tuple[float, float]], epochs: int, patience: int,
                  on_epoch: Callable[[int, Any], None] | None = None,
-                 after_eval: Callable[[float, float], None] | None = None) -> dict[str, Any]:
+                 after_eval: Callable[[float, float], None] | None = None,
+                 checkpoint: Path | None = None, loader_rng: Any = None) -> dict[str, Any]:
     """Train under xmask's selection rule; the selected state is loaded into ``model`` on return.
 
     ``evaluate(part)`` gives ``(metric, loss)``; ``on_epoch(epoch, fit)`` runs before an epoch (Polynormer's
     phase switch; ``fit`` holds the best state and the :class:`Selection`); ``after_eval(val, val_loss)``
-    after each validation (a scheduler). Returns the best / run epochs and the training seconds per epoch."""
+    after each validation (a scheduler). ``checkpoint``: a file written after every epoch (model, optimiser,
+    selection, best state, the global RNG states and ``loader_rng``, the training loader's generator) and
+    resumed from when it exists, so a killed run goes on as an uninterrupted one would; removed at the end.
+    Returns the best / run epochs and the training seconds per epoch."""
     from xmask_cli.engine.selection import Selection
 
     fit = types.SimpleNamespace(sel=Selection(), state=None, opt_state=None)
     times: list[float] = []
-    epoch = -1
-    for epoch in range(epochs):
+    start = 0
+    if checkpoint is not None and checkpoint.is_file():
+        start, times = _load_epoch(checkpoint, model, opt, fit, loader_rng)
+    epoch = start - 1
+    stopped = start > 0 and fit.sel.bad_epochs >= patience
+    for epoch in range(start, start if stopped else epochs):
         if on_epoch is not None:
             on_epoch(epoch, fit)
         t = time.perf_counter()
@@ -190,8 +234,12 @@ def fit_selected(model: Any, opt: Any, train_epoch: Callable[[], None],
             after_eval(val, val_loss)
         if fit.sel.update(val, val_loss, epoch, higher=True):
             fit.state, fit.opt_state = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
+        if checkpoint is not None:
+            _save_epoch(checkpoint, epoch, model, opt, fit, times, loader_rng)
         if fit.sel.bad_epochs >= patience:
             break
     model.load_state_dict(fit.state)
+    if checkpoint is not None:
+        checkpoint.unlink(missing_ok=True)
     return {"best_epoch": fit.sel.best_epoch, "epochs_run": epoch + 1, "epoch_seconds": times,
             "seconds_per_epoch": float(np.median(times)) if times else None}

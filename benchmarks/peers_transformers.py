@@ -32,9 +32,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers_common as common  # noqa: E402
 from peers_gnn import _node_model  # noqa: E402
+from peers_tuned import TUNED_PEERS, tuned_setup  # noqa: E402
 
-#: Node peers of this module: the PyG examples' published recipes and the graph transformers PyG ships.
-NODE_PEERS = ("GCN-example", "GAT-example", "SGFormer", "Polynormer", "GPS")
+#: Node peers run by :func:`run_node_peer`: the PyG examples' published recipes, Luo et al.'s tuned classic
+#: GNNs (``peers_tuned.py``) and the graph transformers PyG ships.
+NODE_PEERS = ("GCN-example", "GAT-example", *TUNED_PEERS, "SGFormer", "Polynormer", "GPS")
 
 # SGFormer (``torch_geometric.nn.models.SGFormer``), the authors' settings mapped onto PyG's arguments:
 # Cora / CiteSeer from github.com/qitianwu/SGFormer ``medium/run.sh`` (``--num_layers`` -> gnn_num_layers,
@@ -174,6 +176,10 @@ def _node_setup(kind: str, graphs: Any, data: Any, x: Any, out_dim: int, epochs:
     batch = torch.zeros(n, dtype=torch.long)
     info: dict[str, Any] = {"precompute_seconds": None}
     on_epoch = None
+    if kind in TUNED_PEERS:
+        peer = tuned_setup(kind, graphs.spec.name, data, x, out_dim)
+        peer.info["params"] = common.count_parameters(peer.model)
+        return peer
     if kind in ("GCN-example", "GAT-example"):
         # PyG's examples/gcn.py and gat.py: NormalizeFeatures, Adam with L2 5e-4 (GCN: first layer only).
         x = common.row_normalize(x)
@@ -281,11 +287,17 @@ def run_node_peer(graphs: Any, kind: str, seed: int, epochs: int, patience: int,
             t = time.perf_counter()
             train_epoch()
             times.append(time.perf_counter() - t)
+            progress(epoch, 1, 1, times[-1])
         return {"metrics": None, "probe_epochs": probe_epochs, "epoch_seconds": times,
                 "seconds_per_epoch": float(np.median(times)), "best_epoch": None, "epochs_run": probe_epochs,
                 "split": split_info, **peer.info}
     res = common.fit_selected(model, opt, train_epoch, evaluate, epochs, patience, on_epoch=peer.on_epoch)
     return {"metrics": {p: evaluate(p)[0] for p in parts}, **res, "split": split_info, **peer.info}
+
+
+def progress(epoch: int, done: int, total: int, seconds: float) -> None:
+    """One ``progress:`` line on stderr (what ``peers_epochs.py`` reads back from a run it stopped)."""
+    print(f"progress: epoch {epoch} batch {done}/{total} {seconds:.2f} s", file=sys.stderr, flush=True)
 
 
 def gps_graph_data(data_list: list[Any], walk_length: int = GPS_HP["walk_length"]) -> tuple[list[Any], float]:
@@ -302,10 +314,12 @@ def gps_graph_data(data_list: list[Any], walk_length: int = GPS_HP["walk_length"
 
 def run_graph_gps(graphs: Any, data_list: list[Any], seed: int, epochs: int, patience: int, batch_size: int = 32,
                   probe_batches: int = 0, precompute_seconds: float | None = None,
-                  parts: tuple[str, ...] = ("train", "val", "test")) -> dict[str, Any]:
+                  parts: tuple[str, ...] = ("train", "val", "test"), probe_epochs: int = 0) -> dict[str, Any]:
     """One seed of the GPS graph peer on xmask's ``graph_split`` of the dataset, under xmask's selection rule.
-    ``data_list`` carries ``.pe`` (:func:`gps_graph_data`). ``probe_batches > 0`` times that many training
-    batches and extrapolates one epoch (no selection, no metrics)."""
+    ``data_list`` carries ``.pe`` (:func:`gps_graph_data`). ``probe_epochs > 0`` times that many whole training
+    epochs, ``probe_batches > 0`` that many batches extrapolated to an epoch (neither selects nor scores).
+    Probes print a ``progress:`` line on stderr after every batch, so a run stopped at a wall limit shows
+    how far it got."""
     import torch
     import torch.nn.functional as F
 
@@ -325,14 +339,16 @@ def run_graph_gps(graphs: Any, data_list: list[Any], seed: int, epochs: int, pat
     info = {"params": common.count_parameters(model), "precompute_seconds": precompute_seconds, "hp": GPS_HP,
             "split": common.split_info(split, seed)}
 
-    def train_epoch(limit: int = 0) -> int:
+    def train_epoch(limit: int = 0, epoch: int | None = None) -> int:
         model.train()
-        done = 0
+        done, t = 0, time.perf_counter()
         for b in train_loader:
             opt.zero_grad(set_to_none=True)
             F.cross_entropy(fwd(b), b.y).backward()
             opt.step()
             done += 1
+            if epoch is not None:
+                progress(epoch, done, len(train_loader), time.perf_counter() - t)
             if limit and done >= limit:
                 break
         return done
@@ -347,9 +363,17 @@ def run_graph_gps(graphs: Any, data_list: list[Any], seed: int, epochs: int, pat
         out, y = torch.cat(outs), torch.cat(ys)
         return metric(out, y), float(F.cross_entropy(out, y))
 
+    if probe_epochs:
+        times = []
+        for epoch in range(probe_epochs):
+            t = time.perf_counter()
+            train_epoch(epoch=epoch)
+            times.append(time.perf_counter() - t)
+        return {"metrics": None, "probe_epochs": probe_epochs, "epoch_seconds": times,
+                "seconds_per_epoch": float(np.median(times)), "best_epoch": None, "epochs_run": probe_epochs, **info}
     if probe_batches:
         t = time.perf_counter()
-        done = train_epoch(probe_batches)
+        done = train_epoch(probe_batches, epoch=0)
         per_batch = (time.perf_counter() - t) / done
         return {"metrics": None, "probe_batches": done, "seconds_per_batch": per_batch,
                 "seconds_per_epoch": per_batch * len(train_loader), "best_epoch": None, "epochs_run": 0, **info}

@@ -12,7 +12,7 @@ warm-up, then rounds alternating the order), medians reported:
 
 - ``csr``: ``forward_sparse`` with the CSR kernel (each head over its own
   support) on the CPU's default implementation, the fused compiled kernels
-  (``model/csr_fused.py``: one pass over each row's entries);
+  (``model/attention/csr_fused.py``: one pass over each row's entries);
 - ``csr_torch``: the same kernel on ``torch.sparse`` primitives
   (``sampled_addmm``, segment softmax, CSR @ dense; the implementation on
   other devices), asserted to give the same outputs as ``csr`` first;
@@ -21,7 +21,7 @@ warm-up, then rounds alternating the order), medians reported:
 - ``transformerconv``: the same layout with PyG ``TransformerConv`` over the
   union pairs (``train_speed.PeerTransformer``);
 - ``dense``: ``forward_dense`` over the ``[1, K, N, N]`` powers (for the
-  dense/sparse cut-off of ``model/attention_path.py``).
+  dense/sparse cut-off of ``model/attention/path.py``).
 
 ``--peers-for`` limits the two slow sides (gather, TransformerConv) to some K.
 ``--every-head-max`` adds the largest K with every head reading ``Â^K`` (the

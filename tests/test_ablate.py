@@ -168,3 +168,19 @@ def test_an_out_that_cannot_take_the_tables_is_refused_before_any_training(tmp_p
     assert r.exit_code == code and r.stderr.count("\n") == 1 and r.stderr.startswith("error: "), r.stderr
     assert needle in r.stderr and ("--out" in r.stderr or code == 2)
     assert not (tmp_path / "cache").exists()
+
+
+def test_the_variants_read_the_dataset_once(tmp_path, monkeypatch):
+    """Every variant's sweep takes the dataset the first one read (each still prepares its own structure)."""
+    from xmask_cli.engine import data
+
+    loads: list[str] = []
+    real = data.load_graphs
+    monkeypatch.setattr(data, "load_graphs", lambda spec, **kw: loads.append(spec.name) or real(spec, **kw))
+    result = run_ablation("graph-level", TINY, seeds=[0, 1], variants=["full", "no-symnorm"], out_dir=tmp_path / "abl",
+                          cache_dir=tmp_path / "cache")
+    assert [r.status for r in result.rows] == ["ok", "ok"] and loads == ["MUTAG"]  # 4 runs, one read
+    runs = tmp_path / "abl" / "runs"
+    caches = {json.loads((runs / f"mutag-graph-{v}" / "0" / "config.json").read_text())["cache_path"]
+              for v in ("full", "no-symnorm")}
+    assert len(caches) == 2  # the structure differs, so each variant prepared its own cache from the one dataset

@@ -143,7 +143,7 @@ def test_python_values_pass_through_unparsed(monkeypatch):
 
     monkeypatch.setattr(config_resolve, "parse_override", no_text)
     biases = [{"type": "spd", "max_distance": 3}]
-    cfg = _resolve_config("graph-level", None, "a=b: c", _overrides(
+    cfg, _ = _resolve_config("graph-level", None, "a=b: c", _overrides(
         {"model.biases": biases, "structure.spd.enabled": True, "train.lr": np.float32(0.5)},
         {"model__head_powers": (1, 2, 3, 4), "model__hidden": np.int64(16), "edge__file": Path("x.csv")}))
     assert cfg.run.name == "a=b: c" and cfg.model.hidden == 16 and cfg.model.head_powers == [1, 2, 3, 4]
@@ -189,3 +189,34 @@ def test_import_is_cheap_and_all_names_resolve():
     assert xmask_cli.AddLogSMask is xmask_cli.transforms.AddLogSMask
     with pytest.raises(AttributeError):
         xmask_cli.no_such_name  # noqa: B018
+
+
+@pytest.mark.parametrize("folder", [False, True])
+def test_one_train_looks_its_dataset_up_once_and_checks_its_run_rules_once(tmp_path, monkeypatch, folder):
+    """The plan is made once and handed down: ``--dataset`` (picking the preset), the level, metric, run name,
+    folder reference, the loader and the run-stage rules all read the one lookup."""
+    from tests.data.test_folder import write_folder
+    from tests.engine.test_plan import count_lookups
+    from xmask_cli.engine import plan
+
+    dataset = str(write_folder(tmp_path / "g")) if folder else "mutag"
+    real, levels = plan.check_rules, []
+    monkeypatch.setattr(plan, "check_rules", lambda cfg, level=None, **kw: levels.append(level) or real(cfg, level, **kw))
+    lookups = count_lookups(monkeypatch)
+    result = xmask_cli.train(dataset=dataset, seeds="0-1", cache_dir=tmp_path / "cache", runs_dir=tmp_path / "runs",
+                             train__epochs=1, train__warmup_epochs=0, model__hidden=8, model__layers=1)
+    assert lookups == [dataset]
+    assert levels == [result.level] == ["node" if folder else "graph"]
+    assert [r.seed for r in result.runs] == [0, 1] and result.name == ("g-node" if folder else "mutag-graph")
+
+
+def test_a_seed_list_is_checked_as_a_list_never_written_as_text(tmp_path, monkeypatch):
+    from xmask_cli.engine import plan
+
+    monkeypatch.setattr(plan, "parse_seeds", lambda text: pytest.fail(f"seeds went through text: {text!r}"))
+    planned = xmask_cli.dry_run("graph-level", seeds=[3, 1], runs_dir=tmp_path / "runs", cache_dir=tmp_path / "c")
+    assert [(r.seed, Path(r.path).name) for r in planned.runs] == [(3, "3"), (1, "1")]
+    with pytest.raises(UsageError, match=r"^seeds: '1,1': a seed appears twice"):
+        xmask_cli.train("graph-level", seeds=[1, 1], cache_dir=tmp_path, runs_dir=tmp_path)
+    with pytest.raises(UsageError, match=r"^seeds: '4294967296': seeds must lie in 0..4294967295"):
+        xmask_cli.train("graph-level", seeds=[2**32], cache_dir=tmp_path, runs_dir=tmp_path)

@@ -29,7 +29,7 @@ DIRECT = ["model.encoder=none", "model.residual=false", "model.norm=none", "node
 LEVELS = {"node-level": "node", "graph-level": "graph", "link-level": "link", "image-level": "image"}
 #: Rule -> a preset and the --set overrides that break it (and nothing before it).
 BREAKS: dict[str, tuple[str, list[str]]] = {
-    "experts_take_the_mlp_output": ("node-level", ["model.experts=[local]", "model.output=attention"]),
+    "arch_reads_its_keys": ("node-level", ["model.arch=transformer", "model.combine=concat"]),
     "encoder_none_takes_no_residual": ("node-level", ["model.encoder=none", "model.residual=true"]),
     "experts_need_full_node_mode": ("node-level", ["model.experts=[local]", "node.mode=query"]),
     "output_powers_within_head_powers": ("node-level", ["model.output_heads=2", "model.output_powers=[1,9]"]),

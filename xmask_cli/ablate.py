@@ -27,6 +27,7 @@ from pathlib import Path
 from xmask_cli.config import Config
 from xmask_cli.config_resolve import resolve
 from xmask_cli.engine import sweep
+from xmask_cli.engine.data import DatasetMemo
 from xmask_cli.engine.plan import resolve_level, resolve_metric, run_name
 from xmask_cli.engine.runs import RunDir, write_json, write_text
 from xmask_cli.engine.selection import RULE
@@ -197,8 +198,10 @@ def run_ablation(
     if out_dir.is_dir():
         refuse_links(out_dir, ("ablation.json", "ablation.csv"), "output folder")
     out_dir.mkdir(parents=True, exist_ok=True)
+    datasets = DatasetMemo()  # the dataset read once, by the first run that trains; every later one reuses it
     rows = [_variant_row(variant, preset, overrides, base, name, seeds, out_dir=out_dir, cache_dir=cache_dir,
-                         data_root=data_root, offline=offline, device=device, log=log, debug=debug)
+                         data_root=data_root, offline=offline, device=device, log=log, debug=debug,
+                         datasets=datasets)
             for variant in variants]
     full = next((r for r in rows if r.variant == "full"), None)
     rows = [dataclasses.replace(row, delta_test=_delta(row, full)) for row in rows]
@@ -225,7 +228,7 @@ def _delta(row: AblationRow, full: AblationRow | None) -> float | None:
 
 def _variant_row(variant: str, preset: str | None, overrides: list[str], base: Config, name: str, seeds: list[int],
                  *, out_dir: Path, cache_dir: Path, data_root: str | os.PathLike | None, offline: bool | None,
-                 device: str, log: Callable[[str], None], debug: bool) -> AblationRow:
+                 device: str, log: Callable[[str], None], debug: bool, datasets: DatasetMemo) -> AblationRow:
     """One variant over ``seeds`` (finished runs read back); a failure is kept in the row, not raised."""
     runs: dict[str, dict[str, float]] = {}
     reused: list[int] = []
@@ -242,7 +245,7 @@ def _variant_row(variant: str, preset: str | None, overrides: list[str], base: C
                 # Through the module, read per call: a substitute for train_seeds (tests) is seen.
                 summary = sweep.train_seeds(cfg, [seed], device=device, cache_dir=cache_dir, data_root=data_root,
                                             offline=offline, run_root=out_dir / "runs", resume=True,
-                                            log=log).runs[0]
+                                            log=log, datasets=datasets).runs[0]
             runs[str(seed)] = dict(summary.metrics)
     except Exception as exc:  # one variant's failure must not hide the others' results
         if debug:

@@ -31,9 +31,11 @@ from xmask_cli.errors import UsageError
 if TYPE_CHECKING:  # the heavy modules load on first call: `import xmask_cli` and the CLI's option parsing stay light
     import torch
 
+    from xmask_cli.data.spec import DatasetSpec
     from xmask_cli.engine.dryrun import DryRun
     from xmask_cli.engine.evaluate import SavedRun
     from xmask_cli.engine.experiment import Experiment
+    from xmask_cli.engine.plan import RunPlan
     from xmask_cli.engine.runs import RunDir
     from xmask_cli.engine.tasks.base import Task
     from xmask_cli.results import EvalResult, SweepResult
@@ -41,14 +43,14 @@ if TYPE_CHECKING:  # the heavy modules load on first call: `import xmask_cli` an
 __all__ = ["LoadedRun", "choose_preset", "dry_run", "load_run", "train"]
 
 
-def _dataset_preset(preset: str | None, dataset: str) -> tuple[str, str]:
-    """The preset a ``dataset`` picks (``preset`` itself when given) and the dataset's reference."""
+def _dataset_preset(preset: str | None, dataset: str) -> tuple[str, DatasetSpec]:
+    """The preset a ``dataset`` picks (``preset`` itself when given) and the dataset's registry entry."""
     from xmask_cli.data.registry import get_dataset
 
     spec = get_dataset(dataset)
     if preset is None:
         preset = spec.key if spec.key in list_presets() else f"{spec.level}-level"
-    return preset, spec.ref
+    return preset, spec
 
 
 def choose_preset(preset: str | None, dataset: str | None, overrides: Sequence[str] | None) -> tuple[str, list[str]]:
@@ -56,8 +58,8 @@ def choose_preset(preset: str | None, dataset: str | None, overrides: Sequence[s
     dataset's own preset (else its level's); the default is graph-level."""
     out = list(overrides or [])
     if dataset is not None:
-        preset, ref = _dataset_preset(preset, dataset)
-        out.insert(0, f"data.dataset={json.dumps(ref)}")  # quoted: a folder path
+        preset, spec = _dataset_preset(preset, dataset)
+        out.insert(0, f"data.dataset={json.dumps(spec.ref)}")  # quoted: a folder path
     return preset or "graph-level", out
 
 
@@ -93,17 +95,18 @@ def _overrides(overrides: Mapping[str, Any] | Sequence[str] | None, dotted: Mapp
 
 
 def _resolve_config(config: str | os.PathLike | Config | None, dataset: str | None, name: str | None,
-                    overrides: list[Override]) -> Config:
-    """The run's config: ``config`` (a preset, a path or a Config) with ``dataset``, the overrides and ``name``."""
+                    overrides: list[Override]) -> tuple[Config, DatasetSpec | None]:
+    """The run's config: ``config`` (a preset, a path or a Config) with ``dataset``, the overrides and ``name``;
+    and ``dataset``'s registry entry when it was looked up to pick the preset (the plan reuses it)."""
     steps = [*overrides, *([] if name is None else [("run.name", name)])]
     if isinstance(config, Config):
         return resolve(None, [*([] if dataset is None else [("data.dataset", dataset)]), *steps],
-                       base=config.to_dict())
-    preset = None if config is None else str(config)
+                       base=config.to_dict()), None
+    preset, spec = None if config is None else str(config), None
     if dataset is not None:
-        preset, ref = _dataset_preset(preset, dataset)
-        steps.insert(0, ("data.dataset", ref))
-    return resolve(preset or "graph-level", steps)
+        preset, spec = _dataset_preset(preset, dataset)
+        steps.insert(0, ("data.dataset", spec.ref))
+    return resolve(preset or "graph-level", steps), spec
 
 
 def train(
@@ -154,16 +157,16 @@ def train(
         UsageError: an argument of the wrong type or value (the message starts with its name), before any work.
         XMaskError: the CLI's errors (:mod:`xmask_cli.errors`), each with its exit code.
     """
-    from xmask_cli.engine.sweep import train_seeds
+    from xmask_cli.engine.sweep import train_plan
 
     for key, fn in (("log", log), ("on_epoch", on_epoch), ("on_seed_start", on_seed_start),
                     ("on_run_start", on_run_start)):
         args.callable_arg(key, fn)
     run = _sweep_args(config, overrides, dataset, seeds, device, name, runs_dir, cache_dir, data_root, offline,
                       resume, overwrite, dotted)
-    return train_seeds(run.cfg, run.seeds, device=run.device, cache_dir=run.cache_dir, data_root=run.data_root,
-                       offline=run.offline, run_root=run.runs_dir, resume=run.resume, overwrite=run.overwrite,
-                       log=log, on_epoch=on_epoch, on_seed_start=on_seed_start, on_run_start=on_run_start)
+    return train_plan(run.plan, device=run.device, cache_dir=run.cache_dir, data_root=run.data_root,
+                      offline=run.offline, resume=run.resume, overwrite=run.overwrite, log=log, on_epoch=on_epoch,
+                      on_seed_start=on_seed_start, on_run_start=on_run_start)
 
 
 def dry_run(
@@ -189,18 +192,17 @@ def dry_run(
 
     run = _sweep_args(config, overrides, dataset, seeds, device, name, runs_dir, cache_dir, data_root, True,
                       resume, overwrite, dotted)
-    return plan(run.cfg, run.seeds, run_root=run.runs_dir, cache_dir=run.cache_dir, data_root=run.data_root,
-                resume=run.resume, overwrite=run.overwrite, device=run.device)
+    return plan(run.plan, cache_dir=run.cache_dir, data_root=run.data_root, resume=run.resume,
+                overwrite=run.overwrite, device=run.device)
 
 
 @dataclass(frozen=True)
 class _Sweep:
-    """:func:`train`'s arguments, checked and resolved."""
+    """:func:`train`'s arguments, checked and resolved: the plan (config, dataset entry, level, metric, run
+    name and folder, seeds) made once, and how its runs train."""
 
-    cfg: Config
-    seeds: list[int]
+    plan: RunPlan
     device: str
-    runs_dir: Path | None
     cache_dir: Path
     data_root: Path | None
     offline: bool | None
@@ -211,8 +213,9 @@ class _Sweep:
 def _sweep_args(config: Any, overrides: Any, dataset: Any, seeds: Any, device: Any, name: Any, runs_dir: Any,
                 cache_dir: Any, data_root: Any, offline: Any, resume: Any, overwrite: Any,
                 dotted: Mapping[str, Any]) -> _Sweep:
-    """Check :func:`train`'s arguments (each named in its error), then resolve the config, seeds and device."""
-    from xmask_cli.engine.plan import parse_seeds, resolve_device
+    """Check :func:`train`'s arguments (each named in its error), then resolve the config, seeds and device into
+    the run's plan."""
+    from xmask_cli.engine.plan import check_seeds, make_plan, parse_seeds, resolve_device
     from xmask_cli.prepare import resolve_cache_dir
 
     if not (config is None or isinstance(config, (str, os.PathLike, Config))):
@@ -227,13 +230,13 @@ def _sweep_args(config: Any, overrides: Any, dataset: Any, seeds: Any, device: A
     data_root = args.optional_path_arg("data_root", data_root)
     offline = args.bool_arg("offline", offline, optional=True)
     resume, overwrite = bool(args.bool_arg("resume", resume)), bool(args.bool_arg("overwrite", overwrite))
-    with args.as_parameter("seeds", "--seeds"):  # a list goes through the sweep parser too: its bounds and repeats
-        seed_list = parse_seeds(seed_value if isinstance(seed_value, str) else ",".join(map(str, seed_value)))
+    with args.as_parameter("seeds", "--seeds"):  # a text is parsed; a list is checked (bounds, repeats) as it is
+        seed_list = parse_seeds(seed_value) if isinstance(seed_value, str) else check_seeds(seed_value)
     with args.as_parameter("device", "--device"):
         device = resolve_device(device)
-    cfg = _resolve_config(config, dataset, name, _overrides(overrides, dotted))
-    return _Sweep(cfg, seed_list, device, runs_root, resolve_cache_dir(cache_root), data_root, offline, resume,
-                  overwrite)
+    cfg, spec = _resolve_config(config, dataset, name, _overrides(overrides, dotted))
+    plan = make_plan(cfg, seed_list, run_root=runs_root, spec=spec)
+    return _Sweep(plan, device, resolve_cache_dir(cache_root), data_root, offline, resume, overwrite)
 
 
 @dataclass

@@ -205,6 +205,8 @@ class ModelSection(Section):
     AT_MOST = {"hidden": MAX_WIDTH, "heads": MAX_HEADS, "layers": MAX_LAYERS, "ffn_mult": MAX_FFN_MULT,
                "output_heads": MAX_HEADS}
 
+    # the architecture (config_arch.py): transformer, gat, experts, vit; auto: picked from the other keys
+    arch: Literal["auto", "transformer", "gat", "experts", "vit"] = "auto"
     hidden: int = 64
     heads: int = 4
     layers: int = 2
@@ -213,7 +215,7 @@ class ModelSection(Section):
     attn_dropout: float = 0.0
     norm: Literal["post", "pre", "none"] = "post"  # LayerNorm placement in each block; none: no LayerNorm
     residual: bool = True  # residual connections around each block's attention and feed-forward layer
-    ffn: bool = True  # each block's feed-forward layer (false: attention-only blocks, as GAT's layers)
+    ffn: bool = True  # the old spelling of model.arch=gat (false: attention-only layers); mapped with a note
     activation: Literal["none", "elu", "relu", "gelu"] = "none"  # applied to every block's output (GAT: elu)
     layer_dropout: float = 0.0  # dropout on the input of every attention layer (blocks and an attention output)
     # how a block's heads become its output: project = concatenated, then the output projection (a transformer);

@@ -20,7 +20,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from xmask_cli.config import BIAS_NEEDS, Config
+from xmask_cli.config import BIAS_NEEDS, Config, ModelSection
+from xmask_cli.config_arch import MAPPED, READ_BY, arch_refusal, resolve_arch
 from xmask_cli.errors import ConfigError
 
 __all__ = ["Rule", "RULES", "RunFacts", "EXPERT_NODE_MODES", "NODE_STRUCT_LEVELS", "check_rules", "check_model_rules",
@@ -60,11 +61,13 @@ def resolve_encoder(encoder: str, level: str | None, dataset: str | None = None)
 
 
 # ------------------------------------------------------------ config stage
-def experts_take_the_mlp_output(cfg: Config, run: RunFacts) -> None:
-    """Attention experts attend over token masks; the attention output layer is not built for them."""
-    if cfg.model.experts and cfg.model.output != "mlp":
-        raise ConfigError("model.output=attention is not built for model.experts (M3Dphormer experts attend over "
-                          "token masks): set model.output=mlp (or drop model.experts)")
+def arch_reads_its_keys(cfg: Config, run: RunFacts) -> None:
+    """Each architecture (``model.arch``) reads its own keys (:data:`~xmask_cli.config_arch.READ_BY`): a key
+    its network would ignore, set away from its default, is refused naming the architecture that reads it."""
+    resolve_arch(cfg.model, run.level)  # the one-line note of an old key, where one maps
+    refusal = arch_refusal(cfg.model, ModelSection(), run.level)
+    if refusal is not None:
+        raise ConfigError(str(refusal), keys=list(refusal.keys))
 
 
 def encoder_none_takes_no_residual(cfg: Config, run: RunFacts) -> None:
@@ -147,9 +150,10 @@ def query_mode_takes_no_learned_biases(cfg: Config, run: RunFacts) -> None:
 def image_switches_need_image_level(cfg: Config, run: RunFacts) -> None:
     """The patch encoder, the class-token readout and position embeddings exist only on patch grids."""
     m = cfg.model
-    if run.level != "image" and (m.encoder == "patch" or m.readout == "cls" or m.positional != "none"):
-        raise ConfigError(f"model.encoder=patch, model.readout=cls and model.positional are for image datasets "
-                          f"(digits, cifar10), not a {run.level}-level task")
+    if run.level != "image" and (m.encoder == "patch" or m.readout == "cls" or m.positional != "none"
+                                 or m.arch == "vit"):
+        raise ConfigError(f"model.arch=vit, model.encoder=patch, model.readout=cls and model.positional are for "
+                          f"image datasets (digits, cifar10), not a {run.level}-level task")
 
 
 def image_level_takes_patches_only(cfg: Config, run: RunFacts) -> None:
@@ -157,6 +161,8 @@ def image_level_takes_patches_only(cfg: Config, run: RunFacts) -> None:
     m = cfg.model
     if run.level != "image":
         return
+    if m.arch not in ("auto", "vit"):
+        raise ConfigError(f"model.arch={m.arch}: image datasets take model.arch=vit (or auto)")
     if m.encoder not in ("auto", "patch"):
         raise ConfigError(f"model.encoder={m.encoder}: image datasets take the patch encoder (auto or patch)")
     if m.biases or m.experts:
@@ -255,10 +261,11 @@ class Rule:
 
 
 _M = "model."
-_ENCODER_KEYS = (_M + "encoder", _M + "readout", _M + "positional")
+_ENCODER_KEYS = (_M + "arch", _M + "encoder", _M + "readout", _M + "positional")
 #: Every rule between sections, in the order they run.
 RULES: tuple[Rule, ...] = (
-    Rule(experts_take_the_mlp_output, (_M + "experts", _M + "output"), "config", model=True),
+    Rule(arch_reads_its_keys, (_M + "arch", _M + "encoder", _M + "positional", _M + "readout",
+                               *(_M + k for k in READ_BY), *(_M + k for k in MAPPED)), "config", model=True),
     Rule(encoder_none_takes_no_residual, (_M + "encoder", _M + "residual", _M + "norm", _M + "experts"), "config",
          model=True),
     Rule(experts_need_full_node_mode, (_M + "experts", "node.mode"), "config"),
@@ -269,7 +276,8 @@ RULES: tuple[Rule, ...] = (
     Rule(cluster_expert_needs_partition, (_M + "experts", "structure.partition.parts"), "run"),
     Rule(query_mode_takes_no_learned_biases, ("node.mode", _M + "biases"), "run"),
     Rule(image_switches_need_image_level, _ENCODER_KEYS, "run", model=True),
-    Rule(image_level_takes_patches_only, (_M + "encoder", _M + "biases", _M + "experts"), "run", model=True),
+    Rule(image_level_takes_patches_only, (_M + "arch", _M + "encoder", _M + "biases", _M + "experts"), "run",
+         model=True),
     Rule(experts_need_node_level, (_M + "experts",), "run", model=True),
     Rule(encoder_none_needs_node_level, (_M + "encoder",), "run", model=True),
     Rule(output_attention_needs_node_level, (_M + "output",), "run", model=True),

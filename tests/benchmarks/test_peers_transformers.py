@@ -225,3 +225,17 @@ def test_help_lists_the_graph_transformer_peers(peers, capsys):
     out = capsys.readouterr().out
     for name in ("SGFormer", "Polynormer", "GPS", "GCN-example", "GAT-example"):
         assert name in out
+
+
+def test_graph_gps_probe_times_whole_epochs_and_reports_each_batch(common, tf, tmp_path, capsys):
+    """probe_epochs: every batch of every epoch runs (one progress line each, the last one at the epoch's
+    batch count), nothing is scored, and the epoch times are measured, not extrapolated."""
+    graphs = common.load("MUTAG", tmp_path / "no-root", tmp_path / "cache")  # bundled
+    data_list, _ = tf.gps_graph_data(common.graph_data_list(graphs, "degree"))
+    res = tf.run_graph_gps(graphs, data_list, seed=1, epochs=1, patience=5, batch_size=16, probe_epochs=2)
+    batches = -(-len(splits.graph_split("random-8-1-1", graphs.dataset, seed=1).train) // 16)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("progress:")]
+    assert len(lines) == 2 * batches
+    assert lines[-1].startswith(f"progress: epoch 1 batch {batches}/{batches} ")
+    assert res["metrics"] is None and len(res["epoch_seconds"]) == 2 and res["epochs_run"] == 2
+    assert res["seconds_per_epoch"] == pytest.approx(float(np.median(res["epoch_seconds"])))

@@ -605,3 +605,28 @@ def test_train_on_a_full_tmpfs_is_exit_5_and_resumes_once_there_is_room(small_tm
     r = run(*args, "--resume")
     assert r.exit_code == 0, r.stderr
     assert (folder / "summary.json").is_file() and (folder / "last.pt").is_file()
+
+
+@pytest.mark.parametrize("dry", [False, True])
+def test_options_reach_the_library_as_values_not_as_set_text(monkeypatch, tmp_path, dry):
+    """--folds and --logger are passed as typed values after the user's --set texts, and resolve to the config
+    their --set texts give."""
+    import xmask_cli.api as api
+    from xmask_cli.errors import UsageError
+
+    seen: dict = {}
+
+    def capture(config, overrides, **kwargs):
+        seen.update(config=config, overrides=overrides, **kwargs)
+        raise UsageError("captured")
+
+    monkeypatch.setattr(api, "dry_run" if dry else "train", capture)
+    r = run("train", "--preset", "graph-level", "--set", "model.hidden=16", "--folds", "3", "--logger", "tensorboard",
+            "--seeds", "0-2", "--runs-dir", str(tmp_path), *(["--dry-run"] if dry else []))
+    assert r.exit_code == 2 and one_error_line(r) == "error: captured"
+    assert seen["overrides"] == ["model.hidden=16"]  # only what the user wrote as text
+    assert (seen["data__folds"], seen["train__loggers"], seen["seeds"]) == (3, ["tensorboard"], [0, 1, 2])
+    typed = [(k.replace("__", "."), seen[k]) for k in ("train__loggers", "data__folds")]
+    cfg, _ = api._resolve_config("graph-level", None, None, [*seen["overrides"], *typed])
+    texts = ["model.hidden=16", "train.loggers=[tensorboard]", "data.folds=3"]
+    assert cfg == resolve("graph-level", texts) and (cfg.data.folds, cfg.train.loggers) == (3, ["tensorboard"])

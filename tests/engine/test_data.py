@@ -1,6 +1,7 @@
 """An experiment's data: the loader its level's data kind names, the checks on the loaded data, its cache."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine import data as data_mod
 from xmask_cli.engine.data import LoadedData, LoadOptions, check_data, check_splittable, load_data
+from xmask_cli.engine.plan import make_plan
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.errors import ConfigError, UsageError
 
@@ -22,16 +24,16 @@ def test_each_level_is_read_by_the_loader_of_its_data_kind(monkeypatch, tmp_path
     called: list[str] = []
 
     def recorder(kind: str):
-        return lambda cfg, level, opts: called.append(kind) or LoadedData(kind)
+        return lambda plan, opts: called.append(kind) or LoadedData(kind)
 
     for kind in ("graphs", "images", "edge-file"):
         monkeypatch.setitem(data_mod.LOADERS, kind, recorder(kind))
     expected = {"graph": "graphs", "node": "graphs", "link": "graphs", "image": "images", "edge": "edge-file"}
     assert set(LEVELS) == set(expected)
-    cfg = resolve("graph-level")
+    plan = make_plan(resolve("graph-level"))
     for level, kind in expected.items():
         assert LEVELS[level].data == kind
-        assert load_data(cfg, level, LoadOptions(cache_dir=tmp_path)).dataset == kind
+        assert load_data(dataclasses.replace(plan, level=level), LoadOptions(cache_dir=tmp_path)).dataset == kind
     assert called == list(expected.values())
     assert set(data_mod.LOADERS) == {row.data for row in LEVELS.values()}  # every kind has a loader
 
@@ -39,12 +41,12 @@ def test_each_level_is_read_by_the_loader_of_its_data_kind(monkeypatch, tmp_path
 def test_a_graph_dataset_is_loaded_with_its_structure_cache(tmp_path):
     cfg = resolve("graph-level", FAST)
     lines: list[str] = []
-    loaded = load_data(cfg, "graph", LoadOptions(cache_dir=tmp_path, log=lines.append))
+    loaded = load_data(make_plan(cfg), LoadOptions(cache_dir=tmp_path, log=lines.append))
     assert loaded.dataset == "MUTAG" and len(loaded.graphs.dataset) == 188 and loaded.edge_data is None
     assert loaded.cache_path is not None and loaded.cache_path.is_file()
     assert any(line.startswith("structure cache was missing: prepared") for line in lines)
     lines.clear()
-    again = load_data(cfg, "graph", LoadOptions(cache_dir=tmp_path, log=lines.append))
+    again = load_data(make_plan(cfg), LoadOptions(cache_dir=tmp_path, log=lines.append))
     assert again.cache_path == loaded.cache_path
     assert not any("structure cache was missing" in line for line in lines)  # read, not prepared again
 
@@ -52,7 +54,7 @@ def test_a_graph_dataset_is_loaded_with_its_structure_cache(tmp_path):
 def test_a_link_level_keeps_no_dataset_cache(tmp_path, monkeypatch):
     write_folder(tmp_path / "g")
     monkeypatch.chdir(tmp_path)
-    loaded = load_data(resolve("base", ["data.dataset=./g", "task.level=link", *FAST]), "link",
+    loaded = load_data(make_plan(resolve("base", ["data.dataset=./g", "task.level=link", *FAST])),
                        LoadOptions(cache_dir=tmp_path / "cache"))
     assert loaded.dataset == "g" and loaded.cache_path is None  # the link task prepares its training edges
     assert int(loaded.graphs.dataset[0].num_nodes) == 30
@@ -62,13 +64,13 @@ def test_an_edge_file_is_read_as_its_rows(tmp_path):
     rows = [(u, v) for u in range(6) for v in range(u + 1, 6)]  # 15 distinct pairs
     path = tmp_path / "e.csv"
     path.write_text("src,dst,delay\n" + "".join(f"{u},{v},{u + v}.5\n" for u, v in rows))
-    loaded = load_data(resolve("edge-regression", [f"edge.file={path}"]), "edge", LoadOptions(cache_dir=tmp_path))
+    loaded = load_data(make_plan(resolve("edge-regression", [f"edge.file={path}"])), LoadOptions(cache_dir=tmp_path))
     assert loaded.dataset == "edges" and loaded.graphs is None and loaded.cache_path is None
     assert loaded.edge_data is not None and loaded.edge_data.edge_index.shape[1] == 15
     short = tmp_path / "short.csv"
     short.write_text("src,dst,delay\n0,1,1\n1,2,2\n")
     with pytest.raises(UsageError, match="short.csv: 2 row"):
-        load_data(resolve("edge-regression", [f"edge.file={short}"]), "edge", LoadOptions(cache_dir=tmp_path))
+        load_data(make_plan(resolve("edge-regression", [f"edge.file={short}"])), LoadOptions(cache_dir=tmp_path))
 
 
 @pytest.mark.parametrize("rows, fractions, empty", [
@@ -117,3 +119,23 @@ def test_a_link_split_needs_enough_non_edges(tmp_path, monkeypatch):
     write_folder(tmp_path / "p6", edges=[(u, u + 1) for u in range(5)], x=False, y=False)
     check_data(resolve("base", ["data.dataset=./p6", "task.level=link", "link.fractions=[0.6,0.2,0.2]"]),
                "link", _graphs("./p6", tmp_path))
+
+
+def test_a_memo_hands_a_dataset_only_to_a_run_that_reads_it_alike(tmp_path):
+    import torch
+
+    from xmask_cli.engine.data import DatasetMemo
+
+    memo = DatasetMemo()
+    opts = LoadOptions(cache_dir=tmp_path, datasets=memo)
+    plain = load_data(make_plan(resolve("graph-level", FAST)), opts)
+    other_model = load_data(make_plan(resolve("graph-level", [*FAST, "model.hidden=16"])), opts)
+    assert other_model.graphs is plain.graphs and memo.loads == 1
+    normalized = load_data(make_plan(resolve("graph-level", [*FAST, "data.normalize_features=true"])), opts)
+    assert normalized.graphs is not plain.graphs and memo.loads == 2  # its transform is its own
+    # The reused set keeps no transform; the normalized one has its own (MUTAG's one-hot rows sum to 1 already).
+    assert plain.graphs.dataset.transform is None and normalized.graphs.dataset.transform is not None
+    raw, rows = plain.graphs.dataset[0].x, normalized.graphs.dataset[0].x
+    assert torch.allclose(rows, raw / raw.sum(1, keepdim=True))
+    fresh = load_data(make_plan(resolve("graph-level", FAST)), LoadOptions(cache_dir=tmp_path))
+    assert fresh.graphs is not plain.graphs and torch.equal(fresh.graphs.dataset[0].x, raw)  # no memo: a new read

@@ -7,7 +7,7 @@ import pytest
 import scipy.sparse as sp
 
 from tests.engine.tasks.test_node import Toy
-from xmask_cli.config import ModelSection
+from xmask_cli.config import ModelSection, NodeSection
 from xmask_cli.config_resolve import resolve
 from xmask_cli.engine.node_memory import GIB, StepShape, auto_mode, full_step_memory, pairs_per_power, step_shape
 from xmask_cli.engine.tasks.node import NodeTask, mode_note
@@ -71,7 +71,7 @@ MODEL = ModelSection(hidden=16, heads=4, layers=2, head_powers=[1, 2, 3, 0], dro
 
 def test_entries_are_the_attention_entries_the_model_stacks(toy: Toy) -> None:
     """Per layer, the estimate's entries are the CSR plan's stacked entries plus N^2 per plain head."""
-    task = NodeTask(toy.path, toy.graphs, toy.split, mode="full", attention="sparse", model=MODEL)
+    task = NodeTask(toy.path, toy.graphs, toy.split, model=MODEL, node=NodeSection(mode="full", attention="sparse"))
     cfg = ModelConfig(in_dim=task.in_dim, out_dim=task.out_dim, task="node", hidden=16, heads=4, layers=2,
                       head_powers=(1, 2, 3, 0), dropout=0.0)
     model = XMaskNet(cfg)
@@ -88,8 +88,8 @@ def test_auto_takes_the_full_graph_up_to_the_budget_and_batches_beyond(toy: Toy)
     task = NodeTask(toy.path, toy.graphs, toy.split, model=MODEL)
     m = task.full_step
     assert m is not None and task.mode == "full" and task.attention == "sparse"  # 150 nodes, sparse pairs
-    at = NodeTask(toy.path, toy.graphs, toy.split, model=MODEL, memory_gb=m.total / GIB)
-    below = NodeTask(toy.path, toy.graphs, toy.split, model=MODEL, memory_gb=(m.total - 1) / GIB)
+    at = NodeTask(toy.path, toy.graphs, toy.split, model=MODEL, node=NodeSection(memory_gb=m.total / GIB))
+    below = NodeTask(toy.path, toy.graphs, toy.split, model=MODEL, node=NodeSection(memory_gb=(m.total - 1) / GIB))
     assert (at.mode, below.mode, below.eval_mode) == ("full", "query", "query")
     # What the run records: the choice and the estimate it compared (config.json, the log line).
     assert at.describe()["node"]["full_step_mb"] == round(m.total / 2**20)
@@ -100,8 +100,8 @@ def test_auto_takes_the_full_graph_up_to_the_budget_and_batches_beyond(toy: Toy)
     assert auto_mode(m, m.total / GIB, learned_biases=True) == "full"
     assert auto_mode(None, 1e6, learned_biases=False) == "query"
     # The subgraph mode scores through the same rule.
-    sub = NodeTask(toy.path, toy.graphs, toy.split, mode="subgraph", subgraph_size=40, model=MODEL,
-                   memory_gb=(m.total - 1) / GIB)
+    sub = NodeTask(toy.path, toy.graphs, toy.split, model=MODEL,
+                   node=NodeSection(mode="subgraph", subgraph_size=40, memory_gb=(m.total - 1) / GIB))
     assert (sub.mode, sub.eval_mode) == ("subgraph", "query")
 
 

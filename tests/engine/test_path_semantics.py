@@ -36,13 +36,14 @@ from tests.model.semantics import (
 )
 from xmask_cli.cache import StructureCache
 from xmask_cli.cli import app
+from xmask_cli.config import NodeSection
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.node_batches import NodeBatch
 from xmask_cli.engine.splits import node_split
 from xmask_cli.engine.tasks.node import NodeTask
-from xmask_cli.model.attention_path import PathRefused
+from xmask_cli.model.attention.path import PathRefused
 from xmask_cli.model.network import ModelConfig, XMaskNet, sparse_refusal
 
 #: Powers Â^1, Â^2 only, no SPD / spectra: the structure these tests read, prepared in seconds. The tests pick
@@ -69,7 +70,8 @@ def _node_task(name: str, shared_data: Path, cache_dir: Path, overrides: list[st
     summary = _prepare(name, shared_data, cache_dir, overrides)
     graphs = load_graphs(get_dataset(name), data_root=shared_data, cache_dir=cache_dir, offline=True)
     split = node_split(graphs.spec.split, graphs.dataset[0], seed=0)
-    return NodeTask(summary.path, graphs, split, **kw)
+    node = {k: kw.pop(k) for k in list(kw) if k in NodeSection.__dataclass_fields__}  # the node section's keys
+    return NodeTask(summary.path, graphs, split, node=NodeSection(**node), **kw)
 
 
 def _prepare(name: str, shared_data: Path, cache_dir: Path, overrides: list[str]):
@@ -159,9 +161,10 @@ def test_eps_refuses_partitions(computers: Part) -> None:
         model.forward_sparse(computers.x, computers.batch.edge_index, computers.batch.values)
     t = computers.task
     with pytest.raises(PathRefused, match="outside_support=eps"):
-        NodeTask(t.cache_path, t.graphs, t.split, mode="partition", dense_only=sparse_refusal(model.cfg))
+        NodeTask(t.cache_path, t.graphs, t.split, dense_only=sparse_refusal(model.cfg),
+                 node=NodeSection(mode="partition"))
     with pytest.raises(PathRefused, match="dense_max_nodes"):  # auto: the 13752-node grid does not fit
-        NodeTask(t.cache_path, t.graphs, t.split, mode="auto", dense_only=sparse_refusal(model.cfg))
+        NodeTask(t.cache_path, t.graphs, t.split, dense_only=sparse_refusal(model.cfg), node=NodeSection(mode="auto"))
 
 
 # ------------------------------------------------------------------ Cora

@@ -1,14 +1,19 @@
 """The plan of a sweep, before any data is read: seeds, device, level, metric, run name and run folders."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
 from tests.data.test_folder import write_folder
 from xmask_cli.config_resolve import resolve
+from xmask_cli.data.registry import get_dataset
 from xmask_cli.engine.plan import (
     check_planned,
+    check_seeds,
     existing_runs,
+    make_plan,
     parse_seeds,
     planned_runs,
     resolve_device,
@@ -172,3 +177,85 @@ def test_check_outputs_refuses_what_a_sweep_could_not_write_and_creates_nothing(
     (root / "aggregate.json").mkdir()
     with pytest.raises(UsageError, match="aggregate.json is a folder, not a file"):
         check_outputs(root, [0, 1], 0)
+
+
+def count_lookups(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names ``data.registry.get_dataset`` is called with from now on, wherever a module bound it by name."""
+    import sys
+
+    from xmask_cli.data import registry
+
+    calls: list[str] = []
+    real = registry.get_dataset
+
+    def counted(name: str):
+        calls.append(name)
+        return real(name)
+
+    for module in list(sys.modules.values()):
+        if getattr(module, "__name__", "").startswith("xmask_cli") and getattr(module, "get_dataset", None) is real:
+            monkeypatch.setattr(module, "get_dataset", counted)
+    return calls
+
+
+def test_make_plan_decides_level_metric_name_and_folder_from_one_lookup(monkeypatch, tmp_path):
+    cfg = resolve("base", ["data.dataset=cora", "task.level=link"])
+    lookups = count_lookups(monkeypatch)
+    plan = make_plan(cfg, [3, 1], run_root=tmp_path)
+    assert lookups == ["cora"]
+    # Each field is what the one-question functions answer (each looks the dataset up again).
+    assert (plan.level, plan.metric, plan.name) == (resolve_level(cfg), resolve_metric(cfg, "link"), run_name(cfg))
+    assert (plan.spec, plan.root, plan.seeds, plan.cfg) == (get_dataset("cora"), tmp_path / "cora-link", (3, 1), cfg)
+    assert make_plan(cfg).root == Path(cfg.run.root) / "cora-link"  # run.root without run_root
+
+
+def test_make_plan_reuses_a_given_entry_only_when_it_is_the_configs_dataset(monkeypatch):
+    cfg = resolve("graph-level")  # MUTAG
+    mutag, proteins = get_dataset("MUTAG"), get_dataset("PROTEINS")  # this module's own lookups are not counted
+    assert mutag.ref == cfg.data.dataset
+    lookups = count_lookups(monkeypatch)
+    assert make_plan(cfg, spec=mutag).spec == mutag
+    assert lookups == []  # the entry given is the config's dataset: no lookup
+    assert make_plan(cfg, spec=proteins).spec == mutag  # another dataset's entry (data.dataset overridden since)
+    assert lookups == [cfg.data.dataset]
+
+
+def test_make_plan_of_an_edge_file_reads_no_dataset_entry(monkeypatch):
+    cfg = resolve("edge-regression", ["edge.file=x.csv"])
+    lookups = count_lookups(monkeypatch)
+    plan = make_plan(cfg)
+    assert (plan.spec, plan.level, plan.metric, plan.name, lookups) == (None, "edge", "mae", "edges-edge", [])
+
+
+def test_make_plan_names_a_folder_dataset_by_its_absolute_path(tmp_path, monkeypatch):
+    write_folder(tmp_path / "g")
+    monkeypatch.chdir(tmp_path)
+    cfg = resolve("base", ["data.dataset=./g"])
+    lookups = count_lookups(monkeypatch)
+    plan = make_plan(cfg)
+    assert lookups == ["./g"]  # the folder's files are read once
+    assert plan.cfg.data.dataset == str(tmp_path / "g") == with_folder_ref(cfg).data.dataset
+    assert (plan.name, plan.level) == ("g-node", "node")
+
+
+def test_make_plan_runs_the_run_stage_rules(tmp_path):
+    from xmask_cli.engine.experiment import check_config
+
+    cfg = resolve("graph-level", ["data.folds=3"])
+    plan = make_plan(cfg)
+    assert check_config(cfg) == (plan.level, plan.metric) == ("graph", "accuracy")
+    with pytest.raises(ConfigError, match="data.folds"):
+        make_plan(resolve("ogbg-molhiv", ["data.folds=3"]))  # OGB's official split takes no folds
+
+
+@pytest.mark.parametrize("seeds, message", [([1, 1], "'1,1': a seed appears twice"),
+                                            ([2**32], "must lie in 0..4294967295"),
+                                            ([-1], "must lie in 0..4294967295"),
+                                            (range(10001), "more than 10000 seeds")])
+def test_check_seeds_refuses_what_parse_seeds_refuses(seeds, message):
+    with pytest.raises(UsageError, match=message):
+        check_seeds(list(seeds))
+    if min(seeds) >= 0:  # the same seeds as a text: the same refusal
+        with pytest.raises(UsageError, match=message.split(": ")[-1]):
+            parse_seeds(",".join(map(str, seeds)))
+    assert check_seeds((4, 0, 2)) == [4, 0, 2]

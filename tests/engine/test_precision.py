@@ -14,7 +14,7 @@ from xmask_cli.engine.precision import Precision, autocast, check_precision
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.tasks.graph import _eval_stream, _predict, graph_labels, train_graph_level
 from xmask_cli.errors import UsageError
-from xmask_cli.model.attention import StructuralAttention
+from xmask_cli.model.attention.structural import StructuralAttention
 from xmask_cli.model.logsmask import SparseStructure, XLogSMaskBias
 from xmask_cli.model.network import XMaskNet
 

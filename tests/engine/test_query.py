@@ -10,9 +10,10 @@ import scipy.sparse as sp
 import torch
 
 from tests.engine.tasks.test_node import Toy
+from xmask_cli.config import NodeSection
 from xmask_cli.engine.query import Support, closure, encode_queries
 from xmask_cli.engine.tasks.node import NodeTask
-from xmask_cli.model.attention import StructuralAttention
+from xmask_cli.model.attention.structural import StructuralAttention
 from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.structure.powers import Truncation, adjacency_powers, union_pairs
 
@@ -151,8 +152,8 @@ def large(tmp_path_factory: pytest.TempPathFactory) -> Toy:
 
 def test_auto_beyond_the_memory_budget_is_whole_graph_query_batches(large: Toy) -> None:
     # A budget under this graph's full-graph step (node.memory_gb) sends auto to query batches, as on ogbn-arxiv.
-    task = NodeTask(large.path, large.graphs, large.split, mode="auto", dense_max_nodes=100, query_batch=64,
-                    memory_gb=1e-4)
+    task = NodeTask(large.path, large.graphs, large.split,
+                    node=NodeSection(mode="auto", dense_max_nodes=100, query_batch=64, memory_gb=1e-4))
     assert task.full_step is not None and task.full_step.total > 1e-4 * 2**30
     assert task.mode == task.eval_mode == "query" and task.attention == "sparse"
     batches = list(task.train_batches(0))
@@ -163,12 +164,12 @@ def test_auto_beyond_the_memory_budget_is_whole_graph_query_batches(large: Toy) 
     assert np.array_equal(ids, again) and not np.array_equal(ids, np.concatenate(
         [b.nodes.numpy() for b in task.train_batches(1)]))
     # Partition batches stay an option; learned pair biases fall back to them under auto.
-    assert NodeTask(large.path, large.graphs, large.split, mode="partition").mode == "partition"
+    assert NodeTask(large.path, large.graphs, large.split, node=NodeSection(mode="partition")).mode == "partition"
 
 
 def test_task_predictions_equal_the_full_sparse_task(large: Toy) -> None:
-    query = NodeTask(large.path, large.graphs, large.split, mode="query", query_chunk_pairs=500)
-    full = NodeTask(large.path, large.graphs, large.split, mode="full", attention="sparse")
+    query = NodeTask(large.path, large.graphs, large.split, node=NodeSection(mode="query", query_chunk_pairs=500))
+    full = NodeTask(large.path, large.graphs, large.split, node=NodeSection(mode="full", attention="sparse"))
     torch.manual_seed(0)
     model = XMaskNet(ModelConfig(in_dim=query.in_dim, out_dim=query.out_dim, task="node", hidden=32, heads=4,
                                  layers=2, dropout=0.0))

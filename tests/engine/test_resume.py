@@ -172,3 +172,17 @@ def test_check_record_compares_what_the_checkpoint_recorded():
     warned: list[str] = []
     check_record(RUN, "best.pt", None, other, warned.append)
     assert len(warned) == 1 and warned[0].startswith("warning: ") and "records no config" in warned[0]
+
+
+def test_a_run_saved_before_model_arch_resumes_as_the_architecture_it_built():
+    """config.json's model section gained ``arch``: a run without it resumes when its keys name the same one."""
+    from xmask_cli.model.model_config import ModelConfig
+
+    for kw, arch in (({}, "transformer"), ({"ffn": False}, "gat"), ({"experts": ("local",)}, "experts")):
+        model = ModelConfig(in_dim=4, out_dim=2, task="node", **kw).to_dict()
+        assert model["arch"] == arch
+        old = {k: v for k, v in model.items() if k != "arch"}
+        check_resumable(RUN, {**_saved(), "model": old}, {**_saved(), "model": model})
+        other = "vit" if arch != "vit" else "gat"
+        with pytest.raises(UsageError, match="model.arch"):
+            check_resumable(RUN, {**_saved(), "model": old}, {**_saved(), "model": {**model, "arch": other}})

@@ -75,3 +75,53 @@ def test_resume_and_overwrite_together_are_refused_before_anything(tmp_path):
         train_seeds(resolve("graph-level", TINY), [0], cache_dir=tmp_path / "cache", run_root=tmp_path / "runs",
                     resume=True, overwrite=True)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_each_run_writes_its_summary_once_labelled_by_the_sweep(tmp_path, cache, monkeypatch):
+    """The loop writes summary.json once, with the level, folder and fold the sweep knows; the sweep writes none."""
+    from xmask_cli.engine.runs import RunDir
+
+    written: list[tuple[Path, dict]] = []
+    real = RunDir.write_summary
+
+    def counted(self: RunDir, summary) -> None:
+        written.append((self.path, dict(summary)))
+        real(self, summary)
+
+    monkeypatch.setattr(RunDir, "write_summary", counted)
+    cfg = resolve("graph-level", [*TINY, "data.folds=3", "run.name=cv"])
+    result = train_seeds(cfg, [1], cache_dir=cache, run_root=tmp_path, max_folds=2)
+    folders = [tmp_path / "cv" / "1" / f"fold-{i}" for i in (0, 1)]
+    assert [path for path, _ in written] == folders  # one write per run
+    for i, ((path, summary), run) in enumerate(zip(written, result.runs)):
+        assert summary == run.to_json() == _summary(path)
+        assert (summary["level"], summary["run_dir"], summary["fold"], summary["folds"]) == ("graph", str(path), i, 3)
+
+
+def test_a_fold_sweep_killed_mid_fold_resumes_where_it_stopped(tmp_path, cache):
+    """``--resume`` after a kill during fold 1: fold 0 (finished) trains no epoch, fold 1 goes on from its
+    last epoch, fold 2 starts; every fold ends with the numbers of an uninterrupted sweep."""
+    cfg = resolve("graph-level", [*TINY, "data.folds=3", "run.name=cv", "train.epochs=3", "train.patience=50"])
+    whole = train_seeds(cfg, [0], cache_dir=cache, run_root=tmp_path / "a")
+    fold, trained = [None], []
+
+    def on_epoch(seed: int, row: dict) -> None:
+        trained.append((fold[0], row["epoch"]))
+        if (fold[0], row["epoch"]) == (1, 1):
+            raise KeyboardInterrupt  # the session ends after fold 1's second epoch is checkpointed
+
+    def on_run_start(seed: int, f: int | None, epochs: int) -> None:
+        fold[0] = f
+
+    with pytest.raises(KeyboardInterrupt):
+        train_seeds(cfg, [0], cache_dir=cache, run_root=tmp_path / "b", on_epoch=on_epoch, on_run_start=on_run_start)
+    assert trained == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
+    trained.clear()
+    resumed = train_seeds(cfg, [0], cache_dir=cache, run_root=tmp_path / "b", resume=True,
+                          on_epoch=lambda s, row: trained.append((fold[0], row["epoch"])), on_run_start=on_run_start)
+    assert trained == [(1, 2), (2, 0), (2, 1), (2, 2)]
+    assert [r.fold for r in resumed.runs] == [0, 1, 2]
+    for got, want in zip(resumed.runs, whole.runs):
+        assert (got.metrics, got.best_epoch, got.epochs_run) == (want.metrics, want.best_epoch, want.epochs_run)
+    lines = (tmp_path / "b" / "cv" / "0" / "fold-1" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(ln)["epoch"] for ln in lines] == [0, 1, 2]

@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from xmask_cli.model.dualmode import dual_attention
+from xmask_cli.model.attention.dualmode import dual_attention
 from xmask_cli.model.experts import EXPERTS, RoutedAttention, hierarchical_tokens
 
 DIM, HEADS = 8, 2

@@ -108,7 +108,7 @@ def test_while_exporting_the_mask_is_computed_not_memoised_and_equals_the_formul
     eager = model._dense_attn_mask(powers, mask, torch.float64)
     full = torch.ones_like(mask)
     eager_full = model._dense_attn_mask(powers, full, torch.float64)
-    model._mask_memo.clear()
+    model.memo.dense.clear()
     monkeypatch.setattr(torch.compiler, "is_exporting", lambda: True)
     got = model._dense_attn_mask(powers, mask, torch.float64)
     assert got is not eager and torch.equal(got, eager)
@@ -116,4 +116,4 @@ def test_while_exporting_the_mask_is_computed_not_memoised_and_equals_the_formul
     # All real: the padding term is added (zeros) instead of skipped; the numbers are the shortcut's.
     got_full = model._dense_attn_mask(powers, full, torch.float64)
     assert torch.equal(got_full, eager_full)
-    assert model._mask_memo == {}
+    assert model.memo.dense == {}

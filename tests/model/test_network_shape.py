@@ -24,17 +24,15 @@ from xmask_cli.model.network import ModelConfig, XMaskNet
 
 #: Switch sets the tests run (each differs from the defaults in several keys).
 SHAPES = {
-    "gat": {"residual": False, "norm": "none", "ffn": False, "activation": "elu", "output": "attention",
+    "gat": {"arch": "gat", "residual": False, "norm": "none", "activation": "elu", "output": "attention",
             "output_heads": 2, "output_powers": [1, 2]},
-    "pre-noffn-gelu": {"residual": True, "norm": "pre", "ffn": False, "activation": "gelu"},
-    "post-nores-relu-out": {"residual": False, "norm": "post", "ffn": True, "activation": "relu",
-                            "output": "attention"},
-    "none-res": {"residual": True, "norm": "none", "ffn": True, "activation": "none"},
+    "gat-pre-gelu": {"arch": "gat", "residual": True, "norm": "pre", "activation": "gelu"},
+    "post-nores-out": {"residual": False, "norm": "post", "output": "attention"},
+    "none-res": {"residual": True, "norm": "none"},
     # GAT's own shape: no encoder (the first attention reads the raw features), heads concatenated unprojected.
-    "gat-direct": {"encoder": "none", "combine": "concat", "residual": False, "norm": "none", "ffn": False,
+    "gat-direct": {"arch": "gat", "encoder": "none", "combine": "concat", "residual": False, "norm": "none",
                    "activation": "elu", "output": "attention"},
-    "direct-post-ffn": {"encoder": "none", "combine": "concat", "residual": False, "norm": "post", "ffn": True,
-                        "activation": "relu"},
+    "direct-post-ffn": {"encoder": "none", "residual": False, "norm": "post"},
 }
 
 

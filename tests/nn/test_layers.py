@@ -8,7 +8,7 @@ from torch_geometric.data import Batch, Data
 
 from tests.model.graphs import norm_powers
 from xmask_cli.errors import UsageError
-from xmask_cli.model.attention_path import full_graph_attention
+from xmask_cli.model.attention.path import full_graph_attention
 from xmask_cli.model.logsmask import DenseStructure
 from xmask_cli.model.model_config import ModelConfig
 from xmask_cli.model.network import XMaskNet

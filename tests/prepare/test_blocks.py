@@ -146,9 +146,19 @@ def dd_staged(tmp_path_factory, shared_data) -> Path:
     return cache / "_pyg"
 
 
+def _ignores_sigint(pid: int) -> bool:
+    """Whether ``pid`` has set SIGINT to ignored (/proc's SigIgn mask; signal 2 is bit 1)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return any(ln.startswith("SigIgn:") and int(ln.split(":")[1], 16) & 0b10 for ln in status.splitlines())
+
+
 def _start_prepare(tmp_path: Path, shared_data: Path, staged: Path):
-    """`xmask -q prepare DD --workers 2` in its own process group, once its two side processes run
-    (the pool worker and multiprocessing's resource tracker)."""
+    """`xmask -q prepare DD --workers 2` in its own process group, once its two side processes (the pool
+    worker and multiprocessing's resource tracker) have set themselves up: both ignore SIGINT by then
+    (the worker's initializer, the tracker's main), so the worker is about to take or runs its task."""
     import os
     import shutil
     import subprocess
@@ -166,17 +176,17 @@ def _start_prepare(tmp_path: Path, shared_data: Path, staged: Path):
                              str(shared_data), "--cache-dir", str(tmp_path / "c")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)
-    deadline = time.monotonic() + 90
+    # Generous: at a load average of 20 the spawned worker takes a minute to import numba and xmask.
+    deadline = time.monotonic() + 300
     kids: list[int] = []
     while time.monotonic() < deadline and proc.poll() is None:
         kids = _children(proc.pid)
-        if len(kids) >= 2:
+        if len(kids) >= 2 and all(_ignores_sigint(k) for k in kids):
             break
-        time.sleep(0.2)
-    if len(kids) < 2:
+        time.sleep(0.1)
+    if len(kids) < 2 or not all(_ignores_sigint(k) for k in kids):
         proc.kill()
-        pytest.fail(f"prepare never started its worker processes: {proc.communicate(timeout=30)}")
-    time.sleep(0.5)  # let the worker reach its task
+        pytest.fail(f"prepare never set up its worker processes: {kids} {proc.communicate(timeout=30)}")
     return proc, kids
 
 
@@ -215,7 +225,9 @@ def test_ctrl_c_of_prepare_is_one_line_exit_130_and_no_worker_left(tmp_path, sha
     proc, kids = _start_prepare(tmp_path, shared_data, dd_staged)
     try:
         os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole foreground group
-        out, err = proc.communicate(timeout=60)
+        # prepare answers at its next safe point, after the block in hand: with numba compiling it on a cold
+        # cache, under load, that takes minutes.
+        out, err = proc.communicate(timeout=300)
         lines = [ln for ln in err.splitlines() if ln.strip()]
         assert proc.returncode == 130, err
         assert len(lines) == 1 and lines[0].startswith("error: interrupted") and "prepare" in lines[0], err
@@ -371,3 +383,62 @@ def test_ctrl_c_during_a_block_lets_it_finish_then_stops_before_the_next(tmp_pat
     assert calls == [(calls[0][0], True)]  # one block (in this process), run to its end; none after it
     assert not list((tmp_path / "c").rglob("*.h5")) and not list((tmp_path / "c").rglob("*.tmp-*"))
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+
+_START_CHILD = """
+import json, os, signal, sys
+from pathlib import Path
+import numpy as np
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from xmask_cli.config_resolve import resolve
+from xmask_cli.data.graphset import graphs_fingerprint
+from xmask_cli.prepare import blocks, prepare_graphs
+
+seen = {}
+
+class Pool(blocks.ProcessPoolExecutor):
+    def submit(self, fn, /, *args, **kwargs):
+        fut = super().submit(fn, *args, **kwargs)
+        if not seen:  # the first worker was spawned just now: Ctrl-C at this moment
+            (pid,) = self._processes
+            status = Path(f"/proc/{pid}/status").read_text()
+            masks = {k: int(v, 16) for k, v in (ln.split(":") for ln in status.splitlines() if ln[:6] in ("SigBlk", "SigIgn"))}
+            seen.update(pid=pid, masks=masks)
+            os.kill(os.getpid(), signal.SIGINT)
+        return fut
+
+blocks.ProcessPoolExecutor = Pool
+rng = np.random.default_rng(0)
+edges = [np.stack([rng.integers(0, 30, 60), rng.integers(0, 30, 60)]) for _ in range(6)]
+nn = np.full(6, 30)
+try:
+    prepare_graphs(dataset_key="toy", level="graph", edges=edges, num_nodes=nn, workers=2,
+                   cfg=resolve("graph-level", []).structure, fingerprint=graphs_fingerprint(edges, nn),
+                   cache_dir=Path(sys.argv[1]))
+    seen["raised"] = False
+except KeyboardInterrupt:
+    seen["raised"] = True
+print(json.dumps(seen))
+"""
+
+
+def test_a_ctrl_c_while_the_workers_start_is_not_lost(tmp_path):
+    """A Ctrl-C that lands while the pool starts its workers still stops prepare: held until the pool has
+    started, never dropped; the worker starts with SIGINT blocked (so one reaching it while it imports
+    raises nothing there) and is gone afterwards. In a fresh interpreter, where the pool's start also
+    starts multiprocessing's resource tracker (whose start restores the signal mask on its own)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", _START_CHILD, str(tmp_path / "c")], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    sigint = 1 << (2 - 1)  # bit of signal 2 in /proc's masks
+    assert seen["raised"], "the Ctrl-C was dropped: prepare ran to its end"
+    assert seen["masks"]["SigBlk"] & sigint or seen["masks"]["SigIgn"] & sigint, seen
+    assert not _gone_within([seen["pid"]], 20)
+    assert not list((tmp_path / "c").rglob("*.h5")) and not list((tmp_path / "c").rglob("*.tmp-*"))

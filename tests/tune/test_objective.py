@@ -56,6 +56,22 @@ def test_reports_are_the_running_mean_of_the_seeds_best_validation_at_per_seed_s
     assert not (run / "0" / "best.pt").exists() and not (run / "0" / "last.pt").exists()  # checkpoints dropped
 
 
+def test_the_trials_of_a_study_read_the_dataset_once(tmp_path, mutag_cache, monkeypatch):
+    from xmask_cli.engine import data
+
+    loads: list[str] = []
+    real = data.load_graphs
+    monkeypatch.setattr(data, "load_graphs", lambda spec, **kw: loads.append(spec.name) or real(spec, **kw))
+    setup = _setup(tmp_path, mutag_cache, [0])
+    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.NopPruner())
+    for _ in range(2):
+        trial = study.ask()
+        study.tell(trial, run_trial(trial, setup))
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 2
+    assert study.trials[0].user_attrs["values"] != study.trials[1].user_attrs["values"]  # two configurations
+    assert loads == ["MUTAG"] and setup.datasets.loads == 1
+
+
 def test_epoch_stride_is_the_largest_epoch_budget_a_trial_can_draw():
     cfg = R.resolve("mutag", TINY)
     assert epoch_stride(cfg, check_space(cfg)) == cfg.train.epochs == 3

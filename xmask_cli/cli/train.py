@@ -78,19 +78,21 @@ def train(
 
     # Parsed here so that a bad value is named by its option (--seeds, --device), not the API's keyword.
     seed_list, device = parse_seeds(seeds if seeds is not None else seed), resolve_device(device)
-    loggers = [f"train.loggers=[{','.join(logger)}]"] if logger else []
-    overrides = [*(run.set_ or []), *loggers, *([] if folds is None else [f"data.folds={folds}"])]
+    overrides = list(run.set_ or [])
+    # The options that set a config key go as Python values, after the --set texts (the API's a__b keywords).
+    typed: dict[str, Any] = {**({"train__loggers": list(logger)} if logger else {}),
+                             **({} if folds is None else {"data__folds": folds})}
     if dry_run:
         return _dry_run(out, run.preset, overrides, dataset=run.dataset, seeds=seed_list, device=device, name=name,
                         runs_dir=runs_dir, cache_dir=data.cache(), data_root=data.data_root, resume=resume,
-                        overwrite=overwrite)
+                        overwrite=overwrite, **typed)
     tty_bar = not (out.json or out.quiet) and sys.stderr.isatty()
     with out.progress("train", total=None) as bar:
         progress = _EpochProgress(bar, out.log, log_lines=not tty_bar)
         result = train_runs(run.preset, overrides, dataset=run.dataset, seeds=seed_list, device=device,
                             name=name, runs_dir=runs_dir, cache_dir=data.cache(), data_root=data.data_root,
                             offline=data.no_download, resume=resume, overwrite=overwrite, log=out.log,
-                            on_epoch=progress.on_epoch, on_run_start=progress.on_run_start)
+                            on_epoch=progress.on_epoch, on_run_start=progress.on_run_start, **typed)
 
     if rank == 0:
         out.result(result.to_json(), lambda con: render.human(con, result))

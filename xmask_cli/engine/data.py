@@ -8,15 +8,16 @@ or an edge file too short for its fractions fails before any cache file or run f
 
 Example::
 
-    data = load_data(cfg, "graph", LoadOptions(cache_dir=Path("cache")))
+    data = load_data(make_plan(cfg), LoadOptions(cache_dir=Path("cache")))
     data.dataset, data.cache_path
 """
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar, cast
 
 from xmask_cli.config import Config
 from xmask_cli.data.edgefile import EdgeData, load_edge_file
@@ -24,9 +25,10 @@ from xmask_cli.data.folder import source_folder
 from xmask_cli.data.graphset import GraphSet
 from xmask_cli.data.images import ImageSet, image_info, load_images
 from xmask_cli.data.load import load_graphs, resolve_data_root
+from xmask_cli.data.spec import DatasetSpec
 from xmask_cli.engine import splits
 from xmask_cli.engine.folds import check_fold_count
-from xmask_cli.engine.plan import EDGE_FILE_DATASET, dataset_spec
+from xmask_cli.engine.plan import EDGE_FILE_DATASET, RunPlan
 from xmask_cli.engine.splits import PARTS
 from xmask_cli.engine.tasks import LEVELS, DataKind
 from xmask_cli.engine.tasks.edge import edge_regression_split
@@ -35,7 +37,34 @@ from xmask_cli.errors import UsageError
 from xmask_cli.prepare import check_patch, prepare_dataset, prepare_graphs
 from xmask_cli.prepare.needs import structure_needed
 
-__all__ = ["LoadOptions", "LoadedData", "Loader", "LOADERS", "load_data", "check_data", "check_splittable"]
+__all__ = ["DatasetMemo", "LoadOptions", "LoadedData", "Loader", "LOADERS", "load_data", "check_data",
+           "check_splittable"]
+
+T = TypeVar("T")
+
+
+class DatasetMemo:
+    """Datasets a process has read, kept for its later runs that read the same one (``xmask tune``'s trials,
+    ``xmask ablate``'s variants): each is loaded once, not once per run.
+
+    Keyed by everything the read depends on (the dataset's entry, the data root, the cache folder, offline,
+    ``data.normalize_features``, which sets the dataset's transform), so a run that reads otherwise loads its own.
+
+    Attributes:
+        loads: how many datasets were read (not found here).
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[Hashable, object] = {}
+        self.loads = 0
+
+    def get(self, key: Hashable, load: Callable[[], T]) -> T:
+        """The dataset under ``key``, read by ``load`` the first time only."""
+        if key not in self._held:
+            self._held[key] = load()
+            self.loads += 1
+        return cast(T, self._held[key])
+
 
 
 @dataclass(frozen=True)
@@ -47,6 +76,11 @@ class LoadOptions:
     offline: bool | None = None
     workers: int = 1
     log: Callable[[str], None] = field(default=lambda m: None)
+    datasets: DatasetMemo | None = None  # datasets read by an earlier run of this process, reused
+
+    def read(self, key: Hashable, load: Callable[[], T]) -> T:
+        """``load()``, or what it returned for ``key`` in an earlier run of :attr:`datasets`."""
+        return load() if self.datasets is None else self.datasets.get(key, load)
 
 
 @dataclass(frozen=True)
@@ -67,8 +101,8 @@ class LoadedData:
     edge_data: EdgeData | None = None
 
 
-#: A data kind's loader: (config, resolved level, options) -> the loaded data.
-Loader = Callable[[Config, str, LoadOptions], LoadedData]
+#: A data kind's loader: (the run's plan: config, level, dataset entry; options) -> the loaded data.
+Loader = Callable[[RunPlan, LoadOptions], LoadedData]
 
 
 def _prepared(summary_path: str, cached: bool, seconds: float, log: Callable[[str], None]) -> Path:
@@ -77,8 +111,14 @@ def _prepared(summary_path: str, cached: bool, seconds: float, log: Callable[[st
     return Path(summary_path)
 
 
-def load_edge_data(cfg: Config, level: str, opts: LoadOptions) -> LoadedData:
+def _spec(plan: RunPlan) -> DatasetSpec:
+    assert plan.spec is not None, "make_plan looks the dataset up for every level that reads one"
+    return plan.spec
+
+
+def load_edge_data(plan: RunPlan, opts: LoadOptions) -> LoadedData:
     """``edge.file`` (and ``edge.features``) read and checked to split; no cache here (the task makes its own)."""
+    cfg = plan.cfg
     path = cfg.edge.file
     assert path, "resolve_level gives the edge level only with edge.file set"
     data = load_edge_file(path, cfg.edge.features)
@@ -88,23 +128,26 @@ def load_edge_data(cfg: Config, level: str, opts: LoadOptions) -> LoadedData:
     return LoadedData(EDGE_FILE_DATASET, edge_data=data)
 
 
-def load_image_data(cfg: Config, level: str, opts: LoadOptions) -> LoadedData:
+def load_image_data(plan: RunPlan, opts: LoadOptions) -> LoadedData:
     """An image set and its patch-grid cache (prepared when missing)."""
-    spec = dataset_spec(cfg)
+    cfg, spec = plan.cfg, _spec(plan)
     # A patch that does not divide the image fails before any data is read or downloaded.
     check_patch(spec.key, image_info(spec).shape[1:], cfg.image.patch)
-    images = load_images(spec, data_root=resolve_data_root(opts.data_root, cfg.data.root), offline=opts.offline)
+    root = resolve_data_root(opts.data_root, cfg.data.root)
+    images = opts.read(("images", spec, root, opts.offline),
+                       lambda: load_images(spec, data_root=root, offline=opts.offline))
     summary = prepare_dataset(cfg, data_root=opts.data_root, cache_dir=opts.cache_dir, offline=opts.offline,
-                              log=opts.log)
+                              log=opts.log, spec=spec)
     return LoadedData(spec.name, graphs=images,
                       cache_path=_prepared(summary.path, summary.cached, summary.seconds, opts.log))
 
 
-def load_graph_data(cfg: Config, level: str, opts: LoadOptions) -> LoadedData:
+def load_graph_data(plan: RunPlan, opts: LoadOptions) -> LoadedData:
     """A graph dataset, checked against its split, and its structure cache where the level keeps one."""
-    spec = dataset_spec(cfg)
-    graphs = load_graphs(spec, data_root=resolve_data_root(opts.data_root, cfg.data.root), cache_dir=opts.cache_dir,
-                         offline=opts.offline)
+    cfg, level, spec = plan.cfg, plan.level, _spec(plan)
+    root = resolve_data_root(opts.data_root, cfg.data.root)
+    graphs = opts.read(("graphs", spec, root, opts.cache_dir, opts.offline, cfg.data.normalize_features),
+                       lambda: load_graphs(spec, data_root=root, cache_dir=opts.cache_dir, offline=opts.offline))
     for note in graphs.notes:
         opts.log(note)
     if cfg.data.normalize_features:
@@ -129,9 +172,9 @@ def load_graph_data(cfg: Config, level: str, opts: LoadOptions) -> LoadedData:
 LOADERS: dict[DataKind, Loader] = {"graphs": load_graph_data, "images": load_image_data, "edge-file": load_edge_data}
 
 
-def load_data(cfg: Config, level: str, opts: LoadOptions) -> LoadedData:
-    """The data of ``level`` (resolved), read by the loader its registry row's ``data`` kind names."""
-    return LOADERS[LEVELS[level].data](cfg, level, opts)
+def load_data(plan: RunPlan, opts: LoadOptions) -> LoadedData:
+    """The data of the plan's level, read by the loader its registry row's ``data`` kind names."""
+    return LOADERS[LEVELS[plan.level].data](plan, opts)
 
 
 def check_data(cfg: Config, level: str, graphs: GraphSet) -> None:

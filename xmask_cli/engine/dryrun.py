@@ -25,13 +25,13 @@ from xmask_cli.data.graphset import GraphSet
 from xmask_cli.data.load import load_graphs, resolve_data_root
 from xmask_cli.engine.data import check_data
 from xmask_cli.engine.estimate import StepShape, cached_pair_counts, graph_batch_shape, hop_pair_counts, step_bytes
-from xmask_cli.engine.experiment import _model_config, check_config
+from xmask_cli.engine.experiment import _model_config
 from xmask_cli.engine.features import struct_info
 from xmask_cli.engine.node_memory import auto_mode, full_step_memory, step_shape
-from xmask_cli.engine.plan import dataset_spec, existing_runs, planned_runs, run_name, with_folder_ref
+from xmask_cli.engine.plan import RunPlan, dataset_spec, existing_runs, planned_runs
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.engine.watch import check_loggers
-from xmask_cli.model.attention_path import full_graph_attention
+from xmask_cli.model.attention.path import full_graph_attention
 from xmask_cli.model.model_config import ModelConfig, head_powers, sparse_refusal
 from xmask_cli.model.network import XMaskNet
 from xmask_cli.prepare.graphs import structure_params
@@ -212,22 +212,19 @@ def _dropped_width(cfg: Config, level: str, model_cfg: ModelConfig) -> int:
     return 0
 
 
-def dry_run(cfg: Config, seeds: list[int], *, run_root: Path | None, cache_dir: Path,
-            data_root: str | os.PathLike[str] | None = None, resume: bool = False, overwrite: bool = False,
-            device: str = "cpu") -> DryRun:
-    """What ``train_seeds(cfg, seeds, ...)`` would make, read and cost; nothing is written.
+def dry_run(plan: RunPlan, *, cache_dir: Path, data_root: str | os.PathLike[str] | None = None,
+            resume: bool = False, overwrite: bool = False, device: str = "cpu") -> DryRun:
+    """What ``train_plan(plan, ...)`` would make, read and cost; nothing is written.
 
     Raises:
         the errors ``train`` raises before any work (a bad config, a dataset not found offline, a split
         that leaves a part empty).
     """
+    cfg, level = plan.cfg, plan.level
     check_loggers(cfg.train.loggers)
-    level, metric = check_config(cfg)
-    cfg = with_folder_ref(cfg)
-    root = Path(run_root or cfg.run.root) / run_name(cfg, level)
-    runs = _runs(root, seeds, cfg.data.folds, resume, overwrite)
-    spec = dataset_spec(cfg)
-    base = DryRun(spec.name, level, metric, run_name(cfg, level), cfg.to_dict(), runs, None, None)
+    runs = _runs(plan.root, list(plan.seeds), cfg.data.folds, resume, overwrite)
+    spec = plan.spec or dataset_spec(cfg)  # an edge file's run names data.dataset's entry here, as it always has
+    base = DryRun(spec.name, level, plan.metric, plan.name, cfg.to_dict(), runs, None, None)
     if LEVELS[level].data != "graphs" or LEVELS[level].structure != "dataset":
         return _with(base, notes=(f"no cache or memory estimate for the {level} level (its structure is "
                                   "prepared per split)" if level in ("link", "edge") else

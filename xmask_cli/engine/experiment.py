@@ -1,6 +1,7 @@
 """An experiment: a resolved :class:`~xmask_cli.config.Config` with its data loaded and its cache ready.
 
-:meth:`Experiment.load` resolves the task level and metric, checks the config, loads the dataset, makes
+:meth:`Experiment.load` takes a :class:`~xmask_cli.engine.plan.RunPlan` (the task level and metric
+resolved, the config checked: made from a Config when given one), loads the dataset, makes
 sure the structure cache exists (preparing it when it does not, and saying so); :meth:`Experiment.task`
 builds the level's :class:`~xmask_cli.engine.tasks.base.Task` for one seed (through the level registry,
 :data:`~xmask_cli.engine.tasks.LEVELS`) and :meth:`Experiment.model_config` its model's config. The
@@ -21,19 +22,19 @@ from pathlib import Path
 from typing import Any
 
 from xmask_cli.config import Config
-from xmask_cli.config_rules import check_rules, resolve_encoder
+from xmask_cli.config_rules import resolve_encoder
 from xmask_cli.data.edgefile import EdgeData
 from xmask_cli.data.graphset import GraphSet
 from xmask_cli.data.images import ImageSet
-from xmask_cli.engine.data import LoadOptions, load_data
+from xmask_cli.engine.data import DatasetMemo, LoadOptions, load_data
 from xmask_cli.engine.features import struct_info
-from xmask_cli.engine.plan import dataset_spec, resolve_level, resolve_metric, run_name
+from xmask_cli.engine.plan import RunPlan, make_plan, run_name
 from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.engine.tasks.base import Task
 from xmask_cli.engine.train_config import TrainConfig
 from xmask_cli.errors import ConfigError
 from xmask_cli.fs import ensure_writable_dir
-from xmask_cli.model.attention_path import PathRefused
+from xmask_cli.model.attention.path import PathRefused
 from xmask_cli.model.model_config import ModelConfig, sparse_refusal
 
 __all__ = ["Experiment", "check_config"]
@@ -43,16 +44,15 @@ def check_config(cfg: Config) -> tuple[str, str]:
     """The checks a config passes before any file is touched; returns ``(level, metric)``.
 
     The level and metric the dataset's spec allows, then the rules between sections a run needs
-    (:func:`~xmask_cli.config_rules.check_rules` with the level and the dataset's split).
+    (:func:`~xmask_cli.config_rules.check_rules` with the level and the dataset's split): what
+    :func:`~xmask_cli.engine.plan.make_plan` checks.
 
     Raises:
         UsageError: no such level for the dataset, a metric that does not apply.
         ConfigError: a run-stage rule broken (structure the model reads but the cache would not hold, ...).
     """
-    level = resolve_level(cfg)
-    metric = resolve_metric(cfg, level)
-    check_rules(cfg, level, split=dataset_spec(cfg).split if cfg.data.folds else None)
-    return level, metric
+    plan = make_plan(cfg)
+    return plan.level, plan.metric
 
 
 def _train_config(cfg: Config, seed: int, device: str) -> TrainConfig:
@@ -83,28 +83,31 @@ class Experiment:
     edge_data: EdgeData | None = None
     cache_dir: Path = Path("cache")
     log: Callable[[str], None] = lambda m: None
+    plan: RunPlan | None = None
 
     @classmethod
     def load(
         cls,
-        cfg: Config,
+        cfg: Config | RunPlan,
         *,
         cache_dir: Path,
-        data_root: str | os.PathLike | None = None,
+        data_root: str | os.PathLike[str] | None = None,
         offline: bool | None = None,
         workers: int = 1,
         log: Callable[[str], None] = lambda m: None,
+        datasets: DatasetMemo | None = None,
     ) -> Experiment:
-        """Resolve level and metric, load the data and make sure the structure cache exists."""
-        level, metric = check_config(cfg)
+        """Load the data of ``cfg``'s plan (made here from a Config) and make sure the structure cache exists;
+        ``datasets``: datasets an earlier run of this process read, reused."""
+        plan = cfg if isinstance(cfg, RunPlan) else make_plan(cfg)
         if not Path(cache_dir).is_dir():
             ensure_writable_dir(cache_dir)
         # No write check of an existing cache dir: a complete cache on a read-only mount serves training;
         # writers check their own folder.
-        data = load_data(cfg, level, LoadOptions(cache_dir=cache_dir, data_root=data_root, offline=offline,
-                                                 workers=workers, log=log))
-        return cls(cfg, level, metric, data.dataset, graphs=data.graphs, cache_path=data.cache_path,
-                   edge_data=data.edge_data, cache_dir=cache_dir, log=log)
+        data = load_data(plan, LoadOptions(cache_dir=cache_dir, data_root=data_root, offline=offline,
+                                           workers=workers, log=log, datasets=datasets))
+        return cls(plan.cfg, plan.level, plan.metric, data.dataset, graphs=data.graphs, cache_path=data.cache_path,
+                   edge_data=data.edge_data, cache_dir=cache_dir, log=log, plan=plan)
 
     def task(self, seed: int, device: str) -> Task[Any]:
         """The level's :class:`~xmask_cli.engine.tasks.base.Task` for ``seed`` (which also draws random splits).
@@ -137,5 +140,5 @@ class Experiment:
         return out
 
     def run_name(self) -> str:
-        """``run.name``, or ``<dataset>-<level>``."""
-        return run_name(self.cfg, self.level)
+        """``run.name``, or ``<dataset>-<level>`` (the plan's, when loaded from one)."""
+        return self.plan.name if self.plan is not None else run_name(self.cfg, self.level)

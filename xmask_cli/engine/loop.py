@@ -11,6 +11,7 @@ restored state, and only reported.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -97,6 +98,17 @@ def timed_batches(batches: Iterable[T], waited: list[float]) -> Iterator[T]:
         yield batch
 
 
+@dataclass(frozen=True)
+class SummaryLabels:
+    """What a run's summary records that the loop does not know: the task level, the run folder as the caller
+    names it, and the outer fold of a ``data.folds`` sweep with K (the sweep's; None: not recorded)."""
+
+    level: str | None = None
+    run_dir: str | None = None
+    fold: int | None = None
+    folds: int | None = None
+
+
 def fit(
     task: Task,
     model: torch.nn.Module,
@@ -110,8 +122,9 @@ def fit(
     log: Callable[[MetricsRow], None] = lambda m: None,
     parts: tuple[str, ...] = PARTS,
     strategy: Strategy | None = None,
+    labels: SummaryLabels = SummaryLabels(),
 ) -> RunSummary:
-    """Train ``model`` on ``task``; returns (and writes, as ``summary.json``) the run summary.
+    """Train ``model`` on ``task``; returns (and writes once, as ``summary.json``) the run summary.
 
     Every epoch: one pass over ``task.train_batches(epoch)`` (``train.optimizer``, linear
     warm-up then constant learning rate, gradient clipping), then the
@@ -134,6 +147,7 @@ def fit(
         extra_config: anything else to save in ``config.json`` (e.g. the resolved preset).
         parts: the parts scored on the restored best state and reported in ``summary["metrics"]``;
             ``xmask tune`` leaves ``test`` out so a search never reads the test split.
+        labels: the summary's fields the caller knows (level, run folder, fold), written with it.
         strategy: how this process trains (:mod:`~xmask_cli.engine.distributed`); by default DDP over the open
             process group, else one process, under ``train_cfg.precision``. Only its main process writes the
             run folder; every process returns the summary.
@@ -166,7 +180,7 @@ def fit(
 
     try:
         summary = _fit(task, model, train_cfg, run, strategy, model_config=model_config, extra_config=extra_config,
-                       resume=resume, overwrite=overwrite, log=logged, parts=parts)
+                       resume=resume, overwrite=overwrite, log=logged, parts=parts, labels=labels)
     except BaseException:
         with contextlib.suppress(Exception):  # the figure is a courtesy: never mask the real error
             watch.close()
@@ -279,7 +293,7 @@ def _end_epoch(run: RunDir, epoch: int, row: MetricsRow, model: torch.nn.Module,
 
 
 def _summarize(task: Task, model: torch.nn.Module, run: RunDir, cfg: TrainConfig, parts: tuple[str, ...],
-               epochs_run: int, stopped_early: bool, w: World) -> RunSummary:
+               epochs_run: int, stopped_early: bool, w: World, labels: SummaryLabels) -> RunSummary:
     """Restore the best state by validation (whatever ended the run), score ``parts`` on it, write the summary."""
     best_ckpt = run.load_best()
     model.load_state_dict(best_ckpt["model"])
@@ -295,6 +309,7 @@ def _summarize(task: Task, model: torch.nn.Module, run: RunDir, cfg: TrainConfig
         selection={"rule": selection.RULE, f"val_{metric}": best_ckpt.get("val"),
                    "val_loss": _finite_or_none(best_ckpt.get("val_loss"))},
         processes=w.size if w.distributed else None,
+        **dataclasses.asdict(labels),
     )
     run.write_summary(summary.to_json())
     return summary
@@ -302,7 +317,7 @@ def _summarize(task: Task, model: torch.nn.Module, run: RunDir, cfg: TrainConfig
 
 def _fit(task: Task, model: torch.nn.Module, train_cfg: TrainConfig, run: RunDir, strategy: Strategy, *,
          model_config: dict[str, object], extra_config: dict[str, object] | None, resume: bool, overwrite: bool,
-         log: Callable[[MetricsRow], None], parts: tuple[str, ...]) -> RunSummary:
+         log: Callable[[MetricsRow], None], parts: tuple[str, ...], labels: SummaryLabels) -> RunSummary:
     """:func:`fit`'s training, without the run folder's figures and loggers: open the run, restore, then per
     epoch train, validate, select and checkpoint; at the end score the best state."""
     metric, higher = task.metric, HIGHER_IS_BETTER[task.metric]
@@ -330,7 +345,8 @@ def _fit(task: Task, model: torch.nn.Module, train_cfg: TrainConfig, run: RunDir
         strategy.on_main(_end_epoch, run, epoch, row, model, opt, sel, config, log)
         if stopped_early:
             break
-    return strategy.from_main(_summarize, task, model, run, train_cfg, parts, epoch + 1, stopped_early, strategy.world)
+    return strategy.from_main(_summarize, task, model, run, train_cfg, parts, epoch + 1, stopped_early, strategy.world,
+                              labels)
 
 
 def train_task(task: Task, model_cfg: ModelConfig, train_cfg: TrainConfig, run_dir: RunDir | str | os.PathLike,
@@ -338,7 +354,7 @@ def train_task(task: Task, model_cfg: ModelConfig, train_cfg: TrainConfig, run_d
     """Seed, build :class:`XMaskNet` from ``model_cfg`` and train it on ``task`` with :func:`fit`.
 
     ``fit_options``: :func:`fit`'s keywords but ``model_config`` (``extra_config``, ``resume``, ``overwrite``,
-    ``log``, ``parts``).
+    ``log``, ``parts``, ``labels``).
 
     Raises:
         ValueError: ``model_cfg`` does not fit a task that states its

@@ -25,7 +25,7 @@ powers ``Â^1..Â^K``) and ``H`` heads:
   entry, ``N x F``, or per stored entry of sparse features), and the parameters with their gradients and
   Adam moments (16 bytes each).
 
-The constants are counted from the code the step runs (:mod:`~xmask_cli.model.csr_attention`, the fused
+The constants are counted from the code the step runs (:mod:`~xmask_cli.model.attention.csr`, the fused
 CPU kernels, the blocks); a measured Computers step is in docs/training.md.
 """
 from __future__ import annotations
@@ -36,6 +36,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from xmask_cli.config import ModelSection
+from xmask_cli.config_arch import has_ffn
 
 __all__ = ["ENTRY_BYTES", "DENSE_ENTRY_BYTES", "PAIR_BYTES", "LAYER_WIDTHS", "FFN_WIDTHS", "DROPOUT_BYTES", "GIB", "StepShape",
            "FullStepMemory", "step_shape", "pairs_per_power", "full_step_memory", "auto_mode"]
@@ -100,7 +101,7 @@ def step_shape(model: ModelSection, out_dim: int) -> StepShape:
     if model.output == "attention":
         out_powers = tuple(int(k) for k in (model.output_powers or [1] * model.output_heads))
         layers.append(out_powers if model.use_bias else (0,) * model.output_heads)
-    return StepShape(tuple(layers), model.hidden, model.hidden * model.ffn_mult if model.ffn else 0, out_dim,
+    return StepShape(tuple(layers), model.hidden, model.hidden * model.ffn_mult if has_ffn(model) else 0, out_dim,
                      model.input_dropout, model.encoder != "none")
 
 

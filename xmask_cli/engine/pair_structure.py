@@ -10,7 +10,7 @@ an eigenvector.
 Node embeddings come from the whole training-edge graph at every step: the
 dense path (``encode_dense`` on cached ``Â^1..Â^K``) when ``N <=
 dense_max_nodes``, else the sparse path over the cached pairs (same numbers,
-see :mod:`~xmask_cli.model.attention_path`; a model that needs the dense grid,
+see :mod:`~xmask_cli.model.attention.path`; a model that needs the dense grid,
 ``dense_only``, is refused above ``dense_max_nodes``).
 
 Example::
@@ -37,7 +37,7 @@ from xmask_cli.data.graphset import graphs_fingerprint
 from xmask_cli.engine.extras import GraphExtras, to_tensors
 from xmask_cli.engine.metrics import ArrayInput
 from xmask_cli.engine.splits import pair_keys
-from xmask_cli.model.attention_path import full_graph_attention
+from xmask_cli.model.attention.path import full_graph_attention
 from xmask_cli.prepare import prepare_graphs, structure_params
 
 if TYPE_CHECKING:

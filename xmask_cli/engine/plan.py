@@ -2,13 +2,14 @@
 
 The seeds (``--seeds``) and the device (``--device``) as given on the command line, the task level and
 metric, the run name, and the run folders a sweep plans (per seed, per outer fold) or finds on disk.
+:func:`make_plan` decides all of it once (the dataset's registry entry looked up once, the run-stage
+rules checked once) into a frozen :class:`RunPlan` that the sweep, the experiment and the loaders read.
 Nothing here loads a dataset or creates a folder.
 
 Example::
 
-    level = resolve_level(cfg)
-    root = Path(cfg.run.root) / run_name(cfg, level)
-    for seed, fold, run in planned_runs(root, parse_seeds("0-2"), cfg.data.folds):
+    plan = make_plan(cfg, parse_seeds("0-2"))
+    for seed, fold, run in planned_runs(plan.root, list(plan.seeds), cfg.data.folds):
         ...
 """
 from __future__ import annotations
@@ -16,12 +17,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from xmask_cli.config import Config
+from xmask_cli.config_rules import check_rules
 from xmask_cli.data.folder import is_folder_ref
 from xmask_cli.data.registry import get_dataset
 from xmask_cli.data.spec import DatasetSpec
@@ -30,7 +33,7 @@ from xmask_cli.engine.tasks import LEVELS
 from xmask_cli.errors import UsageError
 from xmask_cli.fs import check_writable, refuse_links
 
-__all__ = ["parse_seeds", "resolve_device", "resolve_level", "resolve_metric", "run_name", "dataset_spec",
+__all__ = ["RunPlan", "make_plan", "parse_seeds", "check_seeds", "resolve_device", "resolve_level", "resolve_metric", "run_name", "dataset_spec",
            "with_folder_ref", "planned_runs", "existing_runs", "check_planned", "check_outputs", "DEFAULT_METRICS",
            "EDGE_FILE_DATASET", "MAX_SEED", "MAX_SEEDS"]
 
@@ -66,12 +69,29 @@ def parse_seeds(text: str | int | None) -> list[int]:
             raise UsageError(f"--seeds '{text}': range {a}-{b} is empty")
         if b > MAX_SEED:  # numpy's global seed takes 32 bits
             raise UsageError(f"--seeds '{text}': seeds must lie in 0..{MAX_SEED} (2^32 - 1), got {b}")
-        if len(seeds) + (b - a + 1) > MAX_SEEDS:
+        if len(seeds) + (b - a + 1) > MAX_SEEDS:  # before the range is expanded: "0-4294967295" stays cheap
             raise UsageError(f"--seeds '{text}': more than {MAX_SEEDS} seeds in one sweep")
         seeds.extend(range(a, b + 1))
-    if len(set(seeds)) != len(seeds):
-        raise UsageError(f"--seeds '{text}': a seed appears twice")
-    return seeds
+    return check_seeds(seeds, text)
+
+
+def check_seeds(seeds: Sequence[int], text: str | None = None) -> list[int]:
+    """``seeds`` as a list, each in 0..2^32 - 1, at most :data:`MAX_SEEDS` of them, none twice (``text``: how
+    they were written, for the message; default their comma list).
+
+    Raises:
+        UsageError: a seed out of range, too many seeds, or a repeat.
+    """
+    out = [int(s) for s in seeds]
+    shown = ",".join(map(str, out)) if text is None else text
+    bad = [s for s in out if not 0 <= s <= MAX_SEED]
+    if bad:
+        raise UsageError(f"--seeds '{shown}': seeds must lie in 0..{MAX_SEED} (2^32 - 1), got {bad[0]}")
+    if len(out) > MAX_SEEDS:
+        raise UsageError(f"--seeds '{shown}': more than {MAX_SEEDS} seeds in one sweep")
+    if len(set(out)) != len(out):
+        raise UsageError(f"--seeds '{shown}': a seed appears twice")
+    return out
 
 
 def resolve_device(name: str = "auto") -> str:
@@ -101,19 +121,32 @@ def dataset_spec(cfg: Config) -> DatasetSpec:
     return get_dataset(cfg.data.dataset)
 
 
-def resolve_level(cfg: Config) -> str:
-    """The task level: ``task.level``, or the dataset's default (``edge`` when ``edge.file`` is set).
+def _edge_file_level(cfg: Config) -> bool:
+    """Whether the run reads an edge-attribute file (``edge`` level, or ``auto`` with ``edge.file``).
 
     Raises:
-        UsageError: the dataset has no task of that level.
+        UsageError: ``task.level`` edge without ``edge.file``.
     """
     level = cfg.task.level
     if level == "edge" or (level == "auto" and cfg.edge.file):
         if not cfg.edge.file:
             raise UsageError("task level edge needs an edge-attribute file: --set edge.file=PATH.csv "
                              "(columns src,dst,target...)")
+        return True
+    return False
+
+
+def resolve_level(cfg: Config, spec: DatasetSpec | None = None) -> str:
+    """The task level: ``task.level``, or the dataset's default (``edge`` when ``edge.file`` is set);
+    ``spec``: ``data.dataset``'s entry when already looked up.
+
+    Raises:
+        UsageError: the dataset has no task of that level.
+    """
+    if _edge_file_level(cfg):
         return "edge"
-    spec = dataset_spec(cfg)
+    spec = spec or dataset_spec(cfg)
+    level = cfg.task.level
     if level == "auto":
         return spec.level
     if level not in spec.levels:
@@ -121,34 +154,78 @@ def resolve_level(cfg: Config) -> str:
     return level
 
 
-def resolve_metric(cfg: Config, level: str) -> str:
+def resolve_metric(cfg: Config, level: str, spec: DatasetSpec | None = None) -> str:
     """``task.metric``, or the dataset's metric for its main level, or the level's default."""
     metric: str = cfg.task.metric
     task_level = LEVELS[level]
     if metric == "auto":
-        metric = dataset_spec(cfg).metric if task_level.metric_from_dataset else task_level.default_metric
+        metric = (spec or dataset_spec(cfg)).metric if task_level.metric_from_dataset else task_level.default_metric
     if metric not in task_level.metrics:
         raise UsageError(f"metric {metric} does not apply to {level}-level tasks; use one of "
                          f"{', '.join(task_level.metrics)}")
     return metric
 
 
-def run_name(cfg: Config, level: str | None = None) -> str:
+def run_name(cfg: Config, level: str | None = None, spec: DatasetSpec | None = None) -> str:
     """``run.name``, or ``<dataset>-<level>`` (known before any data is loaded; ``level`` if already resolved)."""
     if cfg.run.name:
         return cfg.run.name
-    level = level or resolve_level(cfg)
-    dataset = EDGE_FILE_DATASET if LEVELS[level].data == "edge-file" else dataset_spec(cfg).name
+    level = level or resolve_level(cfg, spec)
+    dataset = EDGE_FILE_DATASET if LEVELS[level].data == "edge-file" else (spec or dataset_spec(cfg)).name
     return f"{dataset.lower().replace(':', '-')}-{level}"
 
 
-def with_folder_ref(cfg: Config) -> Config:
+def with_folder_ref(cfg: Config, spec: DatasetSpec | None = None) -> Config:
     """``cfg`` with a folder dataset named by its absolute path (however it was given: ``--dataset``, ``--set``,
     a preset, a Config from Python), so the saved config finds the folder from any working directory."""
     if not is_folder_ref(cfg.data.dataset):
         return cfg
-    ref = get_dataset(cfg.data.dataset).ref
+    ref = (spec or get_dataset(cfg.data.dataset)).ref
     return cfg if ref == cfg.data.dataset else dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, dataset=ref))
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """What one ``xmask train`` runs, decided once before any data is read and handed down unchanged.
+
+    Attributes:
+        cfg: the resolved config (a folder dataset named by its absolute path: what ``config.json`` records).
+        spec: ``data.dataset``'s registry entry (None for an edge-attribute file, which reads no dataset).
+        level, metric: the task level and the selection metric.
+        name: the run name; root: ``<runs-dir>/<name>``, the folder holding the seed folders.
+        seeds: the seeds, in training order.
+    """
+
+    cfg: Config
+    spec: DatasetSpec | None
+    level: str
+    metric: str
+    name: str
+    root: Path
+    seeds: tuple[int, ...] = (0,)
+
+
+def make_plan(cfg: Config, seeds: Sequence[int] = (0,), *, run_root: str | os.PathLike[str] | None = None,
+              spec: DatasetSpec | None = None) -> RunPlan:
+    """The :class:`RunPlan` of ``cfg``: the dataset's entry looked up once (``spec``, when the caller has
+    looked ``data.dataset`` up already, is used as it is), the level and metric it allows, then the run-stage
+    rules between sections (:func:`~xmask_cli.config_rules.check_rules` with the level and the dataset's
+    split); ``run_root`` overrides ``run.root``.
+
+    Raises:
+        UsageError: no such level for the dataset, a metric that does not apply, a bad seed list.
+        ConfigError: a run-stage rule broken (structure the model reads but the cache would not hold, ...).
+    """
+    if spec is not None and spec.ref != cfg.data.dataset:
+        spec = None  # an entry of another dataset (a later override changed data.dataset)
+    if spec is None and not (_edge_file_level(cfg) and not cfg.data.folds):
+        spec = dataset_spec(cfg)
+    level = resolve_level(cfg, spec)
+    metric = resolve_metric(cfg, level, spec)
+    check_rules(cfg, level, split=spec.split if spec is not None and cfg.data.folds else None)
+    cfg = with_folder_ref(cfg, spec)
+    name = run_name(cfg, level, spec)
+    return RunPlan(cfg, spec, level, metric, name, Path(run_root or cfg.run.root) / name, tuple(check_seeds(seeds)))
 
 
 def planned_runs(root: Path, seeds: list[int], n_folds: int) -> Iterator[tuple[int, int | None, RunDir]]:

@@ -14,7 +14,7 @@ What stays in float32 whatever the precision, and where:
   finished term (``>= log(eps) ≈ -69``) is representable in bf16/fp16 and is
   cast only where it meets ``q·k`` in the dense path's SDPA mask;
 - the sparse path's logits, softmax and aggregation
-  (:func:`~xmask_cli.model.csr_attention.csr_attention` runs with autocast
+  (:func:`~xmask_cli.model.attention.csr.csr_attention` runs with autocast
   off, in float32);
 - the dense path's softmax: SDPA accumulates its softmax in float32 for
   bf16/fp16 inputs (CPU and CUDA kernels alike);

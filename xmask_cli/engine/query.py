@@ -19,7 +19,7 @@ with more than one chunk in a layer, training recomputes each chunk in the
 backward (activation checkpointing) instead of keeping every chunk's pairs.
 
 Plain heads (``k_h = 0``, ``use_bias: false``) attend over every node of the
-graph, as on every other path (:func:`~xmask_cli.model.attention_ops.plain_attention`,
+graph, as on every other path (:func:`~xmask_cli.model.attention.ops.plain_attention`,
 in query chunks): every ``S_l`` below the queries is then the whole graph.
 A model that needs the dense grid (``outside_support: eps``, a learned bias
 on a plain head) is refused here.

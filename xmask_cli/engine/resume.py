@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from xmask_cli.config import Config
+from xmask_cli.config_arch import resolve_arch
 from xmask_cli.engine.checkpoint import LastCheckpoint, RngState
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.train_config import TrainConfig
@@ -73,7 +74,13 @@ def _norm(c: dict[str, object]) -> dict[str, object]:
     # The cache file's key names its content (the dataset's fingerprint and the structure); the folder it sits
     # in may move.
     path = c.get("cache_path")
-    return {**c, "cache_path": Path(path).name} if isinstance(path, str) else c
+    if isinstance(path, str):
+        c = {**c, "cache_path": Path(path).name}
+    # A run written before model.arch was recorded built the architecture its other keys name: the same run.
+    model = c.get("model")
+    if isinstance(model, dict) and "arch" not in model and "experts" in model:
+        c = {**c, "model": {**model, "arch": resolve_arch(model, str(model.get("task")), note=lambda line: None)}}
+    return c
 
 
 def _differing(saved: dict[str, object], now: dict[str, object]) -> list[str]:

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from xmask_cli.errors import UsageError
-from xmask_cli.model.attention import StructuralAttention
+from xmask_cli.model.attention.structural import StructuralAttention
 from xmask_cli.model.network import XMaskNet, sparse_refusal
 
 __all__ = ["PATHS", "FORMATS", "ExportRefused", "ProgramSpec", "DenseProgram", "PairsProgram", "refusal",

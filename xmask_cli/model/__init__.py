@@ -1,5 +1,5 @@
 """Model core: structural biases, structure-aware attention, transformer blocks, the full network."""
-from xmask_cli.model.attention import MASK_SCALES, StructuralAttention
+from xmask_cli.model.attention.structural import MASK_SCALES, StructuralAttention
 from xmask_cli.model.layers import NORMS, TransformerBlock
 from xmask_cli.model.logsmask import DenseStructure, SparseStructure, StructuralBias, XLogSMaskBias
 from xmask_cli.model.network import READOUTS, TASKS, ModelConfig, XMaskNet

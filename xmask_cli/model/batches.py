@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from torch import Tensor
 
-from xmask_cli.model.dualmode import Region
+from xmask_cli.model.attention.dualmode import Region
 from xmask_cli.model.experts import HierarchicalMasks
 
 __all__ = ["DenseBatch", "LogPairs", "PackedBatch", "SparseBatch", "TokenBatch", "ModelBatch"]

@@ -28,8 +28,8 @@ import torch
 from torch import Tensor
 
 from xmask_cli.config import ModelSection
-from xmask_cli.model.attention import StructuralAttention
-from xmask_cli.model.dualmode import MODES, Region, dual_attention, plan_regions
+from xmask_cli.model.attention.dualmode import MODES, Region, dual_attention, plan_regions
+from xmask_cli.model.attention.structural import StructuralAttention
 
 EXPERTS = ("local", "cluster", "global")
 ROUTINGS = ("bilevel", "flat", "none")

@@ -15,8 +15,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from xmask_cli.config import ModelSection
-from xmask_cli.model.attention import StructuralAttention
-from xmask_cli.model.attention_ops import feature_dropout
+from xmask_cli.model.attention.ops import feature_dropout
+from xmask_cli.model.attention.structural import StructuralAttention
 from xmask_cli.model.experts import RoutedAttention
 from xmask_cli.model.packing import PackedGraphs
 

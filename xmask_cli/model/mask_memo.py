@@ -1,49 +1,43 @@
 """The X-LogSMask term and the dense attention mask of :class:`~xmask_cli.model.network.XMaskNet`, memoised.
 
-A mixin, so the one model keeps one class. The bias has no parameters: for the
-same structure tensors, unmodified, the last result is reused (full-graph node
-training feeds the same ones every step). It reads the model's ``bias``,
-``out_bias``, ``blocks``, ``out_block``, ``_mask_memo`` and ``_sparse_memo``.
+A part the network holds (``XMaskNet.memo``), with the memo as its own state. The bias has no parameters:
+for the same structure tensors, unmodified, the last result is reused (full-graph node training feeds the
+same ones every step).
 """
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
-from xmask_cli.model.attention import StructuralAttention
-from xmask_cli.model.layers import TransformerBlock
+from xmask_cli.model.attention.structural import StructuralAttention
 from xmask_cli.model.logsmask import DenseStructure, SparseStructure, XLogSMaskBias
 from xmask_cli.model.tracing import exporting
 
 
 class MaskMemo:
-    """``_dense_attn_mask`` and ``_sparse_bias`` of :class:`XMaskNet`."""
+    """The last dense attention mask and sparse bias per slot (``'blocks'``, ``'output'``) and what they
+    were built from."""
 
-    bias: XLogSMaskBias | None
-    out_bias: XLogSMaskBias | None
-    blocks: Sequence[TransformerBlock]  # a ModuleList of them
-    out_block: TransformerBlock | None
-    # Per mask ("blocks", "output"): (powers, mask, dtype, versions, attn_mask) of the last dense forward.
-    _mask_memo: dict[str, tuple]
-    # Per bias ("blocks", "output"): (edge_index, values, versions, bias) of the last sparse forward.
-    _sparse_memo: dict[str, tuple]
+    def __init__(self) -> None:
+        # Per mask: (powers, mask, version of powers, dtype, attn_mask) of the last dense forward.
+        self.dense: dict[str, tuple] = {}
+        # Per bias: (edge_index, values, their versions, bias) of the last sparse forward.
+        self.sparse: dict[str, tuple] = {}
 
-    def _dense_attn_mask(self, powers: Tensor | None, mask: Tensor, dtype: torch.dtype,
-                         which: str = "blocks") -> Tensor | None:
+    def dense_attn_mask(self, bias_module: XLogSMaskBias | None, attn: torch.nn.Module | None,
+                        powers: Tensor | None, mask: Tensor, dtype: torch.dtype, which: str = "blocks") -> Tensor | None:
         """The blocks' shared SDPA mask (bias as it enters the logits, ``-inf`` at padded keys).
 
         Built once per forward, not once per layer. The bias has no parameters,
         so for the same ``powers`` and ``mask`` tensors, unmodified (full-graph
         node training feeds the same ones every step), the last mask is reused.
-        ``which='output'``: the attention output layer's mask (its own bias and heads).
+        ``which``: the memo's slot (``'blocks'``, or ``'output'``: the attention output layer's mask, its
+        own bias and heads); ``attn``: the attention that reads the mask (None: no blocks).
         """
-        bias_module = self.out_bias if which == "output" else self.bias
         if bias_module is not None and powers is None:
             raise ValueError("use_bias=True needs `powers` [B, K, N, N]")
         traced = exporting()  # a traced program computes its mask; nothing is memoised
-        memo = None if traced else self._mask_memo.get(which)
+        memo = None if traced else self.dense.get(which)
         # Tensor._version counts in-place writes: the only way to see `powers` changed under the same identity
         # (PyTorch has no public equivalent); a stale mask after powers.mul_() would be silently wrong.
         version = None if powers is None else powers._version
@@ -52,27 +46,25 @@ class MaskMemo:
                 and memo[1].shape == mask.shape and memo[1].device == mask.device and torch.equal(memo[1], mask)):
             return memo[4]
         bias = None if bias_module is None or powers is None else bias_module(DenseStructure(powers=powers, mask=mask))
-        attn = self.out_block.attn if which == "output" and self.out_block is not None else (
-            self.blocks[0].attn if len(self.blocks) else None)
         if attn is not None and not isinstance(attn, StructuralAttention):
             raise ValueError("attention experts attend over their token masks, not a dense padded batch")
         attn_mask = attn.dense_mask(bias, mask, dtype) if attn is not None else None
         if not traced:  # holding `powers` keeps its id from being reused by another tensor while memoised
-            self._mask_memo[which] = (powers, mask.clone(), version, dtype, attn_mask)
+            self.dense[which] = (powers, mask.clone(), version, dtype, attn_mask)
         return attn_mask
 
-    def _sparse_bias(self, bias_module: XLogSMaskBias, edge_index: Tensor, values: Tensor, which: str) -> Tensor:
+    def sparse_bias(self, bias_module: XLogSMaskBias, edge_index: Tensor, values: Tensor, which: str) -> Tensor:
         """``[E, H]`` X-LogSMask bias at the pairs, reused while ``edge_index`` and ``values`` are the same tensors.
 
         The bias has no parameters; full-graph sparse training feeds the same pairs every step, and a
         Cora-sized union (1 M pairs x 8 heads) costs a log and masks per step otherwise. Identity plus
-        ``Tensor._version`` (in-place writes) decide, as for the dense mask (:meth:`_dense_attn_mask`).
+        ``Tensor._version`` (in-place writes) decide, as for the dense mask (:meth:`dense_attn_mask`).
         """
-        memo = self._sparse_memo.get(which)
+        memo = self.sparse.get(which)
         if (memo is not None and memo[0] is edge_index and memo[1] is values
                 and memo[2] == (edge_index._version, values._version)):
             return memo[3]
         bias = bias_module(SparseStructure(edge_index=edge_index, values=values))
         # Holding both inputs keeps their ids from being reused by other tensors while memoised.
-        self._sparse_memo[which] = (edge_index, values, (edge_index._version, values._version), bias)
+        self.sparse[which] = (edge_index, values, (edge_index._version, values._version), bias)
         return bias

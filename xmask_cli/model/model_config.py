@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from xmask_cli.config import Config, ModelSection, PowersSection, RrwpSection, section_fields
+from xmask_cli.config_arch import resolve_arch
 from xmask_cli.config_rules import check_model_rules, resolve_encoder
 from xmask_cli.config_section import needer
 from xmask_cli.errors import ConfigError
@@ -172,6 +173,10 @@ class ModelConfig(ModelSection):
         need(self.readout_scale > 0 and math.isfinite(self.readout_scale), "readout_scale",
              f"must be a finite number > 0, got {self.readout_scale}")
         object.__setattr__(self, "encoder", resolve_encoder(self.encoder, self.task))
+        # The architecture by name (auto resolved against the task), and the old key it stands for made explicit.
+        object.__setattr__(self, "arch", resolve_arch(self, self.task))
+        if self.arch == "gat":
+            object.__setattr__(self, "ffn", False)
         powers = range(1, self.heads + 1) if self.head_powers is None else self.head_powers
         object.__setattr__(self, "head_powers", tuple(int(k) for k in powers))
         out_powers = [1] * int(self.output_heads) if self.output_powers is None else self.output_powers

@@ -9,25 +9,24 @@ head's stored support weigh 0 on both; plain heads attend over the whole
 graph on both). ``outside_support='eps'`` is the literal dense formula and
 only the dense path computes it: the sparse path refuses it, as it refuses a
 learned bias on a plain head (see :func:`sparse_refusal`). The packed graph
-path (``model/packed_path.py``), the M3Dphormer token path
-(``model/token_path.py``) and the memoised masks (``model/mask_memo.py``) are
-mixins of the same class; :meth:`XMaskNet.forward` takes the typed batches of
-``model/batches.py``.
+path (``model/packed_path.py``) and the M3Dphormer token path
+(``model/token_path.py``) are mixins of the same class, with the attributes they
+read declared; the memoised masks (``model/mask_memo.py``) are a part it holds.
+:meth:`XMaskNet.forward` takes the typed batches of ``model/batches.py``.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, cast
 
 import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
 
-from xmask_cli.model.attention import StructuralAttention
-from xmask_cli.model.attention_ops import feature_dropout
+from xmask_cli.model.archs import get_arch
+from xmask_cli.model.attention.ops import feature_dropout
 from xmask_cli.model.batches import DenseBatch, ModelBatch, PackedBatch, SparseBatch, TokenBatch
-from xmask_cli.model.biases.stack import BiasStack
-from xmask_cli.model.encoders import AtomInput, mlp
+from xmask_cli.model.biases.stack import BiasSpec, BiasStack
 from xmask_cli.model.layers import TransformerBlock
 from xmask_cli.model.logsmask import DenseStructure, XLogSMaskBias
 from xmask_cli.model.mask_memo import MaskMemo
@@ -47,7 +46,6 @@ from xmask_cli.model.packing import padded_dropout
 from xmask_cli.model.patch import PatchEncoder
 from xmask_cli.model.token_path import TokenPath
 from xmask_cli.model.tracing import exporting
-from xmask_cli.versions import require_extra
 
 __all__ = ["ENCODERS", "READOUTS", "TASKS", "ModelConfig", "XMaskNet", "head_labels", "plain_heads", "sparse_refusal"]
 
@@ -67,10 +65,14 @@ def _complete(edge_index: Tensor, num_nodes: int, batch: Tensor | None) -> bool:
     return edge_index.size(1) == total
 
 
-class XMaskNet(PackedPath, TokenPath, MaskMemo, torch.nn.Module):
+class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
     """Graph transformer with the X-LogSMask structural bias.
 
-    ``Linear(in_dim, hidden)`` -> ``layers`` x :class:`TransformerBlock` (all
+    The architecture ``cfg.arch`` names (:mod:`~xmask_cli.model.archs`: transformer, gat, experts, vit)
+    builds the encoder, the blocks and the output; this class runs them, on every path, with the same
+    attention, X-LogSMask term, learned biases and readouts.
+
+    encoder -> ``layers`` x :class:`TransformerBlock` (all
     sharing one parameter-free :class:`XLogSMaskBias`) -> task head. The graph
     head reads out over real nodes only, then applies an MLP; the node head is
     the same MLP applied per node, or (``output='attention'``, node task) a last
@@ -86,51 +88,34 @@ class XMaskNet(PackedPath, TokenPath, MaskMemo, torch.nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         self.cfg = cfg
-        if cfg.encoder == "atom":
-            require_extra("ogb", "ogb", "model.encoder=atom (OGB's atom encoder)")
-            from ogb.graphproppred.mol_encoder import AtomEncoder  # imported lazily: only molecules need it
-
-            self.encoder = AtomInput(AtomEncoder(cfg.hidden), cfg.struct_dim, cfg.hidden)
-        elif cfg.encoder == "patch":
-            self.encoder = PatchEncoder(cfg.in_dim, cfg.hidden, cfg.image_size, cfg.patch_size,
-                                        cls_token=cfg.readout == "cls", positional=cfg.positional)
-        elif cfg.encoder == "none":  # the first block's q, k, v read the (dropped-out) raw features
-            self.encoder = torch.nn.Identity()
-        else:
-            self.encoder = torch.nn.Linear(cfg.in_dim, cfg.hidden)
+        arch = get_arch(cfg.arch)  # the builder of the named architecture: its encoder, blocks and output
+        self.encoder = arch.init_encoder(cfg)
         # Parameter-free, so one instance serves every layer (the bias is computed once per forward).
         self.bias = XLogSMaskBias(cfg.heads, cfg.head_powers, cfg.eps, cfg.outside_support) if cfg.use_bias else None
         # Learned biases: parameters per layer, so they are added to the shared mask layer by layer.
-        self.learned = BiasStack(cfg.biases, cfg.heads, cfg.layers, cfg.rrwp_dim) if cfg.biases else None
-        self.blocks = torch.nn.ModuleList(
-            TransformerBlock(
-                cfg.hidden, cfg.heads, cfg.ffn_mult, cfg.dropout, cfg.attn_dropout, cfg.norm, cfg.mask_scale,
-                experts=tuple(cfg.experts), routing=cfg.routing, plain_heads=cfg.plain_heads,
-                residual=cfg.residual, ffn=cfg.ffn, activation=cfg.activation, layer_dropout=cfg.layer_dropout,
-                in_dim=cfg.in_dim if i == 0 and cfg.encoder == "none" else None, combine=cfg.combine,
-            )
-            for i in range(cfg.layers)
-        )
-        self.head: torch.nn.Module | None = None
-        self.out_block: TransformerBlock | None = None
-        self.out_bias: XLogSMaskBias | None = None
-        if cfg.output == "attention":
-            n_out = cfg.output_heads
-            plain = () if cfg.use_bias else tuple(range(n_out))
-            attention = StructuralAttention(n_out * cfg.out_dim, n_out, 0.0, cfg.attn_dropout, cfg.mask_scale,
-                                            plain, in_dim=cfg.hidden, combine="mean")
-            self.out_block = TransformerBlock(cfg.hidden, n_out, residual=False, norm="none", ffn=False,
-                                              layer_dropout=cfg.layer_dropout, attention=attention)
-            if cfg.use_bias:
-                self.out_bias = XLogSMaskBias(n_out, cfg.output_powers, cfg.eps, cfg.outside_support)
+        specs = cast(Sequence[BiasSpec], cfg.biases)  # ModelConfig holds them as BiasSpec
+        self.learned = BiasStack(specs, cfg.heads, cfg.layers, cfg.rrwp_dim) if cfg.biases else None
+        # A ModuleList (registered as the blocks' parent), read as the blocks it holds.
+        self.blocks = cast(Sequence[TransformerBlock],
+                           torch.nn.ModuleList(arch.init_block(cfg, i) for i in range(cfg.layers)))
+        self.head: torch.nn.Module | None
+        self.out_block: TransformerBlock | None
+        self.out_bias: XLogSMaskBias | None
+        self.head, self.out_block, self.out_bias = arch.init_output(cfg)
+        self.memo = MaskMemo()  # the last X-LogSMask mask and sparse bias, reused while their inputs stay the same
+
+    def _dense_attn_mask(self, powers: Tensor | None, mask: Tensor, dtype: torch.dtype,
+                         which: str = "blocks") -> Tensor | None:
+        """The shared SDPA mask of the blocks (``which='output'``: of the attention output layer), memoised."""
+        if which == "output":
+            bias, attn = self.out_bias, (self.out_block.attn if self.out_block is not None else None)
         else:
-            # Pair tasks read [h_u * h_v, h_u + h_v]: symmetric in (u, v), as an undirected pair is.
-            head_in = 2 * cfg.hidden if cfg.task in ("link", "edge") else cfg.hidden
-            self.head = mlp(head_in, cfg.hidden, cfg.out_dim, cfg.dropout)
-        # Per mask ("blocks", "output"): (powers, mask, dtype, versions, attn_mask) of the last dense forward;
-        # see _dense_attn_mask.
-        self._mask_memo: dict[str, tuple] = {}
-        self._sparse_memo: dict[str, tuple] = {}  # per bias ("blocks", "output"); see _sparse_bias
+            bias, attn = self.bias, (self.blocks[0].attn if len(self.blocks) else None)
+        return self.memo.dense_attn_mask(bias, attn, powers, mask, dtype, which)
+
+    def _sparse_bias(self, bias: XLogSMaskBias, edge_index: Tensor, values: Tensor, which: str) -> Tensor:
+        """``[E, H]`` X-LogSMask bias at the pairs, memoised (see :class:`MaskMemo`)."""
+        return self.memo.sparse_bias(bias, edge_index, values, which)
 
     def _drop_input(self, x: Tensor) -> Tensor:
         # Atom ids are categorical: dropping them to 0 would change the atom, not regularise.
@@ -156,7 +141,8 @@ class XMaskNet(PackedPath, TokenPath, MaskMemo, torch.nn.Module):
         if self.cfg.encoder != "linear":
             raise ValueError("sparse input features need model.encoder=linear")  # config_resolve refuses it first
         x = self._drop_input(x)
-        return torch.sparse.mm(x, self.encoder.weight.t()) + self.encoder.bias
+        linear = cast(torch.nn.Linear, self.encoder)
+        return torch.sparse.mm(x, linear.weight.t()) + linear.bias
 
     # ------------------------------------------------------------------ dense
     def encode_dense(self, x: Tensor, powers: Tensor | None, mask: Tensor | None = None,
@@ -190,7 +176,8 @@ class XMaskNet(PackedPath, TokenPath, MaskMemo, torch.nn.Module):
         """
         drop = None
         if self.cfg.encoder == "patch":
-            h, powers = self.encoder(x), self.encoder.token_powers(powers)
+            patches = cast(PatchEncoder, self.encoder)
+            h, powers = patches(x), patches.token_powers(powers)
             mask = torch.ones(h.shape[:2], dtype=torch.bool, device=h.device)
         else:
             if mask is None:
@@ -208,6 +195,8 @@ class XMaskNet(PackedPath, TokenPath, MaskMemo, torch.nn.Module):
         shared = self._dense_attn_mask(powers, mask, h.dtype)
         xlog = None
         if return_terms and self.bias is not None:
+            if powers is None:
+                raise ValueError("use_bias=True needs `powers` [B, K, N, N]")
             xlog = self.bias(DenseStructure(powers=powers, mask=mask))
         layers = []
         for i, block in enumerate(self.blocks):
@@ -256,7 +245,7 @@ class XMaskNet(PackedPath, TokenPath, MaskMemo, torch.nn.Module):
             out = self._mlp_head()(h)
         else:
             attn_mask = self._dense_attn_mask(powers, mask, h.dtype, which="output")
-            out = self.out_block(h, None, mask, attn_mask=attn_mask)  # type: ignore[assignment]
+            out = self.out_block(h, None, mask, attn_mask=attn_mask)
         return out.masked_fill(~mask.unsqueeze(-1), 0.0)
 
     def output_sparse(self, h: Tensor, edge_index: Tensor, values: Tensor | None = None,
@@ -270,7 +259,7 @@ class XMaskNet(PackedPath, TokenPath, MaskMemo, torch.nn.Module):
                 raise ValueError("use_bias=True needs `values` [E, K]")
             bias = self._sparse_bias(self.out_bias, edge_index, values, "output")
         complete = _complete(edge_index, h.size(0), batch)
-        return self.out_block(h, bias, edge_index=edge_index, groups=batch, complete=complete)  # type: ignore[return-value]
+        return self.out_block(h, bias, edge_index=edge_index, groups=batch, complete=complete)
 
     def graph_head(self, pooled: Tensor) -> Tensor:
         """``[G, out_dim]`` from ``[G, hidden]`` pooled features: times ``readout_scale``, then the head MLP."""
@@ -305,10 +294,10 @@ class XMaskNet(PackedPath, TokenPath, MaskMemo, torch.nn.Module):
         """
         self._no_pair_task()
         if self.cfg.task == "image":
-            return self._mlp_head()(self.readout_image(self.encode_dense(x, powers)))
+            return self._mlp_head()(self.readout_image(cast(Tensor, self.encode_dense(x, powers))))
         if mask is None:
             mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
-        h = self.encode_dense(x, powers, mask, extras=extras)
+        h = cast(Tensor, self.encode_dense(x, powers, mask, extras=extras))  # a Tensor without return_terms
         if self.cfg.task == "graph":
             return self.graph_head(self.readout_dense(h, mask))
         return self.output_dense(h, powers, mask)
@@ -337,7 +326,7 @@ class XMaskNet(PackedPath, TokenPath, MaskMemo, torch.nn.Module):
         Pairs must be unique and not cross graphs. When they are every pair of
         the domain (``Σ n_g^2``), this is the dense formula exactly, whatever
         the settings; otherwise plain heads attend over every node through
-        :func:`~xmask_cli.model.attention_ops.plain_attention`.
+        :func:`~xmask_cli.model.attention.ops.plain_attention`.
 
         Returns:
             ``h``, or ``(h, [terms of layer 0, layer 1, ...])`` with ``return_terms``.
@@ -395,7 +384,7 @@ class XMaskNet(PackedPath, TokenPath, MaskMemo, torch.nn.Module):
             num_graphs: ``G``; default ``batch.max() + 1``.
         """
         self._no_pair_task()
-        h = self.encode_sparse(x, edge_index, values, extras=extras, batch=batch)
+        h = cast(Tensor, self.encode_sparse(x, edge_index, values, extras=extras, batch=batch))
         if self.cfg.task == "graph":
             return self.graph_head(self.readout_sparse(h, batch, num_graphs))
         return self.output_sparse(h, edge_index, values, batch)

@@ -14,9 +14,13 @@ import torch
 from torch import Tensor
 from torch_geometric.utils import scatter
 
+from xmask_cli.model.attention.structural import StructuralAttention
 from xmask_cli.model.batches import LogPairs
+from xmask_cli.model.biases.stack import BiasStack
+from xmask_cli.model.layers import TransformerBlock
 from xmask_cli.model.logsmask import DenseStructure, XLogSMaskBias
 from xmask_cli.model.logsmask import log_powers as take_log
+from xmask_cli.model.model_config import ModelConfig
 from xmask_cli.model.packing import PAIR_DENSITY, PAIR_MIN_NODES, PackedGraphs, PairSet, pack_graphs, pair_attended
 
 
@@ -28,6 +32,17 @@ class PackedPath:
     pair_min_nodes: int | None = PAIR_MIN_NODES
     #: ... and whose stored pairs cover less than this share of their grid.
     pair_density: float = PAIR_DENSITY
+
+    # What it reads of the model (XMaskNet sets and defines them).
+    cfg: ModelConfig
+    training: bool
+    encoder: torch.nn.Module
+    blocks: Sequence[TransformerBlock]  # a ModuleList of them
+    bias: XLogSMaskBias | None
+    learned: BiasStack | None
+    _learned: Callable[..., Tensor | None]
+    graph_head: Callable[[Tensor], Tensor]
+    _no_pair_task: Callable[[], None]
 
     def packs(self) -> bool:
         """Whether :meth:`forward` runs graph batches packed (``graph_layout='packed'``, graph task, one attention)."""
@@ -63,9 +78,10 @@ class PackedPath:
         if self.cfg.input_dropout > 0 and self.cfg.encoder in ("linear", "none"):
             rows = packed.dropout(rows, self.cfg.input_dropout, self.training)
         h = self.encoder(rows)
-        attn = self.blocks[0].attn if len(self.blocks) else None
+        # The packed path runs one structural attention per block (no experts: see packs()).
+        attn = cast(StructuralAttention, self.blocks[0].attn) if len(self.blocks) else None
         scaled = isinstance(log_powers, LogPairs) and attn is not None and self.bias is not None
-        if scaled:  # the term as it enters the logits, scaled at the pairs instead of over each group's grid
+        if scaled and attn is not None:  # the term as it enters the logits, scaled at the pairs, not each grid
             self._check_log_spec(log_spec)
             # The SDPA masks themselves (padded keys -inf already).
             bias = self._bias_from_pairs(packed, cast(LogPairs, log_powers), attn.structural_term)
@@ -93,7 +109,7 @@ class PackedPath:
         numbers as their dense grid only where every pair outside a head's support is ``-inf`` (``hard``) and
         nothing else (a learned bias) lives on the grid."""
         return (self.pair_min_nodes is not None and self.bias is not None and self.learned is None
-                and cast(XLogSMaskBias, self.bias).outside_support == "hard")
+                and self.bias.outside_support == "hard")
 
     def _pair_bias(self, pairs_set: PairSet, pairs: LogPairs) -> None:
         """Set ``pairs_set``'s attended pairs and their unscaled ``[E, H]`` bias: its graphs' stored pairs, plus
@@ -128,7 +144,7 @@ class PackedPath:
             self._check_log_spec(log_spec)
             if isinstance(log_powers, LogPairs):
                 return self._bias_from_pairs(packed, log_powers)
-            out = []
+            out: list[Tensor | None] = []
             for g in packed.groups:
                 if len(g.sizes) == 1:  # a graph alone in its group (the largest ones): its own terms, no copy
                     out.append(self.bias.from_log_powers(log_powers[int(g.graphs[0])]).unsqueeze(0))

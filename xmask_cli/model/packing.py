@@ -45,7 +45,7 @@ __all__ = ["AttentionGroup", "PackedGraphs", "PairSet", "GROUP_CALL_PAIRS", "DRO
 GROUP_CALL_PAIRS = 4096
 #: A graph attends over its stored pairs (not its dense grid) when they cover less than this share of ``n^2``
 #: and it has more than :data:`PAIR_MIN_NODES` nodes: the CSR kernel's break-even with dense SDPA
-#: (``model.attention_path.SPARSE_DENSITY``); below the node floor one dense call is cheaper than a CSR plan.
+#: (``model.attention.path.SPARSE_DENSITY``); below the node floor one dense call is cheaper than a CSR plan.
 PAIR_DENSITY = 0.15
 PAIR_MIN_NODES = 256
 #: Dropout keeps an element when a 16-bit uniform draw falls below ``round((1-p)·2^16)``: four draws per 64-bit

@@ -24,7 +24,7 @@ class TokenPath:
     # What it reads of the model (XMaskNet sets and defines them).
     cfg: ModelConfig
     encoder: torch.nn.Module
-    blocks: Sequence[TransformerBlock]  # a ModuleList of them (as MaskMemo declares it)
+    blocks: Sequence[TransformerBlock]  # a ModuleList of them
     bias: XLogSMaskBias | None
     _drop_input: Callable[[Tensor], Tensor]
     _mlp_head: Callable[[], torch.nn.Module]

@@ -4,7 +4,7 @@
 :class:`XLogSMaskBlock` a :class:`~xmask_cli.model.layers.TransformerBlock`, built by the same
 constructors ``xmask train`` calls, with the same log mask
 (:class:`~xmask_cli.model.logsmask.XLogSMaskBias`) and the path choice of a full-graph node run
-(:func:`~xmask_cli.model.attention_path.full_graph_attention`). Both are PyG ``MessagePassing``
+(:func:`~xmask_cli.model.attention.path.full_graph_attention`). Both are PyG ``MessagePassing``
 modules: the attention weights pass through ``propagate`` as the ``alpha`` of ``message`` (only
 when asked for, or when a message hook listens, as PyG's ``AttentionExplainer``'s does), and
 ``return_attention_weights=True`` returns ``(out, (logsmask_index, alpha))`` as ``GATConv`` does.
@@ -23,8 +23,8 @@ from torch_geometric.utils import to_dense_adj, to_dense_batch
 from xmask_cli import arguments as args
 from xmask_cli.config import ModelSection, NodeSection, PowersSection
 from xmask_cli.errors import UsageError
-from xmask_cli.model.attention import COMBINES, StructuralAttention
-from xmask_cli.model.attention_path import ATTENTIONS, PathRefused, full_graph_attention
+from xmask_cli.model.attention.path import ATTENTIONS, PathRefused, full_graph_attention
+from xmask_cli.model.attention.structural import COMBINES, StructuralAttention
 from xmask_cli.model.layers import ACTIVATIONS, TransformerBlock
 from xmask_cli.model.logsmask import DenseStructure, SparseStructure, XLogSMaskBias
 from xmask_cli.model.model_config import plain_heads, sparse_refusal

@@ -15,7 +15,7 @@ from xmask_cli.prepare.blocks import (  # noqa: F401
     _PR_SET_PDEATHSIG,
     _die_with_parent,
     _run_block,
-    _sigint_ignored,
+    _sigint_held,
     _stop_workers,
     _worker_init,
     iter_blocks,

@@ -78,17 +78,22 @@ def _die_with_parent(parent_pid: int) -> None:
 
 
 @contextlib.contextmanager
-def _sigint_ignored() -> Iterator[None]:
-    """SIGINT ignored for the block (main thread only; elsewhere a no-op)."""
-    try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:  # not the main thread: signal dispositions are not ours to change
+def _sigint_held() -> Iterator[None]:
+    """SIGINT blocked in this thread for the block: held pending, never dropped, then delivered on the way out.
+
+    Threads and processes started inside inherit the blocked mask (fork and exec keep it), so a Ctrl-C
+    reaching a worker while it still imports never raises there (its initializer then ignores SIGINT).
+    Ignoring SIGINT here instead would drop a Ctrl-C that lands while the pool starts. A no-op where the
+    platform has no ``pthread_sigmask``.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
         yield
         return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 @contextlib.contextmanager
@@ -249,11 +254,14 @@ def iter_blocks(edges: list[np.ndarray], nn: np.ndarray, cfg: StructureSection, 
     threads = numba.get_num_threads()
     numba.set_num_threads(max(1, threads - (workers - 1)))  # the side workers take the other cores
     pool = None
+    from multiprocessing import resource_tracker
+
     try:
-        # Processes started now begin with Ctrl-C ignored (an ignored signal survives exec, and Python
-        # then installs no KeyboardInterrupt handler), so one hitting a worker still importing never
-        # prints a traceback; the parent alone reports it.
-        with _sigint_ignored():
+        # Processes started now begin with Ctrl-C blocked (the mask survives exec), so one hitting a worker
+        # still importing never prints a traceback; the parent alone reports it, once the pool has started.
+        # The resource tracker first: starting it inside would unblock SIGINT (it restores with SIG_UNBLOCK).
+        resource_tracker.ensure_running()
+        with _sigint_held():
             pool = ProcessPoolExecutor(max_workers=workers - 1, mp_context=mp.get_context("spawn"),
                                        initializer=_worker_init, initargs=(os.getpid(),))
             side = {i: pool.submit(_run_block, (*run.task(u), ("per-graph",)))

@@ -16,6 +16,7 @@ from xmask_cli.data.graphset import graphs_fingerprint
 from xmask_cli.data.images import image_info
 from xmask_cli.data.load import load_graphs, resolve_data_root
 from xmask_cli.data.registry import get_dataset
+from xmask_cli.data.spec import DatasetSpec
 from xmask_cli.errors import UsageError
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.prepare.graphs import PrepareSummary, prepare_graphs
@@ -40,12 +41,14 @@ def prepare_dataset(
     log: Callable[[str], None] = lambda m: None,
     progress: Callable[[int, int], None] | None = None,
     world: RankWorld | None = None,
+    spec: DatasetSpec | None = None,
 ) -> PrepareSummary:
     """Load ``cfg.data.dataset`` through its PyG/OGB loader and cache its structure.
 
     ``world``: the ranks of a ``torchrun`` prepare, every one calling (see :mod:`~xmask_cli.prepare.ranks`).
+    ``spec``: ``data.dataset``'s registry entry when the caller has it (else looked up here).
     """
-    spec = get_dataset(cfg.data.dataset)
+    spec = spec or get_dataset(cfg.data.dataset)
     structure = structure_needed(cfg, cfg.task.level if cfg.task.level != "auto" else spec.level)
     if not Path(cache_dir).is_dir():  # an existing cache dir is not written to unless something is missing
         ensure_writable_dir(cache_dir)

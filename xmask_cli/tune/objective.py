@@ -21,12 +21,13 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from xmask_cli.config import Config
 from xmask_cli.engine import selection
+from xmask_cli.engine.data import DatasetMemo
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
 from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.sweep import train_seeds
@@ -65,6 +66,8 @@ class TrialSetup:
     offline: bool | None = None
     folds: int = 0  # > 0: train the first F outer folds of data.folds per seed, score their inner holdouts
     stride: int = 0  # steps per run (its epochs); 0: the config's train.epochs (see epoch_stride)
+    # The dataset read by the first trial, reused by the others (and the final runs)
+    datasets: DatasetMemo = field(default_factory=DatasetMemo, compare=False, repr=False)
 
 
 def epoch_stride(cfg: Config, params: list[Param]) -> int:
@@ -113,7 +116,7 @@ def run_trial(trial: optuna.Trial, setup: TrialSetup, *, log: Callable[[str], No
         result = train_seeds(cfg, setup.seeds, device=setup.device, cache_dir=setup.cache_dir,
                              data_root=setup.data_root, offline=setup.offline, overwrite=True,
                              parts=SEARCH_PARTS, on_epoch=report.on_epoch, on_seed_start=report.on_seed_start, log=log,
-                             max_folds=setup.folds or None)
+                             max_folds=setup.folds or None, datasets=setup.datasets)
     except (optuna.TrialPruned, KeyboardInterrupt, *STUDY_ERRORS):
         raise
     except Exception as exc:  # out of memory, divergence, a bug in one corner of the space: record and go on

@@ -34,6 +34,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from xmask_cli.config import Config
+from xmask_cli.engine.data import DatasetMemo
 from xmask_cli.engine.experiment import check_config
 from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import HIGHER_IS_BETTER
@@ -168,12 +169,14 @@ def run_study(cfg: Config, opts: TuneOptions, *, log: Callable[[str], None] = la
     ran = optimize(study, lambda trial: run_trial(trial, setup, prune=opts.pruner != "none"), trials=todo,
                    sampler_seed=opts.sampler_seed, timeout_s=opts.timeout_s, metric=metric, log=log)
     return _finish(study, cfg, params, opts, name=name, folder=folder, url=url, level=level, metric=metric, ran=ran,
-                   log=log)
+                   log=log, datasets=setup.datasets)
 
 
 def _finish(study: optuna.Study, cfg: Config, params: list[Param], opts: TuneOptions, *, name: str, folder: Path, url: str,
-            level: str, metric: str, ran: int, log: Callable[[str], None]) -> outputs.StudySummary:
-    """Train the best trial on the final seeds, write the outputs; raise when no trial completed."""
+            level: str, metric: str, ran: int, log: Callable[[str], None],
+            datasets: DatasetMemo | None = None) -> outputs.StudySummary:
+    """Train the best trial on the final seeds (on the dataset the trials read: ``datasets``), write the
+    outputs; raise when no trial completed."""
     complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
     final: outputs.FinalScores | None = None
     best_cfg: Config | None = None
@@ -185,7 +188,8 @@ def _finish(study: optuna.Study, cfg: Config, params: list[Param], opts: TuneOpt
                 f"{opts.final_seeds} and reporting test once")
             final_cfg = best_config(cfg, params, best, root=str(folder), name="final")
             res = train_seeds(final_cfg, list(opts.final_seeds), device=opts.device, cache_dir=opts.cache_dir,
-                              data_root=opts.data_root, offline=opts.offline, overwrite=True, parts=PARTS, log=log)
+                              data_root=opts.data_root, offline=opts.offline, overwrite=True, parts=PARTS, log=log,
+                              datasets=datasets)
             agg = res.aggregate or {}  # None only on a distributed run's other ranks
             final = outputs.FinalScores(trial=best.number, seeds=tuple(opts.final_seeds), run_root=res.run_root,
                                         parts={p: agg[p] for p in PARTS})

@@ -12,6 +12,7 @@ import torch
 from torch_geometric.data import Data
 
 from xmask_cli.cache import StructureCache
+from xmask_cli.config import NodeSection
 from xmask_cli.config_resolve import resolve
 from xmask_cli.data.load import GraphSet, graphs_fingerprint, load_graphs
 from xmask_cli.data.registry import get_dataset
@@ -19,6 +20,7 @@ from xmask_cli.engine.loop import TrainConfig, fit, seed_everything
 from xmask_cli.engine.runs import RunDir, without_timing
 from xmask_cli.engine.splits import node_split, random_split
 from xmask_cli.engine.tasks.node import NodeTask
+from xmask_cli.errors import ConfigError
 from xmask_cli.model.network import ModelConfig, XMaskNet
 from xmask_cli.prepare import prepare_dataset, prepare_graphs
 
@@ -88,7 +90,8 @@ def _model(task: NodeTask, **kw) -> XMaskNet:
 
 
 def test_subgraph_slices_global_powers(small: Toy) -> None:
-    task = NodeTask(small.path, small.graphs, small.split, mode="subgraph", subgraph_size=30, subgraphs_per_epoch=2)
+    task = NodeTask(small.path, small.graphs, small.split,
+                    node=NodeSection(mode="subgraph", subgraph_size=30, subgraphs_per_epoch=2))
     assert task.mode == "subgraph" and task.describe()["node"]["mode"] == "subgraph"
     dense = small.powers()
     for epoch, i in ((0, 0), (3, 1)):
@@ -114,7 +117,8 @@ def test_full_mode_uses_cached_dense_powers(small: Toy) -> None:
 
 
 def test_partition_batches_cover_nodes_and_pairs(parted: Toy) -> None:
-    task = NodeTask(parted.path, parted.graphs, parted.split, mode="partition")  # an option (auto: query)
+    # partition: an option (auto: query)
+    task = NodeTask(parted.path, parted.graphs, parted.split, node=NodeSection(mode="partition"))
     assert task.mode == "partition"
     cache = StructureCache(parted.path)
     part = cache.partition(0)
@@ -138,7 +142,7 @@ def test_partition_batches_cover_nodes_and_pairs(parted: Toy) -> None:
 
 
 def test_sparse_partition_forward_matches_dense(parted: Toy) -> None:
-    task = NodeTask(parted.path, parted.graphs, parted.split, mode="partition")
+    task = NodeTask(parted.path, parted.graphs, parted.split, node=NodeSection(mode="partition"))
     torch.manual_seed(0)
     model = _model(task).eval()
     dense = StructureCache(parted.path).dense_powers(0)
@@ -155,7 +159,7 @@ def test_sparse_partition_forward_matches_dense(parted: Toy) -> None:
 
 
 def test_grouped_parts(parted: Toy) -> None:
-    task = NodeTask(parted.path, parted.graphs, parted.split, mode="partition", parts_per_batch=2)
+    task = NodeTask(parted.path, parted.graphs, parted.split, parts_per_batch=2, node=NodeSection(mode="partition"))
     assert len(task.eval_batches) == 2
     part = StructureCache(parted.path).partition(0)
     for epoch in (0, 1):
@@ -166,13 +170,41 @@ def test_grouped_parts(parted: Toy) -> None:
 
 def test_value_errors(small: Toy) -> None:
     with pytest.raises(ValueError, match="structure.partition.parts"):
-        NodeTask(small.path, small.graphs, small.split, mode="partition")
+        NodeTask(small.path, small.graphs, small.split, node=NodeSection(mode="partition"))
     with pytest.raises(ValueError, match="learned pair biases"):
-        NodeTask(small.path, small.graphs, small.split, mode="query", needs=["spd"])
+        NodeTask(small.path, small.graphs, small.split, needs=["spd"], node=NodeSection(mode="query"))
     with pytest.raises(ValueError, match="mode"):
-        NodeTask(small.path, small.graphs, small.split, mode="cluster")
+        NodeTask(small.path, small.graphs, small.split, node=NodeSection(mode="cluster"))
     with pytest.raises(ValueError, match="subgraph_size"):
-        NodeTask(small.path, small.graphs, small.split, mode="subgraph")
+        NodeTask(small.path, small.graphs, small.split, node=NodeSection(mode="subgraph"))
+
+
+@pytest.mark.parametrize("key, value", [("mode", "cluster"), ("query_batch", -1), ("subgraphs_per_epoch", 0),
+                                        ("memory_gb", 0.0), ("attention", "ring")])
+def test_the_node_section_is_checked_by_its_own_rules(small: Toy, key: str, value: object) -> None:
+    """A section built in Python is refused by the section's own rules, naming the key as a preset's or --set's
+    value is (a bound in the same words; a choice, which resolve's reader refuses first, in its own)."""
+    with pytest.raises(ConfigError) as from_task:
+        NodeTask(small.path, small.graphs, small.split, node=NodeSection(**{key: value}))
+    with pytest.raises(ConfigError) as from_resolve:
+        resolve("node-level", [(f"node.{key}", value)])
+    assert str(from_task.value).startswith(f"node.{key}: ") and str(from_resolve.value).startswith(f"node.{key}: ")
+    if key not in ("mode", "attention"):
+        assert str(from_task.value) == str(from_resolve.value)
+
+
+def test_the_experiment_hands_its_node_section_to_the_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.data.test_folder import write_folder
+    from xmask_cli.engine.experiment import Experiment
+
+    write_folder(tmp_path / "g")
+    monkeypatch.chdir(tmp_path)
+    cfg = resolve("base", ["data.dataset=./g", "node.mode=subgraph", "node.subgraph_size=7",
+                           "node.subgraphs_per_epoch=3", *NO_EXTRAS])
+    task = Experiment.load(cfg, cache_dir=tmp_path / "cache").task(0, "cpu")
+    assert task.node is cfg.node or task.node == cfg.node
+    assert (task.mode, task.subgraph_size, task.subgraphs_per_epoch) == ("subgraph", 7, 3)
+    assert len(list(task.train_batches(0))) <= 3 and all(len(b.nodes) == 7 for b in task.train_batches(0))
 
 
 class Killed(RuntimeError):
@@ -182,8 +214,8 @@ class Killed(RuntimeError):
 def test_resume_matches_uninterrupted_subgraph(small: Toy, tmp_path: Path) -> None:
     def run(path: Path, **kw) -> dict:
         seed_everything(3)
-        task = NodeTask(small.path, small.graphs, small.split, mode="subgraph", subgraph_size=40,
-                        subgraphs_per_epoch=2, seed=3)
+        task = NodeTask(small.path, small.graphs, small.split, seed=3,
+                        node=NodeSection(mode="subgraph", subgraph_size=40, subgraphs_per_epoch=2))
         model = _model(task, layers=1, dropout=0.2)  # dropout: the torch RNG state must be restored too
         cfg = TrainConfig(epochs=6, lr=1e-2, warmup_epochs=2, patience=6, seed=3)
         return fit(task, model, cfg, path, model_config=asdict(model.cfg), **kw)
@@ -212,7 +244,7 @@ def test_learns_cora(tmp_path_factory: pytest.TempPathFactory) -> None:
     graphs = load_graphs(get_dataset("cora"), data_root=None, cache_dir=cache_dir, offline=True)
     split = node_split(graphs.spec.split, graphs.dataset[0], seed=0)
     seed_everything(0)
-    task = NodeTask(summary.path, graphs, split, mode="full")
+    task = NodeTask(summary.path, graphs, split, node=NodeSection(mode="full"))
     model = _model(task, hidden=32, heads=2, layers=1, dropout=0.1)
     cfg = TrainConfig(epochs=CORA_EPOCHS, lr=1e-2, warmup_epochs=2, patience=CORA_EPOCHS, seed=0)
     result = fit(task, model, cfg, tmp_path_factory.mktemp("runs") / "cora", model_config=asdict(model.cfg))
@@ -225,8 +257,8 @@ def test_learns_cora(tmp_path_factory: pytest.TempPathFactory) -> None:
 
 def test_full_graph_sparse_attention_equals_dense(small: Toy) -> None:
     """The full-graph sparse batch attends over exactly the cached pairs and gives the dense numbers."""
-    dense = NodeTask(small.path, small.graphs, small.split, mode="full", attention="dense")
-    sparse = NodeTask(small.path, small.graphs, small.split, mode="full", attention="sparse")
+    dense = NodeTask(small.path, small.graphs, small.split, node=NodeSection(mode="full", attention="dense"))
+    sparse = NodeTask(small.path, small.graphs, small.split, node=NodeSection(mode="full", attention="sparse"))
     assert (dense.attention, sparse.attention) == ("dense", "sparse")
     torch.manual_seed(0)
     model = _model(dense).eval()
@@ -244,9 +276,10 @@ def test_subgraph_shards_are_the_epochs_batches_dealt_by_rank(small: Toy, parted
     """Under torchrun each rank slices only its own subgraphs; read step by step, rank by rank, the
     real ones are exactly the batches one process trains on (empty ones skipped the same way), every
     rank takes the same number of steps, and a padding step repeats the rank's first batch."""
-    tasks = [NodeTask(small.path, small.graphs, small.split, mode="subgraph", subgraph_size=2,
-                      subgraphs_per_epoch=25, seed=1),  # 2-node draws: about 1 in 6 has no training node
-             NodeTask(parted.path, parted.graphs, parted.split, mode="partition", seed=1)]
+    # 2-node draws: about 1 in 6 has no training node
+    tasks = [NodeTask(small.path, small.graphs, small.split, seed=1,
+                      node=NodeSection(mode="subgraph", subgraph_size=2, subgraphs_per_epoch=25)),
+             NodeTask(parted.path, parted.graphs, parted.split, seed=1, node=NodeSection(mode="partition"))]
     for task in tasks:
         for epoch in (0, 1):
             one = [b.nodes.tolist() for b in task.train_batches(epoch)]

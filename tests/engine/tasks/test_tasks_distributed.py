@@ -19,6 +19,7 @@ import torch
 import torch.distributed as dist
 
 from tests.engine.ranks import spawn_ranks
+from xmask_cli.config import NodeSection
 from xmask_cli.engine.tasks.base import Task
 
 #: Pairs per attention chunk: a 30-70 query batch runs its two layers in 3-30 chunks.
@@ -65,7 +66,7 @@ def _task(cora: dict[str, str], mode: str) -> Any:
                                       Path(cora["cache_dir"]))
         return LinkTask(path, graphs.dataset[0].x, split, dataset="Cora", seed=0, dense_max_nodes=0)
     split = node_split(graphs.spec.split, graphs.dataset[0], seed=0)
-    return NodeTask(cora["cache_path"], graphs, split, mode=mode, query_chunk_pairs=CHUNK, seed=0)
+    return NodeTask(cora["cache_path"], graphs, split, seed=0, node=NodeSection(mode=mode, query_chunk_pairs=CHUNK))
 
 
 def _pieces(task: Any, mode: str) -> list[Any]:

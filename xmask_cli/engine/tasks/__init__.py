@@ -23,7 +23,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # types only: base imports the data layer and torch, which the registry loads per level
-    from xmask_cli.engine.tasks.base import ExperimentView, Task
+    from xmask_cli.engine.tasks.base import ExperimentView, ModelFields, Task
 
 __all__ = ["TaskLevel", "LEVELS", "get_level", "DataKind", "StructureKind"]
 
@@ -83,7 +83,7 @@ class TaskLevel:
         task: Task[Any] = self._module(exp).from_experiment(exp, seed, device, dense_only)
         return task
 
-    def model_fields(self, exp: ExperimentView[Any], task: Task[Any]) -> dict[str, Any]:
+    def model_fields(self, exp: ExperimentView[Any], task: Task[Any]) -> ModelFields:
         """What the level's model config takes from the data: ``in_dim``, ``out_dim`` and any level extras.
 
         The module's ``model_fields(exp, task)`` when it has one, else the task's ``in_dim`` / ``out_dim``
@@ -91,7 +91,7 @@ class TaskLevel:
         """
         own = getattr(self._module(exp), "model_fields", None)
         if own is not None:
-            fields: dict[str, Any] = own(exp, task)
+            fields: ModelFields = own(exp, task)
             return fields
         return {"in_dim": int(task.in_dim), "out_dim": int(task.out_dim), "struct_dim": int(task.struct_dim)}
 

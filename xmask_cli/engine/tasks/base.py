@@ -20,7 +20,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, ClassVar, Generic, Protocol, TypeVar
+from typing import Any, ClassVar, Generic, Protocol, TypedDict, TypeVar
 
 import torch
 from torch import Tensor
@@ -30,13 +30,29 @@ from xmask_cli.data.edgefile import EdgeData
 from xmask_cli.engine.distributed import deal
 from xmask_cli.model.network import XMaskNet
 
-__all__ = ["Task", "B", "D", "ExperimentView", "network"]
+__all__ = ["Task", "B", "D", "ExperimentView", "ModelFields", "network"]
 
 #: A task's batch type (what :meth:`Task.train_batches` yields and :meth:`Task.loss` takes).
 B = TypeVar("B")
 #: What an experiment loaded for its level (:attr:`ExperimentView.graphs`): a ``GraphSet`` (``graphs`` data
 #: kind), an ``ImageSet`` (``images``), None (``edge-file``, whose rows are ``edge_data``).
 D = TypeVar("D", covariant=True)
+
+
+class _ModelDims(TypedDict):
+    in_dim: int
+    out_dim: int
+
+
+class ModelFields(_ModelDims, total=False):
+    """What a level's model config takes from its data (``model_fields(exp, task)``): the input width and output
+    size always; the structural channels among the inputs, the sum readout's size scale, an image's size and
+    patch side where the level has them."""
+
+    struct_dim: int
+    readout_scale: float
+    image_size: tuple[int, int]
+    patch_size: int
 
 
 class Task(ABC, Generic[B]):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
 
 import numpy as np
 import torch
@@ -33,9 +32,9 @@ from xmask_cli.engine.runs import RunDir
 from xmask_cli.engine.splits import Split, graph_split
 from xmask_cli.engine.stream import LOG_CACHE_BYTES, GraphBatch, GraphLevelStream
 from xmask_cli.engine.tasks import LEVELS
-from xmask_cli.engine.tasks.base import ExperimentView, Task
+from xmask_cli.engine.tasks.base import ExperimentView, ModelFields, Task
 from xmask_cli.engine.train_config import TrainConfig
-from xmask_cli.model.network import ModelConfig, XMaskNet
+from xmask_cli.model.network import ModelConfig
 from xmask_cli.prepare.needs import model_needs
 from xmask_cli.results import RunSummary
 
@@ -62,7 +61,7 @@ def graph_labels(graphs: GraphSet) -> Tensor:
 
 
 @torch.no_grad()
-def _predict(model: XMaskNet, stream: GraphLevelStream, device: torch.device,
+def _predict(model: torch.nn.Module, stream: GraphLevelStream, device: torch.device,
              with_index: bool = False) -> tuple[Tensor, ...]:
     """Outputs and labels of every graph of ``stream``, in its (fixed) order; ``with_index``: and the graph ids."""
     model.eval()
@@ -199,9 +198,11 @@ def train_graph_level(
     return train_task(task, model_cfg, train_cfg, run_dir, resume=resume, log=log)
 
 
-def from_experiment(exp: ExperimentView, seed: int, device: str, dense_only: str | None = None) -> GraphTask:
+def from_experiment(exp: ExperimentView[GraphSet], seed: int, device: str, dense_only: str | None = None) -> GraphTask:
     """The graph-level task of ``exp`` for ``seed`` (the level registry's builder)."""
     cfg = exp.cfg
+    if exp.cache_path is None:
+        raise ValueError("the graph level reads the dataset's structure cache; this experiment has none")
     if cfg.data.folds:  # Errica et al.'s protocol: outer fold data.fold of data.folds, fixed by the seed
         split = outer_folds(graph_labels(exp.graphs), cfg.data.folds, seed)[cfg.data.fold]
     else:
@@ -223,7 +224,7 @@ def log_mask_of(cfg: Config) -> tuple[float, str] | None:
     return float(cfg.structure.powers.eps), str(m.outside_support)
 
 
-def model_fields(exp: ExperimentView, task: GraphTask) -> dict[str, Any]:
+def model_fields(exp: ExperimentView[GraphSet], task: GraphTask) -> ModelFields:
     """Model dimensions of a graph-level run: feature width (structural channels included), classes, the sum
     readout's size scale."""
     m = exp.cfg.model

@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
@@ -28,7 +27,7 @@ from xmask_cli.data.images import ImageSet, channel_stats
 from xmask_cli.engine.loop import PARTS
 from xmask_cli.engine.metrics import METRICS
 from xmask_cli.engine.splits import Split
-from xmask_cli.engine.tasks.base import ExperimentView, Task
+from xmask_cli.engine.tasks.base import ExperimentView, ModelFields, Task
 from xmask_cli.errors import UsageError
 from xmask_cli.model.batches import DenseBatch
 
@@ -195,7 +194,8 @@ def from_experiment(exp: ExperimentView[ImageSet], seed: int, device: str, dense
                      device, augment=cfg.image.augment)
 
 
-def model_fields(exp: ExperimentView[ImageSet], task: ImageTask) -> dict[str, Any]:
+def model_fields(exp: ExperimentView[ImageSet], task: ImageTask) -> ModelFields:
     """Model dimensions of an image run: patch features, classes, and the image and patch sizes."""
-    return {"in_dim": task.in_dim, "out_dim": task.out_dim, "image_size": task.image_size,
+    height, width = task.image_size
+    return {"in_dim": task.in_dim, "out_dim": task.out_dim, "image_size": (height, width),
             "patch_size": exp.cfg.image.patch}

@@ -27,7 +27,8 @@ Example::
 
     graphs = load_graphs(get_dataset("cora"), data_root=None, cache_dir=cache_dir)
     split = node_split(graphs.spec.split, graphs.dataset[0], seed=0)
-    task = NodeTask(cache_path, graphs, split, mode="subgraph", subgraph_size=1000, subgraphs_per_epoch=2)
+    task = NodeTask(cache_path, graphs, split, node=NodeSection(mode="subgraph", subgraph_size=1000,
+                                                                subgraphs_per_epoch=2))
     cfg = ModelConfig(in_dim=task.in_dim, out_dim=task.out_dim, task=task.model_task)
     model = XMaskNet(cfg)
     summary = fit(task, model, TrainConfig(epochs=100), "runs/cora/0", model_config=cfg.to_dict())
@@ -62,12 +63,12 @@ from xmask_cli.engine.node_batches import (
     SubgraphBatcher,
 )
 from xmask_cli.engine.node_memory import FullStepMemory, auto_mode, full_step_memory, pairs_per_power, step_shape
-from xmask_cli.engine.query import CHUNK_PAIRS, QueryStats
+from xmask_cli.engine.query import QueryStats
 from xmask_cli.engine.splits import Split, node_split
 from xmask_cli.engine.tasks import LEVELS
-from xmask_cli.engine.tasks.base import ExperimentView, Task
+from xmask_cli.engine.tasks.base import ExperimentView, Task, network
 from xmask_cli.errors import UsageError
-from xmask_cli.model.attention_path import ATTENTIONS, PathRefused, full_graph_attention
+from xmask_cli.model.attention.path import PathRefused, full_graph_attention
 from xmask_cli.prepare.needs import model_needs
 
 __all__ = ["NodeTask", "NodeBatch", "MODES", "NODE_METRICS", "mode_note"]
@@ -87,30 +88,23 @@ class NodeTask(Task[NodeBatch]):
             :func:`~xmask_cli.engine.features.input_features`, labels from ``dataset[0].y``.
         split: node indices per part.
         metric: selection metric (``accuracy``).
-        mode: ``auto``, ``full``, ``subgraph``, ``query`` or ``partition`` (see the module docstring).
-        subgraph_size: nodes per random subgraph (``subgraph`` mode); capped at ``N``.
-        subgraphs_per_epoch: random subgraphs (optimizer steps) per epoch.
-        dense_max_nodes: full-graph attention ``auto`` may be dense up to this many nodes
-            (:func:`~xmask_cli.model.attention_path.full_graph_attention`).
-        memory_gb: ``auto`` trains on the full graph while one step's estimated bytes fit this
-            many GiB (``node.memory_gb``); ``subgraph`` evaluates on the full graph under the same rule.
-        model: the config's model section, whose shape the estimate reads (None: its defaults).
+        node: the config's node section (None: its defaults), checked by its own rules (:class:`~xmask_cli.config.NodeSection`):
+            ``mode`` (see the module docstring), ``subgraph_size`` / ``subgraphs_per_epoch`` (``subgraph``
+            mode), ``attention`` and ``dense_max_nodes`` (full-graph attention:
+            :func:`~xmask_cli.model.attention.path.full_graph_attention`), ``memory_gb`` (``auto`` trains on
+            the full graph while one step's estimated bytes fit it; ``subgraph`` evaluates under the same
+            rule), ``query_batch`` / ``query_chunk_pairs`` (``query`` mode) and ``sparse_features``.
+        model: the config's model section, whose shape the estimate reads and whose ``node_struct`` adds
+            structural channels to the features (None: its defaults).
         seed: seeds the subset draws and the partition order, with the epoch.
         device: where batches go.
-        parts_per_batch: METIS parts per partition batch. With more than one,
-            training groups parts at random per epoch (cross-part pairs then
-            attend too); evaluation uses fixed consecutive groups.
-        query_batch: training queries per step in ``query`` mode (0: every
-            training node in one step, a full-batch gradient).
-        query_chunk_pairs: pair budget of one attention chunk in ``query`` mode
-            (bounds the pair tensors; the numbers do not depend on it).
-        sparse_features: hold the features as a sparse tensor on the sparse full-graph path when under
-            :data:`~xmask_cli.engine.node_batches.SPARSE_FEATURES` of their entries are non-zero (``node.sparse_features``).
+        needs: the cache sections the model's learned biases read (:func:`~xmask_cli.prepare.needs.model_needs`).
         dense_only: why the model cannot run on a sparse path
             (:func:`~xmask_cli.model.model_config.sparse_refusal`), or None: then
             full-graph attention is dense, and query and partition batches are refused.
-        node_struct: structural channels appended to the node features
-            (``model.node_struct``): the degree of the whole graph, the RWSE of the cache.
+        parts_per_batch: METIS parts per partition batch. With more than one,
+            training groups parts at random per epoch (cross-part pairs then
+            attend too); evaluation uses fixed consecutive groups.
 
     Attributes:
         in_dim: node feature width (structural channels included).
@@ -122,7 +116,8 @@ class NodeTask(Task[NodeBatch]):
             None where no full-graph step is possible.
 
     Raises:
-        ValueError: unknown ``mode`` or ``metric``, a bad size, or partitions
+        ConfigError: ``node`` out of its section's domain (a ``ValueError``, naming ``node.<key>``).
+        ValueError: an unknown ``metric``, ``subgraph`` mode without a size, or partitions
             needed but absent from the cache.
         PathRefused: ``dense_only`` and a sparse path (partitions, or sparse
             full-graph attention) is requested or the only one that fits.
@@ -132,17 +127,16 @@ class NodeTask(Task[NodeBatch]):
     #: Whether the task feeds attention experts' tokens (:class:`~xmask_cli.engine.tasks.node_experts.ExpertNodeTask`).
     experts = False
 
-    def __init__(self, cache_path: str | os.PathLike, graphs: GraphSet, split: Split, metric: str = "accuracy", *,
-                 mode: str = "auto", subgraph_size: int = 0, subgraphs_per_epoch: int = 1,
-                 dense_max_nodes: int = NodeSection.dense_max_nodes, seed: int = 0, device: torch.device | str = "cpu",
-                 parts_per_batch: int = 1, attention: str = "auto", needs: Iterable[str] = (),
-                 query_batch: int = 0, query_chunk_pairs: int = CHUNK_PAIRS,
-                 dense_only: str | None = None, node_struct: str = "none", sparse_features: bool = False,
-                 memory_gb: float = NodeSection.memory_gb, model: ModelSection | None = None):
-        needs = tuple(needs)
-        _check_arguments(attention, mode, metric, subgraphs_per_epoch, parts_per_batch, needs, query_batch,
-                         query_chunk_pairs)
-        self.query_batch, self.query_chunk_pairs = int(query_batch), int(query_chunk_pairs)
+    def __init__(self, cache_path: str | os.PathLike[str], graphs: GraphSet, split: Split, metric: str = "accuracy",
+                 node: NodeSection | None = None, *, model: ModelSection | None = None, seed: int = 0,
+                 device: torch.device | str = "cpu", needs: Iterable[str] = (), dense_only: str | None = None,
+                 parts_per_batch: int = 1):
+        needs, model, node = tuple(needs), model or ModelSection(), node or NodeSection()
+        node.check("node")  # the section's own rules: a section built in Python meets the preset's messages
+        _check_arguments(node.mode, metric, parts_per_batch, needs)
+        self.node = node
+        mode, attention = node.mode, node.attention
+        self.query_batch, self.query_chunk_pairs = node.query_batch, node.query_chunk_pairs
         #: What the last query-mode forward touched (chunks, pairs, node sets).
         self.query_stats = QueryStats()
         self.metric, self.graphs, self.split = metric, graphs, split
@@ -151,15 +145,15 @@ class NodeTask(Task[NodeBatch]):
                         else METRICS[metric])
         self.cache_path = str(cache_path)
         self.device = torch.device(device)
-        self.seed, self.dense_max_nodes = int(seed), int(dense_max_nodes)
-        self.subgraph_size, self.subgraphs_per_epoch = int(subgraph_size), int(subgraphs_per_epoch)
+        self.seed, self.dense_max_nodes = int(seed), int(node.dense_max_nodes)
+        self.subgraph_size, self.subgraphs_per_epoch = int(node.subgraph_size), int(node.subgraphs_per_epoch)
         self.parts_per_batch = int(parts_per_batch)
-        self.attention_requested, self.mode_requested, self.memory_gb = attention, mode, float(memory_gb)
-        self._load(graphs, node_struct)
+        self.attention_requested, self.mode_requested, self.memory_gb = attention, mode, float(node.memory_gb)
+        self._load(graphs, model.node_struct)
         self.train_mask = np.zeros(self.num_nodes, dtype=bool)
         self.train_mask[split.train] = True
         graph = self._graph(needs)
-        self.full_step = self._full_step(graph, model or ModelSection(), dense_only, sparse_features)
+        self.full_step = self._full_step(graph, model, dense_only, node.sparse_features)
         self.mode, self.eval_mode = _modes(mode, self.full_step, self.memory_gb, bool(needs), self.subgraph_size,
                                            dense_only, self.dense_max_nodes)
         if self.mode == "query" and attention == "dense":
@@ -169,7 +163,7 @@ class NodeTask(Task[NodeBatch]):
             attention, self.num_nodes, len(graph.col), self.device, self.dense_max_nodes,
             dense_only if "full" in (self.mode, self.eval_mode) else None)
         #: The batching of ``mode``, chosen once (:mod:`~xmask_cli.engine.node_batches`).
-        self.batcher = self._batcher(graph, self.mode, sparse_features)
+        self.batcher = self._batcher(graph, self.mode, node.sparse_features)
 
     # ------------------------------------------------------------- building
     def _load(self, graphs: GraphSet, node_struct: str) -> None:
@@ -278,7 +272,7 @@ class NodeTask(Task[NodeBatch]):
 
     def loss(self, model: torch.nn.Module, batch: NodeBatch) -> tuple[Tensor, int]:
         """Cross-entropy over the batch's training nodes."""
-        out = self.batcher.forward(model, batch)
+        out = self.batcher.forward(network(model), batch)
         nodes = batch.targets if batch.nodes is None else batch.nodes[batch.targets]
         target = self.y[nodes].to(self.device)
         return torch.nn.functional.cross_entropy(out[batch.targets.to(self.device)], target), int(batch.targets.numel())
@@ -287,14 +281,14 @@ class NodeTask(Task[NodeBatch]):
     def predict(self, model: torch.nn.Module) -> Tensor:
         """``[N, C]`` logits of every node on the CPU (full forward, every query, or every partition batch)."""
         model.eval()
-        return self.batcher.predict(model)
+        return self.batcher.predict(network(model))
 
     def outputs(self, model: torch.nn.Module, part: str) -> tuple[Tensor, Tensor]:
         """``(logits [n, C], labels [n])`` of the nodes of ``part``, in the split's order."""
         idx = torch.from_numpy(getattr(self.split, part))
         model.eval()
         with torch.no_grad():
-            return self.batcher.outputs(model, idx.numpy()), self.y[idx]
+            return self.batcher.outputs(network(model), idx.numpy()), self.y[idx]
 
     def score(self, model: torch.nn.Module, part: str) -> float:
         """``metric`` on the nodes of ``part``."""
@@ -307,21 +301,14 @@ class NodeTask(Task[NodeBatch]):
         return self._metric(out, y), loss
 
 
-def _check_arguments(attention: str, mode: str, metric: str, subgraphs_per_epoch: int, parts_per_batch: int,
-                     needs: tuple[str, ...], query_batch: int, query_chunk_pairs: int) -> None:
-    """Refuse a :class:`NodeTask` argument out of range, or learned biases on query batches."""
-    if attention not in ATTENTIONS:
-        raise ValueError(f"node attention must be one of {ATTENTIONS}, got {attention!r}")
-    if mode not in MODES:
-        raise ValueError(f"node mode must be one of {MODES}, got {mode!r}")
+def _check_arguments(mode: str, metric: str, parts_per_batch: int, needs: tuple[str, ...]) -> None:
+    """Refuse what the node section's own check does not see: the metric, the partition grouping, and
+    learned biases on query batches (a rule between sections)."""
     if metric not in NODE_METRICS:
         raise ValueError(f"node-level training supports {NODE_METRICS}, got {metric!r}")
-    if subgraphs_per_epoch < 1 or parts_per_batch < 1:
-        raise ValueError("subgraphs_per_epoch and parts_per_batch must be >= 1")
+    if parts_per_batch < 1:
+        raise ValueError(f"parts_per_batch must be >= 1, got {parts_per_batch}")
     check_query_mode_biases(mode, sorted(needs))  # check_config refuses it first; the same rule guards direct use
-    if query_batch < 0 or query_chunk_pairs < 1:
-        raise ValueError(f"query_batch must be >= 0 and query_chunk_pairs >= 1, got {query_batch}, "
-                         f"{query_chunk_pairs}")
 
 
 def _modes(mode: str, full_step: FullStepMemory | None, memory_gb: float, needs: bool, subgraph_size: int,
@@ -343,12 +330,14 @@ def _modes(mode: str, full_step: FullStepMemory | None, memory_gb: float, needs:
     return train, evaluation
 
 
-def from_experiment(exp: ExperimentView, seed: int, device: str, dense_only: str | None = None,
+def from_experiment(exp: ExperimentView[GraphSet], seed: int, device: str, dense_only: str | None = None,
                     task_class: type[NodeTask] | None = None) -> NodeTask:
     """The node task of ``exp`` for ``seed``, of class ``task_class`` (default :class:`NodeTask`; with
     ``model.experts`` the level registry builds it through :mod:`~xmask_cli.engine.tasks.node_experts`)."""
     cls = task_class or NodeTask
     cfg, n = exp.cfg, exp.cfg.node
+    if exp.cache_path is None:
+        raise ValueError("the node level reads the dataset's structure cache; this experiment has none")
     spec = exp.graphs.spec
     split = node_split(spec.split, exp.graphs.dataset[0], seed=seed, dataset=exp.graphs.dataset)
     if spec.family == "folder":
@@ -358,11 +347,8 @@ def from_experiment(exp: ExperimentView, seed: int, device: str, dense_only: str
                              f"which node classification needs; for link prediction use --preset link-level")
         what = f"{split.name}, seed {seed}" if split.seed is not None else split.name
         check_train_classes(exp.graphs.dataset[0].y.numpy(), split.train, files.paths["labels"], what)
-    task = cls(exp.cache_path, exp.graphs, split, exp.metric, mode=n.mode, subgraph_size=n.subgraph_size,
-               subgraphs_per_epoch=n.subgraphs_per_epoch, dense_max_nodes=n.dense_max_nodes, seed=seed, device=device,
-               attention=n.attention, needs=model_needs(cfg), query_batch=n.query_batch,
-               query_chunk_pairs=n.query_chunk_pairs, dense_only=dense_only, node_struct=cfg.model.node_struct,
-               sparse_features=n.sparse_features, memory_gb=n.memory_gb, model=cfg.model)
+    task = cls(exp.cache_path, exp.graphs, split, exp.metric, n, model=cfg.model, seed=seed, device=device,
+               needs=model_needs(cfg), dense_only=dense_only)
     if n.mode == "auto":
         exp.log(f"seed {seed}: {mode_note(task)}")
     return task

@@ -12,16 +12,19 @@ Example::
 """
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+import dataclasses
+import os
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from xmask_cli.config import ModelSection, NodeSection
 from xmask_cli.config_rules import check_expert_node_mode
 from xmask_cli.data.graphset import GraphSet
 from xmask_cli.engine.node_batches import NodeBatch, NodeBatcher, NodeGraph
+from xmask_cli.engine.splits import Split
 from xmask_cli.engine.tasks import node
 from xmask_cli.engine.tasks.base import ExperimentView, network
 from xmask_cli.engine.tasks.node import NodeTask
@@ -35,7 +38,7 @@ __all__ = ["ExpertNodeTask", "TokenBatcher", "from_experiment"]
 class ExpertNodeTask(NodeTask):
     """:class:`NodeTask` for models with attention experts (``model.experts``): token forward, token loss.
 
-    Takes :class:`NodeTask`'s arguments; ``mode`` must be ``auto`` or ``full``
+    Takes :class:`NodeTask`'s arguments; ``node.mode`` must be ``auto`` or ``full``
     (the token masks are sparse: no ``N x N`` tensor at any size).
 
     Attributes:
@@ -45,9 +48,14 @@ class ExpertNodeTask(NodeTask):
 
     experts = True
 
-    def __init__(self, *args: Any, mode: str = "auto", **kwargs: Any):
-        check_expert_node_mode(mode)  # resolve refuses it first; the same rule guards direct use
-        super().__init__(*args, mode="full", **kwargs)
+    def __init__(self, cache_path: str | os.PathLike[str], graphs: GraphSet, split: Split, metric: str = "accuracy",
+                 node: NodeSection | None = None, *, model: ModelSection | None = None, seed: int = 0,
+                 device: torch.device | str = "cpu", needs: Iterable[str] = (), dense_only: str | None = None,
+                 parts_per_batch: int = 1):
+        node = node or NodeSection()
+        check_expert_node_mode(node.mode)  # resolve refuses it first; the same rule guards direct use
+        super().__init__(cache_path, graphs, split, metric, dataclasses.replace(node, mode="full"), model=model,
+                         seed=seed, device=device, needs=needs, dense_only=dense_only, parts_per_batch=parts_per_batch)
 
     def _batcher(self, graph: NodeGraph, mode: str, sparse_features: bool) -> NodeBatcher:
         self.attention = "experts"
@@ -100,7 +108,8 @@ class TokenBatcher(NodeBatcher):
 
     def forward(self, model: XMaskNet, batch: NodeBatch) -> Tensor:
         """``[N + P + C, C]`` logits of every token (regions planned once per head width)."""
-        return model(self.tokens)
+        logits: Tensor = model(self.tokens)
+        return logits
 
     def predict(self, model: XMaskNet) -> Tensor:
         """``[N, C]`` logits of the node tokens on the CPU."""

@@ -24,7 +24,7 @@ bias           dense extras (``[B, ...]``)                   sparse extras (per 
 
 Every term is added to the logits after the ``1/sqrt(d_h)`` scaling, as GTLM
 (paper 002, Eq. 1) adds it, whatever ``mask_scale`` says about the X-LogSMask
-term (:mod:`~xmask_cli.model.attention`).
+term (:mod:`~xmask_cli.model.attention.structural`).
 
 Hop distances follow the cache: ``d >= 0`` a distance, ``-1`` reachable but
 beyond the cached cut-off, ``-2`` unreachable. Every module's output layer

@@ -1,4 +1,4 @@
-"""model.pair_attention: attention of a query set over its own pairs into a key set, against numpy."""
+"""model.attention.pairs: attention of a query set over its own pairs into a key set, against numpy."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from xmask_cli.model.attention import StructuralAttention
+from xmask_cli.model.attention.structural import StructuralAttention
 
 
 @pytest.mark.parametrize("kernel", ["csr", "gather"])

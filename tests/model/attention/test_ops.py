@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from xmask_cli.model.attention_ops import plain_attention, segment_softmax
+from xmask_cli.model.attention.ops import plain_attention, segment_softmax
 
 
 def test_segment_softmax_is_each_querys_softmax_over_its_pairs():

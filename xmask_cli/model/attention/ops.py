@@ -4,7 +4,7 @@
 (the sparse and dual-mode paths); :func:`plain_attention` is what a plain head
 (``k_h = 0`` or ``use_bias=False``) computes over every key on paths that do
 not hold the whole ``N x N`` grid. :class:`~xmask_cli.model.attention.StructuralAttention`
-calls both; :mod:`xmask_cli.model.attention` re-exports them.
+calls both; :mod:`xmask_cli.model.attention.structural` re-exports them.
 """
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from tests.model.semantics import LOGIT_STD, cora_union_pairs, scale_qk
-from xmask_cli.model.attention import StructuralAttention
-from xmask_cli.model.dualmode import auto_threshold, dual_attention, plan_regions, region_summary
+from xmask_cli.model.attention.dualmode import auto_threshold, dual_attention, plan_regions, region_summary
+from xmask_cli.model.attention.structural import StructuralAttention
 
 DIM, HEADS = 16, 2  # d_h = 8
 N = 40

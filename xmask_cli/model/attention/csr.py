@@ -17,7 +17,7 @@ left out of that head's pattern: each head runs over its own support only
 
 The heads are stacked block-diagonally into one ``(H·Nq) x (H·Nk)`` CSR
 matrix. On the CPU the default implementation is a pair of fused compiled
-kernels over that pattern (:mod:`~xmask_cli.model.csr_fused`: each row's
+kernels over that pattern (:mod:`~xmask_cli.model.attention.csr_fused`: each row's
 logits, softmax and weighted sum in one pass instead of a dozen tensors of
 ``P`` entries written and read back); elsewhere, and with ``impl='sparse'``, one call of each
 ``torch.sparse`` primitive serves every head:
@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from xmask_cli.model.csr_fused import fused_backward, fused_forward
+from xmask_cli.model.attention.csr_fused import fused_backward, fused_forward
 
 __all__ = ["CSR_IMPLS", "CsrPlan", "csr_plan", "csr_attention", "csr_tensor", "crow_of", "transpose_pattern"]
 
@@ -227,7 +227,7 @@ def csr_attention(q: Tensor, k: Tensor, v: Tensor, term: Tensor | None, plan: Cs
         dropout_p: dropout on the attention weights (0 in evaluation).
         picked: ``term`` already taken at the plan's entries (``[P]``, ``term.reshape(-1)[plan.pick]``);
             ``term`` is then ignored (a caller reusing one parameter-free term across steps).
-        impl: ``fused`` (the compiled CPU kernels of :mod:`~xmask_cli.model.csr_fused`), ``sparse`` (the
+        impl: ``fused`` (the compiled CPU kernels of :mod:`~xmask_cli.model.attention.csr_fused`), ``sparse`` (the
             ``torch.sparse`` primitives, any device) or ``auto`` (fused on the CPU, sparse elsewhere).
             Both compute the same numbers; attention dropout draws its masks differently.
     """

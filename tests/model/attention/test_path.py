@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from xmask_cli.model.attention_path import SPARSE_DENSITY, full_graph_attention
+from xmask_cli.model.attention.path import SPARSE_DENSITY, full_graph_attention
 
 
 def test_auto_rule_by_size_device_and_density() -> None:
@@ -22,7 +22,7 @@ def test_auto_rule_by_size_device_and_density() -> None:
 
 def test_dense_only_models_get_dense_or_a_refusal() -> None:
     """outside_support=eps / a learned bias on a plain head: auto goes dense where the grid fits, else refuses."""
-    from xmask_cli.model.attention_path import PathRefused
+    from xmask_cli.model.attention.path import PathRefused
 
     cpu, n, why = torch.device("cpu"), 100, "model.outside_support=eps needs a dense grid"
     assert full_graph_attention("auto", n, 1, cpu, dense_only=why) == "dense"  # sparse by density otherwise

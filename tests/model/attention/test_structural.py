@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from tests.model.graphs import EPS, PATH_TRIANGLE, TWO_PARTS, disjoint_union, norm_powers, padded, union_pairs
-from xmask_cli.model.attention import StructuralAttention
+from xmask_cli.model.attention.structural import StructuralAttention
 from xmask_cli.model.logsmask import DenseStructure, SparseStructure, XLogSMaskBias
 
 DIM, HEADS = 16, 2  # d_h = 8
@@ -256,7 +256,7 @@ def test_bad_configuration_is_refused():
 
 def test_rows_without_a_finite_pair_give_zero_not_nan():
     """A sparse row whose pairs are all -inf (or absent), and a padded graph with no real node: no NaN anywhere."""
-    from xmask_cli.model.attention_ops import segment_softmax
+    from xmask_cli.model.attention.ops import segment_softmax
 
     torch.set_grad_enabled(True)
     try:

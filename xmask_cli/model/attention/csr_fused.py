@@ -1,6 +1,6 @@
 """Fused CPU kernels of the stacked CSR attention: one pass over each row's entries, compiled by numba.
 
-The same arithmetic as the ``torch.sparse`` primitives of :mod:`~xmask_cli.model.csr_attention`
+The same arithmetic as the ``torch.sparse`` primitives of :mod:`~xmask_cli.model.attention.csr`
 (``sampled_addmm``, a segment softmax, CSR @ dense, and in the backward the transposed pattern), but each
 row's logits, softmax and weighted sum are formed in registers instead of as ``[P]`` tensors written and
 read back by a dozen separate kernels; on Cora's ``Â^1..Â^4`` heads (2.9 M stacked entries) that is most

@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from xmask_cli.model.attention import StructuralAttention
-from xmask_cli.model.attention_ops import segment_softmax
+from xmask_cli.model.attention.ops import segment_softmax
+from xmask_cli.model.attention.structural import StructuralAttention
 
 MODES = ("sparse", "dense", "dual")
 DENSE_CELL_FLOATS = 3  # c: logits + float mask + softmax per (query, key, head)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from xmask_cli.model.sparse_linear import sparse_linears
+from xmask_cli.model.attention.sparse_linear import sparse_linears
 
 
 def _features(n: int = 40, f: int = 30, density: float = 0.1) -> torch.Tensor:

@@ -1,9 +1,9 @@
 """The sparse path of :class:`~xmask_cli.model.attention.StructuralAttention`: attention over given pairs.
 
 A mixin, so the one module keeps one class: each query attends over its own pairs (its support), with
-the ``csr`` kernel (per-head CSR supports, :mod:`~xmask_cli.model.csr_attention`) or ``gather``
+the ``csr`` kernel (per-head CSR supports, :mod:`~xmask_cli.model.attention.csr`) or ``gather``
 (per-pair gathers over the union of the heads' pairs, what ``return_terms`` runs); plain heads attend
-over every node of the domain through :func:`~xmask_cli.model.attention_ops.plain_attention`. It reads
+over every node of the domain through :func:`~xmask_cli.model.attention.ops.plain_attention`. It reads
 the module's projections ``q``, ``k``, ``v``, its head layout and dropout, and its ``_logit_term`` and
 ``_combine``.
 """
@@ -16,13 +16,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from xmask_cli.model.attention_ops import plain_attention, segment_softmax
-from xmask_cli.model.csr_attention import CsrPlan, csr_attention, csr_plan
-from xmask_cli.model.sparse_linear import sparse_linears
+from xmask_cli.model.attention.csr import CsrPlan, csr_attention, csr_plan
+from xmask_cli.model.attention.ops import plain_attention, segment_softmax
+from xmask_cli.model.attention.sparse_linear import sparse_linears
 
 __all__ = ["SPARSE_KERNELS", "PairAttention"]
 
-#: Kernels of the sparse path: ``csr`` (per-head CSR supports, :mod:`~xmask_cli.model.csr_attention`)
+#: Kernels of the sparse path: ``csr`` (per-head CSR supports, :mod:`~xmask_cli.model.attention.csr`)
 #: and ``gather`` (per-pair ``[E, H, d_h]`` gathers over the union, as PyG's ``TransformerConv``;
 #: what ``return_terms`` always runs, since its terms live on the union pairs).
 SPARSE_KERNELS = ("csr", "gather")

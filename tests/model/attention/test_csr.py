@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from tests.model.semantics import LOGIT_STD, cora_union_pairs, rel
-from xmask_cli.model.attention import StructuralAttention
-from xmask_cli.model.csr_attention import csr_attention, csr_plan
+from xmask_cli.model.attention.csr import csr_attention, csr_plan
+from xmask_cli.model.attention.structural import StructuralAttention
 from xmask_cli.model.logsmask import SparseStructure, XLogSMaskBias
 
 K = 3

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from xmask_cli.model.csr_attention import crow_of, csr_tensor, transpose_pattern
+from xmask_cli.model.attention.csr import crow_of, csr_tensor, transpose_pattern
 
 __all__ = ["sparse_linears"]
 

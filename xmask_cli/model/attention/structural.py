@@ -29,12 +29,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from xmask_cli.config import ModelSection
-from xmask_cli.model.csr_attention import csr_attention, csr_plan
-from xmask_cli.model.packing import PackedGraphs, PairSet
 
-# The sparse path (attention over given pairs) lives in pair_attention.py, the parameter-free kernels in
-# attention_ops.py.
-from xmask_cli.model.pair_attention import PairAttention
+# The sparse path (attention over given pairs) lives in pairs.py, the parameter-free kernels in
+# ops.py.
+from xmask_cli.model.attention.csr import csr_attention, csr_plan
+from xmask_cli.model.attention.pairs import PairAttention
+from xmask_cli.model.packing import PackedGraphs, PairSet
 from xmask_cli.model.tracing import exporting
 
 MASK_SCALES = ("paper", "none")
@@ -103,9 +103,9 @@ class StructuralAttention(PairAttention, torch.nn.Module):
         self.v = torch.nn.Linear(in_dim, dim)
         self.out = torch.nn.Linear(dim, dim) if combine == "project" else None
         self.dropout = torch.nn.Dropout(dropout)
-        #: Kernel of the sparse path (:data:`~xmask_cli.model.pair_attention.SPARSE_KERNELS`); tests and benchmarks compare the two.
+        #: Kernel of the sparse path (:data:`~xmask_cli.model.attention.pairs.SPARSE_KERNELS`); tests and benchmarks compare the two.
         self.sparse_kernel = "csr"
-        #: Implementation of the ``csr`` kernel (:data:`~xmask_cli.model.csr_attention.CSR_IMPLS`): ``auto`` runs
+        #: Implementation of the ``csr`` kernel (:data:`~xmask_cli.model.attention.csr.CSR_IMPLS`): ``auto`` runs
         #: the fused compiled kernels on the CPU and ``torch.sparse`` elsewhere; tests compare the two.
         self.csr_impl = "auto"
         # The last CSR pattern (pairs, finiteness, plan): full-graph training feeds the same pairs every step.
@@ -234,7 +234,7 @@ class StructuralAttention(PairAttention, torch.nn.Module):
             ``[n, D]``: the rows :meth:`forward_dense` gives the real nodes, dropout
             drawn over the real rows (:meth:`PackedGraphs.dropout`).
         """
-        if self.out is None:
+        if self.combine == "mean":
             raise ValueError("the packed graph path has no attention output layer (combine='mean')")
         # Q, K and V in one product and one layout copy per group (the same numbers as three products).
         weight = torch.cat([self.q.weight, self.k.weight, self.v.weight])
@@ -251,7 +251,8 @@ class StructuralAttention(PairAttention, torch.nn.Module):
         agg = (outs[0] if len(outs) == 1 else torch.cat(outs)) if outs else x.new_zeros(0, self.dim)
         if packed.inverse is not None:
             agg = agg.index_select(0, packed.inverse)
-        return packed.dropout(self.out(agg), self.dropout.p, self.training)
+        # combine='concat' (a gat layer's) keeps the heads concatenated, as _combine does on the other paths
+        return packed.dropout(agg if self.out is None else self.out(agg), self.dropout.p, self.training)
 
     def _pair_set_aggregate(self, qkv: Tensor, pairs: PairSet) -> Tensor:
         """``[m, D]`` heads' aggregates of a packed batch's :class:`~xmask_cli.model.packing.PairSet` rows: the
