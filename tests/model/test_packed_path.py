@@ -21,7 +21,7 @@ from xmask_cli.data.registry import get_dataset
 from xmask_cli.model.batches import DenseBatch, LogPairs, PackedBatch
 from xmask_cli.model.logsmask import log_powers
 from xmask_cli.model.network import ModelConfig, XMaskNet
-from xmask_cli.model.packing import pack_graphs
+from xmask_cli.model.packing import pack_graphs, pair_attended
 from xmask_cli.structure.graph import adjacency
 from xmask_cli.structure.powers import power_pairs
 
@@ -83,7 +83,9 @@ def _pair(**kw) -> tuple[XMaskNet, XMaskNet]:
 def _typed(batch: dict) -> DenseBatch | PackedBatch:
     """The model batch of the fixture's fields: per-graph log-powers make a packed one, dense powers a dense one."""
     if "log_powers" in batch:
-        return PackedBatch(x=batch["x"], mask=batch["mask"], log_powers=tuple(batch["log_powers"]),
+        logp = batch["log_powers"]
+        return PackedBatch(x=batch["x"], mask=batch["mask"],
+                           log_powers=logp if isinstance(logp, LogPairs) else tuple(logp),
                            log_spec=batch.get("log_spec"), extras=batch.get("extras"))
     return DenseBatch(x=batch["x"], powers=batch.get("powers"), mask=batch.get("mask"), extras=batch.get("extras"))
 
@@ -224,3 +226,42 @@ def test_log_pairs_give_the_per_graph_log_powers_numbers_exactly(proteins_batch,
     for name, p in packed.named_parameters():
         if p.grad is not None:
             assert torch.equal(p.grad, grad_a[name]), name
+
+
+@pytest.mark.parametrize("kw, drop_diagonal", [
+    ({}, False),  # the graph-level preset
+    ({"head_powers": (1, 0, 2, 4)}, True),  # a head without the mask (over every node), no stored diagonal
+])
+def test_large_sparse_graphs_on_their_pairs_give_the_dense_grid_numbers(proteins_batch, kw, drop_diagonal) -> None:
+    """Graphs attended over their stored pairs (the CSR kernel) against every graph on its dense grid:
+    the same outputs and gradients, ``-inf`` outside each head's support on the grid and absent on the pairs."""
+    _, packed = _pair(**kw)
+    pairs, _ = _log_pairs(proteins_batch, "hard")
+    if drop_diagonal:  # then the grid's diagonal holds log(0 + eps): the pairs add each node's own pair
+        keep = pairs.row != pairs.col
+        pairs = LogPairs(*(t[keep] for t in (pairs.graph, pairs.row, pairs.col, pairs.values)))
+    mask = proteins_batch["mask"]
+    counts = torch.bincount(pairs.graph, minlength=mask.size(0))
+    on_pairs = pair_attended(mask.sum(1), counts, density=0.5, min_nodes=40)
+    packed.pair_density = 0.5
+    assert int(on_pairs.sum()) >= 3 and int((~on_pairs & (mask.sum(1) > 0)).sum()) >= 10  # both kinds
+    batch = {k: proteins_batch[k] for k in ("x", "mask")}
+
+    def run(min_nodes: int | None, log_pairs: LogPairs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        packed.pair_min_nodes = min_nodes
+        return _run(packed, {**batch, "log_powers": log_pairs, "log_spec": (1e-30, "hard")}, seed=3)
+
+    out_a, grad_a = run(None, pairs)
+    out_b, grad_b = run(40, pairs)
+    assert _rel(out_b, out_a) < RTOL[torch.float32]
+    scale = max(float(g.abs().max()) for g in grad_a.values())
+    for name in grad_a:
+        floor = 1e-3 * scale if name.endswith("attn.k.bias") else 0.0
+        assert _rel(grad_b[name], grad_a[name], floor) < GRAD_RTOL[torch.float32], name
+    # The comparison can fail: one stored pair fewer in a pair-attended graph moves the outputs.
+    g = int(on_pairs.nonzero()[0])
+    first = int(((pairs.graph == g) & (pairs.row != pairs.col)).nonzero()[0])
+    fewer = LogPairs(*(torch.cat([t[:first], t[first + 1:]]) for t in (pairs.graph, pairs.row, pairs.col,
+                                                                       pairs.values)))
+    out_c, _ = run(40, fewer)
+    assert _rel(out_c, out_b) > 1e-6

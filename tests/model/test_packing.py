@@ -1,5 +1,5 @@
 """Packing a padded batch (``model.graph_layout: packed``): the grouping is the cheapest partition (brute
-force), the packed dropout draws the padded layout's mask, real nodes must come first. The packed model against
+force), packed and padded dropout draw the same real-row masks at the rate asked, real nodes must come first. The packed model against
 the padded one: ``test_packed_path.py``.
 """
 from __future__ import annotations
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from xmask_cli.model.packing import pack_graphs, plan_groups
+from xmask_cli.model.packing import pack_graphs, padded_dropout, plan_groups, row_dropout
 
 
 def _cost(groups: list[list[int]], sizes: list[int], call: int) -> int:
@@ -41,20 +41,54 @@ def test_plan_groups_is_the_cheapest_partition_by_brute_force() -> None:
 
 
 @pytest.mark.parametrize("p, dtype", [(0.3, torch.float32), (0.1, torch.float32), (0.5, torch.bfloat16)])
-def test_packed_dropout_draws_the_padded_mask(p, dtype) -> None:
+def test_packed_dropout_draws_the_padded_real_rows_mask(p, dtype) -> None:
     sizes = [3, 0, 7, 5]
     mask = torch.arange(7)[None, :] < torch.tensor(sizes)[:, None]
     h = torch.randn(4, 7, 16).to(dtype)
     packed = pack_graphs(mask)
-    packed.dropout(h[mask], p, True)  # a second call reuses the scratch buffer: must not matter
+    # The packed rows: graph 2 (7 nodes), then 3 (5), then 0 (3), each graph's nodes in order.
+    assert packed.rows.tolist() == [14 + i for i in range(7)] + [21 + i for i in range(5)] + [0, 1, 2]
     torch.manual_seed(11)
-    want = torch.nn.functional.dropout(h, p, True)[mask]
+    want = padded_dropout(mask)(h, p, True)
     after_padded = torch.rand(3)
     torch.manual_seed(11)
-    got = packed.dropout(h[mask], p, True)
-    assert torch.equal(got, want)  # bit for bit: the same draws, kept on the real rows
+    got = packed.dropout(h.view(28, 16)[packed.rows], p, True)
+    assert torch.equal(packed.unpack(got)[mask], want[mask])  # bit for bit: the same draws on the real rows
+    assert torch.equal(want[~mask], h[~mask])  # padding neither drawn for nor changed
     assert torch.equal(torch.rand(3), after_padded)  # and the generator ends in the same state
-    assert torch.equal(packed.unpack(got)[mask], got) and packed.unpack(got)[~mask].abs().sum() == 0
+    assert packed.unpack(got)[~mask].abs().sum() == 0
+
+
+@pytest.mark.parametrize("p", [0.1, 0.5, 0.9])
+def test_row_dropout_drops_at_the_rate_and_keeps_the_expectation(p) -> None:
+    h = torch.rand(1000, 300, dtype=torch.float64) + 0.5
+    torch.manual_seed(0)
+    out = row_dropout(h, p, True)
+    dropped = out == 0
+    keep = round((1 - p) * 65536) / 65536  # the rate on a 16-bit grid (0.1 -> 0.1000061)
+    assert abs(keep - (1 - p)) <= 2 ** -17
+    n = h.numel()
+    # Binomial: the dropped share within 5 standard deviations of 1 - keep.
+    assert abs(float(dropped.double().mean()) - (1 - keep)) < 5 * np.sqrt(keep * (1 - keep) / n)
+    torch.testing.assert_close(out[~dropped], h[~dropped] / keep, rtol=1e-15, atol=0)  # E[out] = h exactly
+    # Every column and row drops independently: no lane of the 16-bit draws is stuck.
+    per_lane = dropped.reshape(-1, 4).double().mean(0)
+    assert float((per_lane - (1 - keep)).abs().max()) < 5 * np.sqrt(keep * (1 - keep) / (n / 4))
+    # Neighbouring draws are uncorrelated (a lane copied or shifted would correlate them).
+    flat = dropped.reshape(-1).double()
+    corr = np.corrcoef(flat[:-1].numpy(), flat[1:].numpy())[0, 1]
+    assert abs(corr) < 5 / np.sqrt(n)
+
+
+def test_row_dropout_at_its_ends_and_outside_training() -> None:
+    h = torch.randn(5, 7)
+    state = torch.get_rng_state()
+    assert row_dropout(h, 0.3, False) is h and row_dropout(h, 0.0, True) is h
+    assert torch.equal(torch.get_rng_state(), state)  # nothing drawn: evaluation is untouched
+    assert torch.equal(row_dropout(h, 1.0, True), torch.zeros_like(h))
+    assert padded_dropout(torch.ones(5, dtype=torch.bool))(h, 0.3, False) is h
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        row_dropout(h, 1.5, True)
 
 
 def test_pack_graphs_refuses_real_nodes_after_padding() -> None:

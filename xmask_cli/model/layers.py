@@ -147,6 +147,7 @@ class TransformerBlock(torch.nn.Module):
         mask: Tensor | None = None,
         return_terms: bool = False,
         routed: dict | None = None,
+        drop: Callable[[Tensor, float, bool], Tensor] | None = None,
         **attention: Any,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """One block; sparse attention when ``edge_index`` is given.
@@ -160,6 +161,8 @@ class TransformerBlock(torch.nn.Module):
                 :meth:`~StructuralAttention.forward_sparse`).
             routed: with experts, the keywords of :meth:`RoutedAttention.forward`
                 (``pairs``, ``bias``, ``mode``, ``regions``); ``x`` is then ``[T, D]`` tokens.
+            drop: the dropout every sub-layer draws, ``drop(h, p, training)``, instead of its
+                ``Dropout`` modules (a padded graph batch: :func:`~xmask_cli.model.packing.padded_dropout`).
             **attention: the other keywords of :meth:`StructuralAttention.forward`, passed on as they are:
                 ``edge_index`` (``[2, E]`` attended pairs, row = query: the sparse path),
                 ``attn_mask`` (the attention's ``dense_mask(bias, mask)``, built once per forward by the
@@ -179,37 +182,46 @@ class TransformerBlock(torch.nn.Module):
                 if routed is None or return_terms:
                     raise ValueError("an expert block needs `routed` (pairs per mask) and records no terms")
                 return self.attn(h, **routed)
+            if drop is not None:
+                attention["drop"] = drop
             if not return_terms:
                 return self.attn(h, bias=bias, mask=mask, **attention)
             out, recorded = self.attn(h, bias=bias, mask=mask, return_terms=True, **attention)
             terms.update(recorded)
             return out
 
-        x = self._compose(self.drop_input(x), attend, self.ffn)
+        if drop is None:
+            x = self._compose(self.drop_input(x), attend, self.ffn)
+        else:
+            x = self._compose(self.drop_input(x, drop), attend, self._ffn_drawing(drop))
         return (x, terms) if return_terms else x
+
+    def _ffn_drawing(self, drop: Callable[[Tensor, float, bool], Tensor]) -> Callable[[Tensor], Tensor] | None:
+        """The FFN sub-layer with its two dropouts drawn by ``drop(h, p, training)`` (None without an FFN)."""
+        if self.ffn is None:
+            return None
+        lin1, act, drop1, lin2, drop2 = self.ffn
+        assert isinstance(drop1, torch.nn.Dropout) and isinstance(drop2, torch.nn.Dropout)  # the FFN's layout
+
+        def ffn(h: Tensor) -> Tensor:
+            h = drop(act(lin1(h)), drop1.p, self.training)
+            return drop(lin2(h), drop2.p, self.training)
+
+        return ffn
 
     def forward_packed(self, x: Tensor, packed: PackedGraphs, attn_masks: list[Tensor | None]) -> Tensor:
         """One block on the packed real rows ``[n, D]`` of a padded batch (:mod:`~xmask_cli.model.packing`).
 
         The rows :meth:`forward` gives the real nodes of the padded batch: norms,
         FFN and residuals act per row, the attention per group of graphs, and
-        every dropout draws the padded layout's mask (:meth:`PackedGraphs.dropout`).
+        every dropout draws the real rows' mask the padded layout draws too (:meth:`PackedGraphs.dropout`).
         ``attn_masks``: per attention group, its SDPA mask.
         """
         if isinstance(self.attn, RoutedAttention):
             raise ValueError("an expert block attends over token masks, not packed graphs")
         attn = self.attn
-        ffn = None
-        if self.ffn is not None:
-            lin1, act, drop1, lin2, drop2 = self.ffn
-            assert isinstance(drop1, torch.nn.Dropout) and isinstance(drop2, torch.nn.Dropout)  # the FFN's layout
-
-            def ffn(h: Tensor) -> Tensor:
-                h = packed.dropout(act(lin1(h)), drop1.p, self.training)
-                return packed.dropout(lin2(h), drop2.p, self.training)
-
         x = self.drop_input(x, packed.dropout)
-        return self._compose(x, lambda h: attn.forward_packed(h, packed, attn_masks), ffn)
+        return self._compose(x, lambda h: attn.forward_packed(h, packed, attn_masks), self._ffn_drawing(packed.dropout))
 
     def forward_pairs(self, x_query: Tensor, x_key: Tensor, edge_index: Tensor, bias: Tensor | None = None,
                       plain_keys: Tensor | None = None, learned: Tensor | None = None) -> Tensor:

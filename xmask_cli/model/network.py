@@ -42,6 +42,7 @@ from xmask_cli.model.model_config import (
     sparse_refusal,
 )
 from xmask_cli.model.packed_path import PackedPath
+from xmask_cli.model.packing import padded_dropout
 from xmask_cli.model.patch import PatchEncoder
 from xmask_cli.model.token_path import TokenPath
 from xmask_cli.model.tracing import exporting
@@ -173,6 +174,7 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
         Returns:
             ``h``, or ``(h, [terms of layer 0, layer 1, ...])`` with ``return_terms``.
         """
+        drop = None
         if self.cfg.encoder == "patch":
             patches = cast(PatchEncoder, self.encoder)
             h, powers = patches(x), patches.token_powers(powers)
@@ -181,7 +183,14 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
             if mask is None:
                 mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
             # Zero padded inputs: attention gives padded keys weight exactly 0, but 0 * inf/nan is nan.
-            h = self.encoder(self._drop_input(x.masked_fill(~mask.unsqueeze(-1), 0.0)))
+            x = x.masked_fill(~mask.unsqueeze(-1), 0.0)
+            if self._draws_real_rows():  # a graph batch: dropout over its real rows, as the packed layout draws it
+                drop = padded_dropout(mask)
+                if self.cfg.input_dropout > 0 and self.cfg.encoder in ("linear", "none"):
+                    x = drop(x, self.cfg.input_dropout, self.training)
+                h = self.encoder(x)
+            else:
+                h = self.encoder(self._drop_input(x))
         keep = mask.unsqueeze(-1)
         shared = self._dense_attn_mask(powers, mask, h.dtype)
         xlog = None
@@ -199,13 +208,18 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
                 attn_mask = term if shared is None else shared + term
             if return_terms:
                 # The blocks attend with `attn_mask` as is; the biases only feed the recorded structural term.
-                h, terms = block(h, xlog, mask, attn_mask=attn_mask, return_terms=True, learned=learned)
+                h, terms = block(h, xlog, mask, attn_mask=attn_mask, return_terms=True, learned=learned, drop=drop)
                 layers.append(return_terms(terms) if callable(return_terms) else terms)
                 del terms  # with a reducing callable, this layer's maps are free before the next layer runs
             else:
-                h = block(h, None, mask, attn_mask=attn_mask)
+                h = block(h, None, mask, attn_mask=attn_mask, drop=drop)
         h = h.masked_fill(~keep, 0.0)
         return (h, layers) if return_terms else h
+
+    def _draws_real_rows(self) -> bool:
+        """Whether the dense path draws dropout over real rows only (:func:`~xmask_cli.model.packing.padded_dropout`):
+        graph batches of one attention, whose packed layout draws the same masks."""
+        return self.cfg.task == "graph" and not self.cfg.experts and self.cfg.encoder != "patch"
 
     def _learned(self, layer: int, extras: Mapping[str, Tensor] | None, mask: Tensor | None = None,
                  edge_index: Tensor | None = None) -> Tensor | None:

@@ -16,15 +16,22 @@ from torch_geometric.utils import scatter
 
 from xmask_cli.model.attention.structural import StructuralAttention
 from xmask_cli.model.batches import LogPairs
+from xmask_cli.model.biases.stack import BiasStack
 from xmask_cli.model.layers import TransformerBlock
 from xmask_cli.model.logsmask import DenseStructure, XLogSMaskBias
 from xmask_cli.model.logsmask import log_powers as take_log
 from xmask_cli.model.model_config import ModelConfig
-from xmask_cli.model.packing import PackedGraphs, pack_graphs
+from xmask_cli.model.packing import PAIR_DENSITY, PAIR_MIN_NODES, PackedGraphs, PairSet, pack_graphs, pair_attended
 
 
 class PackedPath:
     """``packs``, ``encode_packed``, ``readout_packed``, ``forward_packed`` of :class:`XMaskNet`."""
+
+    #: Graphs above this many nodes whose stored pairs are sparse attend over them (:func:`pair_attended`);
+    #: None: every graph on its dense grid (tests and benchmarks compare the two).
+    pair_min_nodes: int | None = PAIR_MIN_NODES
+    #: ... and whose stored pairs cover less than this share of their grid.
+    pair_density: float = PAIR_DENSITY
 
     # What it reads of the model (XMaskNet sets and defines them).
     cfg: ModelConfig
@@ -32,6 +39,7 @@ class PackedPath:
     encoder: torch.nn.Module
     blocks: Sequence[TransformerBlock]  # a ModuleList of them
     bias: XLogSMaskBias | None
+    learned: BiasStack | None
     _learned: Callable[..., Tensor | None]
     graph_head: Callable[[Tensor], Tensor]
     _no_pair_task: Callable[[], None]
@@ -59,10 +67,15 @@ class PackedPath:
             log_spec: ``(eps, outside_support)`` they were taken with; must be the model's.
             extras: dense structure the learned biases read (as :meth:`encode_dense`).
         """
-        packed = pack_graphs(mask, single_group=self.training and self.cfg.attn_dropout > 0)
+        single = self.training and self.cfg.attn_dropout > 0
+        on_pairs = None
+        if isinstance(log_powers, LogPairs) and not single and self._attends_pairs():
+            counts = torch.bincount(log_powers.graph, minlength=mask.size(0))
+            on_pairs = pair_attended(mask.sum(1), counts, self.pair_density, cast(int, self.pair_min_nodes))
+        packed = pack_graphs(mask, single_group=single, sparse=on_pairs)
         B, N = mask.shape
         rows = x.reshape(B * N, *x.shape[2:]).index_select(0, packed.rows)
-        if self.cfg.input_dropout > 0 and self.cfg.encoder == "linear":
+        if self.cfg.input_dropout > 0 and self.cfg.encoder in ("linear", "none"):
             rows = packed.dropout(rows, self.cfg.input_dropout, self.training)
         h = self.encoder(rows)
         # The packed path runs one structural attention per block (no experts: see packs()).
@@ -70,10 +83,13 @@ class PackedPath:
         scaled = isinstance(log_powers, LogPairs) and attn is not None and self.bias is not None
         if scaled and attn is not None:  # the term as it enters the logits, scaled at the pairs, not each grid
             self._check_log_spec(log_spec)
+            # The SDPA masks themselves (padded keys -inf already).
             bias = self._bias_from_pairs(packed, cast(LogPairs, log_powers), attn.structural_term)
+            if packed.pairs is not None:
+                self._pair_bias(packed.pairs, cast(LogPairs, log_powers))
         else:
             bias = self._packed_bias(packed, mask, powers, log_powers, log_spec)
-        shared = [None if attn is None else attn.dense_mask(b, g.mask, h.dtype, scaled=scaled)
+        shared = [None if attn is None else attn.dense_mask(b, None if scaled else g.mask, h.dtype, scaled=scaled)
                   for g, b in zip(packed.groups, bias)]
         del bias  # the masks hold what attention reads (a large graph's bias is hundreds of MB)
         for i, block in enumerate(self.blocks):
@@ -87,6 +103,37 @@ class PackedPath:
                     masks.append(term if m is None else m + term)
             h = block.forward_packed(h, packed, masks)
         return h, packed
+
+    def _attends_pairs(self) -> bool:
+        """Whether large sparse graphs may attend over their stored pairs (:func:`pair_attended`): the same
+        numbers as their dense grid only where every pair outside a head's support is ``-inf`` (``hard``) and
+        nothing else (a learned bias) lives on the grid."""
+        return (self.pair_min_nodes is not None and self.bias is not None and self.learned is None
+                and self.bias.outside_support == "hard")
+
+    def _pair_bias(self, pairs_set: PairSet, pairs: LogPairs) -> None:
+        """Set ``pairs_set``'s attended pairs and their unscaled ``[E, H]`` bias: its graphs' stored pairs, plus
+        each node's own pair where none is stored (the grid's diagonal fill; off the diagonal it is ``-inf``)."""
+        bias = cast(XLogSMaskBias, self.bias)
+        mine = torch.zeros(len(pairs_set.offset), dtype=torch.bool, device=pairs.graph.device)
+        mine[pairs_set.graphs] = True
+        sel = mine[pairs.graph].nonzero().squeeze(1)
+        base = pairs_set.offset[pairs.graph.index_select(0, sel)]
+        row, col = base + pairs.row.index_select(0, sel), base + pairs.col.index_select(0, sel)
+        values = bias.from_log_powers(pairs.values.index_select(0, sel), axis=1)  # [E, H]
+        m = pairs_set.packed.numel()
+        has_diag = torch.zeros(m, dtype=torch.bool, device=row.device)
+        has_diag[row[row == col]] = True
+        missing = (~has_diag).nonzero().squeeze(1)
+        if missing.numel():
+            k = pairs.values.size(1)
+            zero = torch.zeros(1, k, dtype=pairs.values.dtype, device=row.device)
+            fill = bias.from_log_powers(take_log(zero, bias.eps, bias.outside_support,
+                                                 off_diagonal=torch.zeros(1, 1, dtype=torch.bool)), axis=1)
+            row, col = torch.cat([row, missing]), torch.cat([col, missing])
+            values = torch.cat([values, fill.expand(missing.numel(), -1)])
+        pairs_set.edge_index = torch.stack([row, col])
+        pairs_set.bias = values
 
     def _packed_bias(self, packed: PackedGraphs, mask: Tensor, powers: Tensor | None,
                      log_powers: LogPairs | Sequence[Tensor] | None, log_spec: tuple | None) -> list[Tensor | None]:
@@ -122,45 +169,59 @@ class PackedPath:
 
     def _bias_from_pairs(self, packed: PackedGraphs, pairs: LogPairs,
                          term: Callable[[Tensor], Tensor] = lambda t: t) -> list[Tensor | None]:
-        """Per attention group, ``[G, H, W, W]``: the log value outside the stored support, then the stored pairs'.
+        """Per attention group, its SDPA mask ``[G, H, W, W]``: the stored pairs' log values, the log value
+        outside the stored support elsewhere, ``-inf`` at padded keys (0 at a padded query's real keys).
 
-        The numbers the per-graph dense log-powers give (the log of a zero is the
-        fill, the diagonal's included), 0 on padding; one flat scatter per group.
-        ``term``: an elementwise map (the attention's scaling) applied to the pairs and
-        the fills before they are laid out, so the grid is never mapped as a whole.
+        The numbers :meth:`StructuralAttention.dense_mask` makes of the per-graph dense log-powers (the log of
+        a zero is the fill, the diagonal's included), laid out in one buffer by one scatter of every pair.
+        ``term``: an elementwise map (the attention's scaling) applied to the pairs and the fills before they
+        are laid out, so the grid is never mapped as a whole. Pairs of the batch's pair set are left out.
         """
         bias = cast(XLogSMaskBias, self.bias)
         vals = pairs.values
+        device = vals.device
         k = vals.size(1)
-        zero = torch.zeros(2, 2, k, dtype=vals.dtype, device=vals.device)
-        off = ~torch.eye(2, dtype=torch.bool, device=vals.device)[:, :, None]
+        zero = torch.zeros(2, 2, k, dtype=vals.dtype, device=device)
+        off = ~torch.eye(2, dtype=torch.bool, device=device)[:, :, None]
         # [H] per head: the log of a zero off the diagonal (-inf under 'hard') and on it; 0 on heads without a mask.
         logs = bias.from_log_powers(take_log(zero, bias.eps, bias.outside_support, off_diagonal=off), axis=2)
         fill_off, fill_diag = term(logs[0, 1]), term(logs[0, 0])
         heads = term(bias.from_log_powers(vals, axis=1))  # [P, H]
-        where = torch.empty(packed.num_graphs, dtype=torch.long, device=vals.device)  # group of each graph
-        slot = torch.empty(packed.num_graphs, dtype=torch.long, device=vals.device)  # its position in the group
-        for i, g in enumerate(packed.groups):
+        n_heads = heads.size(1)
+        groups = packed.groups
+        if not groups:
+            return []
+        # Group of each graph (-1: attended over its pairs), its position in the group, each group's offset.
+        where = torch.full((packed.num_graphs,), -1, dtype=torch.long, device=device)
+        slot = torch.zeros(packed.num_graphs, dtype=torch.long, device=device)
+        for i, g in enumerate(groups):
             where[g.graphs] = i
-            slot[g.graphs] = torch.arange(len(g.sizes), device=vals.device)
-        pair_group = where[pairs.graph] if len(packed.groups) > 1 else None
-        pair_slot = slot[pairs.graph]
+            slot[g.graphs] = torch.arange(len(g.sizes), device=device)
+        numels = [len(g.sizes) * n_heads * g.width * g.width for g in groups]
+        flat = torch.empty(sum(numels), dtype=heads.dtype, device=device)
         out: list[Tensor | None] = []
-        for i, g in enumerate(packed.groups):
-            w, n_heads = g.width, heads.size(1)
-            b = fill_off.view(1, -1, 1, 1).expand(len(g.sizes), -1, w, w).contiguous()  # [G, H, W, W]
-            if g.slots is not None:  # padding in the group: 0 there
-                b.masked_fill_(~(g.mask[:, None, :, None] & g.mask[:, None, None, :]), 0.0)
-            b.diagonal(0, 2, 3).copy_(torch.where(g.mask[:, None], fill_diag.view(1, -1, 1), heads.new_zeros(())))
-            p_slot, p_row, p_col, p_heads = pair_slot, pairs.row, pairs.col, heads
-            if pair_group is not None:  # this group's pairs only
-                sel = (pair_group == i).nonzero().squeeze(1)
-                p_slot, p_row, p_col, p_heads = (t.index_select(0, sel) for t in (p_slot, p_row, p_col, p_heads))
-            # Flat position of (graph slot, head, row, col) in the contiguous [G, H, W, W] tensor.
-            at = (p_slot * (n_heads * w) + p_row) * w + p_col
-            at = at[:, None] + torch.arange(n_heads, device=at.device) * (w * w)
-            b.view(-1).index_put_((at.reshape(-1),), p_heads.reshape(-1))
+        pad = heads.new_full((), float("-inf"))
+        at = 0
+        for g, numel in zip(groups, numels):
+            b = flat[at:at + numel].view(len(g.sizes), n_heads, g.width, g.width)
+            at += numel
+            b.copy_(fill_off.view(1, -1, 1, 1).expand_as(b))
+            if g.slots is not None:  # padding: 0 on a padded query's row, -inf at padded keys (as dense_mask adds)
+                b.masked_fill_(~g.mask[:, None, :, None], 0.0)
+                b.masked_fill_(~g.mask[:, None, None, :], float("-inf"))
+            b.diagonal(0, 2, 3).copy_(torch.where(g.mask[:, None], fill_diag.view(1, -1, 1), pad))
             out.append(b)
+        gi = where[pairs.graph]
+        p_slot, p_row, p_col, p_heads = slot[pairs.graph], pairs.row, pairs.col, heads
+        if packed.pairs is not None:  # the dense groups' pairs only
+            sel = (gi >= 0).nonzero().squeeze(1)
+            gi, p_slot, p_row, p_col, p_heads = (t.index_select(0, sel) for t in (gi, p_slot, p_row, p_col, p_heads))
+        width = torch.tensor([g.width for g in groups], dtype=torch.long, device=device)[gi]
+        start = torch.tensor([0] + numels[:-1], dtype=torch.long, device=device).cumsum(0)[gi]
+        # Flat position of (group, graph slot, head, row, col) in the buffer of contiguous [G, H, W, W] blocks.
+        pos = start + ((p_slot * n_heads) * width + p_row) * width + p_col
+        pos = pos[:, None] + torch.arange(n_heads, device=device) * (width * width)[:, None]
+        flat.index_put_((pos.reshape(-1),), p_heads.reshape(-1))
         return out
 
     def readout_packed(self, h: Tensor, packed: PackedGraphs) -> Tensor:

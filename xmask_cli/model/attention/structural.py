@@ -21,6 +21,8 @@ so given the same structure both compute the same numbers to float rounding.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -30,8 +32,9 @@ from xmask_cli.config import ModelSection
 
 # The sparse path (attention over given pairs) lives in pairs.py, the parameter-free kernels in
 # ops.py.
+from xmask_cli.model.attention.csr import csr_attention, csr_plan
 from xmask_cli.model.attention.pairs import PairAttention
-from xmask_cli.model.packing import PackedGraphs
+from xmask_cli.model.packing import PackedGraphs, PairSet
 from xmask_cli.model.tracing import exporting
 
 MASK_SCALES = ("paper", "none")
@@ -110,12 +113,14 @@ class StructuralAttention(PairAttention, torch.nn.Module):
         # (bias, its version/dtype/heads, pairs, their version, plan, picked terms) of the last parameter-free bias.
         self._term_memo: tuple | None = None
 
-    def _combine(self, agg: Tensor) -> Tensor:
-        """The output of per-head aggregates ``[..., H, d_h]`` (see ``combine``)."""
+    def _combine(self, agg: Tensor, drop: Callable[[Tensor, float, bool], Tensor] | None = None) -> Tensor:
+        """The output of per-head aggregates ``[..., H, d_h]`` (see ``combine``); ``drop(h, p, training)``
+        draws the output's dropout instead of the ``Dropout`` module."""
         if self.combine == "mean":
             return agg.mean(-2)
         joined = agg.reshape(*agg.shape[:-2], self.dim)
-        return self.dropout(joined if self.out is None else self.out(joined))
+        out = joined if self.out is None else self.out(joined)
+        return self.dropout(out) if drop is None else drop(out, self.dropout.p, self.training)
 
     def structural_term(self, bias: Tensor) -> Tensor:
         """The X-LogSMask bias as it enters the logits (scaled by ``1/sqrt(d_h)`` under 'paper')."""
@@ -169,6 +174,7 @@ class StructuralAttention(PairAttention, torch.nn.Module):
         return_terms: bool = False,
         attn_mask: Tensor | None = None,
         learned: Tensor | None = None,
+        drop: Callable[[Tensor, float, bool], Tensor] | None = None,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """Full attention over a padded batch.
 
@@ -180,6 +186,7 @@ class StructuralAttention(PairAttention, torch.nn.Module):
             attn_mask: :meth:`dense_mask` of ``(bias, mask, learned)`` when the
                 caller built it already (it is then used as is).
             learned: ``[B, H, N, N]`` learned bias (added unscaled), or None.
+            drop: the output's dropout, ``drop(h, p, training)``; None: the ``Dropout`` module.
 
         Returns:
             ``[B, N, D]``, and with ``return_terms`` a dict of ``[B, H, N, N]``
@@ -195,7 +202,7 @@ class StructuralAttention(PairAttention, torch.nn.Module):
         agg = F.scaled_dot_product_attention(
             q, k, v, attn_mask=float_mask, dropout_p=self.attn_dropout if self.training else 0.0
         )
-        out = self._combine(agg.transpose(1, 2))
+        out = self._combine(agg.transpose(1, 2), drop)
         if not return_terms:
             return out
         energy = q @ k.transpose(-1, -2) / math.sqrt(self.head_dim)
@@ -219,13 +226,13 @@ class StructuralAttention(PairAttention, torch.nn.Module):
 
         Args:
             x: ``[n, D]`` real rows of a padded batch (``packed.rows``).
-            packed: the batch's packing and attention groups.
+            packed: the batch's packing and attention groups (and its pair set, attended over its pairs).
             attn_masks: per group, its :meth:`dense_mask` (``[G, H, W, W]``
                 logit term, ``-inf`` at padded keys), or None.
 
         Returns:
             ``[n, D]``: the rows :meth:`forward_dense` gives the real nodes, dropout
-            drawn as over the padded ``[B, N, D]`` output.
+            drawn over the real rows (:meth:`PackedGraphs.dropout`).
         """
         if self.combine == "mean":
             raise ValueError("the packed graph path has no attention output layer (combine='mean')")
@@ -239,9 +246,43 @@ class StructuralAttention(PairAttention, torch.nn.Module):
             qg, kg, vg = group.lay_out(qkv).permute(2, 0, 3, 1, 4).unbind(0)  # each [G, H, W, d_h]
             agg = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=attn_mask, dropout_p=p)
             outs.append(group.gather(agg.transpose(1, 2).reshape(agg.size(0), agg.size(2), self.dim)))
-        agg = torch.cat(outs).index_select(0, packed.inverse) if outs else x.new_zeros(0, self.dim)
+        if packed.pairs is not None:
+            outs.append(self._pair_set_aggregate(qkv, packed.pairs))
+        agg = (outs[0] if len(outs) == 1 else torch.cat(outs)) if outs else x.new_zeros(0, self.dim)
+        if packed.inverse is not None:
+            agg = agg.index_select(0, packed.inverse)
         # combine='concat' (a gat layer's) keeps the heads concatenated, as _combine does on the other paths
         return packed.dropout(agg if self.out is None else self.out(agg), self.dropout.p, self.training)
+
+    def _pair_set_aggregate(self, qkv: Tensor, pairs: PairSet) -> Tensor:
+        """``[m, D]`` heads' aggregates of a packed batch's :class:`~xmask_cli.model.packing.PairSet` rows: the
+        masked heads over the set's pairs (the CSR kernel), plain heads over every node of their graph."""
+        if pairs.edge_index is None:
+            raise ValueError("the pair set's pairs and bias are not set")
+        q, k, v = qkv.index_select(0, pairs.packed).unbind(1)  # each [m, H, d_h]
+        plain = bool(self.plain_heads)
+        dtype = torch.promote_types(q.dtype, torch.float32)  # the CSR kernels' (see _csr_aggregate)
+        heads = tuple(h for h in range(self.num_heads) if h not in self.plain_heads)
+        agg = torch.zeros(*q.shape, dtype=dtype, device=q.device)
+        if heads:
+            # Every block of the forward attends the same pairs with the same term: one plan for them all.
+            key = (heads, dtype, self.mask_scale, self.head_dim)
+            if pairs.plan is None or pairs.plan[0] != key:
+                term = cast(Tensor, self._logit_term(pairs.bias, None, dtype))
+                plan = csr_plan(pairs.edge_index, q.size(0), q.size(0), heads, self.num_heads,
+                                torch.isfinite(term[:, list(heads)]))
+                pairs.plan = (key, plan, term.reshape(-1).index_select(0, plan.pick))
+            _, plan, picked = pairs.plan
+            part = csr_attention(q, k, v, None, plan, heads, 1.0 / math.sqrt(self.head_dim),
+                                 dropout_p=self.attn_dropout if self.training else 0.0, picked=picked,
+                                 impl=self.csr_impl)
+            agg = part if len(heads) == self.num_heads else agg.index_copy(
+                1, torch.tensor(heads, dtype=torch.long, device=q.device), part)
+        if plain:
+            idx = self._plain_idx.to(q.device)
+            plain_agg, _ = self._plain_agg(q, k, v, idx, pairs.node_graph, pairs.node_graph, False)
+            agg = agg.index_copy(1, idx, plain_agg.to(agg.dtype))
+        return agg.to(qkv.dtype).reshape(q.size(0), self.dim)
 
     def forward(
         self,
@@ -254,14 +295,16 @@ class StructuralAttention(PairAttention, torch.nn.Module):
         groups: Tensor | None = None,
         complete: bool = False,
         learned: Tensor | None = None,
+        drop: Callable[[Tensor, float, bool], Tensor] | None = None,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """Sparse path when ``edge_index`` is given (``groups``, ``complete``: see :meth:`forward_sparse`), dense otherwise.
 
         ``learned``: a learned bias (``[E, H]`` or ``[B, H, N, N]``), added after the scaling.
+        ``drop``: the dense path's output dropout (see :meth:`forward_dense`).
         """
         if edge_index is not None:
-            if mask is not None:
-                raise ValueError("the sparse path takes no padding mask")
+            if mask is not None or drop is not None:
+                raise ValueError("the sparse path takes no padding mask and draws its own dropout")
             return self.forward_sparse(x, edge_index, bias, return_terms, groups=groups, complete=complete,
                                        learned=learned)
-        return self.forward_dense(x, bias, mask, return_terms, attn_mask=attn_mask, learned=learned)
+        return self.forward_dense(x, bias, mask, return_terms, attn_mask=attn_mask, learned=learned, drop=drop)
