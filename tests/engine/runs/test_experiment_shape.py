@@ -20,7 +20,8 @@ def test_cli_refuses_with_one_line_and_exit_2() -> None:
     r = run("train", "--preset", "graph-level", "--set", "model.output=attention")
     assert r.exit_code == 2 and "model.output=attention" in one_error_line(r)
     r = run("train", "--preset", "node-level", "--set", "model.output=attention", "--set", "model.experts=[local]")
-    assert r.exit_code == 2 and "model.output=attention" in one_error_line(r)
+    assert r.exit_code == 2 and "model.output is read by" in one_error_line(r)  # not by model.arch=experts
+    assert "model.arch=experts" in one_error_line(r)
     r = run("train", "--preset", "node-level", "--set", "model.output_heads=2", "--set", "model.output_powers=[1,9]")
     assert r.exit_code == 2 and "model.output_powers" in one_error_line(r)
 
