@@ -21,7 +21,7 @@ from xmask_cli.data.registry import get_dataset
 from xmask_cli.model.batches import DenseBatch, LogPairs, PackedBatch
 from xmask_cli.model.logsmask import log_powers
 from xmask_cli.model.network import ModelConfig, XMaskNet
-from xmask_cli.model.packing import pack_graphs, pair_attended
+from xmask_cli.model.packing import PAIR_DENSITY, PAIR_MIN_NODES, pack_graphs, pair_attended
 from xmask_cli.structure.graph import adjacency
 from xmask_cli.structure.powers import power_pairs
 
@@ -243,12 +243,12 @@ def test_large_sparse_graphs_on_their_pairs_give_the_dense_grid_numbers(proteins
     mask = proteins_batch["mask"]
     counts = torch.bincount(pairs.graph, minlength=mask.size(0))
     on_pairs = pair_attended(mask.sum(1), counts, density=0.5, min_nodes=40)
-    packed.pair_density = 0.5
+    packed.packed_path.pair_density = 0.5
     assert int(on_pairs.sum()) >= 3 and int((~on_pairs & (mask.sum(1) > 0)).sum()) >= 10  # both kinds
     batch = {k: proteins_batch[k] for k in ("x", "mask")}
 
     def run(min_nodes: int | None, log_pairs: LogPairs) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        packed.pair_min_nodes = min_nodes
+        packed.packed_path.pair_min_nodes = min_nodes
         return _run(packed, {**batch, "log_powers": log_pairs, "log_spec": (1e-30, "hard")}, seed=3)
 
     out_a, grad_a = run(None, pairs)
@@ -265,3 +265,26 @@ def test_large_sparse_graphs_on_their_pairs_give_the_dense_grid_numbers(proteins
                                                                        pairs.values)))
     out_c, _ = run(40, fewer)
     assert _rel(out_c, out_b) > 1e-6
+
+
+def test_the_pair_settings_are_the_packed_parts_own(proteins_batch) -> None:
+    """Where large sparse graphs leave their grid is the state of the network's packed part (``net.packed_path``):
+    off, no graph attends over its pairs; on, exactly the graphs :func:`pair_attended` picks; each network its own."""
+    _, packed = _pair()
+    other = _pair()[1]
+    pairs, _ = _log_pairs(proteins_batch, "hard")
+    mask = proteins_batch["mask"]
+    want = pair_attended(mask.sum(1), torch.bincount(pairs.graph, minlength=mask.size(0)), density=0.5, min_nodes=40)
+    packed.eval()
+
+    def pair_set():  # the packing's graphs attended over their pairs (None: every graph on its grid)
+        with torch.no_grad():
+            _, packing = packed.encode_packed(proteins_batch["x"], mask, log_powers=pairs, log_spec=(1e-30, "hard"))
+        return packing.pairs
+
+    packed.packed_path.pair_min_nodes = None
+    assert pair_set() is None
+    packed.packed_path.pair_min_nodes, packed.packed_path.pair_density = 40, 0.5
+    got = pair_set()
+    assert got is not None and torch.equal(got.graphs, want.nonzero().squeeze(1))
+    assert (other.packed_path.pair_min_nodes, other.packed_path.pair_density) == (PAIR_MIN_NODES, PAIR_DENSITY)

@@ -219,7 +219,8 @@ def test_expert_attention_modes_agree_on_cora_at_trained_scale(cora_tokens):
     torch.manual_seed(0)
     ref = XMaskNet(ModelConfig(**cfg, expert_attention="sparse")).eval()
     ei = masks.pairs["local"]
-    routed = {"pairs": masks.pairs, "bias": ref._token_bias(masks, values), "mode": "sparse", "regions": None}
+    routed = {"pairs": masks.pairs, "bias": ref.token_path.token_bias(masks, values, ref.bias), "mode": "sparse",
+              "regions": None}
 
     def local_std(block, h) -> float:
         local = block.attn.attn["local"]

@@ -1,17 +1,13 @@
 """The full graph transformer: input encoder, X-LogSMask blocks, task head.
 
-Dense path: a padded batch (``x [B, N, F]``, ``powers [B, K, N, N]``,
-``mask [B, N]``). Sparse path: one graph or a disjoint union of graphs given
-as attended pairs (``edge_index [2, E]``, ``values [E, K]``) plus an optional
-PyG-style ``batch`` vector. Given the same structure both compute the same
-numbers to float rounding under ``outside_support='hard'`` (pairs outside a
-head's stored support weigh 0 on both; plain heads attend over the whole
-graph on both). ``outside_support='eps'`` is the literal dense formula and
-only the dense path computes it: the sparse path refuses it, as it refuses a
-learned bias on a plain head (see :func:`sparse_refusal`). The packed graph
-path (``model/packed_path.py``) and the M3Dphormer token path
-(``model/token_path.py``) are mixins of the same class, with the attributes they
-read declared; the memoised masks (``model/mask_memo.py``) are a part it holds.
+Dense path: a padded batch (``x [B, N, F]``, ``powers [B, K, N, N]``, ``mask [B, N]``). Sparse path: one graph or a
+disjoint union of graphs given as attended pairs (``edge_index [2, E]``, ``values [E, K]``) plus an optional
+PyG-style ``batch`` vector. Given the same structure both compute the same numbers to float rounding under
+``outside_support='hard'`` (pairs outside a head's stored support weigh 0 on both; plain heads attend over the whole
+graph on both). ``outside_support='eps'`` is the literal dense formula and only the dense path computes it: the
+sparse path refuses it, as it refuses a learned bias on a plain head (see :func:`sparse_refusal`). The packed graph
+path (``model/packed_path.py``), the M3Dphormer token path (``model/token_path.py``) and the memoised masks
+(``model/mask_memo.py``) are parts it holds, each called with what it runs.
 :meth:`XMaskNet.forward` takes the typed batches of ``model/batches.py``.
 """
 from __future__ import annotations
@@ -21,12 +17,12 @@ from typing import Any, cast
 
 import torch
 from torch import Tensor
-from torch_geometric.utils import scatter
 
 from xmask_cli.model.archs import get_arch
-from xmask_cli.model.attention.ops import feature_dropout
-from xmask_cli.model.batches import DenseBatch, ModelBatch, PackedBatch, SparseBatch, TokenBatch
+from xmask_cli.model.attention.ops import complete_pairs, feature_dropout
+from xmask_cli.model.batches import DenseBatch, LogPairs, ModelBatch, PackedBatch, SparseBatch, TokenBatch
 from xmask_cli.model.biases.stack import BiasSpec, BiasStack
+from xmask_cli.model.experts import HierarchicalMasks
 from xmask_cli.model.layers import TransformerBlock
 from xmask_cli.model.logsmask import DenseStructure, XLogSMaskBias
 from xmask_cli.model.mask_memo import MaskMemo
@@ -41,45 +37,28 @@ from xmask_cli.model.model_config import (
     plain_heads,
     sparse_refusal,
 )
-from xmask_cli.model.packed_path import PackedPath
-from xmask_cli.model.packing import padded_dropout
+from xmask_cli.model.packed_path import PackedForward
+from xmask_cli.model.packing import PackedGraphs, padded_dropout
 from xmask_cli.model.patch import PatchEncoder
-from xmask_cli.model.token_path import TokenPath
-from xmask_cli.model.tracing import exporting
+from xmask_cli.model.readout import readout_dense, readout_packed, readout_sparse
+from xmask_cli.model.token_path import TokenForward
 
 __all__ = ["ENCODERS", "READOUTS", "TASKS", "ModelConfig", "XMaskNet", "head_labels", "plain_heads", "sparse_refusal"]
 
 
-def _complete(edge_index: Tensor, num_nodes: int, batch: Tensor | None) -> bool:
-    """Whether ``edge_index`` (unique pairs, none across graphs) holds every pair of each graph: ``Σ n_g^2`` of them.
-
-    A program being exported answers False whatever the sizes (it cannot branch on them): the general form then
-    runs, which gives the complete form's numbers wherever :func:`sparse_refusal` lets a model run sparse.
-    """
-    if exporting():
-        return False
-    if batch is None:
-        total = num_nodes * num_nodes
-    else:
-        total = int((torch.bincount(batch) ** 2).sum()) if batch.numel() else 0
-    return edge_index.size(1) == total
-
-
-class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
+class XMaskNet(torch.nn.Module):
     """Graph transformer with the X-LogSMask structural bias.
 
     The architecture ``cfg.arch`` names (:mod:`~xmask_cli.model.archs`: transformer, gat, experts, vit)
     builds the encoder, the blocks and the output; this class runs them, on every path, with the same
     attention, X-LogSMask term, learned biases and readouts.
 
-    encoder -> ``layers`` x :class:`TransformerBlock` (all
-    sharing one parameter-free :class:`XLogSMaskBias`) -> task head. The graph
-    head reads out over real nodes only, then applies an MLP; the node head is
-    the same MLP applied per node, or (``output='attention'``, node task) a last
-    X-LogSMask attention layer, :attr:`out_block`: ``output_heads`` heads of width
-    ``out_dim`` over ``Â^{output_powers}`` (its own parameter-free bias,
-    :attr:`out_bias`), averaged over heads, as GAT's last layer. It runs on the
-    same :class:`StructuralAttention` code as the blocks, dense and sparse.
+    encoder -> ``layers`` x :class:`TransformerBlock` (all sharing one parameter-free :class:`XLogSMaskBias`) -> task
+    head. The graph head reads out over real nodes only, then applies an MLP; the node head is the same MLP applied
+    per node, or (``output='attention'``, node task) a last X-LogSMask attention layer, :attr:`out_block`:
+    ``output_heads`` heads of width ``out_dim`` over ``Â^{output_powers}`` (its own parameter-free bias,
+    :attr:`out_bias`), averaged over heads, as GAT's last layer. It runs on the same :class:`StructuralAttention` code
+    as the blocks, dense and sparse.
 
     Args:
         cfg: the :class:`ModelConfig`.
@@ -98,11 +77,11 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
         # A ModuleList (registered as the blocks' parent), read as the blocks it holds.
         self.blocks = cast(Sequence[TransformerBlock],
                            torch.nn.ModuleList(arch.init_block(cfg, i) for i in range(cfg.layers)))
-        self.head: torch.nn.Module | None
-        self.out_block: TransformerBlock | None
-        self.out_bias: XLogSMaskBias | None
-        self.head, self.out_block, self.out_bias = arch.init_output(cfg)
+        self.head, self.out_block, self.out_bias = arch.init_output(cfg)  # typed by archs.base.Output
+        # Parts without parameters (plain objects, so the state dict is the modules' alone).
         self.memo = MaskMemo()  # the last X-LogSMask mask and sparse bias, reused while their inputs stay the same
+        self.packed_path = PackedForward()  # graph level, packed: its pair / grid settings are its state
+        self.token_path = TokenForward()  # M3Dphormer's expert blocks over tokens
 
     def _dense_attn_mask(self, powers: Tensor | None, mask: Tensor, dtype: torch.dtype,
                          which: str = "blocks") -> Tensor | None:
@@ -126,13 +105,11 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
     def embed(self, x: Tensor, keep_sparse: bool = False) -> Tensor:
         """Input dropout and encoder of ``[n, F]`` features, dense or a sparse COO tensor.
 
-        Sparse bag-of-words features (Coauthor Physics: 0.4 % non-zero of 8,415
-        columns) are encoded as a sparse product, ``x @ W^T + b``; dropout then
-        acts on the stored entries only, which is the same distribution as
-        dense dropout (a zero stays zero either way). With ``encoder='none'``
-        the features go to the first block as they are: a sparse ``x`` stays
-        sparse when ``keep_sparse`` (the sparse full-graph path, whose first
-        q, k, v maps read it as a sparse product), else it is made dense.
+        Sparse bag-of-words features (Coauthor Physics: 0.4 % non-zero of 8,415 columns) are encoded as a sparse
+        product, ``x @ W^T + b``; dropout then acts on the stored entries only, which is the same distribution as
+        dense dropout (a zero stays zero either way). With ``encoder='none'`` the features go to the first block as
+        they are: a sparse ``x`` stays sparse when ``keep_sparse`` (the sparse full-graph path, whose first q, k, v
+        maps read it as a sparse product), else it is made dense.
         """
         if self.cfg.encoder == "none":  # the first block's q, k, v read the features themselves
             return self._drop_input(x if keep_sparse or not x.is_sparse else x.to_dense())
@@ -258,7 +235,7 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
             if values is None:
                 raise ValueError("use_bias=True needs `values` [E, K]")
             bias = self._sparse_bias(self.out_bias, edge_index, values, "output")
-        complete = _complete(edge_index, h.size(0), batch)
+        complete = complete_pairs(edge_index, h.size(0), batch)
         return self.out_block(h, bias, edge_index=edge_index, groups=batch, complete=complete)
 
     def graph_head(self, pooled: Tensor) -> Tensor:
@@ -269,15 +246,7 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
 
     def readout_dense(self, h: Tensor, mask: Tensor) -> Tensor:
         """``[B, hidden]`` sum/mean/max of ``h [B, N, hidden]`` over real nodes only."""
-        keep = mask.unsqueeze(-1)
-        if self.cfg.readout == "sum":
-            return h.masked_fill(~keep, 0.0).sum(1)
-        if self.cfg.readout == "mean":
-            count = mask.sum(1, keepdim=True).clamp(min=1).to(h.dtype)
-            return h.masked_fill(~keep, 0.0).sum(1) / count
-        out = h.masked_fill(~keep, float("-inf")).amax(1)
-        # An empty graph has no max; give it 0 (as PyG's scatter does) instead of -inf.
-        return out.masked_fill(~mask.any(1, keepdim=True), 0.0)
+        return readout_dense(h, mask, self.cfg.readout)
 
     def readout_image(self, h: Tensor) -> Tensor:
         """``[B, hidden]`` of image tokens ``h [B, T, hidden]``: the class token, or sum/mean/max over patches."""
@@ -309,9 +278,8 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
                       ) -> Tensor | tuple[Tensor, list[dict[str, Tensor]]]:
         """Node embeddings ``[N, hidden]`` attending over the pairs ``edge_index`` (plain heads: every node).
 
-        Heads with a structural mask attend over the given pairs (``-inf``
-        at those outside their own support); plain heads over every node of
-        the graph (of its graph in ``batch``).
+        Heads with a structural mask attend over the given pairs (``-inf`` at those outside their own support); plain
+        heads over every node of the graph (of its graph in ``batch``).
 
         Args:
             x: ``[N, F]`` node features (one graph or a disjoint union), dense or a sparse COO tensor (:meth:`embed`).
@@ -323,9 +291,8 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
                 ``rrwp [E, S]``, per-node ``eig_*`` / ``mag_*``).
             batch: ``[N]`` graph of each node of a disjoint union; None: one graph.
 
-        Pairs must be unique and not cross graphs. When they are every pair of
-        the domain (``Σ n_g^2``), this is the dense formula exactly, whatever
-        the settings; otherwise plain heads attend over every node through
+        Pairs must be unique and not cross graphs. When they are every pair of the domain (``Σ n_g^2``), this is the
+        dense formula exactly, whatever the settings; otherwise plain heads attend over every node through
         :func:`~xmask_cli.model.attention.ops.plain_attention`.
 
         Returns:
@@ -336,7 +303,7 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
                 sparse (:func:`sparse_refusal`).
         """
         # Every pair of the domain given: the dense formula, whatever the settings; otherwise check them.
-        complete = _complete(edge_index, x.size(0), batch)
+        complete = complete_pairs(edge_index, x.size(0), batch)
         if not complete:
             refusal = sparse_refusal(self.cfg)
             if refusal is not None:
@@ -360,26 +327,14 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
 
     def readout_sparse(self, h: Tensor, batch: Tensor | None = None, num_graphs: int | None = None) -> Tensor:
         """``[G, hidden]`` sum/mean/max of ``h [N, hidden]`` per graph of ``batch`` (None: one graph)."""
-        if batch is None:
-            batch = torch.zeros(h.size(0), dtype=torch.long, device=h.device)
-        if num_graphs is None:
-            num_graphs = int(batch.max()) + 1 if batch.numel() else 0
-        return scatter(h, batch, dim=0, dim_size=num_graphs, reduce=self.cfg.readout)
+        return readout_sparse(h, batch, num_graphs, self.cfg.readout)
 
-    def forward_sparse(
-        self,
-        x: Tensor,
-        edge_index: Tensor,
-        values: Tensor | None = None,
-        batch: Tensor | None = None,
-        num_graphs: int | None = None,
-        extras: Mapping[str, Tensor] | None = None,
-    ) -> Tensor:
+    def forward_sparse(self, x: Tensor, edge_index: Tensor, values: Tensor | None = None, batch: Tensor | None = None,
+                       num_graphs: int | None = None, extras: Mapping[str, Tensor] | None = None) -> Tensor:
         """Pairs-only forward -> ``[N, out_dim]`` (node task) or ``[G, out_dim]`` (graph task).
 
         Args:
-            x, edge_index, values: see :meth:`encode_sparse`. Pairs must not
-                cross graphs; nothing else separates them.
+            x, edge_index, values: see :meth:`encode_sparse`. Pairs must not cross graphs; nothing else separates them.
             batch: ``[N]`` graph of each node (graph task); None means one graph.
             num_graphs: ``G``; default ``batch.max() + 1``.
         """
@@ -388,6 +343,64 @@ class XMaskNet(PackedPath, TokenPath, torch.nn.Module):
         if self.cfg.task == "graph":
             return self.graph_head(self.readout_sparse(h, batch, num_graphs))
         return self.output_sparse(h, edge_index, values, batch)
+
+    # ----------------------------------------------------------------- packed
+    def packs(self) -> bool:
+        """Whether :meth:`forward` runs graph batches packed (``graph_layout='packed'``, graph task, one attention)."""
+        return PackedForward.runs(self.cfg)
+
+    def encode_packed(self, x: Tensor, mask: Tensor, powers: Tensor | None = None,
+                      log_powers: LogPairs | Sequence[Tensor] | None = None, log_spec: tuple | None = None,
+                      extras: Mapping[str, Tensor] | None = None) -> tuple[Tensor, PackedGraphs]:
+        """Embeddings ``[n, hidden]`` of a padded batch's real nodes, and its packing: the real rows of
+        :meth:`encode_dense`'s numbers, attention per group of similar-sized graphs (:meth:`PackedForward.encode`)."""
+        return self.packed_path.encode(x, mask, powers, log_powers, log_spec, extras, cfg=self.cfg,
+                                       training=self.training, encoder=self.encoder, blocks=self.blocks,
+                                       bias=self.bias, learned=self._learned)
+
+    def readout_packed(self, h: Tensor, packed: PackedGraphs) -> Tensor:
+        """``[B, hidden]`` sum/mean/max of packed rows ``h [n, hidden]`` per graph (an empty graph gives 0)."""
+        return readout_packed(h, packed, self.cfg.readout)
+
+    def forward_packed(self, x: Tensor, mask: Tensor, powers: Tensor | None = None,
+                       log_powers: LogPairs | Sequence[Tensor] | None = None, log_spec: tuple | None = None,
+                       extras: Mapping[str, Tensor] | None = None) -> Tensor:
+        """Graph task, packed: ``[B, out_dim]``, the numbers of :meth:`forward_dense` (see :meth:`encode_packed`)."""
+        self._no_pair_task()
+        if self.cfg.task != "graph":
+            raise ValueError(f"the packed layout is for the graph task, not {self.cfg.task!r}")
+        h, packed = self.encode_packed(x, mask, powers, log_powers, log_spec, extras)
+        return self.graph_head(self.readout_packed(h, packed))
+
+    # ----------------------------------------------------------------- tokens
+    def encode_tokens(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
+                      regions: dict | None = None) -> Tensor:
+        """M3Dphormer: ``[N + P + C, hidden]`` embeddings of real and virtual tokens (:meth:`TokenForward.run`)."""
+        if not self.cfg.experts:
+            raise ValueError("encode_tokens needs a model with attention experts (model.experts)")
+        return self.token_path.run(self.encoder(self._drop_input(x)), masks, local_values, regions,
+                                   blocks=self.blocks, bias=self.bias, mode=self.cfg.expert_attention)
+
+    def forward_tokens(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
+                       regions: dict | None = None) -> Tensor:
+        """``[N + P + C, out_dim]`` logits of every token (see :meth:`encode_tokens`)."""
+        return self._mlp_head()(self.encode_tokens(x, masks, local_values, regions))
+
+    def forward_token_batch(self, batch: TokenBatch) -> Tensor:
+        """:meth:`forward_tokens` of a :class:`TokenBatch`; its dual-mode regions planned once per head width."""
+        head_dim = self.cfg.hidden // self.cfg.heads
+        if self.cfg.expert_attention == "dual" and head_dim not in batch.regions:
+            batch.regions[head_dim] = batch.masks.plan(head_dim)
+        return self.forward_tokens(batch.x, batch.masks, batch.values if self.cfg.use_bias else None,
+                                   regions=batch.regions.get(head_dim))
+
+    def routing_weights(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
+                        regions: dict | None = None) -> list[Tensor]:
+        """Per block, the ``[T, n_experts]`` expert weights each token's router gives (inspection)."""
+        if not self.cfg.experts:
+            raise ValueError("routing_weights needs a model with attention experts (model.experts)")
+        return self.token_path.routing_weights(self.encoder(x), masks, local_values, regions, blocks=self.blocks,
+                                               bias=self.bias, mode=self.cfg.expert_attention)
 
     # ------------------------------------------------------------------ pairs
     def _no_pair_task(self) -> None:

@@ -1,9 +1,9 @@
 """The packed graph-level path of :class:`~xmask_cli.model.network.XMaskNet`.
 
-A mixin, so the one model keeps one class: token-wise layers on the real rows of
-a padded batch only, attention per group of similar-sized graphs. It reads the
-model's ``cfg``, ``encoder``, ``blocks``, ``bias``, ``_learned``, ``graph_head``
-and ``_no_pair_task``.
+A part the network holds (``XMaskNet.packed_path``): token-wise layers on the real rows
+of a padded batch only, attention per group of similar-sized graphs. The network passes
+what it runs (``cfg``, ``encoder``, ``blocks``, ``bias``, its learned biases) to
+:meth:`PackedForward.encode`; the part keeps only its pair / grid settings.
 """
 from __future__ import annotations
 
@@ -12,11 +12,9 @@ from typing import cast
 
 import torch
 from torch import Tensor
-from torch_geometric.utils import scatter
 
 from xmask_cli.model.attention.structural import StructuralAttention
 from xmask_cli.model.batches import LogPairs
-from xmask_cli.model.biases.stack import BiasStack
 from xmask_cli.model.layers import TransformerBlock
 from xmask_cli.model.logsmask import DenseStructure, XLogSMaskBias
 from xmask_cli.model.logsmask import log_powers as take_log
@@ -24,39 +22,36 @@ from xmask_cli.model.model_config import ModelConfig
 from xmask_cli.model.packing import PAIR_DENSITY, PAIR_MIN_NODES, PackedGraphs, PairSet, pack_graphs, pair_attended
 
 
-class PackedPath:
-    """``packs``, ``encode_packed``, ``readout_packed``, ``forward_packed`` of :class:`XMaskNet`."""
+class PackedForward:
+    """The packed graph-level forward a network holds (``XMaskNet.packed_path``).
 
-    #: Graphs above this many nodes whose stored pairs are sparse attend over them (:func:`pair_attended`);
-    #: None: every graph on its dense grid (tests and benchmarks compare the two).
-    pair_min_nodes: int | None = PAIR_MIN_NODES
-    #: ... and whose stored pairs cover less than this share of their grid.
-    pair_density: float = PAIR_DENSITY
+    Its own state is where large sparse graphs leave the dense grid; what it runs (the config, the
+    encoder, the blocks, the X-LogSMask term, the learned biases) comes in as arguments. Set
+    ``net.packed_path.pair_min_nodes = None`` to run every graph on its dense grid (tests and benchmarks
+    compare the two), or pass other values when building one.
+    """
 
-    # What it reads of the model (XMaskNet sets and defines them).
-    cfg: ModelConfig
-    training: bool
-    encoder: torch.nn.Module
-    blocks: Sequence[TransformerBlock]  # a ModuleList of them
-    bias: XLogSMaskBias | None
-    learned: BiasStack | None
-    _learned: Callable[..., Tensor | None]
-    graph_head: Callable[[Tensor], Tensor]
-    _no_pair_task: Callable[[], None]
+    def __init__(self, pair_min_nodes: int | None = PAIR_MIN_NODES, pair_density: float = PAIR_DENSITY) -> None:
+        #: Graphs above this many nodes whose stored pairs are sparse attend over them (:func:`pair_attended`);
+        #: None: every graph on its dense grid.
+        self.pair_min_nodes = pair_min_nodes
+        #: ... and whose stored pairs cover less than this share of their grid.
+        self.pair_density = pair_density
 
-    def packs(self) -> bool:
-        """Whether :meth:`forward` runs graph batches packed (``graph_layout='packed'``, graph task, one attention)."""
-        return (self.cfg.task == "graph" and self.cfg.graph_layout == "packed" and not self.cfg.experts
-                and self.cfg.encoder != "patch")
+    @staticmethod
+    def runs(cfg: ModelConfig) -> bool:
+        """Whether a network of ``cfg`` runs graph batches packed (``graph_layout='packed'``, graph task, one attention)."""
+        return cfg.task == "graph" and cfg.graph_layout == "packed" and not cfg.experts and cfg.encoder != "patch"
 
-    def encode_packed(self, x: Tensor, mask: Tensor, powers: Tensor | None = None,
-                      log_powers: LogPairs | Sequence[Tensor] | None = None, log_spec: tuple | None = None,
-                      extras: Mapping[str, Tensor] | None = None) -> tuple[Tensor, PackedGraphs]:
+    def encode(self, x: Tensor, mask: Tensor, powers: Tensor | None, log_powers: LogPairs | Sequence[Tensor] | None,
+               log_spec: tuple | None, extras: Mapping[str, Tensor] | None, *, cfg: ModelConfig, training: bool,
+               encoder: torch.nn.Module, blocks: Sequence[TransformerBlock], bias: XLogSMaskBias | None,
+               learned: Callable[..., Tensor | None]) -> tuple[Tensor, PackedGraphs]:
         """Embeddings ``[n, hidden]`` of the real nodes of a padded batch, and its packing.
 
-        The same numbers as the real rows of :meth:`encode_dense` (dropout masks
-        included, see :mod:`~xmask_cli.model.packing`), computed on the real
-        rows only, with attention per group of similar-sized graphs.
+        The same numbers as the real rows of :meth:`XMaskNet.encode_dense` (dropout masks included, see
+        :mod:`~xmask_cli.model.packing`), computed on the real rows only, with attention per group of
+        similar-sized graphs.
 
         Args:
             x: ``[B, N, F]`` node features; mask: ``[B, N]``, real nodes first in each row.
@@ -65,175 +60,164 @@ class PackedPath:
                 gives), or per graph its ``[K, n_b, n_b]`` :func:`~xmask_cli.model.logsmask.log_powers`;
                 used instead of ``powers``.
             log_spec: ``(eps, outside_support)`` they were taken with; must be the model's.
-            extras: dense structure the learned biases read (as :meth:`encode_dense`).
+            extras: dense structure the learned biases read (as :meth:`XMaskNet.encode_dense`).
+            cfg, training, encoder, blocks, bias: the network's config, mode and modules.
+            learned: ``learned(layer, extras, mask=mask)``, the layer's learned bias or None.
         """
-        single = self.training and self.cfg.attn_dropout > 0
+        single = training and cfg.attn_dropout > 0
         on_pairs = None
-        if isinstance(log_powers, LogPairs) and not single and self._attends_pairs():
+        if isinstance(log_powers, LogPairs) and not single and self._attends_pairs(cfg, bias):
             counts = torch.bincount(log_powers.graph, minlength=mask.size(0))
             on_pairs = pair_attended(mask.sum(1), counts, self.pair_density, cast(int, self.pair_min_nodes))
         packed = pack_graphs(mask, single_group=single, sparse=on_pairs)
         B, N = mask.shape
         rows = x.reshape(B * N, *x.shape[2:]).index_select(0, packed.rows)
-        if self.cfg.input_dropout > 0 and self.cfg.encoder in ("linear", "none"):
-            rows = packed.dropout(rows, self.cfg.input_dropout, self.training)
-        h = self.encoder(rows)
-        # The packed path runs one structural attention per block (no experts: see packs()).
-        attn = cast(StructuralAttention, self.blocks[0].attn) if len(self.blocks) else None
-        scaled = isinstance(log_powers, LogPairs) and attn is not None and self.bias is not None
-        if scaled and attn is not None:  # the term as it enters the logits, scaled at the pairs, not each grid
-            self._check_log_spec(log_spec)
+        if cfg.input_dropout > 0 and cfg.encoder in ("linear", "none"):
+            rows = packed.dropout(rows, cfg.input_dropout, training)
+        h = encoder(rows)
+        # The packed path runs one structural attention per block (no experts: see runs()).
+        attn = cast(StructuralAttention, blocks[0].attn) if len(blocks) else None
+        scaled = isinstance(log_powers, LogPairs) and attn is not None and bias is not None
+        if scaled and attn is not None and bias is not None:  # the term as it enters the logits, scaled at the pairs
+            _check_log_spec(bias, log_spec)
             # The SDPA masks themselves (padded keys -inf already).
-            bias = self._bias_from_pairs(packed, cast(LogPairs, log_powers), attn.structural_term)
+            group_bias = _bias_from_pairs(bias, packed, cast(LogPairs, log_powers), attn.structural_term)
             if packed.pairs is not None:
-                self._pair_bias(packed.pairs, cast(LogPairs, log_powers))
+                _pair_bias(bias, packed.pairs, cast(LogPairs, log_powers))
         else:
-            bias = self._packed_bias(packed, mask, powers, log_powers, log_spec)
+            group_bias = _packed_bias(bias, cfg.heads, packed, mask, powers, log_powers, log_spec)
         shared = [None if attn is None else attn.dense_mask(b, None if scaled else g.mask, h.dtype, scaled=scaled)
-                  for g, b in zip(packed.groups, bias)]
-        del bias  # the masks hold what attention reads (a large graph's bias is hundreds of MB)
-        for i, block in enumerate(self.blocks):
-            learned = self._learned(i, extras, mask=mask)
+                  for g, b in zip(packed.groups, group_bias)]
+        del group_bias  # the masks hold what attention reads (a large graph's bias is hundreds of MB)
+        for i, block in enumerate(blocks):
+            term = learned(i, extras, mask=mask)
             masks = shared
-            if learned is not None:
+            if term is not None:
                 masks = []
                 for g, m in zip(packed.groups, shared):
                     # The padded batch's learned bias, cut to the group (padded keys are -inf in `m` already).
-                    term = learned.index_select(0, g.graphs)[:, :, :g.width, :g.width].to(h.dtype)
-                    masks.append(term if m is None else m + term)
+                    cut = term.index_select(0, g.graphs)[:, :, :g.width, :g.width].to(h.dtype)
+                    masks.append(cut if m is None else m + cut)
             h = block.forward_packed(h, packed, masks)
         return h, packed
 
-    def _attends_pairs(self) -> bool:
+    def _attends_pairs(self, cfg: ModelConfig, bias: XLogSMaskBias | None) -> bool:
         """Whether large sparse graphs may attend over their stored pairs (:func:`pair_attended`): the same
         numbers as their dense grid only where every pair outside a head's support is ``-inf`` (``hard``) and
         nothing else (a learned bias) lives on the grid."""
-        return (self.pair_min_nodes is not None and self.bias is not None and self.learned is None
-                and self.bias.outside_support == "hard")
+        return (self.pair_min_nodes is not None and bias is not None and not cfg.biases
+                and bias.outside_support == "hard")
 
-    def _pair_bias(self, pairs_set: PairSet, pairs: LogPairs) -> None:
-        """Set ``pairs_set``'s attended pairs and their unscaled ``[E, H]`` bias: its graphs' stored pairs, plus
-        each node's own pair where none is stored (the grid's diagonal fill; off the diagonal it is ``-inf``)."""
-        bias = cast(XLogSMaskBias, self.bias)
-        mine = torch.zeros(len(pairs_set.offset), dtype=torch.bool, device=pairs.graph.device)
-        mine[pairs_set.graphs] = True
-        sel = mine[pairs.graph].nonzero().squeeze(1)
-        base = pairs_set.offset[pairs.graph.index_select(0, sel)]
-        row, col = base + pairs.row.index_select(0, sel), base + pairs.col.index_select(0, sel)
-        values = bias.from_log_powers(pairs.values.index_select(0, sel), axis=1)  # [E, H]
-        m = pairs_set.packed.numel()
-        has_diag = torch.zeros(m, dtype=torch.bool, device=row.device)
-        has_diag[row[row == col]] = True
-        missing = (~has_diag).nonzero().squeeze(1)
-        if missing.numel():
-            k = pairs.values.size(1)
-            zero = torch.zeros(1, k, dtype=pairs.values.dtype, device=row.device)
-            fill = bias.from_log_powers(take_log(zero, bias.eps, bias.outside_support,
-                                                 off_diagonal=torch.zeros(1, 1, dtype=torch.bool)), axis=1)
-            row, col = torch.cat([row, missing]), torch.cat([col, missing])
-            values = torch.cat([values, fill.expand(missing.numel(), -1)])
-        pairs_set.edge_index = torch.stack([row, col])
-        pairs_set.bias = values
 
-    def _packed_bias(self, packed: PackedGraphs, mask: Tensor, powers: Tensor | None,
-                     log_powers: LogPairs | Sequence[Tensor] | None, log_spec: tuple | None) -> list[Tensor | None]:
-        """Per attention group, the X-LogSMask bias ``[G, H, W, W]`` (0 on padding), or Nones without a bias."""
-        if self.bias is None:
-            return [None] * len(packed.groups)
-        if log_powers is not None:
-            self._check_log_spec(log_spec)
-            if isinstance(log_powers, LogPairs):
-                return self._bias_from_pairs(packed, log_powers)
-            out: list[Tensor | None] = []
-            for g in packed.groups:
-                if len(g.sizes) == 1:  # a graph alone in its group (the largest ones): its own terms, no copy
-                    out.append(self.bias.from_log_powers(log_powers[int(g.graphs[0])]).unsqueeze(0))
-                    continue
-                b = torch.zeros(len(g.sizes), self.cfg.heads, g.width, g.width, device=mask.device)
-                for j, (gid, n) in enumerate(zip(g.graphs.tolist(), g.sizes)):
-                    b[j, :, :n, :n] = self.bias.from_log_powers(log_powers[gid])
-                out.append(b)
-            return out
-        if powers is None:
-            raise ValueError("use_bias=True needs `powers` [B, K, N, N] or per-graph `log_powers`")
-        full = self.bias(DenseStructure(powers=powers, mask=mask))  # [B, H, N, N], 0 on padding
-        return [full.index_select(0, g.graphs)[:, :, :g.width, :g.width] for g in packed.groups]
+def _pair_bias(bias: XLogSMaskBias, pairs_set: PairSet, pairs: LogPairs) -> None:
+    """Set ``pairs_set``'s attended pairs and their unscaled ``[E, H]`` bias: its graphs' stored pairs, plus
+    each node's own pair where none is stored (the grid's diagonal fill; off the diagonal it is ``-inf``)."""
+    mine = torch.zeros(len(pairs_set.offset), dtype=torch.bool, device=pairs.graph.device)
+    mine[pairs_set.graphs] = True
+    sel = mine[pairs.graph].nonzero().squeeze(1)
+    base = pairs_set.offset[pairs.graph.index_select(0, sel)]
+    row, col = base + pairs.row.index_select(0, sel), base + pairs.col.index_select(0, sel)
+    values = bias.from_log_powers(pairs.values.index_select(0, sel), axis=1)  # [E, H]
+    m = pairs_set.packed.numel()
+    has_diag = torch.zeros(m, dtype=torch.bool, device=row.device)
+    has_diag[row[row == col]] = True
+    missing = (~has_diag).nonzero().squeeze(1)
+    if missing.numel():
+        k = pairs.values.size(1)
+        zero = torch.zeros(1, k, dtype=pairs.values.dtype, device=row.device)
+        fill = bias.from_log_powers(take_log(zero, bias.eps, bias.outside_support,
+                                             off_diagonal=torch.zeros(1, 1, dtype=torch.bool)), axis=1)
+        row, col = torch.cat([row, missing]), torch.cat([col, missing])
+        values = torch.cat([values, fill.expand(missing.numel(), -1)])
+    pairs_set.edge_index = torch.stack([row, col])
+    pairs_set.bias = values
 
-    def _check_log_spec(self, log_spec: tuple | None) -> None:
-        """Refuse log-powers taken with another ``(eps, outside_support)`` than the model's term."""
-        bias = cast(XLogSMaskBias, self.bias)
-        spec = (bias.eps, bias.outside_support)
-        if log_spec is None or (float(log_spec[0]), str(log_spec[1])) != spec:
-            raise ValueError(f"the batch's log-powers were taken with (eps, outside_support) = {log_spec}, "
-                             f"the model needs {spec}")
 
-    def _bias_from_pairs(self, packed: PackedGraphs, pairs: LogPairs,
-                         term: Callable[[Tensor], Tensor] = lambda t: t) -> list[Tensor | None]:
-        """Per attention group, its SDPA mask ``[G, H, W, W]``: the stored pairs' log values, the log value
-        outside the stored support elsewhere, ``-inf`` at padded keys (0 at a padded query's real keys).
-
-        The numbers :meth:`StructuralAttention.dense_mask` makes of the per-graph dense log-powers (the log of
-        a zero is the fill, the diagonal's included), laid out in one buffer by one scatter of every pair.
-        ``term``: an elementwise map (the attention's scaling) applied to the pairs and the fills before they
-        are laid out, so the grid is never mapped as a whole. Pairs of the batch's pair set are left out.
-        """
-        bias = cast(XLogSMaskBias, self.bias)
-        vals = pairs.values
-        device = vals.device
-        k = vals.size(1)
-        zero = torch.zeros(2, 2, k, dtype=vals.dtype, device=device)
-        off = ~torch.eye(2, dtype=torch.bool, device=device)[:, :, None]
-        # [H] per head: the log of a zero off the diagonal (-inf under 'hard') and on it; 0 on heads without a mask.
-        logs = bias.from_log_powers(take_log(zero, bias.eps, bias.outside_support, off_diagonal=off), axis=2)
-        fill_off, fill_diag = term(logs[0, 1]), term(logs[0, 0])
-        heads = term(bias.from_log_powers(vals, axis=1))  # [P, H]
-        n_heads = heads.size(1)
-        groups = packed.groups
-        if not groups:
-            return []
-        # Group of each graph (-1: attended over its pairs), its position in the group, each group's offset.
-        where = torch.full((packed.num_graphs,), -1, dtype=torch.long, device=device)
-        slot = torch.zeros(packed.num_graphs, dtype=torch.long, device=device)
-        for i, g in enumerate(groups):
-            where[g.graphs] = i
-            slot[g.graphs] = torch.arange(len(g.sizes), device=device)
-        numels = [len(g.sizes) * n_heads * g.width * g.width for g in groups]
-        flat = torch.empty(sum(numels), dtype=heads.dtype, device=device)
+def _packed_bias(bias: XLogSMaskBias | None, heads: int, packed: PackedGraphs, mask: Tensor, powers: Tensor | None,
+                 log_powers: LogPairs | Sequence[Tensor] | None, log_spec: tuple | None) -> list[Tensor | None]:
+    """Per attention group, the X-LogSMask bias ``[G, H, W, W]`` (0 on padding), or Nones without a bias."""
+    if bias is None:
+        return [None] * len(packed.groups)
+    if log_powers is not None:
+        _check_log_spec(bias, log_spec)
+        if isinstance(log_powers, LogPairs):
+            return _bias_from_pairs(bias, packed, log_powers)
         out: list[Tensor | None] = []
-        pad = heads.new_full((), float("-inf"))
-        at = 0
-        for g, numel in zip(groups, numels):
-            b = flat[at:at + numel].view(len(g.sizes), n_heads, g.width, g.width)
-            at += numel
-            b.copy_(fill_off.view(1, -1, 1, 1).expand_as(b))
-            if g.slots is not None:  # padding: 0 on a padded query's row, -inf at padded keys (as dense_mask adds)
-                b.masked_fill_(~g.mask[:, None, :, None], 0.0)
-                b.masked_fill_(~g.mask[:, None, None, :], float("-inf"))
-            b.diagonal(0, 2, 3).copy_(torch.where(g.mask[:, None], fill_diag.view(1, -1, 1), pad))
+        for g in packed.groups:
+            if len(g.sizes) == 1:  # a graph alone in its group (the largest ones): its own terms, no copy
+                out.append(bias.from_log_powers(log_powers[int(g.graphs[0])]).unsqueeze(0))
+                continue
+            b = torch.zeros(len(g.sizes), heads, g.width, g.width, device=mask.device)
+            for j, (gid, n) in enumerate(zip(g.graphs.tolist(), g.sizes)):
+                b[j, :, :n, :n] = bias.from_log_powers(log_powers[gid])
             out.append(b)
-        gi = where[pairs.graph]
-        p_slot, p_row, p_col, p_heads = slot[pairs.graph], pairs.row, pairs.col, heads
-        if packed.pairs is not None:  # the dense groups' pairs only
-            sel = (gi >= 0).nonzero().squeeze(1)
-            gi, p_slot, p_row, p_col, p_heads = (t.index_select(0, sel) for t in (gi, p_slot, p_row, p_col, p_heads))
-        width = torch.tensor([g.width for g in groups], dtype=torch.long, device=device)[gi]
-        start = torch.tensor([0] + numels[:-1], dtype=torch.long, device=device).cumsum(0)[gi]
-        # Flat position of (group, graph slot, head, row, col) in the buffer of contiguous [G, H, W, W] blocks.
-        pos = start + ((p_slot * n_heads) * width + p_row) * width + p_col
-        pos = pos[:, None] + torch.arange(n_heads, device=device) * (width * width)[:, None]
-        flat.index_put_((pos.reshape(-1),), p_heads.reshape(-1))
         return out
+    if powers is None:
+        raise ValueError("use_bias=True needs `powers` [B, K, N, N] or per-graph `log_powers`")
+    full = bias(DenseStructure(powers=powers, mask=mask))  # [B, H, N, N], 0 on padding
+    return [full.index_select(0, g.graphs)[:, :, :g.width, :g.width] for g in packed.groups]
 
-    def readout_packed(self, h: Tensor, packed: PackedGraphs) -> Tensor:
-        """``[B, hidden]`` sum/mean/max of packed rows ``h [n, hidden]`` per graph (an empty graph gives 0)."""
-        return scatter(h, packed.graph, dim=0, dim_size=packed.num_graphs, reduce=self.cfg.readout)
 
-    def forward_packed(self, x: Tensor, mask: Tensor, powers: Tensor | None = None,
-                       log_powers: LogPairs | Sequence[Tensor] | None = None, log_spec: tuple | None = None,
-                       extras: Mapping[str, Tensor] | None = None) -> Tensor:
-        """Graph task, packed: ``[B, out_dim]``, the numbers of :meth:`forward_dense` (see :meth:`encode_packed`)."""
-        self._no_pair_task()
-        if self.cfg.task != "graph":
-            raise ValueError(f"the packed layout is for the graph task, not {self.cfg.task!r}")
-        h, packed = self.encode_packed(x, mask, powers, log_powers, log_spec, extras)
-        return self.graph_head(self.readout_packed(h, packed))
+def _check_log_spec(bias: XLogSMaskBias, log_spec: tuple | None) -> None:
+    """Refuse log-powers taken with another ``(eps, outside_support)`` than the model's term."""
+    spec = (bias.eps, bias.outside_support)
+    if log_spec is None or (float(log_spec[0]), str(log_spec[1])) != spec:
+        raise ValueError(f"the batch's log-powers were taken with (eps, outside_support) = {log_spec}, "
+                         f"the model needs {spec}")
+
+
+def _bias_from_pairs(bias: XLogSMaskBias, packed: PackedGraphs, pairs: LogPairs,
+                     term: Callable[[Tensor], Tensor] = lambda t: t) -> list[Tensor | None]:
+    """Per attention group, its SDPA mask ``[G, H, W, W]``: the stored pairs' log values, the log value
+    outside the stored support elsewhere, ``-inf`` at padded keys (0 at a padded query's real keys).
+
+    The numbers :meth:`StructuralAttention.dense_mask` makes of the per-graph dense log-powers (the log of
+    a zero is the fill, the diagonal's included), laid out in one buffer by one scatter of every pair.
+    ``term``: an elementwise map (the attention's scaling) applied to the pairs and the fills before they
+    are laid out, so the grid is never mapped as a whole. Pairs of the batch's pair set are left out.
+    """
+    vals = pairs.values
+    device = vals.device
+    k = vals.size(1)
+    zero = torch.zeros(2, 2, k, dtype=vals.dtype, device=device)
+    off = ~torch.eye(2, dtype=torch.bool, device=device)[:, :, None]
+    # [H] per head: the log of a zero off the diagonal (-inf under 'hard') and on it; 0 on heads without a mask.
+    logs = bias.from_log_powers(take_log(zero, bias.eps, bias.outside_support, off_diagonal=off), axis=2)
+    fill_off, fill_diag = term(logs[0, 1]), term(logs[0, 0])
+    heads = term(bias.from_log_powers(vals, axis=1))  # [P, H]
+    n_heads = heads.size(1)
+    groups = packed.groups
+    if not groups:
+        return []
+    # Group of each graph (-1: attended over its pairs), its position in the group, each group's offset.
+    where = torch.full((packed.num_graphs,), -1, dtype=torch.long, device=device)
+    slot = torch.zeros(packed.num_graphs, dtype=torch.long, device=device)
+    for i, g in enumerate(groups):
+        where[g.graphs] = i
+        slot[g.graphs] = torch.arange(len(g.sizes), device=device)
+    numels = [len(g.sizes) * n_heads * g.width * g.width for g in groups]
+    flat = torch.empty(sum(numels), dtype=heads.dtype, device=device)
+    out: list[Tensor | None] = []
+    pad = heads.new_full((), float("-inf"))
+    at = 0
+    for g, numel in zip(groups, numels):
+        b = flat[at:at + numel].view(len(g.sizes), n_heads, g.width, g.width)
+        at += numel
+        b.copy_(fill_off.view(1, -1, 1, 1).expand_as(b))
+        if g.slots is not None:  # padding: 0 on a padded query's row, -inf at padded keys (as dense_mask adds)
+            b.masked_fill_(~g.mask[:, None, :, None], 0.0)
+            b.masked_fill_(~g.mask[:, None, None, :], float("-inf"))
+        b.diagonal(0, 2, 3).copy_(torch.where(g.mask[:, None], fill_diag.view(1, -1, 1), pad))
+        out.append(b)
+    gi = where[pairs.graph]
+    p_slot, p_row, p_col, p_heads = slot[pairs.graph], pairs.row, pairs.col, heads
+    if packed.pairs is not None:  # the dense groups' pairs only
+        sel = (gi >= 0).nonzero().squeeze(1)
+        gi, p_slot, p_row, p_col, p_heads = (t.index_select(0, sel) for t in (gi, p_slot, p_row, p_col, p_heads))
+    width = torch.tensor([g.width for g in groups], dtype=torch.long, device=device)[gi]
+    start = torch.tensor([0] + numels[:-1], dtype=torch.long, device=device).cumsum(0)[gi]
+    # Flat position of (group, graph slot, head, row, col) in the buffer of contiguous [G, H, W, W] blocks.
+    pos = start + ((p_slot * n_heads) * width + p_row) * width + p_col
+    pos = pos[:, None] + torch.arange(n_heads, device=device) * (width * width)[:, None]
+    flat.index_put_((pos.reshape(-1),), p_heads.reshape(-1))
+    return out

@@ -1,94 +1,68 @@
-"""The M3Dphormer token path of :class:`~xmask_cli.model.network.XMaskNet` (expert attention).
+"""The M3Dphormer token forward of :class:`~xmask_cli.model.network.XMaskNet` (expert attention).
 
-A mixin, so the one model keeps one class: real and virtual tokens under the
-local / cluster / global masks. It reads the model's ``cfg``, ``encoder``,
-``blocks``, ``bias``, ``head`` and ``_drop_input``.
+A part the network holds (``XMaskNet.token_path``): real and virtual tokens under the local / cluster /
+global masks. It has no state of its own; the network passes what it runs (its blocks, its X-LogSMask
+term, the attention mode) to each call.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-import torch
 from torch import Tensor
 
-from xmask_cli.model.batches import TokenBatch
 from xmask_cli.model.experts import HierarchicalMasks, RoutedAttention
 from xmask_cli.model.layers import TransformerBlock
 from xmask_cli.model.logsmask import SparseStructure, XLogSMaskBias
-from xmask_cli.model.model_config import ModelConfig
 
 
-class TokenPath:
-    """``encode_tokens``, ``forward_tokens``, ``forward_token_batch``, ``routing_weights`` of :class:`XMaskNet`."""
+class TokenForward:
+    """The expert blocks over token embeddings: :meth:`XMaskNet.encode_tokens`'s and
+    :meth:`XMaskNet.routing_weights`'s work, with every input an argument."""
 
-    # What it reads of the model (XMaskNet sets and defines them).
-    cfg: ModelConfig
-    encoder: torch.nn.Module
-    blocks: Sequence[TransformerBlock]  # a ModuleList of them
-    bias: XLogSMaskBias | None
-    _drop_input: Callable[[Tensor], Tensor]
-    _mlp_head: Callable[[], torch.nn.Module]
-
-    def encode_tokens(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
-                      regions: dict | None = None) -> Tensor:
-        """M3Dphormer: ``[N + P + C, hidden]`` embeddings of real and virtual tokens.
+    def run(self, h: Tensor, masks: HierarchicalMasks, local_values: Tensor | None, regions: dict | None, *,
+            blocks: Sequence[TransformerBlock], bias: XLogSMaskBias | None, mode: str) -> Tensor:
+        """``[N + P + C, hidden]``: the encoded tokens ``h`` through every expert block.
 
         Args:
-            x: ``[N + P + C, F]`` token features (:meth:`HierarchicalMasks.pool`).
+            h: ``[N + P + C, hidden]`` encoded token features (of :meth:`HierarchicalMasks.pool`'s tokens).
             masks: the local / cluster / global token masks.
-            local_values: ``[E, K]`` ``Â^1..Â^K`` at the given local pairs (the
-                first ``masks.num_given_local``); the X-LogSMask term of the local
-                expert. None when ``use_bias=False``.
-            regions: dual-mode regions per mask (``masks.plan(head_dim)``); planned
-                per call when None.
+            local_values: ``[E, K]`` ``Â^1..Â^K`` at the given local pairs (the first
+                ``masks.num_given_local``); the X-LogSMask term of the local expert. None without ``bias``.
+            regions: dual-mode regions per mask (``masks.plan(head_dim)``); planned per call when None.
+            blocks, bias, mode: the network's expert blocks, X-LogSMask term and ``expert_attention``.
         """
-        if not self.cfg.experts:
-            raise ValueError("encode_tokens needs a model with attention experts (model.experts)")
-        h = self.encoder(self._drop_input(x))
-        routed = self._routed(masks, local_values, regions)
-        for block in self.blocks:
+        routed = self.routed(masks, local_values, regions, bias=bias, mode=mode)
+        for block in blocks:
             h = block(h, routed=routed)
         return h
 
-    def _routed(self, masks: HierarchicalMasks, local_values: Tensor | None, regions: dict | None) -> dict:
+    def routed(self, masks: HierarchicalMasks, local_values: Tensor | None, regions: dict | None, *,
+               bias: XLogSMaskBias | None, mode: str) -> dict:
         """What every expert block reads: the masks' pairs, the experts' biases, the attention mode, the regions."""
-        return {"pairs": masks.pairs, "bias": self._token_bias(masks, local_values),
-                "mode": self.cfg.expert_attention, "regions": regions}
+        return {"pairs": masks.pairs, "bias": self.token_bias(masks, local_values, bias), "mode": mode,
+                "regions": regions}
 
-    def _token_bias(self, masks: HierarchicalMasks, local_values: Tensor | None) -> dict[str, Tensor | None]:
-        """The experts' biases: the X-LogSMask term on the local expert's pairs (none without ``use_bias``)."""
-        bias: dict[str, Tensor | None] = {}
-        if self.bias is not None:
+    @staticmethod
+    def token_bias(masks: HierarchicalMasks, local_values: Tensor | None,
+                   bias: XLogSMaskBias | None) -> dict[str, Tensor | None]:
+        """The experts' biases: the X-LogSMask term ``bias`` on the local expert's pairs (none without it)."""
+        out: dict[str, Tensor | None] = {}
+        if bias is not None:
             if local_values is None:
                 raise ValueError("use_bias=True needs `local_values` [E, K] at the local pairs")
             given = masks.local[:, :masks.num_given_local]
             # Virtual tokens' and added self pairs get 0: no structure to bias them with.
-            bias["local"] = masks.pad_local(self.bias(SparseStructure(edge_index=given, values=local_values)))
-        return bias
+            out["local"] = masks.pad_local(bias(SparseStructure(edge_index=given, values=local_values)))
+        return out
 
-    def forward_tokens(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
-                       regions: dict | None = None) -> Tensor:
-        """``[N + P + C, out_dim]`` logits of every token (see :meth:`encode_tokens`)."""
-        return self._mlp_head()(self.encode_tokens(x, masks, local_values, regions))
-
-    def forward_token_batch(self, batch: TokenBatch) -> Tensor:
-        """:meth:`forward_tokens` of a :class:`TokenBatch`; its dual-mode regions planned once per head width."""
-        head_dim = self.cfg.hidden // self.cfg.heads
-        if self.cfg.expert_attention == "dual" and head_dim not in batch.regions:
-            batch.regions[head_dim] = batch.masks.plan(head_dim)
-        return self.forward_tokens(batch.x, batch.masks, batch.values if self.cfg.use_bias else None,
-                                   regions=batch.regions.get(head_dim))
-
-    def routing_weights(self, x: Tensor, masks: HierarchicalMasks, local_values: Tensor | None = None,
-                        regions: dict | None = None) -> list[Tensor]:
-        """Per block, the ``[T, n_experts]`` expert weights each token's router gives (inspection)."""
-        if not self.cfg.experts:
-            raise ValueError("routing_weights needs a model with attention experts (model.experts)")
+    def routing_weights(self, h: Tensor, masks: HierarchicalMasks, local_values: Tensor | None,
+                        regions: dict | None, *, blocks: Sequence[TransformerBlock], bias: XLogSMaskBias | None,
+                        mode: str) -> list[Tensor]:
+        """Per block, the ``[T, n_experts]`` expert weights each token of ``h`` (encoded) gets from its router."""
         out = []
-        h = self.encoder(x)
         # The same biases as the forward: without them every block after the first would see other inputs.
-        routed = self._routed(masks, local_values, regions)
-        for block in self.blocks:
+        routed = self.routed(masks, local_values, regions, bias=bias, mode=mode)
+        for block in blocks:
             assert isinstance(block.attn, RoutedAttention)  # an expert model's blocks route (XMaskNet builds them so)
             src = block.norm1(h) if block.norm == "pre" else h
             out.append(block.attn.routing_weights(src))

@@ -290,7 +290,7 @@ def test_the_stores_log_pairs_train_to_the_dense_powers_numbers(shared_data: Pat
     models[1].load_state_dict(models[0].state_dict())
     # Every graph on its dense grid: the pair path for large sparse graphs (only the log pairs feed it) agrees to
     # float rounding, not bit for bit (tests/model/test_packed_path.py compares it).
-    models[0].pair_min_nodes = None
+    models[0].packed_path.pair_min_nodes = None
     runs = []
     for task, model in zip(tasks, models):
         opt = torch.optim.AdamW(model.parameters(), lr=1e-2)

@@ -128,3 +128,19 @@ def plain_attention(
             lses.append(l)
         out, lse = torch.cat(outs), torch.cat(lses)
     return (out, lse) if return_lse else out
+
+
+def complete_pairs(edge_index: Tensor, num_nodes: int, batch: Tensor | None) -> bool:
+    """Whether ``edge_index`` (unique pairs, none across graphs) holds every pair of each graph: ``Σ n_g^2`` of them.
+
+    A program being exported answers False whatever the sizes (it cannot branch on them): the general form then
+    runs, which gives the complete form's numbers wherever
+    :func:`~xmask_cli.model.model_config.sparse_refusal` lets a model run sparse.
+    """
+    if exporting():
+        return False
+    if batch is None:
+        total = num_nodes * num_nodes
+    else:
+        total = int((torch.bincount(batch) ** 2).sum()) if batch.numel() else 0
+    return edge_index.size(1) == total
