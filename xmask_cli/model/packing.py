@@ -79,8 +79,8 @@ def row_dropout(h: Tensor, p: float, training: bool) -> Tensor:
 def _graph_order(sizes: np.ndarray) -> np.ndarray:
     """The packed order of a batch's non-empty graphs: largest first, ties by position (what
     :func:`plan_groups` cuts into runs, so each group's rows are one contiguous span)."""
-    return np.asarray(sorted((b for b, n in enumerate(sizes.tolist()) if n > 0), key=lambda b: (-sizes[b], b)),
-                      dtype=np.int64)
+    real = np.flatnonzero(sizes > 0)
+    return real[np.argsort(-sizes[real], kind="stable")].astype(np.int64)  # stable: ties keep their position
 
 
 def _real_rows(sizes: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -238,7 +238,7 @@ def plan_groups(sizes: list[int], call_pairs: int = GROUP_CALL_PAIRS) -> list[li
     Empty graphs are left out (they have no rows to attend). Returns each
     group's batch positions, largest graph first.
     """
-    order = sorted((b for b, n in enumerate(sizes) if n > 0), key=lambda b: (-sizes[b], b))
+    order = _graph_order(np.asarray(sizes, dtype=np.int64)).tolist()
     s = np.array([sizes[b] for b in order], dtype=np.float64)
     m = len(s)
     best = np.zeros(m + 1)  # best[j]: cost of the first j graphs
