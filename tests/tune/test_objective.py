@@ -3,6 +3,7 @@ folds, the best trial's choice."""
 from __future__ import annotations
 
 import json
+import statistics
 
 import optuna
 import pytest
@@ -54,6 +55,9 @@ def test_reports_are_the_running_mean_of_the_seeds_best_validation_at_per_seed_s
     assert reported[max(reported)] == pytest.approx(value, abs=1e-12)
     assert "test" not in json.loads((run / "0" / "summary.json").read_text())["metrics"]
     assert not (run / "0" / "best.pt").exists() and not (run / "0" / "last.pt").exists()  # checkpoints dropped
+    # Its cost beside its score: the median of the epochs' wall times, both seeds' epochs together.
+    times = [json.loads(line)["epoch_s"] for s in (0, 1) for line in (run / str(s) / "metrics.jsonl").read_text().splitlines()]
+    assert study.trials[0].user_attrs["epoch_s"] == pytest.approx(statistics.median(times), abs=1e-12)
 
 
 def test_the_trials_of_a_study_read_the_dataset_once(tmp_path, mutag_cache, monkeypatch):
@@ -88,6 +92,8 @@ def test_a_pruned_trial_stops_training_where_the_pruner_says(tmp_path, mutag_cac
     metrics = tmp_path / "trials" / "trial-0000" / "0" / "metrics.jsonl"
     assert len(metrics.read_text().splitlines()) == 2  # epochs 0 and 1, then stopped (budget: 3)
     assert not (tmp_path / "trials" / "trial-0000" / "1").exists()  # the second seed never started
+    times = [json.loads(line)["epoch_s"] for line in metrics.read_text().splitlines()]
+    assert trial.user_attrs["epoch_s"] == pytest.approx(statistics.median(times), abs=1e-12)  # pruned: cost kept
 
 
 @pytest.mark.parametrize("direction, values, losses, want", [

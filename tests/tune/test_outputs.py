@@ -36,7 +36,7 @@ def _study(values: list[float | None]) -> optuna.Study:
         else:
             t = create_trial(params=params, distributions=DISTS, value=v,
                              user_attrs={"val_std": 0.01, "val_values": [v - 0.01, v + 0.01],
-                                         "best_epochs": [3, 4], "val_loss_mean": 1.0 - v})
+                                         "best_epochs": [3, 4], "val_loss_mean": 1.0 - v, "epoch_s": 0.25 * (i + 1)})
         t.datetime_start = START
         t.datetime_complete = START + datetime.timedelta(seconds=2.5 + i)  # trial i took 2.5 + i seconds
         study.add_trial(t)
@@ -60,11 +60,12 @@ def test_best_yaml_is_a_preset_that_resolves_to_the_best_configuration(tmp_path)
 
 def test_trials_csv_has_one_row_per_trial_with_decoded_values():
     rows = list(csv.reader(io.StringIO(trials_csv(_study([0.8, None, 0.9]), PARAMS))))
-    assert rows[0] == ["number", "state", "value", "val_std", "duration_s", "model.head_powers", "model.hidden",
-                       "train.lr", "val_values", "best_epochs", "fail_reason"]
-    assert rows[1] == ["0", "COMPLETE", "0.8", "0.01", "2.50", "[1, 2]", "16", "0.1", "[0.79, 0.81]", "[3, 4]", ""]
-    assert rows[2] == ["1", "FAIL", "", "", "3.50", "[2, 0]", "24", "0.2", "", "", "diverged"]
-    assert rows[3][:8] == ["2", "COMPLETE", "0.9", "0.01", "4.50", "[1, 2]", "32", "0.3"]  # the grid point, tidied
+    assert rows[0] == ["number", "state", "value", "val_std", "duration_s", "epoch_s", "model.head_powers",
+                       "model.hidden", "train.lr", "val_values", "best_epochs", "fail_reason"]
+    assert rows[1] == ["0", "COMPLETE", "0.8", "0.01", "2.50", "0.25", "[1, 2]", "16", "0.1", "[0.79, 0.81]", "[3, 4]",
+                       ""]
+    assert rows[2] == ["1", "FAIL", "", "", "3.50", "", "[2, 0]", "24", "0.2", "", "", "diverged"]
+    assert rows[3][:9] == ["2", "COMPLETE", "0.9", "0.01", "4.50", "0.75", "[1, 2]", "32", "0.3"]  # grid point tidied
     assert len(rows) == 4
 
 

@@ -8,8 +8,9 @@ from tests.cli_helpers import one_error_line, run
 from tests.tune.conftest import TINY, tiny_args
 from xmask_cli import config as C
 from xmask_cli import config_resolve as R
+from xmask_cli.engine.runs.experiment import check_config
 from xmask_cli.errors import ConfigError
-from xmask_cli.tune.space import Param, check_space, decode, parse_space, start_point, suggest
+from xmask_cli.tune.space import Param, check_space, decode, parse_space, start_point, suggest, with_values
 
 
 @pytest.mark.parametrize("entry, key, words", [
@@ -88,6 +89,35 @@ def test_suggest_draws_within_the_space_and_decodes_list_choices():
         assert decode(params, trial.params) == values
         study.tell(trial, 0.0)
     assert seen_powers == {(1, 2, 3, 4), (1, 1, 2, 2)}
+
+
+def test_a_key_the_drawn_architecture_does_not_read_is_not_drawn_and_stays_buildable():
+    # A preset that sets ffn_mult=1 for its transformer: a gat trial drawing ffn_mult would be refused by the
+    # architecture rule; instead the key is not drawn and goes back to its default, for trials and best.yaml.
+    cfg = R.resolve("mutag", ["tune=null", "model.ffn_mult=1", "tune.model.arch={choice: [transformer, gat]}",
+                              "tune.model.ffn_mult={choice: [1, 2, 4]}", "tune.model.layers={int: [1, 3]}"])
+    params = check_space(cfg, full=True)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=5))
+    archs = set()
+    for _ in range(40):
+        trial = study.ask()
+        values = suggest(trial, params)
+        archs.add(values["model.arch"])
+        if values["model.arch"] == "gat":
+            assert "model.ffn_mult" not in trial.params and values["model.ffn_mult"] == C.ModelSection().ffn_mult
+        else:
+            assert trial.params["model.ffn_mult"] == values["model.ffn_mult"] in (1, 2, 4)
+        assert decode(params, trial.params) == values
+        assert "model.ffn_mult" not in decode(params, trial.params, unread=False) or values["model.arch"] != "gat"
+        built = with_values(cfg, values)  # the trial's config passes the architecture rule
+        check_config(built)
+        assert built.model.arch == values["model.arch"] and built.model.layers == values["model.layers"]
+        study.tell(trial, 0.0)
+    assert archs == {"transformer", "gat"}
+    # Without model.arch in the space nothing is left out, as before.
+    plain = check_space(R.resolve("mutag", ["tune=null", "tune.model.ffn_mult={choice: [1, 2]}"]))
+    trial = optuna.create_study().ask()
+    assert set(suggest(trial, plain)) == {"model.ffn_mult"} == set(trial.params)
 
 
 def test_a_preset_without_a_space_is_refused(tmp_path):

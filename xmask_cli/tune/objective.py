@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -95,7 +96,7 @@ def run_trial(trial: optuna.Trial, setup: TrialSetup, *, log: Callable[[str], No
 
     Records on the trial (user attributes): ``values`` (the drawn configuration),
     ``val_values`` / ``val_std`` (per seed, population std), ``train_mean``,
-    ``best_epochs`` and ``run_root``.
+    ``best_epochs``, ``run_root`` and ``epoch_s`` (median wall seconds of its epochs, pruned trials too).
 
     Raises:
         optuna.TrialPruned: the pruner stopped it (its last report is the value Optuna keeps).
@@ -124,6 +125,8 @@ def run_trial(trial: optuna.Trial, setup: TrialSetup, *, log: Callable[[str], No
         raise TrialFailed(f"{type(exc).__name__}: {first_line(exc)}") from None
     finally:
         _drop_checkpoints(setup.study_dir / "trials" / f"trial-{trial.number:04d}")
+        if report.epoch_s:  # the trial's cost beside its score (pruned trials too): median seconds an epoch
+            trial.set_user_attr("epoch_s", statistics.median(report.epoch_s))
     if result.aggregate is None:  # only a distributed run's other ranks have no aggregate; tune runs one process
         raise TrialFailed("the sweep returned no aggregate")
     val = result.aggregate["val"]
@@ -150,6 +153,7 @@ class _Reporter:
         self.key, self.higher = f"val_{setup.metric}", HIGHER_IS_BETTER[setup.metric]
         self.best: dict[int, float] = {}  # run position -> its best validation score so far
         self.run = -1  # the position of the run (a seed, or a seed's fold) whose epochs arrive
+        self.epoch_s: list[float] = []  # each epoch's wall time (training pass and validation)
 
     def on_seed_start(self, seed: int, epochs: int) -> None:
         self.run += 1  # train_seeds starts its runs one after the other, in order
@@ -158,6 +162,8 @@ class _Reporter:
         import optuna
 
         i, epoch, v = self.run, int(row["epoch"]), float(row[self.key])
+        if isinstance(row.get("epoch_s"), (int, float)):
+            self.epoch_s.append(float(row["epoch_s"]))
         if math.isfinite(v) and (i not in self.best or (v > self.best[i] if self.higher else v < self.best[i])):
             self.best[i] = v
         if i not in self.best or not 0 <= epoch < self.stride:

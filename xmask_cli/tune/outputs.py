@@ -133,16 +133,17 @@ def _cell(v: Any) -> Any:
 
 
 def trials_csv(study: optuna.Study, params: list[Param]) -> str:
-    """One row per trial: number, state, value, duration, each searched key, per-seed validation, failure reason."""
+    """One row per trial: number, state, value, duration, median epoch seconds, each searched key (blank where
+    the trial's architecture does not read it), per-seed validation, failure reason."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     keys = [p.key for p in params]
-    w.writerow(["number", "state", "value", "val_std", "duration_s", *keys, "val_values", "best_epochs", "fail_reason"])
+    w.writerow(["number", "state", "value", "val_std", "duration_s", "epoch_s", *keys, "val_values", "best_epochs", "fail_reason"])
     for t in study.trials:
-        values = decode(params, t.params)
+        values = decode(params, t.params, unread=False)  # a key the trial's architecture did not read: blank
         dur = t.duration.total_seconds() if t.duration is not None else None
         w.writerow([t.number, t.state.name, _cell(t.value), _cell(t.user_attrs.get("val_std")),
-                    "" if dur is None else f"{dur:.2f}", *(_cell(values.get(k)) for k in keys),
+                    "" if dur is None else f"{dur:.2f}", _cell(t.user_attrs.get("epoch_s")), *(_cell(values.get(k)) for k in keys),
                     _cell(t.user_attrs.get("val_values")), _cell(t.user_attrs.get("best_epochs")),
                     _cell(fail_reason(t))])
     return buf.getvalue()

@@ -14,13 +14,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from xmask_cli.config import Config
+from xmask_cli.config import Config, ModelSection
+from xmask_cli.config_arch import ARCHS, READ_BY
 from xmask_cli.config_resolve import build, shorten
 from xmask_cli.config_space import FORBIDDEN, Param, check_section, label, parse_space, values_to_probe
 from xmask_cli.errors import ConfigError
 
 __all__ = ["Param", "parse_space", "check_space", "check_section", "suggest", "decode", "with_values", "start_point",
-           "FORBIDDEN"]
+           "unread_keys", "unread_defaults", "FORBIDDEN", "ARCH_KEY"]
+
+#: Drawn first: which keys the rest of a trial reads depends on it.
+ARCH_KEY = "model.arch"
 
 
 def check_space(cfg: Any, *, full: bool = False) -> list[Param]:
@@ -70,9 +74,16 @@ def _set(node: dict[str, Any], parts: list[str], value: Any) -> None:
 
 
 def suggest(trial: Any, params: list[Param]) -> dict[str, Any]:
-    """Draw one value per :class:`Param` from an Optuna ``trial``; returns ``{key: value}``."""
+    """Draw one value per :class:`Param` from an Optuna ``trial``; returns ``{key: value}``.
+
+    ``model.arch`` is drawn first when searched; a key its drawn architecture does not read
+    (:data:`~xmask_cli.config_arch.READ_BY`: ``model.ffn_mult`` under ``gat``) is not drawn (a conditional
+    space, so TPE learns nothing from a value that changed nothing) and is set to its default, which every
+    architecture accepts."""
     values: dict[str, Any] = {}
-    for p in params:
+    for p in sorted(params, key=lambda q: q.key != ARCH_KEY):
+        if p.key in unread_keys(params, values):
+            continue
         if p.kind == "int":
             low, high = p.bounds()
             values[p.key] = trial.suggest_int(p.key, int(low), int(high), step=int(p.step or 1), log=p.log)
@@ -82,16 +93,32 @@ def suggest(trial: Any, params: list[Param]) -> dict[str, Any]:
         else:
             drawn = trial.suggest_categorical(p.key, p.labels())
             values[p.key] = p.choices[p.labels().index(drawn)]
-    return values
+    return {**values, **unread_defaults(params, values)}
 
 
-def decode(params: list[Param], raw: dict[str, Any]) -> dict[str, Any]:
-    """A trial's stored params (choice labels) back to config values."""
+def unread_keys(params: list[Param], values: dict[str, Any]) -> set[str]:
+    """The searched keys that the architecture in ``values`` (a drawn ``model.arch``) does not read."""
+    arch = values.get(ARCH_KEY)
+    if not isinstance(arch, str) or arch not in ARCHS:
+        return set()  # not searched, or ``auto``: the full check already accepted every value
+    return {p.key for p in params
+            if p.key.startswith("model.") and p.key[6:] in READ_BY and arch not in READ_BY[p.key[6:]]}
+
+
+def unread_defaults(params: list[Param], values: dict[str, Any]) -> dict[str, Any]:
+    """The searched keys the drawn architecture does not read, at their defaults (what a preset set for the
+    other architecture would otherwise be refused for)."""
+    return {key: getattr(ModelSection(), key[6:]) for key in sorted(unread_keys(params, values))}
+
+
+def decode(params: list[Param], raw: dict[str, Any], *, unread: bool = True) -> dict[str, Any]:
+    """A trial's stored params (choice labels) back to config values; with ``unread``, the searched keys
+    its architecture did not read as well, at their defaults (as :func:`suggest` set them)."""
     out = {}
     for p in params:
         if p.key in raw:
             out[p.key] = p.choices[p.labels().index(raw[p.key])] if p.kind == "choice" else _tidy(p, raw[p.key])
-    return out
+    return {**out, **unread_defaults(params, out)} if unread else out
 
 
 def _tidy(p: Param, value: Any) -> Any:
