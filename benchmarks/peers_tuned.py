@@ -40,19 +40,23 @@ def tuned_hp(dataset: str, kind: str) -> dict[str, Any]:
     return TUNED_HP[dataset][kind]
 
 
-def tuned_model(kind: str, in_dim: int, out_dim: int, hp: dict[str, Any]) -> Any:
+def tuned_model(kind: str, in_dim: int, out_dim: int, hp: dict[str, Any], one_graph: bool = False) -> Any:
     """The tuned classic GNN: ``hp["layers"]`` GCNConv (``GCN-tuned``) or GATConv (``GAT-tuned``) layers of
     width ``hp["hidden"]`` (GAT: ``heads`` concatenated heads of ``hidden // heads``), each followed by the
-    optional residual linear map, the norm, ReLU and dropout; a linear head."""
+    optional residual linear map, the norm, ReLU and dropout; a linear head.
+
+    ``one_graph`` (GCN): the model is only ever given one :func:`gcn_adjacency`; each layer then normalises it
+    once and keeps it (:func:`symmetric_gcn_conv`) instead of at every call. The network is the same."""
     import torch
     import torch.nn.functional as F
     from torch_geometric.nn import GATConv, GCNConv
 
     width, heads = int(hp["hidden"]), int(hp.get("heads", 1))
+    gcn = symmetric_gcn_conv() if one_graph else GCNConv
 
     def conv(a: int) -> torch.nn.Module:
         if kind == "GCN-tuned":
-            return GCNConv(a, width)
+            return gcn(a, width)
         # self-loops are in the edge index already (tuned_edges); no bias, as the authors' layer
         return GATConv(a, width // heads, heads=heads, concat=True, add_self_loops=False, bias=False)
 
@@ -88,19 +92,60 @@ def tuned_edges(edge_index: Any, num_nodes: int) -> Any:
     return add_self_loops(ei, num_nodes=num_nodes)[0]
 
 
+def symmetric_gcn_conv() -> Any:
+    """A GCNConv class for one fixed, undirected graph in CSR form (:func:`gcn_adjacency`): the normalised
+    adjacency is computed at the first call and kept (PyG's ``cached``), and the backward pass multiplies by
+    that adjacency instead of building its transpose every step: D^-1/2 (A + I) D^-1/2 of an undirected
+    graph is its own transpose, entry for entry. Same forward (PyG's ``spmm``) and gradient as GCNConv."""
+    import torch
+    from torch_geometric.nn import GCNConv
+    from torch_geometric.utils import spmm
+
+    class SymmetricSpmm(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: Any, adj: Any, h: Any) -> Any:
+            ctx.adj = adj
+            return spmm(adj, h, reduce="sum")
+
+        @staticmethod
+        def backward(ctx: Any, grad: Any) -> Any:
+            return None, spmm(ctx.adj, grad, reduce="sum")
+
+    class SymmetricGCNConv(GCNConv):
+        def __init__(self, in_channels: int, out_channels: int) -> None:
+            super().__init__(in_channels, out_channels, cached=True)
+            self._symmetric: Any = None  # the normalised adjacency once checked equal to its transpose
+
+        def message_and_aggregate(self, adj_t: Any, x: Any) -> Any:
+            if adj_t is not self._symmetric:
+                a = adj_t.to_sparse_coo().coalesce()
+                t = a.t().coalesce()
+                if not (torch.equal(a.indices(), t.indices()) and torch.equal(a.values(), t.values())):
+                    raise ValueError("symmetric_gcn_conv: the normalised adjacency is not symmetric; "
+                                     "pass gcn_adjacency(...) of the graph, which is undirected")
+                self._symmetric = adj_t
+            return SymmetricSpmm.apply(adj_t, x)
+
+    return SymmetricGCNConv
+
+
 def gcn_adjacency(edge_index: Any, num_nodes: int) -> Any:
     """The GCN layers' input as a transposed CSR adjacency without self-loops (GCNConv adds one per node and
     normalises): the same operator as the authors' edge list, as one sparse product per layer instead of
-    a message per edge (8x faster on one CPU thread at width 512 on Computers)."""
+    a message per edge (8x faster on one CPU thread at width 512 on Computers). Symmetric, as
+    :func:`symmetric_gcn_conv` needs."""
     from torch_geometric.utils import remove_self_loops, to_torch_csr_tensor
 
     ei = remove_self_loops(tuned_edges(edge_index, num_nodes))[0]
     return to_torch_csr_tensor(ei.flip(0), size=(num_nodes, num_nodes))
 
 
-def tuned_setup(kind: str, dataset: str, data: Any, x: Any, out_dim: int) -> types.SimpleNamespace:
+def tuned_setup(kind: str, dataset: str, data: Any, x: Any, out_dim: int,
+                one_graph: bool = True) -> types.SimpleNamespace:
     """``run_node_peer``'s setup of a tuned peer: model, Adam with L2, the whole-graph ``forward`` and
-    ``info`` (settings and source). The features are row-normalised, as the authors' Amazon loader does."""
+    ``info`` (settings and source). The features are row-normalised, as the authors' Amazon loader does.
+    ``one_graph=False``: PyG's GCNConv as it is (normalising at every call), what the fast path is checked
+    and timed against."""
     import peers_common as common
     import torch
 
@@ -108,7 +153,7 @@ def tuned_setup(kind: str, dataset: str, data: Any, x: Any, out_dim: int) -> typ
     x = common.row_normalize(x)
     n = int(data.num_nodes)
     ei = gcn_adjacency(data.edge_index, n) if kind == "GCN-tuned" else tuned_edges(data.edge_index, n)
-    model = tuned_model(kind, x.size(1), out_dim, hp)
+    model = tuned_model(kind, x.size(1), out_dim, hp, one_graph=one_graph)
     opt = torch.optim.Adam(model.parameters(), lr=float(hp["lr"]), weight_decay=float(hp["weight_decay"]))
     return types.SimpleNamespace(model=model, opt=opt, forward=lambda: model(x, ei), on_epoch=None,
                                  info={"precompute_seconds": None, "hp": hp})

@@ -80,6 +80,60 @@ def test_gcn_tuned_matches_a_numpy_forward_on_both_graph_forms(tuned, residual):
     np.testing.assert_allclose(edges.numpy(), expect, rtol=1e-4, atol=1e-5)
 
 
+def _train_val_logits(model, x, adj, y, epochs: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Per epoch of full-batch Adam training with dropout (its masks drawn from seed 1): the first layer's
+    weight gradient and the eval-mode logits, as ``run_node_peer`` trains and validates."""
+    torch.manual_seed(1)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2, weight_decay=5e-5)
+    grads, logits = [], []
+    for _ in range(epochs):
+        model.train()
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x, adj)[: len(y) // 2], y[: len(y) // 2]).backward()
+        grads.append(model.convs[0].lin.weight.grad.clone())
+        opt.step()
+        model.eval()
+        with torch.no_grad():
+            logits.append(model(x, adj))
+    return grads, logits
+
+
+def test_one_graph_gcn_trains_exactly_as_pygs_gcnconv(tuned):
+    """The one-graph GCN (normalisation kept, the adjacency as its own transpose in backward) against PyG's
+    GCNConv normalising at every call with autograd's transpose: in float64, over 6 epochs of training with
+    dropout on 3 layers, the same gradients and validation logits."""
+    ei, x = _graph(n=60, seed=3)
+    x = x.double()
+    y = torch.arange(60) % 3
+    adj = tuned.gcn_adjacency(ei, 60).to(torch.float64)
+    hp = _hp(layers=3, dropout=0.5)
+    plain = tuned.tuned_model("GCN-tuned", 6, 3, hp).double()
+    fast = tuned.tuned_model("GCN-tuned", 6, 3, hp, one_graph=True).double()
+    fast.load_state_dict(plain.state_dict())
+    (g0, l0), (g1, l1) = _train_val_logits(plain, x, adj, y, 6), _train_val_logits(fast, x, adj, y, 6)
+    assert not torch.equal(l0[0], l0[-1])  # it trained
+    for a, b in zip(g0 + l0, g1 + l1):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-12)
+
+
+def test_one_graph_gcn_normalises_once_and_refuses_a_directed_adjacency(tuned, monkeypatch):
+    import torch_geometric.nn.conv.gcn_conv as gcn_conv
+    from torch_geometric.utils import to_torch_csr_tensor
+
+    calls = []
+    norm = gcn_conv.gcn_norm
+    monkeypatch.setattr(gcn_conv, "gcn_norm", lambda *a, **k: calls.append(1) or norm(*a, **k))
+    ei, x = _graph()
+    model = tuned.tuned_model("GCN-tuned", 6, 3, _hp(layers=3), one_graph=True)
+    adj = tuned.gcn_adjacency(ei, 40)
+    for _ in range(3):
+        model(x, adj).sum().backward()
+    assert len(calls) == 3  # once per layer, not per call
+    directed = to_torch_csr_tensor(torch.tensor([[0, 1, 2], [1, 2, 0]]), size=(40, 40))
+    with pytest.raises(ValueError, match="not symmetric"):
+        tuned.tuned_model("GCN-tuned", 6, 3, _hp(), one_graph=True)(x, directed)
+
+
 def test_gat_tuned_layers_follow_the_published_shape(tuned):
     """GAT-tuned: GATConv without bias or its own self-loops, ``heads`` heads of hidden // heads, LayerNorm."""
     from torch_geometric.nn import GATConv
