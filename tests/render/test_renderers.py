@@ -8,7 +8,8 @@ from pathlib import Path
 from rich.console import Console
 
 from xmask_cli.render import ablate, evaluate, explain, train
-from xmask_cli.results import AblationResult, AblationRow, EvalResult, MetricStats, RunSummary, SweepResult
+from xmask_cli.results import EvalResult, MetricStats, RunSummary, SweepResult
+from xmask_cli.results_ablation import AblationResult, AblationRow
 
 
 def _text(render, *args) -> str:
