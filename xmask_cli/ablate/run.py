@@ -8,7 +8,9 @@ K``: the same sweep, one run per seed and outer fold in ``<seed>/fold-<i>/``, th
 K and the seed, so every variant sees the same folds. A seed whose runs all hold their ``summary.json`` is
 read back, not retrained; any other goes through the sweep with ``resume``: a finished fold trains no
 further epoch, a killed one goes on from its ``last.pt``, the rest train. A variant that fails is reported
-in its own row and the others still run, except ``full`` failing on a setting (exit 2): every delta needs it.
+in its own row and the others still run, except ``full`` refused for a setting (a ConfigError, exit 2: more
+folds than a class holds, ...): every delta needs it. (``full`` locked by another ablation's process is
+reported in its row: the other process trains it.)
 """
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from xmask_cli.engine.runs.data import DatasetMemo
 from xmask_cli.engine.runs.folder import RunDir, write_json, write_text
 from xmask_cli.engine.runs.plan import make_plan
 from xmask_cli.engine.training.selection import RULE
-from xmask_cli.errors import UsageError
+from xmask_cli.errors import ConfigError, UsageError
 from xmask_cli.fs import check_writable, refuse_links
 from xmask_cli.results_ablation import AblationResult, AblationRow
 
@@ -118,7 +120,7 @@ def run_ablation(
 
 def _variant_row(variant: str, ctx: _Ablation) -> AblationRow:
     """One variant over the seeds (finished runs read back); a failure is kept in the row, not raised, but
-    for ``full`` failing on a setting."""
+    for ``full`` refused for a setting."""
     runs: dict[str, dict[str, float]] = {}
     reused: list[int] = []
     error = None
@@ -131,8 +133,8 @@ def _variant_row(variant: str, ctx: _Ablation) -> AblationRow:
             if read_back:
                 reused.append(seed)
     except Exception as exc:  # one variant's failure must not hide the others' results
-        if variant == "full" and isinstance(exc, UsageError):
-            raise  # the base config cannot run (too many folds for a class, ...): every delta needs it
+        if variant == "full" and isinstance(exc, ConfigError):
+            raise  # the base config cannot run (more folds than a class holds, ...): every delta needs it
         if ctx.debug:
             traceback.print_exc()
         error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
