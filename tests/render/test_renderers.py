@@ -73,4 +73,4 @@ def test_ablate_shows_the_folds_and_the_paired_difference():
     result = AblationResult(dataset="MUTAG", level="graph", metric="accuracy", seeds=(0,), name="mutag-graph",
                             selection="val", preset="graph-level", overrides=(), out_dir="abl", rows=rows, folds=2)
     text = _text(ablate.human, result, "0", Path("abl"))
-    assert "seeds 0, 2 folds" in text and "-0.1250 ± 0.1250" in text and "0 / 1 / 1" in text
+    assert "seeds 0, 2 folds" in text and "-0.1250 ± 0.1250 ↑0 ↓1 =1" in text
