@@ -55,6 +55,17 @@ def test_every_variant_runs_the_same_outer_folds(folds):
             {(int(key[-1]), 3)}
 
 
+def test_full_is_what_train_folds_gives(folds, tmp_path):
+    """The ``full`` row's folds are ``xmask train --folds 3``'s, number for number (one fold code path)."""
+    root, result = folds
+    r = CliRunner().invoke(app, ["--format", "json", "train", "--preset", "graph-level",
+                                 *sum((["--set", s] for s in TINY), []), "--folds", "3", "--seeds", "0",
+                                 "--runs-dir", str(tmp_path), "--cache-dir", str(root / "cache"), "--device", "cpu"])
+    assert r.exit_code == 0, r.stderr
+    trained = {f"{run['seed']}/fold-{run['fold']}": run["metrics"] for run in json.loads(r.stdout)["runs"]}
+    assert trained == result.rows[0].runs
+
+
 def test_paired_deltas_match_the_runs_own_summaries(folds):
     root, result = folds
     full = np.array([_summary(root, "full", k)["metrics"]["test"] for k in FOLDS])
