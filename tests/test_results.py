@@ -9,7 +9,6 @@ import pytest
 
 from xmask_cli.jsonfile import Damaged
 from xmask_cli.results import (
-    AblationResult,
     EvalResult,
     FoldsSummary,
     MetricStats,
@@ -123,30 +122,3 @@ def test_results_are_frozen():
         folds.k = 3  # type: ignore[misc]
 
 
-ROW = {"variant": "full", "description": "the preset as is", "status": "ok", "error": None,
-       "runs": {"0": {"train": 1.0, "val": 0.5, "test": 0.75}}, "reused": [0], "val_mean": 0.5, "val_std": 0.0,
-       "test_mean": 0.75, "test_std": 0.0, "delta_test": 0.0}
-ABLATION = {"dataset": "MUTAG", "level": "graph", "metric": "accuracy", "seeds": [0], "name": "mutag-graph",
-            "selection": "val metric, then val loss", "preset": "graph-level", "overrides": ["train.epochs=2"],
-            "out_dir": "ablations/mutag-graph",
-            "rows": [ROW, {**ROW, "variant": "no-logmask", "status": "failed", "error": "RuntimeError: boom",
-                           "runs": {}, "reused": [], "val_mean": None, "val_std": None, "test_mean": None,
-                           "test_std": None, "delta_test": None}]}
-
-
-def test_an_ablation_reads_back_to_the_same_json():
-    result = AblationResult.from_json(json.loads(json.dumps(ABLATION)))
-    assert result.to_json() == ABLATION
-    assert result.rows[0].runs["0"]["test"] == 0.75 and result.rows[1].error == "RuntimeError: boom"
-    assert result["rows"][1]["status"] == "failed"  # dict access: compatibility
-
-
-@pytest.mark.parametrize("data, why", [
-    ({**ABLATION, "rows": [{**ROW, "runs": {"0": {"test": "high"}}}]}, "'0' is an object"),
-    ({**ABLATION, "rows": [{**ROW, "test_mean": "0.75"}]}, "'test_mean' is a string"),
-    ({**ABLATION, "seeds": "0-1"}, "'seeds' is a string"),
-    ({**ABLATION, "extra": 1}, "unknown field"),
-])
-def test_a_damaged_ablation_is_refused(data, why):
-    with pytest.raises(Damaged, match=why):
-        AblationResult.from_json(data)

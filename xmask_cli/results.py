@@ -1,8 +1,8 @@
 """What training and evaluation return: frozen result types with ``to_json()`` and ``from_json()``.
 
 A run's summary (``summary.json``), a sweep over seeds (what ``xmask train`` prints; its
-``aggregate.json`` is the same without ``runs``), an evaluation (``xmask eval``), an ablation
-(``xmask ablate``, ``ablation.json``) and a comparison of finished runs (``xmask runs compare``). ``to_json()``
+``aggregate.json`` is the same without ``runs``), an evaluation (``xmask eval``) and a comparison of
+finished runs (``xmask runs compare``); an ablation's are in :mod:`xmask_cli.results_ablation`. ``to_json()``
 gives the JSON that command prints and that file holds; ``from_json()`` reads it back, checking each
 field's type (:func:`~xmask_cli.jsonfile.check_fields`: a wrong one raises
 :class:`~xmask_cli.jsonfile.Damaged`). A leaf below the engine: renderers read these types without
@@ -25,7 +25,7 @@ from typing import Any
 
 from xmask_cli.jsonfile import Damaged, MapOf, Number, OptionalInt, check_fields
 
-__all__ = ["AblationResult", "AblationRow", "CompareResult", "EvalResult", "ExportResult", "FoldsSummary", "JsonItems", "MetricStats", "RunRow",
+__all__ = ["CompareResult", "EvalResult", "ExportResult", "FoldsSummary", "JsonItems", "MetricStats", "RunRow",
            "RunSummary", "SUMMARY_FIELDS", "SUMMARY_OPTIONAL", "SweepResult", "stats_of"]
 
 _NONE = type(None)
@@ -287,97 +287,6 @@ class ExportResult(JsonItems):
     def to_json(self) -> dict[str, Any]:
         return {f.name: dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v
                 for f in dataclasses.fields(self)}
-
-
-@dataclass(frozen=True)
-class AblationRow(JsonItems):
-    """One variant of an ablation over the seeds.
-
-    Attributes:
-        variant, description: the variant's name and what it changes.
-        status, error: ``ok``, or ``failed`` with ``<ExceptionType>: <first line>``.
-        runs: each seed's metrics (``{"0": {"train": .., "val": .., "test": ..}}``); reused: the seeds read
-            back from a finished run instead of trained.
-        val_mean, val_std, test_mean, test_std: over the seeds (population std; None without a run).
-        delta_test: ``test_mean`` minus that of ``full`` (None where either has none).
-    """
-
-    variant: str
-    description: str
-    status: str
-    error: str | None
-    runs: Mapping[str, Mapping[str, float]]
-    reused: tuple[int, ...]
-    val_mean: float | None
-    val_std: float | None
-    test_mean: float | None
-    test_std: float | None
-    delta_test: float | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        out["runs"] = {seed: dict(m) for seed, m in self.runs.items()}
-        out["reused"] = list(self.reused)
-        return out
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> AblationRow:
-        """Checked: every field, of the type ``ablation.json`` holds.
-
-        Raises:
-            Damaged: a field missing or of another type.
-        """
-        number = (int, float, _NONE)
-        check_fields(_mapping(data, "an ablation row"), {
-            "variant": str, "description": str, "status": str, "error": (str, _NONE), "runs": dict,
-            "reused": list[int], "val_mean": number, "val_std": number, "test_mean": number, "test_std": number,
-            "delta_test": number})
-        for seed, metrics in data["runs"].items():
-            check_fields({seed: metrics}, {seed: MapOf(Number)})
-        _unknown(cls, data, strict=True)
-        return cls(**{**data, "reused": tuple(data["reused"])})
-
-
-@dataclass(frozen=True)
-class AblationResult(JsonItems):
-    """Every variant over the seeds: what ``ablation.json`` holds and ``xmask --format json ablate`` prints.
-
-    Attributes:
-        dataset, level, metric, name: what was trained (runs in ``<out_dir>/runs/<name>-<variant>/<seed>/``).
-        seeds, selection: the seeds and the rule that chose each run's epoch.
-        preset, overrides: the base config as given; out_dir: the ablation folder.
-        rows: one :class:`AblationRow` per variant, ``full`` first.
-    """
-
-    dataset: str
-    level: str
-    metric: str
-    seeds: tuple[int, ...]
-    name: str
-    selection: str
-    preset: str | None
-    overrides: tuple[str, ...]
-    out_dir: str
-    rows: tuple[AblationRow, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-        return {**out, "seeds": list(self.seeds), "overrides": list(self.overrides),
-                "rows": [r.to_json() for r in self.rows]}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> AblationResult:
-        """``ablation.json`` read back, every field checked.
-
-        Raises:
-            Damaged: a field missing or of another type.
-        """
-        check_fields(_mapping(data, "an ablation result"), {
-            "dataset": str, "level": str, "metric": str, "seeds": list[int], "name": str, "selection": str,
-            "preset": (str, _NONE), "overrides": list[str], "out_dir": str, "rows": list})
-        _unknown(cls, data, strict=True)
-        return cls(**{**data, "seeds": tuple(data["seeds"]), "overrides": tuple(data["overrides"]),
-                      "rows": tuple(AblationRow.from_json(r) for r in data["rows"])})
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,8 @@ from pathlib import Path
 from rich.console import Console
 
 from xmask_cli.render import ablate, evaluate, explain, train
-from xmask_cli.results import AblationResult, AblationRow, EvalResult, MetricStats, RunSummary, SweepResult
+from xmask_cli.results import EvalResult, MetricStats, RunSummary, SweepResult
+from xmask_cli.results_ablation import AblationResult, AblationRow
 
 
 def _text(render, *args) -> str:
@@ -59,3 +60,17 @@ def test_ablate_reports_failed_variants_in_their_row():
                             selection="val", preset="graph-level", overrides=(), out_dir="abl", rows=rows)
     text = _text(ablate.human, result, "0-1", Path("abl"))
     assert "0.7500 ± 0.1250" in text and "+0.0000" in text and "failed: boom" in text
+
+
+def test_ablate_shows_the_folds_and_the_paired_difference():
+    from xmask_cli.results_ablation import PairedDelta
+
+    paired = PairedDelta(values={"0/fold-0": -0.25, "0/fold-1": 0.0}, mean=-0.125, std=0.125, above=0, below=1, ties=1)
+    rows = (AblationRow(variant="full", description="", val_mean=0.5, val_std=0.0, test_mean=0.625, test_std=0.125,
+                        delta_test=0.0, status="ok", error=None, runs={}, reused=()),
+            AblationRow(variant="no-logmask", description="", val_mean=0.5, val_std=0.0, test_mean=0.5, test_std=0.0,
+                        delta_test=-0.125, status="ok", error=None, runs={}, reused=(), paired=paired))
+    result = AblationResult(dataset="MUTAG", level="graph", metric="accuracy", seeds=(0,), name="mutag-graph",
+                            selection="val", preset="graph-level", overrides=(), out_dir="abl", rows=rows, folds=2)
+    text = _text(ablate.human, result, "0", Path("abl"))
+    assert "seeds 0, 2 folds" in text and "-0.1250 ± 0.1250 ↑0 ↓1 =1" in text

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from xmask_cli.cli.app import EXIT_HELP, debug, handle_errors, output_for
-from xmask_cli.cli.options import DataOptions, DeviceOpt, FormatOpt, RunOptions, options
+from xmask_cli.cli.options import DataOptions, DeviceOpt, FoldsOpt, FormatOpt, RunOptions, options
 from xmask_cli.render import ablate as render
 
 
@@ -16,6 +16,7 @@ def ablate(
     run: RunOptions = RunOptions(),
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds of every variant: 0-4, 0,2,7 ...")] = "0-4",
     variants: Annotated[str | None, typer.Option("--variants", help="Comma list of full, no-symnorm, no-logmask, no-multihead, one-layer, no-spd, no-rrwp, no-magnetic, no-eigen (the preset without that learned bias), for M3Dphormer presets no-local, no-cluster, no-global, flat-routing, no-routing, and for image presets positional (learned position embeddings, no mask) [default: the core five plus those that apply to the preset; images: full,no-logmask,positional].", show_default=False)] = None,
+    folds: FoldsOpt = None,
     out: Annotated[Path | None, typer.Option("--out", help="Ablation folder [default `./ablations/<dataset>-<level>`].", show_default=False)] = None,
     device: DeviceOpt = "auto",
     data: DataOptions = DataOptions(),
@@ -25,8 +26,13 @@ def ablate(
 
     Variants: full; no-symnorm (N((A+I)^k) instead of Â^k); no-logmask (plain
     attention); no-multihead (every head reads Â^1); one-layer. Each runs as
-    `xmask train` would, into `OUT/runs/<name>-<variant>/<seed>/`; finished runs
-    are read back, not retrained. Writes OUT/ablation.csv and OUT/ablation.json;
+    `xmask train` would, into `OUT/runs/<name>-<variant>/<seed>/`; with --folds K
+    as `xmask train --folds K`, every variant on the same outer folds
+    (`<seed>/fold-<i>/`). Finished runs are read back, not retrained; a killed
+    one goes on from its last.pt when the same command runs again. The table
+    gives each variant's mean ± std over its runs and its test minus full's run
+    by run (same seed and fold, same test set: the paired difference), with the
+    runs it is above / below full. Writes OUT/ablation.csv and OUT/ablation.json;
     a failed variant is reported in its row.
 
     Examples:
@@ -36,6 +42,8 @@ def ablate(
         xmask ablate --dataset PROTEINS --seeds 0-2 --variants full,no-logmask --data-root ../shared/datasets
 
         xmask --format json ablate --preset graph-level --seeds 0-1 > ablation.json
+
+        xmask ablate --preset proteins --folds 10 --seeds 0 --variants full,no-symnorm,no-logmask,no-multihead --data-root ../shared/datasets
 
         xmask ablate --preset vit-digits --variants full,no-logmask,positional
     """
@@ -49,7 +57,7 @@ def ablate(
     level = resolve_level(base)
     names = parse_variants(variants, base)
     folder = out or Path("ablations") / run_name(base, level)  # a folder dataset: its name, never its path
-    result = run_ablation(preset, overrides, seeds=parse_seeds(seeds), out_dir=folder,
+    result = run_ablation(preset, overrides, seeds=parse_seeds(seeds), out_dir=folder, folds=folds,
                           cache_dir=data.cache(), variants=names, data_root=data.data_root,
                           offline=data.no_download, device=resolve_device(device), log=output.log,
                           debug=debug())

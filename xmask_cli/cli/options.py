@@ -27,7 +27,7 @@ from xmask_cli.cli.completion import complete_preset, complete_run_dir
 if TYPE_CHECKING:
     from xmask_cli.config import Config
 
-__all__ = ["CacheDirOpt", "DataOptions", "DataRootOpt", "DatasetOpt", "DeviceOpt", "FlagsGroup", "FormatOpt",
+__all__ = ["CacheDirOpt", "DataOptions", "DataRootOpt", "DatasetOpt", "DeviceOpt", "FlagsGroup", "FoldsOpt", "FormatOpt",
            "OfflineOpt", "PresetOpt", "RunDirArg", "RunOptions", "SetOpt", "options"]
 
 FormatOpt = Annotated[
@@ -49,6 +49,8 @@ DataRootOpt = Annotated[
     Path | None, typer.Option("--data-root", help="Data root holding NAME/raw/... folders [env XMASK_DATA_ROOT].", show_default=False)
 ]
 OfflineOpt = Annotated[bool, typer.Option("--offline", help="Never download: a missing dataset fails at once, naming where it looked [env XMASK_OFFLINE=1].")]
+#: ``--folds K`` of ``train`` and ``ablate``: one declaration, so both refuse the same values in the same words.
+FoldsOpt = Annotated[int | None, typer.Option("--folds", min=2, help="Graph level: Errica et al.'s protocol, K stratified outer folds fixed by the seed, a stratified 10 % holdout of each training part for selection, test once per fold; each seed's runs in `<seed>/fold-<i>/` of its run name's folder, fold files in `<seed>/folds/`. Same as --set data.folds=K.", show_default=False)]
 RunDirArg = Annotated[Path, typer.Argument(help="A run folder, `runs/<name>/<seed>/`.", show_default=False,
                                            autocompletion=complete_run_dir)]
 

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from xmask_cli.cli.app import EXIT_HELP, handle_errors, output_for
-from xmask_cli.cli.options import DataOptions, DeviceOpt, FormatOpt, RunOptions, options
+from xmask_cli.cli.options import DataOptions, DeviceOpt, FoldsOpt, FormatOpt, RunOptions, options
 from xmask_cli.console import Bar, Output
 from xmask_cli.errors import UsageError
 from xmask_cli.render import train as render
@@ -26,7 +26,7 @@ def train(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace the run folders' previous runs (without it an existing run is refused).")] = False,
     runs_dir: Annotated[Path | None, typer.Option("--runs-dir", help="Root of run folders [default: the preset's run.root, ./runs].", show_default=False)] = None,
     name: Annotated[str | None, typer.Option("--name", help="Run name: `runs/<name>/<seed>/` [default `<dataset>-<level>`].", show_default=False)] = None,
-    folds: Annotated[int | None, typer.Option("--folds", min=2, help="Graph level: Errica et al.'s protocol, K stratified outer folds fixed by the seed, a stratified 10 % holdout of each training part for selection, test once per fold; runs in `runs/<name>/<seed>/fold-<i>/`, fold files in `runs/<name>/<seed>/folds/`. Same as --set data.folds=K.", show_default=False)] = None,
+    folds: FoldsOpt = None,
     logger: Annotated[list[str] | None, typer.Option("--logger", help="Extra logger, repeatable: tensorboard (event files in each run folder; pip install \"xmask-cli[tensorboard]\"). Same as --set train.loggers=[tensorboard].", show_default=False)] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Write and train nothing: print the resolved config, the run folders it would make, the structure cache file it needs (present or to prepare) and an estimate of stored pairs, parameters and peak memory per step (the dataset is read offline).")] = False,
     data: DataOptions = DataOptions(),

@@ -1,6 +1,7 @@
 """``xmask ablate``: every variant's row, its config, reuse of finished runs, failures kept in their row."""
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ from xmask_cli.ablate import parse_variants, run_ablation
 from xmask_cli.cli import app
 from xmask_cli.engine.runs import sweep
 from xmask_cli.errors import UsageError
-from xmask_cli.results import AblationResult
+from xmask_cli.results_ablation import AblationResult
 
 TINY = ["model.hidden=8", "model.heads=2", "model.layers=2", "train.epochs=2", "train.warmup_epochs=1",
         "structure.spd.enabled=false", "structure.spectrum.enabled=false"]
@@ -48,8 +49,14 @@ def test_table_numbers_and_files(ablation):
         assert row["status"] == "ok" and len(tests) == 2
         assert row["test_mean"] == pytest.approx(sum(tests) / 2)
         assert row["delta_test"] == pytest.approx(row["test_mean"] - full["test_mean"])
-    csv_lines = (root / "abl" / "ablation.csv").read_text().splitlines()
-    assert csv_lines[0].startswith("variant,status,metric") and len(csv_lines) == 1 + len(VARIANTS)
+    with (root / "abl" / "ablation.csv").open() as f:
+        table = list(csv.DictReader(f))
+    # Per variant its summary row, then one row per seed with that seed's numbers.
+    assert [(r["variant"], r["run"]) for r in table] == [(v, k) for v in VARIANTS for k in ("all", "0", "1")]
+    for r in table:
+        row = next(x for x in result.rows if x.variant == r["variant"])
+        want = (row.test_mean, row.delta_test) if r["run"] == "all" else (row.runs[r["run"]]["test"], None)
+        assert (float(r["test"]), float(r["delta_test"]) if r["delta_test"] else None) == pytest.approx(want)
     assert json.loads((root / "abl" / "ablation.json").read_text())["rows"] == json.loads(json.dumps(result["rows"]))
     saved = AblationResult.from_json(json.loads((root / "abl" / "ablation.json").read_text()))
     assert saved == result and saved.rows[0].variant == "full"  # the file reads back to the result
@@ -138,15 +145,6 @@ def test_bias_variants_drop_exactly_their_bias(tmp_path):
     full = json.loads((runs / "mutag-graph-full" / "0" / "config.json").read_text())
     nospd = json.loads((runs / "mutag-graph-no-spd" / "0" / "config.json").read_text())
     assert [b["type"] for b in full["model"]["biases"]] == ["spd"] and nospd["model"]["biases"] == []
-
-
-def test_folds_are_refused_before_any_training(tmp_path, monkeypatch):
-    """A variant's row is one figure per seed: ``data.folds`` (K runs a seed) exits 2 and trains nothing."""
-    monkeypatch.setattr(sweep, "train_seeds", lambda *a, **k: pytest.fail("trained"))
-    r = CliRunner().invoke(app, ["ablate", "--preset", "graph-level", "--set", "data.folds=3", "--seeds", "0",
-                                 "--out", str(tmp_path / "abl"), "--cache-dir", str(tmp_path / "cache")])
-    assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "data.folds=3" in r.stderr
-    assert not (tmp_path / "abl").exists()
 
 
 @pytest.mark.parametrize("plant", ["file", "read-only", "table-folder"])
