@@ -246,7 +246,7 @@ def _forward_tokens(model: Any, token_batch: type) -> torch.Tensor:
 
 # ------------------------------------------------------------------ writer
 def main() -> None:
-    """Write the fixture for every preset in presets/ (see the module docstring)."""
+    """Write the fixture for every preset in :data:`PRESET_DIRS` (see the module docstring)."""
     import json
     import subprocess
     import sys
@@ -257,7 +257,7 @@ def main() -> None:
     outputs: dict[str, np.ndarray] = {}
     from xmask_cli.config_resolve import resolve
 
-    for path in sorted((REPO / "presets").glob("*.yaml")):
+    for path in sorted(p for folder in PRESET_DIRS for p in folder.glob("*.yaml")):
         name = path.stem
         cfg = resolve(str(path))
         level = level_of(cfg)
