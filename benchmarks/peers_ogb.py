@@ -237,19 +237,20 @@ def write_json(path: Path, obj: dict[str, Any]) -> None:
 
 # ------------------------------------------------------------------ whole-epoch timing
 def time_epochs(dataset: Any, parts: dict[str, np.ndarray], config: dict[str, Any], epochs: int) -> dict[str, Any]:
-    """``epochs`` whole training epochs and validation passes of one model (seed 0's run), timed, with the
-    1-minute load average before and after each and the process's peak RSS; no selection, no test."""
+    """``epochs`` whole training epochs and validation passes of one model (seed 0's run), timed (wall and
+    process CPU seconds), with the 1-minute load average before and after each and the process's peak RSS;
+    no selection, no test. The projection is wall time at the load the epochs saw."""
     model, opt, train, evals, _ = build(config["model"], config, dataset, parts)
     rows = []
     for epoch in range(epochs):
         load0 = os.getloadavg()[0]
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         train_epoch(model, opt, train)
-        train_s = time.perf_counter() - t
-        t = time.perf_counter()
+        train_s, train_cpu = time.perf_counter() - t, time.process_time() - c
+        t, c = time.perf_counter(), time.process_time()
         score(model, evals["val"])
-        rows.append({"epoch": epoch, "train_s": train_s, "val_s": time.perf_counter() - t,
-                     "load_1min": [load0, os.getloadavg()[0]]})
+        rows.append({"epoch": epoch, "train_s": train_s, "val_s": time.perf_counter() - t, "train_cpu_s": train_cpu,
+                     "val_cpu_s": time.process_time() - c, "load_1min": [load0, os.getloadavg()[0]]})
     per_epoch = float(np.median([r["train_s"] + r["val_s"] for r in rows]))
     return {"dataset": DATASET, **config, "epochs_timed": rows, "params": common.count_parameters(model),
             "seconds_per_epoch_with_val": per_epoch, "projected_hours_100x5": per_epoch * 100 * 5 / 3600,
