@@ -206,6 +206,8 @@ def train_seed(dataset: Any, parts: dict[str, np.ndarray], config: dict[str, Any
             run["best_state"] = copy.deepcopy(model.state_dict())
         run["epoch"] = epoch
         save_checkpoint(checkpoint, model, opt, gen, run)
+        print(f"{config['model']} seed {config['seed']} epoch {epoch}: loss {run['loss_curve'][-1]:.4f} val {val:.4f} "
+              f"({run['train_seconds'][-1]:.0f} + {run['val_seconds'][-1]:.0f} s)", file=sys.stderr, flush=True)
         if after_epoch is not None:
             after_epoch(epoch)
     model.load_state_dict(run["best_state"])
