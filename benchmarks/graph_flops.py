@@ -29,6 +29,7 @@ import torch  # noqa: E402
 
 def epoch_macs(dataset: str, args: argparse.Namespace) -> dict[str, float]:
     """Forward multiply-adds of one training epoch of each side (GMAC), split by where they go."""
+    from xmask_cli.config_arch import has_ffn
     from xmask_cli.engine.tasks.graph import GraphTask, log_mask_of
     from xmask_cli.model.packing import PAIR_DENSITY, PAIR_MIN_NODES, pair_attended, plan_groups
 
@@ -42,7 +43,8 @@ def epoch_macs(dataset: str, args: argparse.Namespace) -> dict[str, float]:
     pairs_all = np.diff(store.pair_ptr) if getattr(store, "pair_ptr", None) is not None else sizes_all ** 2
     d, f_in, layers = m.hidden, task.in_dim, m.layers
     enc = 0 if m.encoder == "atom" else f_in * d  # per node; OGB's AtomEncoder is a lookup on both sides
-    per_layer = 4 * d * d + 2 * d * (m.ffn_mult * d)  # Q, K, V, output, the FFN's two maps
+    ffn = 2 * d * (m.ffn_mult * d) if has_ffn(m, "graph") else 0  # the FFN's two maps (none in a gat layer)
+    per_layer = 4 * d * d + ffn  # Q, K, V, output, the FFN
     x = {"encoder": 0.0, "linear maps": 0.0, "attention (dense groups)": 0.0, "attention (stored pairs)": 0.0}
     for ids in task.train_stream.batches(0):
         sizes, pairs = sizes_all[ids], pairs_all[ids]

@@ -316,10 +316,12 @@ def test_log_budget_below_the_pairs_takes_the_log_per_batch_with_the_same_number
     full = stream(toy, log_mask=(1e-30, "hard"))
     tight = stream(toy, log_mask=(1e-30, "hard"), log_cache_bytes=full.store.values.nbytes - 1)
     assert full.store.logged and not tight.store.logged
+    kept = tight.store.values.copy()
     for e in (0, 1):
         for a, b in zip(full.epoch(e), tight.epoch(e), strict=True):
             for name in ("graph", "row", "col", "values"):
                 assert torch.equal(getattr(a.log_powers, name), getattr(b.log_powers, name)), name
+    assert np.array_equal(tight.store.values, kept)  # each batch logged its own copy, never the store's values
     with pytest.raises(ValueError, match="log_cache_bytes"):
         stream(toy, log_mask=(1e-30, "hard"), log_cache_bytes=-1)
 

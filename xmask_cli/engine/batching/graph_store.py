@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -29,7 +30,7 @@ from xmask_cli.cache import StructureCache
 from xmask_cli.model.batches import LogPairs
 from xmask_cli.model.logsmask import log_powers
 
-__all__ = ["GraphStore", "ranges"]
+__all__ = ["GraphStore", "ranges", "spans_of"]
 
 #: Stored pairs whose log is taken per step when the store is built (bounds the scratch to a few MB).
 LOG_CHUNK = 1 << 18
@@ -43,6 +44,13 @@ def ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarr
     before = np.cumsum(counts) - counts
     local = np.arange(total, dtype=np.int64) - np.repeat(before, counts)
     return np.repeat(np.asarray(starts, dtype=np.int64), counts) + local, local
+
+
+def spans_of(array: np.ndarray, spans: Sequence[slice], dtype: Any = None) -> np.ndarray:
+    """``array[spans[0]], array[spans[1]], ...`` concatenated (as ``dtype``: a safe widening), a new array."""
+    if not spans:
+        return np.empty((0, *array.shape[1:]), dtype=dtype or array.dtype)
+    return np.concatenate([array[s] for s in spans], dtype=dtype)
 
 
 class GraphStore:
@@ -128,10 +136,12 @@ class GraphStore:
         if self.log_spec is not None:
             starts = self.pair_ptr[ids]
             counts = self.pair_ptr[ids + 1] - starts
-            at, _ = ranges(starts, counts)
-            row = torch.from_numpy(self.row[at].astype(np.int64))
-            col = torch.from_numpy(self.col[at].astype(np.int64))
-            values = torch.from_numpy(self.values[at])
+            # Each graph's pairs are one contiguous span: copy the spans (memcpy), no [P] index array to
+            # build and gather through; the 16-bit rows and columns widen inside the same copy.
+            spans = [slice(a, b) for a, b in zip(starts.tolist(), (starts + counts).tolist())]
+            row = torch.from_numpy(spans_of(self.row, spans, np.int64))
+            col = torch.from_numpy(spans_of(self.col, spans, np.int64))
+            values = torch.from_numpy(spans_of(self.values, spans))
             if not self.logged:
                 eps, outside = self.log_spec
                 log_powers(values, eps, outside, off_diagonal=(row != col)[:, None], inplace=True)
