@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 import torch
+from numpy.typing import DTypeLike
 from torch import Tensor
 
 from xmask_cli.cache import StructureCache
@@ -46,7 +46,7 @@ def ranges(starts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarr
     return np.repeat(np.asarray(starts, dtype=np.int64), counts) + local, local
 
 
-def spans_of(array: np.ndarray, spans: Sequence[slice], dtype: Any = None) -> np.ndarray:
+def spans_of(array: np.ndarray, spans: Sequence[slice], dtype: DTypeLike | None = None) -> np.ndarray:
     """``array[spans[0]], array[spans[1]], ...`` concatenated (as ``dtype``: a safe widening), a new array."""
     if not spans:
         return np.empty((0, *array.shape[1:]), dtype=dtype or array.dtype)
