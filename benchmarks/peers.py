@@ -109,15 +109,6 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def peak_rss_mb() -> float | None:
-    """This process's peak resident set size so far, MB (``ru_maxrss``; None where unavailable)."""
-    try:
-        import resource
-    except ImportError:
-        return None
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-
-
 def environment(args: argparse.Namespace) -> dict[str, Any]:
     """The run's versions, threads, load and settings, recorded beside its results."""
     import torch
@@ -307,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     def save() -> list[dict[str, Any]]:
         rows = summarize(runs)
         meta["load_average_end"] = list(os.getloadavg()) if hasattr(os, "getloadavg") else None
-        meta["peak_rss_mb"] = peak_rss_mb()
+        meta["peak_rss_mb"] = common.peak_rss_mb()
         args.out.parent.mkdir(parents=True, exist_ok=True)
         text = json.dumps({"meta": meta, "summary": rows, "runs": runs}, indent=2) + "\n"
         atomic_write(args.out, lambda f: f.write(text.encode()))

@@ -243,3 +243,12 @@ def fit_selected(model: Any, opt: Any, train_epoch: Callable[[], None],
         checkpoint.unlink(missing_ok=True)
     return {"best_epoch": fit.sel.best_epoch, "epochs_run": epoch + 1, "epoch_seconds": times,
             "seconds_per_epoch": float(np.median(times)) if times else None}
+
+
+def peak_rss_mb() -> float | None:
+    """This process's peak resident set size so far, MB (``ru_maxrss``; None where unavailable)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0

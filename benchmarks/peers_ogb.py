@@ -256,15 +256,8 @@ def time_epochs(dataset: Any, parts: dict[str, np.ndarray], config: dict[str, An
     per_epoch = float(np.median([r["train_s"] + r["val_s"] for r in rows]))
     return {"dataset": DATASET, **config, "epochs_timed": rows, "params": common.count_parameters(model),
             "seconds_per_epoch_with_val": per_epoch, "projected_hours_100x5": per_epoch * 100 * 5 / 3600,
-            "peak_rss_mb": peak_rss_mb(), "torch_threads": torch.get_num_threads(),
+            "peak_rss_mb": common.peak_rss_mb(), "torch_threads": torch.get_num_threads(),
             "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
-
-
-def peak_rss_mb() -> float:
-    """This process's peak resident set size, MB (``ru_maxrss``)."""
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 # ------------------------------------------------------------------ command line
@@ -336,7 +329,7 @@ def _main(argv: list[str] | None) -> int:
             ckpt = args.checkpoint_dir / f"{m}-seed{s}.pt"
             t = time.perf_counter()
             res = train_seed(dataset, parts, config, ckpt, args.resume)
-            res.update(seconds=time.perf_counter() - t, peak_rss_mb=peak_rss_mb(), torch_threads=torch.get_num_threads())
+            res.update(seconds=time.perf_counter() - t, peak_rss_mb=common.peak_rss_mb(), torch_threads=torch.get_num_threads())
             write_json(out, res)
             ckpt.unlink(missing_ok=True)
             print(f"{m} seed {s}: val {res['metrics']['val']:.4f} test {res['metrics']['test']:.4f} "

@@ -81,8 +81,9 @@ def suggest(trial: Any, params: list[Param]) -> dict[str, Any]:
     space, so TPE learns nothing from a value that changed nothing) and is set to its default, which every
     architecture accepts."""
     values: dict[str, Any] = {}
-    for p in sorted(params, key=lambda q: q.key != ARCH_KEY):
-        if p.key in unread_keys(params, values):
+    skip: set[str] = set()
+    for p in sorted(params, key=lambda q: q.key != ARCH_KEY):  # model.arch first: it decides ``skip``
+        if p.key in skip:
             continue
         if p.kind == "int":
             low, high = p.bounds()
@@ -93,6 +94,8 @@ def suggest(trial: Any, params: list[Param]) -> dict[str, Any]:
         else:
             drawn = trial.suggest_categorical(p.key, p.labels())
             values[p.key] = p.choices[p.labels().index(drawn)]
+            if p.key == ARCH_KEY:
+                skip = unread_keys(params, values)
     return {**values, **unread_defaults(params, values)}
 
 
