@@ -30,6 +30,12 @@ Usage (from the repository root)::
     python benchmarks/peers.py --only node --node-datasets Computers --node-models SGFormer --epochs 100
     python benchmarks/peers.py --only node --node-models GPS --probe-epochs 2     # s / epoch only
     python benchmarks/peers.py --only graph --graph-datasets PROTEINS --graph-models GIN,GPS --seeds 0-2
+    python benchmarks/peers.py --only node --node-datasets Computers --node-models GCN-tuned,GAT-tuned \
+        --epochs 1000 --patience 1000 --resume --checkpoint-every 10 --out benchmarks/out/peers-tuned-computers.json
+
+``--resume`` (the fold protocol and the node peers of ``peers_transformers.run_node_peer``) keeps the runs
+``--out`` holds at the same budget and split and goes on with a killed run from its checkpoint in
+``--checkpoint-dir`` (``peers_common.fit_selected``), ending as the uninterrupted run would.
 
 Prints a markdown table and writes JSON to ``benchmarks/out/peers.json`` (every run, plus mean / std per row).
 """
@@ -51,7 +57,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import peers_common as common  # noqa: E402
-from peers_folds import FOLD_MODELS, checkpoint_path, finished_fold, read_finished, run_graph_fold  # noqa: E402
+from peers_folds import FOLD_MODELS, checkpoint_name, finished_fold, run_graph_fold  # noqa: E402
 from peers_gnn import run_graph, run_link, run_node  # noqa: E402
 from peers_transformers import NODE_PEERS, gps_graph_data, run_graph_gps, run_node_peer  # noqa: E402
 
@@ -156,11 +162,15 @@ def _parser() -> argparse.ArgumentParser:
                    help="graph: run the fold protocol (Errica et al.) with this many outer folds on "
                         "--graph-datasets for GIN (5 layers) and the structure-agnostic baseline, on xmask's folds")
     p.add_argument("--resume", action="store_true",
-                   help="fold protocol: keep the folds --out already holds at this budget (checked against the folds "
-                        "and budget of this run) and train only the others; a fold killed mid-run goes on from its "
-                        "per-epoch checkpoint in --checkpoint-dir")
-    p.add_argument("--checkpoint-dir", type=Path, default=common.REPO / "runs" / "peers-folds",
-                   help="fold protocol: per-epoch checkpoints of the fold being trained (default: %(default)s)")
+                   help="fold protocol and node peers other than GCN / GAT: keep the runs --out already holds at this "
+                        "budget (checked against the split and budget of this run) and train only the others; a run "
+                        "killed mid-way goes on from its checkpoint in --checkpoint-dir (without --resume, a "
+                        "run starts over)")
+    p.add_argument("--checkpoint-dir", type=Path, default=None,
+                   help="checkpoints of the runs being trained (default: runs/peers-folds for the fold protocol, "
+                        "runs/peers-node for node peers)")
+    p.add_argument("--checkpoint-every", type=int, default=1,
+                   help="write a run's checkpoint every this many epochs (default: %(default)s)")
     p.add_argument("--clip-norm", type=float, default=1.0, help="fold protocol: gradient clipping (xmask's default)")
     p.add_argument("--link-epochs", type=int, default=300)
     p.add_argument("--link-patience", type=int, default=50)
@@ -197,8 +207,22 @@ def _names(text: str) -> list[str]:
 Record = Callable[..., None]
 
 
-def _node_rows(args: argparse.Namespace, load: Callable[[str], Any], record: Record) -> None:
-    """Every node peer on every node dataset: GCN / GAT at their own budget flags, the rest at the preset's."""
+def _checkpoint(args: argparse.Namespace, task: str, name: str) -> Path:
+    """A run's checkpoint file in ``--checkpoint-dir`` (its name holds the budget, so another budget starts
+    over); without ``--resume`` one left by a killed run is removed: the run starts over."""
+    folder = args.checkpoint_dir or common.REPO / "runs" / f"peers-{task}"
+    path = folder / name
+    if not args.resume:
+        path.unlink(missing_ok=True)
+    return path
+
+
+def _node_rows(args: argparse.Namespace, load: Callable[[str], Any], record: Record,
+               keep: Callable[[dict[str, Any]], None]) -> None:
+    """Every node peer on every node dataset: GCN / GAT at their own budget flags, the rest at the preset's;
+    with ``--resume`` the latter's runs ``args.finished`` holds at this budget and split go to ``keep``."""
+    from xmask_cli.engine.scoring.splits import node_split
+
     for ds in _names(args.node_datasets):
         graphs = load(ds)
         budget = common.preset_budget(ds)
@@ -208,9 +232,20 @@ def _node_rows(args: argparse.Namespace, load: Callable[[str], Any], record: Rec
                 if model in ("GCN", "GAT"):
                     record("node", ds, model, "accuracy", s,
                            run_node, graphs, model, s, args.node_epochs, args.node_patience)
-                else:
+                    continue
+                if args.probe_epochs:
                     record("node", ds, model, graphs.spec.metric, s,
                            run_node_peer, graphs, model, s, epochs, patience, probe_epochs=args.probe_epochs)
+                    continue
+                split = common.split_info(node_split(graphs.spec.split, graphs.dataset[0], seed=s), s)
+                match = {"dataset": ds, "model": model, "seed": s, "epochs": epochs, "patience": patience}
+                done = common.finished_run(args.finished, match, split, epochs)
+                if done is not None:
+                    keep(done)
+                    continue
+                ckpt = _checkpoint(args, "node", f"{ds}-{model}-seed{s}-e{epochs}-p{patience}.pt")
+                record("node", ds, model, graphs.spec.metric, s, run_node_peer, graphs, model, s, epochs, patience,
+                       checkpoint=ckpt, checkpoint_every=args.checkpoint_every)
 
 
 def _fold_rows(args: argparse.Namespace, load: Callable[[str], Any], record: Record,
@@ -233,9 +268,10 @@ def _fold_rows(args: argparse.Namespace, load: Callable[[str], Any], record: Rec
                     if done is not None:
                         keep(done)
                         continue
-                    ckpt = checkpoint_path(args.checkpoint_dir, ds, model, s, *budget)
+                    ckpt = _checkpoint(args, "folds", checkpoint_name(ds, model, s, *budget))
                     record("graph-folds", ds, model, "accuracy", s, run_graph_fold, data_list, labels, model, s,
-                           args.folds, i, args.graph_epochs, args.graph_patience, args.clip_norm, checkpoint=ckpt)
+                           args.folds, i, args.graph_epochs, args.graph_patience, args.clip_norm, checkpoint=ckpt,
+                           checkpoint_every=args.checkpoint_every)
 
 
 def _graph_rows(args: argparse.Namespace, load: Callable[[str], Any], record: Record) -> None:
@@ -293,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="xmask-peers-") if args.cache_dir is None else None
     cache_dir = args.cache_dir or Path(tmp.name)  # type: ignore[union-attr]
     runs: list[dict[str, Any]] = []
-    args.finished = read_finished(args.out) if args.resume and args.folds else []
+    args.finished = common.read_finished(args.out) if args.resume else []
 
     def save() -> list[dict[str, Any]]:
         rows = summarize(runs)
@@ -308,8 +344,9 @@ def main(argv: list[str] | None = None) -> int:
                *fn_args: Any, **fn_kwargs: Any) -> None:
         t = time.perf_counter()
         res = fn(*fn_args, **fn_kwargs)
+        # a resumed run's seconds: this process's plus those its checkpoint had spent
         res = {"task": task, "dataset": ds, "model": model, "metric": metric, "seed": seed,
-               "seconds": time.perf_counter() - t, **res}
+               "seconds": time.perf_counter() - t + res.get("seconds_before_resume", 0.0), **res}
         runs.append(res)
         scores = ("probe" if res["metrics"] is None else
                   f"val {res['metrics']['val']:.4f} test {res['metrics']['test']:.4f}")
@@ -319,15 +356,16 @@ def main(argv: list[str] | None = None) -> int:
 
     def keep(res: dict[str, Any]) -> None:
         runs.append(res)
-        print(f"{res['task']} {res['dataset']} {res['model']} seed {res['seed']} fold {res['fold']}: kept from "
-              f"{args.out}", file=sys.stderr, flush=True)
+        fold = f" fold {res['fold']}" if "fold" in res else ""
+        print(f"{res['task']} {res['dataset']} {res['model']} seed {res['seed']}{fold}: kept from {args.out}",
+              file=sys.stderr, flush=True)
 
     def load(ds: str) -> Any:
         return common.load(ds, args.data_root, cache_dir)
 
     try:
         if "node" in only:
-            _node_rows(args, load, record)
+            _node_rows(args, load, record, keep)
         if "graph" in only:
             if args.folds:
                 _fold_rows(args, load, record, keep)

@@ -165,9 +165,12 @@ def graph_logits(model: Any, loader: Any) -> tuple[Any, Any]:
 
 
 # ------------------------------------------------------------------ selection
-def _save_epoch(path: Path, epoch: int, model: Any, opt: Any, fit: Any, times: list[float], gen: Any) -> None:
-    """Everything :func:`fit_selected` needs to go on after ``epoch`` as if never stopped, written atomically."""
+def _save_epoch(path: Path, epoch: int, model: Any, opt: Any, fit: Any, gen: Any) -> None:
+    """Everything :func:`fit_selected` needs to go on after ``epoch`` as if never stopped, written atomically:
+    model, optimiser, selection and best state, the torch / numpy / python RNG states, the loader's generator,
+    the curves and the seconds spent so far."""
     import io
+    import random
 
     import torch
 
@@ -175,16 +178,20 @@ def _save_epoch(path: Path, epoch: int, model: Any, opt: Any, fit: Any, times: l
     from xmask_cli.fs import atomic_write
 
     state = {"epoch": epoch, "model": model.state_dict(), "opt": opt.state_dict(), "best_state": fit.state,
-             "best_opt_state": fit.opt_state, "selection": fit.sel.state(), "times": times, "rng": rng_state(),
-             "loader_rng": None if gen is None else gen.get_state()}
+             "best_opt_state": fit.opt_state, "selection": fit.sel.state(), "times": fit.times, "rng": rng_state(),
+             "python_rng": random.getstate(), "loader_rng": None if gen is None else gen.get_state(),
+             "val_curve": fit.val_curve, "val_loss_curve": fit.val_loss_curve,
+             "seconds": fit.seconds + time.perf_counter() - fit.since}
     buf = io.BytesIO()
     torch.save(state, buf)
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, lambda f: f.write(buf.getvalue()))
 
 
-def _load_epoch(path: Path, model: Any, opt: Any, fit: Any, gen: Any) -> tuple[int, list[float]]:
-    """Restore what :func:`_save_epoch` wrote; returns ``(the next epoch, the epoch seconds so far)``."""
+def _load_epoch(path: Path, model: Any, opt: Any, fit: Any, gen: Any) -> None:
+    """Restore what :func:`_save_epoch` wrote into ``model``, ``opt``, ``fit`` and ``gen``."""
+    import random
+
     import torch
 
     from xmask_cli.engine.training.resume import set_rng_state
@@ -196,31 +203,36 @@ def _load_epoch(path: Path, model: Any, opt: Any, fit: Any, gen: Any) -> tuple[i
     fit.state, fit.opt_state = ck["best_state"], ck["best_opt_state"]
     fit.sel = Selection.from_checkpoint({"epoch": ck["epoch"], **ck["selection"]})
     set_rng_state(ck["rng"])
+    if "python_rng" in ck:  # absent from checkpoints of an older fit_selected
+        random.setstate(ck["python_rng"])
     if gen is not None:
         gen.set_state(ck["loader_rng"])
-    return fit.sel.start, list(ck["times"])
+    fit.times, fit.seconds = list(ck["times"]), float(ck.get("seconds", 0.0))
+    fit.val_curve, fit.val_loss_curve = list(ck.get("val_curve", [])), list(ck.get("val_loss_curve", []))
+    fit.resumed_at = fit.sel.start
 
 
 def fit_selected(model: Any, opt: Any, train_epoch: Callable[[], None],
                  evaluate: Callable[[str], tuple[float, float]], epochs: int, patience: int,
                  on_epoch: Callable[[int, Any], None] | None = None,
                  after_eval: Callable[[float, float], None] | None = None,
-                 checkpoint: Path | None = None, loader_rng: Any = None) -> dict[str, Any]:
+                 checkpoint: Path | None = None, loader_rng: Any = None, every: int = 1) -> dict[str, Any]:
     """Train under xmask's selection rule; the selected state is loaded into ``model`` on return.
 
     ``evaluate(part)`` gives ``(metric, loss)``; ``on_epoch(epoch, fit)`` runs before an epoch (Polynormer's
     phase switch; ``fit`` holds the best state and the :class:`Selection`); ``after_eval(val, val_loss)``
-    after each validation (a scheduler). ``checkpoint``: a file written after every epoch (model, optimiser,
-    selection, best state, the global RNG states and ``loader_rng``, the training loader's generator) and
-    resumed from when it exists, so a killed run goes on as an uninterrupted one would; removed at the end.
-    Returns the best / run epochs and the training seconds per epoch."""
+    after each validation (a scheduler). ``checkpoint``: a file written after every ``every``-th epoch
+    (:func:`_save_epoch`) and resumed from when it exists, so a killed run goes on as an uninterrupted one
+    would; removed at the end. Returns the best / run epochs, the training seconds per epoch, the validation
+    curves, the epoch a run resumed at (None: never stopped) and the seconds spent before it (from the
+    checkpoint; the time between the checkpoint and the kill is not counted)."""
     from xmask_cli.engine.training.selection import Selection
 
-    fit = types.SimpleNamespace(sel=Selection(), state=None, opt_state=None)
-    times: list[float] = []
-    start = 0
+    fit = types.SimpleNamespace(sel=Selection(), state=None, opt_state=None, times=[], val_curve=[],
+                                val_loss_curve=[], seconds=0.0, since=time.perf_counter(), resumed_at=None)
     if checkpoint is not None and checkpoint.is_file():
-        start, times = _load_epoch(checkpoint, model, opt, fit, loader_rng)
+        _load_epoch(checkpoint, model, opt, fit, loader_rng)
+    start = fit.sel.start
     epoch = start - 1
     stopped = start > 0 and fit.sel.bad_epochs >= patience
     for epoch in range(start, start if stopped else epochs):
@@ -228,21 +240,57 @@ def fit_selected(model: Any, opt: Any, train_epoch: Callable[[], None],
             on_epoch(epoch, fit)
         t = time.perf_counter()
         train_epoch()
-        times.append(time.perf_counter() - t)
+        fit.times.append(time.perf_counter() - t)
         val, val_loss = evaluate("val")
+        fit.val_curve.append(val)
+        fit.val_loss_curve.append(val_loss)
         if after_eval is not None:
             after_eval(val, val_loss)
         if fit.sel.update(val, val_loss, epoch, higher=True):
             fit.state, fit.opt_state = copy.deepcopy(model.state_dict()), copy.deepcopy(opt.state_dict())
-        if checkpoint is not None:
-            _save_epoch(checkpoint, epoch, model, opt, fit, times, loader_rng)
+        if checkpoint is not None and (epoch + 1) % every == 0:
+            _save_epoch(checkpoint, epoch, model, opt, fit, loader_rng)
         if fit.sel.bad_epochs >= patience:
             break
     model.load_state_dict(fit.state)
     if checkpoint is not None:
         checkpoint.unlink(missing_ok=True)
-    return {"best_epoch": fit.sel.best_epoch, "epochs_run": epoch + 1, "epoch_seconds": times,
-            "seconds_per_epoch": float(np.median(times)) if times else None}
+    return {"best_epoch": fit.sel.best_epoch, "epochs_run": epoch + 1, "epoch_seconds": fit.times,
+            "seconds_per_epoch": float(np.median(fit.times)) if fit.times else None,
+            "val_curve": fit.val_curve, "val_loss_curve": fit.val_loss_curve, "resumed_at": fit.resumed_at,
+            "seconds_before_resume": fit.seconds}
+
+
+# ------------------------------------------------------------------ resuming a sweep
+def read_finished(path: Path, tasks: tuple[str, ...] = ("graph-folds", "node")) -> list[dict[str, Any]]:
+    """The runs of ``tasks`` in an earlier ``peers.py --out path`` result (none if the file is absent); a file
+    that is not such a result raises ValueError (it is never overwritten by a resume)."""
+    import json
+
+    if not path.is_file():
+        return []
+    runs = json.loads(path.read_text()).get("runs")
+    if not isinstance(runs, list):
+        raise ValueError(f"{path}: not a peers.py result (no runs list); move it away or leave out --resume")
+    return [r for r in runs if isinstance(r, dict) and r.get("task") in tasks]
+
+
+def finished_run(runs: list[dict[str, Any]], match: dict[str, Any], split: dict[str, Any],
+                 epochs: int) -> dict[str, Any] | None:
+    """The run of ``runs`` whose fields equal ``match`` (dataset, model, seed, budget, ...), made on ``split``
+    (:func:`split_info` of the split the run would get now), with a selected epoch inside the ``epochs``
+    budget and train / val / test metrics in [0, 1]; None when there is none such (the run is trained)."""
+    for r in runs:
+        if any(r.get(k) != v for k, v in match.items()):
+            continue
+        metrics = r.get("metrics")
+        ok = (r.get("split") == split and isinstance(metrics, dict)
+              and all(isinstance(metrics.get(p), float) and 0.0 <= metrics[p] <= 1.0 for p in ("train", "val", "test"))
+              and isinstance(r.get("best_epoch"), int) and isinstance(r.get("epochs_run"), int)
+              and 0 <= r["best_epoch"] < r["epochs_run"] <= epochs)
+        if ok:
+            return r
+    return None
 
 
 def peak_rss_mb() -> float | None:

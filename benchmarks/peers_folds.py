@@ -39,11 +39,12 @@ def _baseline(in_dim: int, out_dim: int, hidden: int = 64, dropout: float = 0.5)
 
 def run_graph_fold(data_list: list[Any], labels: Any, model_name: str, seed: int, folds: int, fold: int,
                    epochs: int, patience: int, clip_norm: float = 1.0, batch_size: int = 32, lr: float = 1e-3,
-                   weight_decay: float = 1e-2, checkpoint: Path | None = None) -> dict[str, Any]:
+                   weight_decay: float = 1e-2, checkpoint: Path | None = None,
+                   checkpoint_every: int = 1) -> dict[str, Any]:
     """One (seed, fold) run of a fold-protocol peer: the same outer folds and inner holdout as
     ``xmask train --folds``, the same input features (``data_list``), the same gradient clipping and the same
-    selection rule; test scored once on the selected state. ``checkpoint``: a per-epoch checkpoint file that a
-    killed run resumes from (:func:`peers_common.fit_selected`). The result records the budget
+    selection rule; test scored once on the selected state. ``checkpoint``: a checkpoint file, written every
+    ``checkpoint_every`` epochs, that a killed run resumes from (:func:`peers_common.fit_selected`). The result records the budget
     (``epochs``, ``patience``) that ``peers.py --resume`` checks before it reuses the fold."""
     import torch
 
@@ -62,48 +63,27 @@ def run_graph_fold(data_list: list[Any], labels: Any, model_name: str, seed: int
         return accuracy(out, y), float(torch.nn.functional.cross_entropy(out, y))
 
     res = common.fit_selected(model, opt, lambda: common.graph_epoch(model, opt, train_loader, clip_norm),
-                              evaluate, epochs, patience, checkpoint=checkpoint, loader_rng=train_loader.generator)
+                              evaluate, epochs, patience, checkpoint=checkpoint, loader_rng=train_loader.generator,
+                              every=checkpoint_every)
     return {"metrics": {p: evaluate(p)[0] for p in parts}, "best_epoch": res["best_epoch"],
             "epochs_run": res["epochs_run"], "epochs": epochs, "patience": patience, "fold": fold, "folds": folds,
-            "split": common.split_info(split, seed)}
-
-
-def read_finished(path: Path) -> list[dict[str, Any]]:
-    """The fold runs of an earlier ``peers.py --folds --out path`` result (none if the file is absent); a file
-    that is not such a result raises ValueError (it is never overwritten by a resume)."""
-    import json
-
-    if not path.is_file():
-        return []
-    runs = json.loads(path.read_text()).get("runs")
-    if not isinstance(runs, list):
-        raise ValueError(f"{path}: not a peers.py result (no runs list); move it away or leave out --resume")
-    return [r for r in runs if isinstance(r, dict) and r.get("task") == "graph-folds"]
+            "split": common.split_info(split, seed), "resumed_at": res["resumed_at"],
+            "seconds_before_resume": res["seconds_before_resume"]}
 
 
 def finished_fold(runs: list[dict[str, Any]], labels: Any, dataset: str, model: str, seed: int, folds: int,
                   fold: int, epochs: int, patience: int) -> dict[str, Any] | None:
     """The run of ``runs`` that is this (dataset, model, seed, fold) at this budget, on the fold
-    :func:`~xmask_cli.engine.scoring.folds.outer_folds` gives now (its recorded split sizes and name), with a selected
-    epoch inside the budget and accuracies in [0, 1]; None when there is none such (the fold is trained)."""
+    :func:`~xmask_cli.engine.scoring.folds.outer_folds` gives now (:func:`peers_common.finished_run`);
+    None when there is none such (the fold is trained)."""
     from xmask_cli.engine.scoring.folds import outer_folds
 
     want = common.split_info(outer_folds(labels, folds, seed)[fold], seed)
-    for r in runs:
-        if (r.get("dataset"), r.get("model"), r.get("seed"), r.get("fold"), r.get("folds"), r.get("epochs"),
-                r.get("patience")) != (dataset, model, seed, fold, folds, epochs, patience):
-            continue
-        metrics = r.get("metrics")
-        ok = (r.get("split") == want and isinstance(metrics, dict)
-              and all(isinstance(metrics.get(p), float) and 0.0 <= metrics[p] <= 1.0 for p in ("train", "val", "test"))
-              and isinstance(r.get("best_epoch"), int) and isinstance(r.get("epochs_run"), int)
-              and 0 <= r["best_epoch"] < r["epochs_run"] <= epochs)
-        if ok:
-            return r
-    return None
+    match = {"dataset": dataset, "model": model, "seed": seed, "fold": fold, "folds": folds, "epochs": epochs,
+             "patience": patience}
+    return common.finished_run(runs, match, want, epochs)
 
 
-def checkpoint_path(folder: Path, dataset: str, model: str, seed: int, folds: int, fold: int, epochs: int,
-                    patience: int) -> Path:
-    """The per-epoch checkpoint file of one fold run; its name holds the budget, so another budget starts over."""
-    return folder / f"{dataset}-{model}-seed{seed}-fold{fold}-of{folds}-e{epochs}-p{patience}.pt"
+def checkpoint_name(dataset: str, model: str, seed: int, folds: int, fold: int, epochs: int, patience: int) -> str:
+    """The checkpoint file name of one fold run; it holds the budget, so another budget starts over."""
+    return f"{dataset}-{model}-seed{seed}-fold{fold}-of{folds}-e{epochs}-p{patience}.pt"

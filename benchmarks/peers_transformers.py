@@ -236,18 +236,21 @@ def _polynormer_switch(model: Any, opt: Any, hp: dict[str, Any], epochs: int,
             if fit.state is not None:
                 model.load_state_dict(fit.state)
                 opt.load_state_dict(fit.opt_state)
-            model._global = True
             fit.sel.bad_epochs = 0
+        model._global = epoch >= local  # set every epoch: a run resumed after the switch is global too
 
     return on_epoch, [local, glob]
 
 
 def run_node_peer(graphs: Any, kind: str, seed: int, epochs: int, patience: int, probe_epochs: int = 0,
-                  parts: tuple[str, ...] = ("train", "val", "test")) -> dict[str, Any]:
+                  parts: tuple[str, ...] = ("train", "val", "test"), checkpoint: Path | None = None,
+                  checkpoint_every: int = 1) -> dict[str, Any]:
     """One seed of a published-recipe or graph-transformer node peer (``kind`` in :data:`NODE_PEERS`), on the
     dataset's registry split (xmask's ``node_split``) and under xmask's selection rule, at most ``epochs``
     epochs with ``patience``. ``probe_epochs > 0`` trains that many epochs only and reports their time (no
-    selection, no metrics): what a row too slow to finish is measured with."""
+    selection, no metrics): what a row too slow to finish is measured with. ``checkpoint``: a file written
+    every ``checkpoint_every`` epochs that a killed run goes on from (:func:`peers_common.fit_selected`); the
+    result records the budget (``epochs``, ``patience``) that ``peers.py --resume`` checks before reusing it."""
     import torch
     import torch.nn.functional as F
 
@@ -291,8 +294,10 @@ def run_node_peer(graphs: Any, kind: str, seed: int, epochs: int, patience: int,
         return {"metrics": None, "probe_epochs": probe_epochs, "epoch_seconds": times,
                 "seconds_per_epoch": float(np.median(times)), "best_epoch": None, "epochs_run": probe_epochs,
                 "split": split_info, **peer.info}
-    res = common.fit_selected(model, opt, train_epoch, evaluate, epochs, patience, on_epoch=peer.on_epoch)
-    return {"metrics": {p: evaluate(p)[0] for p in parts}, **res, "split": split_info, **peer.info}
+    res = common.fit_selected(model, opt, train_epoch, evaluate, epochs, patience, on_epoch=peer.on_epoch,
+                              checkpoint=checkpoint, every=checkpoint_every)
+    return {"metrics": {p: evaluate(p)[0] for p in parts}, **res, "epochs": epochs, "patience": patience,
+            "split": split_info, **peer.info}
 
 
 def progress(epoch: int, done: int, total: int, seconds: float) -> None:

@@ -3,6 +3,7 @@ fix, xmask's selection rule and split, the input features, the random-walk encod
 from __future__ import annotations
 
 import dataclasses
+import json
 import types
 
 import numpy as np
@@ -33,7 +34,8 @@ def cora(common, shared_data, tmp_path_factory):
     return common.load("Cora", shared_data, tmp_path_factory.mktemp("cache"))
 
 
-def _tiny_graphs(n: int = 30, classes: int = 3, dim: int = 12, seed: int = 0) -> types.SimpleNamespace:
+def _tiny_graphs(n: int = 30, classes: int = 3, dim: int = 12, seed: int = 0,
+                 name: str = "Tiny") -> types.SimpleNamespace:
     """A Planetoid-shaped graph (public masks) on ``n`` nodes: a ring plus chords, random features."""
     from torch_geometric.data import Data
 
@@ -47,7 +49,7 @@ def _tiny_graphs(n: int = 30, classes: int = 3, dim: int = 12, seed: int = 0) ->
         masks[i % 3][i] = True
     data = Data(x=torch.rand(n, dim, generator=g), edge_index=ei, y=torch.arange(n) % classes, num_nodes=n,
                 train_mask=masks[0], val_mask=masks[1], test_mask=masks[2])
-    spec = types.SimpleNamespace(name="Tiny", split="public", metric="accuracy")
+    spec = types.SimpleNamespace(name=name, split="public", metric="accuracy")
     return types.SimpleNamespace(spec=spec, dataset=[data])
 
 
@@ -239,3 +241,97 @@ def test_graph_gps_probe_times_whole_epochs_and_reports_each_batch(common, tf, t
     assert lines[-1].startswith(f"progress: epoch 1 batch {batches}/{batches} ")
     assert res["metrics"] is None and len(res["epoch_seconds"]) == 2 and res["epochs_run"] == 2
     assert res["seconds_per_epoch"] == pytest.approx(float(np.median(res["epoch_seconds"])))
+
+
+# ------------------------------------------------------------------ resuming a node peer
+def _kill_in_training_epoch(run_node_peer, monkeypatch, epoch: int, setups: tuple[int, ...] = (1,)) -> None:
+    """``run_node_peer`` raises KeyboardInterrupt (a session ending) in the training step of ``epoch`` (from 1)
+    of the runs whose setup is the ``setups``-th (from 1) from now on."""
+    real, count = run_node_peer.__globals__["_node_setup"], [0]
+
+    def setup(*a, **k):
+        peer = real(*a, **k)
+        count[0] += 1
+        if count[0] in setups:
+            forward, steps = peer.forward, [0]
+
+            def dies() -> torch.Tensor:
+                if peer.model.training:
+                    steps[0] += 1
+                    if steps[0] == epoch:
+                        raise KeyboardInterrupt
+                return forward()
+
+            peer.forward = dies
+        return peer
+
+    monkeypatch.setitem(run_node_peer.__globals__, "_node_setup", setup)
+
+
+_SAME = ("metrics", "best_epoch", "epochs_run", "val_curve", "val_loss_curve", "split", "epochs", "patience")
+
+
+@pytest.mark.parametrize("kind", ["GCN-tuned", "Polynormer"])
+def test_a_node_peer_killed_mid_run_resumes_as_if_never_stopped(tf, kind, tmp_path, monkeypatch):
+    """Killed in epoch 7 of 8 with a checkpoint every 3 epochs, the run goes on at epoch 6 and ends exactly as
+    the uninterrupted run: dropout (GCN-tuned at 0.5) draws from the restored RNG states, and Polynormer,
+    past its switch at epoch 4, is still global."""
+    graphs = _tiny_graphs(name="Computers")
+    hp = {"hidden": 8, "layers": 2, "dropout": 0.5, "lr": 1e-2, "weight_decay": 5e-5, "norm": "layer",
+          "residual": False, "heads": 1}
+    monkeypatch.setitem(tf.tuned_setup.__globals__["TUNED_HP"]["Computers"], "GCN-tuned", hp)
+    whole = tf.run_node_peer(graphs, kind, 0, epochs=8, patience=100)
+    assert whole["resumed_at"] is None and len(set(whole["val_loss_curve"])) > 1
+    ckpt = tmp_path / "run.pt"
+    with monkeypatch.context() as m:
+        _kill_in_training_epoch(tf.run_node_peer, m, 7)
+        with pytest.raises(KeyboardInterrupt):
+            tf.run_node_peer(graphs, kind, 0, epochs=8, patience=100, checkpoint=ckpt, checkpoint_every=3)
+    saved = torch.load(ckpt, weights_only=True)
+    assert saved["epoch"] == 5 and len(saved["val_curve"]) == 6 and saved["seconds"] > 0
+    resumed = tf.run_node_peer(graphs, kind, 0, epochs=8, patience=100, checkpoint=ckpt, checkpoint_every=3)
+    assert not ckpt.exists()  # removed once the run is done
+    assert resumed["resumed_at"] == 6 and resumed["seconds_before_resume"] == saved["seconds"]
+    for key in _SAME:
+        assert resumed[key] == whole[key], key
+    assert len(resumed["epoch_seconds"]) == 8
+
+
+def test_peers_resume_keeps_finished_node_runs_and_goes_on_with_a_killed_one(peers, shared_data, tmp_path,
+                                                                              monkeypatch):
+    def _node_sweep(peers, out, *extra: str) -> int:
+        return peers.main(["--only", "node", "--node-datasets", "Cora", "--node-models", "GCN-example",
+                           "--seeds", "0-1", "--epochs", "4", "--patience", "4", "--threads", "1",
+                           "--data-root", str(shared_data), "--out", str(out),
+                           "--checkpoint-dir", str(out.parent / "ckpt"), *extra])
+
+    whole_out = tmp_path / "whole" / "peers.json"
+    assert _node_sweep(peers, whole_out) == 0
+    whole = {r["seed"]: r for r in json.loads(whole_out.read_text())["runs"]}
+    out = tmp_path / "cut" / "peers.json"
+    with monkeypatch.context() as m:
+        _kill_in_training_epoch(peers.run_node_peer, m, 3, setups=(2,))  # seed 1 dies in its third epoch
+        with pytest.raises(KeyboardInterrupt):
+            _node_sweep(peers, out)
+    assert [r["seed"] for r in json.loads(out.read_text())["runs"]] == [0]  # saved as it finished
+    assert (out.parent / "ckpt" / "Cora-GCN-example-seed1-e4-p4.pt").is_file()
+
+    real, trained = peers.run_node_peer, []
+    monkeypatch.setattr(peers, "run_node_peer", lambda *a, **k: trained.append(a[2]) or real(*a, **k))
+    assert _node_sweep(peers, out, "--resume") == 0
+    got = {r["seed"]: r for r in json.loads(out.read_text())["runs"]}
+    assert trained == [1] and got[1]["resumed_at"] == 2  # seed 0 kept, seed 1 from its checkpoint
+    for s in (0, 1):
+        for key in _SAME:
+            assert got[s][key] == whole[s][key], (s, key)
+
+    trained.clear()
+    assert _node_sweep(peers, out, "--resume", "--patience", "3") == 0  # another budget: nothing is kept
+    assert trained == [0, 1]
+
+    with monkeypatch.context() as m:  # without --resume a killed run's checkpoint is not resumed from
+        _kill_in_training_epoch(real, m, 3)
+        with pytest.raises(KeyboardInterrupt):
+            _node_sweep(peers, out)
+    assert _node_sweep(peers, out) == 0
+    assert [r["resumed_at"] for r in json.loads(out.read_text())["runs"]] == [None, None]
