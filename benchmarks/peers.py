@@ -318,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         if [m for m in got if m not in known]:
             p.error(f"{flag}: unknown peer(s) {[m for m in got if m not in known]}; expected {', '.join(known)}")
 
+    if args.checkpoint_every < 1:
+        p.error(f"--checkpoint-every: expected a positive number of epochs, got {args.checkpoint_every}")
     import torch
 
     from xmask_cli.fs import atomic_write
@@ -329,7 +331,10 @@ def main(argv: list[str] | None = None) -> int:
     tmp = tempfile.TemporaryDirectory(prefix="xmask-peers-") if args.cache_dir is None else None
     cache_dir = args.cache_dir or Path(tmp.name)  # type: ignore[union-attr]
     runs: list[dict[str, Any]] = []
-    args.finished = common.read_finished(args.out) if args.resume else []
+    try:
+        args.finished = common.read_finished(args.out) if args.resume else []
+    except ValueError as e:  # an --out that is not a peers.py result: never overwritten
+        p.error(f"--out: {e}")
 
     def save() -> list[dict[str, Any]]:
         rows = summarize(runs)

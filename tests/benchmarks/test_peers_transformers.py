@@ -335,3 +335,15 @@ def test_peers_resume_keeps_finished_node_runs_and_goes_on_with_a_killed_one(pee
             _node_sweep(peers, out)
     assert _node_sweep(peers, out) == 0
     assert [r["resumed_at"] for r in json.loads(out.read_text())["runs"]] == [None, None]
+
+
+@pytest.mark.parametrize(("flags", "message"), [(["--checkpoint-every", "0"], "--checkpoint-every: expected a positive"),
+                                                (["--resume"], "not a peers.py result")])
+def test_peers_refuses_a_bad_checkpoint_interval_or_a_foreign_out_file(peers, tmp_path, capsys, flags, message):
+    out = tmp_path / "peers.json"
+    out.write_text('{"rows": []}')
+    with pytest.raises(SystemExit) as exit_:
+        peers.main(["--only", "node", "--out", str(out), *flags])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err.strip().splitlines()[-1]
+    assert out.read_text() == '{"rows": []}'  # never overwritten
