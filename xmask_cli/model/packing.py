@@ -36,6 +36,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from xmask_cli.model.drop_mask import keep_mask
+
 __all__ = ["AttentionGroup", "PackedGraphs", "PairSet", "GROUP_CALL_PAIRS", "DROP_LEVELS", "PAIR_DENSITY",
            "PAIR_MIN_NODES", "pack_graphs", "padded_dropout", "pair_attended", "plan_groups", "real_rows",
            "row_dropout"]
@@ -72,7 +74,7 @@ def row_dropout(h: Tensor, p: float, training: bool) -> Tensor:
     # random_ over the whole int64 range fills every bit of each word; its four 16-bit lanes are independent.
     words = torch.empty((n + 3) // 4, dtype=torch.int64, device=h.device).random_(-(1 << 63), None)
     draws = words.view(torch.int16)[:n].view(h.shape)
-    mask = (draws < keep - DROP_LEVELS // 2).to(h.dtype).mul_(DROP_LEVELS / keep)
+    mask = keep_mask(draws, keep - DROP_LEVELS // 2, DROP_LEVELS / keep, h.dtype)
     return h * mask
 
 
