@@ -288,3 +288,41 @@ def test_the_pair_settings_are_the_packed_parts_own(proteins_batch) -> None:
     got = pair_set()
     assert got is not None and torch.equal(got.graphs, want.nonzero().squeeze(1))
     assert (other.packed_path.pair_min_nodes, other.packed_path.pair_density) == (PAIR_MIN_NODES, PAIR_DENSITY)
+
+
+@pytest.mark.parametrize("sorted_pairs", [True, False])
+def test_diagonal_fill_merged_in_order_gives_the_sorted_plan(sorted_pairs) -> None:
+    """The pair set's own-pair fill placed in row-major order against appending it and letting the CSR plan sort:
+    the same stacked pattern and the same logit terms at it, entry for entry (a graph of 40 nodes, some
+    diagonals stored, some not, ``-inf`` terms where a head's support ends)."""
+    from xmask_cli.model.attention.csr import csr_plan
+    from xmask_cli.model.packed_path import _with_diagonal
+
+    gen = torch.Generator().manual_seed(7)
+    m, heads = 40, 3
+    dense = torch.rand(m, m, generator=gen) < 0.2
+    dense[torch.arange(0, m, 3), torch.arange(0, m, 3)] = True  # every third node's own pair stored
+    row, col = dense.nonzero(as_tuple=True)  # row-major
+    values = torch.randn(row.numel(), heads, generator=gen)
+    values[torch.rand(values.shape, generator=gen) < 0.3] = float("-inf")
+    if not sorted_pairs:
+        perm = torch.randperm(row.numel(), generator=gen)
+        row, col, values = row[perm], col[perm], values[perm]
+    has = torch.zeros(m, dtype=torch.bool)
+    has[row[row == col]] = True
+    missing = (~has).nonzero().squeeze(1)
+    assert 0 < missing.numel() < m
+    fill = torch.tensor([[0.5, float("-inf"), -1.0]])
+
+    def plan_of(r, c, v):
+        plan = csr_plan(torch.stack([r, c]), m, m, tuple(range(heads)), heads, torch.isfinite(v))
+        return plan, v.reshape(-1).index_select(0, plan.pick)
+
+    appended = (torch.cat([row, missing]), torch.cat([col, missing]), torch.cat([values, fill.expand(len(missing), -1)]))
+    merged = _with_diagonal(row, col, values, missing, fill, m)
+    (want, want_terms), (got, got_terms) = plan_of(*appended), plan_of(*merged)
+    assert torch.equal(got.crow, want.crow) and torch.equal(got.col, want.col) and torch.equal(got.row, want.row)
+    assert torch.equal(got_terms, want_terms)
+    if sorted_pairs:  # merged in order: nothing left for the plan to sort
+        key = merged[0] * m + merged[1]
+        assert bool((key[1:] > key[:-1]).all())

@@ -127,10 +127,29 @@ def _pair_bias(bias: XLogSMaskBias, pairs_set: PairSet, pairs: LogPairs) -> None
         zero = torch.zeros(1, k, dtype=pairs.values.dtype, device=row.device)
         fill = bias.from_log_powers(take_log(zero, bias.eps, bias.outside_support,
                                              off_diagonal=torch.zeros(1, 1, dtype=torch.bool)), axis=1)
-        row, col = torch.cat([row, missing]), torch.cat([col, missing])
-        values = torch.cat([values, fill.expand(missing.numel(), -1)])
+        row, col, values = _with_diagonal(row, col, values, missing, fill, m)
     pairs_set.edge_index = torch.stack([row, col])
     pairs_set.bias = values
+
+
+def _with_diagonal(row: Tensor, col: Tensor, values: Tensor, missing: Tensor, fill: Tensor,
+                   m: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The pairs ``(row, col)`` over ``m`` rows with values ``[E, H]``, plus each ``missing`` node's own pair
+    valued ``fill [1, H]``, in row-major order when the pairs come so (the stream's do): the order the CSR plan
+    would sort them into (keys are unique), without the sort. Unsorted pairs get the new ones appended."""
+    key = row * m + col
+    if key.numel() > 1 and not bool((key[1:] > key[:-1]).all()):
+        return torch.cat([row, missing]), torch.cat([col, missing]), torch.cat([values, fill.expand(missing.numel(), -1)])
+    diag = missing * (m + 1)
+    # Each pair moves up by the diagonal pairs before it, each diagonal pair by the stored pairs before it.
+    to_stored = torch.arange(key.numel(), device=key.device) + torch.searchsorted(diag, key)
+    to_diag = torch.arange(diag.numel(), device=key.device) + torch.searchsorted(key, diag)
+    total = key.numel() + diag.numel()
+    out_row, out_col = row.new_empty(total), col.new_empty(total)
+    out_values = values.new_empty(total, values.size(1))
+    out_row[to_stored], out_col[to_stored], out_values[to_stored] = row, col, values
+    out_row[to_diag], out_col[to_diag], out_values[to_diag] = missing, missing, fill.expand(missing.numel(), -1)
+    return out_row, out_col, out_values
 
 
 def _packed_bias(bias: XLogSMaskBias | None, heads: int, packed: PackedGraphs, mask: Tensor, powers: Tensor | None,

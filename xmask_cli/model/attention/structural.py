@@ -270,7 +270,7 @@ class StructuralAttention(PairAttention, torch.nn.Module):
             if pairs.plan is None or pairs.plan[0] != key:
                 term = cast(Tensor, self._logit_term(pairs.bias, None, dtype))
                 plan = csr_plan(pairs.edge_index, q.size(0), q.size(0), heads, self.num_heads,
-                                torch.isfinite(term[:, list(heads)]))
+                                torch.isfinite(term if len(heads) == term.size(1) else term[:, list(heads)]))
                 pairs.plan = (key, plan, term.reshape(-1).index_select(0, plan.pick))
             _, plan, picked = pairs.plan
             part = csr_attention(q, k, v, None, plan, heads, 1.0 / math.sqrt(self.head_dim),
