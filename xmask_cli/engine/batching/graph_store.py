@@ -2,7 +2,8 @@
 
 The cache stores each graph's ``Â^1..Â^K`` on their union support as pairs
 (per-node ``indptr``, ``col``, ``values [P, K]``). :class:`GraphStore` reads
-those arrays once, takes ``log(Â^k + eps)`` of every stored pair once (in
+those arrays once, sorts each node's pairs by column (a batch's pairs are then
+row-major, as the pair path's CSR plan takes them), takes ``log(Â^k + eps)`` of every stored pair once (in
 float32, in place, chunk by chunk), and keeps them beside the flattened node
 features. A batch of any graphs is then two fancy-indexed gathers, with no
 loop over its graphs: the node rows and the stored pairs of each graph are
@@ -29,6 +30,7 @@ from torch import Tensor
 from xmask_cli.cache import StructureCache
 from xmask_cli.model.batches import LogPairs
 from xmask_cli.model.logsmask import log_powers
+from xmask_cli.structure.jit import numba
 
 __all__ = ["GraphStore", "ranges", "spans_of"]
 
@@ -51,6 +53,26 @@ def spans_of(array: np.ndarray, spans: Sequence[slice], dtype: DTypeLike | None 
     if not spans:
         return np.empty((0, *array.shape[1:]), dtype=dtype or array.dtype)
     return np.concatenate([array[s] for s in spans], dtype=dtype)
+
+
+@numba.njit(cache=True, nogil=True)
+def _sort_rows(indptr, col, values):  # pragma: no cover - compiled
+    """Sort each CSR row's entries by column, in place, moving their value rows along."""
+    for r in range(len(indptr) - 1):
+        a, b = indptr[r], indptr[r + 1]
+        if b - a < 2:
+            continue
+        cols = col[a:b]
+        ordered = True
+        for i in range(1, b - a):
+            if cols[i] < cols[i - 1]:
+                ordered = False
+                break
+        if ordered:
+            continue
+        order = np.argsort(cols, kind="mergesort")
+        col[a:b] = cols[order].copy()
+        values[a:b] = values[a:b][order].copy()
 
 
 class GraphStore:
@@ -103,6 +125,10 @@ class GraphStore:
         self.col = np.asarray(cache.read_array("powers/col")).astype(small, copy=False)
         # float32 as the dense path scatters them; the log is taken in float32 (1e-30 underflows float16).
         self.values = np.asarray(cache.read_array("powers/values"), dtype=np.float32)
+        self.col, self.values = np.require(self.col, requirements="W"), np.require(self.values, requirements="W")
+        # Row-major pairs: a batch's pairs are then sorted as the pair path's CSR plan needs them (no sort per
+        # batch); the dense masks place pairs by position, so their order changes no number.
+        _sort_rows(indptr, self.col, self.values)
         if self.values.nbytes <= budget:
             eps, outside = self.log_spec  # type: ignore[misc]
             vals = torch.from_numpy(self.values)
