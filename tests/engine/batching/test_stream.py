@@ -398,3 +398,14 @@ def test_store_batches_carry_sorted_pairs_of_each_graph(toy: Toy) -> None:
         lp = batch.log_powers
         key = (lp.graph * 10_000 + lp.row) * 10_000 + lp.col
         assert bool((key[1:] > key[:-1]).all())
+
+
+def test_rows_sorted_reads_each_row_apart() -> None:
+    """The check before the sort: a row whose columns fall is unsorted; a fall between two rows is not."""
+    from xmask_cli.engine.batching.graph_store import _rows_sorted
+
+    indptr = np.array([0, 3, 3, 5, 6])
+    assert _rows_sorted(indptr, np.array([0, 2, 7, 1, 4, 0], dtype=np.uint16))
+    assert not _rows_sorted(indptr, np.array([0, 7, 2, 1, 4, 0], dtype=np.uint16))
+    assert not _rows_sorted(indptr, np.array([0, 2, 7, 4, 4, 0], dtype=np.uint16))  # a repeated column
+    assert _rows_sorted(np.array([0]), np.array([], dtype=np.uint16))

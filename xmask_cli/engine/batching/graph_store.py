@@ -30,7 +30,6 @@ from torch import Tensor
 from xmask_cli.cache import StructureCache
 from xmask_cli.model.batches import LogPairs
 from xmask_cli.model.logsmask import log_powers
-from xmask_cli.structure.jit import numba
 
 __all__ = ["GraphStore", "ranges", "spans_of"]
 
@@ -55,24 +54,29 @@ def spans_of(array: np.ndarray, spans: Sequence[slice], dtype: DTypeLike | None 
     return np.concatenate([array[s] for s in spans], dtype=dtype)
 
 
-@numba.njit(cache=True, nogil=True)
-def _sort_rows(indptr, col, values):  # pragma: no cover - compiled
-    """Sort each CSR row's entries by column, in place, moving their value rows along."""
-    for r in range(len(indptr) - 1):
-        a, b = indptr[r], indptr[r + 1]
-        if b - a < 2:
-            continue
-        cols = col[a:b]
-        ordered = True
-        for i in range(1, b - a):
-            if cols[i] < cols[i - 1]:
-                ordered = False
-                break
-        if ordered:
-            continue
-        order = np.argsort(cols, kind="mergesort")
-        col[a:b] = cols[order].copy()
-        values[a:b] = values[a:b][order].copy()
+def _rows_sorted(indptr: np.ndarray, col: np.ndarray) -> bool:
+    """Whether every CSR row's entries come by increasing column (checked chunk by chunk: little scratch)."""
+    first = np.zeros(len(col), dtype=bool)  # a row's first entry: no comparison with the entry before it
+    first[indptr[:-1][np.diff(indptr) > 0]] = True
+    for s in range(0, max(len(col) - 1, 0), LOG_CHUNK):
+        e = min(s + LOG_CHUNK + 1, len(col))
+        c = col[s:e].astype(np.int64)
+        if bool(((c[1:] <= c[:-1]) & ~first[s + 1:e]).any()):
+            return False
+    return True
+
+
+def _sort_rows(indptr: np.ndarray, col: np.ndarray, values: np.ndarray) -> None:
+    """Sort each CSR row's entries by column, in place, moving their value rows along: rows taken in chunks of
+    about :data:`LOG_CHUNK` entries, each one stable sort of ``(row, column)`` keys (bounded scratch)."""
+    n_rows, r0 = len(indptr) - 1, 0
+    while r0 < n_rows:
+        r1 = min(max(int(np.searchsorted(indptr, indptr[r0] + LOG_CHUNK, side="right")) - 1, r0 + 1), n_rows)
+        a, b = int(indptr[r0]), int(indptr[r1])
+        key = np.repeat(np.arange(r1 - r0, dtype=np.int64) << 32, np.diff(indptr[r0:r1 + 1])) | col[a:b]
+        order = np.argsort(key, kind="stable")
+        col[a:b], values[a:b] = col[a:b][order], values[a:b][order]
+        r0 = r1
 
 
 class GraphStore:
@@ -125,10 +129,11 @@ class GraphStore:
         self.col = np.asarray(cache.read_array("powers/col")).astype(small, copy=False)
         # float32 as the dense path scatters them; the log is taken in float32 (1e-30 underflows float16).
         self.values = np.asarray(cache.read_array("powers/values"), dtype=np.float32)
-        self.col, self.values = np.require(self.col, requirements="W"), np.require(self.values, requirements="W")
         # Row-major pairs: a batch's pairs are then sorted as the pair path's CSR plan needs them (no sort per
         # batch); the dense masks place pairs by position, so their order changes no number.
-        _sort_rows(indptr, self.col, self.values)
+        if not _rows_sorted(indptr, self.col):
+            self.col, self.values = np.require(self.col, requirements="W"), np.require(self.values, requirements="W")
+            _sort_rows(indptr, self.col, self.values)
         if self.values.nbytes <= budget:
             eps, outside = self.log_spec  # type: ignore[misc]
             vals = torch.from_numpy(self.values)
