@@ -326,3 +326,32 @@ def test_diagonal_fill_merged_in_order_gives_the_sorted_plan(sorted_pairs) -> No
     if sorted_pairs:  # merged in order: nothing left for the plan to sort
         key = merged[0] * m + merged[1]
         assert bool((key[1:] > key[:-1]).all())
+
+
+@pytest.mark.parametrize("min_nodes", [None, 50])
+def test_parts_as_spans_give_the_gathered_parts_numbers_exactly(proteins_batch, monkeypatch, min_nodes) -> None:
+    """Attention parts read as views of their row spans and joined in row order, against each part gathered and
+    the parts put back through the inverse permutation: the same outputs and gradients, bit for bit, with several
+    dense groups, and with a pair set beside them (above 50 nodes: the seven largest graphs, the others on each side of the threshold in dense groups)."""
+    import xmask_cli.model.packing as packing_module
+
+    _, packed = _pair()
+    pairs, _ = _log_pairs(proteins_batch, "hard")
+    # The batch largest graph first, so the pair set's graphs (in batch order) are the packing's first rows.
+    x, mask = proteins_batch["x"].flip(0), proteins_batch["mask"].flip(0)
+    graph = mask.size(0) - 1 - pairs.graph
+    order = torch.argsort(graph, stable=True)
+    pairs = LogPairs(graph[order], pairs.row[order], pairs.col[order], pairs.values[order])
+    packed.packed_path.pair_min_nodes, packed.packed_path.pair_density = min_nodes, 0.5
+    batch = {"x": x, "mask": mask, "log_powers": pairs, "log_spec": (1e-30, "hard")}
+    with torch.no_grad():
+        _, packing = packed.encode_packed(batch["x"], batch["mask"], log_powers=pairs, log_spec=(1e-30, "hard"))
+    assert packing.tiles is not None and len(packing.groups) > 1
+    assert (packing.pairs is not None) == (min_nodes is not None)
+    fast, fast_grad = _run(packed, batch, seed=3)
+    monkeypatch.setattr(packing_module, "_tiles", lambda parts, n: None)  # every part gathered, as before
+    slow, slow_grad = _run(packed, batch, seed=3)
+    assert torch.equal(fast, slow)
+    assert fast_grad.keys() == slow_grad.keys()
+    for name in fast_grad:
+        assert torch.equal(fast_grad[name], slow_grad[name]), name
