@@ -3,8 +3,8 @@
 The cache stores each graph's ``Â^1..Â^K`` on their union support as pairs
 (per-node ``indptr``, ``col``, ``values [P, K]``). :class:`GraphStore` reads
 those arrays once, sorts each node's pairs by column (a batch's pairs are then
-row-major, as the pair path's CSR plan takes them), takes ``log(Â^k + eps)`` of every stored pair once (in
-float32, in place, chunk by chunk), and keeps them beside the flattened node
+row-major, as the pair path's CSR plan takes them), takes ``log(Â^k + eps)`` of
+every stored pair once (in float32, in place, chunk by chunk), and keeps them beside the flattened node
 features. A batch of any graphs is then two fancy-indexed gathers, with no
 loop over its graphs: the node rows and the stored pairs of each graph are
 contiguous ranges, laid out by ``np.repeat`` of their starts.
