@@ -288,3 +288,70 @@ def test_the_pair_settings_are_the_packed_parts_own(proteins_batch) -> None:
     got = pair_set()
     assert got is not None and torch.equal(got.graphs, want.nonzero().squeeze(1))
     assert (other.packed_path.pair_min_nodes, other.packed_path.pair_density) == (PAIR_MIN_NODES, PAIR_DENSITY)
+
+
+@pytest.mark.parametrize("sorted_pairs", [True, False])
+def test_diagonal_fill_merged_in_order_gives_the_sorted_plan(sorted_pairs) -> None:
+    """The pair set's own-pair fill placed in row-major order against appending it and letting the CSR plan sort:
+    the same stacked pattern and the same logit terms at it, entry for entry (a graph of 40 nodes, some
+    diagonals stored, some not, ``-inf`` terms where a head's support ends)."""
+    from xmask_cli.model.attention.csr import csr_plan
+    from xmask_cli.model.packed_path import _with_diagonal
+
+    gen = torch.Generator().manual_seed(7)
+    m, heads = 40, 3
+    dense = torch.rand(m, m, generator=gen) < 0.2
+    dense[torch.arange(0, m, 3), torch.arange(0, m, 3)] = True  # every third node's own pair stored
+    row, col = dense.nonzero(as_tuple=True)  # row-major
+    values = torch.randn(row.numel(), heads, generator=gen)
+    values[torch.rand(values.shape, generator=gen) < 0.3] = float("-inf")
+    if not sorted_pairs:
+        perm = torch.randperm(row.numel(), generator=gen)
+        row, col, values = row[perm], col[perm], values[perm]
+    has = torch.zeros(m, dtype=torch.bool)
+    has[row[row == col]] = True
+    missing = (~has).nonzero().squeeze(1)
+    assert 0 < missing.numel() < m
+    fill = torch.tensor([[0.5, float("-inf"), -1.0]])
+
+    def plan_of(r, c, v):
+        plan = csr_plan(torch.stack([r, c]), m, m, tuple(range(heads)), heads, torch.isfinite(v))
+        return plan, v.reshape(-1).index_select(0, plan.pick)
+
+    appended = (torch.cat([row, missing]), torch.cat([col, missing]), torch.cat([values, fill.expand(len(missing), -1)]))
+    merged = _with_diagonal(row, col, values, missing, fill, m)
+    (want, want_terms), (got, got_terms) = plan_of(*appended), plan_of(*merged)
+    assert torch.equal(got.crow, want.crow) and torch.equal(got.col, want.col) and torch.equal(got.row, want.row)
+    assert torch.equal(got_terms, want_terms)
+    if sorted_pairs:  # merged in order: nothing left for the plan to sort
+        key = merged[0] * m + merged[1]
+        assert bool((key[1:] > key[:-1]).all())
+
+
+@pytest.mark.parametrize("min_nodes", [None, 50])
+def test_parts_as_spans_give_the_gathered_parts_numbers_exactly(proteins_batch, monkeypatch, min_nodes) -> None:
+    """Attention parts read as views of their row spans and joined in row order, against each part gathered and
+    the parts put back through the inverse permutation: the same outputs and gradients, bit for bit, with several
+    dense groups, and with a pair set beside them (above 50 nodes: the seven largest graphs, the others on each side of the threshold in dense groups)."""
+    import xmask_cli.model.packing as packing_module
+
+    _, packed = _pair()
+    pairs, _ = _log_pairs(proteins_batch, "hard")
+    # The batch largest graph first, so the pair set's graphs (in batch order) are the packing's first rows.
+    x, mask = proteins_batch["x"].flip(0), proteins_batch["mask"].flip(0)
+    graph = mask.size(0) - 1 - pairs.graph
+    order = torch.argsort(graph, stable=True)
+    pairs = LogPairs(graph[order], pairs.row[order], pairs.col[order], pairs.values[order])
+    packed.packed_path.pair_min_nodes, packed.packed_path.pair_density = min_nodes, 0.5
+    batch = {"x": x, "mask": mask, "log_powers": pairs, "log_spec": (1e-30, "hard")}
+    with torch.no_grad():
+        _, packing = packed.encode_packed(batch["x"], batch["mask"], log_powers=pairs, log_spec=(1e-30, "hard"))
+    assert packing.tiles is not None and len(packing.groups) > 1
+    assert (packing.pairs is not None) == (min_nodes is not None)
+    fast, fast_grad = _run(packed, batch, seed=3)
+    monkeypatch.setattr(packing_module, "_tiles", lambda parts, n: None)  # every part gathered, as before
+    slow, slow_grad = _run(packed, batch, seed=3)
+    assert torch.equal(fast, slow)
+    assert fast_grad.keys() == slow_grad.keys()
+    for name in fast_grad:
+        assert torch.equal(fast_grad[name], slow_grad[name]), name

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from xmask_cli.model.packing import pack_graphs, padded_dropout, plan_groups, row_dropout
+from xmask_cli.model.packing import DROP_LEVELS, pack_graphs, padded_dropout, plan_groups, row_dropout
 
 
 def _cost(groups: list[list[int]], sizes: list[int], call: int) -> int:
@@ -95,3 +95,20 @@ def test_pack_graphs_refuses_real_nodes_after_padding() -> None:
     mask = torch.tensor([[True, False, True]])
     with pytest.raises(ValueError, match="real nodes first"):
         pack_graphs(mask)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_row_dropout_draws_the_masks_of_the_boolean_form(dtype) -> None:
+    # row_dropout against its draws taken and turned into the scaled mask by a bool-to-float conversion,
+    # bit for bit, and the generator left where that leaves it (the next draw agrees too).
+    h = torch.randn(53, 24).to(dtype)
+    torch.manual_seed(5)
+    got = row_dropout(h, 0.2, True)
+    after = torch.rand(3)
+    torch.manual_seed(5)
+    words = torch.empty((h.numel() + 3) // 4, dtype=torch.int64).random_(-(1 << 63), None)
+    keep = round(0.8 * DROP_LEVELS)
+    draws = words.view(torch.int16)[:h.numel()].view(h.shape)
+    want = h * (draws < keep - DROP_LEVELS // 2).to(dtype).mul_(DROP_LEVELS / keep)
+    assert torch.equal(got, want) and torch.equal(torch.rand(3), after)
+    assert 0 < int((got == 0).sum()) < h.numel() // 2

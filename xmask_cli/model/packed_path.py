@@ -127,10 +127,29 @@ def _pair_bias(bias: XLogSMaskBias, pairs_set: PairSet, pairs: LogPairs) -> None
         zero = torch.zeros(1, k, dtype=pairs.values.dtype, device=row.device)
         fill = bias.from_log_powers(take_log(zero, bias.eps, bias.outside_support,
                                              off_diagonal=torch.zeros(1, 1, dtype=torch.bool)), axis=1)
-        row, col = torch.cat([row, missing]), torch.cat([col, missing])
-        values = torch.cat([values, fill.expand(missing.numel(), -1)])
+        row, col, values = _with_diagonal(row, col, values, missing, fill, m)
     pairs_set.edge_index = torch.stack([row, col])
     pairs_set.bias = values
+
+
+def _with_diagonal(row: Tensor, col: Tensor, values: Tensor, missing: Tensor, fill: Tensor,
+                   m: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The pairs ``(row, col)`` over ``m`` rows with values ``[E, H]``, plus each ``missing`` node's own pair
+    valued ``fill [1, H]``, in row-major order when the pairs come so (the stream's do): the order the CSR plan
+    would sort them into (keys are unique), without the sort. Unsorted pairs get the new ones appended."""
+    key = row * m + col
+    if key.numel() > 1 and not bool((key[1:] > key[:-1]).all()):
+        return torch.cat([row, missing]), torch.cat([col, missing]), torch.cat([values, fill.expand(missing.numel(), -1)])
+    diag = missing * (m + 1)
+    # Each pair moves up by the diagonal pairs before it, each diagonal pair by the stored pairs before it.
+    to_stored = torch.arange(key.numel(), device=key.device) + torch.searchsorted(diag, key)
+    to_diag = torch.arange(diag.numel(), device=key.device) + torch.searchsorted(key, diag)
+    total = key.numel() + diag.numel()
+    out_row, out_col = row.new_empty(total), col.new_empty(total)
+    out_values = values.new_empty(total, values.size(1))
+    out_row[to_stored], out_col[to_stored], out_values[to_stored] = row, col, values
+    out_row[to_diag], out_col[to_diag], out_values[to_diag] = missing, missing, fill.expand(missing.numel(), -1)
+    return out_row, out_col, out_values
 
 
 def _packed_bias(bias: XLogSMaskBias | None, heads: int, packed: PackedGraphs, mask: Tensor, powers: Tensor | None,
@@ -184,23 +203,30 @@ def _bias_from_pairs(bias: XLogSMaskBias, packed: PackedGraphs, pairs: LogPairs,
     # [H] per head: the log of a zero off the diagonal (-inf under 'hard') and on it; 0 on heads without a mask.
     logs = bias.from_log_powers(take_log(zero, bias.eps, bias.outside_support, off_diagonal=off), axis=2)
     fill_off, fill_diag = term(logs[0, 1]), term(logs[0, 0])
-    heads = term(bias.from_log_powers(vals, axis=1))  # [P, H]
-    n_heads = heads.size(1)
     groups = packed.groups
     if not groups:
         return []
-    # Group of each graph (-1: attended over its pairs), its position in the group, each group's offset.
-    where = torch.full((packed.num_graphs,), -1, dtype=torch.long, device=device)
-    slot = torch.zeros(packed.num_graphs, dtype=torch.long, device=device)
-    for i, g in enumerate(groups):
-        where[g.graphs] = i
-        slot[g.graphs] = torch.arange(len(g.sizes), device=device)
+    p_graph, p_row, p_col = pairs.graph, pairs.row, pairs.col
+    if packed.pairs is not None:  # the dense groups' pairs only, taken before the (elementwise) maps
+        dense = torch.ones(packed.num_graphs, dtype=torch.bool, device=device)
+        dense[packed.pairs.graphs] = False
+        sel = dense.index_select(0, p_graph).nonzero().squeeze(1)
+        p_graph, p_row, p_col, vals = (t.index_select(0, sel) for t in (p_graph, p_row, p_col, vals))
+    heads = term(bias.from_log_powers(vals, axis=1))  # [P, H]
+    n_heads = heads.size(1)
     numels = [len(g.sizes) * n_heads * g.width * g.width for g in groups]
+    # Per batch graph: the flat offset of its [H, W, W] block in the buffer of contiguous [G, H, W, W] groups,
+    # and its group's width W (graphs outside the groups keep 0: none of their pairs is left).
+    base = torch.zeros(packed.num_graphs, dtype=torch.long, device=device)
+    width = torch.zeros(packed.num_graphs, dtype=torch.long, device=device)
     flat = torch.empty(sum(numels), dtype=heads.dtype, device=device)
     out: list[Tensor | None] = []
     pad = heads.new_full((), float("-inf"))
     at = 0
     for g, numel in zip(groups, numels):
+        block = n_heads * g.width * g.width
+        base[g.graphs] = at + torch.arange(len(g.sizes), device=device) * block
+        width[g.graphs] = g.width
         b = flat[at:at + numel].view(len(g.sizes), n_heads, g.width, g.width)
         at += numel
         b.copy_(fill_off.view(1, -1, 1, 1).expand_as(b))
@@ -209,15 +235,9 @@ def _bias_from_pairs(bias: XLogSMaskBias, packed: PackedGraphs, pairs: LogPairs,
             b.masked_fill_(~g.mask[:, None, None, :], float("-inf"))
         b.diagonal(0, 2, 3).copy_(torch.where(g.mask[:, None], fill_diag.view(1, -1, 1), pad))
         out.append(b)
-    gi = where[pairs.graph]
-    p_slot, p_row, p_col, p_heads = slot[pairs.graph], pairs.row, pairs.col, heads
-    if packed.pairs is not None:  # the dense groups' pairs only
-        sel = (gi >= 0).nonzero().squeeze(1)
-        gi, p_slot, p_row, p_col, p_heads = (t.index_select(0, sel) for t in (gi, p_slot, p_row, p_col, p_heads))
-    width = torch.tensor([g.width for g in groups], dtype=torch.long, device=device)[gi]
-    start = torch.tensor([0] + numels[:-1], dtype=torch.long, device=device).cumsum(0)[gi]
-    # Flat position of (group, graph slot, head, row, col) in the buffer of contiguous [G, H, W, W] blocks.
-    pos = start + ((p_slot * n_heads) * width + p_row) * width + p_col
-    pos = pos[:, None] + torch.arange(n_heads, device=device) * (width * width)[:, None]
-    flat.index_put_((pos.reshape(-1),), p_heads.reshape(-1))
+    w = width.index_select(0, p_graph)
+    # Flat position of (group, graph slot, head, row, col): the graph's block, then head, row and column.
+    pos = base.index_select(0, p_graph) + p_row * w + p_col
+    pos = pos[:, None] + torch.arange(n_heads, device=device) * (w * w)[:, None]
+    flat.index_put_((pos.reshape(-1),), heads.reshape(-1))
     return out

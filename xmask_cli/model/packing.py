@@ -72,7 +72,8 @@ def row_dropout(h: Tensor, p: float, training: bool) -> Tensor:
     # random_ over the whole int64 range fills every bit of each word; its four 16-bit lanes are independent.
     words = torch.empty((n + 3) // 4, dtype=torch.int64, device=h.device).random_(-(1 << 63), None)
     draws = words.view(torch.int16)[:n].view(h.shape)
-    mask = (draws < keep - DROP_LEVELS // 2).to(h.dtype).mul_(DROP_LEVELS / keep)
+    # The keep test's bools read as bytes: a byte-to-float conversion is one vectorised pass, bool-to-float is not.
+    mask = (draws < keep - DROP_LEVELS // 2).view(torch.uint8).to(h.dtype).mul_(DROP_LEVELS / keep)
     return h * mask
 
 
@@ -147,9 +148,11 @@ class AttentionGroup:
     mask: Tensor
     start: int | None = None
 
-    def lay_out(self, t: Tensor) -> Tensor:
-        """Packed ``[n, ...]`` rows -> ``[G, W, ...]`` group layout, zero on padding."""
-        rows = t.narrow(0, self.start, self.packed.numel()) if self.start is not None else t.index_select(0, self.packed)
+    def lay_out(self, t: Tensor, rows: Tensor | None = None) -> Tensor:
+        """Packed ``[n, ...]`` rows -> ``[G, W, ...]`` group layout, zero on padding (``rows``: the group's own
+        ``[m, ...]`` rows of ``t``, when the caller has them already)."""
+        if rows is None:
+            rows = t.narrow(0, self.start, self.packed.numel()) if self.start is not None else t.index_select(0, self.packed)
         if self.slots is not None:
             rows = rows.new_zeros(len(self.sizes) * self.width, *t.shape[1:]).index_copy(0, self.slots, rows)
         return rows.view(len(self.sizes), self.width, *t.shape[1:])
@@ -214,6 +217,26 @@ class PackedGraphs:
     groups: list[AttentionGroup]
     inverse: Tensor | None
     pairs: PairSet | None = None
+    tiles: list[tuple[int, int]] | None = None
+
+    def split(self, t: Tensor) -> list[Tensor] | None:
+        """Packed ``[n, ...]`` rows cut into each attention part's rows (groups in order, then the pair set), as
+        views of consecutive spans (one concatenation in the backward, no zero-filled ``[n, ...]`` gradient per
+        part); None when the parts' rows are not consecutive spans (:attr:`tiles`)."""
+        if self.tiles is None:
+            return None
+        chunks = t.split([length for _, length in self.tiles])
+        parts: list[Tensor] = [t] * len(self.tiles)
+        for (part, _), chunk in zip(self.tiles, chunks):
+            parts[part] = chunk
+        return parts
+
+    def join(self, parts: list[Tensor]) -> Tensor:
+        """The parts' ``[m, ...]`` outputs (as :meth:`split` orders them) back in the packed row order."""
+        if self.tiles is None:
+            raise ValueError("the packing's parts are not consecutive spans")
+        ordered = [parts[part] for part, _ in self.tiles]
+        return ordered[0] if len(ordered) == 1 else torch.cat(ordered)
 
     @property
     def num_rows(self) -> int:
@@ -308,7 +331,30 @@ def pack_graphs(mask: Tensor, single_group: bool = False, call_pairs: int = GROU
     if not torch.equal(order, torch.arange(order.numel(), device=device)):
         inverse = torch.empty_like(order)
         inverse[order] = torch.arange(order.numel(), device=device)
-    return PackedGraphs(B, N, sizes, rows, graph, groups, inverse, pairs)
+    return PackedGraphs(B, N, sizes, rows, graph, groups, inverse, pairs, _tiles(parts, rows.numel()))
+
+
+def _tiles(parts: list[Tensor], n: int) -> list[tuple[int, int]] | None:
+    """``(part, rows)`` of each attention part (groups, then the pair set) in packed row order, when each part's
+    rows are one consecutive span and the spans tile ``0..n-1``; else None."""
+    if not parts:
+        return None
+    spans = []
+    for i, rows in enumerate(parts):
+        m = rows.numel()
+        if m == 0:
+            return None
+        first = int(rows[0])
+        if m > 1 and not bool((rows[1:] - rows[:-1] == 1).all()):
+            return None
+        spans.append((first, i, m))
+    spans.sort()
+    at = 0
+    for first, _, m in spans:
+        if first != at:
+            return None
+        at += m
+    return [(i, m) for _, i, m in spans] if at == n else None
 
 
 def _pair_set(on_pairs: np.ndarray, sizes: np.ndarray, starts: np.ndarray, device: torch.device) -> PairSet:

@@ -367,3 +367,45 @@ def test_log_cache_mb_is_a_validated_train_key_not_saved_with_the_run() -> None:
     # It changes memory, not numbers: a run resumes under another budget.
     cfg = TrainConfig.from_section(resolve("graph-level", ["train.log_cache_mb=64"]).train, seed=0, device="cpu")
     assert "log_cache_mb" not in cfg.to_dict()
+
+
+def test_store_pairs_are_row_major_and_the_cache_s_pairs() -> None:
+    """The store sorts each node's pairs by column, moving their values along: against scipy's sort_indices
+    on a CSR whose rows are shuffled (rows of 0, 1 and many entries, some already in order)."""
+    import scipy.sparse as sp
+
+    from xmask_cli.engine.batching.graph_store import _sort_rows
+
+    rng = np.random.default_rng(2)
+    m = sp.random(30, 30, density=0.3, format="csr", random_state=3)
+    m.sort_indices()
+    indptr, col = m.indptr.astype(np.int64), m.indices.astype(np.uint16)
+    values = rng.standard_normal((len(col), 4)).astype(np.float32)
+    shuffled_col, shuffled_values = col.copy(), values.copy()
+    for r in range(0, 30, 2):  # every other row shuffled, the rest left sorted
+        a, b = indptr[r], indptr[r + 1]
+        perm = a + rng.permutation(b - a)
+        shuffled_col[a:b], shuffled_values[a:b] = col[perm], values[perm]
+    assert not np.array_equal(shuffled_col, col)
+    _sort_rows(indptr, shuffled_col, shuffled_values)
+    assert np.array_equal(shuffled_col, col) and np.array_equal(shuffled_values, values)
+
+
+def test_store_batches_carry_sorted_pairs_of_each_graph(toy: Toy) -> None:
+    """Every batch's pairs are row-major within each graph (what the pair path's CSR plan takes unsorted)."""
+    s = stream(toy, log_mask=(1e-30, "hard"))
+    for batch in s.epoch(0):
+        lp = batch.log_powers
+        key = (lp.graph * 10_000 + lp.row) * 10_000 + lp.col
+        assert bool((key[1:] > key[:-1]).all())
+
+
+def test_rows_sorted_reads_each_row_apart() -> None:
+    """The check before the sort: a row whose columns fall is unsorted; a fall between two rows is not."""
+    from xmask_cli.engine.batching.graph_store import _rows_sorted
+
+    indptr = np.array([0, 3, 3, 5, 6])
+    assert _rows_sorted(indptr, np.array([0, 2, 7, 1, 4, 0], dtype=np.uint16))
+    assert not _rows_sorted(indptr, np.array([0, 7, 2, 1, 4, 0], dtype=np.uint16))
+    assert not _rows_sorted(indptr, np.array([0, 2, 7, 4, 4, 0], dtype=np.uint16))  # a repeated column
+    assert _rows_sorted(np.array([0]), np.array([], dtype=np.uint16))

@@ -2,8 +2,9 @@
 
 The cache stores each graph's ``Â^1..Â^K`` on their union support as pairs
 (per-node ``indptr``, ``col``, ``values [P, K]``). :class:`GraphStore` reads
-those arrays once, takes ``log(Â^k + eps)`` of every stored pair once (in
-float32, in place, chunk by chunk), and keeps them beside the flattened node
+those arrays once, sorts each node's pairs by column (a batch's pairs are then
+row-major, as the pair path's CSR plan takes them), takes ``log(Â^k + eps)`` of
+every stored pair once (in float32, in place, chunk by chunk), and keeps them beside the flattened node
 features. A batch of any graphs is then two fancy-indexed gathers, with no
 loop over its graphs: the node rows and the stored pairs of each graph are
 contiguous ranges, laid out by ``np.repeat`` of their starts.
@@ -51,6 +52,31 @@ def spans_of(array: np.ndarray, spans: Sequence[slice], dtype: DTypeLike | None 
     if not spans:
         return np.empty((0, *array.shape[1:]), dtype=dtype or array.dtype)
     return np.concatenate([array[s] for s in spans], dtype=dtype)
+
+
+def _rows_sorted(indptr: np.ndarray, col: np.ndarray) -> bool:
+    """Whether every CSR row's entries come by increasing column (checked chunk by chunk: little scratch)."""
+    first = np.zeros(len(col), dtype=bool)  # a row's first entry: no comparison with the entry before it
+    first[indptr[:-1][np.diff(indptr) > 0]] = True
+    for s in range(0, max(len(col) - 1, 0), LOG_CHUNK):
+        e = min(s + LOG_CHUNK + 1, len(col))
+        c = col[s:e].astype(np.int64)
+        if bool(((c[1:] <= c[:-1]) & ~first[s + 1:e]).any()):
+            return False
+    return True
+
+
+def _sort_rows(indptr: np.ndarray, col: np.ndarray, values: np.ndarray) -> None:
+    """Sort each CSR row's entries by column, in place, moving their value rows along: rows taken in chunks of
+    about :data:`LOG_CHUNK` entries, each one stable sort of ``(row, column)`` keys (bounded scratch)."""
+    n_rows, r0 = len(indptr) - 1, 0
+    while r0 < n_rows:
+        r1 = min(max(int(np.searchsorted(indptr, indptr[r0] + LOG_CHUNK, side="right")) - 1, r0 + 1), n_rows)
+        a, b = int(indptr[r0]), int(indptr[r1])
+        key = np.repeat(np.arange(r1 - r0, dtype=np.int64) << 32, np.diff(indptr[r0:r1 + 1])) | col[a:b]
+        order = np.argsort(key, kind="stable")
+        col[a:b], values[a:b] = col[a:b][order], values[a:b][order]
+        r0 = r1
 
 
 class GraphStore:
@@ -103,6 +129,11 @@ class GraphStore:
         self.col = np.asarray(cache.read_array("powers/col")).astype(small, copy=False)
         # float32 as the dense path scatters them; the log is taken in float32 (1e-30 underflows float16).
         self.values = np.asarray(cache.read_array("powers/values"), dtype=np.float32)
+        # Row-major pairs: a batch's pairs are then sorted as the pair path's CSR plan needs them (no sort per
+        # batch); the dense masks place pairs by position, so their order changes no number.
+        if not _rows_sorted(indptr, self.col):
+            self.col, self.values = np.require(self.col, requirements="W"), np.require(self.values, requirements="W")
+            _sort_rows(indptr, self.col, self.values)
         if self.values.nbytes <= budget:
             eps, outside = self.log_spec  # type: ignore[misc]
             vals = torch.from_numpy(self.values)

@@ -241,25 +241,33 @@ class StructuralAttention(PairAttention, torch.nn.Module):
         bias = torch.cat([self.q.bias, self.k.bias, self.v.bias])
         qkv = F.linear(x, weight, bias).view(x.size(0), 3, self.num_heads, self.head_dim)
         p = self.attn_dropout if self.training else 0.0
+        # Each part's rows as a view of its span when the parts tile the rows (the backward then joins the
+        # parts' gradients once instead of adding a zero-filled [n, 3, H, d_h] one per part).
+        parts = packed.split(qkv)
         outs = []
-        for group, attn_mask in zip(packed.groups, attn_masks):
-            qg, kg, vg = group.lay_out(qkv).permute(2, 0, 3, 1, 4).unbind(0)  # each [G, H, W, d_h]
+        for i, (group, attn_mask) in enumerate(zip(packed.groups, attn_masks)):
+            laid = group.lay_out(qkv, None if parts is None else parts[i])
+            qg, kg, vg = laid.permute(2, 0, 3, 1, 4).unbind(0)  # each [G, H, W, d_h]
             agg = F.scaled_dot_product_attention(qg, kg, vg, attn_mask=attn_mask, dropout_p=p)
             outs.append(group.gather(agg.transpose(1, 2).reshape(agg.size(0), agg.size(2), self.dim)))
         if packed.pairs is not None:
-            outs.append(self._pair_set_aggregate(qkv, packed.pairs))
-        agg = (outs[0] if len(outs) == 1 else torch.cat(outs)) if outs else x.new_zeros(0, self.dim)
-        if packed.inverse is not None:
-            agg = agg.index_select(0, packed.inverse)
+            outs.append(self._pair_set_aggregate(qkv, packed.pairs, None if parts is None else parts[-1]))
+        if parts is not None:
+            agg = packed.join(outs)
+        else:
+            agg = (outs[0] if len(outs) == 1 else torch.cat(outs)) if outs else x.new_zeros(0, self.dim)
+            if packed.inverse is not None:
+                agg = agg.index_select(0, packed.inverse)
         # combine='concat' (a gat layer's) keeps the heads concatenated, as _combine does on the other paths
         return packed.dropout(agg if self.out is None else self.out(agg), self.dropout.p, self.training)
 
-    def _pair_set_aggregate(self, qkv: Tensor, pairs: PairSet) -> Tensor:
+    def _pair_set_aggregate(self, qkv: Tensor, pairs: PairSet, rows: Tensor | None = None) -> Tensor:
         """``[m, D]`` heads' aggregates of a packed batch's :class:`~xmask_cli.model.packing.PairSet` rows: the
-        masked heads over the set's pairs (the CSR kernel), plain heads over every node of their graph."""
+        masked heads over the set's pairs (the CSR kernel), plain heads over every node of their graph.
+        ``rows``: the set's ``[m, 3, H, d_h]`` rows of ``qkv``, when the caller has them already."""
         if pairs.edge_index is None:
             raise ValueError("the pair set's pairs and bias are not set")
-        q, k, v = qkv.index_select(0, pairs.packed).unbind(1)  # each [m, H, d_h]
+        q, k, v = (qkv.index_select(0, pairs.packed) if rows is None else rows).unbind(1)  # each [m, H, d_h]
         plain = bool(self.plain_heads)
         dtype = torch.promote_types(q.dtype, torch.float32)  # the CSR kernels' (see _csr_aggregate)
         heads = tuple(h for h in range(self.num_heads) if h not in self.plain_heads)
@@ -270,7 +278,7 @@ class StructuralAttention(PairAttention, torch.nn.Module):
             if pairs.plan is None or pairs.plan[0] != key:
                 term = cast(Tensor, self._logit_term(pairs.bias, None, dtype))
                 plan = csr_plan(pairs.edge_index, q.size(0), q.size(0), heads, self.num_heads,
-                                torch.isfinite(term[:, list(heads)]))
+                                torch.isfinite(term if len(heads) == term.size(1) else term[:, list(heads)]))
                 pairs.plan = (key, plan, term.reshape(-1).index_select(0, plan.pick))
             _, plan, picked = pairs.plan
             part = csr_attention(q, k, v, None, plan, heads, 1.0 / math.sqrt(self.head_dim),
