@@ -47,3 +47,42 @@ def test_apply_sets_torch_and_caps_numba_at_its_pool() -> None:
     finally:
         torch.set_num_threads(before_torch)
         numba.set_num_threads(before_numba)
+
+
+
+_POOL_PROBE = """
+import json
+import torch  # first, as xmask imports it: numba then shares its OpenMP runtime
+import numba, numpy as np
+from xmask_cli.engine.training.threads import ThreadPlan, apply_threads, launch_numba_pool
+
+@numba.njit(parallel=True)
+def total(a):
+    s = 0.0
+    for i in numba.prange(a.shape[0]):
+        s += a[i]
+    return s
+
+torch.ones(8).sum(); torch.get_num_threads()  # a process that has computed before its plan is applied
+if MODE == "plan":
+    apply_threads(ThreadPlan(1, 1, "probe"))
+else:  # a library user's own count, read back as config.json records it
+    torch.set_num_threads(1); torch.get_num_threads(); launch_numba_pool()
+before = torch.get_num_threads()
+total(np.ones(1000))  # the first parallel kernel of the process
+print(json.dumps({"before_kernel": before, "after_kernel": torch.get_num_threads()}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["plan", "library"])
+def test_a_one_thread_count_survives_numbas_pool_starting(mode: str) -> None:
+    """In a fresh process, a one-thread count holds after numba's first parallel kernel. With numba's OpenMP
+    layer, a pool started after torch's count was set and read resets the shared runtime to every core."""
+    import json
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "XMASK_THREADS", "NUMBA_NUM_THREADS")}
+    code = f"MODE = {mode!r}\n" + _POOL_PROBE
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"before_kernel": 1, "after_kernel": 1}

@@ -22,6 +22,7 @@ from xmask_cli.config import Config
 from xmask_cli.config_arch import resolve_arch
 from xmask_cli.engine.runs.folder import RunDir
 from xmask_cli.engine.training.checkpoint import LastCheckpoint, RngState
+from xmask_cli.engine.training.threads import launch_numba_pool
 from xmask_cli.engine.training.train_config import TrainConfig
 from xmask_cli.errors import RunNotFoundError, UsageError
 from xmask_cli.jsonfile import parse_checked
@@ -208,4 +209,5 @@ def _recorded(config: dict[str, object]) -> dict[str, object]:
     """``config`` as config.json holds it: with the software, device and threads it runs on (ENVIRONMENT)."""
     train = config.get("train")
     device = train.get("device") if isinstance(train, dict) else None
+    launch_numba_pool()  # the recorded torch thread count then holds for the rest of the run
     return {**config, ENVIRONMENT: environment(device if isinstance(device, str) else "cpu")}

@@ -27,7 +27,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-__all__ = ["ThreadPlan", "choose_threads", "usable_cores", "apply_threads", "SMALL_OP_LEVELS"]
+__all__ = ["ThreadPlan", "choose_threads", "usable_cores", "apply_threads", "launch_numba_pool", "SMALL_OP_LEVELS"]
 
 #: Task levels whose steps are many small operations: one thread per process.
 SMALL_OP_LEVELS = frozenset({"graph"})
@@ -78,10 +78,26 @@ def choose_threads(level: str, cores: int, env: Mapping[str, str]) -> ThreadPlan
     return ThreadPlan(share, share, f"{cores} usable cores / {procs} process(es)")
 
 
+def launch_numba_pool() -> None:
+    """Start numba's thread pool now, keeping torch's intra-op thread count.
+
+    With numba's OpenMP layer both libraries share one OpenMP runtime, and the pool's start (numba's first
+    ``set_num_threads`` or parallel kernel) resets the runtime's thread count to numba's pool size: torch
+    set to one thread would silently compute on all of them from that moment. Started here, where the
+    count is chosen, the pool cannot change it later in the run."""
+    import numba
+    import torch
+
+    before = torch.get_num_threads()
+    numba.set_num_threads(numba.get_num_threads())  # starts the pool if it has not started
+    torch.set_num_threads(before)
+
+
 def apply_threads(plan: ThreadPlan) -> None:
     """Set torch's intra-op and numba's thread counts to ``plan``'s (numba capped at its pool)."""
     import numba
     import torch
 
-    torch.set_num_threads(plan.torch)
+    launch_numba_pool()  # first: its start would undo torch's count (see launch_numba_pool)
     numba.set_num_threads(max(1, min(plan.numba, numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]
+    torch.set_num_threads(plan.torch)
