@@ -17,7 +17,7 @@ from xmask_cli.data.graphset import GraphSet
 from xmask_cli.errors import ConfigError, UsageError
 from xmask_cli.structure.edge_attrs import EdgeCoding, attrs_digest, edge_coding, edge_pairs
 
-__all__ = ["EdgeInputs", "edge_inputs", "edge_params", "write_edge_section"]
+__all__ = ["EdgeInputs", "edge_inputs", "edge_params", "no_edge_attr", "write_edge_section"]
 
 #: Graphs laid out per append: bounds the memory of the pass whatever the dataset's size.
 _GRAPHS_PER_STEP = 4096
@@ -53,9 +53,7 @@ def edge_inputs(graphs: GraphSet, cfg: StructureSection, required: bool) -> Edge
     if attrs is None:
         if not required:
             return None
-        raise ConfigError(f"model.biases: type 'edge' reads edge attributes, but {name}'s loader gives no "
-                          f"edge_attr; remove the edge bias (or structure.edge.enabled), or use a dataset with "
-                          f"edge attributes (ogbg-mol*, MUTAG)")
+        raise no_edge_attr(name)
     for g, (a, e) in enumerate(zip(attrs, graphs.edge_index)):
         if a.shape[0] != e.shape[1]:
             raise UsageError(f"{name}: graph {g} has {e.shape[1]} edges but {a.shape[0]} edge_attr rows")
@@ -63,6 +61,12 @@ def edge_inputs(graphs: GraphSet, cfg: StructureSection, required: bool) -> Edge
         return EdgeInputs(attrs, graphs.edge_vocab())
     except ValueError as exc:
         raise UsageError(f"{name}: edge_attr: {exc}") from None
+
+
+def no_edge_attr(dataset: str) -> ConfigError:
+    """The error of an ``edge`` bias on a dataset whose loader gives no ``edge_attr``."""
+    return ConfigError(f"model.biases: type 'edge' reads edge attributes, but {dataset}'s loader gives no "
+                       f"edge_attr; remove the edge bias, or use a dataset with edge attributes (ogbg-mol*, MUTAG)")
 
 
 def edge_params(params: dict[str, Any], edges: EdgeInputs | None) -> dict[str, Any]:

@@ -35,7 +35,7 @@ from xmask_cli.engine.tasks.edge import edge_regression_split
 from xmask_cli.engine.tasks.graph import graph_labels
 from xmask_cli.errors import ConfigError, UsageError
 from xmask_cli.prepare import check_patch, prepare_dataset, prepare_graphs
-from xmask_cli.prepare.edge_section import edge_inputs
+from xmask_cli.prepare.edge_section import edge_inputs, no_edge_attr
 from xmask_cli.prepare.needs import model_needs, structure_needed
 
 __all__ = ["DatasetMemo", "LoadOptions", "LoadedData", "Loader", "LOADERS", "load_data", "check_data",
@@ -204,9 +204,7 @@ def _check_edge_attrs(cfg: Config, level: str, graphs: GraphSet) -> None:
         raise ConfigError(f"model.biases: type 'edge' reads the dataset's edge attributes, but {level}-level "
                           f"tasks cache the structure of their training edges only; remove the edge bias")
     if graphs.edge_attr() is None:
-        raise ConfigError(f"model.biases: type 'edge' reads edge attributes, but {graphs.spec.name}'s loader gives "
-                          f"no edge_attr; remove the edge bias, or use a dataset with edge attributes "
-                          f"(ogbg-mol*, MUTAG)")
+        raise no_edge_attr(graphs.spec.name)
 
 
 def _check_split(cfg: Config, level: str, graphs: GraphSet) -> None:
