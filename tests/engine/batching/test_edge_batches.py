@@ -16,11 +16,11 @@ from tests.model.biases.refs import all_pairs, randomize
 from tests.model.biases.test_edge import reference_pair_attr
 from xmask_cli.cache import StructureCache
 from xmask_cli.config_resolve import resolve
-from xmask_cli.data.graphset import GraphSet
+from xmask_cli.data.graphset import GraphSet, graphs_fingerprint
 from xmask_cli.data.load import load_graphs
 from xmask_cli.data.registry import get_dataset
-from xmask_cli.engine.batching.extras import GraphExtras, to_tensors
-from xmask_cli.engine.batching.stream import GraphLevelStream
+from xmask_cli.engine.batching.extras import GraphExtras, pad_extras, padded_edges, to_tensors
+from xmask_cli.engine.batching.stream import GraphLevelStream, batch_extras
 from xmask_cli.model.batches import DenseBatch
 from xmask_cli.model.biases.stack import BiasSpec
 from xmask_cli.model.network import ModelConfig, XMaskNet
@@ -41,8 +41,6 @@ def _prepare(graphs: GraphSet, tmp: Path, count: int | None = None) -> Path:
     n = count or graphs.num_graphs
     if count is not None:  # the first graphs only, with their own attributes
         edges = type(edges)(edges.attrs[:n], graphs.edge_vocab())
-    from xmask_cli.data.graphset import graphs_fingerprint
-
     return Path(prepare_graphs(dataset_key=graphs.spec.key, level="graph", edges=graphs.edge_index[:n],
                                num_nodes=graphs.num_nodes[:n], fingerprint=graphs_fingerprint(graphs.edge_index[:n],
                                                                                               graphs.num_nodes[:n]),
@@ -102,8 +100,6 @@ def test_molhiv_first_graphs_carry_the_ogb_edge_attr(tmp_path, shared_data):
     with StructureCache(path) as c:
         assert c.edge_coding() == ("index", tuple(get_bond_feature_dims()))  # OGB's bond vocabulary
         ids = np.arange(24)
-        from xmask_cli.engine.batching.stream import batch_extras
-
         n_max = int(graphs.num_nodes[:24].max())
         extras = batch_extras(c, ids, {"edge"}, n_max)
     assert extras is not None
@@ -164,3 +160,21 @@ def test_dense_equals_sparse_all_pairs_with_the_edge_bias(mutag):
         dense = model(DenseBatch(x=batch.x, powers=None, mask=mask, extras=batch.extras))
         got = model.forward_sparse(batch.x[mask], ei, None, node_graph, extras=sx)
     torch.testing.assert_close(got, dense, atol=1e-5, rtol=1e-5)
+
+
+def test_batch_gather_equals_per_graph_extras(mutag):
+    """A cache in memory gathers a batch's edge attributes at once (``padded_edges``); read from the file, each
+    graph's ``GraphExtras`` pads them: the same arrays, on a batch of graphs from 10 to 28 nodes."""
+    graphs, path, _ = mutag
+    ids = np.concatenate([np.argsort(graphs.num_nodes)[:4], np.argsort(graphs.num_nodes)[-4:], [7, 100, 187]])
+    n_max = int(graphs.num_nodes[ids].max())
+    with StructureCache(path) as c:
+        per_graph = pad_extras([GraphExtras(c, int(g), {"edge"}).dense() for g in ids], n_max)
+        c.load_in_memory()
+        gathered = padded_edges(c, ids, n_max)
+        via_batch = batch_extras(c, ids, {"edge"}, n_max)
+    assert via_batch is not None and per_graph["edge_mask"].sum() > 100
+    for k in ("edge_attr", "edge_mask"):
+        assert gathered[k].dtype == per_graph[k].dtype
+        np.testing.assert_array_equal(gathered[k], per_graph[k])
+        np.testing.assert_array_equal(via_batch[k].numpy(), per_graph[k])

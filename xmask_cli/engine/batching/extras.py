@@ -19,9 +19,10 @@ import torch
 from torch import Tensor
 
 from xmask_cli.cache import StructureCache
+from xmask_cli.engine.batching.graph_store import ranges
 from xmask_cli.structure.spd import UNREACHABLE, PairDistances
 
-__all__ = ["EXTRA_SECTIONS", "GraphExtras", "pad_extras", "to_tensors"]
+__all__ = ["EXTRA_SECTIONS", "GraphExtras", "pad_extras", "padded_edges", "to_tensors"]
 
 #: Cache sections the learned biases can read.
 EXTRA_SECTIONS = ("spd", "rrwp", "spectrum", "magnetic", "edge")
@@ -221,6 +222,30 @@ def pad_extras(items: Sequence[dict[str, np.ndarray]], n_max: int) -> dict[str, 
             valid[b, :k] = it[f"{prefix}_mask"]
         out[f"{prefix}_vals"], out[f"{prefix}_vecs"], out[f"{prefix}_mask"] = vals, vecs, valid
     return out
+
+
+def padded_edges(cache: StructureCache, ids: np.ndarray, n_max: int) -> dict[str, np.ndarray]:
+    """``edge_attr [B, N, N, C]`` and ``edge_mask [B, N, N]`` of graphs ``ids`` from a cache read into memory,
+    the same arrays as :func:`pad_extras` of each graph's :meth:`GraphExtras.dense`, gathered for the whole
+    batch at once (no loop over its graphs: a graph's nodes, and their pairs, are contiguous ranges)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    node_ptr = cache.read_array("graphs/node_ptr")
+    indptr = cache.read_array("edge/indptr")
+    sizes = node_ptr[ids + 1] - node_ptr[ids]
+    nodes, local = ranges(node_ptr[ids], sizes)
+    per_node = indptr[nodes + 1] - indptr[nodes]
+    pairs, _ = ranges(indptr[nodes], per_node)
+    row = np.repeat(local, per_node)
+    graph = np.repeat(np.repeat(np.arange(len(ids), dtype=np.int64), sizes), per_node)
+    col = cache.read_array("edge/col")[pairs].astype(np.int64)
+    attr = cache.read_array("edge/attr")[pairs]
+    if attr.dtype.kind == "u" and attr.dtype.itemsize > 1:  # as GraphExtras: no general uint16 / uint32 tensors
+        attr = attr.astype(np.int32)
+    edge = np.zeros((len(ids), n_max, n_max, attr.shape[1]), dtype=attr.dtype)
+    joined = np.zeros((len(ids), n_max, n_max), dtype=bool)
+    edge[graph, row, col] = attr
+    joined[graph, row, col] = True
+    return {"edge_attr": edge, "edge_mask": joined}
 
 
 def to_tensors(extras: dict[str, np.ndarray], device: torch.device | str | None = None,

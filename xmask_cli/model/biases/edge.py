@@ -67,10 +67,14 @@ class EdgeBias(LearnedBias):
         cols = attr.size(-1)
         at = joined.reshape(-1).nonzero().squeeze(1)
         values = self.encode(attr.reshape(-1, cols).index_select(0, at))  # [edges, H]
-        if self.linear is None and not values.is_floating_point():
-            values = values.float()
-        out = values.new_zeros(joined.numel(), self.num_heads).index_copy(0, at, values)
         if edge_index is not None:
-            return out
+            return values.new_zeros(joined.numel(), self.num_heads).index_put((at,), values)
+        # Straight into the [B, H, N, N] layout: a zeroed tensor (no gradient) and a scatter of the edges'
+        # values, whose backward is a gather at the edges; no pass over the pair grid beyond the zeroing.
         # edge_mask is False on padded pairs and the diagonal (no self pair is stored): those stay 0.
-        return out.view(*joined.shape, self.num_heads).permute(0, 3, 1, 2)
+        bsz, n = joined.size(0), joined.size(1)
+        b, ij = at // (n * n), at % (n * n)
+        heads = torch.arange(self.num_heads, device=at.device)
+        flat = ((b * self.num_heads).unsqueeze(1) + heads) * (n * n) + ij.unsqueeze(1)  # [edges, H]
+        out = values.new_zeros(bsz * self.num_heads * n * n)
+        return out.index_put((flat.reshape(-1),), values.reshape(-1)).view(bsz, self.num_heads, n, n)
