@@ -27,7 +27,8 @@ MAX_LAYERS = 1024
 MAX_FFN_MULT = 64
 #: ``model.biases[].type``: each learned bias type and the ``structure`` section it reads from the cache; the
 #: bias registry (``xmask_cli.model.biases.BIASES``) holds one entry per name, with the same ``needs``.
-BIAS_NEEDS: dict[str, str] = {"spd": "spd", "rrwp": "rrwp", "magnetic": "magnetic", "eigen": "spectrum"}
+BIAS_NEEDS: dict[str, str] = {"spd": "spd", "rrwp": "rrwp", "magnetic": "magnetic", "eigen": "spectrum",
+                               "edge": "edge"}
 
 # --------------------------------------------------------------------- schema
 @dataclass(frozen=True)
@@ -111,6 +112,16 @@ class RrwpSection(Section):
 
 
 @dataclass(frozen=True)
+class EdgeAttrSection(Section):
+    """The dataset's edge attributes (its loader's ``edge_attr``) per pair of joined nodes, for the ``edge`` bias.
+
+    On by default as ``spd`` is: under ``prepare.compute: read`` the cache holds it only when an ``edge`` bias
+    reads it, and a dataset without edge attributes simply has none to store unless a bias asks for them."""
+
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
 class PartitionSection(Section):
     """METIS partitions for node-level graphs (0: none)."""
 
@@ -144,6 +155,7 @@ class StructureSection(Section):
     spectrum: SpectrumSection = field(default_factory=SpectrumSection)
     magnetic: MagneticSection = field(default_factory=MagneticSection)
     rrwp: RrwpSection = field(default_factory=RrwpSection)
+    edge: EdgeAttrSection = field(default_factory=EdgeAttrSection)
     partition: PartitionSection = field(default_factory=PartitionSection)
     large: LargeGraphSection = field(default_factory=LargeGraphSection)
 
@@ -182,7 +194,7 @@ class BiasSection(Section):
     AT_LEAST = {"max_distance": 1, "width": 1}
     AT_MOST = {"max_distance": (254, "the cache's SPD holds distances up to 254"), "width": MAX_WIDTH}
 
-    type: str = "spd"  # a name in BIAS_NEEDS (the registry xmask_cli.model.biases.BIASES): spd, rrwp, magnetic, eigen
+    type: str = "spd"  # a name in BIAS_NEEDS (the registry xmask_cli.model.biases.BIASES): spd, rrwp, magnetic, eigen, edge
     heads: list[int] | None = None  # 1-based heads it serves; null: all
     layers: list[int] | None = None  # 1-based layers it is in; null: all
     max_distance: int = 8  # spd: distances 1..max_distance get their own bucket

@@ -8,7 +8,14 @@ import torch
 from torch_geometric.data import Data, InMemoryDataset
 from torch_geometric.transforms import OneHotDegree
 
-from xmask_cli.data.graphset import MAX_DEGREE, degree_width, graph_arrays, graphs_fingerprint, one_hot_degrees
+from xmask_cli.data.graphset import (
+    MAX_DEGREE,
+    degree_width,
+    graph_arrays,
+    graph_edge_attrs,
+    graphs_fingerprint,
+    one_hot_degrees,
+)
 
 
 def _graphs(seed: int) -> tuple[list[np.ndarray], np.ndarray]:
@@ -79,3 +86,27 @@ def test_graph_arrays_of_a_collated_dataset_are_each_graphs_own(with_x):
     one_edges, one_nn = graph_arrays(_Toy(items[2:3]))
     np.testing.assert_array_equal(one_edges[0], items[2].edge_index.numpy())
     assert one_nn.tolist() == [7]
+
+
+def _in_memory(graphs):
+    """A PyG in-memory dataset of ``graphs`` (Data objects), collated as the registry's loaders store them."""
+
+    class Listed(InMemoryDataset):
+        def __init__(self) -> None:
+            super().__init__(None)
+            self.data, self.slices = self.collate(graphs)
+
+    return Listed()
+
+
+def test_graph_edge_attrs_per_graph_as_the_dataset_stores_them():
+    gs = [Data(x=torch.ones(n, 1), edge_index=torch.randint(0, n, (2, e)), edge_attr=torch.arange(e * 2).view(e, 2) + k)
+          for k, (n, e) in enumerate([(3, 4), (5, 0), (2, 3)])]
+    got = graph_edge_attrs(_in_memory(gs))
+    assert got is not None and [a.tolist() for a in got] == [g.edge_attr.tolist() for g in gs]  # per-graph access
+    one_dim = graph_edge_attrs(_in_memory([Data(x=torch.ones(2, 1), edge_index=torch.tensor([[0], [1]]),
+                                                edge_attr=torch.tensor([0.5]))] * 2))
+    assert one_dim is not None and one_dim[0].shape == (1, 1)  # a 1-d attribute is one column
+    assert graph_edge_attrs(_in_memory([Data(x=torch.ones(2, 1), edge_index=torch.tensor([[0], [1]]))] * 2)) is None
+    single = _in_memory([gs[0]])
+    assert [a.tolist() for a in graph_edge_attrs(single) or []] == [gs[0].edge_attr.tolist()]

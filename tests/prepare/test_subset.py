@@ -86,3 +86,36 @@ def test_a_file_lacking_a_section_or_power_does_not_cover():
     assert not covers(sym, k2)
     rule = structure_params(resolve("graph-level", ["structure.large.topk=8"]).structure, "graph")
     assert not covers(rule, k2)
+
+
+def test_an_edge_section_is_served_only_for_the_same_attributes(tmp_path):
+    """A file with SPD and the edge attributes serves an edge-only request (the section copied, equal to a fresh
+    prepare); attributes that differ are another key and are computed."""
+    from xmask_cli.prepare.edge_section import EdgeInputs
+
+    rng = np.random.default_rng(2)
+    nn = np.array([12, 40, 25])
+    edges = [rng.integers(0, n, size=(2, 2 * n)) for n in nn]
+    attrs = [rng.integers(0, 4, size=(e.shape[1], 2)) for e in edges]
+    both = resolve("graph-level", ["model.biases=[{type: edge}, {type: spd}]"])
+    only = resolve("graph-level", ["model.biases=[{type: edge}]"])
+    first = prepare_graphs(dataset_key="toy", level="graph", edges=edges, num_nodes=nn,
+                           fingerprint=graphs_fingerprint(edges, nn), cfg=structure_needed(both, "graph"),
+                           cache_dir=tmp_path / "a", edge_attr=EdgeInputs(attrs))
+
+    def edge_only(cache_dir, a):
+        return prepare_graphs(dataset_key="toy", level="graph", edges=edges, num_nodes=nn,
+                              fingerprint=graphs_fingerprint(edges, nn), cfg=structure_needed(only, "graph"),
+                              cache_dir=cache_dir, edge_attr=EdgeInputs(a))
+
+    served = edge_only(tmp_path / "a", attrs)
+    fresh = edge_only(tmp_path / "fresh", attrs)
+    assert served.served_from == first.path and fresh.served_from is None and served.key == fresh.key
+    got, want = _arrays(served.path)[0], _arrays(fresh.path)[0]
+    assert "edge/attr" in got and "spd/dist" not in got and got.keys() == want.keys()
+    for name in want:
+        np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+    with h5py.File(served.path, "r") as f:
+        assert f["edge"].attrs["encoding"] == "index" and list(f["edge"].attrs["dims"]) == [4, 4]
+    other = edge_only(tmp_path / "a", [a[::-1].copy() for a in attrs])  # the same edges, other attributes
+    assert other.served_from is None and other.key != served.key

@@ -29,6 +29,9 @@ eigenvectors (dense floats that hardly compress)::
                                                  then the lowest non-zero ones (structure.graph_spectra)
     /spectrum/eigvecs     float32 [sum n_g*m_g]  row-major [n_g, m_g] per graph
     /magnetic/...         as /spectrum, eigvecs complex64
+    /edge/{indptr,col}    pairs (i, j) an edge joins (no self pairs; see structure.edge_attrs for which edge)
+    /edge/attr            [S, C] that edge's attributes: uint8/uint16/int32 codes (encoding index) or float32
+                          (linear); attrs: encoding, dims (per column vocabulary, or the column count)
 
 Graph ``g``'s pairs are ``indptr[node_ptr[g]] : indptr[node_ptr[g+1]]``, one
 contiguous read (the PyG ``slices`` idea); the row of a pair is implied by

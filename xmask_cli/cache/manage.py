@@ -29,7 +29,7 @@ from xmask_cli.fs import refuse_file_as_dir
 __all__ = ["CacheInfo", "cache_files", "clear", "dataset_folder", "holds", "info", "is_own_cache_file", "listing",
            "verify"]
 
-_GROUPS_WITH_PAIRS = ("powers", "spd", "rrwp")
+_GROUPS_WITH_PAIRS = ("powers", "spd", "rrwp", "edge")
 
 
 def holds(params: dict[str, Any]) -> list[str]:
@@ -50,6 +50,8 @@ def holds(params: dict[str, Any]) -> list[str]:
         out.append(f"magnetic q={params['magnetic'].get('q')} m={params['magnetic'].get('num_eigs')}")
     if params.get("rrwp", {}).get("enabled"):
         out.append(f"rrwp steps={params['rrwp'].get('steps')}")
+    if params.get("edge", {}).get("enabled"):
+        out.append(f"edge attrs {params['edge'].get('encoding')} {params['edge'].get('dims')}")
     if int(params.get("partition", {}).get("parts", 0) or 0) > 0:
         out.append(f"parts={params['partition']['parts']}")
     return out

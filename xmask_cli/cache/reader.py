@@ -155,7 +155,7 @@ class StructureCache:
         nodes = self.node_slice(g)
         ip = self.read_array(f"{group}/indptr", slice(nodes.start, nodes.stop + 1))
         sl = slice(int(ip[0]), int(ip[-1]))
-        names = [k for k in ("col", "values", "dist") if self.has(f"{group}/{k}")]
+        names = [k for k in ("col", "values", "dist", "attr") if self.has(f"{group}/{k}")]
         out = {k: self.read_array(f"{group}/{k}", sl) for k in names}
         out["row"] = np.repeat(np.arange(len(ip) - 1, dtype=np.int32), np.diff(ip))
         return out
@@ -186,6 +186,37 @@ class StructureCache:
     def rrwp(self, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         d = self.pairs("rrwp", g)
         return d["row"], d["col"], d["values"]
+
+    def edge(self, g: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(row, col, attr [S, C])`` of graph ``g``: the pairs an edge joins, with that edge's attributes."""
+        d = self.pairs("edge", g)
+        return d["row"], d["col"], d["attr"]
+
+    def edge_coding(self) -> tuple[str, tuple[int, ...]]:
+        """``(encoding, dims)`` of the stored edge attributes, checked (see
+        :class:`~xmask_cli.structure.edge_attrs.EdgeCoding`).
+
+        Raises:
+            CacheError: the file has no edge section, or records a coding this version does not know or
+                that does not match its ``edge/attr`` columns.
+        """
+        from xmask_cli.structure.edge_attrs import EdgeCoding
+
+        if not self.has("edge/attr"):
+            raise CacheError(f"cache {self.path} has no 'edge' section; prepare it with an edge bias in "
+                             f"model.biases (structure.edge.enabled=true)")
+        try:
+            attrs = dict(self.file["edge"].attrs)
+            coding = EdgeCoding(str(attrs["encoding"]), tuple(int(d) for d in np.asarray(attrs["dims"]).ravel()))
+            cols = int(self.read_array("edge/attr", slice(0, 0)).shape[1])
+        except (KeyError, TypeError, ValueError, IndexError, OSError) as exc:
+            raise CacheError(f"cache {self.path} records an unusable edge coding ({first_line(exc)}); "
+                             f"rebuild it with `xmask prepare ... --force`") from None
+        if cols != coding.columns:
+            raise CacheError(f"cache {self.path}: edge/attr has {cols} columns but its coding "
+                             f"({coding.encoding}, dims {list(coding.dims)}) says {coding.columns}; "
+                             f"rebuild it with `xmask prepare ... --force`")
+        return coding.encoding, coding.dims
 
     def component(self, g: int) -> np.ndarray:
         return self.read_array("nodes/component", self.node_slice(g))

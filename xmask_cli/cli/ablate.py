@@ -15,7 +15,7 @@ def ablate(
     ctx: typer.Context,
     run: RunOptions = RunOptions(),
     seeds: Annotated[str, typer.Option("--seeds", help="Seeds of every variant: 0-4, 0,2,7 ...")] = "0-4",
-    variants: Annotated[str | None, typer.Option("--variants", help="Comma list of full, no-symnorm, no-logmask, no-multihead, one-layer, no-spd, no-rrwp, no-magnetic, no-eigen (the preset without that learned bias), for M3Dphormer presets no-local, no-cluster, no-global, flat-routing, no-routing, and for image presets positional (learned position embeddings, no mask) [default: the core five plus those that apply to the preset; images: full,no-logmask,positional].", show_default=False)] = None,
+    variants: Annotated[str | None, typer.Option("--variants", help="Comma list of full, no-symnorm, no-logmask, no-multihead, one-layer, no-spd, no-rrwp, no-magnetic, no-eigen, no-edge (the preset without that learned bias), for M3Dphormer presets no-local, no-cluster, no-global, flat-routing, no-routing, and for image presets positional (learned position embeddings, no mask) [default: the core five plus those that apply to the preset; images: full,no-logmask,positional].", show_default=False)] = None,
     folds: FoldsOpt = None,
     out: Annotated[Path | None, typer.Option("--out", help="Ablation folder [default `./ablations/<dataset>-<level>`].", show_default=False)] = None,
     device: DeviceOpt = "auto",

@@ -49,6 +49,20 @@ class GraphSet:
         fp = graphs_fingerprint(self.edge_index, self.num_nodes)
         return fp if self.content is None else hashlib.sha256(f"{fp}:{self.content}".encode()).hexdigest()
 
+    def edge_attr(self) -> list[np.ndarray] | None:
+        """The loader's ``edge_attr`` per graph (``[E_g, C]``, row ``e`` for column ``e`` of :attr:`edge_index`),
+        as the dataset stores it; None when it has none (NCI1, PROTEINS, a user's folder)."""
+        return graph_edge_attrs(self.dataset)
+
+    def edge_vocab(self) -> tuple[int, ...]:
+        """A known vocabulary of integer edge attributes: OGB's bond features for the ``ogbg`` molecule sets
+        (``ogb.utils.features.get_bond_feature_dims``), else none (the data's own codes decide)."""
+        if self.spec.family != "ogbg" or not self.spec.name.startswith("ogbg-mol"):
+            return ()
+        from ogb.utils.features import get_bond_feature_dims
+
+        return tuple(int(d) for d in get_bond_feature_dims())
+
     def has_features(self) -> bool:
         """True when the loader gave the nodes features (``x``); False for e.g. IMDB-BINARY, COLLAB."""
         return len(self.dataset) > 0 and getattr(self.dataset[0], "x", None) is not None
@@ -158,3 +172,24 @@ def graph_arrays(ds: Any) -> tuple[list[np.ndarray], np.ndarray]:
         nodes = np.asarray([ds[i].num_nodes for i in range(len(ds))])
     edges = [ei[:, eptr[i]:eptr[i + 1]] for i in range(len(ds))]
     return edges, np.asarray(nodes, dtype=np.int64)
+
+
+def graph_edge_attrs(ds: Any) -> list[np.ndarray] | None:
+    """Per-graph ``edge_attr`` arrays of a PyG dataset (``[E_g, C]``; a 1-d attribute as one column), or None."""
+    if ds is None or not hasattr(ds, "__len__") or len(ds) == 0:
+        return None
+    slices = getattr(ds, "slices", None)
+    data = getattr(ds, "_data", None)
+    if len(ds) == 1 or slices is None or data is None:
+        attr = getattr(ds[0], "edge_attr", None) if len(ds) == 1 else None
+        return None if attr is None else [_columns(attr.numpy())]
+    if "edge_attr" not in slices or getattr(data, "edge_attr", None) is None:
+        return None
+    # The collated storage, as graph_arrays reads edge_index (slices shared with edge_index's).
+    ptr = slices["edge_attr"].numpy()
+    flat = _columns(data.edge_attr.numpy())
+    return [flat[ptr[i]:ptr[i + 1]] for i in range(len(ds))]
+
+
+def _columns(a: np.ndarray) -> np.ndarray:
+    return a.reshape(-1, 1) if a.ndim == 1 else a.reshape(a.shape[0], -1)

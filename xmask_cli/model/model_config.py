@@ -20,6 +20,7 @@ from xmask_cli.errors import ConfigError
 from xmask_cli.model.biases import bias_entry
 from xmask_cli.model.biases.stack import BiasSpec
 from xmask_cli.model.logsmask import read_field
+from xmask_cli.structure.edge_attrs import ENCODINGS
 
 #: cls: the class token's output (image level, ``encoder='patch'``); the others pool real nodes / patches.
 READOUTS = ("sum", "mean", "max", "cls")
@@ -122,6 +123,10 @@ class ModelConfig(ModelSection):
         task: ``'graph'`` (one output per graph), ``'node'`` (one per node), ``'link'``
             or ``'edge'`` (one per node pair, scored by :meth:`XMaskNet.score_pairs`).
         rrwp_dim: walk channels of the cache's RRWP (``structure.rrwp.steps + 1``).
+        edge_encoding: how the ``edge`` bias encodes the cache's edge attributes (``index``: integer codes,
+            one table per column; ``linear``: floats), as the cache's ``edge`` section records it.
+        edge_dims: per column the vocabulary (``index``), or the column count alone (``linear``); ``()``
+            without an ``edge`` bias.
         struct_dim: how many of the last ``in_dim`` feature columns are structural
             channels (``node_struct``). A linear encoder reads them with the rest;
             the atom encoder embeds the leading atom columns and adds a linear map of these.
@@ -135,6 +140,8 @@ class ModelConfig(ModelSection):
     readout_scale: float = 1.0
     task: str = "graph"
     rrwp_dim: int = RrwpSection.steps + 1
+    edge_encoding: str = "index"
+    edge_dims: Sequence[int] = ()
     struct_dim: int = 0
     image_size: Sequence[int] = ()
     patch_size: int = 0
@@ -182,6 +189,12 @@ class ModelConfig(ModelSection):
         out_powers = [1] * int(self.output_heads) if self.output_powers is None else self.output_powers
         object.__setattr__(self, "output_powers", tuple(int(k) for k in out_powers))
         object.__setattr__(self, "image_size", tuple(int(s) for s in self.image_size))
+        object.__setattr__(self, "edge_dims", tuple(int(d) for d in self.edge_dims))
+        if any(b.type == "edge" for b in self.biases):  # run fields: the cache's coding of its edge attributes
+            need(self.edge_encoding in ENCODINGS, "edge_encoding",
+                 f"must be one of {ENCODINGS}, got {self.edge_encoding!r}")
+            need(len(self.edge_dims) > 0 and min(self.edge_dims) >= 1, "edge_dims",
+                 f"must be positive (the cache's edge section records them), got {list(self.edge_dims)}")
         # The encoder, readout and positional switches against the task are config_rules' (model=True) rules.
         check_model_rules(Config(model=self), self.task)
         if self.encoder == "patch" and (len(self.image_size) != 2 or self.patch_size < 1):  # run fields

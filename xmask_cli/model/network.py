@@ -73,7 +73,8 @@ class XMaskNet(torch.nn.Module):
         self.bias = XLogSMaskBias(cfg.heads, cfg.head_powers, cfg.eps, cfg.outside_support) if cfg.use_bias else None
         # Learned biases: parameters per layer, so they are added to the shared mask layer by layer.
         specs = cast(Sequence[BiasSpec], cfg.biases)  # ModelConfig holds them as BiasSpec
-        self.learned = BiasStack(specs, cfg.heads, cfg.layers, cfg.rrwp_dim) if cfg.biases else None
+        self.learned = (BiasStack(specs, cfg.heads, cfg.layers, cfg.rrwp_dim, cfg.edge_encoding, cfg.edge_dims)
+                        if cfg.biases else None)
         # A ModuleList (registered as the blocks' parent), read as the blocks it holds.
         self.blocks = cast(Sequence[TransformerBlock],
                            torch.nn.ModuleList(arch.init_block(cfg, i) for i in range(cfg.layers)))

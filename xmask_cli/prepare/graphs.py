@@ -16,6 +16,7 @@ from xmask_cli.config import StructureSection
 from xmask_cli.errors import CacheError, first_line
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.prepare.blocks import DEFAULT_BUDGET, deferred_interrupt, iter_blocks
+from xmask_cli.prepare.edge_section import EdgeInputs, edge_params, write_edge_section
 from xmask_cli.prepare.ranks import RankWorld, gathered_blocks
 from xmask_cli.prepare.subset import derive, find_superset
 
@@ -31,6 +32,8 @@ def structure_params(cfg: StructureSection, level: str) -> dict[str, Any]:
     for sec in ("spd", "spectrum", "magnetic", "rrwp"):
         if not d[sec]["enabled"]:
             d[sec] = {"enabled": False}
+    if not d["edge"]["enabled"]:
+        del d["edge"]  # absent, not off: the keys of files without edge attributes stay what they were
     if cfg.partition.parts <= 0 or level != "node":
         d["partition"] = {"parts": 0}
     return d
@@ -171,6 +174,7 @@ def prepare_graphs(
     world: Any = None,
     source_folder: str | None = None,
     merged_edge_rows: int = 0,
+    edge_attr: EdgeInputs | None = None,
 ) -> PrepareSummary:
     """Compute and cache the structure of ``edges`` unless the same key is cached and sound.
 
@@ -192,6 +196,8 @@ def prepare_graphs(
         merged_edge_rows: repeated edge rows the folder's reader merged (``GraphSet.merged_edge_rows``),
             recorded in the root attribute ``merged_edge_rows`` when above 0. Not part of the key: the
             fingerprint of the merged graph (and, for a folder, of its files) already is.
+        edge_attr: the loader's edge attributes (:func:`~xmask_cli.prepare.edge_section.edge_inputs`), stored as
+            the ``edge`` section when ``cfg.edge`` is on; their coding and digest join the key's parameters.
 
     With ``world`` (a :class:`~xmask_cli.prepare.ranks.RankWorld` of several ranks, every rank calling)
     the ranks share the computation (see :mod:`~xmask_cli.prepare.ranks`): rank 0 checks, writes and
@@ -223,28 +229,29 @@ def prepare_graphs(
             return gathered_blocks(edges, nn, cfg, level, w, check, budget_bytes=budget)
         return iter_blocks(edges, nn, cfg, level, workers, check, budget_bytes=budget)
 
-    summary = _prepare_graphs(dataset_key=dataset_key, level=level, edges=edges, num_nodes=num_nodes,
+    summary = _prepare_graphs(dataset_key=dataset_key, level=level, edge_list=edges, num_nodes=num_nodes,
                               fingerprint=fingerprint, cfg=cfg, cache_dir=cache_dir, force=force,
                               full_check=full_check, progress=progress, log=log, blocks=blocks,
-                              source_folder=source_folder, merged_edge_rows=merged_edge_rows)
+                              source_folder=source_folder, merged_edge_rows=merged_edge_rows, edges=edge_attr)
     announce("done")
     if w.distributed:
         w.broadcast(summary)
     return summary
 
 
-def _prepare_graphs(*, dataset_key: str, level: str, edges: list[np.ndarray], num_nodes: np.ndarray,
+def _prepare_graphs(*, dataset_key: str, level: str, edge_list: list[np.ndarray], num_nodes: np.ndarray,
                     fingerprint: str, cfg: StructureSection, cache_dir: Path, force: bool, full_check: bool,
                     progress: Callable[[int, int], None] | None, log: Callable[[str], None] | None,
                     blocks: Callable[[Callable[[], None]], Any], source_folder: str | None = None,
-                    merged_edge_rows: int = 0) -> PrepareSummary:
+                    merged_edge_rows: int = 0, edges: EdgeInputs | None = None) -> PrepareSummary:
     """:func:`prepare_graphs` in the process that writes; ``blocks(check)`` yields the computed units.
 
     In order: an existing file that checks out is kept, a superset cache serves a derived file, else
     every block is computed and written.
     """
     t0 = time.perf_counter()
-    params = structure_params(cfg, level)
+    edges = edges if cfg.edge.enabled else None  # without them given, the file holds no edge section
+    params = edge_params(structure_params(cfg, level), edges)
     key = cache_key(fingerprint, params)
     path = cache_path(cache_dir, dataset_key, key)
     nn = np.asarray(num_nodes, dtype=np.int64)
@@ -273,8 +280,16 @@ def _prepare_graphs(*, dataset_key: str, level: str, edges: list[np.ndarray], nu
             edges_total = int(c.read_array("graphs/num_edges").sum())
             report = truncation_report(c)
         return summary(False, edges_total, report, served_from=str(src), merged_edge_rows=int(merged_edge_rows))
-    total_edges, report = _write_blocks(path, attrs, cfg, blocks, progress, len(nn))
+    total_edges, report = _write_blocks(path, attrs, cfg, blocks, progress, len(nn), _edge_job(edge_list, nn, edges))
     return summary(False, total_edges, report, merged_edge_rows=int(merged_edge_rows))
+
+
+def _edge_job(edge_list: list[np.ndarray], nn: np.ndarray,
+              edges: EdgeInputs | None) -> Callable[[CacheWriter], None] | None:
+    """What writes the edge section after the blocks (None without edge attributes)."""
+    if edges is None:
+        return None
+    return lambda w: write_edge_section(w, edge_list, nn, edges)
 
 
 def _refuse_foreign_path(path: Path) -> None:
@@ -369,8 +384,9 @@ class _BlockAppender:
 
 def _write_blocks(path: Path, attrs: dict[str, Any], cfg: StructureSection,
                   blocks: Callable[[Callable[[], None]], Any], progress: Callable[[int, int], None] | None,
-                  num_graphs: int) -> tuple[int, dict[str, Any]]:
-    """Compute and write every block to ``path``; ``(total edges, truncation report)``."""
+                  num_graphs: int, extra: Callable[[CacheWriter], None] | None = None) -> tuple[int, dict[str, Any]]:
+    """Compute and write every block to ``path``, then ``extra(writer)`` (the edge section);
+    ``(total edges, truncation report)``."""
     # Ctrl-C is raised only between blocks (see deferred_interrupt): never inside numba, LLVM or HDF5.
     with deferred_interrupt() as check, CacheWriter(path, attrs) as w:
         out = _BlockAppender(w)
@@ -378,6 +394,8 @@ def _write_blocks(path: Path, attrs: dict[str, Any], cfg: StructureSection,
             out.add(r)
             if r.complete and progress is not None:
                 progress(done, num_graphs)
+        if extra is not None:
+            extra(w)
         check()  # a Ctrl-C during the last block still stops before the file is marked complete
         truncation = json.dumps({"tau": cfg.large.tau, "topk": cfg.large.topk, "fanout": cfg.large.fanout,
                                  "capped_rows": out.capped, "applies_to": "graphs/large", "rule": TRUNCATION_RULE})

@@ -6,7 +6,7 @@ Every reader of the cache, and what it reads:
   A plain head (``k_h = 0``, or ``model.use_bias: false``) attends over every stored pair, i.e. the union
   support of ``Â^1..Â^K``: a preset with one keeps ``K = structure.powers.k``;
 * learned biases (``model.biases``): the section their registry entry names (``spd``, ``rrwp``,
-  ``magnetic``, ``spectrum``); ``model.node_struct`` with ``rwse``: ``rrwp``;
+  ``magnetic``, ``spectrum``, ``edge``: the loader's edge attributes); ``model.node_struct`` with ``rwse``: ``rrwp``;
 * node level: METIS parts for ``node.mode: partition``, for the ``cluster`` expert, and for ``auto`` /
   ``subgraph`` when learned pair biases send large graphs to partition batches;
 * ``xmask ablate`` and ``xmask tune`` build one config per variant or trial, each prepared for itself.
@@ -40,7 +40,7 @@ def model_needs(cfg: Config) -> frozenset[str]:
 
 def read_sections(cfg: Config, level: str) -> frozenset[str]:
     """Structure sections beyond the powers that the preset reads (``spd``, ``spectrum``, ``magnetic``,
-    ``rrwp``, ``partition``)."""
+    ``rrwp``, ``edge``, ``partition``)."""
     m = cfg.model
     needs = set(model_needs(cfg))
     if "rwse" in m.node_struct.split("+"):
@@ -64,6 +64,6 @@ def structure_needed(cfg: Config, level: str) -> StructureSection:
         return s
     needs = read_sections(cfg, level)
     off = {name: dataclasses.replace(getattr(s, name), enabled=getattr(s, name).enabled and name in needs)
-           for name in ("spd", "spectrum", "magnetic", "rrwp")}
+           for name in ("spd", "spectrum", "magnetic", "rrwp", "edge")}
     part = s.partition if "partition" in needs else PartitionSection(parts=0, seed=s.partition.seed)
     return dataclasses.replace(s, powers=dataclasses.replace(s.powers, k=read_powers(cfg)), partition=part, **off)

@@ -25,7 +25,7 @@ from xmask_cli.errors import CacheError
 
 __all__ = ["covers", "derive", "find_superset"]
 
-_SECTIONS = ("spd", "spectrum", "magnetic", "rrwp")
+_SECTIONS = ("spd", "spectrum", "magnetic", "rrwp", "edge")
 # Pairs copied per step: bounds the memory of a derivation whatever the graph's size.
 _PAIRS_PER_STEP = 1 << 22
 
@@ -38,7 +38,7 @@ def covers(have: dict[str, Any], need: dict[str, Any]) -> bool:
         if int(have["powers"]["k"]) < int(need["powers"]["k"]) or have["large"] != need["large"]:
             return False
         for sec in _SECTIONS:
-            if need[sec].get("enabled") and have.get(sec) != need[sec]:
+            if need.get(sec, {}).get("enabled") and have.get(sec) != need[sec]:
                 return False
         if int(need["partition"].get("parts", 0)) > 0 and have.get("partition") != need["partition"]:
             return False
@@ -123,7 +123,7 @@ def derive(src: Path, path: Path, attrs: dict[str, Any], need: dict[str, Any],
     The result equals, array by array, a file computed with ``need`` (the tests hold the two side by side).
     """
     k = int(need["powers"]["k"])
-    groups = ["graphs", "nodes", "powers"] + [s for s in _SECTIONS if need[s].get("enabled")]
+    groups = ["graphs", "nodes", "powers"] + [s for s in _SECTIONS if need.get(s, {}).get("enabled")]
     with h5py.File(src, "r") as f, CacheWriter(path, attrs) as w:
         for group in groups:
             for name, ds in f[group].items():

@@ -1,4 +1,4 @@
-"""Cached structure beyond the powers, shaped for the learned biases (SPD, RRWP, spectra).
+"""Cached structure beyond the powers, shaped for the learned biases (SPD, RRWP, spectra, edge attributes).
 
 The learned biases (:mod:`xmask_cli.model.biases`) read ``extras``: a
 dict of tensors, dense for padded batches and per pair / per node for the
@@ -19,12 +19,13 @@ import torch
 from torch import Tensor
 
 from xmask_cli.cache import StructureCache
+from xmask_cli.engine.batching.graph_store import ranges
 from xmask_cli.structure.spd import UNREACHABLE, PairDistances
 
-__all__ = ["EXTRA_SECTIONS", "GraphExtras", "pad_extras", "to_tensors"]
+__all__ = ["EXTRA_SECTIONS", "GraphExtras", "pad_extras", "padded_edges", "to_tensors"]
 
 #: Cache sections the learned biases can read.
-EXTRA_SECTIONS = ("spd", "rrwp", "spectrum", "magnetic")
+EXTRA_SECTIONS = ("spd", "rrwp", "spectrum", "magnetic", "edge")
 
 
 def _sorted_keys(row: np.ndarray, col: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -70,6 +71,11 @@ class GraphExtras:
         if "rrwp" in self.needs:
             row, col, vals = cache.rrwp(g)
             self._rrwp = (row.astype(np.int64), col.astype(np.int64), np.asarray(vals, dtype=np.float32))
+        if "edge" in self.needs:
+            row, col, attr = cache.edge(g)  # row-major, columns ascending within a row (prepare's order)
+            # Codes wider than a byte as int32: torch has no general uint16 / uint32 tensors.
+            wide = attr.dtype.kind == "u" and attr.dtype.itemsize > 1
+            self._edge = (row.astype(np.int64), col.astype(np.int64), attr.astype(np.int32) if wide else attr)
         self._keys: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # sorted pair keys, built on the first lookup
         self._eig: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         if "spectrum" in self.needs:
@@ -83,7 +89,8 @@ class GraphExtras:
     def dense(self, nodes: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """Dense extras of the block ``nodes`` (ascending global ids; None: the whole graph).
 
-        ``spd [n, n]`` int16, ``rrwp [S, n, n]``, ``eig_vals [m]`` / ``eig_vecs [n, m]``
+        ``spd [n, n]`` int16, ``rrwp [S, n, n]``, ``edge_attr [n, n, C]`` / ``edge_mask [n, n]`` (the
+        joining edge's attributes, 0 and False where none), ``eig_vals [m]`` / ``eig_vecs [n, m]``
         (and ``mag_*``), the eigenvectors' rows of the block's nodes.
         """
         n = self.n
@@ -100,23 +107,37 @@ class GraphExtras:
             rrwp = np.zeros((vals.shape[1], len(ids), len(ids)), dtype=np.float32)
             rrwp[:, lr[keep], lc[keep]] = vals[keep].T
             out["rrwp"] = rrwp
+        if "edge" in self.needs:
+            out["edge_attr"], out["edge_mask"] = self._dense_edge(local, len(ids))
         for prefix, (vals, vecs) in self._eig.items():
             out[f"{prefix}_vals"] = vals
             out[f"{prefix}_vecs"] = vecs[ids]
             out[f"{prefix}_mask"] = np.ones(len(vals), dtype=bool)
         return out
 
+    def _dense_edge(self, local: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """``edge_attr [n, n, C]`` (0 off the edges) and ``edge_mask [n, n]`` of a block (``local``: block ids)."""
+        row, col, attr = self._edge
+        lr, lc = local[row], local[col]
+        keep = (lr >= 0) & (lc >= 0)
+        dense = np.zeros((size, size, attr.shape[1]), dtype=attr.dtype)
+        joined = np.zeros((size, size), dtype=bool)
+        dense[lr[keep], lc[keep]] = attr[keep]
+        joined[lr[keep], lc[keep]] = True
+        return dense, joined
+
     # ------------------------------------------------------------ sparse
     def _sorted(self, section: str) -> tuple[np.ndarray, np.ndarray]:
         if section not in self._keys:
-            row, col, _ = self._rrwp
+            row, col, _ = self._rrwp if section == "rrwp" else self._edge
             self._keys[section] = _sorted_keys(row, col, self.n)
         return self._keys[section]
 
     def pairs(self, rows: np.ndarray, cols: np.ndarray, nodes: np.ndarray | None = None) -> dict[str, np.ndarray]:
         """Sparse extras of the pairs ``(rows, cols)`` (global ids) of a block ``nodes``.
 
-        ``spd [E]``, ``rrwp [E, S]`` (0 off the cached walks), and per node of
+        ``spd [E]``, ``rrwp [E, S]`` (0 off the cached walks), ``edge_attr [E, C]`` and ``edge_mask [E]``
+        (0 and False where no edge joins the pair), and per node of
         the block ``eig_vals [n, m]`` (the graph's, repeated), ``eig_vecs [n, m]``,
         ``eig_mask [n, m]`` (and ``mag_*``): the sparse biases index them by the
         pairs' block-local ids.
@@ -133,6 +154,16 @@ class GraphExtras:
                 out["rrwp"] = np.where(found[:, None], got, 0.0).astype(np.float32)
             else:
                 out["rrwp"] = np.zeros((len(rows), vals.shape[1]), dtype=np.float32)
+        if "edge" in self.needs:
+            keys, order = self._sorted("edge")
+            attr = self._edge[2]
+            if len(keys):
+                got, found = _lookup(keys, attr[order], rows, cols, self.n)
+                out["edge_attr"] = np.where(found[:, None], got, 0).astype(attr.dtype)
+                out["edge_mask"] = found
+            else:
+                out["edge_attr"] = np.zeros((len(rows), attr.shape[1]), dtype=attr.dtype)
+                out["edge_mask"] = np.zeros(len(rows), dtype=bool)
         ids = np.arange(self.n) if nodes is None else np.asarray(nodes, dtype=np.int64)
         for prefix, (vals, vecs) in self._eig.items():
             out[f"{prefix}_vals"] = np.broadcast_to(vals, (len(ids), len(vals))).copy()
@@ -144,7 +175,8 @@ class GraphExtras:
 def pad_extras(items: Sequence[dict[str, np.ndarray]], n_max: int) -> dict[str, np.ndarray]:
     """Stack per-graph :meth:`GraphExtras.dense` dicts into a padded batch.
 
-    ``spd [B, N, N]`` (padding ``-2``), ``rrwp [B, S, N, N]`` (0), eigenpairs
+    ``spd [B, N, N]`` (padding ``-2``), ``rrwp [B, S, N, N]`` (0), ``edge_attr [B, N, N, C]`` (0) and
+    ``edge_mask [B, N, N]`` (False), eigenpairs
     ``*_vals [B, m]``, ``*_vecs [B, N, m]``, ``*_mask [B, m]`` with ``m`` the
     most eigenpairs any graph here has (graphs differ when some are small).
     """
@@ -165,6 +197,15 @@ def pad_extras(items: Sequence[dict[str, np.ndarray]], n_max: int) -> dict[str, 
             n = it["rrwp"].shape[1]
             rrwp[b, :, :n, :n] = it["rrwp"]
         out["rrwp"] = rrwp
+    if "edge_attr" in items[0]:
+        attr = items[0]["edge_attr"]
+        edge = np.zeros((bsz, n_max, n_max, attr.shape[-1]), dtype=attr.dtype)
+        joined = np.zeros((bsz, n_max, n_max), dtype=bool)
+        for b, it in enumerate(items):
+            n = it["edge_mask"].shape[0]
+            edge[b, :n, :n] = it["edge_attr"]
+            joined[b, :n, :n] = it["edge_mask"]
+        out["edge_attr"], out["edge_mask"] = edge, joined
     for prefix in ("eig", "mag"):
         if f"{prefix}_vals" not in items[0]:
             continue
@@ -181,6 +222,30 @@ def pad_extras(items: Sequence[dict[str, np.ndarray]], n_max: int) -> dict[str, 
             valid[b, :k] = it[f"{prefix}_mask"]
         out[f"{prefix}_vals"], out[f"{prefix}_vecs"], out[f"{prefix}_mask"] = vals, vecs, valid
     return out
+
+
+def padded_edges(cache: StructureCache, ids: np.ndarray, n_max: int) -> dict[str, np.ndarray]:
+    """``edge_attr [B, N, N, C]`` and ``edge_mask [B, N, N]`` of graphs ``ids`` from a cache read into memory,
+    the same arrays as :func:`pad_extras` of each graph's :meth:`GraphExtras.dense`, gathered for the whole
+    batch at once (no loop over its graphs: a graph's nodes, and their pairs, are contiguous ranges)."""
+    ids = np.asarray(ids, dtype=np.int64)
+    node_ptr = cache.read_array("graphs/node_ptr")
+    indptr = cache.read_array("edge/indptr")
+    sizes = node_ptr[ids + 1] - node_ptr[ids]
+    nodes, local = ranges(node_ptr[ids], sizes)
+    per_node = indptr[nodes + 1] - indptr[nodes]
+    pairs, _ = ranges(indptr[nodes], per_node)
+    row = np.repeat(local, per_node)
+    graph = np.repeat(np.repeat(np.arange(len(ids), dtype=np.int64), sizes), per_node)
+    col = cache.read_array("edge/col")[pairs].astype(np.int64)
+    attr = cache.read_array("edge/attr")[pairs]
+    if attr.dtype.kind == "u" and attr.dtype.itemsize > 1:  # as GraphExtras: no general uint16 / uint32 tensors
+        attr = attr.astype(np.int32)
+    edge = np.zeros((len(ids), n_max, n_max, attr.shape[1]), dtype=attr.dtype)
+    joined = np.zeros((len(ids), n_max, n_max), dtype=bool)
+    edge[graph, row, col] = attr
+    joined[graph, row, col] = True
+    return {"edge_attr": edge, "edge_mask": joined}
 
 
 def to_tensors(extras: dict[str, np.ndarray], device: torch.device | str | None = None,

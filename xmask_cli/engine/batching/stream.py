@@ -26,7 +26,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, get_worker_info
 
 from xmask_cli.cache import StructureCache
-from xmask_cli.engine.batching.extras import GraphExtras, pad_extras, to_tensors
+from xmask_cli.engine.batching.extras import GraphExtras, pad_extras, padded_edges, to_tensors
 from xmask_cli.engine.batching.graph_store import GraphStore
 from xmask_cli.model.batches import DenseBatch, LogPairs, PackedBatch
 
@@ -179,7 +179,12 @@ def batch_extras(cache: StructureCache, ids: np.ndarray, needs: Iterable[str], n
     needs = frozenset(needs)
     if not needs:
         return None
-    return to_tensors(pad_extras([GraphExtras(cache, int(g), needs).dense() for g in ids], n_max))
+    fast = {"edge"} & needs if cache.in_memory else set()  # gathered for the whole batch at once
+    rest = needs - fast
+    out = pad_extras([GraphExtras(cache, int(g), rest).dense() for g in ids], n_max) if rest else {}
+    if fast:
+        out.update(padded_edges(cache, ids, n_max))
+    return to_tensors(out)
 
 
 class EpochBatches(Dataset[GraphBatch]):

@@ -33,9 +33,10 @@ from xmask_cli.engine.scoring.splits import PARTS
 from xmask_cli.engine.tasks import LEVELS, DataKind
 from xmask_cli.engine.tasks.edge import edge_regression_split
 from xmask_cli.engine.tasks.graph import graph_labels
-from xmask_cli.errors import UsageError
+from xmask_cli.errors import ConfigError, UsageError
 from xmask_cli.prepare import check_patch, prepare_dataset, prepare_graphs
-from xmask_cli.prepare.needs import structure_needed
+from xmask_cli.prepare.edge_section import edge_inputs, no_edge_attr
+from xmask_cli.prepare.needs import model_needs, structure_needed
 
 __all__ = ["DatasetMemo", "LoadOptions", "LoadedData", "Loader", "LOADERS", "load_data", "check_data",
            "check_splittable"]
@@ -159,11 +160,13 @@ def load_graph_data(plan: RunPlan, opts: LoadOptions) -> LoadedData:
     if LEVELS[level].structure != "dataset":
         # Pair tasks ("train-edges") prepare the structure of their training edges per split seed instead.
         return LoadedData(spec.name, graphs=graphs)
+    structure = structure_needed(cfg, level)
     summary = prepare_graphs(dataset_key=spec.key, level=level, edges=graphs.edge_index,
                              num_nodes=graphs.num_nodes, fingerprint=graphs.fingerprint(),
-                             cfg=structure_needed(cfg, level), cache_dir=opts.cache_dir, workers=opts.workers,
+                             cfg=structure, cache_dir=opts.cache_dir, workers=opts.workers,
                              log=opts.log, memory_gb=cfg.prepare.memory_gb, source_folder=source_folder(spec),
-                             merged_edge_rows=graphs.merged_edge_rows)
+                             merged_edge_rows=graphs.merged_edge_rows,
+                             edge_attr=edge_inputs(graphs, structure, "edge" in model_needs(cfg)))
     return LoadedData(spec.name, graphs=graphs,
                       cache_path=_prepared(summary.path, summary.cached, summary.seconds, opts.log))
 
@@ -181,7 +184,8 @@ def check_data(cfg: Config, level: str, graphs: GraphSet) -> None:
     """The checks that need the loaded dataset, run before its structure is prepared or a run folder made.
 
     Raises:
-        ConfigError: ``data.folds`` more than the graphs, or than the smallest class holds.
+        ConfigError: ``data.folds`` more than the graphs, or than the smallest class holds; an ``edge`` bias on
+            a dataset without edge attributes (or on a level that caches its training edges only).
         UsageError: the dataset's split leaves train, val or test empty (a one- or two-node graph), or a
             link split has fewer non-edges than its negatives need.
     """
@@ -189,6 +193,18 @@ def check_data(cfg: Config, level: str, graphs: GraphSet) -> None:
         check_fold_count(graph_labels(graphs), cfg.data.folds)
     else:
         _check_split(cfg, level, graphs)
+    _check_edge_attrs(cfg, level, graphs)
+
+
+def _check_edge_attrs(cfg: Config, level: str, graphs: GraphSet) -> None:
+    """An ``edge`` bias reads the dataset's own edge attributes, which its loader must give."""
+    if "edge" not in model_needs(cfg):
+        return
+    if LEVELS[level].structure != "dataset":
+        raise ConfigError(f"model.biases: type 'edge' reads the dataset's edge attributes, but {level}-level "
+                          f"tasks cache the structure of their training edges only; remove the edge bias")
+    if graphs.edge_attr() is None:
+        raise no_edge_attr(graphs.spec.name)
 
 
 def _check_split(cfg: Config, level: str, graphs: GraphSet) -> None:

@@ -34,6 +34,7 @@ from xmask_cli.engine.training.watch import check_loggers
 from xmask_cli.model.attention.path import full_graph_attention
 from xmask_cli.model.model_config import ModelConfig, head_powers, sparse_refusal
 from xmask_cli.model.network import XMaskNet
+from xmask_cli.prepare.edge_section import EdgeInputs, edge_inputs, edge_params
 from xmask_cli.prepare.graphs import structure_params
 from xmask_cli.prepare.needs import model_needs, structure_needed
 
@@ -129,19 +130,21 @@ def _runs(root: Path, seeds: list[int], n_folds: int, resume: bool, overwrite: b
 def _sections(cfg: Config, level: str) -> tuple[str, ...]:
     """The sections the cache file holds for this run: the powers, and what the structure config enables."""
     struct = structure_needed(cfg, level)
-    enabled = [s for s in ("spd", "spectrum", "magnetic", "rrwp") if getattr(struct, s).enabled]
+    enabled = [s for s in ("spd", "spectrum", "magnetic", "rrwp", "edge") if getattr(struct, s).enabled]
     return ("powers", *enabled, *(["partition"] if struct.partition.parts > 0 else []))
 
 
-def _model(cfg: Config, level: str, graphs: GraphSet) -> ModelConfig:
+def _model(cfg: Config, level: str, graphs: GraphSet, edges: EdgeInputs | None = None) -> ModelConfig:
     """The model config ``train`` builds for this data (its widths from the dataset, as the tasks read them)."""
     info = struct_info(graphs, cfg.model.node_struct, cfg.structure.rrwp.steps)
     struct_dim = 0 if info is None else int(info["dim"])
     in_dim = graphs.feature_info().dim + struct_dim
     ds = graphs.dataset
     classes = int(getattr(ds, "num_classes", 0) or 0) or int(ds[0].y.max()) + 1
+    coding: dict[str, Any] = {} if edges is None else {"edge_encoding": edges.coding.encoding,
+                                                       "edge_dims": edges.coding.dims}
     return _model_config(cfg, level, in_dim=in_dim, out_dim=classes, dataset=graphs.spec.name,
-                         struct_dim=struct_dim)
+                         struct_dim=struct_dim, **coding)
 
 
 def parameter_count(model_cfg: ModelConfig) -> int:
@@ -234,11 +237,12 @@ def dry_run(plan: RunPlan, *, cache_dir: Path, data_root: str | os.PathLike[str]
                              offline=True)
     check_data(cfg, level, graphs)
     struct = structure_needed(cfg, level)
-    key = cache_key(graphs.fingerprint(), structure_params(struct, level))
+    edges = edge_inputs(graphs, struct, "edge" in model_needs(cfg))
+    key = cache_key(graphs.fingerprint(), edge_params(structure_params(struct, level), edges))
     path = cache_path(cache_dir, spec.key, key)
     cache = CacheEntry(str(path), path.is_file(), _sections(cfg, level))
     counts, source = _pair_counts(cache, graphs, struct.powers.k, cfg)
-    model_cfg = _model(cfg, level, graphs)
+    model_cfg = _model(cfg, level, graphs, edges)
     params = parameter_count(model_cfg)
     found = _step_shape(cfg, level, graphs, counts, model_cfg, device)
     shape, notes = (None, (found,)) if isinstance(found, str) else (found, ())

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from xmask_cli.cache import StructureCache
 from xmask_cli.config import Config
 from xmask_cli.config_rules import resolve_encoder
 from xmask_cli.data.edgefile import EdgeData
@@ -36,6 +37,7 @@ from xmask_cli.errors import ConfigError
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.model.attention.path import PathRefused
 from xmask_cli.model.model_config import ModelConfig, sparse_refusal
+from xmask_cli.prepare.needs import model_needs
 
 __all__ = ["Experiment", "check_config"]
 
@@ -60,7 +62,7 @@ def _train_config(cfg: Config, seed: int, device: str) -> TrainConfig:
 
 
 def _model_config(cfg: Config, level: str, in_dim: int, out_dim: int, dataset: str, readout_scale: float = 1.0,
-                  **image: int | tuple[int, int]) -> ModelConfig:
+                  **image: Any) -> ModelConfig:
     encoder = resolve_encoder(cfg.model.encoder, level, dataset)  # image_size and patch_size come with `image`
     return ModelConfig.from_section(cfg.model, in_dim=in_dim, out_dim=out_dim, task=level, encoder=encoder,
                                     eps=cfg.structure.powers.eps, rrwp_dim=cfg.structure.rrwp.steps + 1,
@@ -128,7 +130,16 @@ class Experiment:
     def model_config(self, task: Task[Any]) -> ModelConfig:
         """The :class:`ModelConfig` this experiment's model takes on ``task`` (dimensions from the level's task)."""
         fields = LEVELS[self.level].model_fields(self, task)
-        return _model_config(self.cfg, self.level, dataset=self.dataset, **fields)
+        return _model_config(self.cfg, self.level, dataset=self.dataset, **fields, **self.edge_fields())
+
+    def edge_fields(self) -> dict[str, Any]:
+        """``edge_encoding`` and ``edge_dims`` of the cache's edge section, for a model with an ``edge`` bias
+        (nothing otherwise)."""
+        if "edge" not in model_needs(self.cfg) or self.cache_path is None:
+            return {}
+        with StructureCache(self.cache_path) as cache:
+            encoding, dims = cache.edge_coding()
+        return {"edge_encoding": encoding, "edge_dims": dims}
 
     def features(self) -> dict[str, Any] | None:
         """The node features the model reads (``GraphSet.feature_info``); None for image sets and edge files."""

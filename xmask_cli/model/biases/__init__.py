@@ -20,6 +20,8 @@ bias           dense extras (``[B, ...]``)                   sparse extras (per 
                (complex), ``mag_mask [B, m]``                (each node carries its graph's values)
 ``eigen``      ``eig_vals [B, m]``, ``eig_vecs [B, N, m]``,   ``eig_vals [N, m]``, ``eig_vecs [N, m]``,
                ``eig_mask [B, m]``                           ``eig_mask [N, m]``
+``edge``       ``edge_attr [B, N, N, C]`` the joining edge's   ``edge_attr [E, C]``,
+               attributes, ``edge_mask [B, N, N]`` joined      ``edge_mask [E]``
 =============  ==========================================  =================================
 
 Every term is added to the logits after the ``1/sqrt(d_h)`` scaling, as GTLM
@@ -30,19 +32,22 @@ Hop distances follow the cache: ``d >= 0`` a distance, ``-1`` reachable but
 beyond the cached cut-off, ``-2`` unreachable. Every module's output layer
 starts at zero, so at initialisation a layer equals plain attention (GTLM
 Appendix B), and every module gives 0 on padded pairs. SPD, RRWP and the
-magnetic bias are 0 on the diagonal (a node with itself), as GTLM sets them.
+magnetic bias are 0 on the diagonal (a node with itself), as GTLM sets them; the edge bias is 0 there and
+on every pair no edge joins.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from xmask_cli.model.biases.base import LearnedBias
+from xmask_cli.model.biases.base import BiasInputs, LearnedBias
+from xmask_cli.model.biases.edge import EdgeBias
 from xmask_cli.model.biases.eigen import EigenBias
 from xmask_cli.model.biases.magnetic import MagneticBias
 from xmask_cli.model.biases.rrwp import RrwpBias
 from xmask_cli.model.biases.spd import SpdBias
 
-__all__ = ["BiasEntry", "BIASES", "LearnedBias", "SpdBias", "RrwpBias", "MagneticBias", "EigenBias", "bias_entry"]
+__all__ = ["BiasEntry", "BIASES", "BiasInputs", "LearnedBias", "SpdBias", "RrwpBias", "MagneticBias", "EigenBias",
+           "EdgeBias", "bias_entry"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,7 @@ BIASES: dict[str, BiasEntry] = {
     "magnetic": BiasEntry(MagneticBias, needs="magnetic", label="MagLap", title="magnetic-Laplacian",
                           ablation="no-magnetic"),
     "eigen": BiasEntry(EigenBias, needs="spectrum", label="Eigen", title="eigen", ablation="no-eigen"),
+    "edge": BiasEntry(EdgeBias, needs="edge", label="Edge", title="edge-attribute", ablation="no-edge"),
 }
 
 

@@ -5,16 +5,32 @@ A learned bias reads its cached structure from the batch's ``extras`` (see
 ``[B, H, N, N]`` (dense batch) or ``[E, H]`` (one row per attended pair)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from xmask_cli.config import BiasSection
+from xmask_cli.config import BiasSection, RrwpSection
 from xmask_cli.model.logsmask import StructuralBias, read_field
 
-__all__ = ["LearnedBias", "extra", "in_chunks", "finish_dense", "finish_sparse", "linear_at", "CHUNK_FLOATS"]
+__all__ = ["BiasInputs", "LearnedBias", "extra", "in_chunks", "finish_dense", "finish_sparse", "linear_at", "CHUNK_FLOATS"]
+
+
+@dataclass(frozen=True)
+class BiasInputs:
+    """What the cache's data decide about a bias's shape (the run's, not the preset's).
+
+    Attributes:
+        rrwp_dim: walk channels of the cache's RRWP (``structure.rrwp.steps + 1``).
+        edge_encoding: ``index`` or ``linear``, how the cache's edge attributes are coded.
+        edge_dims: per column the vocabulary (``index``), or the column count alone (``linear``).
+    """
+
+    rrwp_dim: int = RrwpSection.steps + 1
+    edge_encoding: str = "index"
+    edge_dims: tuple[int, ...] = ()
 
 
 class LearnedBias(StructuralBias):
@@ -28,15 +44,15 @@ class LearnedBias(StructuralBias):
     """
 
     @classmethod
-    def from_spec(cls, spec: BiasSection, num_heads: int, rrwp_dim: int) -> LearnedBias:
+    def from_spec(cls, spec: BiasSection, num_heads: int, inputs: BiasInputs) -> LearnedBias:
         """The module for one ``model.biases`` entry serving ``num_heads`` heads.
 
         ``spec`` is typed as the config's section (the model's :class:`~xmask_cli.model.biases.stack.BiasSpec`
         is one): a bias reads only its own settings, and the biases stay below ``biases.stack``.
 
         The default takes ``num_heads`` only; a bias with settings of its own
-        (``spec.max_distance``, ``spec.width``) or that reads the cache's walk
-        width (``rrwp_dim``) overrides this.
+        (``spec.max_distance``, ``spec.width``) or whose shape the cache's data decide
+        (``inputs.rrwp_dim``, ``inputs.edge_dims``) overrides this.
         """
         return cls(num_heads)
 

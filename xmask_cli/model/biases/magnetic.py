@@ -7,7 +7,15 @@ import torch
 from torch import Tensor
 
 from xmask_cli.config import BiasSection
-from xmask_cli.model.biases.base import LearnedBias, extra, finish_dense, finish_sparse, in_chunks, linear_at
+from xmask_cli.model.biases.base import (
+    BiasInputs,
+    LearnedBias,
+    extra,
+    finish_dense,
+    finish_sparse,
+    in_chunks,
+    linear_at,
+)
 
 
 class _SetEncoder(torch.nn.Module):
@@ -59,7 +67,7 @@ class MagneticBias(LearnedBias):
         torch.nn.init.zeros_(last.bias)
 
     @classmethod
-    def from_spec(cls, spec: BiasSection, num_heads: int, rrwp_dim: int) -> MagneticBias:
+    def from_spec(cls, spec: BiasSection, num_heads: int, inputs: BiasInputs) -> MagneticBias:
         """``spec.width`` channels."""
         return cls(num_heads, spec.width)
 

@@ -7,7 +7,15 @@ import torch
 from torch import Tensor
 
 from xmask_cli.config import BiasSection, RrwpSection
-from xmask_cli.model.biases.base import LearnedBias, extra, finish_dense, finish_sparse, in_chunks, linear_at
+from xmask_cli.model.biases.base import (
+    BiasInputs,
+    LearnedBias,
+    extra,
+    finish_dense,
+    finish_sparse,
+    in_chunks,
+    linear_at,
+)
 
 
 class RrwpBias(LearnedBias):
@@ -30,9 +38,9 @@ class RrwpBias(LearnedBias):
         torch.nn.init.zeros_(last.bias)
 
     @classmethod
-    def from_spec(cls, spec: BiasSection, num_heads: int, rrwp_dim: int) -> RrwpBias:
+    def from_spec(cls, spec: BiasSection, num_heads: int, inputs: BiasInputs) -> RrwpBias:
         """The cache's walk channels, ``spec.width`` hidden units."""
-        return cls(num_heads, rrwp_dim, spec.width)
+        return cls(num_heads, inputs.rrwp_dim, spec.width)
 
     def forward(self, batch: Any, mask: Tensor | None = None, edge_index: Tensor | None = None) -> Tensor:
         """``[B, H, N, N]`` from ``rrwp [B, S, N, N]``, or ``[E, H]`` from ``rrwp [E, S]``."""

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from xmask_cli.config import BiasSection
-from xmask_cli.model.biases.base import LearnedBias, extra, finish_dense
+from xmask_cli.model.biases.base import BiasInputs, LearnedBias, extra, finish_dense
 
 
 class SpdBias(LearnedBias):
@@ -41,7 +41,7 @@ class SpdBias(LearnedBias):
         return torch.where(d <= -2, torch.full_like(d, far + 1), b)
 
     @classmethod
-    def from_spec(cls, spec: BiasSection, num_heads: int, rrwp_dim: int) -> SpdBias:
+    def from_spec(cls, spec: BiasSection, num_heads: int, inputs: BiasInputs) -> SpdBias:
         """``spec.max_distance`` buckets."""
         return cls(num_heads, spec.max_distance)
 

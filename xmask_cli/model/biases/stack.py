@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from xmask_cli.config import BiasSection, RrwpSection, section_fields
-from xmask_cli.model.biases import bias_entry
+from xmask_cli.model.biases import BiasInputs, bias_entry
 
 __all__ = ["BiasSpec", "BiasStack"]
 
@@ -31,7 +31,7 @@ class BiasSpec(BiasSection):
     whose defaults it keeps), with ``heads`` and ``layers`` as tuples.
 
     Attributes:
-        type: a name in :data:`xmask_cli.model.biases.BIASES` (``spd``, ``rrwp``, ``magnetic``, ``eigen``).
+        type: a name in :data:`xmask_cli.model.biases.BIASES` (``spd``, ``rrwp``, ``magnetic``, ``eigen``, ``edge``).
         heads: 1-based heads it serves; None: all.
         layers: 1-based layers it is in; None: all.
         max_distance: SPD buckets (distances ``1..max_distance`` own one).
@@ -73,14 +73,17 @@ class BiasStack(torch.nn.Module):
         num_heads: attention heads ``H``.
         num_layers: transformer blocks ``L``.
         rrwp_dim: walk channels of the cache (``structure.rrwp.steps + 1``).
+        edge_encoding, edge_dims: the cache's coding of its edge attributes (the ``edge`` bias).
 
     Raises:
         ValueError: a spec names a head above ``H`` or a layer above ``L``.
     """
 
     def __init__(self, specs: Sequence[BiasSpec], num_heads: int, num_layers: int,
-                 rrwp_dim: int = RrwpSection.steps + 1):
+                 rrwp_dim: int = RrwpSection.steps + 1, edge_encoding: str = "index",
+                 edge_dims: Sequence[int] = ()):
         super().__init__()
+        inputs = BiasInputs(int(rrwp_dim), edge_encoding, tuple(int(d) for d in edge_dims))
         self.num_heads, self.num_layers = int(num_heads), int(num_layers)
         per_layer = [torch.nn.ModuleList() for _ in range(num_layers)]
         self.layers = torch.nn.ModuleList(per_layer)
@@ -93,7 +96,7 @@ class BiasStack(torch.nn.Module):
             if max(layers) > num_layers:
                 raise ValueError(f"bias {spec.type}: layer {max(layers)} but the model has {num_layers} layers")
             for layer in layers:
-                per_layer[layer - 1].append(bias_entry(spec.type).cls.from_spec(spec, len(heads), rrwp_dim))
+                per_layer[layer - 1].append(bias_entry(spec.type).cls.from_spec(spec, len(heads), inputs))
                 self._heads[layer - 1].append(tuple(h - 1 for h in heads))
                 self._types[layer - 1].append(spec.type)
 
