@@ -38,6 +38,7 @@ BELOW: dict[str, set[str]] = {
 # Read by every layer; a leaf imports only leaves. (``xmask_cli`` itself: the package's __init__, which
 # holds the version and loads the API's names on first use.)
 LEAVES = {"arguments", "config", "config_arch", "config_build", "config_presets", "config_resolve", "config_rules", "config_section",
+          "config_structure",
           "config_space", "errors", "fs", "jsonfile", "console", "results", "results_ablation", "versions", "xmask_cli"}
 
 # Imports inside functions are allowed for start-up time (a command loads its library only when it runs,

@@ -188,8 +188,7 @@ def prepare_graphs(
         full_check: read every chunk of an existing file (checksums) before trusting it, not only
             its attributes and offsets.
         progress: called with ``(graphs_done, graphs_total)``.
-        memory_gb: working-set budget of a large graph's row blocks (``prepare.memory_gb``); the stored
-            values do not depend on it.
+        memory_gb: working-set budget of a large graph's row blocks (``prepare.memory_gb``); no value depends on it.
         source_folder: the real absolute path of the user's dataset folder the graphs were read from
             (:func:`~xmask_cli.data.folder.source_folder`), recorded in the root attribute ``source_folder``
             for ``cache verify --check-inputs``; not part of the key (a copy of the folder elsewhere is the same input).

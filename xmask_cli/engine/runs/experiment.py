@@ -62,11 +62,12 @@ def _train_config(cfg: Config, seed: int, device: str) -> TrainConfig:
 
 
 def _model_config(cfg: Config, level: str, in_dim: int, out_dim: int, dataset: str, readout_scale: float = 1.0,
-                  **image: Any) -> ModelConfig:
-    encoder = resolve_encoder(cfg.model.encoder, level, dataset)  # image_size and patch_size come with `image`
+                  **extra: int | str | tuple[int, ...]) -> ModelConfig:
+    # `extra`: image_size and patch_size (image level), edge_encoding and edge_dims (an edge bias)
+    encoder = resolve_encoder(cfg.model.encoder, level, dataset)
     return ModelConfig.from_section(cfg.model, in_dim=in_dim, out_dim=out_dim, task=level, encoder=encoder,
                                     eps=cfg.structure.powers.eps, rrwp_dim=cfg.structure.rrwp.steps + 1,
-                                    readout_scale=readout_scale, **image)
+                                    readout_scale=readout_scale, **extra)
 
 
 @dataclass
@@ -132,7 +133,7 @@ class Experiment:
         fields = LEVELS[self.level].model_fields(self, task)
         return _model_config(self.cfg, self.level, dataset=self.dataset, **fields, **self.edge_fields())
 
-    def edge_fields(self) -> dict[str, Any]:
+    def edge_fields(self) -> dict[str, str | tuple[int, ...]]:
         """``edge_encoding`` and ``edge_dims`` of the cache's edge section, for a model with an ``edge`` bias
         (nothing otherwise)."""
         if "edge" not in model_needs(self.cfg) or self.cache_path is None:
