@@ -69,3 +69,17 @@ def test_no_trial_starts_after_the_timeout():
     assert 1 <= ran < 50 and ran == len(study.trials)
     assert time.monotonic() - t0 < 0.5 + 0.2 + 5  # the last trial started before the timeout
     assert logs[-1] == f"timeout (0s) reached after {ran} trial(s): no new trial started"
+
+
+def test_a_trials_line_shows_the_keys_it_drew_not_the_unread_defaults():
+    """``values`` holds the whole configuration (keys the drawn architecture does not read at their defaults);
+    the log line names only what the trial drew, as trials.csv leaves the others blank."""
+    def objective(trial) -> float:
+        arch = trial.suggest_categorical("model.arch", ["gat"])
+        trial.set_user_attr("values", {"model.arch": arch, "model.ffn_mult": 2})  # ffn_mult: gat reads none
+        return 0.5
+
+    study = optuna.create_study(direction="maximize")
+    logs: list[str] = []
+    optimize(study, objective, trials=1, log=logs.append)
+    assert "(model.arch=gat)" in logs[0] and "ffn_mult" not in logs[0]

@@ -108,7 +108,9 @@ def optimize(study: optuna.Study, objective: Callable[[optuna.Trial], float], *,
         elif trial.state == TrialState.FAIL:
             log(f"trial {trial.number}: failed: {fail_reason(trial)}")
         else:
-            shown = ", ".join(f"{k}={v}" for k, v in trial.user_attrs.get("values", trial.params).items())
+            # The drawn keys only: "values" also holds the keys the drawn architecture does not read, at defaults.
+            values = trial.user_attrs.get("values", trial.params)
+            shown = ", ".join(f"{k}={v}" for k, v in values.items() if k in trial.params)
             spread = trial.user_attrs.get("val_std")
             best = best_trial(study)  # reads every trial from storage: once a trial
             best_note = "" if best is None else f"; best so far #{best.number} {best.value:.4f}"
