@@ -17,7 +17,7 @@ from xmask_cli.data.graphset import GraphSet
 from xmask_cli.errors import ConfigError, UsageError
 from xmask_cli.structure.edge_attrs import EdgeCoding, attrs_digest, edge_coding, edge_pairs
 
-__all__ = ["EdgeInputs", "edge_inputs", "edge_params", "no_edge_attr", "write_edge_section"]
+__all__ = ["EdgeInputs", "edge_inputs", "no_edge_attr", "write_edge_section"]
 
 #: Graphs laid out per append: bounds the memory of the pass whatever the dataset's size.
 _GRAPHS_PER_STEP = 4096
@@ -67,15 +67,6 @@ def no_edge_attr(dataset: str) -> ConfigError:
     """The error of an ``edge`` bias on a dataset whose loader gives no ``edge_attr``."""
     return ConfigError(f"model.biases: type 'edge' reads edge attributes, but {dataset}'s loader gives no "
                        f"edge_attr; remove the edge bias, or use a dataset with edge attributes (ogbg-mol*, MUTAG)")
-
-
-def edge_params(params: dict[str, Any], edges: EdgeInputs | None) -> dict[str, Any]:
-    """``params`` (:func:`~xmask_cli.prepare.graphs.structure_params`) with the edge section's record: the coding
-    and digest of ``edges`` where the section is on, no ``edge`` entry where it is off or there are none."""
-    out = {k: v for k, v in params.items() if k != "edge"}
-    if edges is not None and params.get("edge", {}).get("enabled"):
-        out["edge"] = {"enabled": True, **edges.params()}
-    return out
 
 
 def _small_int(coding: EdgeCoding, attr: np.ndarray) -> np.ndarray:

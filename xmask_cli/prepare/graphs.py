@@ -16,24 +16,27 @@ from xmask_cli.config import StructureSection
 from xmask_cli.errors import CacheError, first_line
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.prepare.blocks import DEFAULT_BUDGET, deferred_interrupt, iter_blocks
-from xmask_cli.prepare.edge_section import EdgeInputs, edge_params, write_edge_section
+from xmask_cli.prepare.edge_section import EdgeInputs, write_edge_section
 from xmask_cli.prepare.ranks import RankWorld, gathered_blocks
 from xmask_cli.prepare.subset import derive, find_superset
 
 
-def structure_params(cfg: StructureSection, level: str) -> dict[str, Any]:
+def structure_params(cfg: StructureSection, level: str, edges: EdgeInputs | None = None) -> dict[str, Any]:
     """The parameters that decide the cache's content (part of its key).
 
     Disabled sections and settings that prepare does not read (``eps``) are
-    left out, so that toggling them does not invalidate a cache.
+    left out, so that toggling them does not invalidate a cache. ``edge`` is
+    there only when the file stores edge attributes (``edges`` given and
+    ``structure.edge`` on): their coding and digest (:meth:`EdgeInputs.params`).
     """
     d = asdict(cfg)
     d["powers"].pop("eps", None)
     for sec in ("spd", "spectrum", "magnetic", "rrwp"):
         if not d[sec]["enabled"]:
             d[sec] = {"enabled": False}
-    if not d["edge"]["enabled"]:
-        del d["edge"]  # absent, not off: the keys of files without edge attributes stay what they were
+    del d["edge"]  # absent, not off, without attributes: the keys of files without them stay what they were
+    if edges is not None and cfg.edge.enabled:
+        d["edge"] = {"enabled": True, **edges.params()}
     if cfg.partition.parts <= 0 or level != "node":
         d["partition"] = {"parts": 0}
     return d
@@ -250,7 +253,7 @@ def _prepare_graphs(*, dataset_key: str, level: str, edge_list: list[np.ndarray]
     """
     t0 = time.perf_counter()
     edges = edges if cfg.edge.enabled else None  # without them given, the file holds no edge section
-    params = edge_params(structure_params(cfg, level), edges)
+    params = structure_params(cfg, level, edges)
     key = cache_key(fingerprint, params)
     path = cache_path(cache_dir, dataset_key, key)
     nn = np.asarray(num_nodes, dtype=np.int64)

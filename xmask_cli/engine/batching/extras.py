@@ -28,6 +28,11 @@ __all__ = ["EXTRA_SECTIONS", "GraphExtras", "pad_extras", "padded_edges", "to_te
 EXTRA_SECTIONS = ("spd", "rrwp", "spectrum", "magnetic", "edge")
 
 
+def _torch_codes(attr: np.ndarray) -> np.ndarray:
+    """Stored edge codes wider than a byte as int32: torch has no general uint16 / uint32 tensors."""
+    return attr.astype(np.int32) if attr.dtype.kind == "u" and attr.dtype.itemsize > 1 else attr
+
+
 def _sorted_keys(row: np.ndarray, col: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     keys = row.astype(np.int64) * n + col.astype(np.int64)
     order = np.argsort(keys, kind="stable")
@@ -73,9 +78,7 @@ class GraphExtras:
             self._rrwp = (row.astype(np.int64), col.astype(np.int64), np.asarray(vals, dtype=np.float32))
         if "edge" in self.needs:
             row, col, attr = cache.edge(g)  # row-major, columns ascending within a row (prepare's order)
-            # Codes wider than a byte as int32: torch has no general uint16 / uint32 tensors.
-            wide = attr.dtype.kind == "u" and attr.dtype.itemsize > 1
-            self._edge = (row.astype(np.int64), col.astype(np.int64), attr.astype(np.int32) if wide else attr)
+            self._edge = (row.astype(np.int64), col.astype(np.int64), _torch_codes(attr))
         self._keys: dict[str, tuple[np.ndarray, np.ndarray]] = {}  # sorted pair keys, built on the first lookup
         self._eig: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         if "spectrum" in self.needs:
@@ -238,9 +241,7 @@ def padded_edges(cache: StructureCache, ids: np.ndarray, n_max: int) -> dict[str
     row = np.repeat(local, per_node)
     graph = np.repeat(np.repeat(np.arange(len(ids), dtype=np.int64), sizes), per_node)
     col = cache.read_array("edge/col")[pairs].astype(np.int64)
-    attr = cache.read_array("edge/attr")[pairs]
-    if attr.dtype.kind == "u" and attr.dtype.itemsize > 1:  # as GraphExtras: no general uint16 / uint32 tensors
-        attr = attr.astype(np.int32)
+    attr = _torch_codes(cache.read_array("edge/attr")[pairs])
     edge = np.zeros((len(ids), n_max, n_max, attr.shape[1]), dtype=attr.dtype)
     joined = np.zeros((len(ids), n_max, n_max), dtype=bool)
     edge[graph, row, col] = attr

@@ -39,7 +39,6 @@ from xmask_cli.engine.scoring.metrics import ArrayInput
 from xmask_cli.engine.scoring.splits import pair_keys
 from xmask_cli.model.attention.path import full_graph_attention
 from xmask_cli.prepare import prepare_graphs, structure_params
-from xmask_cli.prepare.edge_section import edge_params
 
 if TYPE_CHECKING:
     from xmask_cli.model.network import XMaskNet
@@ -97,7 +96,7 @@ def prepare_pair_structure(
     nn = np.asarray([int(num_nodes)], dtype=np.int64)
     fingerprint = graphs_fingerprint([edges], nn)
     key = f"{dataset_key}-train-edges"
-    path = cache_path(Path(cache_dir), key, cache_key(fingerprint, edge_params(structure_params(cfg, level), None)))
+    path = cache_path(Path(cache_dir), key, cache_key(fingerprint, structure_params(cfg, level)))
     if force or not path.exists():
         log(f"preparing the structure of {dataset_key}'s training edges ({edges.shape[1] // 2} undirected edges, "
             f"{int(num_nodes)} nodes) -> {path}")

@@ -34,7 +34,7 @@ from xmask_cli.engine.training.watch import check_loggers
 from xmask_cli.model.attention.path import full_graph_attention
 from xmask_cli.model.model_config import ModelConfig, head_powers, sparse_refusal
 from xmask_cli.model.network import XMaskNet
-from xmask_cli.prepare.edge_section import EdgeInputs, edge_inputs, edge_params
+from xmask_cli.prepare.edge_section import EdgeInputs, edge_inputs
 from xmask_cli.prepare.graphs import structure_params
 from xmask_cli.prepare.needs import model_needs, structure_needed
 
@@ -238,7 +238,7 @@ def dry_run(plan: RunPlan, *, cache_dir: Path, data_root: str | os.PathLike[str]
     check_data(cfg, level, graphs)
     struct = structure_needed(cfg, level)
     edges = edge_inputs(graphs, struct, "edge" in model_needs(cfg))
-    key = cache_key(graphs.fingerprint(), edge_params(structure_params(struct, level), edges))
+    key = cache_key(graphs.fingerprint(), structure_params(struct, level, edges))
     path = cache_path(cache_dir, spec.key, key)
     cache = CacheEntry(str(path), path.is_file(), _sections(cfg, level))
     counts, source = _pair_counts(cache, graphs, struct.powers.k, cfg)
