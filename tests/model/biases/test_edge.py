@@ -137,3 +137,24 @@ def test_a_pair_without_edges_everywhere_is_zero():
     randomize(mod, 0)
     extras = {"edge_attr": torch.zeros(1, 4, 4, 3), "edge_mask": torch.zeros(1, 4, 4, dtype=torch.bool)}
     assert not mod(extras).any()  # the linear map's offset w0 applies at edges only
+
+
+@pytest.mark.parametrize(("encoding", "dims"), [("index", (5, 6, 2)), ("linear", (4,))])
+def test_the_zero_tables_draw_nothing_so_a_network_starts_the_same_with_and_without(encoding, dims):
+    torch.manual_seed(3)
+    state = torch.get_rng_state()
+    mod = EdgeBias(4, encoding, dims)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert not any(p.any() for p in mod.parameters())
+    # The whole network: every parameter the two share is equal at the same seed.
+    from xmask_cli.model.network import ModelConfig, XMaskNet
+
+    base = dict(in_dim=5, out_dim=2, hidden=16, heads=4, layers=2)
+    torch.manual_seed(0)
+    plain = dict(XMaskNet(ModelConfig(**base)).named_parameters())
+    torch.manual_seed(0)
+    with_edge = dict(XMaskNet(ModelConfig(**base, biases=[{"type": "edge"}], edge_encoding=encoding,
+                                          edge_dims=dims)).named_parameters())
+    assert set(plain) < set(with_edge)
+    for name, value in plain.items():
+        assert torch.equal(value, with_edge[name]), name

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.nn.utils import skip_init
 
 from xmask_cli.config import BiasSection
 from xmask_cli.model.biases.base import BiasInputs, LearnedBias, extra
@@ -18,9 +19,9 @@ class EdgeBias(LearnedBias):
     ``index`` coding (integer attributes, e.g. OGB's bond type, stereo and conjugation): ``b(e) = Σ_c T_c[e_c]``,
     one table of ``dims[c]`` rows and ``num_heads`` columns per column (OGB's ``BondEncoder``, with heads for its
     width). ``linear`` coding (float attributes, e.g. MUTAG's one-hot bond labels): ``b(e) = W e + w0``. Tables,
-    ``W`` and ``w0`` start at zero. Pairs without an edge, padded pairs and the diagonal get 0. The term is
-    computed at the batch's edges only and scattered into the pair grid: its cost grows with the edges, not
-    with ``N^2``.
+    ``W`` and ``w0`` start at zero, built without a draw from the generator. Pairs without an edge, padded
+    pairs and the diagonal get 0. The term is computed at the batch's edges only and scattered into the pair
+    grid: its cost grows with the edges, not with ``N^2``.
 
     Args:
         num_heads: heads served.
@@ -36,12 +37,14 @@ class EdgeBias(LearnedBias):
         self.linear: torch.nn.Linear | None = None
         if coding.encoding == "index":
             # One table for all columns, column c's rows starting at offsets[c]: one lookup per edge.
-            self.table = torch.nn.Embedding(sum(coding.dims), self.num_heads)
+            # skip_init: built without drawing from the generator, so with and without this bias the
+            # network's other parameters start the same at a seed (``no-edge`` is a clean pair).
+            self.table = skip_init(torch.nn.Embedding, sum(coding.dims), self.num_heads)
             torch.nn.init.zeros_(self.table.weight)
             starts = torch.tensor((0, *coding.dims[:-1]), dtype=torch.long).cumsum(0)
             self.register_buffer("offsets", starts, persistent=False)
         else:
-            self.linear = torch.nn.Linear(coding.dims[0], self.num_heads)
+            self.linear = skip_init(torch.nn.Linear, coding.dims[0], self.num_heads)
             torch.nn.init.zeros_(self.linear.weight)
             torch.nn.init.zeros_(self.linear.bias)
 
