@@ -121,8 +121,8 @@ class ModelSection(Section):
     AT_MOST = {"hidden": MAX_WIDTH, "heads": MAX_HEADS, "layers": MAX_LAYERS, "ffn_mult": MAX_FFN_MULT,
                "output_heads": MAX_HEADS}
 
-    # the architecture (config_arch.py): transformer, gat, experts, vit; auto: picked from the other keys
-    arch: Literal["auto", "transformer", "gat", "experts", "vit"] = "auto"
+    # the architecture (config_arch.py): transformer, gat, experts, vit, gps; auto: picked from the other keys
+    arch: Literal["auto", "transformer", "gat", "experts", "vit", "gps"] = "auto"
     hidden: int = 64
     heads: int = 4
     layers: int = 2

@@ -20,14 +20,17 @@ from typing import Any
 
 from xmask_cli.config import ModelSection
 
-__all__ = ["ARCHS", "READ_BY", "MAPPED", "ArchRefusal", "resolve_arch", "keys_read", "arch_refusal", "has_ffn"]
+__all__ = ["ARCHS", "NEEDS", "READ_BY", "arch_needs", "MAPPED", "ArchRefusal", "resolve_arch", "keys_read", "arch_refusal", "has_ffn"]
 
 #: The architectures, as ``model.arch`` names them (``auto``: picked from the config, see the module docstring).
-ARCHS: tuple[str, ...] = ("transformer", "gat", "experts", "vit")
+ARCHS: tuple[str, ...] = ("transformer", "gat", "experts", "vit", "gps")
+#: Cache sections an architecture's batches carry whatever its biases: gps's local message passing reads the
+#: batch's edges (the ``edge`` section, with a one-value placeholder attribute on a dataset without any).
+NEEDS: dict[str, frozenset[str]] = {"gps": frozenset({"edge"})}
 #: Model keys that only some architectures read, and which ones; every other model key is read by all.
 READ_BY: dict[str, tuple[str, ...]] = {
-    "ffn_mult": ("transformer", "experts", "vit"),  # gat layers have no feed-forward sub-layer
-    "activation": ("transformer", "gat"),
+    "ffn_mult": ("transformer", "experts", "vit", "gps"),  # gat layers have no feed-forward sub-layer
+    "activation": ("transformer", "gat", "gps"),
     "combine": ("gat",),
     # an attention output layer (its output_heads, output_powers with it): not over expert tokens, not on images
     "output": ("transformer", "gat"),
@@ -95,6 +98,11 @@ def resolve_arch(model: Any, level: str | None = None, note: Callable[[str], Non
                 f"read as model.arch={arch}")
         (note or (lambda line: print(line, file=sys.stderr)))(text)
     return arch
+
+
+def arch_needs(model: Any, level: str | None = None) -> frozenset[str]:
+    """The cache sections the architecture of ``model`` reads beyond the powers (:data:`NEEDS`)."""
+    return NEEDS.get(resolve_arch(model, level, note=lambda line: None), frozenset())
 
 
 def keys_read(arch: str) -> frozenset[str]:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from xmask_cli.config import BIAS_NEEDS, Config, ModelSection
-from xmask_cli.config_arch import MAPPED, READ_BY, arch_refusal, resolve_arch
+from xmask_cli.config_arch import MAPPED, NEEDS, READ_BY, arch_refusal, resolve_arch
 from xmask_cli.errors import ConfigError
 
 __all__ = ["Rule", "RULES", "RunFacts", "EXPERT_NODE_MODES", "NODE_STRUCT_LEVELS", "check_rules", "check_model_rules",
@@ -223,6 +223,21 @@ def biases_need_their_structure(cfg: Config, run: RunFacts) -> None:
                               f"set structure.{section}.enabled=true")
 
 
+def gps_needs_graph_batches(cfg: Config, run: RunFacts) -> None:
+    """GraphGPS's local message passing runs on a graph batch's edges (padded or packed graph batches only)."""
+    if cfg.model.arch == "gps" and run.level != "graph":
+        raise ConfigError(f"model.arch=gps (GraphGPS layers: message passing on each graph's edges beside the "
+                          f"attention) runs at the graph level, not {run.level}: set model.arch=transformer")
+
+
+def arch_needs_its_structure(cfg: Config, run: RunFacts) -> None:
+    """An architecture that reads a cache section (``config_arch.NEEDS``: gps, the edges) needs it enabled."""
+    for section in sorted(NEEDS.get(cfg.model.arch, ())):
+        if not getattr(cfg.structure, section).enabled:
+            raise ConfigError(f"model.arch={cfg.model.arch} reads structure.{section} (the graphs' edges): "
+                              f"set structure.{section}.enabled=true")
+
+
 def folds_keep_the_official_split(cfg: Config, run: RunFacts) -> None:
     """Results on a set with an official split (OGB's scaffold split) are reported on that split."""
     if cfg.data.folds and run.split == "scaffold":
@@ -284,6 +299,8 @@ RULES: tuple[Rule, ...] = (
     Rule(node_struct_needs_node_features, (_M + "node_struct",), "run"),
     Rule(rwse_needs_rrwp, (_M + "node_struct", "structure.rrwp.enabled"), "run"),
     Rule(biases_need_their_structure, (_M + "biases", "structure"), "run"),
+    Rule(gps_needs_graph_batches, (_M + "arch",), "run", model=True),
+    Rule(arch_needs_its_structure, (_M + "arch", "structure"), "run"),
     Rule(folds_need_graph_level, ("data.folds",), "run"),
     Rule(folds_keep_the_official_split, ("data.folds", "data.dataset"), "run"),
 )

@@ -132,9 +132,13 @@ class TransformerBlock(torch.nn.Module):
             y = x + y
         return norm(y) if self.norm == "post" else y
 
-    def _compose(self, x: Tensor, attend: Callable[[Tensor], Tensor], ffn: Callable[[Tensor], Tensor] | None) -> Tensor:
-        """Attention sub-layer, FFN sub-layer (if any), activation: the block on every path (input already dropped)."""
-        x = self._sublayer(x, attend, self.norm1)
+    def _compose(self, x: Tensor, attend: Callable[[Tensor], Tensor], ffn: Callable[[Tensor], Tensor] | None,
+                 beside: Callable[[Tensor], Tensor] | None = None) -> Tensor:
+        """Attention sub-layer, FFN sub-layer (if any), activation: the block on every path (input already dropped).
+        ``beside``: a sub-layer on the same input whose output (its own residual and norm included) is added to
+        the attention sub-layer's (GraphGPS's local message passing, :mod:`~xmask_cli.model.gps`)."""
+        y = self._sublayer(x, attend, self.norm1)
+        x = y if beside is None else beside(x) + y
         if ffn is not None:
             x = self._sublayer(x, ffn, self.norm2)
         act = ACTIVATIONS[self.activation]
@@ -148,6 +152,7 @@ class TransformerBlock(torch.nn.Module):
         return_terms: bool = False,
         routed: dict | None = None,
         drop: Callable[[Tensor, float, bool], Tensor] | None = None,
+        beside: Callable[[Tensor], Tensor] | None = None,
         **attention: Any,
     ) -> Tensor | tuple[Tensor, dict[str, Tensor]]:
         """One block; sparse attention when ``edge_index`` is given.
@@ -170,6 +175,7 @@ class TransformerBlock(torch.nn.Module):
                 feeds the recorded ``structural`` term), ``groups`` (``[N]`` graph of each node of a sparse
                 disjoint union), ``complete`` (the sparse pairs are every pair of the domain) and
                 ``learned`` (a learned bias shaped like ``bias``, added after the ``1/sqrt(d_h)`` scaling).
+            beside: a sub-layer added beside the attention (see :meth:`_compose`).
 
         Returns:
             Tensor shaped like ``x``. Padded positions hold finite values
@@ -191,9 +197,9 @@ class TransformerBlock(torch.nn.Module):
             return out
 
         if drop is None:
-            x = self._compose(self.drop_input(x), attend, self.ffn)
+            x = self._compose(self.drop_input(x), attend, self.ffn, beside)
         else:
-            x = self._compose(self.drop_input(x, drop), attend, self._ffn_drawing(drop))
+            x = self._compose(self.drop_input(x, drop), attend, self._ffn_drawing(drop), beside)
         return (x, terms) if return_terms else x
 
     def _ffn_drawing(self, drop: Callable[[Tensor, float, bool], Tensor]) -> Callable[[Tensor], Tensor] | None:
@@ -209,19 +215,21 @@ class TransformerBlock(torch.nn.Module):
 
         return ffn
 
-    def forward_packed(self, x: Tensor, packed: PackedGraphs, attn_masks: list[Tensor | None]) -> Tensor:
+    def forward_packed(self, x: Tensor, packed: PackedGraphs, attn_masks: list[Tensor | None],
+                       beside: Callable[[Tensor], Tensor] | None = None) -> Tensor:
         """One block on the packed real rows ``[n, D]`` of a padded batch (:mod:`~xmask_cli.model.packing`).
 
         The rows :meth:`forward` gives the real nodes of the padded batch: norms,
         FFN and residuals act per row, the attention per group of graphs, and
         every dropout draws the real rows' mask the padded layout draws too (:meth:`PackedGraphs.dropout`).
-        ``attn_masks``: per attention group, its SDPA mask.
+        ``attn_masks``: per attention group, its SDPA mask; ``beside``: see :meth:`_compose`.
         """
         if isinstance(self.attn, RoutedAttention):
             raise ValueError("an expert block attends over token masks, not packed graphs")
         attn = self.attn
         x = self.drop_input(x, packed.dropout)
-        return self._compose(x, lambda h: attn.forward_packed(h, packed, attn_masks), self._ffn_drawing(packed.dropout))
+        return self._compose(x, lambda h: attn.forward_packed(h, packed, attn_masks), self._ffn_drawing(packed.dropout),
+                             beside)
 
     def forward_pairs(self, x_query: Tensor, x_key: Tensor, edge_index: Tensor, bias: Tensor | None = None,
                       plain_keys: Tensor | None = None, learned: Tensor | None = None) -> Tensor:

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from xmask_cli.config import Config, ModelSection, PowersSection, RrwpSection, section_fields
-from xmask_cli.config_arch import resolve_arch
+from xmask_cli.config_arch import arch_needs, resolve_arch
 from xmask_cli.config_rules import check_model_rules, resolve_encoder
 from xmask_cli.config_section import needer
 from xmask_cli.errors import ConfigError
@@ -209,8 +209,9 @@ class ModelConfig(ModelSection):
 
     @property
     def needs(self) -> frozenset[str]:
-        """Cache sections beyond the powers that batches must carry (``spd``, ``rrwp``, ``magnetic``, ``spectrum``)."""
-        return frozenset(BiasSpec.of(b).needs for b in self.biases)
+        """Cache sections beyond the powers that batches must carry (``spd``, ``rrwp``, ``magnetic``, ``spectrum``,
+        ``edge``): the learned biases' and the architecture's (gps: the edges)."""
+        return frozenset(BiasSpec.of(b).needs for b in self.biases) | arch_needs(self, self.task)
 
     @property
     def plain_heads(self) -> tuple[int, ...]:

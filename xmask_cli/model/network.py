@@ -68,8 +68,7 @@ class XMaskNet(torch.nn.Module):
         super().__init__()
         self.cfg = cfg
         arch = get_arch(cfg.arch)  # the builder of the named architecture: its encoder, blocks and output
-        self.encoder = arch.init_encoder(cfg)
-        # Parameter-free, so one instance serves every layer (the bias is computed once per forward).
+        self.encoder = arch.init_encoder(cfg)  # the bias below: parameter-free, one instance serves every layer
         self.bias = XLogSMaskBias(cfg.heads, cfg.head_powers, cfg.eps, cfg.outside_support) if cfg.use_bias else None
         # Learned biases: parameters per layer, so they are added to the shared mask layer by layer.
         specs = cast(Sequence[BiasSpec], cfg.biases)  # ModelConfig holds them as BiasSpec
@@ -176,7 +175,7 @@ class XMaskNet(torch.nn.Module):
             if powers is None:
                 raise ValueError("use_bias=True needs `powers` [B, K, N, N]")
             xlog = self.bias(DenseStructure(powers=powers, mask=mask))
-        layers = []
+        layers, local = [], get_arch(self.cfg.arch).block_inputs(extras)  # gps: the batch's edges
         for i, block in enumerate(self.blocks):
             learned = self._learned(i, extras, mask=mask)
             attn_mask = shared
@@ -186,11 +185,12 @@ class XMaskNet(torch.nn.Module):
                 attn_mask = term if shared is None else shared + term
             if return_terms:
                 # The blocks attend with `attn_mask` as is; the biases only feed the recorded structural term.
-                h, terms = block(h, xlog, mask, attn_mask=attn_mask, return_terms=True, learned=learned, drop=drop)
+                h, terms = block(h, xlog, mask, attn_mask=attn_mask, return_terms=True, learned=learned, drop=drop,
+                                 **local)
                 layers.append(return_terms(terms) if callable(return_terms) else terms)
                 del terms  # with a reducing callable, this layer's maps are free before the next layer runs
             else:
-                h = block(h, None, mask, attn_mask=attn_mask, drop=drop)
+                h = block(h, None, mask, attn_mask=attn_mask, drop=drop, **local)
         h = h.masked_fill(~keep, 0.0)
         return (h, layers) if return_terms else h
 

@@ -13,6 +13,7 @@ from typing import cast
 import torch
 from torch import Tensor
 
+from xmask_cli.model.archs import get_arch
 from xmask_cli.model.attention.structural import StructuralAttention
 from xmask_cli.model.batches import LogPairs
 from xmask_cli.model.layers import TransformerBlock
@@ -89,6 +90,7 @@ class PackedForward:
         shared = [None if attn is None else attn.dense_mask(b, None if scaled else g.mask, h.dtype, scaled=scaled)
                   for g, b in zip(packed.groups, group_bias)]
         del group_bias  # the masks hold what attention reads (a large graph's bias is hundreds of MB)
+        local = get_arch(cfg.arch).block_inputs(extras, packed)  # gps: the batch's edges, over the packed rows
         for i, block in enumerate(blocks):
             term = learned(i, extras, mask=mask)
             masks = shared
@@ -98,7 +100,7 @@ class PackedForward:
                     # The padded batch's learned bias, cut to the group (padded keys are -inf in `m` already).
                     cut = term.index_select(0, g.graphs)[:, :, :g.width, :g.width].to(h.dtype)
                     masks.append(cut if m is None else m + cut)
-            h = block.forward_packed(h, packed, masks)
+            h = block.forward_packed(h, packed, masks, **local)
         return h, packed
 
     def _attends_pairs(self, cfg: ModelConfig, bias: XLogSMaskBias | None) -> bool:

@@ -21,7 +21,7 @@ from xmask_cli.errors import UsageError
 from xmask_cli.fs import ensure_writable_dir
 from xmask_cli.prepare.edge_section import edge_inputs
 from xmask_cli.prepare.graphs import PrepareSummary, prepare_graphs
-from xmask_cli.prepare.needs import model_needs, structure_needed
+from xmask_cli.prepare.needs import edge_readers, structure_needed
 from xmask_cli.prepare.ranks import RankWorld, rank0_first
 from xmask_cli.structure.grid import grid_edges, patch_grid
 
@@ -78,7 +78,7 @@ def prepare_dataset(
         fingerprint=graphs.fingerprint(), cfg=structure, cache_dir=cache_dir, workers=workers,
         memory_gb=cfg.prepare.memory_gb, world=world, source_folder=source_folder(spec),
         merged_edge_rows=graphs.merged_edge_rows, force=force, full_check=True, progress=progress, log=log,
-        edge_attr=edge_inputs(graphs, structure, "edge" in model_needs(cfg)),
+        edge_attr=edge_inputs(graphs, structure, **edge_readers(cfg)),
     )
     summary.features = features.to_dict()
     return summary

@@ -35,12 +35,14 @@ class EdgeInputs:
         return {"encoding": self.coding.encoding, "dims": list(self.coding.dims), "digest": attrs_digest(self.attrs)}
 
 
-def edge_inputs(graphs: GraphSet, cfg: StructureSection, required: bool) -> EdgeInputs | None:
+def edge_inputs(graphs: GraphSet, cfg: StructureSection, required: bool, placeholder: bool = False) -> EdgeInputs | None:
     """The edge attributes ``prepare`` stores for ``cfg`` (None when ``structure.edge`` is off, or when the
     dataset has none and nothing reads them: ``prepare.compute: all`` then leaves the section out).
 
     Args:
-        required: an ``edge`` bias reads them (:func:`~xmask_cli.prepare.needs.model_needs`).
+        required: an ``edge`` bias reads them (:func:`~xmask_cli.prepare.needs.edge_readers`).
+        placeholder: the architecture reads the edges themselves (``model.arch: gps``): a dataset without
+            attributes stores one column of zeros (a vocabulary of one, which carries nothing).
 
     Raises:
         ConfigError: ``required`` but the loader gives no ``edge_attr``.
@@ -51,9 +53,11 @@ def edge_inputs(graphs: GraphSet, cfg: StructureSection, required: bool) -> Edge
     attrs = graphs.edge_attr()
     name = graphs.spec.name
     if attrs is None:
-        if not required:
+        if required:
+            raise no_edge_attr(name)
+        if not placeholder:
             return None
-        raise no_edge_attr(name)
+        attrs = [np.zeros((e.shape[1], 1), dtype=np.uint8) for e in graphs.edge_index]
     for g, (a, e) in enumerate(zip(attrs, graphs.edge_index)):
         if a.shape[0] != e.shape[1]:
             raise UsageError(f"{name}: graph {g} has {e.shape[1]} edges but {a.shape[0]} edge_attr rows")

@@ -19,7 +19,7 @@ import dataclasses
 
 from xmask_cli.config import Config, PartitionSection, StructureSection
 
-__all__ = ["model_needs", "read_powers", "read_sections", "structure_needed"]
+__all__ = ["edge_readers", "model_needs", "read_powers", "read_sections", "structure_needed"]
 
 
 def read_powers(cfg: Config) -> int:
@@ -32,10 +32,22 @@ def read_powers(cfg: Config) -> int:
 
 
 def model_needs(cfg: Config) -> frozenset[str]:
-    """Structure sections the model's learned biases read (batches carry them as extras)."""
+    """Structure sections the model's learned biases and its architecture (gps: the edges) read (batches carry
+    them as extras)."""
+    from xmask_cli.config_arch import arch_needs
     from xmask_cli.model.model_config import bias_needs  # the model's own rules
 
-    return bias_needs(cfg.model)
+    return bias_needs(cfg.model) | arch_needs(cfg.model)
+
+
+def edge_readers(cfg: Config) -> dict[str, bool]:
+    """Who reads the edge section, as :func:`~xmask_cli.prepare.edge_section.edge_inputs` takes it:
+    ``required`` (an ``edge`` bias reads the attributes themselves) and ``placeholder`` (the architecture
+    reads the edges: a dataset without attributes stores a one-value placeholder)."""
+    from xmask_cli.config_arch import arch_needs
+    from xmask_cli.model.model_config import bias_needs
+
+    return {"required": "edge" in bias_needs(cfg.model), "placeholder": "edge" in arch_needs(cfg.model)}
 
 
 def read_sections(cfg: Config, level: str) -> frozenset[str]:

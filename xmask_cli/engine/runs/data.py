@@ -36,7 +36,7 @@ from xmask_cli.engine.tasks.graph import graph_labels
 from xmask_cli.errors import ConfigError, UsageError
 from xmask_cli.prepare import check_patch, prepare_dataset, prepare_graphs
 from xmask_cli.prepare.edge_section import edge_inputs, no_edge_attr
-from xmask_cli.prepare.needs import model_needs, structure_needed
+from xmask_cli.prepare.needs import edge_readers, structure_needed
 
 __all__ = ["DatasetMemo", "LoadOptions", "LoadedData", "Loader", "LOADERS", "load_data", "check_data",
            "check_splittable"]
@@ -166,7 +166,7 @@ def load_graph_data(plan: RunPlan, opts: LoadOptions) -> LoadedData:
                              cfg=structure, cache_dir=opts.cache_dir, workers=opts.workers,
                              log=opts.log, memory_gb=cfg.prepare.memory_gb, source_folder=source_folder(spec),
                              merged_edge_rows=graphs.merged_edge_rows,
-                             edge_attr=edge_inputs(graphs, structure, "edge" in model_needs(cfg)))
+                             edge_attr=edge_inputs(graphs, structure, **edge_readers(cfg)))
     return LoadedData(spec.name, graphs=graphs,
                       cache_path=_prepared(summary.path, summary.cached, summary.seconds, opts.log))
 
@@ -198,7 +198,7 @@ def check_data(cfg: Config, level: str, graphs: GraphSet) -> None:
 
 def _check_edge_attrs(cfg: Config, level: str, graphs: GraphSet) -> None:
     """An ``edge`` bias reads the dataset's own edge attributes, which its loader must give."""
-    if "edge" not in model_needs(cfg):
+    if not edge_readers(cfg)["required"]:
         return
     if LEVELS[level].structure != "dataset":
         raise ConfigError(f"model.biases: type 'edge' reads the dataset's edge attributes, but {level}-level "

@@ -36,7 +36,7 @@ from xmask_cli.model.model_config import ModelConfig, head_powers, sparse_refusa
 from xmask_cli.model.network import XMaskNet
 from xmask_cli.prepare.edge_section import EdgeInputs, edge_inputs
 from xmask_cli.prepare.graphs import structure_params
-from xmask_cli.prepare.needs import model_needs, structure_needed
+from xmask_cli.prepare.needs import edge_readers, model_needs, structure_needed
 
 __all__ = ["CacheEntry", "DryRun", "Estimate", "PlannedRun", "dry_run"]
 
@@ -237,7 +237,7 @@ def dry_run(plan: RunPlan, *, cache_dir: Path, data_root: str | os.PathLike[str]
                              offline=True)
     check_data(cfg, level, graphs)
     struct = structure_needed(cfg, level)
-    edges = edge_inputs(graphs, struct, "edge" in model_needs(cfg))
+    edges = edge_inputs(graphs, struct, **edge_readers(cfg))
     key = cache_key(graphs.fingerprint(), structure_params(struct, level, edges))
     path = cache_path(cache_dir, spec.key, key)
     cache = CacheEntry(str(path), path.is_file(), _sections(cfg, level))

@@ -10,13 +10,14 @@ from __future__ import annotations
 from xmask_cli.model.archs.base import Architecture, Output
 from xmask_cli.model.archs.experts import Experts
 from xmask_cli.model.archs.gat import Gat
+from xmask_cli.model.archs.gps import Gps
 from xmask_cli.model.archs.transformer import Transformer
 from xmask_cli.model.archs.vit import Vit
 
 __all__ = ["ARCHS", "Architecture", "Output", "get_arch"]
 
 #: Every architecture, by the name ``model.arch`` gives it.
-ARCHS: dict[str, Architecture] = {a.name: a for a in (Transformer(), Gat(), Experts(), Vit())}
+ARCHS: dict[str, Architecture] = {a.name: a for a in (Transformer(), Gat(), Experts(), Vit(), Gps())}
 
 
 def get_arch(name: str) -> Architecture:

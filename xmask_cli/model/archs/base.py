@@ -8,15 +8,18 @@ network's, whichever architecture built the layers.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, NamedTuple
 
 import torch
+from torch import Tensor
 
 from xmask_cli.model.attention.structural import StructuralAttention
 from xmask_cli.model.encoders import AtomInput, mlp
 from xmask_cli.model.layers import TransformerBlock
 from xmask_cli.model.logsmask import XLogSMaskBias
 from xmask_cli.model.model_config import ModelConfig
+from xmask_cli.model.packing import PackedGraphs
 from xmask_cli.versions import require_extra
 
 __all__ = ["Architecture", "Output"]
@@ -62,6 +65,11 @@ class Architecture:
     def init_block(self, cfg: ModelConfig, layer: int) -> TransformerBlock:
         """Block ``layer`` (0-based)."""
         raise NotImplementedError
+
+    def block_inputs(self, extras: Mapping[str, Tensor] | None, packed: PackedGraphs | None = None) -> dict[str, Any]:
+        """What each block takes beyond the attention's inputs, from the batch's ``extras`` (over the rows of
+        ``packed`` on the packed path): nothing here; gps's blocks take the batch's edges."""
+        return {}
 
     def init_output(self, cfg: ModelConfig) -> Output:
         """The MLP head, or (``output: attention``) a last X-LogSMask attention layer: ``output_heads`` heads of
