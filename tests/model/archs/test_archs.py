@@ -92,18 +92,21 @@ OTHER_VALUE = {"ffn_mult": 3, "activation": "elu", "combine": "concat", "output"
 def test_every_key_an_architecture_reads_changes_its_network(arch: str) -> None:
     """What READ_BY says an architecture reads, it reads: the key moves its parameters or its outputs."""
     base = {"transformer": {}, "gat": {"arch": "gat"}, "experts": {"arch": "experts", "experts": ("local",)},
-            "vit": {"arch": "vit", "task": "image", "in_dim": 3, "image_size": (4, 4), "patch_size": 2}}[arch]
+            "vit": {"arch": "vit", "task": "image", "in_dim": 3, "image_size": (4, 4), "patch_size": 2},
+            "gps": {"arch": "gps", "task": "graph", "edge_encoding": "index", "edge_dims": (3,)}}[arch]
 
     def fingerprint(**kw) -> tuple[dict, torch.Tensor | None]:
         torch.manual_seed(0)
         model = XMaskNet(_cfg(**{**base, **kw})).double().eval()
         shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-        if arch != "transformer" and arch != "gat":
+        if arch not in ("transformer", "gat", "gps"):
             return shapes, None
         powers, mask = padded([PATH_TRIANGLE], 2)
         x = torch.randn(1, 6, 5, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+        joined = torch.from_numpy(PATH_TRIANGLE > 0).unsqueeze(0)
+        edges = {"edge_mask": joined, "edge_attr": (joined.long() * 2).unsqueeze(-1)}  # gps reads the edges
         with torch.no_grad():
-            return shapes, model(DenseBatch(x, powers.expand(-1, 2, -1, -1), mask))
+            return shapes, model(DenseBatch(x, powers.expand(-1, 2, -1, -1), mask, extras=edges))
 
     keys = keys_read(arch) - {"expert_attention"}
     assert keys, arch
