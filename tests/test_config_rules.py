@@ -45,6 +45,8 @@ BREAKS: dict[str, tuple[str, list[str]]] = {
     "node_struct_needs_node_features": ("link-level", ["model.node_struct=degree"]),
     "rwse_needs_rrwp": ("graph-level", ["model.node_struct=rwse", "structure.rrwp.enabled=false"]),
     "biases_need_their_structure": ("graph-level", ["model.biases=[{type: rrwp}]", "structure.rrwp.enabled=false"]),
+    "gps_needs_graph_batches": ("node-level", ["model.arch=gps"]),
+    "arch_needs_its_structure": ("graph-level", ["model.arch=gps", "structure.edge.enabled=false"]),
     "folds_need_graph_level": ("node-level", ["data.folds=5"]),
     "folds_keep_the_official_split": ("graph-level", ["data.dataset=ogbg-molhiv", "data.folds=5"]),
 }
