@@ -96,6 +96,7 @@ def test_a_program_checks_its_static_sizes_at_run_time():
     ({"task": "node", "experts": ("local", "global")}, "M3Dphormer attention experts"),
     ({"biases": ({"type": "spd"},)}, "learned biases (spd)"),
     ({"task": "link"}, "link-level run has no exported program"),
+    ({"arch": "gps"}, "model.arch=gps runs message passing"),
 ])
 def test_models_without_a_program_are_refused_naming_why_and_what_exports(kw, needle):
     reason = refusal(_model(**kw))

@@ -84,6 +84,9 @@ def refusal(model: XMaskNet) -> str | None:
     if cfg.task in ("link", "edge", "image"):
         return (f"a {cfg.task}-level run has no exported program; graph-level runs (dense path) and "
                 f"node-level runs (dense or pairs path) export")
+    if cfg.arch == "gps":
+        return ("model.arch=gps runs message passing on each graph's edges and their attributes, which the "
+                "exported program does not take; the other graph-level architectures export")
     if cfg.biases:
         names = ", ".join(sorted(cfg.needs)) or "learned"
         return (f"learned biases ({names}) read structure beyond the powers Â^k, which the exported program does "
