@@ -49,7 +49,7 @@ __all__ = ["ENCODERS", "READOUTS", "TASKS", "ModelConfig", "XMaskNet", "head_lab
 class XMaskNet(torch.nn.Module):
     """Graph transformer with the X-LogSMask structural bias.
 
-    The architecture ``cfg.arch`` names (:mod:`~xmask_cli.model.archs`: transformer, gat, experts, vit)
+    The architecture ``cfg.arch`` names (:mod:`~xmask_cli.model.archs`: transformer, gat, experts, vit, gps)
     builds the encoder, the blocks and the output; this class runs them, on every path, with the same
     attention, X-LogSMask term, learned biases and readouts.
 
