@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from tests.cli_helpers import one_error_line, run
@@ -133,3 +134,16 @@ def test_auto_mode_is_the_node_tasks_choice(tmp_path):
         exp = Experiment.load(resolve("node-level", [f"node.memory_gb={budget}"]), cache_dir=tmp_path / "built",
                               offline=True)
         assert exp.task(0, "cpu").mode == expected  # what train takes
+
+
+def test_an_ogb_dry_run_reads_its_official_split(tmp_path, shared_data):
+    """OGB's datasets read their split files lazily from the staged folder: the plan is made while it lives."""
+    r = run("--format", "json", "train", "--preset", "ogbg-molhiv", "--dry-run", "--data-root", str(shared_data),
+            "--runs-dir", str(tmp_path / "runs"), "--cache-dir", str(tmp_path / "cache"))
+    assert r.exit_code == 0, r.stderr
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "cache").exists()
+    plan = json.loads(r.stdout)
+    # Â^1's stored pairs: every node's self pair and both directions of every bond, from OGB's raw counts.
+    raw = shared_data / "ogbg_molhiv" / "raw"
+    nodes, bonds = (np.loadtxt(raw / f"num-{k}-list.csv.gz", dtype=np.int64).sum() for k in ("node", "edge"))
+    assert plan["estimate"]["pairs_per_power"][0] == nodes + 2 * bonds

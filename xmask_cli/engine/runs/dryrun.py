@@ -232,14 +232,21 @@ def dry_run(plan: RunPlan, *, cache_dir: Path, data_root: str | os.PathLike[str]
         return _with(base, notes=(f"no cache or memory estimate for the {level} level (its structure is "
                                   "prepared per split)" if level in ("link", "edge") else
                                   f"no cache or memory estimate for the {level} level",))
-    with tempfile.TemporaryDirectory(prefix="xmask-dry-run-") as staging:  # PyG's processed/ files go here
+    # PyG's processed/ files go to the staging folder, which lives until the plan is made: OGB's datasets
+    # read their split files from it lazily (check_data asks for the split).
+    with tempfile.TemporaryDirectory(prefix="xmask-dry-run-") as staging:
         graphs = load_graphs(spec, data_root=resolve_data_root(data_root, cfg.data.root), cache_dir=Path(staging),
                              offline=True)
+        return _graph_plan(base, cfg, level, graphs, cache_dir, device)
+
+
+def _graph_plan(base: DryRun, cfg: Config, level: str, graphs: GraphSet, cache_dir: Path, device: str) -> DryRun:
+    """The cache and memory parts of a graph-level dry run, on the loaded ``graphs``."""
     check_data(cfg, level, graphs)
     struct = structure_needed(cfg, level)
     edges = edge_inputs(graphs, struct, **edge_readers(cfg))
     key = cache_key(graphs.fingerprint(), structure_params(struct, level, edges))
-    path = cache_path(cache_dir, spec.key, key)
+    path = cache_path(cache_dir, graphs.spec.key, key)
     cache = CacheEntry(str(path), path.is_file(), _sections(cfg, level))
     counts, source = _pair_counts(cache, graphs, struct.powers.k, cfg)
     model_cfg = _model(cfg, level, graphs, edges)
