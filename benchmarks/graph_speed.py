@@ -329,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     env = {"threads": args.threads, "torch_threads": torch.get_num_threads(), "load": args.load,
-           "rounds": args.rounds, "max_train": args.max_train, "cpu_count": os.cpu_count()}
+           "rounds": args.rounds, "max_train": args.max_train, "cpu_count": os.cpu_count(),
+           "set": list(args.set), "load_average_end": list(os.getloadavg())}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     from xmask_cli.fs import atomic_write
 
