@@ -16,8 +16,8 @@ OUTPUTS = np.load(FIXTURE_NPZ)
 
 
 def test_fixture_covers_presets_with_distinct_outputs():
-    # 56 presets at the fixture's commit (presets/ and benchmarks/presets/); every output finite and not constant.
-    assert len(FIXTURE) == 56 and set(FIXTURE) == set(OUTPUTS.files)
+    # 57 presets at the fixture's commit (presets/ and benchmarks/presets/); every output finite and not constant.
+    assert len(FIXTURE) == 57 and set(FIXTURE) == set(OUTPUTS.files)
     for name in FIXTURE:
         out = OUTPUTS[name]
         assert np.isfinite(out).all() and np.ptp(out) > 0, name
