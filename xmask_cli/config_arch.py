@@ -20,7 +20,8 @@ from typing import Any
 
 from xmask_cli.config import ModelSection
 
-__all__ = ["ARCHS", "NEEDS", "READ_BY", "arch_needs", "MAPPED", "ArchRefusal", "resolve_arch", "keys_read", "arch_refusal", "has_ffn"]
+__all__ = ["ARCHS", "NEEDS", "READ_BY", "arch_needs", "MAPPED", "ArchRefusal", "resolve_arch", "keys_read",
+           "arch_refusal", "has_ffn"]
 
 #: The architectures, as ``model.arch`` names them (``auto``: picked from the config, see the module docstring).
 ARCHS: tuple[str, ...] = ("transformer", "gat", "experts", "vit", "gps")

@@ -35,7 +35,8 @@ class EdgeInputs:
         return {"encoding": self.coding.encoding, "dims": list(self.coding.dims), "digest": attrs_digest(self.attrs)}
 
 
-def edge_inputs(graphs: GraphSet, cfg: StructureSection, required: bool, placeholder: bool = False) -> EdgeInputs | None:
+def edge_inputs(graphs: GraphSet, cfg: StructureSection, required: bool,
+                placeholder: bool = False) -> EdgeInputs | None:
     """The edge attributes ``prepare`` stores for ``cfg`` (None when ``structure.edge`` is off, or when the
     dataset has none and nothing reads them: ``prepare.compute: all`` then leaves the section out).
 

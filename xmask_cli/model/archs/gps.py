@@ -20,9 +20,7 @@ class Gps(Architecture):
     Graph batches only (padded or packed); the batches carry the cache's edge section."""
 
     name = "gps"
-    KEYS: ClassVar[frozenset[str]] = frozenset({"ffn_mult", "activation"})
-    #: The cache section every batch carries for the local sub-layer.
-    NEEDS: ClassVar[frozenset[str]] = frozenset({"edge"})
+    KEYS: ClassVar[frozenset[str]] = frozenset({"ffn_mult", "activation"})  # its cache section: config_arch.NEEDS
 
     def init_block(self, cfg: ModelConfig, layer: int) -> TransformerBlock:
         """A GraphGPS layer; its own edge encoder (to the block's input width) when the edges carry attributes."""
