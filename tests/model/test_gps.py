@@ -81,6 +81,17 @@ def test_linear_edge_attributes_are_mapped() -> None:
     np.testing.assert_allclose(enc(attr).detach().numpy(), enc.inner(attr).detach().numpy())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_linear_edge_attributes_follow_the_model_dtype(dtype) -> None:
+    enc = EdgeEncoder("linear", (4,), 3).to(dtype)
+    attr = torch.tensor([[1, 0, 0, 0], [0, 0, 1, 0], [0, 1, 0, 1]], dtype=torch.float32)  # as the cache stores them
+    assert isinstance(enc.inner, torch.nn.Linear)
+    w, b = enc.inner.weight.detach().double().numpy(), enc.inner.bias.detach().double().numpy()
+    out = enc(attr)
+    assert out.dtype == dtype
+    np.testing.assert_allclose(out.detach().double().numpy(), attr.double().numpy() @ w.T + b, rtol=1e-6)
+
+
 def test_bond_encoder_beside_the_atom_encoder_and_its_vocabulary() -> None:
     from ogb.graphproppred.mol_encoder import BondEncoder
 

@@ -110,7 +110,8 @@ class EdgeEncoder(torch.nn.Module):
     def forward(self, attr: Tensor) -> Tensor:
         """``[E, width]`` of ``[E, C]`` attributes."""
         if self.kind == "linear":
-            return self.inner(attr.float())
+            assert isinstance(self.inner, torch.nn.Linear)
+            return self.inner(attr.to(self.inner.weight.dtype))  # the model's dtype (float64 in the tests too)
         if self.kind == "bond":
             return self.inner(attr.long())
         return self.inner(attr.long() + self.get_buffer("offsets")).sum(-2)
